@@ -1,0 +1,548 @@
+"""Run configuration: one dataclass per component, nested into :class:`RunConfig`.
+
+Values come from, in order of precedence: command-line overrides (``--ppo.lr 1e-5`` or
+``ppo.lr=1e-5``), a YAML preset (``--config configs/debug.yaml`` or ``--preset debug``), the
+dataclass defaults. Every value that changes results is a field here; the resolved config is written
+next to every run's outputs (``config.yaml``) and logged.
+
+Validation runs in ``__post_init__`` of each component and in :meth:`RunConfig.validate` for
+cross-component rules; every message names the key, the value, what is allowed and how to fix it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import yaml
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+QUESTION_TYPES = (
+    "object_counting",
+    "object_abs_distance",
+    "object_size_estimation",
+    "room_size_estimation",
+    "object_rel_distance",
+    "object_rel_direction_easy",
+    "object_rel_direction_medium",
+    "object_rel_direction_hard",
+    "route_planning",
+    "obj_appearance_order",
+)
+
+
+class ConfigError(ValueError):
+    """A configuration value or combination is invalid; the message says how to fix it."""
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+def _choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
+    _check(value in allowed, f"{name}={value!r} is not allowed; choose one of {list(allowed)}")
+
+
+@dataclass
+class EnvConfig:
+    """The VSI environment (``a2c_ppo_acktr/envs``)."""
+
+    env_id: str = "VSI-v0"
+    scene_source: str = "procedural"  # procedural | scannet | arkitscenes | vsibench
+    data_root: Optional[str] = None  # directory with real scans (scannet/arkitscenes) or VSI-Bench rows
+    vsibench_path: Optional[str] = None  # parquet/JSON of VSI-Bench rows (scene_source=vsibench)
+    num_scenes: int = 64  # procedural scenes cycled through (scene seed = seed + index)
+    question_types: list[str] = field(default_factory=lambda: list(QUESTION_TYPES))
+    image_size: int = 224  # rendered frames are image_size x image_size
+    fov_deg: float = 90.0  # horizontal field of view of the pinhole camera
+    eye_height: float = 1.5  # camera height above the floor, meters
+    num_sweep_frames: int = 8  # frames of the initial 360-degree sweep ("video" frames)
+    image_history: int = 2  # most recent per-turn views kept in the observation besides the sweep
+    max_turns: int = 10  # turns per episode before truncation
+    agent_radius: float = 0.2  # meters; movement is blocked when the disk would hit walls/objects
+    max_forward: float = 3.0  # meters; largest forward step a move may ask for
+    step_cost: float = 0.0  # reward added to every move (use a negative value to penalise turns)
+    invalid_penalty: float = -0.1  # reward for text that does not parse as an action
+    collision_penalty: float = -0.05  # reward added when a move is blocked
+    procedural_min_room: float = 3.0  # meters, smallest side of procedural rooms
+    procedural_max_room: float = 10.0  # meters, largest side of procedural rooms
+
+    def __post_init__(self) -> None:
+        _choice("env.scene_source", self.scene_source, ["procedural", "scannet", "arkitscenes", "vsibench"])
+        for q in self.question_types:
+            _check(q in QUESTION_TYPES, f"env.question_types contains unknown type {q!r}; known: {list(QUESTION_TYPES)}")
+        _check(len(self.question_types) > 0, "env.question_types is empty; list at least one of " f"{list(QUESTION_TYPES)}")
+        _check(16 <= self.image_size <= 2048, f"env.image_size={self.image_size} must be in [16, 2048]")
+        _check(10.0 <= self.fov_deg <= 170.0, f"env.fov_deg={self.fov_deg} must be in [10, 170] degrees")
+        _check(self.max_turns >= 1, f"env.max_turns={self.max_turns} must be >= 1")
+        _check(self.num_sweep_frames >= 1, f"env.num_sweep_frames={self.num_sweep_frames} must be >= 1")
+        _check(self.image_history >= 0, f"env.image_history={self.image_history} must be >= 0")
+        _check(self.num_scenes >= 1, f"env.num_scenes={self.num_scenes} must be >= 1")
+        _check(0 < self.agent_radius < 1.0, f"env.agent_radius={self.agent_radius} must be in (0, 1) meters")
+        _check(0 < self.max_forward <= 10.0, f"env.max_forward={self.max_forward} must be in (0, 10] meters")
+        _check(
+            0 < self.procedural_min_room <= self.procedural_max_room,
+            f"env.procedural_min_room={self.procedural_min_room} must be > 0 and <= env.procedural_max_room={self.procedural_max_room}",
+        )
+        if self.scene_source in ("scannet", "arkitscenes"):
+            _check(self.data_root is not None, f"env.scene_source={self.scene_source!r} needs env.data_root (directory of scans)")
+        if self.scene_source == "vsibench":
+            _check(
+                self.vsibench_path is not None and self.data_root is not None,
+                "env.scene_source='vsibench' needs env.vsibench_path (parquet/JSON rows) and env.data_root (scans)",
+            )
+
+
+@dataclass
+class ModelConfig:
+    """The policy VLM, its LoRA adapter and its heads (``a2c_ppo_acktr/model.py``)."""
+
+    model_path: str = "tiny:qwen2_5_vl"  # HF hub id, local directory, or tiny:<family> for the offline tiny model
+    dtype: str = "float32"  # float32 | bfloat16 | float16
+    attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2
+    device: str = "auto"  # auto | cpu | cuda
+    gradient_checkpointing: bool = False
+    min_pixels: Optional[int] = None  # processor image budget; None keeps the model's own
+    max_pixels: Optional[int] = None
+    use_lora: bool = True
+    lora_r: int = 8
+    lora_alpha: int = 16
+    lora_dropout: float = 0.0
+    # Regex on module names: language model only (Qwen2.5-VL's vision MLP also has gate/up/down_proj).
+    lora_target_modules: str = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+    train_vision: str = "none"  # none | projector | tower
+    value_head_hidden: int = 1024
+    use_temp_predictor: bool = True
+    temperature: float = 1.0  # initial (or fixed, with the predictor off) sampling temperature
+    min_temperature: float = 0.5
+    max_temperature: float = 1.5
+    max_new_tokens: int = 96
+    thought_prob_coef: float = 0.5  # lambda in log pi = lambda * log p(thought) + log p(action)
+
+    def __post_init__(self) -> None:
+        _choice("model.dtype", self.dtype, ["float32", "bfloat16", "float16"])
+        _choice("model.attn_implementation", self.attn_implementation, ["sdpa", "eager", "flash_attention_2"])
+        _choice("model.device", self.device, ["auto", "cpu", "cuda"])
+        _choice("model.train_vision", self.train_vision, ["none", "projector", "tower"])
+        _check(self.lora_r >= 1, f"model.lora_r={self.lora_r} must be >= 1")
+        _check(self.lora_alpha > 0, f"model.lora_alpha={self.lora_alpha} must be > 0")
+        _check(0 <= self.lora_dropout < 1, f"model.lora_dropout={self.lora_dropout} must be in [0, 1)")
+        _check(self.temperature > 0, f"model.temperature={self.temperature} must be > 0 (use a small value such as 0.01 for near-greedy)")
+        _check(
+            0 < self.min_temperature <= self.temperature <= self.max_temperature,
+            f"temperatures must satisfy 0 < model.min_temperature ({self.min_temperature}) <= model.temperature "
+            f"({self.temperature}) <= model.max_temperature ({self.max_temperature})",
+        )
+        if self.use_temp_predictor:
+            _check(
+                self.min_temperature < self.max_temperature,
+                "model.use_temp_predictor needs model.min_temperature < model.max_temperature; "
+                "set use_temp_predictor=false for a fixed temperature",
+            )
+        _check(0.0 <= self.thought_prob_coef <= 1.0, f"model.thought_prob_coef={self.thought_prob_coef} must be in [0, 1]")
+        _check(self.max_new_tokens >= 1, f"model.max_new_tokens={self.max_new_tokens} must be >= 1")
+        _check(self.value_head_hidden >= 1, f"model.value_head_hidden={self.value_head_hidden} must be >= 1")
+        if self.attn_implementation == "flash_attention_2":
+            _check(self.dtype != "float32", "model.attn_implementation=flash_attention_2 needs model.dtype bfloat16 or float16")
+
+
+@dataclass
+class RolloutConfig:
+    """Experience collection."""
+
+    num_envs: int = 4  # envs stepped together; one batched generate per step
+    num_steps: int = 8  # turns collected per env per iteration
+
+    def __post_init__(self) -> None:
+        _check(self.num_envs >= 1, f"rollout.num_envs={self.num_envs} must be >= 1")
+        _check(self.num_steps >= 1, f"rollout.num_steps={self.num_steps} must be >= 1")
+
+    @property
+    def batch_size(self) -> int:
+        """Turns per iteration (derived, not a flag)."""
+        return self.num_envs * self.num_steps
+
+
+ADVANTAGE_ESTIMATORS = ("gae", "rloo", "grpo")
+
+
+@dataclass
+class PPOConfig:
+    """The PPO update (``a2c_ppo_acktr/algo/ppo.py``) and the optimisation schedule."""
+
+    num_iterations: int = 10
+    ppo_epochs: int = 2
+    mini_batch_size: int = 8  # turns per minibatch (per process)
+    grad_accum_steps: int = 1
+    lr: float = 1e-5
+    head_lr: Optional[float] = None  # value/temperature heads; None = lr
+    lr_schedule: str = "cosine"  # cosine | constant
+    warmup_iterations: int = 0
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.0
+    adam_eps: float = 1e-7
+    clip_coef: float = 0.2
+    clip_vloss: bool = True
+    vf_coef: float = 0.5
+    ent_coef: float = 0.0
+    kl_coef: float = 0.0  # KL to the reference (adapter disabled); 0 disables
+    kl_adaptive: bool = False
+    kl_target: float = 0.05  # target KL of the adaptive controller
+    target_kl: Optional[float] = None  # early-stop the epoch loop above this approx KL
+    max_grad_norm: float = 0.5
+    norm_adv: bool = True
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    advantage_estimator: str = "gae"
+
+    def __post_init__(self) -> None:
+        _check(self.num_iterations >= 1, f"ppo.num_iterations={self.num_iterations} must be >= 1")
+        _check(self.ppo_epochs >= 1, f"ppo.ppo_epochs={self.ppo_epochs} must be >= 1")
+        _check(self.mini_batch_size >= 1, f"ppo.mini_batch_size={self.mini_batch_size} must be >= 1")
+        _check(self.grad_accum_steps >= 1, f"ppo.grad_accum_steps={self.grad_accum_steps} must be >= 1")
+        _check(self.lr > 0, f"ppo.lr={self.lr} must be > 0")
+        _choice("ppo.lr_schedule", self.lr_schedule, ["cosine", "constant"])
+        _check(0 <= self.min_lr_ratio <= 1, f"ppo.min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
+        _check(self.clip_coef > 0, f"ppo.clip_coef={self.clip_coef} must be > 0")
+        _check(self.vf_coef >= 0 and self.ent_coef >= 0 and self.kl_coef >= 0, "ppo.vf_coef, ppo.ent_coef and ppo.kl_coef must be >= 0")
+        _check(self.max_grad_norm > 0, f"ppo.max_grad_norm={self.max_grad_norm} must be > 0")
+        _check(0 <= self.gamma <= 1, f"ppo.gamma={self.gamma} must be in [0, 1]")
+        _check(0 <= self.gae_lambda <= 1, f"ppo.gae_lambda={self.gae_lambda} must be in [0, 1]")
+        _choice("ppo.advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS)
+        if self.kl_adaptive:
+            _check(self.kl_coef > 0, "ppo.kl_adaptive needs an initial ppo.kl_coef > 0")
+            _check(self.kl_target > 0, f"ppo.kl_target={self.kl_target} must be > 0")
+
+
+@dataclass
+class SFTConfig:
+    """Supervised warm start (``train_sft.py``)."""
+
+    data_path: Optional[str] = None  # preprocessed SFT dataset (JSONL of chat samples)
+    output_dir: str = "outputs/sft"
+    num_epochs: float = 3.0
+    lr: float = 2e-4
+    per_device_batch_size: int = 4
+    grad_accum_steps: int = 1
+    max_length: int = 4096
+    group_by_modality: bool = True
+    save_steps: int = 200
+    strict_images: bool = False  # fail on a missing/unreadable image instead of skipping the sample
+
+    def __post_init__(self) -> None:
+        _check(self.num_epochs > 0, f"sft.num_epochs={self.num_epochs} must be > 0")
+        _check(self.lr > 0, f"sft.lr={self.lr} must be > 0")
+        _check(self.per_device_batch_size >= 1, f"sft.per_device_batch_size={self.per_device_batch_size} must be >= 1")
+        _check(self.grad_accum_steps >= 1, f"sft.grad_accum_steps={self.grad_accum_steps} must be >= 1")
+        _check(self.max_length >= 64, f"sft.max_length={self.max_length} must be >= 64")
+
+
+@dataclass
+class EvalConfig:
+    """Evaluation (``eval_vsi.py``)."""
+
+    num_episodes: int = 50  # procedural questions evaluated (fixed, seeded set)
+    seed: int = 12345  # eval question set seed, kept apart from training seeds
+    greedy: bool = True
+    temperature: float = 1.0  # used when greedy is false
+    batch_size: int = 8  # episodes stepped together
+    blind: bool = False  # withhold images: exposes answers guessed from text alone
+    num_trajectory_pictures: int = 4
+
+    def __post_init__(self) -> None:
+        _check(self.num_episodes >= 1, f"eval.num_episodes={self.num_episodes} must be >= 1")
+        _check(self.temperature > 0, f"eval.temperature={self.temperature} must be > 0")
+        _check(self.batch_size >= 1, f"eval.batch_size={self.batch_size} must be >= 1")
+
+
+@dataclass
+class LogConfig:
+    """Outputs, logging and checkpoints."""
+
+    output_dir: str = "outputs/run"
+    run_name: Optional[str] = None
+    wandb_mode: str = "disabled"  # online | offline | disabled
+    wandb_project: str = "vsi-ppo"
+    tensorboard: bool = True
+    save_interval: int = 5  # checkpoint every K iterations (and always at the end)
+    keep_checkpoints: int = 2
+    resume: Optional[str] = None  # None | auto | path to a checkpoint directory
+    progress_bar: bool = True
+
+    def __post_init__(self) -> None:
+        _choice("log.wandb_mode", self.wandb_mode, ["online", "offline", "disabled"])
+        _check(self.save_interval >= 1, f"log.save_interval={self.save_interval} must be >= 1")
+        _check(self.keep_checkpoints >= 1, f"log.keep_checkpoints={self.keep_checkpoints} must be >= 1")
+
+
+@dataclass
+class DistConfig:
+    """Distributed execution (accelerate / DeepSpeed)."""
+
+    zero_stage: int = 0  # 0 = no DeepSpeed; 2 = ZeRO-2 (3 supported with LoRA only, see validate)
+    deepspeed_config: Optional[str] = None  # path to a DeepSpeed JSON (scripts/ds_config.json)
+
+    def __post_init__(self) -> None:
+        _choice("dist.zero_stage", self.zero_stage, [0, 1, 2, 3])
+
+
+@dataclass
+class RunConfig:
+    """Everything one run needs. ``preset`` names the YAML it came from (informational)."""
+
+    seed: int = 1
+    preset: Optional[str] = None
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Cross-component rules; each message says the fix."""
+        bs = self.rollout.batch_size
+        mb = self.ppo.mini_batch_size
+        _check(
+            bs % mb == 0,
+            f"rollout batch num_envs*num_steps = {self.rollout.num_envs}*{self.rollout.num_steps} = {bs} "
+            f"is not divisible by ppo.mini_batch_size={mb}; pick a mini_batch_size that divides {bs} "
+            f"(e.g. {_divisors(bs)})",
+        )
+        if self.dist.zero_stage == 3:
+            _check(
+                self.model.use_lora and self.model.train_vision != "tower",
+                "dist.zero_stage=3 is supported only with LoRA (model.use_lora=true) and without "
+                "model.train_vision=tower (partitioned generation of a fully trained tower is not supported); use zero_stage=2",
+            )
+            _check(
+                not self.model.gradient_checkpointing or self.model.use_lora,
+                "dist.zero_stage=3 with gradient checkpointing needs LoRA",
+            )
+        if self.ppo.advantage_estimator in ("rloo", "grpo"):
+            _check(
+                self.rollout.num_envs >= 2,
+                f"ppo.advantage_estimator={self.ppo.advantage_estimator!r} compares episodes of the same question and "
+                "needs rollout.num_envs >= 2",
+            )
+
+    # ------------------------------------------------------------------ serialisation
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the resolved config as YAML (atomic: temp file then rename)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(self.to_yaml(), encoding="utf-8")
+        os.replace(tmp, path)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
+        return _build(cls, data, prefix="")
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike) -> "RunConfig":
+        return cls.from_dict(load_yaml(path))
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist; presets live in {CONFIG_DIR} ({', '.join(list_presets())})")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def list_presets() -> list[str]:
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+
+
+def preset_path(name: str) -> Path:
+    p = CONFIG_DIR / f"{name}.yaml"
+    if not p.is_file():
+        raise ConfigError(f"unknown preset {name!r}; known presets: {list_presets()}")
+    return p
+
+
+def _unknown_key(key: str, known: Sequence[str], prefix: str) -> ConfigError:
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f" Did you mean {prefix + close[0]!r}?" if close else ""
+    return ConfigError(f"unknown config key {prefix + key!r}.{hint} Known keys here: {sorted(known)}")
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"config section {prefix.rstrip('.') or '<root>'!r} must be a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in fields:
+            raise _unknown_key(key, list(fields), prefix)
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp):
+            kwargs[key] = _build(tp, value or {}, prefix=f"{prefix}{key}.")
+        else:
+            kwargs[key] = _coerce(value, tp, f"{prefix}{key}")
+    try:
+        return cls(**kwargs)
+    except TypeError as e:  # pragma: no cover - defensive
+        raise ConfigError(f"bad config section {prefix!r}: {e}") from e
+
+
+def _coerce(value: Any, tp: Any, name: str) -> Any:
+    """Check/convert ``value`` to type ``tp``; strings (from the CLI) are parsed as YAML scalars."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        if isinstance(value, str) and value.strip().lower() in ("none", "null", "~") and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        errors = []
+        for a in inner:
+            try:
+                return _coerce(value, a, name)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0])
+    if origin is list:
+        (item_tp,) = args
+        if isinstance(value, str):
+            parsed = yaml.safe_load(value) if value.strip().startswith("[") else [v.strip() for v in value.split(",") if v.strip()]
+            value = parsed
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{name} must be a list, got {value!r} ({type(value).__name__})")
+        return [_coerce(v, item_tp, f"{name}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, str) and tp is not str:
+        try:
+            value = yaml.safe_load(value)
+        except yaml.YAMLError:
+            pass
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{name} must be true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+        return value
+    if tp is float:
+        if isinstance(value, str):
+            # YAML 1.1 reads "1e-5" (no dot) as a string; Python's float() reads it as users mean it.
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
+        return float(value)
+    if tp is str:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        if not isinstance(value, str):
+            raise ConfigError(f"{name} must be a string, got {value!r} ({type(value).__name__})")
+        return value
+    return value
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: str) -> None:
+    parts = dotted.split(".")
+    node = data
+    for p in parts[:-1]:
+        child = node.setdefault(p, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"cannot set {dotted!r}: {p!r} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_overrides(tokens: Sequence[str]) -> dict[str, Any]:
+    """Turn ``["--ppo.lr", "1e-5", "env.max_turns=4", "--model.use_lora=false"]`` into a nested dict.
+
+    Values stay strings; :func:`_coerce` parses them against the field's type.
+    """
+    out: dict[str, Any] = {}
+    i = 0
+    tokens = list(tokens)
+    while i < len(tokens):
+        tok = tokens[i]
+        key = tok[2:] if tok.startswith("--") else tok
+        if "=" in key:
+            k, v = key.split("=", 1)
+            i += 1
+        else:
+            if not tok.startswith("--"):
+                raise ConfigError(f"cannot read override {tok!r}; write section.key=value or --section.key value")
+            if i + 1 >= len(tokens):
+                raise ConfigError(f"override {tok!r} has no value; write {tok} VALUE")
+            k, v = key, tokens[i + 1]
+            i += 2
+        _set_dotted(out, k.replace("-", "_"), v)
+    return out
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def load_config(
+    config: Optional[str] = None,
+    preset: Optional[str] = None,
+    overrides: Sequence[str] | dict[str, Any] = (),
+) -> RunConfig:
+    """Resolve a :class:`RunConfig` from an optional YAML file or preset name plus overrides."""
+    data: dict[str, Any] = {}
+    if preset is not None:
+        data = load_yaml(preset_path(preset))
+        data.setdefault("preset", preset)
+    if config is not None:
+        data = _merge(data, load_yaml(config))
+    over = overrides if isinstance(overrides, dict) else parse_overrides(overrides)
+    return RunConfig.from_dict(_merge(data, over))
+
+
+def add_config_args(parser) -> None:
+    """Add ``--config``/``--preset`` to an argparse parser; other ``--section.key`` are overrides."""
+    parser.add_argument("--config", default=None, help="YAML config file (sections env/model/rollout/ppo/sft/eval/log/dist)")
+    parser.add_argument("--preset", default=None, help=f"preset name under configs/ ({', '.join(list_presets())})")
+
+
+def config_from_args(args, extra: Sequence[str]) -> RunConfig:
+    """Build the run config from parsed ``--config``/``--preset`` and the remaining override tokens."""
+    return load_config(config=args.config, preset=args.preset, overrides=extra)

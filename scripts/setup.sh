@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One-time, idempotent set-up of a fresh machine: .venv with the platform's torch, open3d's system
+# library, and this package with its dev and deepspeed extras. Never downloads model weights.
+# A second run only checks and takes seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+VENV=${VSI_VENV:-$ROOT/.venv}
+PY=${PYTHON:-python3}
+# torch pins per platform (DESIGN.md): on x86_64 these two lie on local disk and are the CUDA build.
+case "$(uname -m)" in
+  x86_64) TORCH_PINS=${TORCH_PINS:-"torch==2.14.1 torchvision==0.29.1"} ;;
+  aarch64) TORCH_PINS=${TORCH_PINS:-"torch==2.9.1 torchvision==0.24.1"} ;;
+  *) TORCH_PINS=${TORCH_PINS:-"torch torchvision"} ;;
+esac
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+# open3d links libusb-1.0 at import time.
+if ! ldconfig -p 2>/dev/null | grep -q 'libusb-1.0.so.0'; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing libusb-1.0-0 (needed by open3d)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libusb-1.0-0 >/dev/null
+  else
+    log "WARNING: libusb-1.0 missing and not root: ask an admin to 'apt-get install libusb-1.0-0' (open3d needs it)"
+  fi
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  log "creating $VENV"
+  "$PY" -m venv "$VENV"
+fi
+VPY="$VENV/bin/python"
+STAMP="$VENV/.vsi_setup_stamp"
+WANT="$(cat setup.py | sha256sum | cut -c1-16) $TORCH_PINS"
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && "$VPY" -c "import torch, torchvision, transformers, open3d, a2c_ppo_acktr" 2>/dev/null; then
+  log "environment up to date ($VENV)"
+  exit 0
+fi
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+log "installing $TORCH_PINS"
+"$VPY" -m pip install -q $TORCH_PINS
+# DeepSpeed's build imports torch: build it against the torch just installed, not an isolated copy.
+log "installing deepspeed"
+"$VPY" -m pip install -q --no-build-isolation "deepspeed>=0.15,<1"
+log "installing vsi-ppo[dev,deepspeed] (editable)"
+"$VPY" -m pip install -q -e ".[dev,deepspeed]"
+echo "$WANT" > "$STAMP"
+log "done: activate with 'source $VENV/bin/activate'"

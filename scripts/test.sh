@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The project's test command (README, CI): set-up (idempotent) + the whole pytest suite on CPU.
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not slow"` or `bash scripts/test.sh tests/test_scoring.py`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=disabled DS_ACCELERATOR=cpu TOKENIZERS_PARALLELISM=false
+export VSI_CACHE=${VSI_CACHE:-$(pwd)/.cache/vsi_ppo}
+set +e
+.venv/bin/python -m pytest "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "scripts/test.sh: pytest collected no tests (exit 5): treating as a failure" >&2
+  exit 1
+fi
+exit "$rc"

@@ -1,0 +1,45 @@
+"""Packaging for VSI-PPO: PPO for vision-language agents on VSI-Bench-style spatial questions."""
+from setuptools import find_packages, setup
+
+setup(
+    name="vsi-ppo",
+    version="0.1.0",
+    description="PPO with a value head and learned temperature for VLM agents in 3D indoor scenes (VSI-Bench)",
+    long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["a2c_ppo_acktr", "a2c_ppo_acktr.*", "SFT", "SFT.*"]),
+    py_modules=["main_vsi", "train_sft", "eval_vsi", "vlm_traj_label", "vlm_traj_preprocess"],
+    install_requires=[
+        "torch>=2.4",
+        "torchvision>=0.19",
+        # Qwen3-VL landed in transformers 4.57.
+        "transformers>=4.57,<6",
+        "tokenizers>=0.21",
+        "safetensors>=0.4",
+        "peft>=0.17",
+        "accelerate>=1.6",
+        "gymnasium>=1.0,<2",
+        "open3d>=0.18",
+        "qwen-vl-utils>=0.0.10",
+        "wandb>=0.18",
+        "tensorboard>=2.15",
+        "numpy>=1.24",
+        "pillow>=10",
+        "pyyaml>=6",
+        "tqdm>=4.66",
+        "matplotlib>=3.8",
+        "pyarrow>=15",
+    ],
+    extras_require={
+        "deepspeed": ["deepspeed>=0.15,<1"],
+        # flash-attn must be built against the node's CUDA: `pip install flash-attn --no-build-isolation`.
+        "gpu": ["xformers>=0.0.28"],
+        "dev": ["pytest>=8", "pytest-timeout>=2.3"],
+    },
+    entry_points={
+        "console_scripts": [
+            "vsi-tiny=a2c_ppo_acktr.tiny:main",
+        ],
+    },
+)

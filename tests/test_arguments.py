@@ -1,0 +1,149 @@
+"""Configuration: YAML round trip, presets, CLI overrides and every validation message."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import yaml
+
+from a2c_ppo_acktr.arguments import (
+    ConfigError,
+    RunConfig,
+    list_presets,
+    load_config,
+    parse_overrides,
+)
+
+
+@pytest.mark.parametrize("preset", ["debug", "cpu-demo", "qwen2.5-vl-3b", "qwen2.5-vl-7b"])
+def test_required_presets_load(preset):
+    assert preset in list_presets()
+    cfg = load_config(preset=preset)
+    assert cfg.preset == preset
+    assert cfg.rollout.batch_size % cfg.ppo.mini_batch_size == 0
+
+
+def test_gpu_presets_are_bf16_lora_zero2():
+    for name in ("qwen2.5-vl-3b", "qwen2.5-vl-7b"):
+        cfg = load_config(preset=name)
+        assert cfg.model.dtype == "bfloat16"
+        assert (cfg.model.lora_r, cfg.model.lora_alpha) == (128, 256)
+        assert cfg.dist.zero_stage == 2
+
+
+def test_yaml_round_trip(tmp_path):
+    cfg = load_config(preset="debug", overrides=["--ppo.lr", "3e-4", "env.max_turns=5"])
+    path = tmp_path / "config.yaml"
+    cfg.save(path)
+    again = RunConfig.from_yaml(path)
+    assert again == cfg
+    assert again.to_yaml() == cfg.to_yaml()
+    assert yaml.safe_load(path.read_text())["ppo"]["lr"] == pytest.approx(3e-4)
+
+
+def test_overrides_parse_types():
+    cfg = load_config(
+        preset="debug",
+        overrides=[
+            "--ppo.lr", "1e-5",
+            "--model.use_lora=false",
+            "env.question_types=object_counting,route_planning",
+            "--model.max_pixels", "3136",
+            "--model.min_pixels", "none",
+            "--log.run_name", "123",
+        ],
+    )
+    assert cfg.ppo.lr == pytest.approx(1e-5) and isinstance(cfg.ppo.lr, float)
+    assert cfg.model.use_lora is False
+    assert cfg.env.question_types == ["object_counting", "route_planning"]
+    assert cfg.model.max_pixels == 3136 and cfg.model.min_pixels is None
+    assert cfg.log.run_name == "123"
+
+
+def test_override_precedence_over_preset_and_file(tmp_path):
+    f = tmp_path / "x.yaml"
+    f.write_text("ppo:\n  lr: 0.5\nrollout:\n  num_envs: 4\n")
+    cfg = load_config(config=str(f), preset="debug", overrides=["ppo.lr=0.25"])
+    assert cfg.ppo.lr == 0.25  # CLI beats file
+    assert cfg.rollout.num_envs == 4  # file beats preset
+    assert cfg.model.lora_r == load_config(preset="debug").model.lora_r  # preset beats defaults
+
+
+def test_derived_batch_size_is_not_a_flag():
+    cfg = load_config(overrides=["rollout.num_envs=3", "rollout.num_steps=4", "ppo.mini_batch_size=6"])
+    assert cfg.rollout.batch_size == 12
+    with pytest.raises(ConfigError, match="unknown config key 'rollout.batch_size'"):
+        load_config(overrides=["rollout.batch_size=12"])
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["rollout.num_envs=3", "rollout.num_steps=3", "ppo.mini_batch_size=2"], r"not divisible by ppo.mini_batch_size=2.*\[1, 3, 9\]"),
+        (["model.temperature=0"], r"model.temperature=0.0 must be > 0"),
+        (["model.temperature=-1"], r"model.temperature=-1.0 must be > 0"),
+        (["model.temperature=2.0"], r"min_temperature .* <= model.max_temperature"),
+        (["model.thought_prob_coef=1.5"], r"thought_prob_coef=1.5 must be in \[0, 1\]"),
+        (["model.thought_prob_coef=-0.1"], r"thought_prob_coef=-0.1 must be in \[0, 1\]"),
+        (["ppo.advantage_estimator=vtrace"], r"ppo.advantage_estimator='vtrace' is not allowed; choose one of \['gae', 'rloo', 'grpo'\]"),
+        (["model.dtype=fp8"], r"model.dtype='fp8' is not allowed"),
+        (["env.question_types=object_counting,bogus"], r"unknown type 'bogus'"),
+        (["env.scene_source=scannet"], r"needs env.data_root"),
+        (["env.scene_source=vsibench"], r"needs env.vsibench_path"),
+        (["ppo.gamma=1.5"], r"ppo.gamma=1.5 must be in \[0, 1\]"),
+        (["ppo.kl_adaptive=true", "ppo.kl_coef=0"], r"kl_adaptive needs an initial ppo.kl_coef > 0"),
+        (["model.attn_implementation=flash_attention_2"], r"flash_attention_2 needs model.dtype bfloat16"),
+        (["dist.zero_stage=3", "model.use_lora=false"], r"zero_stage=3 is supported only with LoRA"),
+        (["dist.zero_stage=3", "model.train_vision=tower"], r"zero_stage=3 is supported only with LoRA"),
+        (["ppo.advantage_estimator=grpo", "rollout.num_envs=1", "ppo.mini_batch_size=1"], r"needs rollout.num_envs >= 2"),
+        (["log.wandb_mode=cloud"], r"log.wandb_mode='cloud' is not allowed"),
+        (["env.image_size=8"], r"env.image_size=8 must be in \[16, 2048\]"),
+        (["model.use_temp_predictor=true", "model.min_temperature=1.0", "model.max_temperature=1.0"], r"use_temp_predictor needs"),
+    ],
+)
+def test_validation_errors_fire_with_fix(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(overrides=overrides)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["ppo.lrr=1"], r"unknown config key 'ppo.lrr'. Did you mean 'ppo.lr'\?"),
+        (["optim.lr=1"], r"unknown config key 'optim'"),
+        (["ppo.num_iterations=two"], r"ppo.num_iterations must be an integer, got 'two'"),
+        (["ppo.lr=fast"], r"ppo.lr must be a number, got 'fast'"),
+        (["model.use_lora=maybe"], r"model.use_lora must be true or false, got 'maybe'"),
+        (["ppo.num_iterations=2.5"], r"ppo.num_iterations must be an integer, got 2.5"),
+    ],
+)
+def test_unknown_keys_and_wrong_types_name_the_key(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(overrides=overrides)
+
+
+def test_bad_override_syntax_and_missing_files(tmp_path):
+    with pytest.raises(ConfigError, match="has no value"):
+        parse_overrides(["--ppo.lr"])
+    with pytest.raises(ConfigError, match="cannot read override"):
+        parse_overrides(["ppo.lr"])
+    with pytest.raises(ConfigError, match="unknown preset 'nope'; known presets"):
+        load_config(preset="nope")
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(config=str(tmp_path / "missing.yaml"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- just\n- a list\n")
+    with pytest.raises(ConfigError, match="must hold a mapping"):
+        load_config(config=str(bad))
+    worse = tmp_path / "worse.yaml"
+    worse.write_text("ppo: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(config=str(worse))
+
+
+def test_every_field_has_a_default_and_round_trips_through_dict():
+    cfg = RunConfig()
+    d = cfg.to_dict()
+    assert RunConfig.from_dict(d) == cfg
+    for section in ("env", "model", "rollout", "ppo", "sft", "eval", "log", "dist"):
+        assert dataclasses.is_dataclass(getattr(cfg, section))
