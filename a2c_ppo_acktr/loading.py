@@ -1,0 +1,267 @@
+"""The one place that loads vision-language models and their processors.
+
+``load_vlm(cfg)`` resolves ``cfg.model_path`` (``tiny:<family>``, a local directory, or a hub id
+available in the local HF cache), detects the family from ``config.model_type`` (never from the
+path), and loads ``AutoModelForImageTextToText`` + ``AutoProcessor`` with the dtype, attention
+implementation, device and pixel budget from :class:`~a2c_ppo_acktr.arguments.ModelConfig`.
+
+The processor's tokenizer is set to LEFT padding: the policy batches prompts of unequal length
+into one ``generate`` call, and new tokens must follow each prompt's last real token.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from a2c_ppo_acktr.arguments import ModelConfig
+
+TINY_PREFIX = "tiny:"
+
+# model_type -> family name used across the package. Qwen families are tested on tiny models;
+# LLaVA-style types load through the same Auto classes and are allowed through untested on CPU.
+SUPPORTED_FAMILIES: dict[str, str] = {
+    "qwen2_vl": "qwen2_vl",
+    "qwen2_5_vl": "qwen2_5_vl",
+    "qwen3_vl": "qwen3_vl",
+    "llava": "llava",
+    "llava_onevision": "llava_onevision",
+}
+
+# Special tokens the Qwen processors insert around images/videos; generating one is never valid.
+_VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>")
+
+
+class ModelLoadError(RuntimeError):
+    """A model or processor could not be found or loaded; the message says how to fix it."""
+
+
+@dataclass
+class LoadedVLM:
+    """A loaded model with its processor.
+
+    Attributes:
+        model: the ``PreTrainedModel`` (``AutoModelForImageTextToText``), in eval mode, on its device.
+        processor: the family's processor; ``processor.tokenizer.padding_side == "left"``.
+        family: a value of :data:`SUPPORTED_FAMILIES` (from ``config.model_type``).
+        path: the resolved local directory or hub id it was loaded from.
+    """
+
+    model: Any
+    processor: Any
+    family: str
+    path: str
+
+
+def is_offline() -> bool:
+    """True when ``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE`` is set to a true value."""
+    return any(os.environ.get(k, "").strip().lower() in ("1", "true", "yes", "on") for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _in_hf_cache(repo_id: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - huggingface_hub ships with transformers
+        return False
+    found = try_to_load_from_cache(repo_id, "config.json")
+    return isinstance(found, str)
+
+
+def resolve_model_path(path: str) -> str:
+    """Turn a user's ``model_path`` into something ``from_pretrained`` can load.
+
+    Args:
+        path: ``tiny:<family>`` (the cached offline tiny model, built on first use), a local
+            directory, or a hub id (``Qwen/Qwen2.5-VL-3B-Instruct``).
+
+    Returns:
+        A local directory, or the hub id unchanged.
+
+    Raises:
+        ModelLoadError: a local path that does not exist, an unknown tiny family, or a hub id that
+            is not in the local cache while offline mode is on.
+    """
+    if path.startswith(TINY_PREFIX):
+        from a2c_ppo_acktr import tiny
+
+        family = path[len(TINY_PREFIX):]
+        if family not in tiny.FAMILIES:
+            raise ModelLoadError(f"model_path={path!r}: unknown tiny family {family!r}; use one of {[TINY_PREFIX + f for f in tiny.FAMILIES]}")
+        return str(tiny.tiny_model_dir(family))
+    expanded = Path(path).expanduser()
+    if expanded.is_dir():
+        if not (expanded / "config.json").is_file():
+            raise ModelLoadError(
+                f"model_path={path!r} is a directory without config.json; point it at a saved model "
+                "(the folder holding config.json and the weights), or use model.model_path=tiny:qwen2_5_vl for CPU"
+            )
+        return str(expanded)
+    if expanded.exists():
+        raise ModelLoadError(f"model_path={path!r} is a file; point it at the directory holding config.json and the weights")
+    # A hub id is "name" or "org/name"; anything else that names a path must exist locally.
+    if path.startswith(("/", ".", "~")) or path.count("/") > 1 or os.sep != "/" and os.sep in path:
+        raise ModelLoadError(
+            f"model path {path!r} does not exist (resolved to {str(expanded.resolve())!r}); check the path, or "
+            "for a CPU run without downloads set model.model_path=tiny:qwen2_5_vl"
+        )
+    if is_offline() and not _in_hf_cache(path):
+        raise ModelLoadError(
+            f"model {path!r} is not a local directory and not in the local Hugging Face cache, and offline mode is on "
+            "(HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE); download it first with `huggingface-cli download "
+            f"{path}` on a machine with network, pass a local directory, or use model.model_path=tiny:qwen2_5_vl for CPU"
+        )
+    return path
+
+
+def detect_family(model_type: str) -> str:
+    """Map a config's ``model_type`` to a supported family.
+
+    Raises:
+        ModelLoadError: ``model_type`` is not supported; the message lists what is.
+    """
+    if model_type not in SUPPORTED_FAMILIES:
+        raise ModelLoadError(
+            f"model_type {model_type!r} is not supported; supported model types: {sorted(SUPPORTED_FAMILIES)} "
+            "(Qwen2-VL, Qwen2.5-VL, Qwen3-VL; LLaVA / LLaVA-OneVision untested)"
+        )
+    return SUPPORTED_FAMILIES[model_type]
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> this process's CUDA device when CUDA is available (``LOCAL_RANK`` under a
+    launcher), else ``cpu``. ``cuda`` without CUDA raises."""
+    import torch
+
+    if device == "cpu":
+        return "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("model.device=cuda but CUDA is not available; use model.device=cpu or auto")
+    if device in ("auto", "cuda") and torch.cuda.is_available():
+        # Modulo: under SLURM each process may see only its own GPU (CUDA_VISIBLE_DEVICES).
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', 0)) % torch.cuda.device_count()}"
+    return "cpu"
+
+
+def load_processor(
+    path: str,
+    min_pixels: Optional[int] = None,
+    max_pixels: Optional[int] = None,
+    padding_side: str = "left",
+):
+    """Load the processor of ``path`` (resolved with :func:`resolve_model_path`).
+
+    Args:
+        path: anything :func:`resolve_model_path` accepts.
+        min_pixels, max_pixels: image budget overrides; None keeps the saved values.
+        padding_side: tokenizer padding side; ``left`` for batched generation.
+    """
+    from transformers import AutoProcessor
+
+    if padding_side not in ("left", "right"):
+        raise ModelLoadError(f"padding_side={padding_side!r} must be 'left' (generation) or 'right'")
+    resolved = resolve_model_path(path)
+    try:
+        processor = AutoProcessor.from_pretrained(resolved, local_files_only=is_offline())
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(f"could not load a processor from {resolved!r}: {e}") from e
+    set_pixel_budget(processor, min_pixels, max_pixels)
+    processor.tokenizer.padding_side = padding_side
+    return processor
+
+
+def set_pixel_budget(processor, min_pixels: Optional[int], max_pixels: Optional[int]) -> None:
+    """Override the image (and video) processors' pixel budget in place; None keeps a bound."""
+    if min_pixels is None and max_pixels is None:
+        return
+    for name in ("image_processor", "video_processor"):
+        sub = getattr(processor, name, None)
+        if sub is None:
+            continue
+        size = dict(getattr(sub, "size", None) or {})
+        if "shortest_edge" not in size and "longest_edge" not in size:
+            raise ModelLoadError(
+                f"{type(sub).__name__} has no min/max pixel budget (size={size}); unset model.min_pixels/max_pixels for this model"
+            )
+        if min_pixels is not None:
+            size["shortest_edge"] = int(min_pixels)
+        if max_pixels is not None:
+            size["longest_edge"] = int(max_pixels)
+        if size["shortest_edge"] > size["longest_edge"]:
+            raise ModelLoadError(
+                f"model.min_pixels={size['shortest_edge']} exceeds model.max_pixels={size['longest_edge']}; make min <= max"
+            )
+        sub.size = type(sub.size)(**size) if not isinstance(sub.size, dict) else size
+
+
+def load_vlm(cfg: ModelConfig) -> LoadedVLM:
+    """Load the policy VLM and its processor as ``cfg`` says.
+
+    Returns:
+        :class:`LoadedVLM` with the model in eval mode on ``cfg.device`` (``auto``: CUDA if
+        available) and the processor padding on the left.
+
+    Raises:
+        ModelLoadError: the path cannot be resolved, the model type is unsupported, or loading fails.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    path = resolve_model_path(cfg.model_path)
+    offline = is_offline()
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=offline)
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(f"could not read the model config of {path!r}: {e}") from e
+    family = detect_family(config.model_type)
+    dtype = getattr(torch, cfg.dtype)  # ModelConfig admits only float32 | bfloat16 | float16
+    device = resolve_device(cfg.device)
+    try:
+        model = AutoModelForImageTextToText.from_pretrained(
+            path,
+            config=config,
+            dtype=dtype,
+            attn_implementation=cfg.attn_implementation,
+            local_files_only=offline,
+        )
+    except (OSError, ValueError, ImportError) as e:
+        raise ModelLoadError(
+            f"could not load model {path!r} (dtype={cfg.dtype}, attn_implementation={cfg.attn_implementation}): {e}"
+        ) from e
+    model.to(device)
+    model.eval()
+    processor = load_processor(path, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels)
+    return LoadedVLM(model=model, processor=processor, family=family, path=path)
+
+
+def forbidden_token_ids(processor, vocab_size: Optional[int] = None, allowed: Iterable[int] = ()) -> list[int]:
+    """Token ids a policy must never generate.
+
+    These are the vision placeholders and every other special token except the end-of-turn
+    token (``eos``, ``<|im_end|>`` for Qwen) plus, when ``vocab_size`` (the model's embedding
+    rows) is larger than the tokenizer, the unused padding rows. A random tiny model samples
+    ``<|image_pad|>`` readily, and a sampled placeholder breaks the next forward (image-token
+    count mismatch); the same list must mask the training forward so log-probs agree.
+
+    Args:
+        processor: a loaded processor (or a bare tokenizer).
+        vocab_size: the model's vocabulary size (``model.config.get_text_config().vocab_size``).
+        allowed: extra ids to keep generatable.
+
+    Returns:
+        Sorted unique ids.
+    """
+    tok = getattr(processor, "tokenizer", processor)
+    keep = {i for i in (tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")) if i is not None and i != tok.unk_token_id}
+    keep |= set(allowed)
+    ids: set[int] = set()
+    for t in _VISION_TOKENS:
+        i = tok.convert_tokens_to_ids(t)
+        if i is not None and i != tok.unk_token_id:
+            ids.add(int(i))
+    for i, added in tok.added_tokens_decoder.items():
+        if added.special:
+            ids.add(int(i))
+    if vocab_size is not None and vocab_size > len(tok):
+        ids.update(range(len(tok), vocab_size))
+    return sorted(ids - keep)

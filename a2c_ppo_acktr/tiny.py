@@ -1,0 +1,560 @@
+"""Offline tiny vision-language models: random weights, a real tokenizer, a real processor.
+
+Tests and the CPU demo need a VLM that loads through exactly the same code as Qwen2-VL,
+Qwen2.5-VL and Qwen3-VL checkpoints (``AutoModelForImageTextToText`` + ``AutoProcessor``) but
+builds in seconds without a hub. This module makes one per family:
+
+- the family's own config class at tiny sizes, weights random but deterministic in ``seed``;
+- a byte-level BPE tokenizer trained offline (``tokenizers``) on this project's prompt and
+  answer vocabulary, so a tiny model can write the JSON action format in few tokens, carrying
+  the Qwen special tokens at the end of the vocabulary (as the real checkpoints do) and a Qwen
+  chat template;
+- the family's processor with a very small pixel budget (a 224x224 frame becomes 4 image
+  tokens), so a forward pass takes milliseconds.
+
+``tiny_model_dir(family, seed)`` builds once into a cache directory whose name carries a hash
+of everything that defines the model, so editing the corpus or sizes invalidates old builds.
+CLI: ``python -m a2c_ppo_acktr.tiny --family qwen2_5_vl --out DIR [--seed N]`` (or ``vsi-tiny``).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import functools
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator, Optional, Sequence
+
+FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+
+# Bump when the build procedure changes in a way the spec hash below does not capture.
+TINY_VERSION = "1"
+
+# Qwen2/2.5/3-VL special tokens in the order the real tokenizers list them (ids follow the base
+# vocabulary, as in the real checkpoints, so code never assumes special ids are small or large).
+SPECIAL_TOKENS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+)
+
+# The Qwen2 pre-tokenizer split: contractions, words, single digits, punctuation runs, spaces.
+# Single digits matter here: numeric answers ("3.5", "120") are spelled digit by digit.
+_QWEN_SPLIT_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+# The Qwen2-VL chat template (system/user/assistant turns, images and videos as vision
+# placeholders that the processor expands). Content may be a string or a list of parts.
+CHAT_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
+    "{% for message in messages %}"
+    "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
+    "{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
+    "{% set image_count.value = image_count.value + 1 %}"
+    "{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif content['type'] == 'video' or 'video' in content %}"
+    "{% set video_count.value = video_count.value + 1 %}"
+    "{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}"
+    "{% endfor %}<|im_end|>\n{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """Sizes of one tiny family. Part of the cache key: any change makes a new directory."""
+
+    family: str
+    hidden_size: int = 64
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    intermediate_size: int = 128
+    mrope_section: tuple[int, ...] = (2, 3, 3)  # sums to head_dim / 2 = 8
+    vision_depth: int = 2
+    vision_hidden_size: int = 32
+    vision_intermediate_size: int = 64
+    vision_num_heads: int = 2
+    patch_size: int = 14
+    merge_size: int = 2
+    temporal_patch_size: int = 2
+    # Pixel budget of the processor: factor = patch * merge; a 224x224 frame is resized to
+    # 2x2 merged patches = 4 image tokens.
+    min_pixels: int = 28 * 28
+    max_pixels: int = 56 * 56
+    vocab_size_target: int = 2048  # BPE vocabulary cap before special tokens (min_frequency=2 stops earlier)
+    vocab_multiple: int = 64  # embedding rows rounded up, like the real checkpoints (151936 > len(tokenizer))
+    max_position_embeddings: int = 32768  # RoPE positions; also the tokenizer model_max_length
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+
+def tiny_spec(family: str) -> TinySpec:
+    """The tiny sizes of ``family``.
+
+    Raises:
+        ValueError: ``family`` is not one of :data:`FAMILIES`.
+    """
+    _check_family(family)
+    if family == "qwen2_vl":
+        return TinySpec(family=family, vision_depth=1)
+    if family == "qwen2_5_vl":
+        return TinySpec(family=family)
+    # Qwen3-VL: 16-pixel patches (factor 32) and interleaved M-RoPE, whose H and W sections
+    # index every third frequency, hence the T-heavy split like the real [24, 20, 20] / 64.
+    return TinySpec(family=family, patch_size=16, mrope_section=(4, 2, 2), min_pixels=32 * 32, max_pixels=64 * 64)
+
+
+def _check_family(family: str) -> None:
+    if family not in FAMILIES:
+        raise ValueError(f"unknown tiny model family {family!r}; choose one of {list(FAMILIES)}")
+
+
+# --------------------------------------------------------------------------- tokenizer corpus
+_OBJECTS = (
+    "chair", "table", "sofa", "bed", "desk", "lamp", "tv", "monitor", "cabinet", "shelf", "bookshelf",
+    "toilet", "sink", "bathtub", "refrigerator", "stove", "microwave", "oven", "dishwasher", "door", "window",
+    "plant", "trash can", "trash bin", "pillow", "stool", "nightstand", "dresser", "wardrobe",
+    "washer", "dryer", "fireplace", "piano", "whiteboard", "radiator", "backpack", "box", "bag",
+    "mirror", "picture", "counter", "kitchen cabinet", "coffee table", "armchair", "ottoman",
+    "computer tower", "keyboard", "laptop", "printer", "heater", "fan", "curtain", "rug", "towel",
+    "clock", "vase", "bottle", "cup", "ceiling light", "blanket", "basket", "suitcase", "tv stand",
+)
+_DIRECTIONS = ("left", "right", "back", "front", "front-left", "front-right", "back-left", "back-right")
+_QUESTIONS = (
+    "How many {o}(s) are in this room?",
+    "Measuring from the closest point of each object, what is the distance between the {o} and the {p} (in meters)?",
+    "What is the length of the longest dimension (length, width, or height) of the {o}, measured in centimeters?",
+    "What is the size of this room (in square meters)? If multiple rooms are shown, estimate the size of the combined space.",
+    "Measuring from the closest point of each object, which of these objects ({o}, {p}, {q}, {r}) is the closest to the {s}?",
+    "If I am standing by the {o} and facing the {p}, is the {q} to my left or right?",
+    "If I am standing by the {o} and facing the {p}, is the {q} to my left, right, or back?",
+    "If I am standing by the {o} and facing the {p}, is the {q} to my front-left, front-right, back-left, or back-right?",
+    "You are a robot beginning at the {o} facing the {p}. You want to navigate to the {q}. "
+    "You will perform the following actions (Note: for each [please fill in], choose either 'turn back,' "
+    "'turn left,' or 'turn right.'): 1. Go forward until the {p} 2. [please fill in] 3. Go forward until the {q}. "
+    "You have reached the final destination.",
+    "What will be the first-time appearance order of the following categories in the video: {o}, {p}, {q}, {r}?",
+)
+_INSTRUCTIONS = (
+    "You are an embodied agent in an indoor scene. You see frames of a video of the room and the views "
+    "from your current position. Each turn you either move to look around or give your final answer. "
+    "Reply with exactly one JSON object with the keys \"thoughts\" and \"action\". To move, the action is "
+    "{{\"rotation_angle_degrees\": R, \"forward_meters\": F}}: first turn R degrees counter-clockwise "
+    "(negative turns clockwise), then walk F meters forward. To answer, the action is {{\"answer\": \"...\"}}.",
+    "These are frames of a video.",
+    "Please answer the question using a single word or phrase.",
+    "Answer with the option's letter from the given choices directly.",
+    "Options:",
+    "Question:",
+    "Turns left: {n}. Your last output was not valid JSON; write one JSON object.",
+    "Turns left: {n}. Your move was blocked by an obstacle.",
+    "Turns left: {n}. You turned {r} degrees and walked {f} meters.",
+    "This is your last turn: you must answer now.",
+    "The sweep of the room, then your current view.",
+    "I should look around to find the {o}. The {o} is to my {d}. I can see the {o} and the {p}. "
+    "I have seen enough of the room to answer. I count {n} {o}s. The {o} is about {f} meters away.",
+)
+_THOUGHTS = (
+    "I need to look around the room first.",
+    "I can see the {o} on the {d}; let me turn toward it.",
+    "The {o} is closer to the {p} than the {q}.",
+    "I counted {n} {o}s in the frames.",
+    "The room is about {f} meters by {g} meters.",
+    "The {o} is roughly {c} centimeters long.",
+    "Turning {r} degrees and walking {f} meters will show me the {o}.",
+)
+
+# The role lines of the chat template, so "system", "user" and "assistant" are single tokens.
+_CHAT_LINES = ("system\nYou are a helpful assistant.", "user\n", "assistant\n", "Picture 1: ", "Video 1: ") * 4
+
+
+def _numbers(rng) -> tuple[str, str, str, str, str]:
+    n = str(int(rng.integers(0, 12)))
+    r = str(int(rng.choice([-180, -135, -90, -60, -45, -30, 0, 30, 45, 60, 90, 135, 180])))
+    f = f"{rng.uniform(0, 3):.1f}"
+    g = f"{rng.uniform(2, 10):.1f}"
+    c = str(int(rng.integers(10, 300)))
+    return n, r, f, g, c
+
+
+def tokenizer_corpus(seed: int = 0, num_samples: int = 1500) -> list[str]:
+    """Deterministic training text for the tiny tokenizer: this project's prompt and answer format.
+
+    The canonical JSON is written with ``json.dumps`` and its default separators (``", "`` and
+    ``": "``), as ``prompts.format_response`` writes it; merges learned from it make
+    ``{"thoughts": "`` and ``"action": {"answer": "`` a handful of tokens.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    lines: list[str] = []
+    for i in range(num_samples):
+        o, p, q, r_, s = (str(x) for x in rng.choice(_OBJECTS, size=5, replace=False))
+        d = str(rng.choice(_DIRECTIONS))
+        n, r, f, g, c = _numbers(rng)
+        fill = dict(o=o, p=p, q=q, r=r_, s=s, d=d, n=n, f=f, g=g, c=c)
+        question = _QUESTIONS[i % len(_QUESTIONS)].format(**fill)
+        lines.append(question)
+        lines.append(_INSTRUCTIONS[i % len(_INSTRUCTIONS)].format(**{**fill, "r": r}))
+        thoughts = _THOUGHTS[i % len(_THOUGHTS)].format(**{**fill, "r": r})
+        if i % 4 == 0:
+            letters = ["A", "B", "C", "D"]
+            opts = [f"{letters[k]}. {x}" for k, x in enumerate([o, p, q, r_])]
+            lines.append("Options:\n" + "\n".join(opts))
+            action = {"answer": str(rng.choice(letters))}
+        elif i % 4 == 1:
+            action = {"answer": str(rng.choice([n, f, g, c]))}
+        else:
+            action = {"rotation_angle_degrees": int(r), "forward_meters": float(f)}
+        lines.append(json.dumps({"thoughts": thoughts, "action": action}))
+    return lines
+
+
+def _project_strings(seed: int = 0, num_samples: int = 200) -> list[str]:
+    """Text written by the project's format module (:mod:`a2c_ppo_acktr.prompts`) when it exists.
+
+    The system prompt and observation texts appear in every real prompt, so learning their words
+    keeps tiny prompts short. The module is optional at build time (it is imported lazily), and
+    its text is part of :func:`spec_hash`, so editing it rebuilds the tiny models.
+    """
+    import numpy as np
+
+    try:
+        from a2c_ppo_acktr import prompts  # noqa: PLC0415 - optional, see docstring
+    except ImportError:
+        return []
+    rng = np.random.default_rng(seed + 1)
+    # Repeated so every word of the system prompt passes the BPE min_frequency.
+    lines = [prompts.SYSTEM_PROMPT] * 4
+    letters = ["A", "B", "C", "D"]
+    for i in range(num_samples):
+        o, p, q, r_ = (str(x) for x in rng.choice(_OBJECTS, size=4, replace=False))
+        n, r, f, g, c = _numbers(rng)
+        fill = dict(o=o, p=p, q=q, r=r_, s=o, d=str(rng.choice(_DIRECTIONS)), n=n, f=f, g=g, c=c)
+        question = _QUESTIONS[i % len(_QUESTIONS)].format(**fill)
+        options = [f"{letters[k]}. {x}" for k, x in enumerate([o, p, q, r_])] if i % 2 else None
+        move = prompts.Move(rotation_deg=float(r), forward_m=float(f))
+        answer = prompts.Answer(letters[i % 4] if options else n)
+        feedback = prompts.feedback_text(None if i % 3 == 0 else move, collided=i % 5 == 0, walked_m=float(f) / 2)
+        lines.append(prompts.observation_text(question, options, feedback, turns_left=1 + i % 10, num_sweep_frames=8, num_views=i % 3))
+        thoughts = _THOUGHTS[i % len(_THOUGHTS)].format(**{**fill, "r": r})
+        lines.append(prompts.format_response(thoughts, answer if i % 2 else move))
+    return lines
+
+
+@functools.lru_cache(maxsize=4)
+def training_corpus(seed: int = 0) -> tuple[str, ...]:
+    """Everything the tiny tokenizer is trained on (cached: it is also hashed for the cache key)."""
+    return tuple(tokenizer_corpus(seed)) + tuple(_project_strings(seed)) + _CHAT_LINES
+
+
+def build_tokenizer(spec: TinySpec, corpus: Sequence[str]):
+    """Train the byte-level BPE tokenizer and wrap it for ``transformers``.
+
+    Returns:
+        A ``PreTrainedTokenizerFast`` with the Qwen special tokens, ``eos_token=<|im_end|>``,
+        ``pad_token=<|endoftext|>`` and the Qwen chat template.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token=None, byte_fallback=False))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_QWEN_SPLIT_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    # trim_offsets=False keeps character offsets exact, which the thought/action split relies on.
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=spec.vocab_size_target,
+        min_frequency=2,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=[],
+    )
+    tok.train_from_iterator(list(corpus), trainer=trainer)
+    tok.add_special_tokens(list(SPECIAL_TOKENS))
+    hf_tok = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token=None,
+        bos_token=None,
+        model_max_length=spec.max_position_embeddings,
+        clean_up_tokenization_spaces=False,
+        split_special_tokens=False,
+        errors="replace",
+    )
+    hf_tok.chat_template = CHAT_TEMPLATE
+    return hf_tok
+
+
+# --------------------------------------------------------------------------- model config
+def _token_ids(tokenizer) -> dict[str, int]:
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    for t, i in ids.items():
+        if i is None or i == tokenizer.unk_token_id:
+            raise RuntimeError(f"tiny tokenizer lacks special token {t!r}; the build is broken")
+    return ids
+
+
+def build_config(spec: TinySpec, tokenizer):
+    """The family's ``PretrainedConfig`` at tiny sizes with the tokenizer's special-token ids."""
+    ids = _token_ids(tokenizer)
+    vocab = -(-len(tokenizer) // spec.vocab_multiple) * spec.vocab_multiple
+    if sum(spec.mrope_section) * 2 != spec.head_dim:
+        raise ValueError(f"mrope_section {spec.mrope_section} must sum to head_dim/2 = {spec.head_dim // 2}")
+    text = dict(
+        vocab_size=vocab,
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_hidden_layers,
+        num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads,
+        max_position_embeddings=spec.max_position_embeddings,
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
+    )
+    common = dict(
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=False,
+    )
+    vision_common = dict(
+        depth=spec.vision_depth,
+        num_heads=spec.vision_num_heads,
+        patch_size=spec.patch_size,
+        spatial_merge_size=spec.merge_size,
+        temporal_patch_size=spec.temporal_patch_size,
+    )
+    rope = {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": list(spec.mrope_section)}
+    if spec.family == "qwen2_vl":
+        from transformers import Qwen2VLConfig
+
+        vision = dict(
+            vision_common,
+            embed_dim=spec.vision_hidden_size,
+            mlp_ratio=spec.vision_intermediate_size // spec.vision_hidden_size,
+            hidden_size=spec.hidden_size,  # the merger's output width = text hidden size
+        )
+        return Qwen2VLConfig(text_config=dict(text, rope_parameters=rope), vision_config=vision, **common)
+    if spec.family == "qwen2_5_vl":
+        from transformers import Qwen2_5_VLConfig
+
+        vision = dict(
+            vision_common,
+            hidden_size=spec.vision_hidden_size,
+            intermediate_size=spec.vision_intermediate_size,
+            out_hidden_size=spec.hidden_size,
+            window_size=spec.patch_size * spec.merge_size * 2,
+            fullatt_block_indexes=[spec.vision_depth - 1],
+        )
+        return Qwen2_5_VLConfig(text_config=dict(text, rope_parameters=rope), vision_config=vision, **common)
+    from transformers import Qwen3VLConfig
+
+    vision = dict(
+        vision_common,
+        hidden_size=spec.vision_hidden_size,
+        intermediate_size=spec.vision_intermediate_size,
+        out_hidden_size=spec.hidden_size,
+        num_position_embeddings=64,  # an 8x8 grid, bilinearly interpolated to the image grid
+        deepstack_visual_indexes=[0],
+    )
+    text3 = dict(text, head_dim=spec.head_dim, rope_parameters=dict(rope, rope_theta=5000000.0, mrope_interleaved=True))
+    text3.pop("bos_token_id")
+    text3.pop("eos_token_id")
+    return Qwen3VLConfig(text_config=text3, vision_config=vision, **common)
+
+
+def build_processor(spec: TinySpec, tokenizer):
+    """The family's processor with the tiny pixel budget."""
+    from transformers import Qwen2VLImageProcessor
+
+    size = {"shortest_edge": spec.min_pixels, "longest_edge": spec.max_pixels}
+    pix = dict(patch_size=spec.patch_size, merge_size=spec.merge_size, temporal_patch_size=spec.temporal_patch_size)
+    if spec.family == "qwen3_vl":
+        from transformers import Qwen3VLProcessor, Qwen3VLVideoProcessor
+
+        norm = dict(image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
+        image = Qwen2VLImageProcessor(size=size, **pix, **norm)
+        video = Qwen3VLVideoProcessor(size=size, **pix, **norm)
+        return Qwen3VLProcessor(image_processor=image, tokenizer=tokenizer, video_processor=video, chat_template=CHAT_TEMPLATE)
+    from transformers import Qwen2VLVideoProcessor
+
+    image = Qwen2VLImageProcessor(size=size, **pix)
+    video = Qwen2VLVideoProcessor(size=size, **pix)
+    if spec.family == "qwen2_vl":
+        from transformers import Qwen2VLProcessor as proc_cls
+    else:
+        from transformers import Qwen2_5_VLProcessor as proc_cls
+    return proc_cls(image_processor=image, tokenizer=tokenizer, video_processor=video, chat_template=CHAT_TEMPLATE)
+
+
+# --------------------------------------------------------------------------- build + cache
+@functools.lru_cache(maxsize=32)
+def spec_hash(family: str, seed: int) -> str:
+    """Hash of everything that defines a tiny build.
+
+    Covers the sizes, seed, tokenizer corpus, chat template, this module's source (so any edit to
+    the build code invalidates old builds) and the ``transformers`` version that writes the files.
+    """
+    from importlib.metadata import version
+
+    payload = json.dumps(
+        {
+            "version": TINY_VERSION,
+            "spec": asdict(tiny_spec(family)),
+            "seed": seed,
+            "corpus": training_corpus(),
+            "template": CHAT_TEMPLATE,
+            "special": SPECIAL_TOKENS,
+            "source": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+            "transformers": version("transformers"),
+            "tokenizers": version("tokenizers"),
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:10]
+
+
+def build_tiny_model(family: str, out_dir: str | os.PathLike, seed: int = 0) -> Path:
+    """Build the tiny ``family`` model, tokenizer and processor into ``out_dir`` (created).
+
+    Weights come from the family's own initialisation under ``torch.manual_seed(seed)``, so the
+    same ``(family, seed)`` gives identical files.
+
+    Returns:
+        ``out_dir`` as a ``Path``.
+    """
+    import torch
+    from transformers import AutoModelForImageTextToText, GenerationConfig
+
+    spec = tiny_spec(family)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    tokenizer = build_tokenizer(spec, training_corpus())
+    config = build_config(spec, tokenizer)
+    processor = build_processor(spec, tokenizer)
+    # fork_rng: building must not disturb the caller's global RNG stream.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+    ids = _token_ids(tokenizer)
+    model.generation_config = GenerationConfig(
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
+        pad_token_id=ids["<|endoftext|>"],
+    )
+    model.save_pretrained(out, safe_serialization=True)
+    processor.save_pretrained(out)
+    # The tokenizer is saved by the processor; saving it again at top level keeps AutoTokenizer happy too.
+    tokenizer.save_pretrained(out)
+    info = {
+        "family": family,
+        "seed": seed,
+        "spec_hash": spec_hash(family, seed),
+        "num_parameters": int(sum(p.numel() for p in model.parameters())),
+        "tokenizer_size": len(tokenizer),
+        "build_seconds": round(time.perf_counter() - t0, 3),
+    }
+    (out / "tiny_build.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
+    return out
+
+
+def default_cache_dir() -> Path:
+    """``$VSI_CACHE/tiny`` when set, else ``~/.cache/vsi_ppo/tiny``."""
+    root = os.environ.get("VSI_CACHE")
+    return (Path(root) if root else Path.home() / ".cache" / "vsi_ppo") / "tiny"
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def tiny_model_dir(family: str, cache_dir: Optional[str | os.PathLike] = None, *, seed: int = 0) -> Path:
+    """The cached tiny ``family`` model directory, built on first use.
+
+    The build runs in a temporary sibling directory renamed into place under a file lock, so
+    concurrent processes either build once or wait and reuse it, and no reader ever sees a
+    half-written directory.
+
+    Args:
+        family: one of :data:`FAMILIES`.
+        cache_dir: where builds live; default :func:`default_cache_dir`.
+        seed: weight-initialisation seed (keyword-only).
+    """
+    _check_family(family)
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    final = root / f"{family}-seed{seed}-v{TINY_VERSION}-{spec_hash(family, seed)}"
+    if (final / "tiny_build.json").is_file():
+        return final
+    with _file_lock(root / f".{final.name}.lock"):
+        if (final / "tiny_build.json").is_file():  # another process finished while we waited
+            return final
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
+        try:
+            build_tiny_model(family, tmp, seed=seed)
+            if final.exists():  # a stale partial directory from a killed build without the marker
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return final
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    """CLI: build a tiny model into ``--out`` (or the cache when ``--out`` is omitted)."""
+    parser = argparse.ArgumentParser(description="Build an offline tiny Qwen-VL model, tokenizer and processor.")
+    parser.add_argument("--family", choices=FAMILIES, default="qwen2_5_vl")
+    parser.add_argument("--out", default=None, help="output directory (default: the tiny cache, printed)")
+    parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
+    args = parser.parse_args(argv)
+    path = build_tiny_model(args.family, args.out, seed=args.seed) if args.out else tiny_model_dir(args.family, seed=args.seed)
+    print(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""Shared test fixtures: offline mode, a per-checkout tiny-model cache, tiny model paths.
+
+Offline variables are set in ``pytest_configure`` (before any test module imports
+``huggingface_hub``, which reads them at import time), so no test can reach the network.
+Tiny models are cached under pytest's cache directory (``.pytest_cache/d/vsi_cache``); the
+cache key hashes everything that defines a tiny model, so a stale build is never reused.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    cache = getattr(config, "cache", None)  # None under `-p no:cacheprovider`: use a fresh temp dir
+    os.environ["VSI_CACHE"] = str(cache.mkdir("vsi_cache")) if cache is not None else tempfile.mkdtemp(prefix="vsi_cache_")
+
+
+@pytest.fixture(scope="session")
+def tiny_family_path() -> Callable[..., str]:
+    """Factory: ``tiny_family_path(family, seed=0) -> str``, the cached tiny model directory."""
+    from a2c_ppo_acktr.tiny import tiny_model_dir
+
+    def get(family: str, seed: int = 0) -> str:
+        return str(tiny_model_dir(family, seed=seed))
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tiny_family_path: Callable[..., str]) -> str:
+    """The cached tiny Qwen2.5-VL directory (the default ``tiny:qwen2_5_vl`` model)."""
+    return tiny_family_path("qwen2_5_vl")
+
+
+@pytest.fixture(scope="session")
+def vsi_cache_dir() -> Path:
+    """The session's ``$VSI_CACHE`` (tiny models live in its ``tiny`` subdirectory)."""
+    return Path(os.environ["VSI_CACHE"])

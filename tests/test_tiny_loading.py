@@ -1,0 +1,262 @@
+"""Tiny offline VLMs (``a2c_ppo_acktr/tiny.py``) and the model loader (``a2c_ppo_acktr/loading.py``)."""
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from a2c_ppo_acktr import tiny
+from a2c_ppo_acktr.arguments import ModelConfig
+from a2c_ppo_acktr.loading import (
+    SUPPORTED_FAMILIES,
+    ModelLoadError,
+    detect_family,
+    forbidden_token_ids,
+    load_processor,
+    load_vlm,
+    resolve_model_path,
+)
+
+
+def _frames(n: int, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 256, (224, 224, 3), dtype=np.uint8) for _ in range(n)]
+
+
+def _messages(num_images: int, text: str) -> list[dict]:
+    content = [{"type": "image"} for _ in range(num_images)] + [{"type": "text", "text": text}]
+    return [
+        {"role": "system", "content": [{"type": "text", "text": "You are an agent."}]},
+        {"role": "user", "content": content},
+    ]
+
+
+def _batch(processor, prompts: list[tuple[int, str]], frames: list[np.ndarray]):
+    """Processor inputs for prompts ``(num_images, text)``, taking images from ``frames`` in order."""
+    texts = [processor.apply_chat_template(_messages(k, t), add_generation_prompt=True, tokenize=False) for k, t in prompts]
+    images, i = [], 0
+    for k, _ in prompts:
+        images.append(frames[i : i + k])
+        i += k
+    return processor(text=texts, images=images, padding=True, return_tensors="pt")
+
+
+@pytest.mark.parametrize("family", tiny.FAMILIES)
+def test_family_loads_forwards_left_padded_and_generates(family, tiny_family_path):
+    loaded = load_vlm(ModelConfig(model_path=f"tiny:{family}", device="cpu"))
+    assert loaded.family == family
+    assert loaded.path == tiny_family_path(family)
+    model, processor = loaded.model, loaded.processor
+    assert processor.tokenizer.padding_side == "left"
+    assert not model.training
+
+    frames = _frames(2)
+    long_prompt = (1, "How many chairs are in this room? Look carefully at every frame before answering.")
+    short_prompt = (1, "Count.")
+    batch = _batch(processor, [long_prompt, short_prompt], frames)
+    mask = batch["attention_mask"]
+    # Left padding: the short row starts with padding and ends with real tokens.
+    assert mask[0].all() and mask[1, 0] == 0 and mask[1, -1] == 1
+    image_id = model.config.image_token_id
+    merge = processor.image_processor.merge_size
+    expected_image_tokens = int(batch["image_grid_thw"].prod(dim=1).sum()) // merge**2
+    assert int((batch["input_ids"] == image_id).sum()) == expected_image_tokens
+
+    with torch.no_grad():
+        logits = model(**batch).logits
+        # Each row alone (no padding) must give the same next-token logits as in the padded batch:
+        # padding, masks and M-RoPE positions must not leak into real tokens.
+        for row, (prompt, frame) in enumerate(zip([long_prompt, short_prompt], frames)):
+            alone = model(**_batch(processor, [prompt], [frame])).logits
+            torch.testing.assert_close(logits[row, -1], alone[0, -1], atol=1e-4, rtol=1e-4)
+
+    vocab = model.config.get_text_config().vocab_size
+    assert logits.shape[-1] == vocab
+    forbidden = forbidden_token_ids(processor, vocab_size=vocab)
+    torch.manual_seed(0)
+    out = model.generate(
+        **batch, max_new_tokens=8, min_new_tokens=8, do_sample=True, suppress_tokens=forbidden,
+        output_logits=True, return_dict_in_generate=True,
+    )
+    n = batch["input_ids"].shape[1]
+    new = out.sequences[:, n:]
+    assert new.shape == (2, 8)
+    assert not set(new.flatten().tolist()) & set(forbidden)
+    assert all(isinstance(t, str) for t in processor.batch_decode(new, skip_special_tokens=True))
+    # Re-forwarding prompt + generated tokens in one pass (what a PPO update does) reproduces the
+    # logits generate saw step by step with its KV cache. Generated tokens are text tokens, so
+    # mm_token_type_ids is extended with zeros: without it Qwen2/2.5-VL silently fall back to 1-D
+    # positions (and Qwen3-VL raises).
+    ones = torch.ones_like(new)
+    full = dict(batch, input_ids=out.sequences, attention_mask=torch.cat([mask, ones], dim=1))
+    full["mm_token_type_ids"] = torch.cat([batch["mm_token_type_ids"], torch.zeros_like(new)], dim=1)
+    with torch.no_grad():
+        refwd = model(**full).logits[:, n - 1 : -1]
+    torch.testing.assert_close(refwd, torch.stack(out.logits, dim=1), atol=1e-4, rtol=1e-4)
+
+
+def test_same_seed_identical_different_seed_differs(tmp_path, tiny_model_path):
+    from safetensors.torch import load_file
+
+    same = tmp_path / "same"
+    tiny.main(["--family", "qwen2_5_vl", "--out", str(same), "--seed", "0"])  # also exercises the CLI
+    other = tiny.build_tiny_model("qwen2_5_vl", tmp_path / "other", seed=1)
+    ref = load_file(str(Path(tiny_model_path) / "model.safetensors"))
+    rebuilt = load_file(str(same / "model.safetensors"))
+    reseeded = load_file(str(other / "model.safetensors"))
+    assert ref.keys() == rebuilt.keys() == reseeded.keys()
+    assert all(torch.equal(ref[k], rebuilt[k]) for k in ref)
+    # Random matrices differ with another seed (norm weights start at 1 for every seed).
+    randomly_initialised = [k for k in ref if ref[k].dim() == 2]
+    assert randomly_initialised and all(not torch.equal(ref[k], reseeded[k]) for k in randomly_initialised)
+    # The tokenizer does not depend on the weight seed and is trained deterministically.
+    assert (Path(tiny_model_path) / "tokenizer.json").read_bytes() == (same / "tokenizer.json").read_bytes()
+    assert (same / "tokenizer.json").read_bytes() == (other / "tokenizer.json").read_bytes()
+
+
+@pytest.mark.parametrize("family", tiny.FAMILIES)
+def test_special_tokens_match_model_config(family, tiny_family_path):
+    from transformers import AutoConfig
+
+    path = tiny_family_path(family)
+    tok = load_processor(path).tokenizer
+    config = AutoConfig.from_pretrained(path)
+    ids = {t: tok.convert_tokens_to_ids(t) for t in tiny.SPECIAL_TOKENS}
+    assert len(set(ids.values())) == len(tiny.SPECIAL_TOKENS)
+    for t, i in ids.items():  # each special token is one atomic token, never split
+        assert tok(t, add_special_tokens=False)["input_ids"] == [i]
+    assert config.image_token_id == ids["<|image_pad|>"]
+    assert config.video_token_id == ids["<|video_pad|>"]
+    assert config.vision_start_token_id == ids["<|vision_start|>"]
+    assert config.vision_end_token_id == ids["<|vision_end|>"]
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
+    text = config.get_text_config()
+    assert text.vocab_size >= len(tok) and text.vocab_size % 64 == 0
+    assert text.hidden_size // text.num_attention_heads == 2 * sum(text.rope_parameters["mrope_section"])
+
+
+def test_tokenizer_writes_the_action_format_in_few_tokens(tiny_model_path):
+    tok = load_processor(tiny_model_path).tokenizer
+    answer = json.dumps({"thoughts": "", "action": {"answer": "B"}})
+    move = json.dumps({"thoughts": "The chair is to my left.", "action": {"rotation_angle_degrees": -90, "forward_meters": 1.5}})
+    # A byte-level tokenizer without merges would need one token per byte (43 for the answer).
+    assert len(tok(answer)["input_ids"]) <= 16
+    assert len(tok(move)["input_ids"]) <= 40
+    for text in (answer, move, "Größe 3.25 m², 家具 {\"a\": [1, 2]}\n\ttab"):
+        ids = tok(text)["input_ids"]
+        assert tok.decode(ids) == text  # byte-level BPE round-trips any text exactly
+        offsets = tok(text, return_offsets_mapping=True)["offset_mapping"]
+        assert offsets[0][0] == 0 and offsets[-1][1] == len(text)  # offsets cover the text (span splitting)
+
+
+def test_chat_template_is_qwen_format(tiny_model_path):
+    processor = load_processor(tiny_model_path)
+    messages = _messages(2, "Where?") + [{"role": "assistant", "content": [{"type": "text", "text": "Here."}]}]
+    got = processor.apply_chat_template(messages, tokenize=False)
+    vision = "<|vision_start|><|image_pad|><|vision_end|>"
+    expected = (
+        "<|im_start|>system\nYou are an agent.<|im_end|>\n"
+        f"<|im_start|>user\n{vision}{vision}Where?<|im_end|>\n"
+        "<|im_start|>assistant\nHere.<|im_end|>\n"
+    )
+    assert got == expected
+    prompt = processor.apply_chat_template(messages[:2], tokenize=False, add_generation_prompt=True)
+    assert prompt.endswith("<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_forbidden_tokens_are_never_generated_when_suppressed(tiny_model_path):
+    loaded = load_vlm(ModelConfig(model_path=tiny_model_path, device="cpu"))
+    model, processor = loaded.model, loaded.processor
+    tok = processor.tokenizer
+    vocab = model.config.get_text_config().vocab_size
+    forbidden = forbidden_token_ids(processor, vocab_size=vocab)
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    assert im_end not in forbidden
+    for t in ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>", "<|im_start|>", "<|endoftext|>"):
+        assert tok.convert_tokens_to_ids(t) in forbidden
+    assert set(range(len(tok), vocab)) <= set(forbidden)  # unused embedding rows
+
+    batch = _batch(processor, [(1, "Go."), (1, "Answer now.")], _frames(2))
+    # Push every forbidden id far above the rest, so without suppression they would be sampled.
+    bias = [[[i], 30.0] for i in forbidden]
+    n = batch["input_ids"].shape[1]
+    torch.manual_seed(0)
+    free = model.generate(**batch, max_new_tokens=8, do_sample=True, sequence_bias=bias)[:, n:]
+    assert set(free.flatten().tolist()) & set(forbidden)
+    torch.manual_seed(0)
+    held = model.generate(**batch, max_new_tokens=8, do_sample=True, sequence_bias=bias, suppress_tokens=forbidden)[:, n:]
+    assert not set(held.flatten().tolist()) & set(forbidden)
+
+
+def test_loader_applies_dtype_attention_and_pixel_budget(tiny_model_path):
+    # min = max = one merged patch (28x28 pixels): every frame becomes exactly one image token.
+    cfg = ModelConfig(model_path=tiny_model_path, device="cpu", dtype="bfloat16", attn_implementation="eager", min_pixels=784, max_pixels=784)
+    loaded = load_vlm(cfg)
+    assert next(loaded.model.parameters()).dtype == torch.bfloat16
+    assert loaded.model.config._attn_implementation == "eager"
+    batch = _batch(loaded.processor, [(2, "Two frames.")], _frames(2))
+    assert int((batch["input_ids"] == loaded.model.config.image_token_id).sum()) == 2
+    with torch.no_grad():
+        assert torch.isfinite(loaded.model(**batch).logits.float()).all()
+
+
+def test_missing_local_path_names_it_and_suggests_tiny(tmp_path):
+    missing = str(tmp_path / "no_such_model")
+    with pytest.raises(ModelLoadError) as err:
+        load_vlm(ModelConfig(model_path=missing, device="cpu"))
+    assert missing in str(err.value) and "tiny:qwen2_5_vl" in str(err.value)
+    with pytest.raises(ModelLoadError, match="config.json"):
+        resolve_model_path(str(tmp_path))  # exists, but is not a saved model
+    (tmp_path / "weights.bin").write_bytes(b"")
+    with pytest.raises(ModelLoadError, match="is a file"):
+        resolve_model_path(str(tmp_path / "weights.bin"))
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        resolve_model_path("outputs/sft/checkpoint-9")  # two slashes: a path, never a hub id
+
+
+def test_unknown_tiny_family_and_uncached_hub_id_raise_offline():
+    with pytest.raises(ModelLoadError, match="tiny:qwen3_vl"):
+        resolve_model_path("tiny:gpt2")
+    with pytest.raises(ModelLoadError, match="offline"):
+        resolve_model_path("vsi-ppo-tests/definitely-not-cached-model")
+
+
+def test_unsupported_model_type_lists_families(tmp_path):
+    from transformers import BertConfig
+
+    BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32).save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError) as err:
+        load_vlm(ModelConfig(model_path=str(tmp_path), device="cpu"))
+    message = str(err.value)
+    assert "'bert'" in message and all(f in message for f in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"))
+    assert {detect_family(t) for t in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")} == {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"}
+    assert set(tiny.FAMILIES) <= set(SUPPORTED_FAMILIES)
+
+
+def test_cache_builds_once_under_concurrency_then_reuses(tmp_path, monkeypatch):
+    builds = []
+    real_build = tiny.build_tiny_model
+
+    def counting_build(family, out_dir, seed=0):
+        builds.append(family)
+        return real_build(family, out_dir, seed=seed)
+
+    monkeypatch.setattr(tiny, "build_tiny_model", counting_build)
+    results: list[Path] = []
+    threads = [threading.Thread(target=lambda: results.append(tiny.tiny_model_dir("qwen2_vl", cache_dir=tmp_path))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(builds) == 1 and len(results) == 2 and results[0] == results[1]
+    marker = results[0] / "tiny_build.json"
+    mtime = marker.stat().st_mtime_ns
+    assert tiny.tiny_model_dir("qwen2_vl", cache_dir=tmp_path) == results[0]
+    assert len(builds) == 1 and marker.stat().st_mtime_ns == mtime
+    # Only the finished directory and its lock file remain: no half-built temp directories.
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == [results[0].name]
+    assert tiny.TINY_VERSION in results[0].name and tiny.spec_hash("qwen2_vl", 0) in results[0].name
