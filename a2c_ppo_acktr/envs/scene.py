@@ -1,0 +1,493 @@
+"""The scene model shared by procedural rooms, real-scan loaders, the renderer and the questions.
+
+Conventions (the same everywhere in the package):
+
+* Units are meters; the world frame is right-handed with **z up** and the floor at ``z = 0``.
+* A yaw angle is in degrees, counter-clockwise about +z starting from +x (yaw 0 looks along +x,
+  yaw 90 along +y).
+* A scene is a triangle soup: ``vertices (V, 3) float32``, ``triangles (F, 3) int32``, one RGB color in
+  ``[0, 1]`` per triangle and one object id per triangle (``-1`` for structure: floor, walls, ceiling).
+* Every object is an oriented box (:class:`SceneObject`): ``center``, full side lengths ``extent``
+  along its own axes, and ``rotation`` whose columns are those axes in the world frame. This is the
+  same description VSI-Bench's meta information uses (centroid, axis lengths, normalized axes).
+* The room outline is ``floor_polygon (P, 2)``, counter-clockwise (a clockwise input is reversed on
+  construction), and the room is ``ceiling_height`` tall.
+
+:class:`MeshBuilder` accumulates boxes and polygons into the arrays a :class:`Scene` needs; the
+procedural generator and the tests build scenes with it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+
+# Corner signs of a unit box, ordered bottom face (z-) then top face (z+), each counter-clockwise
+# seen from above so that ``corners[:4]`` is a valid footprint polygon for an upright box.
+_BOX_SIGNS = np.array(
+    [
+        [-1, -1, -1], [1, -1, -1], [1, 1, -1], [-1, 1, -1],
+        [-1, -1, 1], [1, -1, 1], [1, 1, 1], [-1, 1, 1],
+    ],
+    dtype=np.float64,
+)
+# Twelve triangles of a box over the corner order above (two per face).
+_BOX_TRIANGLES = np.array(
+    [
+        [0, 2, 1], [0, 3, 2],  # bottom
+        [4, 5, 6], [4, 6, 7],  # top
+        [0, 1, 5], [0, 5, 4],  # -y side
+        [1, 2, 6], [1, 6, 5],  # +x side
+        [2, 3, 7], [2, 7, 6],  # +y side
+        [3, 0, 4], [3, 4, 7],  # -x side
+    ],
+    dtype=np.int32,
+)
+
+
+def yaw_rotation(yaw_deg: float) -> np.ndarray:
+    """Rotation matrix (3, 3) about +z by ``yaw_deg`` degrees, counter-clockwise."""
+    a = np.deg2rad(yaw_deg)
+    c, s = np.cos(a), np.sin(a)
+    return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+
+
+def polygon_area(polygon: np.ndarray) -> float:
+    """Signed shoelace area of a polygon (P, 2): positive when counter-clockwise."""
+    p = np.asarray(polygon, dtype=np.float64)
+    x, y = p[:, 0], p[:, 1]
+    return float(0.5 * (np.dot(x, np.roll(y, -1)) - np.dot(np.roll(x, -1), y)))
+
+
+def polygon_centroid(polygon: np.ndarray) -> np.ndarray:
+    """Area centroid (2,) of a simple polygon (P, 2)."""
+    p = np.asarray(polygon, dtype=np.float64)
+    x, y = p[:, 0], p[:, 1]
+    xn, yn = np.roll(x, -1), np.roll(y, -1)
+    cross = x * yn - xn * y
+    a = cross.sum() / 2.0
+    if abs(a) < 1e-12:
+        return p.mean(axis=0)
+    return np.array([((x + xn) * cross).sum(), ((y + yn) * cross).sum()]) / (6.0 * a)
+
+
+def points_in_polygon(points: np.ndarray, polygon: np.ndarray) -> np.ndarray:
+    """Even-odd test of points (..., 2) against a simple polygon (P, 2); returns bool (...).
+
+    Points exactly on the boundary may fall either way; callers that need a margin use distances.
+    """
+    pts = np.asarray(points, dtype=np.float64)
+    poly = np.asarray(polygon, dtype=np.float64)
+    x = pts[..., 0][..., None]
+    y = pts[..., 1][..., None]
+    x0, y0 = poly[:, 0], poly[:, 1]
+    x1, y1 = np.roll(x0, -1), np.roll(y0, -1)
+    straddles = (y0 > y) != (y1 > y)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x_cross = x0 + (y - y0) * (x1 - x0) / (y1 - y0)
+    crossings = straddles & (x < x_cross)
+    return (crossings.sum(axis=-1) % 2) == 1
+
+
+def convex_polygons_overlap(a: np.ndarray, b: np.ndarray, margin: float = 0.0) -> bool:
+    """Separating-axis test of two convex polygons (Pa, 2) and (Pb, 2).
+
+    Args:
+        a: First convex polygon, any orientation.
+        b: Second convex polygon.
+        margin: Polygons closer than this (along every edge normal) count as overlapping; use a
+            small negative value to let touching polygons pass.
+
+    Returns:
+        True when no edge normal of either polygon separates them by more than ``margin``.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    # Bounding boxes apart by >= margin: the polygons are at least that far apart (cheap early out).
+    if np.any(b.min(axis=0) - a.max(axis=0) >= margin) or np.any(a.min(axis=0) - b.max(axis=0) >= margin):
+        return False
+    for poly in (a, b):
+        edges = poly[np.r_[1:len(poly), 0]] - poly
+        normals = np.stack([-edges[:, 1], edges[:, 0]], axis=1)
+        lengths = np.linalg.norm(normals, axis=1)
+        keep = lengths > 1e-12
+        normals = normals[keep] / lengths[keep, None]
+        pa = a @ normals.T
+        pb = b @ normals.T
+        gap = np.maximum(pb.min(axis=0) - pa.max(axis=0), pa.min(axis=0) - pb.max(axis=0))
+        if np.any(gap >= margin):
+            return False
+    return True
+
+
+def segments_intersect(p0: np.ndarray, p1: np.ndarray, q0: np.ndarray, q1: np.ndarray) -> np.ndarray:
+    """Proper intersection of segment sets p (N, 2) and q (M, 2); returns bool (N, M).
+
+    Touching at an endpoint or collinear overlap does not count, which is what containment tests
+    of a footprint resting against a wall need.
+    """
+    p0, p1, q0, q1 = (np.asarray(v, dtype=np.float64) for v in (p0, p1, q0, q1))
+    d = p1 - p0  # (N, 2)
+    e = q1 - q0  # (M, 2)
+
+    def cross(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        return u[..., 0] * v[..., 1] - u[..., 1] * v[..., 0]
+
+    # Orientation of q endpoints relative to each p segment, and of p endpoints relative to q.
+    o1 = cross(d[:, None, :], q0[None, :, :] - p0[:, None, :])
+    o2 = cross(d[:, None, :], q1[None, :, :] - p0[:, None, :])
+    o3 = cross(e[None, :, :], p0[:, None, :] - q0[None, :, :])
+    o4 = cross(e[None, :, :], p1[:, None, :] - q0[None, :, :])
+    eps = 1e-9
+    return (o1 * o2 < -eps) & (o3 * o4 < -eps)
+
+
+def polygon_inside_polygon(inner: np.ndarray, outer: np.ndarray) -> bool:
+    """Whether polygon ``inner`` (convex or not) lies inside simple polygon ``outer``.
+
+    All vertices of ``inner`` must be inside ``outer`` and no edges may cross properly; the second
+    check catches a rectangle spanning the notch of an L- or U-shaped room.
+    """
+    inner = np.asarray(inner, dtype=np.float64)
+    outer = np.asarray(outer, dtype=np.float64)
+    if not np.all(points_in_polygon(inner, outer)):
+        return False
+    crossing = segments_intersect(inner, np.roll(inner, -1, axis=0), outer, np.roll(outer, -1, axis=0))
+    return not bool(crossing.any())
+
+
+@dataclass(eq=False)
+class SceneObject:
+    """An object as an oriented box.
+
+    Attributes:
+        object_id: Id used by ``Scene.triangle_object_ids`` and the renderer's id map (>= 0).
+        label: Category name, lower case (``"chair"``, ``"trash can"``).
+        center: Box center (3,) in meters.
+        extent: Full side lengths (3,) along the box's own axes.
+        rotation: (3, 3) matrix whose columns are the box axes in the world frame.
+    """
+
+    object_id: int
+    label: str
+    center: np.ndarray
+    extent: np.ndarray
+    rotation: np.ndarray = field(default_factory=lambda: np.eye(3))
+
+    def __post_init__(self) -> None:
+        self.center = np.asarray(self.center, dtype=np.float64).reshape(3)
+        self.extent = np.asarray(self.extent, dtype=np.float64).reshape(3)
+        self.rotation = np.asarray(self.rotation, dtype=np.float64).reshape(3, 3)
+        if self.object_id < 0:
+            raise ValueError(f"SceneObject {self.label!r}: object_id must be >= 0 (-1 is reserved for structure), got {self.object_id}")
+        if np.any(self.extent < 0) or not np.all(np.isfinite(self.extent)):
+            raise ValueError(f"SceneObject {self.object_id} ({self.label!r}): extent must be finite and >= 0, got {self.extent}")
+        if not np.allclose(self.rotation.T @ self.rotation, np.eye(3), atol=1e-4):
+            raise ValueError(
+                f"SceneObject {self.object_id} ({self.label!r}): rotation must be orthonormal (columns = box axes), got {self.rotation}"
+            )
+
+    @classmethod
+    def upright(cls, object_id: int, label: str, center: Sequence[float], extent: Sequence[float], yaw_deg: float = 0.0) -> "SceneObject":
+        """A box standing upright and turned by ``yaw_deg`` about +z (its local x axis at that yaw)."""
+        return cls(object_id, label, np.asarray(center), np.asarray(extent), yaw_rotation(yaw_deg))
+
+    @property
+    def corners(self) -> np.ndarray:
+        """The 8 corners (8, 3): bottom face then top face in the box's own frame."""
+        return self.center + (_BOX_SIGNS * (self.extent / 2.0)) @ self.rotation.T
+
+    @property
+    def aabb_min(self) -> np.ndarray:
+        """Lower corner (3,) of the world axis-aligned bounding box."""
+        return self.corners.min(axis=0)
+
+    @property
+    def aabb_max(self) -> np.ndarray:
+        """Upper corner (3,) of the world axis-aligned bounding box."""
+        return self.corners.max(axis=0)
+
+    @property
+    def longest_side(self) -> float:
+        """Longest side of the oriented box in meters (VSI-Bench's object size)."""
+        return float(self.extent.max())
+
+    @property
+    def yaw_deg(self) -> float:
+        """Heading in degrees of the box's local x axis seen from above (the yaw of an upright box)."""
+        axis = self.rotation[:, 0]
+        return float(np.rad2deg(np.arctan2(axis[1], axis[0])))
+
+    @property
+    def footprint(self) -> np.ndarray:
+        """The box's outline on the floor (4, 2), counter-clockwise.
+
+        The box axis closest to vertical is taken as "up"; the other two axes, projected onto the
+        floor, span the footprint. For upright boxes (all procedural objects, ARKitScenes' gravity-
+        aligned boxes, ScanNet's axis-aligned boxes) this is exactly the bottom rectangle.
+        """
+        up = int(np.argmax(np.abs(self.rotation[2, :])))
+        a, b = [i for i in range(3) if i != up]
+        ua = self.rotation[:2, a] * self.extent[a] / 2.0
+        ub = self.rotation[:2, b] * self.extent[b] / 2.0
+        c = self.center[:2]
+        fp = np.array([c - ua - ub, c + ua - ub, c + ua + ub, c - ua + ub])
+        if polygon_area(fp) < 0:
+            fp = fp[::-1].copy()
+        return fp
+
+
+@dataclass(eq=False)
+class OccupancyGrid:
+    """Walkability raster of a scanned room (real scans only; procedural rooms are exact without it).
+
+    Attributes:
+        origin: (2,) world xy of the corner of cell ``[0, 0]``.
+        cell: Cell size in meters.
+        blocked: (ny, nx) bool, ``blocked[j, i]`` covers x in ``origin[0] + [i, i + 1) * cell`` and
+            y in ``origin[1] + [j, j + 1) * cell``; True where no floor was scanned or the scan has
+            surface between the floor clearance and body height (walls, furniture, clutter).
+    """
+
+    origin: np.ndarray
+    cell: float
+    blocked: np.ndarray
+
+    def __post_init__(self) -> None:
+        self.origin = np.asarray(self.origin, dtype=np.float64).reshape(2)
+        self.blocked = np.asarray(self.blocked, dtype=bool)
+        if self.blocked.ndim != 2 or self.cell <= 0:
+            raise ValueError(f"OccupancyGrid needs a 2-D blocked mask and cell > 0, got {self.blocked.shape}, {self.cell}")
+        self._dilated: dict[float, np.ndarray] = {}
+
+    def _dilate(self, radius: float) -> np.ndarray:
+        """Cells whose center is within ``radius`` (+ half a cell) of a blocked cell's center."""
+        if radius not in self._dilated:
+            k = int(np.ceil(radius / self.cell))
+            out = self.blocked.copy()
+            ny, nx = out.shape
+            for dj in range(-k, k + 1):
+                for di in range(-k, k + 1):
+                    if (di * di + dj * dj) * self.cell**2 > (radius + 0.5 * self.cell) ** 2 or (di == 0 and dj == 0):
+                        continue
+                    src = self.blocked[max(0, -dj):ny - max(0, dj), max(0, -di):nx - max(0, di)]
+                    out[max(0, dj):ny - max(0, -dj), max(0, di):nx - max(0, -di)] |= src
+            self._dilated[radius] = out
+        return self._dilated[radius]
+
+    def blocked_within(self, points: np.ndarray, radius: float) -> np.ndarray:
+        """Whether a disk of ``radius`` at each point (M, 2) touches a blocked cell (outside = blocked)."""
+        pts = np.asarray(points, dtype=np.float64).reshape(-1, 2)
+        ij = np.floor((pts - self.origin) / self.cell).astype(np.int64)
+        ny, nx = self.blocked.shape
+        inside = (ij[:, 0] >= 0) & (ij[:, 0] < nx) & (ij[:, 1] >= 0) & (ij[:, 1] < ny)
+        out = np.ones(len(pts), dtype=bool)
+        grid = self._dilate(float(radius))
+        out[inside] = grid[ij[inside, 1], ij[inside, 0]]
+        return out
+
+
+@dataclass(eq=False)
+class Scene:
+    """A room: a colored, labelled triangle mesh plus object boxes and the floor outline.
+
+    Attributes:
+        scene_id: Name (``"proc_00042"``, ``"scene0011_00"``, ARKit video id).
+        dataset: ``"procedural"``, ``"scannet"`` or ``"arkitscenes"``.
+        vertices: (V, 3) float32 positions in meters.
+        triangles: (F, 3) int32 vertex indices.
+        triangle_colors: (F, 3) float32 RGB in [0, 1].
+        triangle_object_ids: (F,) int32; -1 for structure (floor, walls, ceiling, unlabelled).
+        objects: The labelled objects; ids are unique.
+        floor_polygon: (P, 2) room outline at z = 0, stored counter-clockwise.
+        ceiling_height: Room height in meters.
+        occupancy: Optional walkability raster (real scans), also consulted by navigation.
+    """
+
+    scene_id: str
+    dataset: str
+    vertices: np.ndarray
+    triangles: np.ndarray
+    triangle_colors: np.ndarray
+    triangle_object_ids: np.ndarray
+    objects: list[SceneObject]
+    floor_polygon: np.ndarray
+    ceiling_height: float
+    occupancy: Optional[OccupancyGrid] = None
+
+    def __post_init__(self) -> None:
+        self.vertices = np.ascontiguousarray(self.vertices, dtype=np.float32)
+        self.triangles = np.ascontiguousarray(self.triangles, dtype=np.int32)
+        self.triangle_colors = np.ascontiguousarray(self.triangle_colors, dtype=np.float32)
+        self.triangle_object_ids = np.ascontiguousarray(self.triangle_object_ids, dtype=np.int32)
+        self.floor_polygon = np.asarray(self.floor_polygon, dtype=np.float64)
+        self.objects = list(self.objects)
+        name = f"scene {self.scene_id!r}"
+        if self.vertices.ndim != 2 or self.vertices.shape[1] != 3:
+            raise ValueError(f"{name}: vertices must be (V, 3), got {self.vertices.shape}")
+        if self.triangles.ndim != 2 or self.triangles.shape[1] != 3:
+            raise ValueError(f"{name}: triangles must be (F, 3), got {self.triangles.shape}")
+        f = len(self.triangles)
+        if f and (self.triangles.min() < 0 or self.triangles.max() >= len(self.vertices)):
+            raise ValueError(f"{name}: triangle indices must lie in [0, {len(self.vertices)}), got [{self.triangles.min()}, {self.triangles.max()}]")
+        if self.triangle_colors.shape != (f, 3):
+            raise ValueError(f"{name}: triangle_colors must be ({f}, 3), got {self.triangle_colors.shape}")
+        if self.triangle_object_ids.shape != (f,):
+            raise ValueError(f"{name}: triangle_object_ids must be ({f},), got {self.triangle_object_ids.shape}")
+        if self.floor_polygon.ndim != 2 or self.floor_polygon.shape[1] != 2 or len(self.floor_polygon) < 3:
+            raise ValueError(f"{name}: floor_polygon must be (P >= 3, 2), got {self.floor_polygon.shape}")
+        if polygon_area(self.floor_polygon) < 0:
+            # Accept either orientation from loaders; the contract promises counter-clockwise.
+            self.floor_polygon = self.floor_polygon[::-1].copy()
+        ids = [o.object_id for o in self.objects]
+        if len(set(ids)) != len(ids):
+            dup = [i for i, n in Counter(ids).items() if n > 1]
+            raise ValueError(f"{name}: object ids must be unique, duplicated: {dup}")
+        known = set(ids) | {-1}
+        used = set(np.unique(self.triangle_object_ids).tolist())
+        if not used <= known:
+            raise ValueError(f"{name}: triangle_object_ids refer to unknown objects {sorted(used - known)}")
+        if not self.ceiling_height > 0:
+            raise ValueError(f"{name}: ceiling_height must be > 0, got {self.ceiling_height}")
+        self.ceiling_height = float(self.ceiling_height)
+        self._by_id = {o.object_id: o for o in self.objects}
+
+    @property
+    def num_triangles(self) -> int:
+        return int(len(self.triangles))
+
+    @property
+    def room_area(self) -> float:
+        """Floor area in m^2 (shoelace formula over ``floor_polygon``)."""
+        return abs(polygon_area(self.floor_polygon))
+
+    @property
+    def room_center(self) -> np.ndarray:
+        """(3,): area centroid of the floor polygon at half the ceiling height."""
+        c = polygon_centroid(self.floor_polygon)
+        return np.array([c[0], c[1], self.ceiling_height / 2.0])
+
+    def object(self, object_id: int) -> SceneObject:
+        """The object with this id; raises ``KeyError`` listing the known ids."""
+        try:
+            return self._by_id[int(object_id)]
+        except KeyError:
+            raise KeyError(f"scene {self.scene_id!r} has no object {object_id}; ids: {sorted(self._by_id)}") from None
+
+    def objects_by_label(self, label: str) -> list[SceneObject]:
+        """All objects of a category, in id order."""
+        return sorted((o for o in self.objects if o.label == label), key=lambda o: o.object_id)
+
+    def label_counts(self) -> dict[str, int]:
+        """Number of objects per label."""
+        return dict(Counter(o.label for o in self.objects))
+
+    def contains_xy(self, x: float | np.ndarray, y: float | np.ndarray) -> bool | np.ndarray:
+        """Whether floor points lie inside the room outline (scalars give a bool, arrays an array)."""
+        pts = np.stack(np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)), axis=-1)
+        inside = points_in_polygon(pts, self.floor_polygon)
+        return bool(inside) if inside.ndim == 0 else inside
+
+    def triangle_normals(self) -> np.ndarray:
+        """Unit geometric normals (F, 3) float32 (winding-dependent sign; shading uses |n . l|)."""
+        v = self.vertices.astype(np.float64)
+        t = self.triangles
+        n = np.cross(v[t[:, 1]] - v[t[:, 0]], v[t[:, 2]] - v[t[:, 0]])
+        norm = np.linalg.norm(n, axis=1, keepdims=True)
+        return (n / np.maximum(norm, 1e-12)).astype(np.float32)
+
+
+class MeshBuilder:
+    """Collects boxes and flat polygons into triangle arrays for a :class:`Scene`."""
+
+    def __init__(self) -> None:
+        self._vertices: list[np.ndarray] = []
+        self._triangles: list[np.ndarray] = []
+        self._colors: list[np.ndarray] = []
+        self._ids: list[np.ndarray] = []
+        self._count = 0
+
+    def _add(self, vertices: np.ndarray, triangles: np.ndarray, color: Sequence[float], object_id: int) -> None:
+        color = np.clip(np.asarray(color, dtype=np.float32).reshape(3), 0.0, 1.0)
+        self._vertices.append(np.asarray(vertices, dtype=np.float64))
+        self._triangles.append(np.asarray(triangles, dtype=np.int64) + self._count)
+        self._colors.append(np.repeat(color[None], len(triangles), axis=0))
+        self._ids.append(np.full(len(triangles), object_id, dtype=np.int32))
+        self._count += len(vertices)
+
+    def add_box(
+        self,
+        center: Sequence[float],
+        extent: Sequence[float],
+        color: Sequence[float],
+        object_id: int = -1,
+        rotation: np.ndarray | None = None,
+    ) -> None:
+        """Add a closed box (12 triangles)."""
+        rot = np.eye(3) if rotation is None else np.asarray(rotation, dtype=np.float64)
+        corners = np.asarray(center, dtype=np.float64) + (_BOX_SIGNS * (np.asarray(extent, dtype=np.float64) / 2.0)) @ rot.T
+        self._add(corners, _BOX_TRIANGLES, color, object_id)
+
+    def add_object_box(self, obj: SceneObject, color: Sequence[float]) -> None:
+        """Add the full oriented box of ``obj`` with its id."""
+        self.add_box(obj.center, obj.extent, color, obj.object_id, obj.rotation)
+
+    def add_flat_polygon(self, polygon: np.ndarray, z: float, color: Sequence[float], object_id: int = -1) -> None:
+        """Add a horizontal polygon at height ``z`` (ear-clipping triangulation; simple polygons)."""
+        poly = np.asarray(polygon, dtype=np.float64)
+        if polygon_area(poly) < 0:
+            poly = poly[::-1]
+        tris = triangulate_polygon(poly)
+        verts = np.concatenate([poly, np.full((len(poly), 1), z)], axis=1)
+        self._add(verts, tris, color, object_id)
+
+    def add_wall(self, p0: Sequence[float], p1: Sequence[float], height: float, color: Sequence[float], z0: float = 0.0, object_id: int = -1) -> None:
+        """Add a vertical rectangle from floor point ``p0`` to ``p1`` between ``z0`` and ``z0 + height``."""
+        (x0, y0), (x1, y1) = p0, p1
+        verts = np.array([[x0, y0, z0], [x1, y1, z0], [x1, y1, z0 + height], [x0, y0, z0 + height]])
+        self._add(verts, np.array([[0, 1, 2], [0, 2, 3]]), color, object_id)
+
+    def build(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Return ``(vertices f32, triangles i32, triangle_colors f32, triangle_object_ids i32)``."""
+        if not self._vertices:
+            return (np.zeros((0, 3), np.float32), np.zeros((0, 3), np.int32), np.zeros((0, 3), np.float32), np.zeros(0, np.int32))
+        return (
+            np.concatenate(self._vertices).astype(np.float32),
+            np.concatenate(self._triangles).astype(np.int32),
+            np.concatenate(self._colors).astype(np.float32),
+            np.concatenate(self._ids).astype(np.int32),
+        )
+
+
+def triangulate_polygon(polygon: np.ndarray) -> np.ndarray:
+    """Ear-clipping triangulation of a simple counter-clockwise polygon (P, 2) -> (P - 2, 3) indices."""
+    poly = np.asarray(polygon, dtype=np.float64)
+    idx = list(range(len(poly)))
+    out: list[list[int]] = []
+
+    def cross(o: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
+        return float((a[0] - o[0]) * (b[1] - o[1]) - (a[1] - o[1]) * (b[0] - o[0]))
+
+    guard = 0
+    while len(idx) > 3:
+        guard += 1
+        if guard > 10 * len(poly) ** 2:
+            raise ValueError(f"cannot triangulate polygon {poly.tolist()}: is it simple and counter-clockwise?")
+        n = len(idx)
+        for k in range(n):
+            i0, i1, i2 = idx[k - 1], idx[k], idx[(k + 1) % n]
+            a, b, c = poly[i0], poly[i1], poly[i2]
+            if cross(a, b, c) <= 1e-12:
+                continue  # reflex or degenerate corner: not an ear
+            others = [j for j in idx if j not in (i0, i1, i2)]
+            if others and np.any(points_in_polygon(poly[others], np.array([a, b, c]))):
+                continue
+            out.append([i0, i1, i2])
+            idx.pop(k)
+            break
+    out.append(idx)
+    return np.asarray(out, dtype=np.int32)
+

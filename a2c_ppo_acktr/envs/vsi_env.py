@@ -1,0 +1,327 @@
+"""The VSI environment: a multi-turn agent looks around a 3D room and answers a VSI-Bench question.
+
+One episode:
+
+1. ``reset`` picks a scene (procedural scene ``scene_seed + k``, a real scan, or the scan of a real
+   VSI-Bench row), a question type (uniform over ``EnvConfig.question_types``), a free start pose,
+   renders the initial 360-degree sweep (the "video" frames, turning left from the start heading),
+   derives the objects' first-appearance order from it and generates the question.
+2. Each ``step(text)`` parses the model's text with :func:`a2c_ppo_acktr.prompts.parse_action`:
+
+   * a move turns, then walks (blocked by walls and furniture: ``collision_penalty`` and feedback),
+     and renders the new view; reward ``step_cost`` (+ ``collision_penalty``);
+   * an answer ends the episode (``terminated``) with reward = the VSI-Bench score of the answer
+     (accuracy or MRA, :func:`a2c_ppo_acktr.scoring.score_prediction`);
+   * invalid text costs ``invalid_penalty``, uses the turn, and the next observation says why.
+
+   After ``max_turns`` turns without an answer the episode is ``truncated``.
+
+Observations are ``{"images": (sweep frames..., last image_history views...), "text": str}``; the
+images are a tuple (gymnasium's ``Sequence`` space holds tuples), the last image is the current view.
+All randomness comes from ``self.np_random``; scenes and their renderers are cached per scene key.
+"""
+from __future__ import annotations
+
+import dataclasses
+import string
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Optional
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from ..arguments import EnvConfig
+from ..prompts import Answer, Invalid, Move, feedback_text, observation_text, parse_action
+from ..scoring import score_prediction
+from .navigation import sample_free_pose, try_move
+from .questions import Question, QuestionUnavailable, appearance_from_frames, generate_question
+from .renderer import Camera, Frame, Pose, Renderer
+from .scene import Scene
+
+MAX_TEXT_LENGTH = 16384  # observation text bound (questions + options + feedback stay far below)
+MAX_ACTION_LENGTH = 4096  # action text bound for the declared space; step() accepts any string
+_PRINTABLE = frozenset(string.printable)
+_MAX_DRAWS = 50  # (scene, type) draws before reset gives up
+
+
+def _printable(text: str) -> str:
+    """Replace characters outside ``string.printable`` (e.g. echoed model output) with ``?``."""
+    return "".join(c if c in _PRINTABLE else "?" for c in text)
+
+
+def _find_scan_names(data_root: str, dataset: str) -> list[str]:
+    """Scene names under ``data_root`` for a scan dataset, found by their mesh files."""
+    pattern = {"scannet": "*_vh_clean_2.ply", "arkitscenes": "*_3dod_mesh.ply"}[dataset]
+    suffix = pattern[1:]
+    names = sorted({p.name[: -len(suffix)] for p in Path(data_root).rglob(pattern)})
+    if not names:
+        raise FileNotFoundError(f"no {dataset} scans ({pattern}) found under env.data_root={data_root!r}")
+    return names
+
+
+class VSIEnv(gym.Env):
+    """Gymnasium env for VSI-Bench-style spatial questions (id ``VSI-v0``).
+
+    Args:
+        cfg: The env config; None uses the defaults.
+        render_mode: None or ``"rgb_array"`` (``render()`` returns the current view).
+        **overrides: Field overrides of ``cfg`` (e.g. ``image_size=64``), validated by EnvConfig.
+
+    Privileged state (for teachers and reports): ``scene``, ``question``, ``pose``, ``path`` (poses
+    visited, start included), ``turn`` (turns used), ``renderer``, ``sweep_frames``, ``cfg``.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 2}
+
+    def __init__(self, cfg: Optional[EnvConfig] = None, render_mode: Optional[str] = None, **overrides: Any) -> None:
+        cfg = cfg if cfg is not None else EnvConfig()
+        if overrides:
+            known = {f.name for f in dataclasses.fields(EnvConfig)}
+            unknown = sorted(set(overrides) - known)
+            if unknown:
+                raise TypeError(f"unknown EnvConfig fields {unknown}; known fields: {sorted(known)}")
+            cfg = dataclasses.replace(cfg, **overrides)
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
+        self.cfg = cfg
+        self.render_mode = render_mode
+        self.camera = Camera.from_env_config(cfg)
+        size = cfg.image_size
+        self.observation_space = spaces.Dict(
+            {
+                "images": spaces.Sequence(spaces.Box(0, 255, (size, size, 3), np.uint8), stack=False),
+                "text": spaces.Text(MAX_TEXT_LENGTH, charset=string.printable),
+            }
+        )
+        self.action_space = spaces.Text(MAX_ACTION_LENGTH, charset=string.printable)
+        self._cache: OrderedDict[Any, tuple[Scene, Renderer]] = OrderedDict()
+        self._rows: Optional[list[dict]] = None
+        self._scan_names: Optional[list[str]] = None
+        self.scene: Optional[Scene] = None
+        self.renderer: Optional[Renderer] = None
+        self.question: Optional[Question] = None
+        self.pose: Optional[Pose] = None
+        self.path: list[Pose] = []
+        self.turn = 0
+        self.sweep_frames: list[Frame] = []
+        self.views: list[Frame] = []
+        self.appearance_order: list[int] = []
+        self._feedback = ""
+        self._done = True
+        self._episode_reward = 0.0
+
+    # ------------------------------------------------------------------ scenes
+    def _cached(self, key: Any, build) -> tuple[Scene, Renderer]:
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        scene = build()
+        entry = (scene, Renderer(scene, self.camera))
+        self._cache[key] = entry
+        while len(self._cache) > self.cfg.scene_cache_size:
+            self._cache.popitem(last=False)
+        return entry
+
+    def _procedural(self, index: int) -> tuple[Scene, Renderer]:
+        from .procedural import make_procedural_scene  # imported on use: keeps `import envs` light
+
+        seed = self.cfg.scene_seed + index
+        return self._cached(
+            ("procedural", seed),
+            lambda: make_procedural_scene(seed, self.cfg.procedural_min_room, self.cfg.procedural_max_room),
+        )
+
+    def _scan(self, dataset: str, name: str) -> tuple[Scene, Renderer]:
+        from .real_scans import find_scene
+
+        return self._cached((dataset, name), lambda: find_scene(self.cfg.data_root, dataset, name))
+
+    def _vsibench_rows(self) -> list[dict]:
+        if self._rows is None:
+            from .vsibench import load_vsibench_rows
+
+            rows = [r for r in load_vsibench_rows(self.cfg.vsibench_path) if r["question_type"] in self.cfg.question_types]
+            if not rows:
+                raise ValueError(f"{self.cfg.vsibench_path!r} has no rows of the types in env.question_types={self.cfg.question_types}")
+            self._rows = rows
+        return self._rows
+
+    def _draw_scene(self, options: dict) -> tuple[Any, Scene, Renderer]:
+        """(scene key, scene, renderer) from options or a fresh draw."""
+        if "scene" in options:
+            scene = options["scene"]
+            if not isinstance(scene, Scene):
+                raise TypeError(f"options['scene'] must be a Scene, got {type(scene).__name__}")
+            return ("given", scene.scene_id), *self._cached(("given", id(scene)), lambda: scene)
+        src = self.cfg.scene_source
+        if src == "procedural":
+            index = int(options["scene_index"]) if "scene_index" in options else int(self.np_random.integers(self.cfg.num_scenes))
+            return ("procedural", index), *self._procedural(index)
+        if src in ("scannet", "arkitscenes"):
+            if self._scan_names is None:
+                self._scan_names = _find_scan_names(self.cfg.data_root, src)
+            index = int(options["scene_index"]) if "scene_index" in options else int(self.np_random.integers(len(self._scan_names)))
+            name = self._scan_names[index % len(self._scan_names)]
+            return (src, name), *self._scan(src, name)
+        raise AssertionError(f"unhandled scene_source {src!r}")  # vsibench is handled by reset
+
+    # ------------------------------------------------------------------ episode
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None) -> tuple[dict, dict]:
+        """Start an episode.
+
+        Args:
+            seed: Reseeds ``self.np_random`` (the only randomness source).
+            options: Optional ``scene`` (a Scene), ``scene_index``, ``question_type`` and
+                ``question`` (a Question; needs ``scene`` or ``scene_index`` naming its scene unless
+                the source is vsibench). ``scene_index`` k means procedural scene ``scene_seed + k``
+                (any k >= 0, not limited to ``num_scenes``: held-out scenes), scan k (modulo the
+                number of scans found) or VSI-Bench row k (modulo the number of rows). When a scene
+                is forced, other types are drawn if ``question_type`` is unavailable in it; when
+                both are forced, :class:`QuestionUnavailable` propagates.
+
+        Returns:
+            ``(observation, info)``.
+        """
+        super().reset(seed=seed)
+        options = dict(options or {})
+        if self.cfg.scene_source == "vsibench" and "scene" not in options:
+            self._reset_vsibench(options)
+        else:
+            self._reset_generated(options)
+        self.path = [self.pose]
+        self.turn = 0
+        self._done = False
+        self._episode_reward = 0.0
+        self._feedback = feedback_text(None)
+        return self._observation(), self._info(action=None, valid=True, collided=False)
+
+    def _start(self, scene: Scene, renderer: Renderer) -> None:
+        """Start pose, sweep and appearance order in ``scene``."""
+        self.scene, self.renderer = scene, renderer
+        self.pose = sample_free_pose(scene, self.np_random, self.cfg.agent_radius)
+        n = self.cfg.num_sweep_frames
+        poses = [Pose(self.pose.x, self.pose.y, (self.pose.yaw_deg + k * 360.0 / n) % 360.0) for k in range(n)]
+        self.sweep_frames = renderer.render_many(poses)
+        min_pixels = max(1, int(round(self.cfg.appearance_min_fraction * self.cfg.image_size**2)))
+        self.appearance_order, self._appearance_frames = appearance_from_frames([f.object_ids for f in self.sweep_frames], min_pixels)
+        # The sweep starts at the start heading, so its first frame is also the current view.
+        self.views = [self.sweep_frames[0]]
+
+    def _reset_generated(self, options: dict) -> None:
+        types = list(self.cfg.question_types)
+        last_error: Optional[Exception] = None
+        for _ in range(_MAX_DRAWS):
+            key, scene, renderer = self._draw_scene(options)
+            self._start(scene, renderer)
+            if "question" in options:
+                if "scene" not in options and "scene_index" not in options:
+                    raise ValueError("options['question'] needs options['scene'] or options['scene_index'] naming its scene")
+                self.question = options["question"]
+                return
+            qtype = options.get("question_type") or types[int(self.np_random.integers(len(types)))]
+            try:
+                self.question = generate_question(
+                    scene,
+                    qtype,
+                    self.np_random,
+                    start_pose=self.pose,
+                    appearance_order=self.appearance_order,
+                    appearance_frames=self._appearance_frames,
+                )
+                return
+            except QuestionUnavailable as e:
+                last_error = e
+                if "scene" in options or "scene_index" in options:
+                    if "question_type" in options:
+                        raise  # nothing left to redraw
+        raise RuntimeError(
+            f"no question could be generated in {_MAX_DRAWS} draws of scenes and types {types}; last reason: {last_error}. "
+            "Widen env.question_types or use larger/more varied scenes"
+        )
+
+    def _reset_vsibench(self, options: dict) -> None:
+        rows = self._vsibench_rows()
+        index = int(options["scene_index"]) if "scene_index" in options else int(self.np_random.integers(len(rows)))
+        row = rows[index % len(rows)]
+        from .vsibench import question_from_row, scene_for_row
+
+        scene, renderer = self._cached((row["dataset"], row["scene_name"]), lambda: scene_for_row(row, self.cfg.data_root))
+        self._start(scene, renderer)
+        self.question = options.get("question") or question_from_row(row)
+
+    def step(self, action: str) -> tuple[dict, float, bool, bool, dict]:
+        """Apply the model's text for one turn (see the module docstring)."""
+        if self._done:
+            raise RuntimeError("step() called on a finished episode (or before reset()); call reset() first")
+        parsed = parse_action(action, max_forward=self.cfg.max_forward)
+        self.turn += 1
+        reward = 0.0
+        terminated = False
+        collided = False
+        score: Optional[float] = None
+        if isinstance(parsed, Answer):
+            score = score_prediction(self.question.question_type, parsed.text, self.question.ground_truth)
+            reward = score
+            terminated = True
+            self._feedback = feedback_text(parsed)
+        elif isinstance(parsed, Move):
+            start = self.pose
+            self.pose, collided = try_move(self.scene, self.pose, parsed.rotation_deg, parsed.forward_m, self.cfg.agent_radius)
+            walked = float(np.hypot(self.pose.x - start.x, self.pose.y - start.y))
+            self.path.append(self.pose)
+            self.views.append(self.renderer.render(self.pose))
+            self.views = self.views[-max(self.cfg.image_history, 1):]
+            reward = self.cfg.step_cost + (self.cfg.collision_penalty if collided else 0.0)
+            self._feedback = feedback_text(parsed, collided=collided, walked_m=walked)
+        else:
+            reward = self.cfg.invalid_penalty
+            self._feedback = feedback_text(parsed)
+        truncated = not terminated and self.turn >= self.cfg.max_turns
+        self._done = terminated or truncated
+        self._episode_reward += reward
+        info = self._info(action=parsed, valid=not isinstance(parsed, Invalid), collided=collided)
+        if score is not None:
+            info["score"] = score
+        return self._observation(), float(reward), terminated, truncated, info
+
+    # ------------------------------------------------------------------ observation
+    def _observation(self) -> dict:
+        views = self.views[-self.cfg.image_history:] if self.cfg.image_history > 0 else []
+        # Fresh arrays every call: callers keep observations, and the sweep is reused every turn.
+        images = tuple(f.rgb.copy() for f in self.sweep_frames) + tuple(f.rgb.copy() for f in views)
+        q = self.question
+        text = observation_text(
+            q.question,
+            q.options,
+            self._feedback,
+            turns_left=max(self.cfg.max_turns - self.turn, 0),
+            num_sweep_frames=len(self.sweep_frames),
+            num_views=len(views),
+            max_forward=self.cfg.max_forward,
+        )
+        return {"images": images, "text": _printable(text)}
+
+    def _info(self, action: Any, valid: bool, collided: bool) -> dict:
+        return {
+            "question_type": self.question.question_type,
+            "ground_truth": self.question.ground_truth,
+            "action": action,
+            "valid": valid,
+            "pose": self.pose,
+            "collided": collided,
+            "turn": self.turn,
+            "scene_id": self.scene.scene_id,
+        }
+
+    @property
+    def episode_reward(self) -> float:
+        """Sum of rewards so far this episode."""
+        return self._episode_reward
+
+    def render(self) -> Optional[np.ndarray]:
+        """The current view (H, W, 3) uint8 in ``rgb_array`` mode; None otherwise."""
+        if self.render_mode != "rgb_array" or not self.views:
+            return None
+        return self.views[-1].rgb.copy()

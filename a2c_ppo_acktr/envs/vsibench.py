@@ -1,0 +1,142 @@
+"""Real VSI-Bench rows: loading (parquet, JSON, JSONL), validation, and conversion to questions.
+
+Row fields (see ``/work/shared/VSI_BENCH.md``): ``id``, ``dataset`` (``arkitscenes`` | ``scannet`` |
+``scannetpp``), ``scene_name``, ``question_type``, ``question``, ``options`` (list of ``"A. ..."``
+strings for multiple choice, null otherwise) and ``ground_truth`` (an option letter, or a number as a
+string). Every row is checked on load so that a bad file fails at start with the row it is about.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from ..scoring import MULTIPLE_CHOICE_TYPES, TASKS
+from .questions import Question
+
+DATASETS = ("arkitscenes", "scannet", "scannetpp")
+REQUIRED_FIELDS = ("id", "dataset", "scene_name", "question_type", "question", "ground_truth")
+
+
+class VSIBenchRowError(ValueError):
+    """A VSI-Bench row is malformed; the message names the row and the field."""
+
+
+def load_vsibench_rows(path: str | Path) -> list[dict]:
+    """Read and validate VSI-Bench rows.
+
+    Args:
+        path: A ``.parquet`` file (needs pyarrow), a ``.json`` file holding a list of rows, or a
+            ``.jsonl`` file with one row per line.
+
+    Returns:
+        The rows as dicts, validated and normalised (``options`` a list of str or None,
+        ``ground_truth`` a str, ``id`` an int).
+
+    Raises:
+        FileNotFoundError: If the file does not exist.
+        VSIBenchRowError: On an unknown extension or a malformed row (named by its position and id).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"VSI-Bench rows file {str(path)!r} does not exist; set env.vsibench_path to the benchmark's parquet/JSON file")
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq  # optional heavy import, only for parquet files
+
+        raw = pq.read_table(path).to_pylist()
+    elif suffix == ".json":
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(raw, dict) and isinstance(raw.get("rows"), list):
+            raw = raw["rows"]
+        if not isinstance(raw, list):
+            raise VSIBenchRowError(f"{path}: a .json rows file must hold a list of row objects (or {{'rows': [...]}}), got {type(raw).__name__}")
+    elif suffix == ".jsonl":
+        raw = []
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    raw.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise VSIBenchRowError(f"{path}:{n}: not valid JSON ({e.msg})") from e
+    else:
+        raise VSIBenchRowError(f"{path}: unknown rows format {suffix!r}; use .parquet, .json or .jsonl")
+    return [validate_row(row, where=f"{path.name} row {i}") for i, row in enumerate(raw)]
+
+
+def validate_row(row: Any, where: str = "row") -> dict:
+    """Check one row and return a normalised copy (see :func:`load_vsibench_rows`)."""
+    if not isinstance(row, dict):
+        raise VSIBenchRowError(f"{where}: a row must be an object, got {type(row).__name__}")
+    missing = [k for k in REQUIRED_FIELDS if k not in row or row[k] is None]
+    if missing:
+        raise VSIBenchRowError(f"{where}: missing fields {missing}; a row needs {list(REQUIRED_FIELDS)}")
+    out = dict(row)
+    where = f"{where} (id {row['id']!r})"
+    try:
+        out["id"] = int(row["id"])
+    except (TypeError, ValueError):
+        raise VSIBenchRowError(f"{where}: id must be an integer, got {row['id']!r}") from None
+    if row["dataset"] not in DATASETS:
+        raise VSIBenchRowError(f"{where}: dataset {row['dataset']!r} is not one of {list(DATASETS)}")
+    qtype = row["question_type"]
+    if qtype not in TASKS:
+        raise VSIBenchRowError(f"{where}: question_type {qtype!r} is not one of {list(TASKS)}")
+    for key in ("scene_name", "question"):
+        if not isinstance(row[key], str) or not row[key].strip():
+            raise VSIBenchRowError(f"{where}: {key} must be a non-empty string, got {row[key]!r}")
+    gt = str(row["ground_truth"]).strip()
+    options = row.get("options")
+    if qtype in MULTIPLE_CHOICE_TYPES:
+        if options is None or isinstance(options, str) or len(list(options)) < 2:
+            raise VSIBenchRowError(f"{where}: a {qtype} row needs a list of at least 2 options, got {options!r}")
+        options = [str(o) for o in options]
+        letters = [o.split(".", 1)[0].strip() for o in options]
+        if gt not in letters:
+            raise VSIBenchRowError(f"{where}: ground_truth {gt!r} is not one of the option letters {letters}")
+    else:
+        options = None
+        try:
+            value = float(gt)
+        except ValueError:
+            raise VSIBenchRowError(f"{where}: ground_truth {gt!r} of a {qtype} row must be a number") from None
+        if not math.isfinite(value) or value <= 0:
+            raise VSIBenchRowError(f"{where}: ground_truth {gt!r} must be a finite number > 0 (MRA divides by it)")
+    out["options"] = options
+    out["ground_truth"] = gt
+    return out
+
+
+def question_from_row(row: dict) -> Question:
+    """A :class:`Question` from a VSI-Bench row (validated first).
+
+    ``object_ids`` is empty (rows do not name mesh objects); ``meta`` keeps the row's id, dataset and
+    scene name.
+    """
+    row = validate_row(row)
+    return Question(
+        question_type=row["question_type"],
+        question=row["question"].strip(),
+        options=row["options"],
+        ground_truth=row["ground_truth"],
+        object_ids=[],
+        meta={"id": row["id"], "dataset": row["dataset"], "scene_name": row["scene_name"], "source": "vsibench"},
+    )
+
+
+def scene_for_row(row: dict, data_root: str | Path):
+    """Load the scan a row is about from ``data_root`` (via ``real_scans.find_scene``).
+
+    Raises:
+        SceneLoadError: When the scene is not available locally; the message names the scene.
+    """
+    from .real_scans import SceneLoadError, find_scene  # real-scan loading only when used
+
+    try:
+        return find_scene(data_root, row["dataset"], row["scene_name"])
+    except SceneLoadError as e:
+        raise SceneLoadError(
+            f"VSI-Bench row {row.get('id')!r} needs {row['dataset']} scene {row['scene_name']!r}, which is not available under "
+            f"{str(data_root)!r}: {e}"
+        ) from e

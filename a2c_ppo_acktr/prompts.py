@@ -1,0 +1,402 @@
+"""The single home of the agent's prompt and answer format.
+
+Every prompt the project builds (PPO rollouts, SFT samples, evaluation, teachers) goes through
+:func:`build_messages` and :func:`render_prompt`, and every model output is read by
+:func:`parse_action`, so an SFT sample and an RL prompt tokenize identically.
+
+The agent writes ONE JSON object per turn::
+
+    {"thoughts": "...", "action": {"rotation_angle_degrees": 30, "forward_meters": 1.5}}
+    {"thoughts": "...", "action": {"answer": "B"}}
+
+A move turns first (positive degrees = to the left, counter-clockwise seen from above), then walks
+straight ahead. An answer ends the episode: an option letter for multiple choice, a number (as a
+string) otherwise, in the unit the question asks for.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence, Union
+
+MAX_ROTATION_DEG = 180.0  # a turn in [-180, 180] reaches every heading
+DEFAULT_MAX_FORWARD = 3.0  # meters; the env passes its own EnvConfig.max_forward
+MOVE_KEYS = ("rotation_angle_degrees", "forward_meters")
+ANSWER_KEY = "answer"
+
+
+@dataclass(frozen=True)
+class Move:
+    """Turn by ``rotation_deg`` (positive = left), then walk ``forward_m`` meters straight ahead."""
+
+    rotation_deg: float
+    forward_m: float
+
+
+@dataclass(frozen=True)
+class Answer:
+    """Answer the question and end the episode; ``text`` is scored by :mod:`a2c_ppo_acktr.scoring`."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """Output that is not a legal action; ``reason`` says what was wrong (shown to the agent)."""
+
+    reason: str
+
+
+Action = Union[Move, Answer, Invalid]
+
+SYSTEM_PROMPT = (
+    "You are an agent standing in an indoor room. Answer the spatial question about the room. "
+    "You see frames of a 360-degree sweep taken where you started, then your most recent views; "
+    "the last image is what you see now. You may move to look around before answering.\n"
+    "Each turn, reply with ONE JSON object and nothing else, either a move:\n"
+    '{"thoughts": "<short reasoning>", "action": {"rotation_angle_degrees": <number>, "forward_meters": <number>}}\n'
+    "(turn first, positive = left, negative = right, then walk straight ahead; walls and furniture block you)\n"
+    "or your final answer, which ends the episode:\n"
+    '{"thoughts": "<short reasoning>", "action": {"answer": "<answer>"}}\n'
+    'The answer is an option letter such as "B" for multiple-choice questions, otherwise a number '
+    'such as "3.2" in the unit the question asks for.'
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Observation text and messages
+# ---------------------------------------------------------------------------------------------
+def observation_text(
+    question: str,
+    options: Sequence[str] | None,
+    feedback: str,
+    turns_left: int,
+    num_sweep_frames: int = 0,
+    num_views: int = 0,
+    max_forward: float = DEFAULT_MAX_FORWARD,
+) -> str:
+    """The user text of one turn.
+
+    Args:
+        question: The question text.
+        options: Multiple-choice options such as ``"A. left"``, or None for a numerical question.
+        feedback: What happened last turn (see :func:`feedback_text`).
+        turns_left: Turns remaining including this one; at 1 the agent should answer.
+        num_sweep_frames: How many of the images are the initial sweep (they come first).
+        num_views: How many images after the sweep are per-turn views (the last is the current view).
+        max_forward: Largest ``forward_meters`` a move may use.
+
+    Returns:
+        The text; it names which images are which so the model can tell sweep from current view.
+    """
+    lines = [f"Question: {question}"]
+    if options:
+        lines.append("Options:")
+        lines.extend(options)
+        lines.append("Answer with the option's letter.")
+    else:
+        lines.append("Answer with a single number.")
+    lines.append(_images_line(num_sweep_frames, num_views))
+    lines.append(f"Last turn: {feedback}")
+    if turns_left <= 1:
+        lines.append("This is your last turn: answer now.")
+    else:
+        lines.append(f"Turns left: {turns_left}. Moves: rotation_angle_degrees in [-180, 180], forward_meters in [0, {max_forward:g}].")
+    return "\n".join(lines)
+
+
+def _images_line(num_sweep_frames: int, num_views: int) -> str:
+    if num_sweep_frames == 0 and num_views == 0:
+        return "Images: none."
+    parts = []
+    if num_sweep_frames:
+        if num_sweep_frames == 1:
+            parts.append("image 1 is the start view")
+        else:
+            step = 360.0 / num_sweep_frames
+            parts.append(f"images 1-{num_sweep_frames} are the start sweep, each turned {step:g} degrees left of the previous")
+    if num_views:
+        first = num_sweep_frames + 1
+        last = num_sweep_frames + num_views
+        parts.append(f"image {last} is your current view" if num_views == 1 else f"images {first}-{last} are your latest views, image {last} is the current one")
+    return "Images: " + "; ".join(parts) + "."
+
+
+def feedback_text(action: Action | None, *, collided: bool = False, walked_m: float = 0.0) -> str:
+    """Describe the outcome of the last action for the next observation.
+
+    Args:
+        action: The parsed last action, or None on the first turn.
+        collided: Whether a move was blocked before walking its full distance.
+        walked_m: Meters actually walked by a move.
+
+    Returns:
+        One sentence.
+    """
+    if action is None:
+        return "none yet (this is the start)."
+    if isinstance(action, Invalid):
+        return f"invalid output ({action.reason}); the turn was used. Reply with one JSON object as instructed."
+    if isinstance(action, Answer):
+        return f"answered {action.text!r}."
+    turn = action.rotation_deg
+    turned = "did not turn" if turn == 0 else f"turned {abs(turn):g} degrees {'left' if turn > 0 else 'right'}"
+    if collided:
+        return f"{turned}, walked {walked_m:.2f} of {action.forward_m:g} m and was blocked by an obstacle."
+    return f"{turned} and walked {walked_m:.2f} m."
+
+
+def build_messages(observation: dict, blind: bool = False) -> list[dict]:
+    """Chat messages (HF format) for one observation.
+
+    Args:
+        observation: ``{"images": [uint8 HxWx3, ...], "text": str}`` from the env.
+        blind: Withhold the images (a text-only baseline); the text then says so.
+
+    Returns:
+        ``[system, user]``; the user content is one ``{"type": "image"}`` per image, then the text.
+        The images themselves are passed to the processor separately, in the same order.
+    """
+    text = observation["text"]
+    if blind:
+        content: list[dict[str, Any]] = [{"type": "text", "text": "(No images are shown in this evaluation.)\n" + text}]
+    else:
+        content = [{"type": "image"} for _ in observation["images"]]
+        content.append({"type": "text", "text": text})
+    return [
+        {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
+        {"role": "user", "content": content},
+    ]
+
+
+def assistant_message(response: str) -> dict:
+    """The assistant turn holding ``response`` (for SFT samples built on :func:`build_messages`)."""
+    return {"role": "assistant", "content": [{"type": "text", "text": response}]}
+
+
+def render_prompt(processor: Any, messages: list[dict]) -> str:
+    """The prompt string: the processor's chat template with the generation prompt appended."""
+    return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Response format
+# ---------------------------------------------------------------------------------------------
+def _json_number(x: float) -> int | float:
+    # Integral values print as ints ("30", not "30.0"): shorter, and what models write naturally.
+    # Other floats use repr, which round-trips exactly.
+    x = float(x)
+    return int(x) if x.is_integer() and abs(x) < 1e15 else x
+
+
+def format_response(thoughts: str, action: Move | Answer) -> str:
+    """The canonical text of one agent response (used by the oracle, teachers and SFT).
+
+    Args:
+        thoughts: Free-text reasoning.
+        action: A :class:`Move` or :class:`Answer`.
+
+    Returns:
+        ``json.dumps`` of ``{"thoughts": ..., "action": {...}}`` with ``ensure_ascii=False`` and
+        the default separators, keys in that order; :func:`parse_action` reads it back exactly.
+
+    Raises:
+        TypeError: If ``action`` is not a Move or Answer or ``thoughts`` is not a string.
+        ValueError: If a move holds a non-finite number.
+    """
+    if not isinstance(thoughts, str):
+        raise TypeError(f"thoughts must be a string, got {type(thoughts).__name__}")
+    if isinstance(action, Move):
+        if not (math.isfinite(action.rotation_deg) and math.isfinite(action.forward_m)):
+            raise ValueError(f"cannot format a move with non-finite values: {action}")
+        act: dict[str, Any] = {MOVE_KEYS[0]: _json_number(action.rotation_deg), MOVE_KEYS[1]: _json_number(action.forward_m)}
+    elif isinstance(action, Answer):
+        act = {ANSWER_KEY: action.text}
+    else:
+        raise TypeError(f"format_response needs a Move or Answer, got {action!r}")
+    return json.dumps({"thoughts": thoughts, "action": act}, ensure_ascii=False)
+
+
+# strict=False: a raw newline or tab inside the thoughts string (common in model output) is accepted;
+# format_response itself always escapes them.
+_DECODER = json.JSONDecoder(strict=False)
+_WS = " \t\n\r"
+
+
+@dataclass
+class _Scan:
+    """Top-level members of the first JSON object in a text, with the spans of their values."""
+
+    members: dict[str, tuple[Any, int, int]]  # key -> (value, start, end); the last duplicate wins
+    error: str | None  # None when the whole object was read
+
+
+def _skip_ws(text: str, i: int) -> int:
+    while i < len(text) and text[i] in _WS:
+        i += 1
+    return i
+
+
+def _scan_object(text: str) -> _Scan | None:
+    """Read the first ``{...}`` in ``text`` member by member, keeping each complete member.
+
+    Stops at the first error (truncated or malformed JSON) and reports it, so a response cut off
+    by the token limit still yields the spans of the members it completed. Returns None when the
+    text has no ``{`` at all.
+    """
+    start = text.find("{")
+    if start < 0:
+        return None
+    members: dict[str, tuple[Any, int, int]] = {}
+    i = _skip_ws(text, start + 1)
+    if i < len(text) and text[i] == "}":
+        return _Scan(members, None)
+    while True:
+        if i >= len(text):
+            return _Scan(members, "the JSON object is truncated")
+        if text[i] != '"':
+            return _Scan(members, f"expected a quoted key at character {i}")
+        try:
+            key, i = json.decoder.scanstring(text, i + 1, False)
+        except ValueError as e:
+            return _Scan(members, f"bad key: {e.msg if hasattr(e, 'msg') else e}")
+        i = _skip_ws(text, i)
+        if i >= len(text) or text[i] != ":":
+            return _Scan(members, f"expected ':' after key {key!r}")
+        i = _skip_ws(text, i + 1)
+        try:
+            value, end = _DECODER.raw_decode(text, i)
+        except RecursionError:
+            return _Scan(members, f"the value of {key!r} is nested too deeply")
+        except ValueError as e:  # JSONDecodeError, or an integer with too many digits
+            return _Scan(members, f"the value of {key!r} is not valid JSON ({getattr(e, 'msg', str(e))})")
+        members[key] = (value, i, end)
+        i = _skip_ws(text, end)
+        if i >= len(text):
+            return _Scan(members, "the JSON object is truncated")
+        if text[i] == "}":
+            return _Scan(members, None)
+        if text[i] != ",":
+            return _Scan(members, f"expected ',' or '}}' after the value of {key!r}")
+        i = _skip_ws(text, i + 1)
+
+
+def response_spans(text: str) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+    """Character spans of the thoughts value and of the action value in a response.
+
+    The spans cover the JSON value text as written (the thoughts string literal with its quotes,
+    the action object with its braces), so ``json.loads(text[s:e])`` gives the value back. They
+    refer to the first JSON object in ``text`` (the one :func:`parse_action` reads). A part is None
+    when it is absent, not complete (truncated output) or of the wrong JSON type (thoughts not a
+    string, action not an object).
+
+    Args:
+        text: The decoded model output.
+
+    Returns:
+        ``(thoughts_span, action_span)``, each ``(start, end)`` or None.
+    """
+    if not isinstance(text, str):
+        return None, None
+    scan = _scan_object(text)
+    if scan is None:
+        return None, None
+    thoughts = scan.members.get("thoughts")
+    action = scan.members.get("action")
+    t_span = (thoughts[1], thoughts[2]) if thoughts is not None and isinstance(thoughts[0], str) else None
+    a_span = (action[1], action[2]) if action is not None and isinstance(action[0], dict) else None
+    return t_span, a_span
+
+
+def _number(name: str, value: Any, low: float, high: float) -> float | str:
+    """The value as a float in [low, high], or a reason string."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{name} must be a number, got {type(value).__name__} {_short(value)}"
+    try:
+        x = float(value)
+    except OverflowError:
+        return f"{name} is too large"
+    if not math.isfinite(x):
+        return f"{name} must be finite, got {x}"
+    if not low <= x <= high:
+        return f"{name}={x:g} is outside [{low:g}, {high:g}]"
+    return x
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def parse_action(text: str, max_forward: float = DEFAULT_MAX_FORWARD) -> Action:
+    """Read the agent's action from its output; never raises.
+
+    Leading and trailing text (for example a code fence) around the first JSON object is ignored.
+    The object must hold an ``action`` object (and may hold a ``thoughts`` string) and no other
+    keys; the action is either exactly the two move keys or exactly ``answer``.
+
+    Args:
+        text: The decoded model output (any string).
+        max_forward: Largest allowed ``forward_meters`` (the env's ``max_forward``).
+
+    Returns:
+        A :class:`Move` (values as floats), an :class:`Answer` (text stripped; a number is turned
+        into its JSON text) or an :class:`Invalid` whose reason says what was wrong.
+    """
+    try:
+        return _parse_action(text, max_forward)
+    except Exception as e:  # noqa: BLE001 - the contract is "never raises": a bug here must not crash rollouts
+        return Invalid(f"could not read the output ({type(e).__name__}: {e})")
+
+
+def _parse_action(text: str, max_forward: float) -> Action:
+    if not isinstance(text, str):
+        return Invalid(f"the output must be a string, got {type(text).__name__}")
+    if not text.strip():
+        return Invalid("the output is empty; reply with one JSON object")
+    scan = _scan_object(text)
+    if scan is None:
+        return Invalid("no JSON object found; reply with one JSON object")
+    if scan.error is not None:
+        return Invalid(f"the JSON object is malformed: {scan.error}")
+    extra = sorted(k for k in scan.members if k not in ("thoughts", "action"))
+    if extra:
+        return Invalid(f"unexpected keys {extra}; use only 'thoughts' and 'action'")
+    if "thoughts" in scan.members and not isinstance(scan.members["thoughts"][0], str):
+        return Invalid("'thoughts' must be a string")
+    if "action" not in scan.members:
+        return Invalid("the object has no 'action'")
+    action = scan.members["action"][0]
+    if not isinstance(action, dict):
+        return Invalid(f"'action' must be an object, got {type(action).__name__}")
+    keys = set(action)
+    if ANSWER_KEY in keys:
+        if keys != {ANSWER_KEY}:
+            return Invalid(f"an answer action holds only 'answer'; got keys {sorted(keys)}")
+        return _parse_answer(action[ANSWER_KEY])
+    if keys != set(MOVE_KEYS):
+        missing = [k for k in MOVE_KEYS if k not in keys]
+        extra_keys = sorted(keys - set(MOVE_KEYS))
+        detail = ", ".join(p for p in (f"missing {missing}" if missing else "", f"unexpected {extra_keys}" if extra_keys else "") if p)
+        return Invalid(f"a move needs exactly {list(MOVE_KEYS)} ({detail}); an answer needs 'answer'")
+    rotation = _number(MOVE_KEYS[0], action[MOVE_KEYS[0]], -MAX_ROTATION_DEG, MAX_ROTATION_DEG)
+    if isinstance(rotation, str):
+        return Invalid(rotation)
+    forward = _number(MOVE_KEYS[1], action[MOVE_KEYS[1]], 0.0, max_forward)
+    if isinstance(forward, str):
+        return Invalid(forward)
+    return Move(rotation_deg=rotation, forward_m=forward)
+
+
+def _parse_answer(value: Any) -> Action:
+    if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
+        return Invalid(f"'answer' must be a string such as \"B\" or \"3.2\", got {_short(value)}")
+    if isinstance(value, (int, float)):
+        if isinstance(value, float) and not math.isfinite(value):
+            return Invalid(f"'answer' must be finite, got {value}")
+        value = json.dumps(value)
+    value = value.strip()
+    if not value:
+        return Invalid("'answer' is empty")
+    return Answer(value)

@@ -1,0 +1,241 @@
+"""ScanNet and ARKitScenes loaders on tiny files written in the real formats (ASCII and binary PLY)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from a2c_ppo_acktr.envs.real_scans import SceneLoadError, find_scene, load_arkitscenes_scene, load_scannet_scene, read_ply_mesh
+from a2c_ppo_acktr.envs.scene import yaw_rotation
+
+UNIT_BOX = np.array([[x, y, z] for z in (-0.5, 0.5) for y in (-0.5, 0.5) for x in (-0.5, 0.5)])
+BOX_FACES = np.array([[0, 2, 1], [1, 2, 3], [4, 5, 6], [5, 7, 6], [0, 1, 4], [1, 5, 4],
+                      [2, 6, 3], [3, 6, 7], [0, 4, 2], [2, 4, 6], [1, 3, 5], [3, 7, 5]])
+
+
+class MeshParts:
+    """A mesh built from parts with their own vertices, remembering each part's vertex/face ranges."""
+
+    def __init__(self):
+        self.v, self.f, self.c, self.vert_part, self.face_part = [], [], [], [], []
+        self.n = 0
+
+    def add(self, verts, faces, color, part):
+        self.v.append(np.asarray(verts, float))
+        self.f.append(np.asarray(faces) + self.n)
+        self.c.append(np.tile(color, (len(verts), 1)))
+        self.vert_part += [part] * len(verts)
+        self.face_part += [part] * len(faces)
+        self.n += len(verts)
+
+    def box(self, center, extent, color, part, rotation=np.eye(3)):
+        self.add(np.asarray(center) + (UNIT_BOX * extent) @ rotation.T, BOX_FACES, color, part)
+
+    def quad(self, corners, color, part):
+        self.add(corners, [[0, 1, 2], [0, 2, 3]], color, part)
+
+    def arrays(self):
+        return np.concatenate(self.v), np.concatenate(self.f), np.concatenate(self.c).astype(np.uint8)
+
+
+def room(floor_z, x0, x1, y0, y1, height=2.5):
+    m = MeshParts()
+    m.quad([[x0, y0, floor_z], [x1, y0, floor_z], [x1, y1, floor_z], [x0, y1, floor_z]], (120, 120, 120), "floor")
+    corners = [(x0, y0), (x1, y0), (x1, y1), (x0, y1)]
+    for k in range(4):
+        (a, b), (c, d) = corners[k], corners[(k + 1) % 4]
+        m.quad([[a, b, floor_z], [c, d, floor_z], [c, d, floor_z + height], [a, b, floor_z + height]], (200, 200, 190), "wall")
+    return m
+
+
+def write_ply(path, vertices, faces, colors, binary):
+    header = ["ply", f"format {'binary_little_endian' if binary else 'ascii'} 1.0", "comment tiny test mesh",
+              f"element vertex {len(vertices)}", "property float x", "property float y", "property float z",
+              "property uchar red", "property uchar green", "property uchar blue", "property uchar alpha",
+              f"element face {len(faces)}", "property list uchar int vertex_indices", "end_header"]
+    if binary:
+        vdt = np.dtype([("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("r", "u1"), ("g", "u1"), ("b", "u1"), ("a", "u1")])
+        va = np.zeros(len(vertices), vdt)
+        va["x"], va["y"], va["z"] = vertices.T
+        va["r"], va["g"], va["b"] = colors.T
+        va["a"] = 255
+        fdt = np.dtype([("n", "u1"), ("i", "<i4", (3,))])
+        fa = np.zeros(len(faces), fdt)
+        fa["n"], fa["i"] = 3, faces
+        path.write_bytes(("\n".join(header) + "\n").encode() + va.tobytes() + fa.tobytes())
+    else:
+        lines = header + [f"{x:.6f} {y:.6f} {z:.6f} {r} {g} {b} 255" for (x, y, z), (r, g, b) in zip(vertices, colors)]
+        lines += [f"3 {a} {b} {c}" for a, b, c in faces]
+        path.write_text("\n".join(lines) + "\n")
+
+
+# ScanNet: raw room x in [-1, 3], y in [-1, 2], floor at z = 0; axis alignment turns by +90 degrees
+# about z and shifts by (1, 2, 0.5): x' = -y + 1, y' = x + 2, z' = z + 0.5.
+ALIGN = np.array([[0, -1, 0, 1], [1, 0, 0, 2], [0, 0, 1, 0.5], [0, 0, 0, 1]], dtype=float)
+SEG_OF = {"floor": 10, "wall": 11, "chair": 12, "table": 13}
+
+
+def make_scannet(tmp_path, binary, name="scene0001_00"):
+    d = tmp_path / name
+    d.mkdir(parents=True)
+    m = room(0.0, -1.0, 3.0, -1.0, 2.0)
+    m.box((1.0, 0.5, 0.4), (0.5, 0.6, 0.8), (200, 30, 30), "chair")
+    m.box((-0.2, 1.2, 0.375), (1.2, 0.7, 0.75), (30, 30, 200), "table")
+    v, f, c = m.arrays()
+    vp = np.array(m.vert_part)
+    # One extra triangle joining two chair vertices and one floor vertex: majority -> chair.
+    chair_v = np.flatnonzero(vp == "chair")
+    floor_v = np.flatnonzero(vp == "floor")
+    f = np.concatenate([f, [[chair_v[0], chair_v[1], floor_v[0]]]])
+    write_ply(d / f"{name}_vh_clean_2.ply", v, f, c, binary)
+    (d / f"{name}_vh_clean_2.0.010000.segs.json").write_text(json.dumps({"sceneId": name, "segIndices": [SEG_OF[p] for p in vp]}))
+    groups = [{"id": i, "objectId": i, "label": lab, "segments": [SEG_OF[lab]] + ([99] if lab == "table" else [])}
+              for i, lab in enumerate(["floor", "wall", "chair", "table"])]
+    (d / f"{name}.aggregation.json").write_text(json.dumps({"sceneId": name, "segGroups": groups}))
+    (d / f"{name}.txt").write_text("colorHeight = 968\naxisAlignment = " + " ".join(str(x) for x in ALIGN.ravel()) + "\nnumVertices = 1\n")
+    return d, m, f
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_scannet_loader(tmp_path, binary):
+    d, m, faces = make_scannet(tmp_path, binary)
+    s = load_scannet_scene(d)
+    assert s.scene_id == "scene0001_00" and s.dataset == "scannet"
+    assert sorted(s.label_counts()) == ["chair", "table"]  # floor/wall stay structure
+    chair = s.objects_by_label("chair")[0]
+    assert chair.object_id == 2
+    # Aligned center: (-0.5 + 1, 1 + 2, 0.4 + 0.5), then the floor (z' = 0.5) moves to 0.
+    np.testing.assert_allclose(chair.center, [0.5, 3.0, 0.4], atol=1e-5)
+    np.testing.assert_allclose(chair.extent, [0.6, 0.5, 0.8], atol=1e-5)  # x/y swapped by the turn
+    np.testing.assert_allclose(chair.rotation, np.eye(3))
+    assert s.vertices[:, 2].min() == pytest.approx(0.0, abs=1e-5)
+    assert s.ceiling_height == pytest.approx(2.5, abs=1e-3)
+    assert s.room_area == pytest.approx(12.0, abs=1e-4)  # 4 x 3 m room
+    fp = s.floor_polygon
+    np.testing.assert_allclose(fp.min(axis=0), [-1.0, 1.0], atol=1e-5)
+    np.testing.assert_allclose(fp.max(axis=0), [2.0, 5.0], atol=1e-5)
+    parts = np.array(m.face_part + ["chair"])  # the bridge triangle goes to the chair by majority
+    expected = np.select([parts == "chair", parts == "table"], [2, 3], -1)
+    np.testing.assert_array_equal(s.triangle_object_ids, expected)
+    red = s.triangle_colors[s.triangle_object_ids == 2]
+    np.testing.assert_allclose(red[0], np.array([200, 30, 30]) / 255.0, atol=1e-6)
+
+
+def make_arkit(tmp_path, vid="41069042"):
+    d = tmp_path / vid
+    d.mkdir()
+    floor = -1.3
+    m = room(floor, 0.0, 4.0, 0.0, 3.0)
+    rot = yaw_rotation(30.0)
+    m.box((1.5, 1.5, floor + 0.45), (1.0, 0.6, 0.9), (10, 200, 10), "cabinet", rot)
+    m.box((3.0, 2.0, floor + 0.2), (0.3, 0.3, 0.4), (10, 10, 200), "bin")
+    v, f, c = m.arrays()
+    write_ply(d / f"{vid}_3dod_mesh.ply", v, f, c, binary=True)
+    ann = {"data": [
+        {"label": "cabinet", "segments": {"obbAligned": {"centroid": [1.5, 1.5, floor + 0.45], "axesLengths": [1.0, 0.6, 0.9],
+                                                          "normalizedAxes": rot.T.ravel().tolist()}}},
+        {"label": "trash_can", "segments": {"obbAligned": {"centroid": [3.0, 2.0, floor + 0.2], "axesLengths": [0.3, 0.3, 0.4],
+                                                            "normalizedAxes": np.eye(3).ravel().tolist()}}},
+    ]}
+    (d / f"{vid}_3dod_annotation.json").write_text(json.dumps(ann))
+    return d, m
+
+
+def test_arkitscenes_loader(tmp_path):
+    d, m = make_arkit(tmp_path)
+    s = load_arkitscenes_scene(d)
+    assert s.scene_id == "41069042" and s.dataset == "arkitscenes"
+    assert s.label_counts() == {"cabinet": 1, "trash can": 1}
+    cab = s.objects_by_label("cabinet")[0]
+    # normalizedAxes rows are the box axes: the object's rotation columns are the yawed axes.
+    np.testing.assert_allclose(cab.rotation, yaw_rotation(30.0), atol=1e-9)
+    np.testing.assert_allclose(cab.center, [1.5, 1.5, 0.45], atol=1e-5)
+    assert cab.yaw_deg == pytest.approx(30.0)
+    assert cab.longest_side == pytest.approx(1.0)
+    parts = np.array(m.face_part)
+    expected = np.select([parts == "cabinet", parts == "bin"], [0, 1], -1)
+    np.testing.assert_array_equal(s.triangle_object_ids, expected)
+    assert s.vertices[:, 2].min() == pytest.approx(0.0, abs=1e-5)
+    assert s.room_area == pytest.approx(12.0, abs=1e-4)
+
+
+def test_find_scene_layouts(tmp_path):
+    make_scannet(tmp_path / "scans", binary=True, name="scene0002_00")
+    assert find_scene(tmp_path, "scannet", "scene0002_00").scene_id == "scene0002_00"
+    (tmp_path / "3dod" / "Validation").mkdir(parents=True)
+    make_arkit(tmp_path / "3dod" / "Validation", vid="4200")
+    assert find_scene(tmp_path, "arkitscenes", "4200").dataset == "arkitscenes"
+    with pytest.raises(SceneLoadError, match="scene9999_00.*not found"):
+        find_scene(tmp_path, "scannet", "scene9999_00")
+    with pytest.raises(SceneLoadError, match="unknown dataset"):
+        find_scene(tmp_path, "scannetpp", "x")
+
+
+def test_missing_and_corrupt_files_name_the_file(tmp_path):
+    d, _, _ = make_scannet(tmp_path, binary=True)
+    ply = d / "scene0001_00_vh_clean_2.ply"
+    good = ply.read_bytes()
+    ply.write_bytes(good[: len(good) - 40])  # truncated binary body
+    with pytest.raises(SceneLoadError, match="vh_clean_2.ply.*truncated"):
+        load_scannet_scene(d)
+    ply.write_bytes(b"not a mesh at all")
+    with pytest.raises(SceneLoadError, match="vh_clean_2.ply.*not a PLY"):
+        load_scannet_scene(d)
+    ply.unlink()
+    with pytest.raises(SceneLoadError, match="vh_clean_2.ply.*does not exist"):
+        load_scannet_scene(d)
+    with pytest.raises(SceneLoadError, match="does not exist"):
+        read_ply_mesh(tmp_path / "nope.ply")
+
+
+def test_scannet_metadata_errors(tmp_path):
+    d, _, _ = make_scannet(tmp_path, binary=False)
+    (d / "scene0001_00.txt").write_text("colorHeight = 968\n")
+    with pytest.raises(SceneLoadError, match=r"scene0001_00\.txt.*axisAlignment"):
+        load_scannet_scene(d)
+    (d / "scene0001_00.txt").write_text("axisAlignment = " + " ".join(["1"] * 16) + "\n")
+    (d / "scene0001_00_vh_clean_2.0.010000.segs.json").write_text(json.dumps({"segIndices": [1, 2, 3]}))
+    with pytest.raises(SceneLoadError, match="segs.json.*3 segIndices"):
+        load_scannet_scene(d)
+    (d / "scene0001_00.aggregation.json").write_text("{broken")
+    with pytest.raises(SceneLoadError, match="aggregation.json.*not valid JSON"):
+        load_scannet_scene(d)
+
+
+def test_arkit_annotation_errors(tmp_path):
+    d, _ = make_arkit(tmp_path)
+    (d / "41069042_3dod_annotation.json").write_text(json.dumps({"data": [{"label": "chair", "segments": {}}]}))
+    with pytest.raises(SceneLoadError, match="annotation.json.*obbAligned"):
+        load_arkitscenes_scene(d)
+    (d / "41069042_3dod_annotation.json").unlink()
+    with pytest.raises(SceneLoadError, match="annotation.json.*does not exist"):
+        load_arkitscenes_scene(d)
+
+
+def test_scan_occupancy_blocks_unlabelled_walls_and_unscanned_floor(tmp_path):
+    import dataclasses
+
+    from a2c_ppo_acktr.envs.navigation import is_free, try_move
+    from a2c_ppo_acktr.envs.renderer import Pose
+
+    vid = "777"
+    d = tmp_path / vid
+    d.mkdir()
+    z0 = -1.3
+    m = MeshParts()
+    # L-shaped scanned floor: [0,4]x[0,2] plus [0,2]x[2,4]; its convex hull also covers the notch.
+    m.quad([[0, 0, z0], [4, 0, z0], [4, 2, z0], [0, 2, z0]], (120, 120, 120), "floor")
+    m.quad([[0, 2, z0], [2, 2, z0], [2, 4, z0], [0, 4, z0]], (120, 120, 120), "floor")
+    # An unlabelled partition wall at x = 1 from y = 0 to 1.2 (one big quad, as decimated scans have).
+    m.quad([[1, 0, z0], [1, 1.2, z0], [1, 1.2, z0 + 2.5], [1, 0, z0 + 2.5]], (200, 200, 190), "wall")
+    v, f, c = m.arrays()
+    write_ply(d / f"{vid}_3dod_mesh.ply", v, f, c, binary=False)
+    (d / f"{vid}_3dod_annotation.json").write_text(json.dumps({"data": []}))
+    s = load_arkitscenes_scene(d)
+    assert s.occupancy is not None and s.objects == []
+    assert s.contains_xy(3.0, 2.6)  # inside the hull...
+    assert not is_free(s, 3.0, 2.6, 0.2)  # ...but never scanned
+    assert is_free(s, 3.0, 1.0, 0.2) and is_free(s, 1.0, 3.0, 0.2)
+    pose, collided = try_move(s, Pose(0.4, 0.5, 0.0), 0.0, 2.0, 0.2)
+    assert collided and 1.0 - 0.2 - 0.08 <= pose.x <= 1.0 - 0.2 + 1e-6
+    assert is_free(dataclasses.replace(s, occupancy=None), 0.9, 0.5, 0.2)  # only the raster sees that wall
