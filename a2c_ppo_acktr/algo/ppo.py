@@ -1,0 +1,265 @@
+"""The PPO update (Schulman et al. 2017) for a VLM policy, as CleanRL writes it, with LLM-RL extras.
+
+Losses are pure functions returning ``(loss, metrics)``. :meth:`PPO.update` runs ``ppo_epochs`` x
+minibatches of a :class:`~a2c_ppo_acktr.storage.RolloutStorage`: re-forward prompt+action through the
+policy's ``forward`` (= ``evaluate_actions``; going through ``forward`` keeps DDP/DeepSpeed wrappers'
+hooks working), clipped surrogate, optionally clipped value loss, entropy bonus, KL penalty to the
+reference (adapter disabled), gradient clipping, and an optimizer step every ``grad_accum_steps``
+minibatches.
+
+Guards: a minibatch whose loss is not finite on any process is skipped and counted: it backpropagates
+an all-zero loss instead (so DeepSpeed/DDP collectives stay aligned across processes), and when every
+minibatch of an accumulation window was skipped no optimizer step is taken (weights untouched). Without
+DeepSpeed, a non-finite gradient norm also skips the step. Under DeepSpeed the engine steps inside
+``accelerator.backward`` at its own boundaries, so the "no step" part of the guard is DeepSpeed's.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Optional
+
+import torch
+from torch import Tensor
+
+from a2c_ppo_acktr.arguments import PPOConfig
+from a2c_ppo_acktr.storage import Minibatch, RolloutStorage
+
+# The adaptive KL controller moves kl_coef by at most this fraction per update (Ziegler et al. 2019).
+KL_CONTROLLER_MAX_STEP = 0.2
+
+
+def policy_loss(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, clip_coef: float) -> tuple[Tensor, dict[str, Tensor]]:
+    """Clipped surrogate objective (to minimise).
+
+    Args:
+        log_probs: ``(B,)`` new action log-probs (with grad).
+        old_log_probs: ``(B,)`` rollout action log-probs.
+        advantages: ``(B,)``.
+        clip_coef: epsilon of the ratio clip.
+
+    Returns:
+        ``(loss, metrics)`` with metrics ``approx_kl`` (k3 estimator, CleanRL), ``clipfrac`` and
+        ``ratio_max_dev`` (max ``|ratio - 1|``), all detached scalars.
+    """
+    log_ratio = log_probs - old_log_probs
+    ratio = log_ratio.exp()
+    pg1 = -advantages * ratio
+    pg2 = -advantages * ratio.clamp(1.0 - clip_coef, 1.0 + clip_coef)
+    loss = torch.max(pg1, pg2).mean()
+    with torch.no_grad():
+        metrics = {
+            "approx_kl": ((ratio - 1.0) - log_ratio).mean(),
+            "clipfrac": ((ratio - 1.0).abs() > clip_coef).float().mean(),
+            "ratio_max_dev": (ratio - 1.0).abs().max(),
+        }
+    return loss, metrics
+
+
+def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, clip_coef: float, clip_vloss: bool) -> tuple[Tensor, dict[str, Tensor]]:
+    """Half squared error to the returns, optionally clipped around the rollout values (CleanRL).
+
+    All inputs ``(B,)``. Returns ``(loss, {"value_clipfrac"})``.
+    """
+    unclipped = (values - returns) ** 2
+    if clip_vloss:
+        clipped_values = old_values + (values - old_values).clamp(-clip_coef, clip_coef)
+        loss = 0.5 * torch.max(unclipped, (clipped_values - returns) ** 2).mean()
+    else:
+        loss = 0.5 * unclipped.mean()
+    with torch.no_grad():
+        frac = ((values - old_values).abs() > clip_coef).float().mean() if clip_vloss else torch.zeros((), device=values.device)
+    return loss, {"value_clipfrac": frac}
+
+
+def ppo_loss(
+    log_probs: Tensor,
+    values: Tensor,
+    entropy: Tensor,
+    kl: Optional[Tensor],
+    mb: Minibatch,
+    cfg: PPOConfig,
+    kl_coef: float,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Total loss ``pg + vf_coef * v - ent_coef * H + kl_coef * KL`` and its parts (all ``(B,)`` in)."""
+    dev = log_probs.device
+    pg, pg_m = policy_loss(log_probs, mb.old_log_probs.to(dev), mb.advantages.to(dev), cfg.clip_coef)
+    v, v_m = value_loss(values, mb.old_values.to(dev), mb.returns.to(dev), cfg.clip_coef, cfg.clip_vloss)
+    ent = entropy.mean()
+    loss = pg + cfg.vf_coef * v - cfg.ent_coef * ent
+    kl_mean = kl.mean() if kl is not None else None
+    if kl_coef > 0:
+        if kl_mean is None:
+            raise ValueError("kl_coef > 0 but the policy returned no KL; evaluate_actions must be called with with_kl=True")
+        loss = loss + kl_coef * kl_mean
+    metrics = {"policy_loss": pg.detach(), "value_loss": v.detach(), "entropy": ent.detach(), **pg_m, **v_m}
+    if kl_mean is not None:
+        metrics["kl_ref"] = kl_mean.detach()
+    return loss, metrics
+
+
+def explained_variance(values: Tensor, returns: Tensor) -> float:
+    """``1 - Var(returns - values) / Var(returns)``; NaN when the returns have no variance."""
+    var_y = returns.float().var(unbiased=False)
+    if var_y == 0:
+        return float("nan")
+    return float(1.0 - (returns.float() - values.float()).var(unbiased=False) / var_y)
+
+
+def adapt_kl_coef(kl_coef: float, kl: float, kl_target: float) -> float:
+    """Proportional controller: grow ``kl_coef`` when KL is above target, shrink it when below."""
+    error = max(-KL_CONTROLLER_MAX_STEP, min(KL_CONTROLLER_MAX_STEP, kl / kl_target - 1.0))
+    return kl_coef * (1.0 + error)
+
+
+class PPO:
+    """PPO over a :class:`RolloutStorage` of VLM turns.
+
+    Args:
+        policy: the policy module (a :class:`~a2c_ppo_acktr.model.VLMPolicy`, possibly wrapped by
+            ``accelerator.prepare``); called as ``policy(minibatch, with_kl=bool)`` -> ``EvalOutput``.
+        optimizer: optimizer over the trainable parameters (prepared by the accelerator if one is used).
+        cfg: :class:`PPOConfig`.
+        accelerator: an ``accelerate.Accelerator`` or None (plain ``loss.backward()``). When given,
+            its ``gradient_accumulation_steps`` must be ``cfg.grad_accum_steps`` (accelerate scales
+            the loss by it and DeepSpeed steps at that boundary).
+        seed: seeds the minibatch shuffles (add the process rank for multi-process runs).
+    """
+
+    def __init__(self, policy: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: PPOConfig, accelerator: Any = None, seed: int = 0) -> None:
+        self.policy, self.optimizer, self.cfg, self.accelerator = policy, optimizer, cfg, accelerator
+        if accelerator is not None and accelerator.gradient_accumulation_steps != cfg.grad_accum_steps:
+            raise ValueError(
+                f"Accelerator(gradient_accumulation_steps={accelerator.gradient_accumulation_steps}) differs from "
+                f"ppo.grad_accum_steps={cfg.grad_accum_steps}; create the Accelerator with "
+                "gradient_accumulation_steps=cfg.ppo.grad_accum_steps"
+            )
+        self.kl_coef = float(cfg.kl_coef)
+        self.generator = torch.Generator().manual_seed(int(seed))
+        self.num_updates = 0
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Controller state to checkpoint (the optimizer is checkpointed by the caller)."""
+        return {"kl_coef": self.kl_coef, "generator": self.generator.get_state(), "num_updates": self.num_updates}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.kl_coef = float(state["kl_coef"])
+        self.generator.set_state(state["generator"])
+        self.num_updates = int(state["num_updates"])
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def _deepspeed(self) -> bool:
+        return self.accelerator is not None and str(self.accelerator.distributed_type).upper().endswith("DEEPSPEED")
+
+    @property
+    def _has_reference(self) -> bool:
+        module = self.accelerator.unwrap_model(self.policy) if self.accelerator is not None else self.policy
+        return bool(getattr(module, "has_reference", False))
+
+    def _trainable(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.policy.parameters() if p.requires_grad]
+
+    def _all_finite(self, loss: Tensor) -> bool:
+        flag = torch.isfinite(loss.detach()).all().float().reshape(1)
+        if self.accelerator is not None and self.accelerator.num_processes > 1:
+            flag = self.accelerator.gather(flag.to(self.accelerator.device)).min()
+        return bool(flag.item() > 0)
+
+    def _mean_across(self, x: float) -> float:
+        if self.accelerator is None or self.accelerator.num_processes == 1:
+            return x
+        t = torch.tensor([x], dtype=torch.float32, device=self.accelerator.device)
+        return float(self.accelerator.reduce(t, reduction="mean").item())
+
+    def _backward(self, loss: Tensor) -> None:
+        if self.accelerator is not None:
+            self.accelerator.backward(loss)
+        else:
+            (loss / self.cfg.grad_accum_steps).backward()
+
+    def _clip(self, params: Iterable[torch.nn.Parameter]) -> float:
+        if self.accelerator is not None:
+            norm = self.accelerator.clip_grad_norm_(params, self.cfg.max_grad_norm)
+        else:
+            norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
+        return float("nan") if norm is None else float(norm)
+
+    # ------------------------------------------------------------------ update
+    def update(self, storage: RolloutStorage) -> dict[str, float]:
+        """Run the PPO epochs over ``storage`` (after ``compute_returns``). Returns logged metrics."""
+        cfg = self.cfg
+        total = storage.num_steps * storage.num_envs
+        if total % cfg.mini_batch_size != 0:
+            raise ValueError(f"ppo.mini_batch_size={cfg.mini_batch_size} must divide num_steps*num_envs={total}")
+        num_mb = total // cfg.mini_batch_size
+        if num_mb % cfg.grad_accum_steps != 0:
+            raise ValueError(
+                f"{num_mb} minibatches per epoch is not a multiple of ppo.grad_accum_steps={cfg.grad_accum_steps}; "
+                "pick mini_batch_size and grad_accum_steps so that (num_envs*num_steps/mini_batch_size) % grad_accum_steps == 0"
+            )
+        params = self._trainable()
+        self.policy.train()
+        self.optimizer.zero_grad()
+        sums: dict[str, float] = {}
+        counted = 0
+        skipped = 0
+        grad_norms: list[float] = []
+        first_dev = float("nan")
+        kl_refs: list[float] = []
+        for epoch in range(cfg.ppo_epochs):
+            epoch_kls: list[float] = []
+            window_has_grad = False
+            for k, mb in enumerate(storage.minibatches(cfg.mini_batch_size, self.generator, cfg.norm_adv)):
+                # KL is needed for the penalty; with no penalty it is still measured once per update.
+                with_kl = self.kl_coef > 0 or (epoch == 0 and k == 0 and self._has_reference)
+                out = self.policy(mb, with_kl=with_kl)
+                loss, m = ppo_loss(out.log_probs, out.values, out.entropy, out.kl, mb, cfg, self.kl_coef)
+                if epoch == 0 and k == 0:
+                    first_dev = float(m["ratio_max_dev"])
+                if self._all_finite(loss):
+                    self._backward(loss)
+                    window_has_grad = True
+                    counted += 1
+                    for name, val in m.items():
+                        if name == "kl_ref":
+                            kl_refs.append(float(val))
+                        elif name != "ratio_max_dev":
+                            sums[name] = sums.get(name, 0.0) + float(val)
+                    epoch_kls.append(float(m["approx_kl"]))
+                else:
+                    skipped += 1
+                    # A zero loss over every trainable weight keeps DDP/DeepSpeed reductions in step.
+                    self._backward(sum((p * 0.0).sum() for p in params))
+                if (k + 1) % cfg.grad_accum_steps == 0:
+                    norm = self._clip(params)
+                    grad_norms.append(norm)
+                    if window_has_grad and (self._deepspeed or math.isfinite(norm)):
+                        self.optimizer.step()
+                    elif window_has_grad:
+                        skipped += 1  # the gradient itself was not finite: no step
+                    self.optimizer.zero_grad()
+                    window_has_grad = False
+            if cfg.target_kl is not None and epoch_kls:
+                if self._mean_across(sum(epoch_kls) / len(epoch_kls)) > cfg.target_kl:
+                    break
+        kl_ref = sum(kl_refs) / len(kl_refs) if kl_refs else float("nan")
+        if cfg.kl_adaptive and kl_refs:
+            self.kl_coef = adapt_kl_coef(self.kl_coef, self._mean_across(kl_ref), cfg.kl_target)
+        self.num_updates += 1
+        mean = {k: v / counted for k, v in sums.items()} if counted else {}
+        finite_norms = [g for g in grad_norms if math.isfinite(g)]
+        return {
+            "losses/policy_loss": mean.get("policy_loss", float("nan")),
+            "losses/value_loss": mean.get("value_loss", float("nan")),
+            "losses/entropy": mean.get("entropy", float("nan")),
+            "losses/approx_kl": mean.get("approx_kl", float("nan")),
+            "losses/clipfrac": mean.get("clipfrac", float("nan")),
+            "losses/value_clipfrac": mean.get("value_clipfrac", float("nan")),
+            "losses/explained_variance": explained_variance(storage.values.flatten(), storage.returns.flatten()),
+            "losses/grad_norm": sum(finite_norms) / len(finite_norms) if finite_norms else float("nan"),
+            "losses/skipped_minibatches": float(skipped),
+            "losses/kl_ref": kl_ref,
+            "losses/kl_coef": self.kl_coef,
+            "debug/first_minibatch_ratio_max_dev": first_dev,
+        }

@@ -1,0 +1,551 @@
+"""VLMPolicy: a Hugging Face VLM + PEFT LoRA + value head + temperature predictor.
+
+Acting (:meth:`VLMPolicy.act`) runs ONE batched ``generate`` for all envs. Prompts are left-padded,
+so the last prompt token of every row sits at the same index; its final hidden state (the input of
+``lm_head`` at generate's first step, caught by a forward hook) gives the value and the temperature.
+Each row is sampled at its own temperature by a ``LogitsProcessor`` that calls
+:func:`~a2c_ppo_acktr.distributions.process_logits` (divide by T_i, forbid placeholder tokens);
+generate's own temperature/top-k/top-p stay neutral.
+
+The rollout's log-probs come from the same functions the update uses, on the same numbers:
+with ``model.rollout_log_probs = "generate"`` (default, no extra forward) the processor keeps each
+step's processed logits and reads the sampled token's log-prob with
+:func:`~a2c_ppo_acktr.distributions.token_log_probs`, and the value head reads the hidden state
+caught at generate's first step; with ``"recompute"`` a no-grad training forward
+(:meth:`VLMPolicy.evaluate_actions`'s code) re-scores the batch. Either way the first PPO minibatch
+sees ``ratio == 1`` to float rounding whatever the batch layout (tested: < 1e-4 in fp32). Dropout is
+off while acting; keep ``model.lora_dropout = 0`` for PPO, or the update's dropout masks make the
+first ratio differ from 1.
+
+Batch layout of the training forward: ``[left-padded prompt | generated ids right-padded]``; the
+attention mask covers both paddings, and ``logits_to_keep = R + 1`` makes ``lm_head`` see exactly the
+last prompt token and the generated positions: position 0 of its input is the last prompt token
+(value, temperature), positions ``0..R-1`` predict the R generated tokens. Images are re-processed
+from the raw arrays; the resulting prompt ids are checked against the rollout's.
+
+The reference policy for the KL penalty is the same network with the adapter disabled
+(``peft``'s ``disable_adapter``): no second copy. ``train_vision`` modules are trained through
+``modules_to_save``, so the reference keeps the original vision weights too.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Optional, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+
+from a2c_ppo_acktr import prompts
+from a2c_ppo_acktr.arguments import ModelConfig
+from a2c_ppo_acktr.distributions import (
+    masked_mean,
+    process_logits,
+    response_token_weights,
+    sequence_log_prob,
+    token_entropy,
+    token_kl,
+    token_log_probs,
+)
+from a2c_ppo_acktr.loading import LoadedVLM, forbidden_token_ids, load_vlm
+from a2c_ppo_acktr.temp_predictor import TempPredictor
+
+HEADS_FILE = "heads.safetensors"
+FULL_WEIGHTS_FILE = "trainable.safetensors"  # trainable weights when training without LoRA
+
+# Vision modules trained for ModelConfig.train_vision, per family (peft modules_to_save suffixes).
+VISION_MODULES: dict[str, dict[str, list[str]]] = {
+    "qwen2_vl": {"projector": ["visual.merger"], "tower": ["visual"]},
+    "qwen2_5_vl": {"projector": ["visual.merger"], "tower": ["visual"]},
+    "qwen3_vl": {"projector": ["visual.merger", "visual.deepstack_merger_list"], "tower": ["visual"]},
+    "llava": {"projector": ["multi_modal_projector"], "tower": ["vision_tower", "multi_modal_projector"]},
+    "llava_onevision": {"projector": ["multi_modal_projector"], "tower": ["vision_tower", "multi_modal_projector"]},
+}
+
+
+@dataclass
+class ActOutput:
+    """What :meth:`VLMPolicy.act` returns for N envs (lists have N entries, tensors are ``(N,)``)."""
+
+    generated_ids: list[Tensor]  # (R_i,) generated ids, cut after the first EOS, no padding
+    texts: list[str]  # decoded responses (special tokens skipped)
+    log_probs: Tensor  # weighted action log-probs (thought_prob_coef on thought tokens)
+    values: Tensor
+    temperatures: Tensor
+    prompts: list[str]  # rendered prompts (what the processor tokenized)
+    images: list[list[np.ndarray]]  # raw images given with each prompt ([] when blind)
+    prompt_ids: list[Tensor]  # (P_i,) prompt token ids without padding (image tokens expanded)
+    token_weights: list[Tensor]  # (R_i,) float32
+
+
+@dataclass
+class EvalOutput:
+    """What :meth:`VLMPolicy.evaluate_actions` returns; all ``(B,)`` float32."""
+
+    log_probs: Tensor
+    values: Tensor
+    entropy: Tensor  # mean per-token entropy over the generated tokens
+    kl: Optional[Tensor]  # mean per-token KL(pi || pi_ref) over generated tokens; None if not asked
+    temperatures: Tensor
+
+
+class _RowTemperatureProcessor(LogitsProcessor):
+    """Divides row i's logits by T_i and forbids ids; optionally records the sampled tokens' log-probs.
+
+    ``temperature_fn`` is called once, at the first step, after generate's first forward has run
+    (the hook has then caught the last prompt token's hidden state). The token sampled at step k is
+    only known at step k+1 (as the last column of ``input_ids``), so its log-prob is read from the
+    processed logits kept from step k; :meth:`finish` reads the last one after generate returns.
+    """
+
+    def __init__(self, temperature_fn, forbidden_ids: Tensor, record_log_probs: bool) -> None:
+        self.temperature_fn = temperature_fn
+        self.forbidden_ids = forbidden_ids
+        self.record = record_log_probs
+        self.temperatures: Optional[Tensor] = None
+        self._previous: Optional[Tensor] = None  # (B, V) processed logits of the previous step
+        self.step_log_probs: list[Tensor] = []  # (B,) per generated position
+
+    def _read(self, tokens: Tensor) -> None:
+        if self._previous is not None:
+            lp = token_log_probs(self._previous[:, None, :], tokens.to(self._previous.device)[:, None])
+            self.step_log_probs.append(lp[:, 0])
+            self._previous = None
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        if self.temperatures is None:
+            self.temperatures = self.temperature_fn()
+        processed = process_logits(scores, self.temperatures.to(scores.device), self.forbidden_ids)
+        if self.record:
+            self._read(input_ids[:, -1])
+            self._previous = processed
+        return processed
+
+    def finish(self, last_tokens: Tensor) -> Tensor:
+        """``(B, R)`` log-probs of the R generated positions (after generate returned)."""
+        self._read(last_tokens)
+        return torch.stack(self.step_log_probs, dim=1)
+
+
+class VLMPolicy(nn.Module):
+    """Actor-critic VLM policy.
+
+    Args:
+        cfg: :class:`ModelConfig`.
+        loaded: an already loaded :class:`LoadedVLM` (tests share one); default loads ``cfg``.
+    """
+
+    def __init__(self, cfg: ModelConfig, loaded: Optional[LoadedVLM] = None) -> None:
+        super().__init__()
+        self.cfg = cfg
+        loaded = loaded if loaded is not None else load_vlm(cfg)
+        self.family = loaded.family
+        self.processor = loaded.processor
+        self.tokenizer = loaded.processor.tokenizer
+        if self.tokenizer.padding_side != "left":
+            raise ValueError(
+                f"the processor pads on the {self.tokenizer.padding_side!r}; batched generation needs left padding "
+                "(load it with a2c_ppo_acktr.loading.load_processor, which sets it)"
+            )
+        base = loaded.model
+        text_cfg = base.config.get_text_config()
+        hidden = int(text_cfg.hidden_size)
+        for p in base.parameters():
+            p.requires_grad_(False)
+        self.model = self._wrap(base, cfg, loaded.family)
+        if cfg.gradient_checkpointing:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        device = next(base.parameters()).device
+        # Heads stay float32 whatever the base dtype: values and temperatures need the precision.
+        self.value_head = nn.Sequential(
+            nn.Linear(hidden, cfg.value_head_hidden), nn.Tanh(), nn.Linear(cfg.value_head_hidden, 1)
+        ).to(device=device, dtype=torch.float32)
+        self.temp_predictor: Optional[TempPredictor] = None
+        if cfg.use_temp_predictor:
+            self.temp_predictor = TempPredictor(
+                hidden, cfg.temp_head_hidden, cfg.temperature, cfg.min_temperature, cfg.max_temperature
+            ).to(device=device, dtype=torch.float32)
+        ids = forbidden_token_ids(self.processor, vocab_size=int(text_cfg.vocab_size))
+        self.register_buffer("forbidden_ids", torch.tensor(ids, dtype=torch.long, device=device), persistent=False)
+        gen = base.generation_config
+        eos = gen.eos_token_id if gen.eos_token_id is not None else self.tokenizer.eos_token_id
+        self.eos_ids = sorted({int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])})
+        pad = gen.pad_token_id if gen.pad_token_id is not None else self.tokenizer.pad_token_id
+        if pad is None:
+            raise ValueError("the model has no pad token id (generation_config.pad_token_id / tokenizer.pad_token_id); set one")
+        self.pad_id = int(pad)
+
+    # ------------------------------------------------------------------ construction
+    @staticmethod
+    def _wrap(base: nn.Module, cfg: ModelConfig, family: str) -> nn.Module:
+        vision = [] if cfg.train_vision == "none" else VISION_MODULES.get(family, {}).get(cfg.train_vision)
+        if vision is None:
+            raise ValueError(f"model.train_vision={cfg.train_vision!r} is not defined for family {family!r}; use train_vision=none")
+        if not cfg.use_lora:
+            # Full fine-tuning of the language model (+ the chosen vision modules); no reference model.
+            names = [n for n, _ in base.named_parameters()]
+            for n, p in base.named_parameters():
+                in_vision = any(f".{v}." in f".{n}" for v in VISION_MODULES.get(family, {}).get("tower", []))
+                chosen = any(f".{v}." in f".{n}" for v in vision)
+                if not in_vision or chosen:
+                    p.requires_grad_(True)
+            if not any(p.requires_grad for p in base.parameters()):
+                raise ValueError(f"no trainable parameters found among {len(names)}")
+            return base
+        from peft import LoraConfig, get_peft_model
+
+        lora = LoraConfig(
+            r=cfg.lora_r,
+            lora_alpha=cfg.lora_alpha,
+            lora_dropout=cfg.lora_dropout,
+            target_modules=cfg.lora_target_modules,
+            modules_to_save=VLMPolicy._vision_module_names(base, vision) or None,
+            bias="none",
+        )
+        try:
+            return get_peft_model(base, lora)
+        except ValueError as e:
+            raise ValueError(f"LoRA could not be applied with model.lora_target_modules={cfg.lora_target_modules!r}: {e}") from e
+
+    @staticmethod
+    def _vision_module_names(base: nn.Module, suffixes: Sequence[str]) -> list[str]:
+        """Full names of the modules ending in ``suffixes``; containers expand to their children
+        (peft's modules_to_save cannot wrap a ModuleList, e.g. Qwen3-VL's deepstack mergers)."""
+        names: list[str] = []
+        for name, module in base.named_modules():
+            if any(name == s or name.endswith("." + s) for s in suffixes):
+                if isinstance(module, (nn.ModuleList, nn.ModuleDict)):
+                    names += [f"{name}.{child}" for child, _ in module.named_children()]
+                else:
+                    names.append(name)
+        if suffixes and not names:
+            raise ValueError(f"no module of this model ends with any of {list(suffixes)}; check model.train_vision for this family")
+        return names
+
+    @property
+    def has_reference(self) -> bool:
+        """True when the reference policy (adapter disabled) exists, i.e. with LoRA."""
+        return self.cfg.use_lora
+
+    @property
+    def device(self) -> torch.device:
+        return self.forbidden_ids.device
+
+    @property
+    def base_model(self) -> nn.Module:
+        """The transformers model (inside the PEFT wrapper when LoRA is on)."""
+        return self.model.get_base_model() if self.cfg.use_lora else self.model
+
+    # ------------------------------------------------------------------ heads
+    def _temperatures(self, hidden: Tensor) -> Tensor:
+        if self.temp_predictor is None:
+            return torch.full((hidden.shape[0],), float(self.cfg.temperature), device=hidden.device)
+        return self.temp_predictor(hidden)
+
+    def _values(self, hidden: Tensor) -> Tensor:
+        # Under DeepSpeed bf16 the engine casts every parameter, heads included: feed the head its own dtype.
+        head_dtype = next(self.value_head.parameters()).dtype
+        return self.value_head(hidden.to(head_dtype)).float().squeeze(-1)
+
+    @contextlib.contextmanager
+    def _eval_mode(self) -> Iterator[None]:
+        """Dropout off while acting (rollout numbers must not depend on dropout masks)."""
+        was_training = self.training
+        self.eval()
+        try:
+            yield
+        finally:
+            self.train(was_training)
+
+    @contextlib.contextmanager
+    def _catch_lm_head_input(self) -> Iterator[list[Tensor]]:
+        """Collect the inputs of ``lm_head`` (final hidden states) of every forward in the block."""
+        caught: list[Tensor] = []
+        head = self.base_model.get_output_embeddings()
+        handle = head.register_forward_hook(lambda _m, args, _out: caught.append(args[0]))
+        try:
+            yield caught
+        finally:
+            handle.remove()
+
+    # ------------------------------------------------------------------ batching
+    def _prompts_and_images(self, observations: Sequence[dict], blind: bool) -> tuple[list[str], list[list[np.ndarray]]]:
+        texts = [prompts.render_prompt(self.processor, prompts.build_messages(o, blind=blind)) for o in observations]
+        images = [[] if blind else list(o["images"]) for o in observations]
+        return texts, images
+
+    def _encode(self, texts: Sequence[str], images: Sequence[Sequence[np.ndarray]]) -> dict[str, Tensor]:
+        flat = [img for row in images for img in row]
+        enc = self.processor(text=list(texts), images=flat or None, padding=True, return_tensors="pt")
+        return {k: v.to(self.device) for k, v in enc.items()}
+
+    def _forward_turns(
+        self,
+        enc: dict[str, Tensor],
+        generated_ids: Sequence[Tensor],
+        token_weights: Sequence[Tensor],
+        with_kl: bool,
+    ) -> EvalOutput:
+        """The training forward on ``[left-padded prompt | right-padded response]``."""
+        B, P = enc["input_ids"].shape
+        R = max((len(g) for g in generated_ids), default=0)
+        resp = torch.full((B, R), self.pad_id, dtype=torch.long, device=self.device)
+        resp_mask = torch.zeros(B, R, dtype=torch.bool, device=self.device)
+        weights = torch.zeros(B, R, dtype=torch.float32, device=self.device)
+        for i, (g, w) in enumerate(zip(generated_ids, token_weights)):
+            if len(w) != len(g):
+                raise ValueError(f"row {i}: {len(w)} token weights for {len(g)} generated tokens")
+            resp[i, : len(g)] = g.to(self.device)
+            resp_mask[i, : len(g)] = True
+            weights[i, : len(g)] = w.to(self.device)
+        inputs = dict(enc)
+        inputs["input_ids"] = torch.cat([enc["input_ids"], resp], dim=1)
+        inputs["attention_mask"] = torch.cat([enc["attention_mask"], resp_mask.to(enc["attention_mask"].dtype)], dim=1)
+        if "mm_token_type_ids" in enc:  # generated tokens are text
+            inputs["mm_token_type_ids"] = torch.cat([enc["mm_token_type_ids"], torch.zeros_like(resp, dtype=enc["mm_token_type_ids"].dtype)], dim=1)
+        with self._catch_lm_head_input() as caught:
+            out = self.model(**inputs, use_cache=False, logits_to_keep=R + 1)
+        hidden = caught[0][:, 0]  # the last prompt token (left padding: index P-1 in every row)
+        temps = self._temperatures(hidden)
+        values = self._values(hidden)
+        logits = process_logits(out.logits[:, :R], temps, self.forbidden_ids)
+        tok_lp = token_log_probs(logits, resp)
+        log_probs = sequence_log_prob(tok_lp, weights, resp_mask)
+        entropy = masked_mean(token_entropy(logits), resp_mask)
+        kl = None
+        if with_kl:
+            if not self.has_reference:
+                raise ValueError("KL to the reference needs LoRA (model.use_lora=true): the reference is the adapter-disabled model")
+            with torch.no_grad(), self.model.disable_adapter():
+                ref = self.model(**inputs, use_cache=False, logits_to_keep=R + 1).logits[:, :R]
+            ref_logits = process_logits(ref, temps.detach(), self.forbidden_ids)
+            kl = masked_mean(token_kl(logits, ref_logits), resp_mask)
+        return EvalOutput(log_probs=log_probs, values=values, entropy=entropy, kl=kl, temperatures=temps)
+
+    @staticmethod
+    def _unpadded(enc: dict[str, Tensor]) -> list[Tensor]:
+        return [row[mask.bool()].cpu() for row, mask in zip(enc["input_ids"], enc["attention_mask"])]
+
+    # ------------------------------------------------------------------ public API
+    def forward(self, minibatch: Any, with_kl: bool = False) -> EvalOutput:
+        """Same as :meth:`evaluate_actions`: PPO calls the (possibly wrapped) module itself."""
+        return self.evaluate_actions(minibatch, with_kl=with_kl)
+
+    def evaluate_actions(self, minibatch: Any, with_kl: bool = False) -> EvalOutput:
+        """Re-forward prompt + action of stored turns.
+
+        Args:
+            minibatch: a :class:`~a2c_ppo_acktr.storage.Minibatch` (``prompts``, ``images``,
+                ``prompt_ids``, ``generated_ids``, ``token_weights`` are read).
+            with_kl: also compute the KL to the reference (adapter disabled); one more forward.
+
+        Returns:
+            :class:`EvalOutput` with gradients.
+
+        Raises:
+            ValueError: the processor now tokenizes a prompt differently from the rollout.
+        """
+        enc = self._encode(minibatch.prompts, minibatch.images)
+        for i, (now, then) in enumerate(zip(self._unpadded(enc), minibatch.prompt_ids)):
+            if not torch.equal(now, then.cpu()):
+                raise ValueError(
+                    f"turn {i}: the prompt tokenizes to {len(now)} ids now but had {len(then)} in the rollout; "
+                    "the processor or its pixel budget changed between rollout and update"
+                )
+        return self._forward_turns(enc, minibatch.generated_ids, minibatch.token_weights, with_kl)
+
+    @torch.no_grad()
+    def get_values(self, observations: Sequence[dict], blind: bool = False) -> Tensor:
+        """``(N,)`` values of observations (e.g. the final observation of a truncated episode)."""
+        texts, images = self._prompts_and_images(observations, blind)
+        enc = self._encode(texts, images)
+        with self._eval_mode(), self._catch_lm_head_input() as caught:
+            self.model(**enc, use_cache=False, logits_to_keep=1)
+        return self._values(caught[0][:, -1]).float().cpu()
+
+    def _trim(self, row: Tensor) -> Tensor:
+        is_eos = torch.isin(row, torch.tensor(self.eos_ids, device=row.device))
+        if bool(is_eos.any()):
+            row = row[: int(is_eos.nonzero()[0]) + 1]  # keep the EOS: stopping is part of the action
+        return row
+
+    @torch.no_grad()
+    def act(self, observations: Sequence[dict], greedy: bool = False, blind: bool = False) -> ActOutput:
+        """Choose one response per observation with ONE batched ``generate``.
+
+        Args:
+            observations: N env observations ``{"images": [uint8 HxWx3, ...], "text": str}``.
+            greedy: argmax decoding (evaluation) instead of sampling.
+            blind: withhold the images (prompts say so).
+
+        Returns:
+            :class:`ActOutput`. With ``model.rollout_log_probs=generate`` the log-probs come from
+            generate's processed logits and the value/temperature from its first step (the
+            training forward's functions on the same hidden states); with ``recompute`` from a
+            no-grad training forward on the same batch.
+        """
+        with self._eval_mode():
+            texts, images = self._prompts_and_images(observations, blind)
+            enc = self._encode(texts, images)
+            P = enc["input_ids"].shape[1]
+            recompute = self.cfg.rollout_log_probs == "recompute"
+            with self._catch_lm_head_input() as caught:
+                proc = _RowTemperatureProcessor(
+                    lambda: self._temperatures(caught[0][:, -1]), self.forbidden_ids, record_log_probs=not recompute
+                )
+                seqs = self.model.generate(
+                    **enc, generation_config=self._generation_config(greedy), logits_processor=LogitsProcessorList([proc])
+                )
+            generated = [self._trim(row) for row in seqs[:, P:]]
+            decoded = self.tokenizer.batch_decode([g.tolist() for g in generated], skip_special_tokens=True)
+            weights = [response_token_weights(self.tokenizer, g.tolist(), self.cfg.thought_prob_coef) for g in generated]
+            if recompute:
+                ev = self._forward_turns(enc, generated, weights, with_kl=False)
+                log_probs, values, temps = ev.log_probs, ev.values, ev.temperatures
+            else:
+                # Same functions as the training forward: process_logits -> token_log_probs ->
+                # sequence_log_prob; the value head on the same (last prompt token) hidden state.
+                tok_lp = proc.finish(seqs[:, -1])
+                mask = torch.zeros_like(tok_lp, dtype=torch.bool)
+                w = torch.zeros_like(tok_lp)
+                for i, (g, wi) in enumerate(zip(generated, weights)):
+                    mask[i, : len(g)] = True
+                    w[i, : len(g)] = wi.to(w.device)
+                log_probs = sequence_log_prob(tok_lp, w, mask)
+                values = self._values(caught[0][:, -1])
+                temps = proc.temperatures
+        return ActOutput(
+            generated_ids=[g.cpu() for g in generated],
+            texts=decoded,
+            log_probs=log_probs.float().cpu(),
+            values=values.float().cpu(),
+            temperatures=temps.float().cpu(),
+            prompts=texts,
+            images=images,
+            prompt_ids=self._unpadded(enc),
+            token_weights=weights,
+        )
+
+    def _generation_config(self, greedy: bool) -> GenerationConfig:
+        # Every knob that changes the distribution is set explicitly: unset fields fall back to the
+        # checkpoint's generation_config.json (Qwen ships top_k=1, top_p=0.001,
+        # repetition_penalty=1.05), and the sampled distribution would no longer be the one whose
+        # log-probs we train on. Sampling-only knobs are left out of greedy configs (they warn there).
+        kwargs: dict[str, Any] = dict(
+            max_new_tokens=self.cfg.max_new_tokens,
+            do_sample=not greedy,
+            num_beams=1,
+            repetition_penalty=1.0,
+            no_repeat_ngram_size=0,
+            min_new_tokens=0,
+            eos_token_id=self.eos_ids,
+            pad_token_id=self.pad_id,
+            use_cache=True,
+        )
+        if not greedy:
+            kwargs.update(temperature=1.0, top_k=0, top_p=1.0, min_p=None, typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0)
+        return GenerationConfig(**kwargs)
+
+    # ------------------------------------------------------------------ parameters and files
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.parameters() if p.requires_grad]
+
+    def head_parameters(self) -> list[nn.Parameter]:
+        """Value and temperature head parameters (for a separate learning rate, ppo.head_lr)."""
+        heads = list(self.value_head.parameters())
+        if self.temp_predictor is not None:
+            heads += list(self.temp_predictor.parameters())
+        return heads
+
+    def _heads_state(self) -> dict[str, Tensor]:
+        state = {f"value_head.{k}": v for k, v in self.value_head.state_dict().items()}
+        if self.temp_predictor is not None:
+            state.update({f"temp_predictor.{k}": v for k, v in self.temp_predictor.state_dict().items()})
+        return {k: v.detach().float().cpu().contiguous() for k, v in state.items()}
+
+    def save_pretrained(self, out_dir: str | os.PathLike) -> Path:
+        """Write the adapter (peft format) or the trainable weights, and ``heads.safetensors``."""
+        from safetensors.torch import save_file
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        if self.cfg.use_lora:
+            self.model.save_pretrained(str(out))
+        else:
+            state = {n: p.detach().cpu().contiguous() for n, p in self.model.named_parameters() if p.requires_grad}
+            save_file(state, str(out / FULL_WEIGHTS_FILE))
+        meta = {"use_temp_predictor": str(self.temp_predictor is not None), "family": self.family}
+        save_file(self._heads_state(), str(out / HEADS_FILE), metadata=meta)
+        return out
+
+    def load_heads(self, in_dir: str | os.PathLike) -> None:
+        """Load ``heads.safetensors`` written by :meth:`save_pretrained`."""
+        from safetensors import safe_open
+        from safetensors.torch import load_file
+
+        path = Path(in_dir) / HEADS_FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} does not exist; point at a directory written by VLMPolicy.save_pretrained")
+        with safe_open(str(path), "pt") as f:
+            saved_temp = (f.metadata() or {}).get("use_temp_predictor")
+        if saved_temp is not None and saved_temp != str(self.temp_predictor is not None):
+            raise ValueError(
+                f"{path} was saved with use_temp_predictor={saved_temp} but model.use_temp_predictor="
+                f"{self.cfg.use_temp_predictor}; set model.use_temp_predictor to match the checkpoint"
+            )
+        state = load_file(str(path))
+        self.value_head.load_state_dict({k[len("value_head."):]: v for k, v in state.items() if k.startswith("value_head.")})
+        if self.temp_predictor is not None:
+            self.temp_predictor.load_state_dict({k[len("temp_predictor."):]: v for k, v in state.items() if k.startswith("temp_predictor.")})
+
+    def load_adapter(self, path: str | os.PathLike) -> None:
+        """Load LoRA weights saved by peft ``save_pretrained`` (SFT warm start) into this adapter.
+
+        Raises:
+            ValueError: no LoRA here, or the saved adapter's rank/alpha/targets do not fit.
+        """
+        if not self.cfg.use_lora:
+            raise ValueError("load_adapter needs model.use_lora=true")
+        from peft import set_peft_model_state_dict
+        from peft.utils import load_peft_weights
+
+        path = Path(path)
+        conf_file = path / "adapter_config.json"
+        if not conf_file.is_file():
+            raise FileNotFoundError(f"{conf_file} does not exist; pass a directory written by peft save_pretrained")
+        saved = json.loads(conf_file.read_text(encoding="utf-8"))
+        if saved.get("r") != self.cfg.lora_r or saved.get("lora_alpha") != self.cfg.lora_alpha:
+            raise ValueError(
+                f"adapter at {path} has r={saved.get('r')}, lora_alpha={saved.get('lora_alpha')} but the policy uses "
+                f"model.lora_r={self.cfg.lora_r}, model.lora_alpha={self.cfg.lora_alpha}; set them to match the adapter"
+            )
+        weights = load_peft_weights(str(path), device=str(self.device))
+        result = set_peft_model_state_dict(self.model, weights)
+        unexpected = list(getattr(result, "unexpected_keys", []) or [])
+        if unexpected:
+            raise ValueError(f"adapter at {path} holds weights this policy has no place for (targets differ?): {unexpected[:5]}")
+        own = {k for k in self.model.state_dict() if "lora_" in k}
+        if not weights or len(weights) < len(own):
+            raise ValueError(
+                f"adapter at {path} holds {len(weights)} tensors but the policy's adapter has {len(own)}; "
+                "model.lora_target_modules must match the SFT run's"
+            )
+
+    def load_pretrained(self, in_dir: str | os.PathLike) -> None:
+        """Load what :meth:`save_pretrained` wrote (adapter or trainable weights, and the heads)."""
+        if self.cfg.use_lora:
+            self.load_adapter(in_dir)
+        else:
+            from safetensors.torch import load_file
+
+            state = load_file(str(Path(in_dir) / FULL_WEIGHTS_FILE), device=str(self.device))
+            missing = set(state) - {n for n, _ in self.model.named_parameters()}
+            if missing:
+                raise ValueError(f"{in_dir} holds weights this model does not have: {sorted(missing)[:5]}")
+            self.model.load_state_dict(state, strict=False)
+        self.load_heads(in_dir)

@@ -1,0 +1,375 @@
+"""Rollout storage and advantage estimators.
+
+:class:`RolloutStorage` keeps ``num_steps x num_envs`` turns: what the update must re-forward (the
+rendered prompt, the raw images, the prompt and generated token ids, the token weights) and the
+numbers (old log-prob, value, reward, terminated, truncated, the value after a truncated step).
+Pixels are not kept: the processor re-makes them from the raw images in the update, which is
+deterministic and far smaller in memory.
+
+Advantage estimators are pure functions of ``(T, N)`` tensors registered by name in
+:data:`ADVANTAGE_ESTIMATORS`:
+
+* ``gae``: generalized advantage estimation over turns (Schulman et al. 2016). Bootstraps with
+  ``V(s_{t+1})`` unless the step terminated; for a truncated step ``next_values[t]`` is the value of
+  its final observation. The recursion never crosses an episode end (terminated or truncated).
+* ``rloo``: REINFORCE leave-one-out (Ahmadian et al. 2024). Each episode's return (sum of its turn
+  rewards) minus the mean return of the OTHER complete episodes of the same group (same question).
+* ``grpo``: group-relative (Shao et al. 2024): ``(R - mean_group) / (std_group + eps)`` over the
+  complete episodes of a group (unbiased std, as verl).
+
+For multi-turn episodes, ``rloo`` and ``grpo`` broadcast the episode's advantage to every turn of that
+episode, and ``returns`` are the episode return on every turn. Only complete episodes (start and end
+both inside the rollout) are compared; turns of an incomplete episode, and of an episode alone in its
+group (no baseline exists), get advantage 0 and so no policy gradient.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+# ---------------------------------------------------------------------------------------------
+# Estimators (pure tensor functions)
+# ---------------------------------------------------------------------------------------------
+def compute_gae(
+    rewards: Tensor,
+    values: Tensor,
+    next_values: Tensor,
+    terminated: Tensor,
+    truncated: Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[Tensor, Tensor]:
+    """Generalized advantage estimation over turns.
+
+    Args:
+        rewards: ``(T, N)`` reward of step t.
+        values: ``(T, N)`` ``V(s_t)``.
+        next_values: ``(T, N)`` ``V(s_{t+1})``; for a truncated step the value of its final
+            observation; ignored where ``terminated``.
+        terminated: ``(T, N)`` bool, the episode ended in a terminal state at step t (no bootstrap).
+        truncated: ``(T, N)`` bool, the episode was cut at step t (bootstrap from ``next_values``).
+        gamma: discount.
+        gae_lambda: GAE lambda.
+
+    Returns:
+        ``(advantages, returns)``, both ``(T, N)`` float32, ``returns = advantages + values``.
+    """
+    _check_same_shape(rewards=rewards, values=values, next_values=next_values, terminated=terminated, truncated=truncated)
+    rewards, values, next_values = rewards.float(), values.float(), next_values.float()
+    term = terminated.bool()
+    ended = term | truncated.bool()
+    # Where terminated, next_values is never read: torch.where keeps a NaN placeholder from leaking.
+    bootstrap = torch.where(term, torch.zeros_like(next_values), next_values)
+    deltas = rewards + gamma * bootstrap - values
+    carry_on = (~ended).float()
+    advantages = torch.zeros_like(rewards)
+    last = torch.zeros_like(rewards[0])
+    for t in reversed(range(rewards.shape[0])):
+        last = deltas[t] + gamma * gae_lambda * carry_on[t] * last
+        advantages[t] = last
+    return advantages, advantages + values
+
+
+def episode_ids(ended: Tensor, starts_episode: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+    """Number the episode segments of a ``(T, N)`` rollout.
+
+    Args:
+        ended: ``(T, N)`` bool, the episode ended at step t (terminated or truncated).
+        starts_episode: ``(N,)`` bool, whether step 0 of each env is an episode's first turn
+            (default: all true, a rollout right after reset).
+
+    Returns:
+        ``(ids, complete)``: ``ids`` ``(T, N)`` long, the same id on every turn of one episode and
+        distinct across episodes; ``complete`` ``(E,)`` bool per id, true when the episode's first
+        and last turns are both in the rollout.
+    """
+    T, N = ended.shape
+    if starts_episode is None:
+        starts_episode = torch.ones(N, dtype=torch.bool)
+    ids = torch.empty(T, N, dtype=torch.long)
+    complete: list[bool] = []
+    for n in range(N):
+        begun = bool(starts_episode[n])
+        current = len(complete)
+        complete.append(False)
+        for t in range(T):
+            ids[t, n] = current
+            if bool(ended[t, n]):
+                complete[current] = begun
+                begun = True
+                if t + 1 < T:
+                    current = len(complete)
+                    complete.append(False)
+    return ids, torch.tensor(complete, dtype=torch.bool)
+
+
+def _episode_returns(rewards: Tensor, ids: Tensor, num_episodes: int) -> Tensor:
+    return torch.zeros(num_episodes, dtype=torch.float32).index_add_(0, ids.flatten(), rewards.float().flatten())
+
+
+def _episode_groups(group_ids: Tensor, ids: Tensor, num_episodes: int) -> Tensor:
+    """The group of each episode; all turns of one episode must share it."""
+    groups = torch.full((num_episodes,), -1, dtype=torch.long)
+    groups[ids.flatten()] = group_ids.long().flatten()
+    if not torch.equal(groups[ids], group_ids.long()):
+        raise ValueError("group_ids must be constant within an episode (one question per episode)")
+    return groups
+
+
+def rloo_advantages(returns: Tensor, groups: Tensor, valid: Tensor) -> Tensor:
+    """Leave-one-out advantages ``R_e - mean_{j != e, same group} R_j``. All ``(E,)``; invalid -> 0."""
+    adv = torch.zeros_like(returns)
+    for g in torch.unique(groups[valid]):
+        members = valid & (groups == g)
+        k = int(members.sum())
+        if k < 2:
+            continue  # no other episode to form a baseline: advantage stays 0
+        r = returns[members]
+        adv[members] = r - (r.sum() - r) / (k - 1)
+    return adv
+
+
+def grpo_advantages(returns: Tensor, groups: Tensor, valid: Tensor, eps: float = 1e-6) -> Tensor:
+    """Group-normalised advantages ``(R_e - mean_g) / (std_g + eps)``. All ``(E,)``; invalid -> 0."""
+    adv = torch.zeros_like(returns)
+    for g in torch.unique(groups[valid]):
+        members = valid & (groups == g)
+        if int(members.sum()) < 2:
+            continue
+        r = returns[members]
+        adv[members] = (r - r.mean()) / (r.std() + eps)
+    return adv
+
+
+def _episode_estimator(per_episode: Callable[[Tensor, Tensor, Tensor], Tensor]):
+    def estimator(
+        *, rewards: Tensor, terminated: Tensor, truncated: Tensor, group_ids: Optional[Tensor],
+        starts_episode: Optional[Tensor] = None, **_: Any,
+    ) -> tuple[Tensor, Tensor]:
+        if group_ids is None:
+            raise ValueError(
+                "this advantage estimator compares episodes of the same question: pass group_ids "
+                "(T, N) to RolloutStorage.insert (e.g. the question's index), or use advantage_estimator='gae'"
+            )
+        ids, complete = episode_ids(terminated.bool() | truncated.bool(), starts_episode)
+        num = complete.shape[0]
+        ep_returns = _episode_returns(rewards, ids, num)
+        ep_adv = per_episode(ep_returns, _episode_groups(group_ids, ids, num), complete)
+        return ep_adv[ids], ep_returns[ids]
+
+    estimator.__doc__ = per_episode.__doc__
+    return estimator
+
+
+def _gae_estimator(
+    *, rewards: Tensor, values: Tensor, next_values: Tensor, terminated: Tensor, truncated: Tensor,
+    gamma: float, gae_lambda: float, **_: Any,
+) -> tuple[Tensor, Tensor]:
+    return compute_gae(rewards, values, next_values, terminated, truncated, gamma, gae_lambda)
+
+
+# name -> fn(*, rewards, values, next_values, terminated, truncated, group_ids, starts_episode,
+#            gamma, gae_lambda) -> (advantages (T, N), returns (T, N))
+ADVANTAGE_ESTIMATORS: dict[str, Callable[..., tuple[Tensor, Tensor]]] = {
+    "gae": _gae_estimator,
+    "rloo": _episode_estimator(rloo_advantages),
+    "grpo": _episode_estimator(grpo_advantages),
+}
+
+
+def get_advantage_estimator(name: str) -> Callable[..., tuple[Tensor, Tensor]]:
+    """The estimator registered as ``name``; an unknown name raises listing the known ones."""
+    if name not in ADVANTAGE_ESTIMATORS:
+        raise KeyError(f"unknown advantage estimator {name!r}; known estimators: {sorted(ADVANTAGE_ESTIMATORS)}")
+    return ADVANTAGE_ESTIMATORS[name]
+
+
+def _check_same_shape(**tensors: Tensor) -> None:
+    shapes = {k: tuple(v.shape) for k, v in tensors.items()}
+    if len(set(shapes.values())) != 1 or len(next(iter(shapes.values()))) != 2:
+        raise ValueError(f"all inputs must share one (T, N) shape, got {shapes}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Storage
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Minibatch:
+    """Turns for one PPO step. Lists have one entry per turn; tensors are ``(B,)``."""
+
+    prompts: list[str]  # rendered chat-template text (image placeholders unexpanded)
+    images: list[list[np.ndarray]]  # raw uint8 HxWx3 images of each prompt
+    prompt_ids: list[Tensor]  # (P_i,) prompt token ids as the processor made them in the rollout
+    generated_ids: list[Tensor]  # (R_i,) generated ids, padding removed
+    token_weights: list[Tensor]  # (R_i,) thought_prob_coef on thought tokens, 1 elsewhere
+    old_log_probs: Tensor
+    old_values: Tensor
+    advantages: Tensor
+    returns: Tensor
+    indices: Tensor  # flat index t * num_envs + n of each turn in the storage
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+
+class RolloutStorage:
+    """``num_steps x num_envs`` turns of one PPO iteration.
+
+    Lifecycle: :meth:`insert` once per step, :meth:`compute_returns` with the bootstrap value,
+    :meth:`minibatches` during the update, :meth:`after_update` before the next rollout.
+    """
+
+    def __init__(self, num_steps: int, num_envs: int) -> None:
+        if num_steps < 1 or num_envs < 1:
+            raise ValueError(f"num_steps={num_steps} and num_envs={num_envs} must both be >= 1")
+        self.num_steps, self.num_envs = num_steps, num_envs
+        shape = (num_steps, num_envs)
+        self.old_log_probs = torch.zeros(shape)
+        self.values = torch.zeros(shape)
+        self.rewards = torch.zeros(shape)
+        self.terminated = torch.zeros(shape, dtype=torch.bool)
+        self.truncated = torch.zeros(shape, dtype=torch.bool)
+        self.next_values = torch.zeros(shape)  # V(s_{t+1}); final-observation value where truncated
+        self.temperatures = torch.zeros(shape)
+        self.group_ids: Optional[Tensor] = None
+        self.advantages: Optional[Tensor] = None
+        self.returns: Optional[Tensor] = None
+        # Whether step 0 of each env starts an episode (true after reset; carried by after_update).
+        self.starts_episode = torch.ones(num_envs, dtype=torch.bool)
+        n = num_steps * num_envs
+        self.prompts: list[Optional[str]] = [None] * n
+        self.images: list[Optional[list[np.ndarray]]] = [None] * n
+        self.prompt_ids: list[Optional[Tensor]] = [None] * n
+        self.generated_ids: list[Optional[Tensor]] = [None] * n
+        self.token_weights: list[Optional[Tensor]] = [None] * n
+        self.step = 0
+
+    @property
+    def full(self) -> bool:
+        return self.step == self.num_steps
+
+    def insert(
+        self,
+        act: Any,
+        rewards: Sequence[float] | Tensor,
+        terminated: Sequence[bool] | Tensor,
+        truncated: Sequence[bool] | Tensor,
+        final_values: Optional[Tensor] = None,
+        group_ids: Optional[Sequence[int] | Tensor] = None,
+    ) -> None:
+        """Store one step of all envs.
+
+        Args:
+            act: the :class:`a2c_ppo_acktr.model.ActOutput` that chose these actions.
+            rewards, terminated, truncated: ``(N,)`` results of ``env.step``.
+            final_values: ``(N,)`` value of each env's final observation; read where ``truncated``
+                (required if any env truncated, since the bootstrap needs it).
+            group_ids: ``(N,)`` question/group key of each env's episode (rloo/grpo).
+        """
+        if self.full:
+            raise RuntimeError(f"storage is full ({self.num_steps} steps); call after_update() before inserting again")
+        t, N = self.step, self.num_envs
+        if len(act.texts) != N:
+            raise ValueError(f"act holds {len(act.texts)} rows, storage has num_envs={N}")
+        trunc = torch.as_tensor(truncated, dtype=torch.bool).reshape(N)
+        term = torch.as_tensor(terminated, dtype=torch.bool).reshape(N)
+        if bool((trunc & term).any()):
+            raise ValueError("a step cannot be both terminated and truncated; the env must report one of them")
+        if bool(trunc.any()):
+            if final_values is None:
+                raise ValueError("some envs truncated: pass final_values (value of their final observation) to insert")
+            self.next_values[t] = torch.where(trunc, final_values.detach().float().cpu().reshape(N), self.next_values[t])
+        self.rewards[t] = torch.as_tensor(rewards, dtype=torch.float32).reshape(N)
+        self.terminated[t], self.truncated[t] = term, trunc
+        self.old_log_probs[t] = act.log_probs.detach().float().cpu()
+        self.values[t] = act.values.detach().float().cpu()
+        self.temperatures[t] = act.temperatures.detach().float().cpu()
+        if group_ids is not None:
+            if self.group_ids is None:
+                self.group_ids = torch.full((self.num_steps, N), -1, dtype=torch.long)
+            self.group_ids[t] = torch.as_tensor(group_ids, dtype=torch.long).reshape(N)
+        for n in range(N):
+            i = t * N + n
+            self.prompts[i] = act.prompts[n]
+            self.images[i] = list(act.images[n])
+            self.prompt_ids[i] = act.prompt_ids[n].detach().cpu()
+            self.generated_ids[i] = act.generated_ids[n].detach().cpu()
+            self.token_weights[i] = act.token_weights[n].detach().float().cpu()
+        self.step += 1
+
+    def compute_returns(
+        self, next_value: Tensor, estimator: str = "gae", gamma: float = 0.99, gae_lambda: float = 0.95
+    ) -> None:
+        """Fill ``advantages`` and ``returns`` ``(T, N)``.
+
+        Args:
+            next_value: ``(N,)`` ``V(s_T)`` of the observation after the last step (bootstrap).
+            estimator: a name in :data:`ADVANTAGE_ESTIMATORS`.
+            gamma, gae_lambda: discount and GAE lambda (PPOConfig).
+        """
+        if not self.full:
+            raise RuntimeError(f"storage holds {self.step}/{self.num_steps} steps; insert every step before compute_returns")
+        fn = get_advantage_estimator(estimator)
+        nv = self.next_values.clone()
+        # V(s_{t+1}) of a step that was not truncated is the value of the next stored step (after a
+        # terminated step that is the next episode's first value; compute_gae never reads it there).
+        nv[:-1] = torch.where(self.truncated[:-1], nv[:-1], self.values[1:])
+        nv[-1] = torch.where(self.truncated[-1], nv[-1], next_value.detach().float().cpu().reshape(self.num_envs))
+        self.next_values = nv
+        self.advantages, self.returns = fn(
+            rewards=self.rewards, values=self.values, next_values=nv, terminated=self.terminated,
+            truncated=self.truncated, group_ids=self.group_ids, starts_episode=self.starts_episode,
+            gamma=gamma, gae_lambda=gae_lambda,
+        )
+
+    def minibatches(
+        self, mini_batch_size: int, generator: torch.Generator, normalize_advantages: bool = False
+    ) -> Iterator[Minibatch]:
+        """Yield shuffled minibatches covering every turn once.
+
+        Args:
+            mini_batch_size: turns per minibatch; must divide ``num_steps * num_envs``.
+            generator: torch Generator seeded from the run (reproducible shuffles).
+            normalize_advantages: standardise advantages over the whole rollout first (one mean/std
+                for all minibatches, so tiny minibatches do not get degenerate statistics).
+        """
+        if self.advantages is None or self.returns is None:
+            raise RuntimeError("call compute_returns before minibatches")
+        total = self.num_steps * self.num_envs
+        if total % mini_batch_size != 0:
+            raise ValueError(f"mini_batch_size={mini_batch_size} must divide num_steps*num_envs={total}")
+        adv = self.advantages.flatten()
+        if normalize_advantages:
+            adv = (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8)
+        order = torch.randperm(total, generator=generator)
+        for start in range(0, total, mini_batch_size):
+            idx = order[start : start + mini_batch_size]
+            ii = idx.tolist()
+            yield Minibatch(
+                prompts=[self.prompts[i] for i in ii],
+                images=[self.images[i] for i in ii],
+                prompt_ids=[self.prompt_ids[i] for i in ii],
+                generated_ids=[self.generated_ids[i] for i in ii],
+                token_weights=[self.token_weights[i] for i in ii],
+                old_log_probs=self.old_log_probs.flatten()[idx],
+                old_values=self.values.flatten()[idx],
+                advantages=adv[idx],
+                returns=self.returns.flatten()[idx],
+                indices=idx,
+            )
+
+    def after_update(self) -> None:
+        """Make room for the next rollout; remember which envs start mid-episode."""
+        self.starts_episode = (self.terminated[-1] | self.truncated[-1]).clone()
+        self.step = 0
+        self.advantages = self.returns = None
+        self.group_ids = None
+        self.next_values.zero_()
+        n = self.num_steps * self.num_envs
+        self.prompts, self.images = [None] * n, [None] * n
+        self.prompt_ids, self.generated_ids, self.token_weights = [None] * n, [None] * n, [None] * n

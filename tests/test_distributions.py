@@ -1,0 +1,123 @@
+"""Token log-probs under temperature and masks, the thought/action weighting, entropy and KL."""
+import math
+
+import pytest
+import torch
+
+from a2c_ppo_acktr import prompts
+from a2c_ppo_acktr.distributions import (
+    masked_mean,
+    process_logits,
+    response_token_weights,
+    sequence_log_prob,
+    thought_token_mask,
+    token_char_ends,
+    token_entropy,
+    token_kl,
+    token_log_probs,
+    token_weights,
+)
+
+
+class PieceTokenizer:
+    """Each id decodes to a fixed piece; ids in ``special`` decode to nothing (skip_special_tokens)."""
+
+    def __init__(self, pieces, special=()):
+        self.pieces, self.special = pieces, set(special)
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join("" if (i in self.special and skip_special_tokens) else self.pieces[i] for i in ids)
+
+    def batch_decode(self, batch, skip_special_tokens=True):
+        return [self.decode(ids, skip_special_tokens) for ids in batch]
+
+
+class ByteTokenizer:
+    """Byte-level: ids are UTF-8 bytes; an incomplete trailing character decodes to U+FFFD."""
+
+    def decode(self, ids, skip_special_tokens=True):
+        return bytes(ids).decode("utf-8", errors="replace")
+
+    def batch_decode(self, batch, skip_special_tokens=True):
+        return [self.decode(ids) for ids in batch]
+
+
+def test_thought_coef_weights_exactly_the_thought_tokens():
+    # tokens:      '{"t": '  '"ab'  'c"'  ', "a": '  '{"x": 1}'  '}'  <eos>
+    char_ends = [6, 9, 11, 18, 26, 27, 27]
+    thought_span = (6, 11)  # the string literal "abc" with its quotes
+    mask = thought_token_mask(char_ends, thought_span)
+    assert mask.tolist() == [False, True, True, False, False, False, False]
+    w = token_weights(char_ends, thought_span, 0.25)
+    logp = torch.tensor([[-1.0, -2.0, -3.0, -4.0, -5.0, -6.0, -7.0, 99.0]])  # last one is padding
+    valid = torch.tensor([[True] * 7 + [False]])
+    weights = torch.cat([w, torch.ones(1)])[None]
+    got = sequence_log_prob(logp, weights, valid)
+    assert got.item() == pytest.approx(0.25 * (-2 - 3) + (-1 - 4 - 5 - 6 - 7))
+    # no thought span (text did not parse): every token weighs 1
+    assert token_weights(char_ends, None, 0.25).tolist() == [1.0] * 7
+
+
+def test_char_ends_with_special_tokens_and_split_characters():
+    tok = PieceTokenizer({0: '{"thoughts": "', 1: "hi", 2: '", "action": {"answer": "B"}}', 3: "<eos>"}, special={3})
+    assert token_char_ends(tok, [0, 1, 2, 3]) == [14, 16, 45, 45]
+    # "é" is two bytes: the first byte covers no character, the second carries it.
+    ids = list("aé b".encode())
+    ends = token_char_ends(ByteTokenizer(), ids)
+    assert ends == [1, 1, 2, 3, 4]
+
+
+def test_response_token_weights_uses_prompts_spans():
+    text = prompts.format_response("look left", prompts.Answer("B"))
+    # one character per token, plus an end token that decodes to nothing
+    pieces = {i: ch for i, ch in enumerate(text)}
+    eos = len(text)
+    pieces[eos] = "<eos>"
+    tok = PieceTokenizer(pieces, special={eos})
+    w = response_token_weights(tok, list(range(len(text))) + [eos], 0.5)
+    t0, t1 = prompts.response_spans(text)[0]
+    expect = torch.ones(len(text) + 1)
+    expect[t0:t1] = 0.5
+    assert torch.equal(w, expect)
+    # a truncated response ('{"t') has no thoughts value: all tokens weigh 1
+    assert response_token_weights(tok, [0, 1, 2], 0.5).tolist() == [1.0, 1.0, 1.0]
+
+
+def test_process_logits_temperature_and_forbidden_ids():
+    logits = torch.tensor([[[1.0, 2.0, 3.0, 4.0]], [[0.0, 0.0, 0.0, 0.0]]])
+    temps = torch.tensor([2.0, 0.5], requires_grad=True)
+    out = process_logits(logits, temps, torch.tensor([3]))
+    assert torch.isneginf(out[..., 3]).all()
+    torch.testing.assert_close(out[0, 0, :3], torch.tensor([0.5, 1.0, 1.5]))
+    lp = token_log_probs(out, torch.tensor([[2], [0]]))
+    expect0 = 1.5 - math.log(math.exp(0.5) + math.exp(1.0) + math.exp(1.5))
+    assert lp[0, 0].item() == pytest.approx(expect0, rel=1e-6)
+    assert lp[1, 0].item() == pytest.approx(-math.log(3), rel=1e-6)
+    lp.sum().backward()
+    assert temps.grad is not None and temps.grad[0] != 0  # gradients reach the temperature
+    with pytest.raises(ValueError, match="temperatures must have shape"):
+        process_logits(logits, torch.ones(3), None)
+
+
+def test_entropy_and_kl_with_forbidden_ids_are_finite_and_exact():
+    logits = torch.zeros(1, 2, 5, requires_grad=True)
+    forbid = torch.tensor([0, 4])
+    p = process_logits(logits, torch.ones(1), forbid)
+    ent = token_entropy(p)
+    torch.testing.assert_close(ent, torch.full((1, 2), math.log(3)))
+    kl_same = token_kl(p, p.detach())
+    assert kl_same.abs().max() < 1e-7
+    q_logits = torch.tensor([[[0.0, 1.0, 0.0, 0.0, 0.0]] * 2])
+    q = process_logits(q_logits, torch.ones(1), forbid)
+    kl = token_kl(p, q)
+    z = math.e + 2
+    expect = sum((1 / 3) * (math.log(1 / 3) - math.log(pq)) for pq in (math.e / z, 1 / z, 1 / z))
+    assert kl[0, 0].item() == pytest.approx(expect, rel=1e-5)
+    (ent.sum() + kl.sum()).backward()
+    assert torch.isfinite(logits.grad).all()
+
+
+def test_masked_mean_ignores_padding_values():
+    x = torch.tensor([[1.0, 3.0, float("nan")], [0.0, 0.0, 0.0]])
+    m = torch.tensor([[True, True, False], [False, False, False]])
+    assert masked_mean(x, m).tolist() == [2.0, 0.0]

@@ -1,0 +1,236 @@
+"""VLMPolicy on the tiny offline Qwen2.5-VL: rollout/update agreement, what trains, heads, KL, files."""
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from a2c_ppo_acktr.algo.ppo import PPO
+from a2c_ppo_acktr.arguments import ModelConfig, PPOConfig
+from a2c_ppo_acktr.loading import LoadedVLM, load_vlm
+from a2c_ppo_acktr.model import VLMPolicy
+from a2c_ppo_acktr.storage import RolloutStorage
+
+NUM_ENVS, NUM_STEPS = 3, 2
+
+
+def _cfg(path, **over):
+    base = dict(model_path=path, device="cpu", max_new_tokens=10, value_head_hidden=16, temp_head_hidden=8, lora_r=4, lora_alpha=8)
+    return ModelConfig(**{**base, **over})
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    # Tiny matrices: threads only add contention on a shared CPU.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_model_path) -> LoadedVLM:
+    return load_vlm(_cfg(tiny_model_path))
+
+
+@pytest.fixture(scope="module")
+def storage(loaded, tiny_model_path) -> RolloutStorage:
+    """One rollout shared by the tests: every fresh policy starts from the same weights, so the
+    stored log-probs are on-policy for each of them. Tests must not modify it."""
+    return _rollout(_policy(loaded, tiny_model_path))
+
+
+def _policy(loaded, path, **over) -> VLMPolicy:
+    fresh = LoadedVLM(model=copy.deepcopy(loaded.model), processor=loaded.processor, family=loaded.family, path=loaded.path)
+    torch.manual_seed(0)  # same head and LoRA initialisation for every fresh policy
+    return VLMPolicy(_cfg(path, **over), fresh)
+
+
+def _observations(rng, step):
+    """Unequal prompt lengths and image counts (1-3 images of different sizes) per env."""
+    words = ["How many chairs are in the room?", "What is the distance between the bed and the sofa in meters?", "Which is closer?"]
+    return [
+        {"images": [rng.integers(0, 256, (28 + 8 * k, 36, 3), dtype=np.uint8) for k in range(1 + (n + step) % 3)],
+         "text": words[n] + " turn " * (step + n)}
+        for n in range(NUM_ENVS)
+    ]
+
+
+def _rollout(policy, seed=0):
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    st = RolloutStorage(NUM_STEPS, NUM_ENVS)
+    for t in range(NUM_STEPS):
+        act = policy.act(_observations(rng, t))
+        st.insert(act, torch.linspace(-1, 1, NUM_ENVS), torch.tensor([False, t == 1, False]), torch.zeros(NUM_ENVS))
+    st.compute_returns(policy.get_values(_observations(rng, NUM_STEPS)))
+    return st
+
+
+def test_first_minibatch_ratio_is_one_across_batch_layouts(loaded, tiny_model_path, storage):
+    policy = _policy(loaded, tiny_model_path)
+    st = storage
+    assert len({len(p) for p in st.prompt_ids}) > 1  # unequal prompt lengths: left padding differs per batch
+    assert max(len(im) for im in st.images) == 3
+    policy.train()
+    gen = torch.Generator().manual_seed(5)
+    for mb in st.minibatches(2, gen):  # batches mix turns of different steps: a different layout from act()
+        out = policy.evaluate_actions(mb, with_kl=True)
+        ratio = (out.log_probs - mb.old_log_probs).exp()
+        assert (ratio - 1).abs().max().item() < 1e-4
+        torch.testing.assert_close(out.values.detach(), mb.old_values, atol=1e-5, rtol=1e-5)
+        # KL to the reference (adapter disabled) is 0 before any update: LoRA B starts at zero
+        assert out.kl.abs().max().item() < 1e-6
+    # the act() log-prob is the weighted sum of token log-probs of the generated ids (none masked)
+    assert all(len(g) >= 1 for g in st.generated_ids)
+    assert torch.isfinite(st.old_log_probs).all() and (st.old_log_probs < 0).all()
+
+
+def test_rollout_log_prob_modes_agree(loaded, tiny_model_path, storage):
+    """``generate`` mode (from generate's logits) and ``recompute`` mode (training forward) give the
+    same tokens (same seed, same distribution), log-probs and values."""
+    st = _rollout(_policy(loaded, tiny_model_path, rollout_log_probs="recompute"))
+    assert [g.tolist() for g in st.generated_ids] == [g.tolist() for g in storage.generated_ids]
+    torch.testing.assert_close(st.old_log_probs, storage.old_log_probs, atol=1e-4, rtol=0)
+    torch.testing.assert_close(st.values, storage.values, atol=1e-5, rtol=0)
+
+
+def _split_state(policy):
+    frozen, lora, heads = {}, {}, {}
+    for name, p in policy.named_parameters():
+        t = p.detach().clone()
+        if "lora_" in name:
+            lora[name] = t
+        elif name.startswith(("value_head", "temp_predictor")):
+            heads[name] = t
+        else:
+            frozen[name] = t
+    return frozen, lora, heads
+
+
+def test_update_moves_lora_and_heads_only(loaded, tiny_model_path, storage):
+    policy = _policy(loaded, tiny_model_path)
+    st = storage
+    frozen0, lora0, heads0 = _split_state(policy)
+    assert any("visual" in n for n in frozen0) and lora0 and heads0
+    assert not any("visual" in n for n in lora0)  # LoRA targets the language model only
+    opt = torch.optim.Adam(policy.trainable_parameters(), lr=1e-2)
+    cfg = PPOConfig(ppo_epochs=1, mini_batch_size=3, ent_coef=0.01)
+    out = PPO(policy, opt, cfg, seed=0).update(st)
+    assert out["debug/first_minibatch_ratio_max_dev"] < 1e-4
+    assert out["losses/kl_ref"] < 1e-6 and out["losses/skipped_minibatches"] == 0
+    frozen1, lora1, heads1 = _split_state(policy)
+    for name in frozen0:
+        assert torch.equal(frozen0[name], frozen1[name]), f"frozen weight {name} changed"
+    moved = [n for n in lora0 if not torch.equal(lora0[n], lora1[n])]
+    assert len(moved) == len(lora0), f"LoRA weights that did not move: {sorted(set(lora0) - set(moved))[:3]}"
+    for name in heads0:
+        if name != "temp_predictor.mlp.0.weight":  # behind a zero-initialised layer: no gradient on step one
+            assert not torch.equal(heads0[name], heads1[name]), f"head weight {name} did not move"
+    # after the update the adapter differs from the reference
+    mb = next(st.minibatches(3, torch.Generator().manual_seed(0)))
+    assert policy.evaluate_actions(mb, with_kl=True).kl.mean().item() > 0
+
+
+def test_temperature_head_gets_gradient_and_stays_in_range(loaded, tiny_model_path, storage):
+    policy = _policy(loaded, tiny_model_path, temperature=0.8, min_temperature=0.5, max_temperature=1.5)
+    mb = next(storage.minibatches(NUM_ENVS, torch.Generator().manual_seed(0)))
+    out = policy.evaluate_actions(mb)
+    torch.testing.assert_close(out.temperatures.detach(), torch.full((NUM_ENVS,), 0.8))  # exact at init
+    (-(out.log_probs * mb.advantages).mean()).backward()
+    grad = policy.temp_predictor.mlp[-1].weight.grad
+    assert grad is not None and grad.abs().sum() > 0
+    with torch.no_grad():  # push the head hard: the sigmoid keeps it in range
+        policy.temp_predictor.mlp[-1].bias.fill_(1e4)
+    assert policy.evaluate_actions(mb).temperatures.max().item() <= 1.5
+    with torch.no_grad():
+        policy.temp_predictor.mlp[-1].bias.fill_(-1e4)
+    assert policy.evaluate_actions(mb).temperatures.min().item() >= 0.5
+
+
+def test_fixed_temperature_when_predictor_off(loaded, tiny_model_path):
+    policy = _policy(loaded, tiny_model_path, use_temp_predictor=False, temperature=0.7)
+    assert policy.temp_predictor is None
+    assert not any(n.startswith("temp_predictor") for n, _ in policy.named_parameters())
+    act = policy.act(_observations(np.random.default_rng(0), 0))
+    assert torch.equal(act.temperatures, torch.full((NUM_ENVS,), 0.7))
+
+
+def test_greedy_act_is_deterministic_and_never_emits_forbidden_ids(loaded, tiny_model_path):
+    policy = _policy(loaded, tiny_model_path, max_new_tokens=16)
+    obs = _observations(np.random.default_rng(3), 0)
+    a, b = policy.act(obs, greedy=True), policy.act(obs, greedy=True)
+    assert [g.tolist() for g in a.generated_ids] == [g.tolist() for g in b.generated_ids]
+    forbidden = set(policy.forbidden_ids.tolist())
+    for g in a.generated_ids:
+        assert not forbidden & set(g.tolist())
+        eos_at = [i for i, t in enumerate(g.tolist()) if t in policy.eos_ids]
+        assert eos_at in ([], [len(g) - 1])  # cut right after the first EOS
+
+
+def test_save_and_load_round_trip(loaded, tiny_model_path, tmp_path, storage):
+    policy = _policy(loaded, tiny_model_path)
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if p.requires_grad:
+                p.add_(0.05 * torch.randn_like(p))
+    st = storage
+    policy.save_pretrained(tmp_path / "ckpt")
+    assert (tmp_path / "ckpt" / "adapter_config.json").is_file() and (tmp_path / "ckpt" / "heads.safetensors").is_file()
+    other = _policy(loaded, tiny_model_path)
+    other.load_pretrained(tmp_path / "ckpt")
+    mb = next(st.minibatches(NUM_ENVS, torch.Generator().manual_seed(0)))
+    with torch.no_grad():
+        a, b = policy.evaluate_actions(mb), other.evaluate_actions(mb)
+    torch.testing.assert_close(a.log_probs, b.log_probs)
+    torch.testing.assert_close(a.values, b.values)
+    torch.testing.assert_close(a.temperatures, b.temperatures)
+    wrong = _policy(loaded, tiny_model_path, lora_r=2, lora_alpha=4)
+    with pytest.raises(ValueError, match="lora_r"):
+        wrong.load_adapter(tmp_path / "ckpt")
+
+
+def test_train_vision_projector_trains_merger_and_keeps_reference(loaded, tiny_model_path, storage):
+    policy = _policy(loaded, tiny_model_path, train_vision="projector")
+    trainable = [n for n, p in policy.named_parameters() if p.requires_grad]
+    assert any("merger" in n for n in trainable)
+    assert not any("visual.blocks" in n for n in trainable)
+    opt = torch.optim.Adam(policy.trainable_parameters(), lr=1e-2)
+    out = PPO(policy, opt, PPOConfig(ppo_epochs=1, mini_batch_size=3), seed=0).update(storage)
+    assert out["debug/first_minibatch_ratio_max_dev"] < 1e-4
+    merger_copy = [p for n, p in policy.named_parameters() if "merger" in n and "modules_to_save" in n]
+    original = [p for n, p in policy.named_parameters() if "merger" in n and "original_module" in n]
+    assert merger_copy and original
+    assert not all(torch.equal(a, b) for a, b in zip(merger_copy, original))
+
+
+def test_thought_tokens_found_with_the_real_tokenizer(loaded):
+    """Byte-level BPE: the tokens marked as thoughts cover the thoughts value and nothing else."""
+    from a2c_ppo_acktr import prompts
+    from a2c_ppo_acktr.distributions import response_token_weights, token_char_ends
+
+    tok = loaded.processor.tokenizer
+    text = prompts.format_response("the chair is left of the bed, café", prompts.Move(30, 1.5))
+    ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.convert_tokens_to_ids("<|im_end|>")]
+    assert tok.decode(ids, skip_special_tokens=True) == text
+    w = response_token_weights(tok, ids, 0.25)
+    ends = token_char_ends(tok, ids)
+    t0, t1 = prompts.response_spans(text)[0]
+    starts = [0] + ends[:-1]
+    thought_chars = "".join(text[s:e] for s, e, wi in zip(starts, ends, w.tolist()) if wi == 0.25)
+    other_chars = "".join(text[s:e] for s, e, wi in zip(starts, ends, w.tolist()) if wi == 1.0)
+    assert text[t0:t1] in thought_chars and len(thought_chars) <= (t1 - t0) + 4  # boundary tokens may carry a quote/comma
+    assert "rotation_angle_degrees" in other_chars and "café" not in other_chars
+    assert w[-1] == 1.0  # the end-of-turn token counts as action
+
+
+def test_non_finite_loss_leaves_every_policy_weight_untouched(loaded, tiny_model_path, storage):
+    policy = _policy(loaded, tiny_model_path)
+    st = copy.deepcopy(storage)
+    st.advantages.fill_(float("nan"))
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    opt = torch.optim.Adam(policy.trainable_parameters(), lr=1e-2)
+    out = PPO(policy, opt, PPOConfig(ppo_epochs=1, mini_batch_size=3, norm_adv=False), seed=0).update(st)
+    assert out["losses/skipped_minibatches"] == 2
+    for k, v in policy.state_dict().items():
+        assert torch.equal(v, before[k]), k
