@@ -58,7 +58,7 @@ class EnvConfig:
     scene_source: str = "procedural"  # procedural | scannet | arkitscenes | vsibench
     data_root: Optional[str] = None  # directory with real scans (scannet/arkitscenes) or VSI-Bench rows
     vsibench_path: Optional[str] = None  # parquet/JSON of VSI-Bench rows (scene_source=vsibench)
-    num_scenes: int = 64  # procedural scenes cycled through (scene seed = seed + index)
+    num_scenes: int = 64  # procedural scenes drawn from (scene k has seed env.scene_seed + k)
     question_types: list[str] = field(default_factory=lambda: list(QUESTION_TYPES))
     image_size: int = 224  # rendered frames are image_size x image_size
     fov_deg: float = 90.0  # horizontal field of view of the pinhole camera
@@ -73,6 +73,9 @@ class EnvConfig:
     collision_penalty: float = -0.05  # reward added when a move is blocked
     procedural_min_room: float = 3.0  # meters, smallest side of procedural rooms
     procedural_max_room: float = 10.0  # meters, largest side of procedural rooms
+    scene_seed: int = 0  # procedural scene k (k < num_scenes) is built from seed scene_seed + k; use another value for held-out scenes
+    appearance_min_fraction: float = 0.002  # an object counts as seen in a sweep frame when it covers this fraction of the pixels
+    scene_cache_size: int = 64  # scenes (with their ray-casting structures) kept per env; real scans are large
 
     def __post_init__(self) -> None:
         _choice("env.scene_source", self.scene_source, ["procedural", "scannet", "arkitscenes", "vsibench"])
@@ -85,6 +88,8 @@ class EnvConfig:
         _check(self.num_sweep_frames >= 1, f"env.num_sweep_frames={self.num_sweep_frames} must be >= 1")
         _check(self.image_history >= 0, f"env.image_history={self.image_history} must be >= 0")
         _check(self.num_scenes >= 1, f"env.num_scenes={self.num_scenes} must be >= 1")
+        _check(0 < self.appearance_min_fraction < 1, f"env.appearance_min_fraction={self.appearance_min_fraction} must be in (0, 1)")
+        _check(self.scene_cache_size >= 1, f"env.scene_cache_size={self.scene_cache_size} must be >= 1")
         _check(0 < self.agent_radius < 1.0, f"env.agent_radius={self.agent_radius} must be in (0, 1) meters")
         _check(0 < self.max_forward <= 10.0, f"env.max_forward={self.max_forward} must be in (0, 10] meters")
         _check(
@@ -105,6 +110,7 @@ class ModelConfig:
     """The policy VLM, its LoRA adapter and its heads (``a2c_ppo_acktr/model.py``)."""
 
     model_path: str = "tiny:qwen2_5_vl"  # HF hub id, local directory, or tiny:<family> for the offline tiny model
+    sft_adapter: Optional[str] = None  # LoRA adapter directory from train_sft.py to warm-start PPO (main_vsi.py --sft-adapter)
     dtype: str = "float32"  # float32 | bfloat16 | float16
     attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2
     device: str = "auto"  # auto | cpu | cuda
@@ -119,18 +125,24 @@ class ModelConfig:
     lora_target_modules: str = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
     train_vision: str = "none"  # none | projector | tower
     value_head_hidden: int = 1024
+    temp_head_hidden: int = 256  # width of the temperature predictor's hidden layer
     use_temp_predictor: bool = True
     temperature: float = 1.0  # initial (or fixed, with the predictor off) sampling temperature
     min_temperature: float = 0.5
     max_temperature: float = 1.5
     max_new_tokens: int = 96
     thought_prob_coef: float = 0.5  # lambda in log pi = lambda * log p(thought) + log p(action)
+    # Where act() takes log-probs/values from: "generate" (generate's own processed logits and first
+    # step, no extra forward) or "recompute" (a no-grad training forward after generate: bit-identical
+    # to the update's computation in the same layout, one more forward per step).
+    rollout_log_probs: str = "generate"
 
     def __post_init__(self) -> None:
         _choice("model.dtype", self.dtype, ["float32", "bfloat16", "float16"])
         _choice("model.attn_implementation", self.attn_implementation, ["sdpa", "eager", "flash_attention_2"])
         _choice("model.device", self.device, ["auto", "cpu", "cuda"])
         _choice("model.train_vision", self.train_vision, ["none", "projector", "tower"])
+        _choice("model.rollout_log_probs", self.rollout_log_probs, ["generate", "recompute"])
         _check(self.lora_r >= 1, f"model.lora_r={self.lora_r} must be >= 1")
         _check(self.lora_alpha > 0, f"model.lora_alpha={self.lora_alpha} must be > 0")
         _check(0 <= self.lora_dropout < 1, f"model.lora_dropout={self.lora_dropout} must be in [0, 1)")
@@ -141,14 +153,17 @@ class ModelConfig:
             f"({self.temperature}) <= model.max_temperature ({self.max_temperature})",
         )
         if self.use_temp_predictor:
+            # The predictor is a scaled sigmoid initialised at `temperature`: it must lie strictly inside.
             _check(
-                self.min_temperature < self.max_temperature,
-                "model.use_temp_predictor needs model.min_temperature < model.max_temperature; "
+                self.min_temperature < self.temperature < self.max_temperature,
+                "model.use_temp_predictor needs model.min_temperature < model.temperature < model.max_temperature "
+                f"(got {self.min_temperature}, {self.temperature}, {self.max_temperature}); widen the range or "
                 "set use_temp_predictor=false for a fixed temperature",
             )
         _check(0.0 <= self.thought_prob_coef <= 1.0, f"model.thought_prob_coef={self.thought_prob_coef} must be in [0, 1]")
         _check(self.max_new_tokens >= 1, f"model.max_new_tokens={self.max_new_tokens} must be >= 1")
         _check(self.value_head_hidden >= 1, f"model.value_head_hidden={self.value_head_hidden} must be >= 1")
+        _check(self.temp_head_hidden >= 1, f"model.temp_head_hidden={self.temp_head_hidden} must be >= 1")
         if self.attn_implementation == "flash_attention_2":
             _check(self.dtype != "float32", "model.attn_implementation=flash_attention_2 needs model.dtype bfloat16 or float16")
 
@@ -235,13 +250,76 @@ class SFTConfig:
     group_by_modality: bool = True
     save_steps: int = 200
     strict_images: bool = False  # fail on a missing/unreadable image instead of skipping the sample
+    max_steps: int = -1  # > 0 overrides num_epochs (short smoke runs)
+    warmup_ratio: float = 0.03
+    weight_decay: float = 0.0
+    logging_steps: int = 10
+    save_total_limit: int = 2  # adapter-only checkpoints kept under output_dir/checkpoint-*
+    resume: Optional[str] = None  # None | auto (latest checkpoint in output_dir) | path to a checkpoint-* directory
 
     def __post_init__(self) -> None:
+        _check(self.max_steps == -1 or self.max_steps >= 1, f"sft.max_steps={self.max_steps} must be -1 (use num_epochs) or >= 1")
+        _check(0 <= self.warmup_ratio < 1, f"sft.warmup_ratio={self.warmup_ratio} must be in [0, 1)")
+        _check(self.weight_decay >= 0, f"sft.weight_decay={self.weight_decay} must be >= 0")
+        _check(self.logging_steps >= 1, f"sft.logging_steps={self.logging_steps} must be >= 1")
+        _check(self.save_total_limit >= 1, f"sft.save_total_limit={self.save_total_limit} must be >= 1")
         _check(self.num_epochs > 0, f"sft.num_epochs={self.num_epochs} must be > 0")
         _check(self.lr > 0, f"sft.lr={self.lr} must be > 0")
         _check(self.per_device_batch_size >= 1, f"sft.per_device_batch_size={self.per_device_batch_size} must be >= 1")
         _check(self.grad_accum_steps >= 1, f"sft.grad_accum_steps={self.grad_accum_steps} must be >= 1")
         _check(self.max_length >= 64, f"sft.max_length={self.max_length} must be >= 64")
+
+
+@dataclass
+class LabelConfig:
+    """Teacher labelling (``vlm_traj_label.py``) and SFT dataset building (``vlm_traj_preprocess.py``)."""
+
+    teacher: str = "oracle"  # oracle | hf | openai (a2c_ppo_acktr/teachers.py registry)
+    out_dir: str = "outputs/labels"  # trajectories.jsonl + images/ are written here
+    num_episodes: int = 100
+    seed: int = 0  # episode i is reset with seed + i (deterministic episode ids)
+    batch_size: int = 4  # episodes stepped together (one batched teacher call per turn)
+    epsilon: float = 0.0  # probability that a turn executes a random move instead of the teacher's (still labelled by the teacher)
+    oracle_max_moves: int = 1  # oracle turns toward its target at most this many times before answering
+    oracle_face_tolerance_deg: float = 20.0  # oracle stops turning once the target is within this angle of the view axis
+    # hf teacher: any local HF VLM through loading.load_vlm
+    model_path: Optional[str] = None  # None = model.model_path
+    max_new_tokens: int = 256
+    # openai teacher: OpenAI-compatible chat-completions server
+    base_url: str = "http://127.0.0.1:8000/v1"
+    model: Optional[str] = None  # served model name (required for teacher=openai)
+    api_key_env: str = "OPENAI_API_KEY"  # environment variable holding the key (never logged or written)
+    timeout_s: float = 60.0
+    max_concurrency: int = 8
+    retries: int = 3  # extra attempts after the first on timeouts, connection errors, 429 and 5xx
+    backoff_s: float = 1.0  # first retry delay; doubles every retry
+    request_temperature: float = 0.0
+    # preprocessing (labelled trajectories -> SFT dataset)
+    dataset_dir: str = "outputs/sft_data"  # train.jsonl / val.jsonl are written here
+    min_score: float = 0.0  # keep episodes whose benchmark score is >= this
+    per_turn: bool = True  # one sample per teacher turn; false = one sample per episode (its final turn, all turns as context)
+    history_turns: int = 0  # earlier turns (user + assistant) kept as context; 0 = exactly the RL prompt
+    val_fraction: float = 0.1  # fraction of scenes held out for validation (split by scene, never by turn)
+
+    def __post_init__(self) -> None:
+        _choice("label.teacher", self.teacher, ["oracle", "hf", "openai"])
+        _check(self.num_episodes >= 1, f"label.num_episodes={self.num_episodes} must be >= 1")
+        _check(self.batch_size >= 1, f"label.batch_size={self.batch_size} must be >= 1")
+        _check(0.0 <= self.epsilon <= 1.0, f"label.epsilon={self.epsilon} must be in [0, 1]")
+        _check(self.oracle_max_moves >= 0, f"label.oracle_max_moves={self.oracle_max_moves} must be >= 0")
+        _check(0 < self.oracle_face_tolerance_deg <= 180, f"label.oracle_face_tolerance_deg={self.oracle_face_tolerance_deg} must be in (0, 180]")
+        _check(self.max_new_tokens >= 1, f"label.max_new_tokens={self.max_new_tokens} must be >= 1")
+        _check(self.timeout_s > 0, f"label.timeout_s={self.timeout_s} must be > 0 seconds")
+        _check(self.max_concurrency >= 1, f"label.max_concurrency={self.max_concurrency} must be >= 1")
+        _check(self.retries >= 0, f"label.retries={self.retries} must be >= 0")
+        _check(self.backoff_s >= 0, f"label.backoff_s={self.backoff_s} must be >= 0")
+        _check(self.request_temperature >= 0, f"label.request_temperature={self.request_temperature} must be >= 0")
+        _check(self.api_key_env.strip() != "", "label.api_key_env is empty; name the environment variable that holds the key (e.g. OPENAI_API_KEY)")
+        if self.teacher == "openai":
+            _check(bool(self.model), "label.teacher=openai needs label.model (the served model name, e.g. Qwen/Qwen2.5-VL-72B-Instruct)")
+        _check(0.0 <= self.min_score <= 1.0, f"label.min_score={self.min_score} must be in [0, 1]")
+        _check(self.history_turns >= 0, f"label.history_turns={self.history_turns} must be >= 0")
+        _check(0.0 <= self.val_fraction < 1.0, f"label.val_fraction={self.val_fraction} must be in [0, 1)")
 
 
 @dataclass
@@ -275,8 +353,15 @@ class LogConfig:
     keep_checkpoints: int = 2
     resume: Optional[str] = None  # None | auto | path to a checkpoint directory
     progress_bar: bool = True
+    # Stop this invocation after N iterations in total (the schedule still spans ppo.num_iterations);
+    # for time-limited jobs that continue with --resume auto. None runs to ppo.num_iterations.
+    stop_after_iterations: Optional[int] = None
 
     def __post_init__(self) -> None:
+        _check(
+            self.stop_after_iterations is None or self.stop_after_iterations >= 1,
+            f"log.stop_after_iterations={self.stop_after_iterations} must be >= 1 (or null to run all iterations)",
+        )
         _choice("log.wandb_mode", self.wandb_mode, ["online", "offline", "disabled"])
         _check(self.save_interval >= 1, f"log.save_interval={self.save_interval} must be >= 1")
         _check(self.keep_checkpoints >= 1, f"log.keep_checkpoints={self.keep_checkpoints} must be >= 1")
@@ -291,6 +376,11 @@ class DistConfig:
 
     def __post_init__(self) -> None:
         _choice("dist.zero_stage", self.zero_stage, [0, 1, 2, 3])
+        _check(
+            self.zero_stage > 0 or self.deepspeed_config is None,
+            f"dist.deepspeed_config={self.deepspeed_config!r} is set but dist.zero_stage=0 (DeepSpeed off); "
+            "set dist.zero_stage to the stage in that JSON (e.g. 2) or drop dist.deepspeed_config",
+        )
 
 
 @dataclass
@@ -304,6 +394,7 @@ class RunConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
+    label: LabelConfig = field(default_factory=LabelConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     log: LogConfig = field(default_factory=LogConfig)
     dist: DistConfig = field(default_factory=DistConfig)

@@ -1,0 +1,285 @@
+"""Atomic training checkpoints, RNG capture, and finding the checkpoint to resume from.
+
+A checkpoint is a directory ``<output_dir>/checkpoints/checkpoint-<iteration:06d>/``. It is written
+into a hidden temporary sibling (``.tmp-checkpoint-...``), every file is fsynced, a completion marker
+(``COMPLETE``) is written last, and only then the directory is renamed into place. A crash at any
+point therefore leaves either the previous checkpoints untouched plus a stray temporary directory
+(ignored and cleaned on the next save), or a complete new checkpoint. Readers only trust directories
+that carry the marker.
+
+What goes into a checkpoint is decided by the caller (:mod:`a2c_ppo_acktr.train`) through a writer
+callback; this module only knows how to make the write atomic, how to keep the last K, and how to
+capture/restore random-number-generator state.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional
+
+import numpy as np
+import torch
+
+COMPLETE_MARKER = "COMPLETE"
+CHECKPOINT_PREFIX = "checkpoint-"
+_TMP_PREFIX = ".tmp-"
+_NAME_RE = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, incomplete, or does not fit the run that tries to load it."""
+
+
+def checkpoint_name(iteration: int) -> str:
+    """Directory name of the checkpoint taken after ``iteration`` iterations."""
+    return f"{CHECKPOINT_PREFIX}{iteration:06d}"
+
+
+def checkpoint_iteration(path: str | os.PathLike) -> int:
+    """Iteration number encoded in a checkpoint directory name.
+
+    Raises:
+        CheckpointError: ``path`` is not named ``checkpoint-<number>``.
+    """
+    m = _NAME_RE.match(Path(path).name)
+    if m is None:
+        raise CheckpointError(f"{str(path)!r} is not a checkpoint directory (expected a name like {checkpoint_name(12)!r})")
+    return int(m.group(1))
+
+
+def is_complete(path: str | os.PathLike) -> bool:
+    """True when ``path`` is a checkpoint directory whose write finished (carries the marker)."""
+    path = Path(path)
+    return path.is_dir() and (path / COMPLETE_MARKER).is_file()
+
+
+def list_checkpoints(root: str | os.PathLike) -> list[Path]:
+    """Complete checkpoints under ``root``, oldest first. Incomplete or temporary ones are ignored."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if _NAME_RE.match(p.name) and is_complete(p)]
+    return sorted(found, key=checkpoint_iteration)
+
+
+def latest_checkpoint(root: str | os.PathLike) -> Optional[Path]:
+    """The complete checkpoint with the highest iteration under ``root``, or None."""
+    found = list_checkpoints(root)
+    return found[-1] if found else None
+
+
+def resolve_resume(resume: Optional[str], checkpoints_root: str | os.PathLike) -> Optional[Path]:
+    """Turn ``log.resume`` into the checkpoint directory to load (or None to start fresh).
+
+    Args:
+        resume: None (fresh start), ``"auto"`` (latest complete checkpoint under
+            ``checkpoints_root`` if any, otherwise a fresh start), or a checkpoint directory.
+        checkpoints_root: where this run writes its checkpoints.
+
+    Raises:
+        CheckpointError: an explicit path that does not exist or was never completed.
+    """
+    if resume is None:
+        return None
+    if resume == "auto":
+        return latest_checkpoint(checkpoints_root)
+    path = Path(resume)
+    if not path.is_dir():
+        raise CheckpointError(f"log.resume={resume!r}: no such checkpoint directory; use --resume auto or a path under {checkpoints_root}")
+    if not is_complete(path):
+        raise CheckpointError(
+            f"log.resume={resume!r} has no {COMPLETE_MARKER} marker: its write was interrupted. "
+            f"Resume from an earlier checkpoint ({[p.name for p in list_checkpoints(path.parent)]}) or use --resume auto"
+        )
+    return path
+
+
+def _fsync_tree(path: Path) -> None:
+    """Flush every file and directory under ``path`` to disk (so the rename publishes durable data)."""
+    for dirpath, _dirnames, filenames in os.walk(path):
+        for name in filenames:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(dirpath))
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class CheckpointManager:
+    """Writes checkpoints atomically under ``root`` and keeps the last ``keep`` of them.
+
+    In a multi-process run every process calls :meth:`save` (a DeepSpeed engine's
+    ``save_checkpoint`` is collective); the main process alone creates, publishes and prunes
+    directories. ``barrier`` must then synchronise all processes (``accelerator.wait_for_everyone``);
+    the directory must be on a file system all processes share.
+
+    Args:
+        root: directory holding ``checkpoint-*`` subdirectories.
+        keep: how many complete checkpoints to keep (older ones are deleted after a save).
+        is_main: whether this process publishes and prunes.
+        barrier: synchronises processes; a no-op in single-process runs.
+    """
+
+    def __init__(self, root: str | os.PathLike, keep: int, is_main: bool = True, barrier: Callable[[], None] = lambda: None):
+        if keep < 1:
+            raise CheckpointError(f"keep={keep}: at least one checkpoint must be kept (log.keep_checkpoints >= 1)")
+        self.root = Path(root)
+        self.keep = keep
+        self.is_main = is_main
+        self.barrier = barrier
+
+    def save(self, iteration: int, writer: Callable[[Path], None], meta: Optional[Mapping[str, Any]] = None) -> Path:
+        """Write checkpoint ``iteration`` atomically.
+
+        Args:
+            iteration: iterations completed; names the directory.
+            writer: ``writer(tmp_dir)`` writes the checkpoint's files into ``tmp_dir``. Called on
+                every process (it decides itself what non-main processes write).
+            meta: JSON-able summary stored in the completion marker.
+
+        Returns:
+            The published checkpoint directory.
+        """
+        target = self.root / checkpoint_name(iteration)
+        tmp = self.root / f"{_TMP_PREFIX}{target.name}"
+        if self.is_main:
+            self.root.mkdir(parents=True, exist_ok=True)
+            if tmp.exists():  # left by an earlier crash
+                shutil.rmtree(tmp)
+            tmp.mkdir()
+        self.barrier()
+        try:
+            writer(tmp)
+        finally:
+            # Every process must reach the barrier even when one writer fails, or the others hang.
+            self.barrier()
+        if self.is_main:
+            marker = {"iteration": iteration, **dict(meta or {})}
+            (tmp / COMPLETE_MARKER).write_text(json.dumps(marker, indent=1, sort_keys=True), encoding="utf-8")
+            _fsync_tree(tmp)
+            if target.exists():  # re-saving the same iteration (e.g. final save right after a periodic one)
+                old = self.root / f"{_TMP_PREFIX}old-{target.name}"
+                if old.exists():
+                    shutil.rmtree(old)
+                os.rename(target, old)
+                os.rename(tmp, target)
+                shutil.rmtree(old)
+            else:
+                os.rename(tmp, target)
+            _fsync_dir(self.root)
+            self._prune()
+        self.barrier()
+        return target
+
+    def _prune(self) -> None:
+        complete = list_checkpoints(self.root)
+        for old in complete[: max(0, len(complete) - self.keep)]:
+            shutil.rmtree(old)
+        # Temporary directories of other iterations are debris from crashed writes.
+        for p in self.root.iterdir():
+            if p.name.startswith(_TMP_PREFIX) and p.is_dir():
+                shutil.rmtree(p)
+
+
+# ---------------------------------------------------------------------------------------- RNG state
+def capture_rng_state(extra: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+    """Snapshot of every random stream the run draws from.
+
+    Args:
+        extra: named generators owned by objects (``torch.Generator`` or ``np.random.Generator``),
+            e.g. a minibatch shuffler; saved by name.
+
+    Returns:
+        A picklable dict for :func:`restore_rng_state`.
+    """
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "extra": {},
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    for name, gen in (extra or {}).items():
+        state["extra"][name] = _generator_state(gen, name)
+    return state
+
+
+def restore_rng_state(state: Mapping[str, Any], extra: Optional[Mapping[str, Any]] = None) -> None:
+    """Restore what :func:`capture_rng_state` saved, including the named generators in ``extra``.
+
+    Raises:
+        CheckpointError: a generator in ``extra`` has no saved state (the run's objects changed).
+    """
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    saved = state.get("extra", {})
+    for name, gen in (extra or {}).items():
+        if name not in saved:
+            raise CheckpointError(f"checkpoint has no state for random generator {name!r} (saved: {sorted(saved)}); it was written by a different version of the run")
+        _set_generator_state(gen, saved[name], name)
+
+
+def _generator_state(gen: Any, name: str) -> Any:
+    if isinstance(gen, torch.Generator):
+        return gen.get_state()
+    if isinstance(gen, np.random.Generator):
+        return gen.bit_generator.state
+    if isinstance(gen, random.Random):
+        return gen.getstate()
+    raise CheckpointError(f"cannot checkpoint generator {name!r} of type {type(gen).__name__}; expected torch.Generator, numpy Generator or random.Random")
+
+
+def _set_generator_state(gen: Any, state: Any, name: str) -> None:
+    if isinstance(gen, torch.Generator):
+        gen.set_state(state)
+    elif isinstance(gen, np.random.Generator):
+        gen.bit_generator.state = state
+    elif isinstance(gen, random.Random):
+        gen.setstate(state)
+    else:
+        raise CheckpointError(f"cannot restore generator {name!r} of type {type(gen).__name__}")
+
+
+def find_generators(obj: Any, prefix: str) -> dict[str, Any]:
+    """Random generators held as direct attributes of ``obj`` (e.g. a storage's shuffler).
+
+    Objects that own a generator get it checkpointed without having to expose a state API.
+    """
+    out: dict[str, Any] = {}
+    for key, value in sorted(vars(obj).items()) if hasattr(obj, "__dict__") else []:
+        if isinstance(value, (torch.Generator, np.random.Generator, random.Random)):
+            out[f"{prefix}.{key}"] = value
+    return out
+
+
+# ---------------------------------------------------------------------------------------- small files
+def save_pickle(obj: Any, path: Path) -> None:
+    """Pickle ``obj`` to ``path`` (used for per-rank RNG and env state: plain Python/numpy objects)."""
+    with open(path, "wb") as f:
+        pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def load_pickle(path: Path) -> Any:
+    """Load a pickle written by :func:`save_pickle` (only ever our own checkpoint files)."""
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint file {str(path)!r} is missing; the checkpoint is incomplete or from another run layout")
+    with open(path, "rb") as f:
+        return pickle.load(f)

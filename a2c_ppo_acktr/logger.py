@@ -1,0 +1,129 @@
+"""Run logging: ``metrics.jsonl`` (always), tensorboard and wandb (optional, imported lazily).
+
+Metrics are flat dicts with namespaced keys (``charts/``, ``losses/``, ``rollout/``, ``time/``,
+``debug/``), one dict per iteration. Only the main process writes; other processes get a logger whose
+methods do nothing, so the training loop needs no ``if is_main`` around every call.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from .arguments import RunConfig
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Rows of a ``metrics.jsonl`` file, in order."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                rows.append(json.loads(line))
+    return rows
+
+
+def _json_value(v: Any) -> Any:
+    # JSON has no NaN/inf; keep them readable and round-trippable as strings.
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return v
+
+
+class RunLogger:
+    """Writes one row per iteration to ``metrics.jsonl``, tensorboard and wandb.
+
+    Args:
+        cfg: the resolved run config (logged as the wandb config and tensorboard text).
+        output_dir: run directory; ``metrics.jsonl`` and ``tensorboard/`` go here, wandb under ``wandb/``.
+        is_main: only the main process writes anything.
+        start_iteration: iterations already done (resume). Rows of ``metrics.jsonl`` and tensorboard
+            events past it are dropped: a run that crashed after its last checkpoint logged
+            iterations that the resumed run will redo.
+        wandb_run_id: id of the wandb run to continue (from the checkpoint), or None for a new run.
+    """
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        output_dir: str | os.PathLike,
+        is_main: bool = True,
+        start_iteration: int = 0,
+        wandb_run_id: Optional[str] = None,
+    ):
+        self.cfg = cfg
+        self.output_dir = Path(output_dir)
+        self.is_main = is_main
+        self.metrics_path = self.output_dir / METRICS_FILE
+        self._tb = None
+        self._wandb_run = None
+        self.wandb_run_id: Optional[str] = wandb_run_id
+        if not is_main:
+            return
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        self._truncate_metrics(start_iteration)
+        if cfg.log.tensorboard:
+            # Lazy: tensorboard's import is slow and the package is optional for users of jsonl only.
+            from torch.utils.tensorboard import SummaryWriter
+
+            # purge_step drops events a crashed run wrote past the checkpoint we resume from.
+            self._tb = SummaryWriter(
+                log_dir=str(self.output_dir / "tensorboard"),
+                purge_step=start_iteration + 1 if start_iteration > 0 else None,
+            )
+            self._tb.add_text("config", "```\n" + cfg.to_yaml() + "\n```", global_step=0)
+        if cfg.log.wandb_mode != "disabled":
+            import wandb  # lazy: importing wandb is slow and starts nothing until init
+
+            self._wandb_run = wandb.init(
+                project=cfg.log.wandb_project,
+                name=cfg.log.run_name,
+                dir=str(self.output_dir),
+                mode=cfg.log.wandb_mode,
+                config=cfg.to_dict(),
+                id=wandb_run_id,
+                resume="allow" if wandb_run_id else None,
+            )
+            self.wandb_run_id = self._wandb_run.id
+
+    def _truncate_metrics(self, start_iteration: int) -> None:
+        if not self.metrics_path.is_file():
+            return
+        if start_iteration == 0:
+            # A fresh run in a used directory: keep the old rows apart rather than mixing runs.
+            os.replace(self.metrics_path, self.metrics_path.with_suffix(".jsonl.old"))
+            return
+        keep = [r for r in read_metrics(self.metrics_path) if r.get("iteration", 0) <= start_iteration]
+        tmp = self.metrics_path.with_suffix(".jsonl.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            for r in keep:
+                f.write(json.dumps(r) + "\n")
+        os.replace(tmp, self.metrics_path)
+
+    def log(self, metrics: Mapping[str, Any], iteration: int) -> None:
+        """Log one iteration's metrics (numbers; non-numbers go to jsonl only)."""
+        if not self.is_main:
+            return
+        row = {"iteration": iteration, **{k: _json_value(v) for k, v in metrics.items()}}
+        with open(self.metrics_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        scalars = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if self._tb is not None:
+            for k, v in scalars.items():
+                self._tb.add_scalar(k, v, global_step=iteration)
+            self._tb.flush()
+        if self._wandb_run is not None:
+            self._wandb_run.log(scalars, step=iteration)
+
+    def close(self) -> None:
+        """Flush and close the sinks (idempotent)."""
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+        if self._wandb_run is not None:
+            self._wandb_run.finish()
+            self._wandb_run = None

@@ -1,0 +1,475 @@
+"""The PPO training loop: collect -> advantages -> update -> log -> checkpoint.
+
+:func:`run_training` builds everything from a :class:`~a2c_ppo_acktr.arguments.RunConfig` and runs
+``ppo.num_iterations`` iterations; each phase is one call and is timed (``time/*`` metrics). The
+loop reads top to bottom in :func:`run_training`; the helpers below it build objects, compute the
+learning-rate schedule, gather rollout statistics and write/read checkpoints.
+
+Reproducibility: every random stream (python, numpy, torch, the PPO minibatch shuffler, the envs'
+generators and scene/question cursors) is seeded from ``cfg.seed`` (offset by the process rank where
+ranks must differ) and saved in every checkpoint, so that on CPU a run of 4 iterations equals 2
+iterations + resume + 2 iterations, weight for weight.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import numpy as np
+import torch
+
+from .arguments import PPOConfig, RunConfig
+from .checkpoint import (
+    CheckpointError,
+    CheckpointManager,
+    capture_rng_state,
+    find_generators,
+    load_pickle,
+    resolve_resume,
+    restore_rng_state,
+    save_pickle,
+)
+from .distributed import build_accelerator, gather_lists, is_deepspeed, reduce_mean
+from .logger import RunLogger
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINTS_SUBDIR = "checkpoints"
+# Env seeds of different processes are this far apart, so their scene/question streams never overlap.
+RANK_SEED_STRIDE = 100_003
+
+
+# ------------------------------------------------------------------------------------ schedule
+def lr_factor(iteration: int, cfg: PPOConfig) -> float:
+    """Learning-rate multiplier used during iteration ``iteration`` (0-based).
+
+    Linear warmup over ``warmup_iterations`` (from ``1/warmup`` to 1), then ``constant`` (1) or
+    ``cosine`` decay from 1 to ``min_lr_ratio`` at the last iteration.
+    """
+    if iteration < cfg.warmup_iterations:
+        return (iteration + 1) / cfg.warmup_iterations
+    if cfg.lr_schedule == "constant":
+        return 1.0
+    decay_iters = cfg.num_iterations - cfg.warmup_iterations
+    if decay_iters <= 1:
+        return 1.0
+    progress = (iteration - cfg.warmup_iterations) / (decay_iters - 1)
+    return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def build_optimizer(policy: torch.nn.Module, cfg: PPOConfig) -> torch.optim.Optimizer:
+    """AdamW over the trainable parameters: one group for the adapter/backbone (``lr``), one for the
+    value and temperature heads (``policy.head_parameters()``, ``head_lr``, default ``lr``).
+
+    Raises:
+        ValueError: the policy has no trainable parameter.
+    """
+    head_ids = {id(p) for p in policy.head_parameters()}
+    trainable = [p for p in policy.parameters() if p.requires_grad]
+    if not trainable:
+        raise ValueError("the policy has no trainable parameters; enable model.use_lora or the heads")
+    body = [p for p in trainable if id(p) not in head_ids]
+    heads = [p for p in trainable if id(p) in head_ids]
+    head_lr = cfg.head_lr if cfg.head_lr is not None else cfg.lr
+    groups = [g for g in ({"params": body, "lr": cfg.lr, "name": "body"}, {"params": heads, "lr": head_lr, "name": "heads"}) if g["params"]]
+    return torch.optim.AdamW(groups, lr=cfg.lr, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+
+
+def trainable_state(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Copies of every trainable tensor by name (what resume restores and tests compare)."""
+    return {n: p.detach().cpu().clone() for n, p in policy.named_parameters() if p.requires_grad}
+
+
+def load_trainable_state(policy: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Copy saved trainable tensors into ``policy``.
+
+    Raises:
+        CheckpointError: the saved names differ from the policy's trainable parameters.
+    """
+    params = {n: p for n, p in policy.named_parameters() if p.requires_grad}
+    if set(params) != set(state):
+        missing, extra = sorted(set(params) - set(state)), sorted(set(state) - set(params))
+        raise CheckpointError(
+            f"checkpoint trainable parameters do not match the policy (missing {missing[:5]}, unexpected {extra[:5]}); "
+            "resume with the same model and LoRA settings as the run that wrote it"
+        )
+    with torch.no_grad():
+        for n, p in params.items():
+            p.copy_(state[n].to(device=p.device, dtype=p.dtype))
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (all devices) global generators."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+# ------------------------------------------------------------------------------------ rollout
+@dataclass
+class RolloutStats:
+    """What one rollout saw, per process (reduced across processes before logging)."""
+
+    episodes: list[dict] = field(default_factory=list)  # info["episode"] of every finished episode
+    valid: int = 0
+    turns: int = 0
+    reward_sum: float = 0.0
+    temperature_sum: float = 0.0
+
+
+def _truncated_values(policy, infos: list[dict], truncated: np.ndarray) -> Optional[torch.Tensor]:
+    """V(final observation) for envs that were truncated at this step (the GAE bootstrap)."""
+    idx = [i for i, t in enumerate(truncated) if t]
+    if not idx:
+        return None
+    finals = [infos[i]["final_observation"] for i in idx]
+    values = torch.zeros(len(truncated))
+    with torch.no_grad():
+        values[idx] = policy.get_values(finals).detach().float().cpu()
+    return values
+
+
+def collect_rollout(policy, envs, storage, observations: list[dict], num_steps: int) -> tuple[list[dict], RolloutStats]:
+    """Step the envs ``num_steps`` times with the policy, filling ``storage``.
+
+    Returns:
+        The observations after the last step (the next rollout starts from them) and statistics.
+    """
+    stats = RolloutStats()
+    for _ in range(num_steps):
+        with torch.no_grad():
+            act = policy.act(observations)
+        observations, rewards, terminated, truncated, infos = envs.step(act.texts)
+        terminated, truncated = np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool)
+        group_ids = [info["group_id"] for info in infos] if all("group_id" in i for i in infos) else None
+        storage.insert(act, rewards, terminated, truncated, final_values=_truncated_values(policy, infos, truncated), group_ids=group_ids)
+        for info in infos:
+            stats.valid += int(bool(info.get("valid", False)))
+            if "episode" in info:
+                stats.episodes.append(dict(info["episode"]))
+        stats.turns += len(infos)
+        stats.reward_sum += float(np.sum(rewards))
+        stats.temperature_sum += float(act.temperatures.float().sum())
+    return observations, stats
+
+
+def rollout_metrics(accelerator, stats: RolloutStats) -> dict[str, float]:
+    """Rollout statistics over all processes (episodes gathered, counts summed)."""
+    episodes = gather_lists(accelerator, stats.episodes)
+    counts = torch.tensor([stats.valid, stats.turns, stats.reward_sum, stats.temperature_sum], dtype=torch.float64, device=accelerator.device)
+    if accelerator.num_processes > 1:
+        counts = accelerator.reduce(counts, reduction="sum")
+    valid, turns, reward_sum, temp_sum = counts.tolist()
+    nan = float("nan")
+    return {
+        "rollout/episodes": float(len(episodes)),
+        "rollout/episode_score_mean": float(np.mean([e["score"] for e in episodes])) if episodes else nan,
+        "rollout/episode_reward_mean": float(np.mean([e["reward"] for e in episodes])) if episodes else nan,
+        "rollout/mean_turns": float(np.mean([e["turns"] for e in episodes])) if episodes else nan,
+        "rollout/valid_action_rate": valid / turns,
+        "rollout/reward_mean": reward_sum / turns,
+        "charts/temperature_mean": temp_sum / turns,
+    }
+
+
+def param_rank_max_dev(accelerator, module: torch.nn.Module) -> float:
+    """Largest difference between this run's processes in (sum, sum of squares) of the trainable
+    weights; 0.0 when every process holds the same weights (what DDP/DeepSpeed must guarantee).
+
+    Cheap (two float64 reductions on the device), so it is logged every iteration as a tripwire.
+    """
+    if accelerator.num_processes == 1:
+        return 0.0
+    with torch.no_grad():
+        sums = torch.zeros(2, dtype=torch.float64, device=accelerator.device)
+        for p in module.parameters():
+            if p.requires_grad:
+                x = p.detach().to(torch.float64)
+                sums[0] += x.sum()
+                sums[1] += (x * x).sum()
+    gathered = accelerator.gather(sums.reshape(1, 2))  # (num_processes, 2)
+    return float((gathered - gathered[0]).abs().max())
+
+
+# ------------------------------------------------------------------------------------ env state
+# VSIEnv attributes that are configuration, caches or objects rebuilt from others - not episode
+# state. Everything else (np_random, scene, question, pose, path, turn, frames, feedback, ...) is
+# saved, so a restored env continues its episode and its random stream exactly.
+_ENV_NOT_STATE = frozenset({"cfg", "render_mode", "camera", "observation_space", "action_space", "_cache", "_rows", "_scan_names", "renderer", "spec"})
+
+
+def env_state(envs) -> dict[str, Any]:
+    """Everything that makes a :class:`~a2c_ppo_acktr.envs.batch.VSIBatchEnv`'s future
+    deterministic: each env's generator, its current episode (scene, question, pose, path, turn,
+    frames) and the batch's own counters. Picklable.
+
+    VSIBatchEnv has no state API, so this reads the env's attributes (all but those in
+    ``_ENV_NOT_STATE``); an env attribute that cannot be pickled fails the checkpoint loudly.
+    """
+    if hasattr(envs, "get_state"):  # the env's own API, when it has one, knows best
+        return {"own": envs.get_state()}
+    return {
+        "batch": {k: v for k, v in vars(envs).items() if k not in ("envs", "cfg")},
+        "envs": [{k: v for k, v in vars(env).items() if k not in _ENV_NOT_STATE} for env in envs.envs],
+    }
+
+
+def restore_env_state(envs, state: dict[str, Any]) -> None:
+    """Inverse of :func:`env_state` (the renderer is rebuilt from the restored scene).
+
+    Raises:
+        CheckpointError: the checkpoint holds a different number of envs.
+    """
+    from .envs.renderer import Renderer
+
+    if "own" in state:
+        envs.set_state(state["own"])
+        return
+    if len(state["envs"]) != len(envs.envs):
+        raise CheckpointError(
+            f"checkpoint holds {len(state['envs'])} envs per process but rollout.num_envs={len(envs.envs)}; resume with the same rollout.num_envs"
+        )
+    vars(envs).update(state["batch"])
+    for env, saved in zip(envs.envs, state["envs"]):
+        vars(env).update(saved)
+        env.renderer = Renderer(env.scene, env.camera) if env.scene is not None else None
+
+
+# ------------------------------------------------------------------------------------ the run
+@contextmanager
+def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
+    start = time.perf_counter()
+    yield
+    timings[f"time/{name}"] = time.perf_counter() - start
+
+
+@dataclass
+class _Run:
+    """The objects of one run (built once, used by the loop and the checkpoint writer/reader)."""
+
+    cfg: RunConfig
+    accelerator: Any
+    policy: Any  # as prepared by accelerate (DDP/DeepSpeed engine or the module itself)
+    module: Any  # the VLMPolicy itself
+    optimizer: torch.optim.Optimizer  # the raw AdamW (its param_groups carry the learning rates)
+    prepared_optimizer: Any
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    ppo: Any
+    storage: Any
+    envs: Any
+    observations: list[dict]
+    wandb_run_id: Optional[str] = None
+
+
+def _build_run(cfg: RunConfig, accelerator) -> _Run:
+    from .algo.ppo import PPO
+    from .envs.batch import VSIBatchEnv
+    from .model import VLMPolicy
+    from .storage import RolloutStorage
+
+    rank = accelerator.process_index
+    # Same seed on every rank for the weights (LoRA/head init), so ranks start identical.
+    seed_everything(cfg.seed)
+    module = VLMPolicy(cfg.model)
+    if cfg.model.sft_adapter is not None:
+        module.load_adapter(cfg.model.sft_adapter)
+    optimizer = build_optimizer(module, cfg.ppo)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda it: lr_factor(it, cfg.ppo))
+    policy, prepared_optimizer = accelerator.prepare(module, optimizer)
+    module = accelerator.unwrap_model(policy)
+    # From here on ranks must differ (sampling, shuffles): offset by rank.
+    seed_everything(cfg.seed + rank)
+    envs = VSIBatchEnv(cfg.env, cfg.rollout.num_envs, seed=cfg.seed + rank * RANK_SEED_STRIDE)
+    observations = envs.reset()
+    ppo = PPO(policy, prepared_optimizer, cfg.ppo, accelerator, seed=cfg.seed + rank)
+    storage = RolloutStorage(cfg.rollout.num_steps, cfg.rollout.num_envs)
+    return _Run(cfg, accelerator, policy, module, optimizer, prepared_optimizer, scheduler, ppo, storage, envs, observations)
+
+
+def _owned_generators(run: _Run) -> dict[str, Any]:
+    """Generators held by the storage (PPO's shuffler is saved with ``ppo.state_dict``)."""
+    return find_generators(run.storage, "storage")
+
+
+def _rank_file(rank: int) -> str:
+    return f"rank{rank:03d}.pkl"
+
+
+def _write_checkpoint(run: _Run, iteration: int, tmp: Path) -> None:
+    """Write this process's share of checkpoint ``iteration`` into ``tmp`` (see :mod:`checkpoint`)."""
+    acc = run.accelerator
+    # Adapter + heads in the policy's own format: what eval_vsi.py and a warm start load.
+    if is_deepspeed(acc) and run.cfg.dist.zero_stage == 3:
+        import deepspeed
+
+        # ZeRO-3 partitions every weight: gather the trainable ones (collective) to export them whole.
+        trainable = [p for p in run.module.parameters() if p.requires_grad]
+        with deepspeed.zero.GatheredParameters(trainable, modifier_rank=None):
+            if acc.is_main_process:
+                run.module.save_pretrained(tmp / "policy")
+    elif acc.is_main_process:
+        run.module.save_pretrained(tmp / "policy")
+    if acc.is_main_process:
+        if not is_deepspeed(acc):
+            torch.save(trainable_state(run.module), tmp / "trainable.pt")
+            torch.save(run.optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save(run.scheduler.state_dict(), tmp / "scheduler.pt")
+        run.cfg.save(tmp / "config.yaml")
+        state = {"iteration": iteration, "wandb_run_id": run.wandb_run_id, "num_processes": acc.num_processes}
+        (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1), encoding="utf-8")
+    if is_deepspeed(acc):
+        # ZeRO partitions the optimizer state across ranks: the engine writes each rank's shard
+        # (collective call). Frozen base weights are excluded: the checkpoint holds what training changed.
+        run.policy.save_checkpoint(str(tmp / "deepspeed"), tag="state", exclude_frozen_parameters=True)
+    per_rank = {
+        "rng": capture_rng_state(_owned_generators(run)),
+        "ppo": run.ppo.state_dict(),
+        "env": env_state(run.envs),
+        "observations": run.observations,
+        "storage_starts_episode": run.storage.starts_episode.clone(),
+    }
+    save_pickle(per_rank, tmp / _rank_file(acc.process_index))
+
+
+def _load_checkpoint(run: _Run, path: Path) -> int:
+    """Restore ``run`` from checkpoint directory ``path``; returns the iterations already done."""
+    acc = run.accelerator
+    state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+    if state["num_processes"] != acc.num_processes:
+        raise CheckpointError(
+            f"checkpoint {path} was written by {state['num_processes']} processes, this run has {acc.num_processes}; "
+            "resume with the same number of processes (each rank's envs and generators are saved separately)"
+        )
+    if is_deepspeed(acc):
+        load_path, _ = run.policy.load_checkpoint(
+            str(path / "deepspeed"), tag="state", load_module_strict=False, load_optimizer_states=True, load_lr_scheduler_states=False
+        )
+        if load_path is None:
+            raise CheckpointError(f"DeepSpeed found no engine state under {path / 'deepspeed'}")
+    else:
+        load_trainable_state(run.module, torch.load(path / "trainable.pt", map_location="cpu", weights_only=True))
+        run.optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True))
+    run.scheduler.load_state_dict(torch.load(path / "scheduler.pt", map_location="cpu", weights_only=True))
+    per_rank = load_pickle(path / _rank_file(acc.process_index))
+    run.ppo.load_state_dict(per_rank["ppo"])
+    restore_env_state(run.envs, per_rank["env"])
+    run.observations = per_rank["observations"]
+    run.storage.starts_episode = per_rank["storage_starts_episode"].clone()
+    restore_rng_state(per_rank["rng"], _owned_generators(run))
+    run.wandb_run_id = state.get("wandb_run_id")
+    _warn_config_changes(path, run.cfg)
+    return int(state["iteration"])
+
+
+# Fields that may differ between a run and its resumption without changing the results.
+_RESUME_FREE_KEYS = {"log.resume", "log.stop_after_iterations", "log.progress_bar", "log.wandb_mode", "log.output_dir", "model.sft_adapter"}
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _warn_config_changes(path: Path, cfg: RunConfig) -> None:
+    old = _flatten(RunConfig.from_yaml(path / "config.yaml").to_dict())
+    new = _flatten(cfg.to_dict())
+    changed = {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k) and k not in _RESUME_FREE_KEYS}
+    if changed:
+        logger.warning("resuming %s with a changed config (old -> new): %s", path, changed)
+
+
+def compute_advantages(policy, storage, observations: list[dict], cfg: PPOConfig) -> None:
+    """Bootstrap ``V(s_T)`` from the observations after the rollout and fill advantages/returns."""
+    with torch.no_grad():
+        next_value = policy.get_values(observations)
+    storage.compute_returns(next_value, cfg.advantage_estimator, cfg.gamma, cfg.gae_lambda)
+
+
+def update_policy(run: _Run, iteration: int) -> dict[str, float]:
+    """PPO epochs over the rollout, then make room for the next one and advance the lr schedule."""
+    metrics = run.ppo.update(run.storage)
+    if metrics.get("losses/skipped_minibatches", 0.0) > 0:
+        logger.warning(
+            "iteration %d: %d minibatch(es) skipped for a non-finite loss or gradient (see losses/skipped_minibatches)",
+            iteration + 1, int(metrics["losses/skipped_minibatches"]),
+        )
+    run.storage.after_update()
+    run.scheduler.step()
+    return metrics
+
+
+def iteration_metrics(run: _Run, stats: RolloutStats, update_metrics: dict[str, float], lrs: list[float], iteration: int) -> dict[str, float]:
+    """One row of metrics, reduced over processes (identical on every process)."""
+    acc = run.accelerator
+    return {
+        **rollout_metrics(acc, stats),
+        **reduce_mean(acc, update_metrics),
+        "charts/learning_rate": lrs[0],
+        "charts/head_learning_rate": lrs[-1],
+        "charts/turns": float((iteration + 1) * run.cfg.rollout.batch_size * acc.num_processes),
+        "debug/param_rank_max_dev": param_rank_max_dev(acc, run.module),
+    }
+
+
+def run_training(cfg: RunConfig) -> Path:
+    """Train with PPO as configured; returns the last checkpoint directory.
+
+    Writes into ``cfg.log.output_dir``: ``config.yaml`` (resolved config), ``metrics.jsonl`` (one
+    row per iteration), ``tensorboard/``, ``wandb/`` (unless disabled) and ``checkpoints/``.
+    """
+    cfg.validate()
+    out = Path(cfg.log.output_dir)
+    accelerator = build_accelerator(cfg)
+    ckpt_root = out / CHECKPOINTS_SUBDIR
+    resume_from = resolve_resume(cfg.log.resume, ckpt_root)
+    run = _build_run(cfg, accelerator)
+    start = _load_checkpoint(run, resume_from) if resume_from is not None else 0
+    if accelerator.is_main_process:
+        cfg.save(out / "config.yaml")
+    log = RunLogger(cfg, out, is_main=accelerator.is_main_process, start_iteration=start, wandb_run_id=run.wandb_run_id)
+    run.wandb_run_id = log.wandb_run_id
+    checkpoints = CheckpointManager(ckpt_root, cfg.log.keep_checkpoints, accelerator.is_main_process, accelerator.wait_for_everyone)
+    end = cfg.ppo.num_iterations if cfg.log.stop_after_iterations is None else min(cfg.ppo.num_iterations, cfg.log.stop_after_iterations)
+    last: Optional[Path] = resume_from
+    from tqdm.auto import tqdm
+
+    bar = tqdm(range(start, end), initial=start, total=cfg.ppo.num_iterations, desc="PPO", disable=not (accelerator.is_main_process and cfg.log.progress_bar))
+    checkpoint_seconds = 0.0  # time spent writing the previous iteration's checkpoint
+    try:
+        for it in bar:
+            timings: dict[str, float] = {"time/checkpoint": checkpoint_seconds}
+            lrs = [g["lr"] for g in run.optimizer.param_groups]  # the rates this iteration trains with
+            with _timed(timings, "collect"):
+                run.observations, stats = collect_rollout(run.module, run.envs, run.storage, run.observations, cfg.rollout.num_steps)
+            with _timed(timings, "advantages"):
+                compute_advantages(run.module, run.storage, run.observations, cfg.ppo)
+            with _timed(timings, "update"):
+                update_metrics = update_policy(run, it)
+            timings["time/iteration"] = timings["time/collect"] + timings["time/advantages"] + timings["time/update"]
+            metrics = iteration_metrics(run, stats, update_metrics, lrs, it)
+            log.log({**metrics, **timings}, iteration=it + 1)
+            bar.set_postfix(score=f"{metrics['rollout/episode_score_mean']:.3f}", kl=f"{metrics['losses/approx_kl']:.2e}")
+            checkpoint_seconds = 0.0
+            if (it + 1) % cfg.log.save_interval == 0 or it + 1 == end:
+                t0 = time.perf_counter()
+                last = checkpoints.save(it + 1, lambda tmp, it=it: _write_checkpoint(run, it + 1, tmp), meta={"num_processes": accelerator.num_processes})
+                checkpoint_seconds = time.perf_counter() - t0
+                logger.info("checkpoint %s written in %.2fs", last, checkpoint_seconds)
+    finally:
+        bar.close()
+        log.close()
+    if last is None:
+        raise RuntimeError(f"no iteration ran: the run starts at iteration {start} and ends at {end}; raise ppo.num_iterations to continue")
+    return last

@@ -1,0 +1,48 @@
+"""PPO training entry point.
+
+    python main_vsi.py --preset debug [--config X.yaml] [--section.key value ...]
+                       [--sft-adapter PATH] [--resume auto|PATH]
+
+Multi-process: ``accelerate launch ... main_vsi.py ...`` or ``torchrun ... main_vsi.py ...``; see
+docs/TRAINING.md and scripts/run_vsi_qwen.sh. Parses the config and calls
+:func:`a2c_ppo_acktr.train.run_training`; no logic lives here.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Optional, Sequence
+
+
+def parse_config(argv: Optional[Sequence[str]] = None):
+    """``RunConfig`` from the command line (``--sft-adapter``/``--resume`` map to config fields)."""
+    from a2c_ppo_acktr.arguments import add_config_args, config_from_args
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    add_config_args(parser)
+    parser.add_argument("--sft-adapter", default=None, help="LoRA adapter from train_sft.py to start from (model.sft_adapter)")
+    parser.add_argument("--resume", default=None, help="'auto' (latest complete checkpoint in the output dir) or a checkpoint directory (log.resume)")
+    args, extra = parser.parse_known_args(argv)
+    extra = list(extra)
+    if args.sft_adapter is not None:
+        extra += ["--model.sft_adapter", args.sft_adapter]
+    if args.resume is not None:
+        extra += ["--log.resume", args.resume]
+    return config_from_args(args, extra)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = parse_config(argv)
+    from a2c_ppo_acktr.distributed import shutdown
+    from a2c_ppo_acktr.train import run_training
+
+    last = run_training(cfg)
+    logging.getLogger("main_vsi").info("done; last checkpoint: %s", last)
+    shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

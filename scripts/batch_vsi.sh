@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+#SBATCH --job-name=vsi-ppo
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node=8
+#SBATCH --cpus-per-task=32
+#SBATCH --time=48:00:00
+#SBATCH --output=slurm-%x-%j.out
+#SBATCH --requeue
+# PPO training on a SLURM cluster, one or many nodes: one task per node, each running
+# scripts/run_vsi_qwen.sh (accelerate launch with one process per GPU of its node).
+#
+# Usage (submit from the repository root):
+#   sbatch scripts/batch_vsi.sh SEED NAME OUTDIR [PORT]
+#   sbatch --nodes 4 --gpus-per-node 8 scripts/batch_vsi.sh 1 qwen3b-s1 outputs 29500
+# PRESET, MODEL_PATH, SFT_ADAPTER, EXTRA_ARGS, DS_STAGE, PYTHON are passed through to
+# run_vsi_qwen.sh (see its header). GPUS_PER_NODE overrides the GPU count (default: from
+# SLURM_GPUS_ON_NODE, else nvidia-smi on the first node; nodes are assumed identical).
+# The job requeues with --resume auto, so a preempted run continues from its last checkpoint.
+set -euo pipefail
+
+if [ "$#" -lt 3 ] || [ "$#" -gt 4 ]; then
+  sed -n '10,20p' "$0" >&2
+  exit 2
+fi
+SEED=$1
+NAME=$2
+OUTDIR=$3
+PORT=${4:-29500}
+
+# sbatch runs a copy of this file from the spool directory: find the repository from the submit dir.
+REPO=${REPO_DIR:-${SLURM_SUBMIT_DIR:-$(pwd)}}
+cd "$REPO"
+if [ ! -f main_vsi.py ]; then
+  echo "$REPO is not the repository root (no main_vsi.py); submit from there or set REPO_DIR" >&2
+  exit 2
+fi
+
+if [ -z "${SLURM_JOB_NODELIST:-}" ]; then
+  echo "not inside a SLURM allocation; submit with sbatch, or use scripts/run_vsi_qwen.sh on one node" >&2
+  exit 2
+fi
+MAIN_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+NUM_MACHINES=${SLURM_NNODES:-1}
+if [ -z "${GPUS_PER_NODE:-}" ]; then
+  if [ -n "${SLURM_GPUS_ON_NODE:-}" ]; then
+    GPUS_PER_NODE=$SLURM_GPUS_ON_NODE
+  else
+    GPUS_PER_NODE=$(nvidia-smi -L | grep -c '^GPU')
+  fi
+fi
+export MAIN_ADDR NUM_MACHINES
+export NUM_GPUS=$GPUS_PER_NODE
+mkdir -p "$OUTDIR"
+echo "[batch_vsi] $NUM_MACHINES node(s) x $NUM_GPUS GPUs, main $MAIN_ADDR:$PORT" >&2
+
+# One task per node; MACHINE_RANK must be read inside each task (SLURM_NODEID differs per node),
+# hence the single quotes: the variables expand in the task's shell, not here.
+# shellcheck disable=SC2016
+srun --ntasks="$NUM_MACHINES" --ntasks-per-node=1 --kill-on-bad-exit=1 \
+  bash -c 'MACHINE_RANK=$SLURM_NODEID exec bash scripts/run_vsi_qwen.sh "$0" "$1" "$2" "$3"' \
+  "$SEED" "$NAME" "$OUTDIR" "$PORT"

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# PPO training of a Qwen-VL policy under accelerate + DeepSpeed ZeRO-2 on the GPUs of one node
+# (also the per-node launcher used by scripts/batch_vsi.sh on SLURM).
+#
+# Usage:  bash scripts/run_vsi_qwen.sh SEED NAME OUTDIR PORT
+#   SEED    run seed (--seed)
+#   NAME    run name (wandb/tensorboard); outputs go to OUTDIR/NAME
+#   OUTDIR  parent directory of the run directory
+#   PORT    main process port for torch.distributed (pick a free one per concurrent run)
+#
+# Environment variables (all optional):
+#   PRESET        config preset under configs/ (default qwen2.5-vl-3b)
+#   MODEL_PATH    model to train (HF id or local dir); overrides the preset's model.model_path
+#   SFT_ADAPTER   LoRA adapter directory from train_sft.py to warm-start from
+#   EXTRA_ARGS    more overrides, word-split, e.g. "--ppo.lr 2e-5 --rollout.num_envs 8"
+#   DS_STAGE      2 (default; scripts/config_zero2.yaml) or 3 (scripts/config_zero3.yaml)
+#   NUM_GPUS      processes on this node (default: GPUs in CUDA_VISIBLE_DEVICES, else nvidia-smi -L)
+#   NUM_MACHINES  nodes in the job (default 1); MACHINE_RANK (default $SLURM_NODEID or 0);
+#   MAIN_ADDR     address of the rank-0 node (default 127.0.0.1)
+#   PYTHON        interpreter (default .venv/bin/python when present, else python)
+#   RESUME        auto (default: continue from the latest complete checkpoint) | none | PATH
+set -euo pipefail
+
+if [ "$#" -ne 4 ]; then
+  sed -n '2,25p' "$0" >&2
+  exit 2
+fi
+SEED=$1
+NAME=$2
+OUTDIR=$3
+PORT=$4
+
+# Paths given relative to the caller's directory stay valid after the cd to the repository root.
+abspath() {
+  case "$1" in
+    /*) printf '%s\n' "$1" ;;
+    *) if [ -e "$1" ] || [ "$2" = always ]; then printf '%s/%s\n' "$PWD" "$1"; else printf '%s\n' "$1"; fi ;;
+  esac
+}
+OUTDIR=$(abspath "$OUTDIR" always)
+if [ -n "${SFT_ADAPTER:-}" ]; then SFT_ADAPTER=$(abspath "$SFT_ADAPTER" always); fi
+if [ -n "${MODEL_PATH:-}" ]; then MODEL_PATH=$(abspath "$MODEL_PATH" if-exists); fi  # else an HF hub id
+if [ -n "${RESUME:-}" ] && [ "$RESUME" != auto ] && [ "$RESUME" != none ]; then RESUME=$(abspath "$RESUME" always); fi
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+PRESET=${PRESET:-qwen2.5-vl-3b}
+DS_STAGE=${DS_STAGE:-2}
+case "$DS_STAGE" in
+  2) ACCEL_CONFIG=scripts/config_zero2.yaml; DS_JSON=scripts/ds_config.json ;;
+  3) ACCEL_CONFIG=scripts/config_zero3.yaml; DS_JSON=scripts/ds_config_zero3.json ;;
+  *) echo "DS_STAGE=$DS_STAGE: use 2 or 3" >&2; exit 2 ;;
+esac
+
+if [ -z "${PYTHON:-}" ]; then
+  if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python; fi
+fi
+
+if [ -z "${NUM_GPUS:-}" ]; then
+  if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+    IFS=',' read -r -a _gpus <<< "$CUDA_VISIBLE_DEVICES"
+    NUM_GPUS=${#_gpus[@]}
+  elif command -v nvidia-smi > /dev/null 2>&1; then
+    NUM_GPUS=$(nvidia-smi -L | grep -c '^GPU')
+  else
+    echo "no GPU found (no CUDA_VISIBLE_DEVICES, no nvidia-smi); set NUM_GPUS, or run on CPU with" >&2
+    echo "  python main_vsi.py --preset debug" >&2
+    exit 2
+  fi
+fi
+if [ "$NUM_GPUS" -lt 1 ]; then
+  echo "NUM_GPUS=$NUM_GPUS: need at least one GPU" >&2
+  exit 2
+fi
+NUM_MACHINES=${NUM_MACHINES:-1}
+MACHINE_RANK=${MACHINE_RANK:-${SLURM_NODEID:-0}}
+MAIN_ADDR=${MAIN_ADDR:-127.0.0.1}
+NUM_PROCESSES=$((NUM_MACHINES * NUM_GPUS))
+
+args=(
+  main_vsi.py
+  --preset "$PRESET"
+  --seed "$SEED"
+  --log.run_name "$NAME"
+  --log.output_dir "$OUTDIR/$NAME"
+  --dist.zero_stage "$DS_STAGE"
+  --dist.deepspeed_config "$DS_JSON"
+  --resume "${RESUME:-auto}"
+)
+if [ -n "${MODEL_PATH:-}" ]; then args+=(--model.model_path "$MODEL_PATH"); fi
+if [ -n "${SFT_ADAPTER:-}" ]; then args+=(--sft-adapter "$SFT_ADAPTER"); fi
+if [ -n "${EXTRA_ARGS:-}" ]; then
+  read -r -a _extra <<< "$EXTRA_ARGS"
+  args+=("${_extra[@]}")
+fi
+
+echo "[run_vsi_qwen] node $MACHINE_RANK/$NUM_MACHINES, $NUM_GPUS GPUs here, $NUM_PROCESSES processes, main $MAIN_ADDR:$PORT" >&2
+exec "$PYTHON" -m accelerate.commands.launch \
+  --config_file "$ACCEL_CONFIG" \
+  --num_machines "$NUM_MACHINES" \
+  --num_processes "$NUM_PROCESSES" \
+  --machine_rank "$MACHINE_RANK" \
+  --main_process_ip "$MAIN_ADDR" \
+  --main_process_port "$PORT" \
+  "${args[@]}"

@@ -1,0 +1,248 @@
+"""Accelerator/DeepSpeed configuration, and real two-process CPU runs (gloo) of the training loop.
+
+The multi-process tests start ``torchrun`` / ``accelerate launch`` on ``main_vsi.py`` through a
+driver that records, on every process after every update, a SHA-256 of all trainable tensors; the
+test then compares the processes' hashes (they must be identical: DDP/DeepSpeed keep replicas in
+sync) and, for DeepSpeed, a 3-iteration run against 2 iterations + resume + 1.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from a2c_ppo_acktr.arguments import ConfigError, RunConfig
+from a2c_ppo_acktr.distributed import deepspeed_config_dict
+
+REPO = Path(__file__).resolve().parent.parent
+DS_JSON = REPO / "scripts" / "ds_config.json"
+DS3_JSON = REPO / "scripts" / "ds_config_zero3.json"
+
+
+def _cfg(**sections) -> RunConfig:
+    base = {"rollout": {"num_envs": 2, "num_steps": 2}, "ppo": {"mini_batch_size": 2}}
+    for name, values in sections.items():
+        base[name] = {**base.get(name, {}), **values}
+    return RunConfig.from_dict(base)
+
+
+# ------------------------------------------------------------------------------ configuration
+def test_ds_config_auto_entries_follow_run_config():
+    cfg = _cfg(ppo={"max_grad_norm": 0.01, "grad_accum_steps": 2}, model={"dtype": "bfloat16"}, dist={"zero_stage": 2, "deepspeed_config": str(DS_JSON)})
+    ds = deepspeed_config_dict(cfg)
+    assert ds["zero_optimization"]["stage"] == 2
+    assert ds["gradient_clipping"] == 0.01  # ppo.max_grad_norm, not accelerate's fallback of 1.0
+    assert ds["gradient_accumulation_steps"] == 2
+    assert ds["bf16"]["enabled"] is True and ds["fp16"]["enabled"] is False
+    assert isinstance(ds["train_micro_batch_size_per_gpu"], int)
+    # The file on disk is untouched ("auto" stays there for other runs).
+    assert json.loads(DS_JSON.read_text())["gradient_clipping"] == "auto"
+    ds3 = deepspeed_config_dict(_cfg(dist={"zero_stage": 3, "deepspeed_config": str(DS3_JSON)}))
+    assert ds3["zero_optimization"]["stage"] == 3 and ds3["bf16"]["enabled"] is False
+
+
+def test_ds_config_contradictions_are_refused(tmp_path):
+    explicit = json.loads(DS_JSON.read_text())
+    explicit["gradient_clipping"] = 1.0
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(explicit))
+    with pytest.raises(ConfigError, match="gradient_clipping"):
+        deepspeed_config_dict(_cfg(ppo={"max_grad_norm": 0.5}, dist={"zero_stage": 2, "deepspeed_config": str(path)}))
+    # Equal values are fine.
+    assert deepspeed_config_dict(_cfg(ppo={"max_grad_norm": 1.0}, dist={"zero_stage": 2, "deepspeed_config": str(path)}))["gradient_clipping"] == 1.0
+    with pytest.raises(ConfigError, match="zero_optimization.stage"):
+        deepspeed_config_dict(_cfg(dist={"zero_stage": 3, "deepspeed_config": str(DS_JSON)}))
+    with pytest.raises(ConfigError, match="does not exist"):
+        deepspeed_config_dict(_cfg(dist={"zero_stage": 2, "deepspeed_config": str(tmp_path / "missing.json")}))
+
+
+def test_invalid_distributed_configs_rejected_at_start():
+    with pytest.raises(ConfigError, match="zero_stage=3"):
+        _cfg(dist={"zero_stage": 3}, model={"train_vision": "tower"})
+    with pytest.raises(ConfigError, match="zero_stage=3"):
+        _cfg(dist={"zero_stage": 3}, model={"use_lora": False})
+    with pytest.raises(ConfigError, match="zero_stage=0"):
+        _cfg(dist={"zero_stage": 0, "deepspeed_config": str(DS_JSON)})
+
+
+def test_launcher_and_run_config_must_agree(monkeypatch):
+    from a2c_ppo_acktr.distributed import build_accelerator
+
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    with pytest.raises(ConfigError, match="dist.zero_stage=0"):
+        build_accelerator(_cfg(model={"device": "cpu"}))
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", str(DS3_JSON))
+    with pytest.raises(ConfigError, match="dist.deepspeed_config"):
+        build_accelerator(_cfg(model={"device": "cpu"}, dist={"zero_stage": 2, "deepspeed_config": str(DS_JSON)}))
+
+
+def test_launch_scripts_parse():
+    for script in ("run_vsi_qwen.sh", "batch_vsi.sh"):
+        subprocess.run(["bash", "-n", str(REPO / "scripts" / script)], check=True)
+    # Wrong usage prints the header and exits 2 instead of launching anything.
+    res = subprocess.run(["bash", str(REPO / "scripts" / "run_vsi_qwen.sh"), "1"], capture_output=True, text=True)
+    assert res.returncode == 2 and "Usage" in res.stderr
+
+
+def test_batch_script_wires_slurm_into_accelerate(tmp_path):
+    """batch_vsi.sh under fake scontrol/srun: node list -> main address, ranks, process counts."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text("#!/usr/bin/env bash\nprintf 'node-a\\nnode-b\\n'\n")
+    # Fake srun: run the task once per node with that node's SLURM_NODEID.
+    (bin_dir / "srun").write_text(
+        "#!/usr/bin/env bash\nwhile [ \"${1#--}\" != \"$1\" ]; do shift; done\n"
+        "for n in 0 1; do SLURM_NODEID=$n \"$@\"; done\n"
+    )
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = {
+        **os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "node-[a-b]", "SLURM_NNODES": "2",
+        "SLURM_GPUS_ON_NODE": "8", "SLURM_SUBMIT_DIR": str(REPO), "PYTHON": "echo", "PRESET": "debug",
+    }
+    res = subprocess.run(["bash", str(REPO / "scripts" / "batch_vsi.sh"), "3", "job", str(tmp_path / "out"), "29555"],
+                         env=env, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    lines = [line for line in res.stdout.splitlines() if "accelerate.commands.launch" in line]
+    assert len(lines) == 2
+    for rank, line in enumerate(lines):
+        for piece in ("--num_machines 2", "--num_processes 16", f"--machine_rank {rank}", "--main_process_ip node-a",
+                      "--main_process_port 29555", "--seed 3", f"--log.output_dir {tmp_path}/out/job", "--config_file scripts/config_zero2.yaml"):
+            assert piece in line, (piece, line)
+
+
+# ------------------------------------------------------------------------------ multi-process runs
+DRIVER = r'''
+import hashlib, os, sys
+from pathlib import Path
+import a2c_ppo_acktr.train as T
+import main_vsi
+
+_orig = T.param_rank_max_dev
+_calls = [0]
+
+
+def _spy(accelerator, module):
+    """After each update: hash every trainable tensor of this process into HASH_DIR."""
+    _calls[0] += 1
+    h = hashlib.sha256()
+    for name, p in sorted(module.named_parameters()):
+        if p.requires_grad:
+            h.update(name.encode())
+            h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
+    out = Path(os.environ["HASH_DIR"]) / f"rank{accelerator.process_index}_call{_calls[0]}.sha256"
+    out.write_text(h.hexdigest())
+    return _orig(accelerator, module)
+
+
+T.param_rank_max_dev = _spy
+sys.exit(main_vsi.main(sys.argv[1:]))
+'''
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch(launcher: list[str], out: Path, hashes: Path, extra: list[str], timeout: int = 240) -> None:
+    hashes.mkdir(parents=True, exist_ok=True)
+    driver = out.parent / "driver.py"
+    driver.write_text(DRIVER)
+    env = {
+        **os.environ,
+        "HASH_DIR": str(hashes),
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "DS_ACCELERATOR": "cpu",
+        "PYTHONPATH": str(REPO),
+        "PYTHONUNBUFFERED": "1",
+    }
+    args = [
+        str(driver), "--preset", "debug",
+        "--log.output_dir", str(out), "--log.progress_bar", "false", "--log.tensorboard", "false",
+        "--model.max_new_tokens", "16", "--env.max_turns", "2",
+    ] + extra
+    res = subprocess.run(launcher + args, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    assert res.returncode == 0, f"launch failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-6000:]}"
+    assert "terminate called" not in res.stderr
+
+
+def _hashes(d: Path, rank: int) -> list[str]:
+    files = sorted(d.glob(f"rank{rank}_call*.sha256"), key=lambda p: int(p.stem.split("call")[1]))
+    return [p.read_text() for p in files]
+
+
+def _torchrun(nproc: int = 2) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port", str(_free_port())]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_deepspeed_zero2_two_processes_identical_and_resumable(tmp_path):
+    ds = ["--dist.zero_stage", "2", "--dist.deepspeed_config", str(DS_JSON), "--ppo.num_iterations", "3"]
+    # Uninterrupted: 3 iterations.
+    _launch(_torchrun(), tmp_path / "full" / "out", tmp_path / "full" / "h", ds)
+    full0, full1 = _hashes(tmp_path / "full" / "h", 0), _hashes(tmp_path / "full" / "h", 1)
+    assert len(full0) == 3 and full0 == full1, "ranks hold different weights under ZeRO-2"
+    assert len(set(full0)) == 3, "weights did not change between updates"
+    rows = [json.loads(line) for line in (tmp_path / "full" / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["debug/param_rank_max_dev"] for r in rows] == [0.0, 0.0, 0.0]
+    ckpt = tmp_path / "full" / "out" / "checkpoints" / "checkpoint-000003"
+    assert sorted(p.name for p in (ckpt / "deepspeed" / "state").glob("zero_pp_rank_*_optim_states.pt")) == [
+        "zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt"]
+    # Interrupted after 2, resumed for the last one: same weights on both ranks as the full run.
+    split = tmp_path / "split"
+    _launch(_torchrun(), split / "out", split / "h1", ds + ["--log.stop_after_iterations", "2"])
+    _launch(_torchrun(), split / "out", split / "h2", ds + ["--resume", "auto"])
+    assert _hashes(split / "h1", 0) == full0[:2]
+    assert _hashes(split / "h2", 0) == _hashes(split / "h2", 1) == full0[2:]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_accelerate_multi_process_cpu_identical(tmp_path):
+    launcher = [
+        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(REPO / "scripts" / "accelerate_cpu.yaml"),
+        "--num_processes", "2", "--main_process_port", str(_free_port()),
+    ]
+    _launch(launcher, tmp_path / "out", tmp_path / "h", ["--ppo.num_iterations", "2"])
+    h0, h1 = _hashes(tmp_path / "h", 0), _hashes(tmp_path / "h", 1)
+    assert len(h0) == 2 and h0 == h1 and h0[0] != h0[1]
+    rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    # Both processes' envs are counted: 2 envs x 2 steps x 2 processes turns per iteration.
+    assert [r["charts/turns"] for r in rows] == [8.0, 16.0]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_run_vsi_qwen_script_on_cpu(tmp_path):
+    """The user-facing launch script, on 2 CPU processes (NUM_GPUS overrides the GPU count)."""
+    env = {
+        **os.environ, "NUM_GPUS": "2", "PRESET": "debug", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+        "EXTRA_ARGS": "--log.progress_bar false --log.tensorboard false --ppo.num_iterations 1 --model.max_new_tokens 16",
+    }
+    res = subprocess.run(["bash", str(REPO / "scripts" / "run_vsi_qwen.sh"), "5", "smoke", str(tmp_path), str(_free_port())],
+                         env=env, capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr[-6000:]
+    run_dir = tmp_path / "smoke"
+    cfg = RunConfig.from_yaml(run_dir / "config.yaml")
+    assert (cfg.seed, cfg.log.run_name, cfg.dist.zero_stage, cfg.log.resume) == (5, "smoke", 2, "auto")
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["debug/param_rank_max_dev"] == 0.0 and rows[0]["charts/turns"] == 8.0
+    assert (run_dir / "checkpoints" / "checkpoint-000001" / "COMPLETE").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_deepspeed_zero2_bf16_two_processes(tmp_path):
+    """The GPU presets' combination (ZeRO-2 + bf16 weights) on CPU: must train and keep ranks identical."""
+    ds = ["--dist.zero_stage", "2", "--dist.deepspeed_config", str(DS_JSON), "--ppo.num_iterations", "1", "--model.dtype", "bfloat16"]
+    _launch(_torchrun(), tmp_path / "out", tmp_path / "h", ds)
+    assert _hashes(tmp_path / "h", 0) == _hashes(tmp_path / "h", 1)

@@ -1,0 +1,270 @@
+"""The PPO training loop end to end on CPU with the tiny model (debug preset).
+
+One module-scoped fixture runs the three trainings the tests inspect (~30 s on a quiet 2-core box):
+``full`` runs 4 iterations; ``split`` runs the same config stopped after 2 iterations, then resumes
+with ``--resume auto`` (past a planted incomplete checkpoint) for the last 2.
+"""
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from a2c_ppo_acktr.arguments import ConfigError, PPOConfig, RunConfig, load_config
+from a2c_ppo_acktr.checkpoint import checkpoint_name, latest_checkpoint, list_checkpoints
+from a2c_ppo_acktr.logger import read_metrics
+
+REQUIRED_KEYS = (
+    "rollout/episode_score_mean",
+    "rollout/valid_action_rate",
+    "rollout/episodes",
+    "rollout/mean_turns",
+    "losses/approx_kl",
+    "losses/clipfrac",
+    "losses/policy_loss",
+    "losses/value_loss",
+    "losses/skipped_minibatches",
+    "debug/first_minibatch_ratio_max_dev",
+    "charts/learning_rate",
+    "charts/temperature_mean",
+    "time/collect",
+    "time/advantages",
+    "time/update",
+    "time/checkpoint",
+    "debug/param_rank_max_dev",
+)
+
+
+def _overrides(out: Path, **extra: str) -> list[str]:
+    base = {
+        "log.output_dir": str(out),
+        "log.progress_bar": "false",
+        "log.tensorboard": "false",
+        "log.save_interval": "1",
+        "log.keep_checkpoints": "2",
+        "ppo.num_iterations": "4",
+        # max_turns 2 with 2 steps/iteration: episodes end (and auto-reset) inside the run, so the
+        # resumed half must restore envs mid-stream.
+        "env.max_turns": "2",
+        "model.max_new_tokens": "24",
+    }
+    base.update(extra)
+    return [f"{k}={v}" for k, v in base.items()]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    from a2c_ppo_acktr.train import run_training
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matmuls: thread start-up costs more than it saves on a shared box
+    try:
+        root = tmp_path_factory.mktemp("train")
+        full_dir, split_dir = root / "full", root / "split"
+        full_last = run_training(load_config(preset="debug", overrides=_overrides(full_dir)))
+        first_last = run_training(load_config(preset="debug", overrides=_overrides(split_dir, **{"log.stop_after_iterations": "2"})))
+        snapshot = root / "after_two"
+        shutil.copytree(split_dir, snapshot)
+        # An incomplete later checkpoint (crash mid-write) must be ignored by --resume auto.
+        planted = split_dir / "checkpoints" / checkpoint_name(3)
+        planted.mkdir()
+        (planted / "trainer_state.json").write_text("{}")
+        resumed_last = run_training(load_config(preset="debug", overrides=_overrides(split_dir, **{"log.resume": "auto"})))
+    finally:
+        torch.set_num_threads(threads)
+    return {
+        "full": full_dir, "full_last": full_last, "first_half": snapshot, "first_last": first_last,
+        "split": split_dir, "resumed_last": resumed_last,
+    }
+
+
+def test_two_iterations_write_metrics_config_and_checkpoint(runs):
+    out = runs["first_half"]
+    rows = read_metrics(out / "metrics.jsonl")
+    assert [r["iteration"] for r in rows] == [1, 2]
+    for row in rows:
+        missing = [k for k in REQUIRED_KEYS if k not in row]
+        assert not missing, f"metrics.jsonl lacks {missing}"
+        assert 0.0 <= row["rollout/valid_action_rate"] <= 1.0
+        assert math.isfinite(row["losses/policy_loss"]) and math.isfinite(row["losses/value_loss"])
+        # The rollout/update agreement invariant (DESIGN.md): ratio 1 on the first minibatch.
+        assert row["debug/first_minibatch_ratio_max_dev"] < 1e-4
+        assert row["losses/skipped_minibatches"] == 0
+    # Episodes of at most 2 turns end within 2 iterations of 2 steps x 2 envs.
+    assert sum(r["rollout/episodes"] for r in rows) >= 2
+    # Cosine schedule spans ppo.num_iterations=4 even though this invocation stopped after 2.
+    cfg = PPOConfig(num_iterations=4, lr=1e-3)
+    from a2c_ppo_acktr.train import lr_factor
+
+    assert [r["charts/learning_rate"] for r in rows] == pytest.approx([1e-3 * lr_factor(i, cfg) for i in (0, 1)])
+    saved = RunConfig.from_yaml(out / "config.yaml")
+    assert saved.log.stop_after_iterations == 2 and saved.ppo.num_iterations == 4
+    ckpt = latest_checkpoint(out / "checkpoints")
+    assert ckpt is not None and ckpt.name == checkpoint_name(2) and ckpt.name == runs["first_last"].name
+    for name in ("policy/adapter_model.safetensors", "policy/heads.safetensors", "trainable.pt", "optimizer.pt", "scheduler.pt", "rank000.pkl", "config.yaml"):
+        assert (ckpt / name).is_file(), name
+
+
+def test_weights_moved_during_training(runs):
+    before = torch.load(runs["first_half"] / "checkpoints" / checkpoint_name(1) / "trainable.pt")
+    after = torch.load(runs["first_half"] / "checkpoints" / runs["first_last"].name / "trainable.pt")
+    assert before.keys() == after.keys() and len(before) > 0
+    moved = [n for n in before if not torch.equal(before[n], after[n])]
+    # LoRA B matrices start at zero and every adapter/head tensor gets gradient in PPO.
+    assert len(moved) == len(before), f"unchanged after an update: {sorted(set(before) - set(moved))[:5]}"
+
+
+def test_resume_equals_uninterrupted_run(runs):
+    full = torch.load(runs["full_last"] / "trainable.pt")
+    resumed = torch.load(runs["resumed_last"] / "trainable.pt")
+    assert runs["full_last"].name == runs["resumed_last"].name == checkpoint_name(4)
+    assert full.keys() == resumed.keys()
+    for name in full:
+        assert torch.equal(full[name], resumed[name]), f"{name} differs after resume"
+    opt_full = torch.load(runs["full_last"] / "optimizer.pt")
+    opt_resumed = torch.load(runs["resumed_last"] / "optimizer.pt")
+    for key, state in opt_full["state"].items():
+        for k, v in state.items():
+            assert torch.equal(v, opt_resumed["state"][key][k])
+    rows_full = read_metrics(runs["full"] / "metrics.jsonl")
+    rows_split = read_metrics(runs["split"] / "metrics.jsonl")
+    assert [r["iteration"] for r in rows_split] == [1, 2, 3, 4]
+
+    def no_time(row):
+        return {k: v for k, v in row.items() if not k.startswith("time/")}
+
+    for a, b in zip(rows_full, rows_split):
+        assert no_time(a) == no_time(b), f"iteration {a['iteration']} differs"
+
+
+def test_resume_auto_skips_incomplete_and_prunes(runs):
+    kept = list_checkpoints(runs["split"] / "checkpoints")
+    assert [p.name for p in kept] == [checkpoint_name(3), checkpoint_name(4)]  # keep_checkpoints=2
+    # The planted incomplete checkpoint-000003 was replaced by the real one (it has the marker now).
+    assert (runs["split"] / "checkpoints" / checkpoint_name(3) / "trainable.pt").is_file()
+
+
+def test_lr_schedule_closed_form():
+    from a2c_ppo_acktr.train import lr_factor
+
+    cos = PPOConfig(num_iterations=7, warmup_iterations=2, min_lr_ratio=0.1, lr_schedule="cosine")
+    got = [lr_factor(i, cos) for i in range(7)]
+    # warmup 1/2, 2/2; then cosine over 5 iterations from 1 to 0.1: 0.1 + 0.9 * (1 + cos(pi k / 4)) / 2
+    want = [0.5, 1.0] + [0.1 + 0.45 * (1 + math.cos(math.pi * k / 4)) for k in range(5)]
+    assert got == pytest.approx(want)
+    const = PPOConfig(num_iterations=5, warmup_iterations=1, lr_schedule="constant")
+    assert [lr_factor(i, const) for i in range(5)] == [1.0] * 5
+
+
+def test_optimizer_param_groups_use_head_lr():
+    from a2c_ppo_acktr.train import build_optimizer
+
+    class Fake(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.Linear(2, 2)
+            self.value_head = torch.nn.Linear(2, 1)
+            self.frozen = torch.nn.Linear(2, 2).requires_grad_(False)
+
+        def head_parameters(self):
+            return list(self.value_head.parameters())
+
+    opt = build_optimizer(Fake(), PPOConfig(lr=1e-5, head_lr=1e-3))
+    groups = {g["name"]: g for g in opt.param_groups}
+    assert groups["body"]["lr"] == 1e-5 and groups["heads"]["lr"] == 1e-3
+    assert len(groups["body"]["params"]) == 2 and len(groups["heads"]["params"]) == 2  # frozen left out
+
+
+def test_cli_maps_sft_adapter_and_resume(tmp_path):
+    import main_vsi
+
+    cfg = main_vsi.parse_config(["--preset", "debug", "--sft-adapter", str(tmp_path), "--resume", "auto", "--ppo.lr", "2e-3", "seed=7"])
+    assert cfg.model.sft_adapter == str(tmp_path) and cfg.log.resume == "auto"
+    assert cfg.ppo.lr == 2e-3 and cfg.seed == 7 and cfg.preset == "debug"
+    with pytest.raises(ConfigError, match="ppo.lrr"):
+        main_vsi.parse_config(["--preset", "debug", "--ppo.lrr", "1"])
+
+
+def test_resume_from_explicit_incomplete_path_is_refused(tmp_path):
+    from a2c_ppo_acktr.checkpoint import CheckpointError
+    from a2c_ppo_acktr.train import run_training
+
+    bad = tmp_path / "checkpoints" / checkpoint_name(1)
+    bad.mkdir(parents=True)
+    cfg = load_config(preset="debug", overrides=_overrides(tmp_path, **{"log.resume": str(bad)}))
+    with pytest.raises(CheckpointError, match="COMPLETE"):
+        run_training(cfg)
+
+
+def test_crash_during_checkpoint_write_then_resume_auto(tmp_path, monkeypatch):
+    """A crash while checkpoint 2 is written leaves checkpoint 1 loadable; --resume auto uses it."""
+    import a2c_ppo_acktr.train as train
+
+    real_save = train.save_pickle
+    calls = []
+
+    def crash_on_second(obj, path):
+        calls.append(path)
+        if len(calls) == 2:
+            real_save(obj, path)  # part of the checkpoint is on disk when the process dies
+            raise KeyboardInterrupt("simulated kill during the checkpoint write")
+        real_save(obj, path)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        overrides = _overrides(tmp_path, **{"ppo.num_iterations": "2", "model.max_new_tokens": "16"})
+        monkeypatch.setattr(train, "save_pickle", crash_on_second)
+        with pytest.raises(KeyboardInterrupt):
+            train.run_training(load_config(preset="debug", overrides=overrides))
+        ckpts = tmp_path / "checkpoints"
+        assert [p.name for p in list_checkpoints(ckpts)] == [checkpoint_name(1)]
+        assert (ckpts / f".tmp-{checkpoint_name(2)}" / "rank000.pkl").is_file()  # the torn write, never published
+        rows_before = read_metrics(tmp_path / "metrics.jsonl")
+        assert [r["iteration"] for r in rows_before] == [1, 2]
+        monkeypatch.setattr(train, "save_pickle", real_save)
+        last = train.run_training(load_config(preset="debug", overrides=overrides + ["log.resume=auto"]))
+    finally:
+        torch.set_num_threads(threads)
+    assert last.name == checkpoint_name(2)
+    # Iteration 2 was redone from checkpoint 1: the row logged before the crash was replaced by an
+    # identical one (same rollout, same update), not appended.
+    rows_after = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["iteration"] for r in rows_after] == [1, 2]
+    drop_time = lambda row: {k: v for k, v in row.items() if not k.startswith("time/")}  # noqa: E731
+    assert drop_time(rows_after[1]) == drop_time(rows_before[1])
+    assert not (tmp_path / "checkpoints" / f".tmp-{checkpoint_name(2)}").exists()
+
+
+def test_sft_adapter_is_loaded_before_training(runs, tmp_path, monkeypatch):
+    """--sft-adapter: the SFT LoRA weights are in the policy when the first rollout starts."""
+    from a2c_ppo_acktr import train
+    from safetensors.torch import load_file
+
+    adapter = runs["first_half"] / "checkpoints" / checkpoint_name(2) / "policy"
+    saved = load_file(str(adapter / "adapter_model.safetensors"))
+    seen = {}
+    real_collect = train.collect_rollout
+
+    def spy_collect(policy, *args, **kwargs):
+        if not seen:
+            seen["lora"] = {n: p.detach().clone() for n, p in policy.named_parameters() if "lora_" in n}
+        return real_collect(policy, *args, **kwargs)
+
+    monkeypatch.setattr(train, "collect_rollout", spy_collect)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train.run_training(load_config(preset="debug", overrides=_overrides(tmp_path, **{"ppo.num_iterations": "1", "model.max_new_tokens": "8", "model.sft_adapter": str(adapter)})))
+    finally:
+        torch.set_num_threads(threads)
+    lora = seen["lora"]
+    assert len(lora) == len(saved) > 0
+    # peft names saved tensors without the adapter name ("default"); match on that.
+    for name, value in saved.items():
+        matches = [v for n, v in lora.items() if n.replace(".default", "").endswith(name.replace("base_model.model.", "", 1))]
+        assert len(matches) == 1, name
+        assert torch.equal(matches[0], value), name
