@@ -40,7 +40,8 @@ if [ -z "${SLURM_JOB_NODELIST:-}" ]; then
   echo "not inside a SLURM allocation; submit with sbatch, or use scripts/run_vsi_qwen.sh on one node" >&2
   exit 2
 fi
-MAIN_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+# sed, not head: head exits early and pipefail then fails the job on SIGPIPE (exit 141).
+MAIN_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
 NUM_MACHINES=${SLURM_NNODES:-1}
 if [ -z "${GPUS_PER_NODE:-}" ]; then
   if [ -n "${SLURM_GPUS_ON_NODE:-}" ]; then
