@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=disabled DS_ACCELERATOR=cpu TOKENIZERS_PARALLELISM=false
+# The tiny models' matrices are a few dozen wide: one intra-op thread is as fast as two, and spinning
+# OpenMP workers on a busy 2-core machine made generation ~25x slower (measured).
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
 export VSI_CACHE=${VSI_CACHE:-$(pwd)/.cache/vsi_ppo}
 set +e
 .venv/bin/python -m pytest "$@"
