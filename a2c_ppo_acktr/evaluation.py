@@ -1,0 +1,680 @@
+"""Running evaluation episodes with a policy, a teacher or a random baseline, batched.
+
+An *agent* is anything with ``act(observations, envs) -> list[str]`` (one response text per
+observation): :class:`PolicyAgent` wraps a :class:`~a2c_ppo_acktr.model.VLMPolicy`, the oracle
+teacher of :mod:`a2c_ppo_acktr.teachers` already has that shape, and :class:`DummyAgent` writes
+uniformly random legal actions (the chance baseline).
+
+Question sets are fixed and seeded so that every run (base model, SFT, PPO, oracle, dummy) answers
+the same questions:
+
+* procedural: episode ``i`` asks type ``question_types[i % len(question_types)]`` in procedural
+  scene ``i`` of an env whose ``scene_seed`` is ``eval.seed`` (scene seed ``eval.seed + i``, apart
+  from the training scenes ``env.scene_seed + k``, ``k < env.num_scenes``), reset with seed
+  ``eval.seed + i``;
+* VSI-Bench: the rows of ``env.vsibench_path`` whose scans are found under ``env.data_root``; rows
+  whose scene is not available locally are counted and listed as skipped, never silently dropped.
+
+:func:`run_episodes` keeps ``eval.batch_size`` envs busy: each agent call answers every active env
+at once, and a finished env immediately starts the next question.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import sys
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
+
+import numpy as np
+
+from a2c_ppo_acktr import reports
+from a2c_ppo_acktr.arguments import EnvConfig, RunConfig
+from a2c_ppo_acktr.prompts import Answer, Invalid, Move, format_response, response_spans
+from a2c_ppo_acktr.reports import EpisodeRecord, PictureLayout, TurnRecord
+from a2c_ppo_acktr.scoring import is_multiple_choice
+
+logger = logging.getLogger(__name__)
+
+# The dummy's "plausible number" per numerical type: uniform over these ranges, in the unit the
+# question asks for (count, meters, centimeters, square meters). They bracket the sizes of
+# procedural rooms and real VSI-Bench scenes; the dummy is a chance reference, not a tuned guesser.
+DUMMY_NUMBER_RANGES: dict[str, tuple[float, float]] = {
+    "object_counting": (1, 6),  # integers
+    "object_abs_distance": (0.5, 6.0),
+    "object_size_estimation": (20.0, 250.0),
+    "room_size_estimation": (8.0, 60.0),
+}
+# Rotations the dummy may choose (degrees, positive = left).
+_DUMMY_ROTATIONS = (-90.0, -45.0, 45.0, 90.0, 180.0)
+
+
+class Agent(Protocol):
+    """Maps a batch of observations (and their envs, for privileged agents) to response texts."""
+
+    def act(self, observations: Sequence[dict], envs: Sequence[Any]) -> list[str]:
+        ...
+
+
+# -------------------------------------------------------------------------------------- agents
+@contextlib.contextmanager
+def fixed_temperature(policy: Any, temperature: float) -> Iterator[None]:
+    """Sample every row at ``temperature`` instead of the temperature head's value, within the block.
+
+    The policy asks ``policy._temperatures(hidden)`` for one temperature per row, both when sampling
+    and when scoring the sampled tokens; shadowing that method on the instance changes both
+    consistently and leaves the class and the weights untouched.
+    """
+    def constant(hidden: Any) -> Any:
+        import torch
+
+        return torch.full((hidden.shape[0],), float(temperature), device=hidden.device)
+
+    policy._temperatures = constant
+    try:
+        yield
+    finally:
+        del policy._temperatures
+
+
+class PolicyAgent:
+    """A :class:`~a2c_ppo_acktr.model.VLMPolicy` as an eval agent (greedy by default).
+
+    Args:
+        policy: The policy (``act(observations, greedy=..., blind=...)`` returning ``texts``).
+        greedy: Greedy decoding; otherwise sampling at ``temperature``.
+        temperature: Sampling temperature when not greedy (``eval.temperature``); it replaces the
+            temperature head's per-row value so that runs sample alike.
+        blind: Withhold the images (``eval.blind``); the policy builds the prompt with
+            ``prompts.build_messages(obs, blind=True)``.
+    """
+
+    def __init__(self, policy: Any, greedy: bool = True, temperature: float = 1.0, blind: bool = False) -> None:
+        self.policy = policy
+        self.greedy = greedy
+        self.temperature = temperature
+        self.blind = blind
+
+    def act(self, observations: Sequence[dict], envs: Sequence[Any]) -> list[str]:
+        if self.greedy:
+            out = self.policy.act(list(observations), greedy=True, blind=self.blind)
+        else:
+            with fixed_temperature(self.policy, self.temperature):
+                out = self.policy.act(list(observations), greedy=False, blind=self.blind)
+        return list(out.texts)
+
+
+class DummyAgent:
+    """Uniformly random legal actions: the chance reference row.
+
+    Each turn it answers with probability ``answer_prob`` (always on the last turn, so every
+    episode is answered and its score is the chance score), otherwise it makes a random move.
+    Answers are a uniformly random option letter, or a uniformly random number from
+    :data:`DUMMY_NUMBER_RANGES`. It reads only the question's type and options (never the answer).
+    Each episode draws from its own stream, seeded by ``seed`` and the scene and question, so the
+    answers do not depend on the batch size or on which env slot ran the episode.
+
+    Args:
+        seed: Base seed (``eval.seed``).
+        answer_prob: Probability of answering on a turn that is not the last.
+    """
+
+    name = "dummy"
+
+    def __init__(self, seed: int, answer_prob: float = 0.5) -> None:
+        if not 0.0 < answer_prob <= 1.0:
+            raise ValueError(f"answer_prob={answer_prob} must be in (0, 1]")
+        self.seed = seed
+        self.answer_prob = answer_prob
+        self.rng = np.random.default_rng(seed)  # used by random_answer when no stream is given
+        self._streams: dict[int, np.random.Generator] = {}
+
+    def random_answer(self, question_type: str, options: Optional[Sequence[str]], rng: Optional[np.random.Generator] = None) -> str:
+        """A uniformly random legal answer for a question of this type."""
+        rng = self.rng if rng is None else rng
+        if is_multiple_choice(question_type):
+            if not options:
+                raise ValueError(f"a {question_type} question needs options to pick a random letter from")
+            letters = [o.split(".", 1)[0].strip() for o in options]
+            return str(letters[int(rng.integers(len(letters)))])
+        low, high = DUMMY_NUMBER_RANGES[question_type]
+        if question_type == "object_counting":
+            return str(int(rng.integers(int(low), int(high) + 1)))
+        return f"{rng.uniform(low, high):.2f}"
+
+    def _stream(self, env: Any) -> np.random.Generator:
+        base = env.unwrapped
+        if base.turn == 0 or id(env) not in self._streams:
+            key = zlib.crc32(f"{base.scene.scene_id}|{base.question.question_type}|{base.question.question}".encode("utf-8"))
+            self._streams[id(env)] = np.random.default_rng([self.seed, key])
+        return self._streams[id(env)]
+
+    def respond(self, env: Any) -> str:
+        """The dummy's response for one env's current state."""
+        base = env.unwrapped
+        rng = self._stream(env)
+        last_turn = base.turn >= base.cfg.max_turns - 1
+        if last_turn or rng.random() < self.answer_prob:
+            answer = self.random_answer(base.question.question_type, base.question.options, rng)
+            return format_response("A random guess.", Answer(answer))
+        rotation = float(_DUMMY_ROTATIONS[int(rng.integers(len(_DUMMY_ROTATIONS)))])
+        forward = round(float(rng.uniform(0.0, base.cfg.max_forward)), 2)
+        return format_response("A random move.", Move(rotation_deg=rotation, forward_m=forward))
+
+    def act(self, observations: Sequence[dict], envs: Sequence[Any]) -> list[str]:
+        return [self.respond(env) for env in envs]
+
+
+# ---------------------------------------------------------------------------------- question sets
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One question of the evaluation set.
+
+    Attributes:
+        episode_id: Stable id used in reports (``proc-0007``, ``vsibench-1234``).
+        seed: Seed passed to ``env.reset``.
+        question_type: The type asked (procedural) or the row's type (VSI-Bench).
+        scene_index: Procedural: index of the scene (seed ``env.scene_seed + index`` in the eval
+            env, whose ``scene_seed`` is ``eval.seed``). VSI-Bench: index of the row in the env's
+            row list (the file's rows of the configured types, in file order).
+        scene_key: VSI-Bench: ``(dataset, scene_name)`` of the row's scan; None for procedural.
+    """
+
+    episode_id: str
+    seed: int
+    question_type: str
+    scene_index: int
+    scene_key: Optional[tuple[str, str]] = None
+
+
+def procedural_specs(cfg: RunConfig) -> list[EpisodeSpec]:
+    """The fixed, seeded procedural question set: ``eval.num_episodes`` spread evenly over the types."""
+    types = list(cfg.env.question_types)
+    return [
+        EpisodeSpec(episode_id=f"proc-{i:04d}", seed=cfg.eval.seed + i, question_type=types[i % len(types)], scene_index=i)
+        for i in range(cfg.eval.num_episodes)
+    ]
+
+
+def vsibench_specs(cfg: RunConfig, limit: Optional[int] = None) -> list[EpisodeSpec]:
+    """VSI-Bench rows of ``env.vsibench_path`` of the configured question types, grouped by scene.
+
+    Args:
+        cfg: Run config with ``env.vsibench_path`` set.
+        limit: Keep the first ``limit`` rows (file order, after filtering by type), None for all.
+    """
+    from a2c_ppo_acktr.envs.vsibench import load_vsibench_rows
+
+    if not cfg.env.vsibench_path or not cfg.env.data_root:
+        raise ValueError("VSI-Bench evaluation needs env.vsibench_path (--vsibench ROWS) and env.data_root (--data-root SCANS)")
+    # The same filtering as the env's own row list, so a spec's index names the same row there.
+    rows = [r for r in load_vsibench_rows(cfg.env.vsibench_path) if r["question_type"] in cfg.env.question_types]
+    indexed = list(enumerate(rows))[:limit]
+    # Grouping by scene lets each env's scene cache load a scan once.
+    indexed.sort(key=lambda ir: (str(ir[1]["dataset"]), str(ir[1]["scene_name"]), ir[0]))
+    return [
+        EpisodeSpec(
+            episode_id=f"vsibench-{r['id']}",
+            seed=cfg.eval.seed + i,
+            question_type=r["question_type"],
+            scene_index=i,
+            scene_key=(str(r["dataset"]), str(r["scene_name"])),
+        )
+        for i, r in indexed
+    ]
+
+
+def eval_env_config(cfg: RunConfig) -> EnvConfig:
+    """The env config of evaluation: procedural scenes seeded from ``eval.seed`` (held out from
+    training, whose scenes are ``env.scene_seed + k`` for ``k < env.num_scenes``)."""
+    if cfg.env.scene_source == "vsibench":
+        return cfg.env
+    return dataclasses.replace(cfg.env, scene_source="procedural", scene_seed=cfg.eval.seed)
+
+
+# A procedural scene may not support a question type (e.g. no object appears twice for counting);
+# the spec then moves to scene index + k * _REDRAW_STRIDE, deterministically, at most this often.
+_MAX_REDRAWS = 20
+_REDRAW_STRIDE = 1_000_003
+
+
+def _reset(env: Any, spec: EpisodeSpec, failed_scans: dict[tuple[str, str], str]) -> tuple[dict, Optional[str]]:
+    """Reset ``env`` to pose ``spec``'s question. Returns ``(observation, skip reason or None)``."""
+    if spec.scene_key is not None:
+        from a2c_ppo_acktr.envs.real_scans import SceneLoadError
+
+        if spec.scene_key in failed_scans:
+            return {}, failed_scans[spec.scene_key]
+        try:
+            obs, _ = env.reset(seed=spec.seed, options={"scene_index": spec.scene_index})
+        except (SceneLoadError, FileNotFoundError) as e:
+            failed_scans[spec.scene_key] = f"scan {spec.scene_key[0]}/{spec.scene_key[1]} not available: {e}"
+            return {}, failed_scans[spec.scene_key]
+        return obs, None
+    from a2c_ppo_acktr.envs.questions import QuestionUnavailable
+
+    reasons = []
+    for k in range(_MAX_REDRAWS):
+        index = spec.scene_index + k * _REDRAW_STRIDE
+        try:
+            obs, _ = env.reset(seed=spec.seed, options={"scene_index": index, "question_type": spec.question_type})
+            return obs, None
+        except QuestionUnavailable as e:
+            reasons.append(str(e))
+    reason = (
+        f"no procedural scene among {_MAX_REDRAWS} draws supports a {spec.question_type} question (last reason: {reasons[-1]}); "
+        "more sweep frames (env.num_sweep_frames) or other room sizes (env.procedural_min_room/max_room) may help"
+    )
+    logger.warning("%s skipped: %s", spec.episode_id, reason)
+    return {}, reason
+
+
+# -------------------------------------------------------------------------------------- episodes
+@dataclass
+class EvalResult:
+    """What :func:`run_episodes` returns.
+
+    Attributes:
+        records: One per evaluated episode, in spec order.
+        skipped: ``{"episode_id", "reason"}`` for specs that could not be posed.
+        pictures: Trajectory pictures written.
+        seconds: Wall time of the run.
+    """
+
+    records: list[EpisodeRecord]
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    pictures: list[Path] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def describe_action(action: Any) -> str:
+    """A short caption of a parsed action."""
+    if isinstance(action, Move):
+        return f"move(rot={action.rotation_deg:g}, fwd={action.forward_m:g})"
+    if isinstance(action, Answer):
+        return f"answer({action.text})"
+    if isinstance(action, Invalid):
+        return f"invalid({action.reason})"
+    return str(action)
+
+
+def thoughts_of(text: str) -> str:
+    """The thoughts the agent wrote, read from the response's thoughts span ("" when absent)."""
+    span, _ = response_spans(text)
+    if span is None:
+        return ""
+    return json.loads(text[span[0]:span[1]])
+
+
+def _pose_tuple(pose: Any) -> tuple[float, float, float]:
+    if hasattr(pose, "yaw_deg"):
+        return float(pose.x), float(pose.y), float(pose.yaw_deg)
+    x, y, yaw = pose
+    return float(x), float(y), float(yaw)
+
+
+@dataclass
+class _Slot:
+    """An env busy with one spec."""
+
+    index: int
+    spec: EpisodeSpec
+    obs: dict
+    record: EpisodeRecord
+    frames: Optional[list[np.ndarray]]
+
+
+def make_eval_env(env_cfg: EnvConfig) -> Any:
+    """One VSI env for evaluation (the package's own class, no wrappers)."""
+    from a2c_ppo_acktr.envs.vsi_env import VSIEnv
+
+    return VSIEnv(env_cfg)
+
+
+def run_episodes(
+    agent: Agent,
+    specs: Sequence[EpisodeSpec],
+    env_cfg: EnvConfig,
+    batch_size: int,
+    *,
+    picture_dir: Optional[Path] = None,
+    num_pictures: int = 0,
+    layout: PictureLayout = PictureLayout(),
+    progress: bool = True,
+    make_env: Callable[[EnvConfig], Any] = make_eval_env,
+) -> EvalResult:
+    """Evaluate ``agent`` on every spec, ``batch_size`` envs stepped together.
+
+    Args:
+        agent: Maps observations (and envs) to response texts.
+        specs: The question set (see :func:`procedural_specs`, :func:`vsibench_specs`).
+        env_cfg: Env configuration (image size, turns, shaping...).
+        batch_size: Envs stepped together (``eval.batch_size``).
+        picture_dir: Where trajectory pictures go (``None``: no pictures).
+        num_pictures: Pictures for the first ``num_pictures`` evaluated episodes (spec order, so
+            they cover different question types).
+        progress: Show a tqdm bar over episodes.
+        make_env: Env factory (tests may inject one).
+
+    Returns:
+        The records in spec order, the skipped specs, the written pictures.
+    """
+    from tqdm.auto import tqdm
+
+    start = time.perf_counter()
+    failed_scans: dict[tuple[str, str], str] = {}
+    pending = list(enumerate(specs))
+    pending.reverse()  # pop() from the end takes specs in order
+    envs = [make_env(env_cfg) for _ in range(min(batch_size, len(specs)))]
+    slots: list[Optional[_Slot]] = [None] * len(envs)
+    done: dict[int, EpisodeRecord] = {}
+    result = EvalResult(records=[])
+    pictured = 0
+    bar = tqdm(total=len(specs), desc="eval", unit="ep", disable=not progress)
+
+    def start_next(k: int) -> None:
+        nonlocal pictured
+        slots[k] = None
+        while pending:
+            index, spec = pending.pop()
+            obs, skip = _reset(envs[k], spec, failed_scans)
+            if skip is not None:
+                result.skipped.append({"episode_id": spec.episode_id, "reason": skip})
+                bar.update(1)
+                continue
+            base = envs[k].unwrapped
+            q = base.question
+            record = EpisodeRecord(
+                episode_id=spec.episode_id,
+                scene_id=str(base.scene.scene_id),
+                dataset=str(base.scene.dataset),
+                question_type=q.question_type,
+                question=q.question,
+                options=list(q.options) if q.options else None,
+                ground_truth=str(q.ground_truth),
+                object_ids=[int(i) for i in q.object_ids],
+            )
+            want_picture = picture_dir is not None and pictured < num_pictures
+            pictured += int(want_picture)
+            slots[k] = _Slot(index=index, spec=spec, obs=obs, record=record, frames=[] if want_picture else None)
+            return
+
+    for k in range(len(envs)):
+        start_next(k)
+    while any(s is not None for s in slots):
+        active = [k for k, s in enumerate(slots) if s is not None]
+        texts = agent.act([slots[k].obs for k in active], [envs[k] for k in active])
+        if len(texts) != len(active):
+            raise RuntimeError(f"agent returned {len(texts)} texts for {len(active)} observations")
+        for k, text in zip(active, texts):
+            slot = slots[k]
+            if slot.frames is not None:
+                slot.frames.append(np.asarray(slot.obs["images"][-1]))
+            obs, reward, terminated, truncated, info = envs[k].step(text)
+            rec = slot.record
+            action = info.get("action")
+            rec.turns += 1
+            rec.reward += float(reward)
+            rec.num_invalid += int(not info.get("valid", True))
+            rec.steps.append(
+                TurnRecord(
+                    turn=rec.turns,
+                    text=text,
+                    thoughts=thoughts_of(text),
+                    action=describe_action(action),
+                    valid=bool(info.get("valid", True)),
+                    reward=float(reward),
+                    pose=_pose_tuple(info["pose"]) if "pose" in info else _pose_tuple(envs[k].unwrapped.pose),
+                )
+            )
+            slot.obs = obs
+            if isinstance(action, Answer) and terminated:
+                rec.answer = action.text
+                rec.score = float(info["score"])
+            if terminated or truncated:
+                rec.truncated = bool(truncated and not terminated)
+                done[slot.index] = rec
+                if slot.frames is not None:
+                    result.pictures.append(_picture(envs[k], rec, slot.frames, picture_dir, layout))
+                bar.update(1)
+                start_next(k)
+    bar.close()
+    for env in envs:
+        env.close()
+    result.records = [done[i] for i in sorted(done)]
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _picture(env: Any, record: EpisodeRecord, frames: list[np.ndarray], out_dir: Path, layout: PictureLayout) -> Path:
+    from a2c_ppo_acktr.envs.topdown import render_topdown
+
+    base = env.unwrapped
+    answer = record.answer if record.answer is not None else "none"
+    caption = f"answer {answer} | truth {record.ground_truth} | score {record.score:.2f}"
+    topdown = render_topdown(base.scene, path=list(base.path), highlight_ids=record.object_ids, caption=caption, size=layout.map_size)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return reports.trajectory_picture(record, frames, topdown, out_dir / f"{record.episode_id}.png", layout)
+
+
+# -------------------------------------------------------------------------------------- top level
+def evaluate(
+    cfg: RunConfig,
+    agent: Agent,
+    *,
+    name: str,
+    out_dir: str | Path,
+    meta: Optional[dict[str, Any]] = None,
+    vsibench_limit: Optional[int] = None,
+) -> dict[str, Any]:
+    """Evaluate ``agent`` on the configured question set and write the reports into ``out_dir``.
+
+    Procedural questions unless ``env.scene_source == "vsibench"`` (then the VSI-Bench rows whose
+    scans are under ``env.data_root``).
+
+    Args:
+        cfg: The run config (``env``, ``eval``, ``log.progress_bar``).
+        agent: The agent to evaluate.
+        name: Row name in tables.
+        out_dir: Output directory (``report.json``, ``report.md``, ``tasks.png``, ``trajectories/``).
+        meta: Extra description stored in the report (model path, adapter, checkpoint...).
+        vsibench_limit: Evaluate only the first N VSI-Bench rows.
+
+    Returns:
+        The report dict.
+
+    Raises:
+        RuntimeError: If no episode could be evaluated (e.g. no scan of the VSI-Bench rows is found).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    vsibench = cfg.env.scene_source == "vsibench"
+    specs = vsibench_specs(cfg, vsibench_limit) if vsibench else procedural_specs(cfg)
+    env_cfg = eval_env_config(cfg)
+    result = run_episodes(
+        agent,
+        specs,
+        env_cfg,
+        cfg.eval.batch_size,
+        picture_dir=out / "trajectories",
+        num_pictures=cfg.eval.num_trajectory_pictures,
+        progress=cfg.log.progress_bar,
+    )
+    if not result.records:
+        raise RuntimeError(
+            f"no episode could be evaluated: {len(result.skipped)} of {len(specs)} questions were skipped "
+            f"(first: {result.skipped[0]['reason'] if result.skipped else 'no questions'}); check --data-root"
+        )
+    full_meta = {
+        "question_set": "vsibench" if vsibench else "procedural",
+        "num_questions": len(specs),
+        "num_skipped": len(result.skipped),
+        "skipped": result.skipped,
+        "greedy": cfg.eval.greedy,
+        "temperature": None if cfg.eval.greedy else cfg.eval.temperature,
+        "blind": cfg.eval.blind,
+        "eval_seed": cfg.eval.seed,
+        "seconds": round(result.seconds, 2),
+        "trajectory_pictures": [str(p) for p in result.pictures],
+        **(meta or {}),
+    }
+    report = reports.build_report(result.records, name=name, meta=full_meta)
+    reports.write_report(report, out)
+    cfg.save(out / "config.yaml")
+    return report
+
+
+# ------------------------------------------------------------------------------------------- CLI
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def checkpoint_model_config(checkpoint: str | Path) -> dict[str, Any]:
+    """The ``model`` section of the run that wrote ``checkpoint`` ({} when no config.yaml is found).
+
+    The heads and the adapter only fit the model they were trained on, so an evaluation of a
+    checkpoint starts from that run's model settings (command-line overrides still win). The
+    config is looked for in the checkpoint directory, then in the run directory two levels up
+    (``<run>/checkpoints/checkpoint-N``).
+    """
+    import yaml
+
+    ckpt = Path(checkpoint)
+    if not ckpt.is_dir():
+        raise FileNotFoundError(f"checkpoint {str(ckpt)!r} is not a directory; pass a checkpoint-<N> directory written by main_vsi.py")
+    for candidate in (ckpt / "config.yaml", ckpt.parent.parent / "config.yaml", ckpt.parent / "config.yaml"):
+        if candidate.is_file():
+            data = yaml.safe_load(candidate.read_text(encoding="utf-8")) or {}
+            model = dict(data.get("model") or {})
+            # The checkpoint's own adapter replaces the SFT warm start the run began from.
+            model.pop("sft_adapter", None)
+            return model
+    return {}
+
+
+def resolve_config(args: Any, extra: Sequence[str]) -> RunConfig:
+    """The run config: preset/config, then the checkpoint's model section, then the flags and overrides."""
+    from a2c_ppo_acktr.arguments import load_config, parse_overrides
+
+    over: dict[str, Any] = {}
+    if getattr(args, "checkpoint", None):
+        model = checkpoint_model_config(args.checkpoint)
+        if model:
+            over["model"] = model
+    flags: dict[str, Any] = {}
+    if args.model_path:
+        flags.setdefault("model", {})["model_path"] = args.model_path
+    if args.blind:
+        flags.setdefault("eval", {})["blind"] = True
+    if args.vsibench:
+        flags.setdefault("env", {}).update(scene_source="vsibench", vsibench_path=args.vsibench)
+    if args.data_root:
+        flags.setdefault("env", {})["data_root"] = args.data_root
+    over = _merge(_merge(over, flags), parse_overrides(extra))
+    return load_config(config=args.config, preset=args.preset, overrides=over)
+
+
+def load_policy(cfg: RunConfig, adapter: Optional[str] = None, checkpoint: Optional[str] = None) -> Any:
+    """Build the policy of ``cfg.model`` and load an SFT adapter or a PPO checkpoint into it.
+
+    Args:
+        cfg: Run config (``model`` section).
+        adapter: SFT LoRA adapter directory (``policy.load_adapter``).
+        checkpoint: PPO checkpoint directory (``<ckpt>/policy``: adapter and heads, through
+            ``policy.load_pretrained``).
+    """
+    from a2c_ppo_acktr.model import VLMPolicy
+
+    policy = VLMPolicy(cfg.model)
+    if adapter:
+        policy.load_adapter(adapter)
+    if checkpoint:
+        load_checkpoint_into(policy, checkpoint)
+    policy.eval()
+    return policy
+
+
+def load_checkpoint_into(policy: Any, checkpoint: str | Path) -> None:
+    """Load a main_vsi.py checkpoint's LoRA adapter and value/temperature heads into ``policy``."""
+    ckpt = Path(checkpoint)
+    policy_dir = ckpt / "policy" if (ckpt / "policy").is_dir() else ckpt
+    policy.load_pretrained(str(policy_dir))
+
+
+def _default_name(args: Any, cfg: RunConfig) -> str:
+    if args.name:
+        return args.name
+    if args.dummy:
+        base = "dummy"
+    elif args.oracle:
+        base = "oracle"
+    elif args.checkpoint:
+        base = Path(args.checkpoint).name
+    elif args.adapter:
+        base = f"sft:{Path(args.adapter).name}"
+    else:
+        base = Path(cfg.model.model_path).name or cfg.model.model_path
+    return base + (" (blind)" if cfg.eval.blind else "")
+
+
+def run_cli(args: Any, extra: Sequence[str]) -> Optional[dict[str, Any]]:
+    """Everything ``eval_vsi.py`` does, from its parsed arguments (see its docstring).
+
+    Returns:
+        The report written (None for ``--compare`` and metrics-only runs).
+    """
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.metrics:
+        path = reports.plot_learning_curves(args.metrics, out / "learning_curves.png")
+        print(f"learning curves: {path}")
+    if args.compare:
+        paths = reports.compare_reports(args.compare, out, names=args.names)
+        print(paths["md"].read_text(encoding="utf-8"))
+        print(f"comparison: {paths['md']} and {paths['png']}")
+        return None
+    if args.score_file:
+        if extra:
+            raise ValueError(f"--score-file takes no config overrides (got {list(extra)}): it only scores the file")
+        report = reports.score_file(args.score_file, name=args.name)
+        reports.write_report(report, out)
+        _print_summary(report, out)
+        if report["malformed"]["count"]:
+            print(f"WARNING: {report['malformed']['count']} malformed line(s); see {out / 'report.md'}", file=sys.stderr)
+        return report
+    evaluates = args.model_path or args.adapter or args.checkpoint or args.oracle or args.dummy or args.config or args.preset or extra
+    if args.metrics and not evaluates:
+        return None
+    cfg = resolve_config(args, extra)
+    meta: dict[str, Any] = {"preset": cfg.preset, "config": args.config}
+    if args.dummy:
+        agent: Any = DummyAgent(seed=cfg.eval.seed)
+        meta["agent"] = "dummy"
+    elif args.oracle:
+        from a2c_ppo_acktr.teachers import make_teacher
+
+        agent = make_teacher(dataclasses.replace(cfg.label, teacher="oracle"), cfg.model)
+        meta.update(agent="oracle", **agent.describe())
+    else:
+        policy = load_policy(cfg, adapter=args.adapter, checkpoint=args.checkpoint)
+        agent = PolicyAgent(policy, greedy=cfg.eval.greedy, temperature=cfg.eval.temperature, blind=cfg.eval.blind)
+        meta.update(agent="policy", model_path=cfg.model.model_path, adapter=args.adapter, checkpoint=args.checkpoint, dtype=cfg.model.dtype)
+    report = evaluate(cfg, agent, name=_default_name(args, cfg), out_dir=out, meta=meta, vsibench_limit=args.limit)
+    _print_summary(report, out)
+    return report
+
+
+def _print_summary(report: dict[str, Any], out: Path) -> None:
+    print(reports.table_markdown([(report["name"], report)]))
+    agent = reports.agent_metrics_markdown([(report["name"], report)])
+    if agent:
+        print(agent)
+    print(f"reports: {out / 'report.json'}, {out / 'report.md'}")

@@ -1,0 +1,296 @@
+"""Teacher labelling: run episodes with a teacher and record them for SFT (``vlm_traj_label.py``).
+
+Output folder (``label.out_dir``)::
+
+    trajectories.jsonl     one line per finished episode (appended, flushed and fsynced)
+    images/<episode>/<sha1>.png   the observation images, each distinct frame stored once
+    label_meta.json        env config, teacher and seed the file was made with (resume checks it)
+
+An episode line holds ``episode_id`` (deterministic: ``ep<seed+index>``), ``index``, ``seed``,
+``scene_id``, ``dataset``, ``question``, ``question_type``, ``options``, ``ground_truth``,
+``object_ids``, ``score`` (the benchmark score; 0 without an answer), ``return``, ``terminated``,
+``truncated``, ``teacher`` and ``turns``; each turn holds ``observation_text``, ``images`` (paths
+relative to the folder), ``teacher_output``, ``teacher_error`` (None unless the teacher failed),
+``action`` (repr of the parsed teacher output), ``valid``, ``explore`` (a random move was executed
+instead), ``executed`` (the text sent to the env), ``reward``, ``collided`` and ``pose``.
+
+Resuming: a rerun skips the episode ids already in the file. A run killed mid-write leaves at most
+one torn last line, which is cut off with a warning; images are content-addressed and rewritten
+identically, so nothing is duplicated.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from a2c_ppo_acktr.arguments import ConfigError, RunConfig
+from a2c_ppo_acktr.prompts import Invalid, Move, format_response, parse_action
+from a2c_ppo_acktr.teachers import Teacher, make_teacher
+
+logger = logging.getLogger(__name__)
+
+TRAJECTORIES = "trajectories.jsonl"
+META = "label_meta.json"
+IMAGES = "images"
+
+
+def episode_id(seed: int, index: int) -> str:
+    """Deterministic id of episode ``index`` of a labelling run seeded ``seed``."""
+    return f"ep{seed + index:08d}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading and appending
+# ---------------------------------------------------------------------------------------------
+def read_episodes(path: str | os.PathLike, repair: bool = False) -> list[dict]:
+    """Episodes of a ``trajectories.jsonl``.
+
+    A torn last line (a run killed while writing) is ignored with a warning; with ``repair`` it is
+    also cut from the file so appends start on a fresh line. A bad line elsewhere is corruption
+    and raises.
+
+    Args:
+        path: The JSONL file (a missing file reads as empty).
+        repair: Truncate a torn last line in place.
+
+    Raises:
+        ValueError: A line other than the last is not valid JSON.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return []
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    episodes: list[dict] = []
+    offset = 0
+    for i, line in enumerate(lines):
+        is_last = i == len(lines) - 1 or (i == len(lines) - 2 and lines[-1] == b"")
+        if line.strip():
+            try:
+                ep = json.loads(line)
+                complete = i < len(lines) - 1  # a parseable line without its newline is still torn
+            except json.JSONDecodeError as e:
+                if not is_last:
+                    raise ValueError(f"{path}: line {i + 1} is not valid JSON ({e}); the file is corrupt beyond a torn last line") from e
+                complete = False
+            if not complete:
+                logger.warning("%s: ignoring a torn last line (%d bytes) left by an interrupted run", path, len(line))
+                if repair:
+                    with open(path, "r+b") as f:
+                        f.truncate(offset)
+                        f.flush()
+                        os.fsync(f.fileno())
+                break
+            episodes.append(ep)
+        offset += len(line) + 1
+    return episodes
+
+
+def append_line(path: Path, record: dict) -> None:
+    """Append one JSON line and make it durable before returning (flush + fsync)."""
+    line = json.dumps(record, ensure_ascii=False) + "\n"
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def save_image(out_dir: Path, ep_id: str, image: np.ndarray) -> str:
+    """Write ``image`` as PNG under ``images/<ep_id>/`` named by its content hash; returns the relative path."""
+    from PIL import Image
+
+    arr = np.ascontiguousarray(image, dtype=np.uint8)
+    digest = hashlib.sha1(arr.tobytes() + str(arr.shape).encode()).hexdigest()[:16]
+    rel = f"{IMAGES}/{ep_id}/{digest}.png"
+    target = out_dir / rel
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp.png")
+        Image.fromarray(arr).save(tmp, format="PNG")
+        os.replace(tmp, target)
+    return rel
+
+
+# ---------------------------------------------------------------------------------------------
+# Episodes
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class _Running:
+    """An episode in flight in one env slot."""
+
+    index: int
+    ep_id: str
+    obs: dict
+    rng: np.random.Generator
+    turns: list = field(default_factory=list)
+    ret: float = 0.0
+
+
+def _jsonable(x: Any) -> Any:
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return {k: _jsonable(v) for k, v in dataclasses.asdict(x).items()}
+    if isinstance(x, (np.floating, np.integer)):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    return x
+
+
+def _random_move(rng: np.random.Generator, max_forward: float) -> str:
+    rotation = float(round(rng.uniform(-180.0, 180.0)))
+    forward = float(round(rng.uniform(0.0, min(1.0, max_forward)), 2))
+    return format_response("Exploring to see more of the room.", Move(rotation_deg=rotation, forward_m=forward))
+
+
+def make_env(cfg: RunConfig) -> Any:
+    """One VSI environment from ``cfg.env``."""
+    from a2c_ppo_acktr.envs.vsi_env import VSIEnv
+
+    return VSIEnv(cfg.env)
+
+
+def _run_meta(cfg: RunConfig, teacher: Teacher) -> dict:
+    return {"env": dataclasses.asdict(cfg.env), "seed": cfg.label.seed, "epsilon": cfg.label.epsilon, "teacher": teacher.describe()}
+
+
+def _check_meta(out_dir: Path, meta: dict) -> None:
+    path = out_dir / META
+    if path.is_file():
+        old = json.loads(path.read_text(encoding="utf-8"))
+        if old != json.loads(json.dumps(meta)):
+            diff = sorted(k for k in set(old) | set(meta) if old.get(k) != json.loads(json.dumps(meta)).get(k))
+            raise ConfigError(
+                f"{out_dir} was labelled with a different setup (differs in: {diff}); resuming would mix episodes. "
+                "Use a new label.out_dir, or rerun with the original settings"
+            )
+    else:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(meta, indent=2), encoding="utf-8")
+        os.replace(tmp, path)
+
+
+def label_trajectories(cfg: RunConfig, teacher: Optional[Teacher] = None, envs: Optional[list] = None, progress: Optional[bool] = None) -> dict:
+    """Run ``cfg.label.num_episodes`` teacher episodes and append them to ``trajectories.jsonl``.
+
+    Args:
+        cfg: ``label`` (teacher, seed, epsilon, batch size, out_dir) and ``env``.
+        teacher: A ready teacher (tests); None builds ``cfg.label.teacher``.
+        envs: Ready envs, one per slot (tests); None builds ``cfg.label.batch_size`` of them.
+        progress: Show a tqdm bar; None follows ``cfg.log.progress_bar``.
+
+    Returns:
+        Summary: ``written``, ``skipped`` (already done), ``mean_score`` and failure counts of
+        the episodes written by this call.
+    """
+    from tqdm.auto import tqdm
+
+    lab = cfg.label
+    out_dir = Path(lab.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    teacher = teacher if teacher is not None else make_teacher(lab, cfg.model)
+    _check_meta(out_dir, _run_meta(cfg, teacher))
+    jsonl = out_dir / TRAJECTORIES
+    done = {ep["episode_id"] for ep in read_episodes(jsonl, repair=True)}
+    todo = [i for i in range(lab.num_episodes) if episode_id(lab.seed, i) not in done]
+    skipped = lab.num_episodes - len(todo)
+    if envs is None:
+        envs = [make_env(cfg) for _ in range(min(lab.batch_size, max(len(todo), 1)))]
+    max_forward = cfg.env.max_forward
+    max_turns = cfg.env.max_turns
+    slots: list[Optional[_Running]] = [None] * len(envs)
+    queue = list(reversed(todo))
+    stats = {"written": 0, "skipped": skipped, "score_sum": 0.0, "failed_turns": 0, "invalid_turns": 0, "explore_turns": 0}
+    bar = tqdm(total=lab.num_episodes, initial=skipped, desc=f"label[{teacher.name}]", disable=not (cfg.log.progress_bar if progress is None else progress))
+
+    def start(slot: int) -> None:
+        if not queue:
+            slots[slot] = None
+            return
+        index = queue.pop()
+        obs, _ = envs[slot].reset(seed=lab.seed + index)
+        slots[slot] = _Running(index, episode_id(lab.seed, index), obs, np.random.default_rng([lab.seed, index, 7]))
+
+    for s in range(len(envs)):
+        start(s)
+    while any(r is not None for r in slots):
+        active = [s for s, r in enumerate(slots) if r is not None]
+        replies = teacher.generate([slots[s].obs for s in active], [envs[s] for s in active])
+        for s, reply in zip(active, replies):
+            run = slots[s]
+            env = envs[s]
+            label_action = parse_action(reply.text, max_forward=max_forward)
+            # Exploration executes a random move but keeps the teacher's label (DAgger-style states);
+            # never on the last turn, where only an answer scores.
+            explore = len(run.turns) < max_turns - 1 and bool(run.rng.random() < lab.epsilon)
+            executed = _random_move(run.rng, max_forward) if explore else reply.text
+            images = [save_image(out_dir, run.ep_id, img) for img in run.obs["images"]]
+            obs, reward, terminated, truncated, info = env.step(executed)
+            run.turns.append(
+                {
+                    "observation_text": run.obs["text"],
+                    "images": images,
+                    "teacher_output": reply.text,
+                    "teacher_error": reply.error,
+                    "teacher_attempts": reply.attempts,
+                    "action": repr(label_action),
+                    "valid": not isinstance(label_action, Invalid),
+                    "explore": explore,
+                    "executed": executed,
+                    "reward": float(reward),
+                    "collided": bool(info.get("collided", False)),
+                    "pose": _jsonable(info.get("pose")),
+                }
+            )
+            stats["failed_turns"] += reply.error is not None
+            stats["invalid_turns"] += isinstance(label_action, Invalid)
+            stats["explore_turns"] += explore
+            run.ret += float(reward)
+            run.obs = obs
+            if terminated or truncated:
+                record = _episode_record(cfg, teacher, env, run, info, terminated, truncated)
+                append_line(jsonl, record)
+                stats["written"] += 1
+                stats["score_sum"] += record["score"]
+                bar.update(1)
+                start(s)
+    bar.close()
+    written = stats.pop("written")
+    score_sum = stats.pop("score_sum")
+    return {"written": written, "mean_score": score_sum / written if written else float("nan"), **stats, "path": str(jsonl)}
+
+
+def _episode_record(cfg: RunConfig, teacher: Teacher, env: Any, run: _Running, info: dict, terminated: bool, truncated: bool) -> dict:
+    base = env.unwrapped
+    q = base.question
+    score = info.get("score")
+    return {
+        "episode_id": run.ep_id,
+        "index": run.index,
+        "seed": cfg.label.seed + run.index,
+        "scene_id": base.scene.scene_id,
+        "dataset": getattr(base.scene, "dataset", None),
+        "question": q.question,
+        "question_type": q.question_type,
+        "options": q.options,
+        "ground_truth": q.ground_truth,
+        "object_ids": _jsonable(list(q.object_ids)),
+        "score": float(score) if score is not None else 0.0,
+        "return": run.ret,
+        "terminated": bool(terminated),
+        "truncated": bool(truncated),
+        "num_turns": len(run.turns),
+        "teacher": teacher.describe(),
+        "turns": run.turns,
+    }

@@ -1,0 +1,705 @@
+"""Evaluation reports: ``report.json``, ``report.md``, comparison tables, plots and trajectory pictures.
+
+Every number here comes from :mod:`a2c_ppo_acktr.scoring` (the one scorer the env reward also uses);
+this module only arranges records into the benchmark's table and draws them.
+
+Report layout (``report.json``):
+
+* ``name``, ``mode`` (``"episodes"`` or ``"score_file"``), ``meta`` (what was evaluated and how);
+* the benchmark aggregation from :func:`scoring.aggregate`: ``overall`` (x100), ``per_type`` and
+  ``per_task`` (in [0, 1]), ``counts``, ``tasks_present``, ``tasks_missing``; plus ``table``: the
+  8 task columns in the benchmark's order, x100, ``null`` for a task with no questions;
+* ``agent`` (episode mode): the agent metrics of :func:`agent_metrics`;
+* ``malformed`` (score-file mode): lines that could not be scored, with their line numbers;
+* ``records``: one entry per episode (or per scored line).
+
+Plots use matplotlib's object-oriented API on the Agg canvas (no pyplot, no global backend switch),
+so they work headless and leave the caller's matplotlib state alone.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import textwrap
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from a2c_ppo_acktr import scoring
+
+# Short column labels of the benchmark's table, keyed by scoring's task names, in table order.
+SHORT_TASK_NAMES: dict[str, str] = {
+    "Object Count": "Obj. Count",
+    "Absolute Distance": "Abs. Dist.",
+    "Object Size": "Obj. Size",
+    "Room Size": "Room Size",
+    "Relative Distance": "Rel. Dist.",
+    "Relative Direction": "Rel. Dir.",
+    "Route Plan": "Route Plan",
+    "Appearance Order": "Appr. Order",
+}
+
+# An episode "succeeds" when its benchmark score is at least this: for multiple choice that is a
+# correct letter; for MRA it means the relative error passed at least 5 of the 10 thresholds
+# (error <= 0.25). A reporting convention, documented in docs/EVAL.md, not a training signal.
+SUCCESS_THRESHOLD = 0.5
+
+# Score-file lines whose question type is unknown belong to no task; they are counted here.
+MALFORMED_KEY = "malformed"
+
+
+# ----------------------------------------------------------------------------------------- records
+@dataclass
+class TurnRecord:
+    """One turn of an episode, as the report keeps it.
+
+    Attributes:
+        turn: 1-based turn number.
+        text: The agent's raw output text.
+        thoughts: The thoughts the agent wrote ("" when none could be read).
+        action: A short description of the parsed action (``move(rot=30, fwd=1.0)``, ``answer(B)``,
+            ``invalid(reason)``).
+        valid: Whether the text parsed as a legal action.
+        reward: The env's reward for this turn.
+        pose: The agent's pose ``(x, y, yaw_deg)`` after the turn.
+    """
+
+    turn: int
+    text: str
+    thoughts: str
+    action: str
+    valid: bool
+    reward: float
+    pose: tuple[float, float, float]
+
+
+@dataclass
+class EpisodeRecord:
+    """Everything a report keeps about one evaluated episode.
+
+    Attributes:
+        episode_id: Stable id (``proc-<index>`` or ``vsibench-<row id>``).
+        scene_id: The scene's id; ``dataset`` its source (``procedural``, ``scannet``, ...).
+        question_type: Raw VSI-Bench type; ``question``, ``options``, ``ground_truth`` as asked.
+        answer: The final answer text, or ``None`` when the episode ended without one (truncated).
+        score: Benchmark score of the answer in [0, 1] (0 without an answer).
+        turns: Turns taken; ``num_invalid`` of them did not parse as an action.
+        reward: Sum of the env's rewards (score plus shaping).
+        truncated: Whether the episode hit the turn limit without an answer.
+        object_ids: Objects the question is about (highlighted in trajectory pictures).
+        steps: Per-turn records.
+    """
+
+    episode_id: str
+    scene_id: str
+    dataset: str
+    question_type: str
+    question: str
+    options: Optional[list[str]]
+    ground_truth: str
+    answer: Optional[str] = None
+    score: float = 0.0
+    turns: int = 0
+    num_invalid: int = 0
+    reward: float = 0.0
+    truncated: bool = False
+    object_ids: list[int] = field(default_factory=list)
+    steps: list[TurnRecord] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (the ``records`` entries of ``report.json``)."""
+        d = asdict(self)
+        d["actions"] = [s["action"] for s in d["steps"]]
+        return d
+
+
+# ----------------------------------------------------------------------------------------- metrics
+def agent_metrics(records: Sequence[EpisodeRecord]) -> dict[str, float]:
+    """Agent-level metrics over episodes (definitions in docs/EVAL.md).
+
+    Args:
+        records: Evaluated episodes.
+
+    Returns:
+        ``success_rate`` (fraction with score >= :data:`SUCCESS_THRESHOLD`), ``answer_rate``
+        (fraction that ended with an answer), ``mean_score`` (plain mean over episodes, in [0, 1],
+        not the benchmark's task-balanced overall), ``mean_turns``, ``invalid_output_rate``
+        (invalid turns / all turns), ``mean_reward`` (mean episode return) and ``num_episodes``.
+
+    Raises:
+        ValueError: If ``records`` is empty.
+    """
+    if not records:
+        raise ValueError("agent_metrics needs at least one episode record; evaluate with eval.num_episodes >= 1")
+    n = len(records)
+    total_turns = sum(r.turns for r in records)
+    return {
+        "num_episodes": n,
+        "success_rate": sum(r.score >= SUCCESS_THRESHOLD for r in records) / n,
+        "answer_rate": sum(r.answer is not None for r in records) / n,
+        "mean_score": float(np.mean([r.score for r in records])),
+        "mean_turns": total_turns / n,
+        "invalid_output_rate": (sum(r.num_invalid for r in records) / total_turns) if total_turns else 0.0,
+        "mean_reward": float(np.mean([r.reward for r in records])),
+    }
+
+
+def task_table(agg: dict[str, Any]) -> dict[str, Optional[float]]:
+    """The 8 task columns in table order, x100, ``None`` for tasks without questions.
+
+    Args:
+        agg: The output of :func:`scoring.aggregate`.
+    """
+    return {
+        SHORT_TASK_NAMES[task]: (100.0 * agg["per_task"][task] if task in agg["per_task"] else None)
+        for task in scoring.TASK_NAMES
+    }
+
+
+def build_report(
+    records: Sequence[EpisodeRecord], *, name: str, meta: Optional[dict[str, Any]] = None
+) -> dict[str, Any]:
+    """Aggregate evaluated episodes into the report dict (see the module docstring).
+
+    Args:
+        records: Evaluated episodes (at least one).
+        name: Row name in tables (e.g. ``sft`` or ``oracle``).
+        meta: What was evaluated and how (model, adapter, config...), stored as is.
+    """
+    agg = scoring.aggregate((r.question_type, r.score) for r in records)
+    return {
+        "name": name,
+        "mode": "episodes",
+        "meta": dict(meta or {}),
+        **agg,
+        "table": task_table(agg),
+        "agent": agent_metrics(records),
+        "records": [r.to_dict() for r in records],
+    }
+
+
+# -------------------------------------------------------------------------------- score-file mode
+def _score_line(raw: str) -> tuple[Optional[str], Optional[float], Optional[str], dict[str, Any]]:
+    """Score one JSONL line. Returns ``(question_type or None, score, error or None, fields)``."""
+    try:
+        row = json.loads(raw)
+    except json.JSONDecodeError as e:
+        return None, None, f"not valid JSON ({e.msg} at column {e.colno})", {}
+    if not isinstance(row, dict):
+        return None, None, f"expected a JSON object, got {type(row).__name__}", {}
+    fields = {k: row.get(k) for k in ("id", "question_type", "prediction", "ground_truth")}
+    qtype = row.get("question_type")
+    if not isinstance(qtype, str) or qtype not in scoring.TASKS:
+        return None, None, f"question_type {qtype!r} is missing or unknown; known types: {list(scoring.TASKS)}", fields
+    for key in ("prediction", "ground_truth"):
+        value = row.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            # A bare JSON number is still a readable answer; score its text form.
+            fields[key] = value = str(value)
+        if not isinstance(value, str):
+            return qtype, 0.0, f"{key} is {'missing' if key not in row else repr(value)}; expected a string", fields
+    try:
+        return qtype, scoring.score_prediction(qtype, fields["prediction"], fields["ground_truth"]), None, fields
+    except ValueError as e:
+        return qtype, 0.0, str(e), fields
+
+
+def score_file(path: str | os.PathLike, *, name: Optional[str] = None) -> dict[str, Any]:
+    """Score a JSONL file of predictions through :mod:`scoring` and build a report.
+
+    Each non-blank line is a JSON object with ``question_type``, ``prediction`` (the raw model text)
+    and ``ground_truth``, optionally ``id``. A line that cannot be scored is never skipped
+    silently: it is listed under ``malformed.lines`` with its 1-based line number and error. If
+    its question type is known it counts as a failure (score 0) of that type; otherwise it belongs
+    to no task and is counted only in ``malformed.unknown_type`` (and ``counts["malformed"]``), so it
+    does not enter ``overall``, which is the mean over the 8 tasks. Blank lines are ignored.
+
+    Args:
+        path: The JSONL file.
+        name: Row name in tables (default: the file's stem).
+
+    Returns:
+        The report dict (``overall``, ``per_type``, ``per_task``, ``counts``, ``table``, ``malformed``,
+        ``records``).
+
+    Raises:
+        FileNotFoundError: If ``path`` does not exist.
+        ValueError: If no line could be attributed to a question type.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"score file {str(path)!r} does not exist; pass a JSONL of predictions to --score-file")
+    scored: list[tuple[str, float]] = []
+    records: list[dict[str, Any]] = []
+    bad: list[dict[str, Any]] = []
+    unknown_type = 0
+    with path.open(encoding="utf-8") as f:
+        for lineno, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            qtype, score, error, fields = _score_line(raw)
+            if error is not None:
+                bad.append({"line": lineno, "error": error})
+            if qtype is None:
+                unknown_type += 1
+                continue
+            scored.append((qtype, score))
+            records.append({"line": lineno, **fields, "question_type": qtype, "score": score, "error": error})
+    if not scored:
+        raise ValueError(
+            f"no line of {str(path)!r} could be scored ({unknown_type} malformed; first: {bad[0] if bad else 'file is empty'}); "
+            "each line must be a JSON object with question_type, prediction and ground_truth"
+        )
+    agg = scoring.aggregate(scored)
+    counts = dict(agg["counts"])
+    if unknown_type:
+        counts[MALFORMED_KEY] = unknown_type
+    return {
+        "name": name or path.stem,
+        "mode": "score_file",
+        "meta": {"score_file": str(path)},
+        **agg,
+        "counts": counts,
+        "table": task_table(agg),
+        "malformed": {
+            "count": len(bad),
+            "unknown_type": unknown_type,
+            "lines": bad,
+            "overall_treatment": "lines with a known question_type score 0 in that type; lines with a missing or "
+            "unknown question_type belong to no task and are left out of overall (mean of the 8 tasks)",
+        },
+        "records": records,
+    }
+
+
+# ------------------------------------------------------------------------------------- markdown
+def _fmt(value: Optional[float], digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def table_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    """The benchmark's table: one row per report, Overall first, then the 8 task columns (x100).
+
+    Args:
+        rows: ``(row name, report)`` pairs.
+    """
+    header = ["Method", "Overall", *SHORT_TASK_NAMES.values()]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    for name, report in rows:
+        cells = [name, _fmt(report["overall"])] + [_fmt(report["table"].get(c)) for c in SHORT_TASK_NAMES.values()]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+_AGENT_METRIC_LABELS = {
+    "success_rate": "success rate (score >= 0.5)",
+    "answer_rate": "answer rate",
+    "mean_score": "mean score (per episode)",
+    "mean_turns": "mean turns",
+    "invalid_output_rate": "invalid-output rate (per turn)",
+    "mean_reward": "mean episode reward",
+    "num_episodes": "episodes",
+}
+
+
+def agent_metrics_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    """A table of agent metrics, one row per report that has them ("" when none has)."""
+    rows = [(n, r) for n, r in rows if "agent" in r]
+    if not rows:
+        return ""
+    keys = list(_AGENT_METRIC_LABELS)
+    lines = ["| Method | " + " | ".join(_AGENT_METRIC_LABELS[k] for k in keys) + " |", "|---" + "|---:" * len(keys) + "|"]
+    for name, r in rows:
+        cells = [str(r["agent"][k]) if k == "num_episodes" else _fmt(r["agent"][k], 3) for k in keys]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def report_markdown(report: dict[str, Any]) -> str:
+    """``report.md``: the benchmark table, per-type scores, agent metrics and warnings."""
+    out = [f"# VSI evaluation: {report['name']}", "", table_markdown([(report["name"], report)]), ""]
+    if report.get("tasks_missing"):
+        out += [
+            f"**Tasks without questions:** {', '.join(report['tasks_missing'])}. Overall is the mean over the "
+            f"{len(report['tasks_present'])} tasks present and is not comparable with 8-task numbers.",
+            "",
+        ]
+    skipped = report.get("meta", {}).get("num_skipped")
+    if skipped:
+        out += [f"**{skipped} question(s) skipped** (scene not available locally); see `meta.skipped` in report.json.", ""]
+    out += ["## Per question type", "", "| question_type | n | score (x100) |", "|---|---:|---:|"]
+    for qtype, mean in report["per_type"].items():
+        out.append(f"| {qtype} | {report['counts'][qtype]} | {_fmt(100.0 * mean)} |")
+    out.append("")
+    agent = agent_metrics_markdown([(report["name"], report)])
+    if agent:
+        out += ["## Agent metrics", "", agent, ""]
+    invalid = invalid_summary(report.get("records", []))
+    if invalid:
+        out += ["## Most frequent invalid outputs", "", "| turns | reason | example output |", "|---:|---|---|"]
+        out += [f"| {n} | {_cell(reason)} | `{_cell(example[:120])}` |" for reason, n, example in invalid]
+        out.append("")
+    mal = report.get("malformed")
+    if mal and mal["count"]:
+        out += ["## Malformed lines", "", f"{mal['count']} line(s) could not be scored ({mal['overall_treatment']}):", ""]
+        out += [f"- line {b['line']}: {b['error']}" for b in mal["lines"][:50]]
+        if mal["count"] > 50:
+            out.append(f"- ... and {mal['count'] - 50} more (see report.json)")
+        out.append("")
+    if report.get("meta"):
+        out += ["## Setup", "", "```json", json.dumps(report["meta"], indent=2, default=str), "```", ""]
+    return "\n".join(out)
+
+
+def invalid_summary(records: Sequence[dict[str, Any]], top: int = 5) -> list[tuple[str, int, str]]:
+    """The ``top`` most frequent reasons of invalid turns: ``(reason, count, one raw output)``."""
+    counts: dict[str, list] = {}
+    for rec in records:
+        for step in rec.get("steps", ()):
+            if not step.get("valid", True):
+                reason = step["action"].removeprefix("invalid(").removesuffix(")")
+                entry = counts.setdefault(reason, [0, step["text"]])
+                entry[0] += 1
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1][0])[:top]
+    return [(reason, n, example) for reason, (n, example) in ranked]
+
+
+def _cell(text: str) -> str:
+    """Text safe inside a markdown table cell (one line, no pipes or backticks)."""
+    return " ".join(str(text).split()).replace("|", "\\|").replace("`", "'")
+
+
+# ----------------------------------------------------------------------------------------- plots
+def _new_figure(width_px: int, height_px: int, dpi: int):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width_px / dpi, height_px / dpi), dpi=dpi)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def plot_task_bars(
+    rows: Sequence[tuple[str, dict[str, Any]]],
+    path: str | os.PathLike,
+    *,
+    width_px: int = 1000,
+    height_px: int = 450,
+    dpi: int = 100,
+) -> Path:
+    """Grouped bar chart of Overall and the 8 task scores (x100), one bar colour per report.
+
+    Args:
+        rows: ``(name, report)`` pairs; several give side-by-side bars.
+        path: Output PNG; written at exactly ``width_px x height_px``.
+    """
+    if not rows:
+        raise ValueError("plot_task_bars needs at least one (name, report) row")
+    columns = ["Overall", *SHORT_TASK_NAMES.values()]
+    fig = _new_figure(width_px, height_px, dpi)
+    ax = fig.add_subplot(1, 1, 1)
+    x = np.arange(len(columns))
+    width = 0.8 / len(rows)
+    for i, (name, report) in enumerate(rows):
+        values = [report["overall"], *[report["table"].get(c) for c in SHORT_TASK_NAMES.values()]]
+        values = [np.nan if v is None else v for v in values]
+        ax.bar(x - 0.4 + width * (i + 0.5), values, width, label=name)
+    ax.set_xticks(x)
+    ax.set_xticklabels(columns, fontsize=8)
+    ax.set_ylabel("score (x100)")
+    ax.set_ylim(0, 100)
+    ax.grid(axis="y", alpha=0.3)
+    # Outside the axes: bars reach 100 and a legend inside would hide them.
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=dpi)
+    return path
+
+
+# Learning-curve panels, in display order: the first key of each group found in metrics.jsonl.
+_CURVE_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("rollout/episode_score_mean", "charts/episode_score", "score"),
+    ("rollout/episode_reward_mean", "charts/episode_reward", "reward"),
+    ("rollout/valid_action_rate", "valid_action_rate"),
+    ("rollout/mean_turns", "mean_turns"),
+    ("charts/temperature_mean", "temperature"),
+    ("losses/policy_loss", "policy_loss"),
+    ("losses/value_loss", "value_loss"),
+    ("losses/approx_kl", "approx_kl"),
+    ("losses/entropy", "entropy"),
+    ("losses/clipfrac", "clipfrac"),
+    ("losses/kl_ref", "kl_ref"),
+)
+_STEP_KEYS = ("iteration", "global_step", "step", "epoch")
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Read a training ``metrics.jsonl`` (one JSON object per logged step).
+
+    Raises:
+        FileNotFoundError: If ``path`` does not exist.
+        ValueError: On a line that is not a JSON object (naming its line number).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"metrics file {str(path)!r} does not exist; pass the metrics.jsonl a training run wrote")
+    rows = []
+    for lineno, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{lineno} is not valid JSON ({e.msg}); metrics.jsonl holds one JSON object per line") from e
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{lineno} is a {type(row).__name__}, expected a JSON object")
+        rows.append(row)
+    return rows
+
+
+def curve_keys(rows: Sequence[dict[str, Any]], max_panels: int = 9) -> list[str]:
+    """Metrics to plot: the known groups first, then other numeric keys, at most ``max_panels``."""
+    numeric = [k for k in dict.fromkeys(k for r in rows for k in r) if k not in _STEP_KEYS and any(_is_number(r.get(k)) for r in rows)]
+    chosen = [next(k for k in group if k in numeric) for group in _CURVE_GROUPS if any(k in numeric for k in group)]
+    # Timings and counters say little about learning; other unknown metrics fill the free panels.
+    chosen += [k for k in numeric if k not in chosen and not k.startswith(("time/", "charts/turns", "rollout/episodes"))]
+    return chosen[:max_panels]
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def plot_learning_curves(
+    metrics_path: str | os.PathLike,
+    path: str | os.PathLike,
+    *,
+    width_px: int = 1200,
+    height_px: int = 900,
+    dpi: int = 100,
+) -> Path:
+    """Learning curves from a training ``metrics.jsonl``: one panel per metric, x = iteration.
+
+    Args:
+        metrics_path: The JSONL written by training (``iteration``/``global_step``/``step`` is the x
+            axis when present, else the line index).
+        path: Output PNG, exactly ``width_px x height_px``.
+
+    Raises:
+        ValueError: If the file holds no numeric metric.
+    """
+    rows = read_metrics(metrics_path)
+    keys = curve_keys(rows)
+    if not keys:
+        raise ValueError(f"{metrics_path} holds no numeric metrics to plot")
+    step_key = next((k for k in _STEP_KEYS if any(_is_number(r.get(k)) for r in rows)), None)
+    ncols = 3
+    nrows = math.ceil(len(keys) / ncols)
+    fig = _new_figure(width_px, height_px, dpi)
+    for i, key in enumerate(keys):
+        ax = fig.add_subplot(nrows, ncols, i + 1)
+        pts = [((r.get(step_key) if step_key else j), r[key]) for j, r in enumerate(rows) if _is_number(r.get(key))]
+        xs, ys = zip(*pts)
+        ax.plot(xs, ys, marker="o", markersize=2, linewidth=1)
+        ax.set_title(key, fontsize=9)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+        if i >= len(keys) - ncols:
+            ax.set_xlabel(step_key or "log line", fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=dpi)
+    return path
+
+
+# --------------------------------------------------------------------------- trajectory pictures
+@dataclass(frozen=True)
+class PictureLayout:
+    """Pixel layout of a trajectory picture.
+
+    The picture is ``header`` pixels of question text on top; below it, left to right, one tile per
+    turn (``tile`` square, with ``caption`` pixels of text under it) and the top-down map
+    (``map_size`` square). Width = ``max(turns, 1) * tile + map_size``; height = ``header +
+    max(tile + caption, map_size)``.
+    """
+
+    tile: int = 192
+    caption: int = 150
+    map_size: int = 384
+    header: int = 56
+
+    def size(self, num_turns: int) -> tuple[int, int]:
+        """``(width, height)`` of the picture of an episode with ``num_turns`` turns."""
+        return max(num_turns, 1) * self.tile + self.map_size, self.header + max(self.tile + self.caption, self.map_size)
+
+
+def _font(size: int):
+    from PIL import ImageFont
+
+    return ImageFont.load_default(size=size)
+
+
+def _wrap(text: str, width_chars: int, max_lines: int) -> list[str]:
+    lines: list[str] = []
+    for para in text.splitlines() or [""]:
+        lines += textwrap.wrap(para, width_chars) or [""]
+    if len(lines) > max_lines:
+        lines = lines[:max_lines]
+        lines[-1] = lines[-1][: max(width_chars - 3, 0)] + "..."
+    return lines
+
+
+def _to_tile(image: np.ndarray, tile: int):
+    from PIL import Image
+
+    img = Image.fromarray(np.ascontiguousarray(image, dtype=np.uint8))
+    scale = tile / max(img.size)
+    new = (max(1, round(img.size[0] * scale)), max(1, round(img.size[1] * scale)))
+    # Nearest keeps small rendered frames crisp when blown up.
+    return img.resize(new, Image.NEAREST)
+
+
+def trajectory_picture(
+    record: EpisodeRecord,
+    frames: Sequence[np.ndarray],
+    topdown: np.ndarray,
+    path: str | os.PathLike,
+    layout: PictureLayout = PictureLayout(),
+) -> Path:
+    """Draw one episode: question header, per-turn frames captioned with thoughts and action, map.
+
+    Args:
+        record: The evaluated episode (its ``steps`` give the captions).
+        frames: The view the agent had when deciding each turn, one per step (uint8 HxWx3).
+        topdown: The top-down map (uint8 HxWx3), e.g. from ``topdown.render_topdown`` with the path,
+            the objects asked about and the answer.
+        path: Output PNG; its size is ``layout.size(len(record.steps))``.
+    """
+    from PIL import Image, ImageDraw
+
+    if len(frames) != len(record.steps):
+        raise ValueError(f"trajectory_picture got {len(frames)} frames for {len(record.steps)} turns; pass one frame per turn")
+    width, height = layout.size(len(record.steps))
+    canvas = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(canvas)
+    small, tiny = _font(13), _font(11)
+    answer = record.answer if record.answer is not None else "(no answer)"
+    opts = "  ".join(record.options) if record.options else ""
+    head = f"[{record.question_type}] {record.question} {opts}"
+    head_lines = _wrap(head, max(20, width // 7), 2) + [
+        f"answer: {answer}   ground truth: {record.ground_truth}   score: {record.score:.2f}   turns: {record.turns}"
+    ]
+    for i, line in enumerate(head_lines):
+        draw.text((6, 3 + 17 * i), line, fill="black", font=small)
+    top = layout.header
+    chars = max(8, layout.tile // 6)
+    max_lines = max(1, (layout.caption - 4) // 13)
+    for i, (step, frame) in enumerate(zip(record.steps, frames)):
+        x0 = i * layout.tile
+        tile = _to_tile(frame, layout.tile)
+        canvas.paste(tile, (x0 + (layout.tile - tile.size[0]) // 2, top + (layout.tile - tile.size[1]) // 2))
+        colour = "black" if step.valid else "firebrick"
+        caption = f"{step.turn}: {step.action}\n{step.thoughts}"
+        for j, line in enumerate(_wrap(caption, chars, max_lines)):
+            draw.text((x0 + 3, top + layout.tile + 2 + 13 * j), line, fill=colour, font=tiny)
+    tmap = Image.fromarray(np.ascontiguousarray(topdown, dtype=np.uint8)).convert("RGB")
+    tmap = tmap.resize((layout.map_size, layout.map_size), Image.BILINEAR)
+    canvas.paste(tmap, (width - layout.map_size, top))
+    path = Path(path)
+    canvas.save(path, format="PNG")
+    return path
+
+
+# ------------------------------------------------------------------------------------ writing
+def write_json(obj: Any, path: str | os.PathLike) -> Path:
+    """Write JSON atomically (temp file then rename), NaN written as ``null``."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(_nan_to_none(obj), indent=2, default=str), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def _nan_to_none(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _nan_to_none(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_nan_to_none(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return _nan_to_none(obj.item())
+    return obj
+
+
+def write_report(report: dict[str, Any], out_dir: str | os.PathLike, *, plots: bool = True) -> dict[str, Path]:
+    """Write ``report.json``, ``report.md`` and (with ``plots``) ``tasks.png`` into ``out_dir``.
+
+    Returns:
+        The written paths by kind (``json``, ``md``, ``tasks_png``).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": write_json(report, out / "report.json")}
+    (out / "report.md").write_text(report_markdown(report), encoding="utf-8")
+    paths["md"] = out / "report.md"
+    if plots:
+        paths["tasks_png"] = plot_task_bars([(report["name"], report)], out / "tasks.png")
+    return paths
+
+
+def load_report(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a ``report.json`` (a directory holding one is accepted too)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "report.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"report {str(path)!r} does not exist; pass a report.json written by eval_vsi.py")
+    report = json.loads(path.read_text(encoding="utf-8"))
+    for key in ("overall", "table"):
+        if key not in report:
+            raise ValueError(f"{path} has no {key!r}: it is not a report.json written by eval_vsi.py")
+    if report["overall"] is None:
+        report["overall"] = float("nan")
+    return report
+
+
+def compare_reports(
+    paths: Sequence[str | os.PathLike], out_dir: str | os.PathLike, names: Optional[Sequence[str]] = None
+) -> dict[str, Path]:
+    """Side-by-side comparison of several reports: ``compare.md`` and ``compare.png`` in ``out_dir``.
+
+    Args:
+        paths: ``report.json`` files (or directories holding one).
+        names: Row names (default: each report's ``name``; duplicates get their directory's name).
+    """
+    if not paths:
+        raise ValueError("compare needs at least one report.json")
+    reports = [load_report(p) for p in paths]
+    if names is None:
+        names = [r.get("name") or Path(p).parent.name for r, p in zip(reports, paths)]
+        if len(set(names)) < len(names):
+            names = [f"{n} ({Path(p).resolve().parent.name})" for n, p in zip(names, paths)]
+    elif len(names) != len(reports):
+        raise ValueError(f"got {len(names)} names for {len(reports)} reports")
+    rows = list(zip(names, reports))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    md = ["# VSI evaluation: comparison", "", table_markdown(rows), ""]
+    agent = agent_metrics_markdown(rows)
+    if agent:
+        md += ["## Agent metrics", "", agent, ""]
+    missing = [(n, r["tasks_missing"]) for n, r in rows if r.get("tasks_missing")]
+    for n, tasks in missing:
+        md.append(f"- {n}: no questions for {', '.join(tasks)} (overall over the tasks present)")
+    md += ["", "Sources:", ""] + [f"- {n}: {p}" for n, p in zip(names, paths)] + [""]
+    (out / "compare.md").write_text("\n".join(md), encoding="utf-8")
+    png = plot_task_bars(rows, out / "compare.png")
+    return {"md": out / "compare.md", "png": png}
+

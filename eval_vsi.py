@@ -1,0 +1,63 @@
+"""Evaluate a VLM agent on VSI-Bench-style questions and write the benchmark's reports.
+
+What to evaluate (exactly one):
+  --model-path PATH            a base model (or model.model_path from the config)
+  --model-path PATH --adapter DIR   base model + SFT LoRA adapter
+  --checkpoint DIR             a PPO checkpoint of main_vsi.py (adapter and heads)
+  --oracle / --dummy           the privileged oracle teacher / uniformly random legal actions
+  --score-file PREDS.jsonl     score ready-made predictions (no model, no env)
+  --compare A/report.json B/report.json ...   side-by-side table and bar chart
+Questions: the fixed procedural set (eval.num_episodes, eval.seed), or VSI-Bench rows with
+--vsibench ROWS --data-root SCANS. --blind withholds images. --metrics PATH adds learning curves.
+Any config key can be overridden: --eval.num_episodes 20, env.image_size=64, --preset cpu-demo.
+
+Examples:
+  python eval_vsi.py --preset cpu-demo --dummy --out outputs/eval/dummy
+  python eval_vsi.py --model-path Qwen/Qwen2.5-VL-3B-Instruct --model.dtype bfloat16 --out outputs/eval/base
+  python eval_vsi.py --checkpoint outputs/run/checkpoints/checkpoint-000010 --out outputs/eval/ppo
+  python eval_vsi.py --score-file preds.jsonl --out outputs/eval/preds
+  python eval_vsi.py --compare outputs/eval/*/report.json --out outputs/eval
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from a2c_ppo_acktr.arguments import add_config_args
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (config overrides are the unknown ``--section.key`` arguments)."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_args(p)
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--checkpoint", default=None, help="PPO checkpoint directory written by main_vsi.py")
+    what.add_argument("--oracle", action="store_true", help="evaluate the privileged oracle teacher (upper reference)")
+    what.add_argument("--dummy", action="store_true", help="evaluate uniformly random legal actions (chance reference)")
+    what.add_argument("--score-file", default=None, help="JSONL of {question_type, prediction, ground_truth[, id]} to score")
+    what.add_argument("--compare", nargs="+", default=None, metavar="REPORT", help="report.json files to put side by side")
+    p.add_argument("--model-path", default=None, help="base model (HF id, local dir or tiny:<family>); sets model.model_path")
+    p.add_argument("--adapter", default=None, help="SFT LoRA adapter directory loaded on top of the base model")
+    p.add_argument("--vsibench", default=None, help="VSI-Bench rows (parquet/JSON): evaluate them instead of procedural questions")
+    p.add_argument("--data-root", default=None, help="directory with the scans of the VSI-Bench rows")
+    p.add_argument("--limit", type=int, default=None, help="evaluate only the first N VSI-Bench rows")
+    p.add_argument("--blind", action="store_true", help="withhold images (sets eval.blind): answers from text alone")
+    p.add_argument("--metrics", default=None, help="training metrics.jsonl: also write learning_curves.png")
+    p.add_argument("--name", default=None, help="row name in tables (default: what was evaluated)")
+    p.add_argument("--names", nargs="+", default=None, help="row names for --compare, one per report")
+    p.add_argument("--out", required=True, help="output directory for the reports")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Parse the command line and run one evaluation (see the module docstring)."""
+    from a2c_ppo_acktr.evaluation import run_cli
+
+    args, extra = build_parser().parse_known_args(argv)
+    run_cli(args, list(extra))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Evaluate a Qwen-VL agent on a GPU node (one process, bf16) and write the benchmark's reports.
+#
+# Usage:  bash scripts/eval_vsi_qwen.sh [EXTRA eval_vsi.py ARGS...]
+#
+# Environment variables (all optional):
+#   PRESET      config preset under configs/ (default qwen2.5-vl-3b); sets env/eval sizes
+#   MODEL_PATH  base model (HF id or local dir); default: the preset's model.model_path
+#   ADAPTER     SFT LoRA adapter directory (train_sft.py output) loaded on the base model
+#   CHECKPOINT  PPO checkpoint directory (main_vsi.py: <run>/checkpoints/checkpoint-N); its run's
+#               model settings are used unless MODEL_PATH is set. Use ADAPTER or CHECKPOINT, not both.
+#   OUT         output directory (default outputs/eval/<base|sft|checkpoint name>)
+#   VSIBENCH    VSI-Bench rows (parquet/JSON) to evaluate instead of procedural questions;
+#   DATA_ROOT   ... and the directory holding their scans (required with VSIBENCH)
+#   NUM_EPISODES  procedural questions (default: the preset's eval.num_episodes)
+#   BATCH_SIZE    episodes stepped together (default: the preset's eval.batch_size)
+#   BLIND=1     withhold images (text-only baseline)
+#   DTYPE       bfloat16 (default) | float16 | float32
+#   DEVICE      cuda (default) | auto | cpu
+#   PYTHON      interpreter (default .venv/bin/python when present, else python)
+# Examples:
+#   MODEL_PATH=Qwen/Qwen2.5-VL-7B-Instruct PRESET=qwen2.5-vl-7b bash scripts/eval_vsi_qwen.sh
+#   CHECKPOINT=outputs/qwen2.5-vl-3b/run1/checkpoints/checkpoint-000200 bash scripts/eval_vsi_qwen.sh
+#   ADAPTER=outputs/sft/adapter VSIBENCH=data/vsibench/test.parquet DATA_ROOT=data/scans bash scripts/eval_vsi_qwen.sh
+# Compare the runs afterwards:
+#   python eval_vsi.py --compare outputs/eval/*/report.json --out outputs/eval
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
+  sed -n '2,26p' "$0"
+  exit 0
+fi
+if [ -z "${PYTHON:-}" ]; then
+  if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python; fi
+fi
+if [ -n "${ADAPTER:-}" ] && [ -n "${CHECKPOINT:-}" ]; then
+  echo "eval_vsi_qwen.sh: set ADAPTER or CHECKPOINT, not both (a PPO checkpoint already holds its adapter)" >&2
+  exit 2
+fi
+if [ -n "${VSIBENCH:-}" ] && [ -z "${DATA_ROOT:-}" ]; then
+  echo "eval_vsi_qwen.sh: VSIBENCH=$VSIBENCH needs DATA_ROOT (the directory with the scans)" >&2
+  exit 2
+fi
+
+PRESET=${PRESET:-qwen2.5-vl-3b}
+if [ -n "${CHECKPOINT:-}" ]; then
+  NAME=$(basename "$CHECKPOINT")
+elif [ -n "${ADAPTER:-}" ]; then
+  NAME=sft-$(basename "$ADAPTER")
+else
+  NAME=base
+fi
+OUT=${OUT:-outputs/eval/$NAME}
+
+args=(eval_vsi.py --preset "$PRESET" --out "$OUT" --model.dtype "${DTYPE:-bfloat16}" --model.device "${DEVICE:-cuda}")
+if [ -n "${MODEL_PATH:-}" ]; then args+=(--model-path "$MODEL_PATH"); fi
+if [ -n "${ADAPTER:-}" ]; then args+=(--adapter "$ADAPTER"); fi
+if [ -n "${CHECKPOINT:-}" ]; then args+=(--checkpoint "$CHECKPOINT"); fi
+if [ -n "${VSIBENCH:-}" ]; then args+=(--vsibench "$VSIBENCH" --data-root "$DATA_ROOT"); fi
+if [ -n "${NUM_EPISODES:-}" ]; then args+=(--eval.num_episodes "$NUM_EPISODES"); fi
+if [ -n "${BATCH_SIZE:-}" ]; then args+=(--eval.batch_size "$BATCH_SIZE"); fi
+if [ "${BLIND:-0}" = "1" ]; then args+=(--blind); fi
+
+export TOKENIZERS_PARALLELISM=false
+echo "[eval_vsi_qwen] $PYTHON ${args[*]} $*" >&2
+exec "$PYTHON" "${args[@]}" "$@"

@@ -1,0 +1,252 @@
+"""Evaluation runs end to end: oracle and dummy references, batching, VSI-Bench rows, checkpoints, CLI."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import eval_vsi
+from a2c_ppo_acktr import evaluation, reports
+from a2c_ppo_acktr.arguments import QUESTION_TYPES, load_config
+from a2c_ppo_acktr.reports import PictureLayout
+from a2c_ppo_acktr.scoring import score_prediction
+from a2c_ppo_acktr.teachers import OracleTeacher
+
+# Small and fast: 32-pixel frames, 4 sweep frames (appearance order needs 4), 3 turns.
+SMALL = ["--preset", "debug", "--env.image_size", "32", "--env.num_sweep_frames", "4", "--env.max_turns", "3",
+         "--eval.num_episodes", "10", "--eval.batch_size", "5", "--eval.num_trajectory_pictures", "2", "--log.progress_bar", "false"]
+
+
+def _cfg(*extra: str):
+    over = SMALL[2:] + list(extra)
+    return load_config(preset="debug", overrides=over)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The oracle and the dummy evaluated on the same 10 procedural questions, through the CLI."""
+    root = tmp_path_factory.mktemp("eval")
+    out = {}
+    for kind in ("oracle", "dummy"):
+        assert eval_vsi.main([*SMALL, f"--{kind}", "--out", str(root / kind)]) == 0
+        out[kind] = root / kind
+    return out
+
+
+@pytest.mark.parametrize("kind", ["oracle", "dummy"])
+def test_every_report_file_is_written(runs, kind):
+    d = runs[kind]
+    for name in ("report.json", "report.md", "tasks.png", "config.yaml"):
+        assert (d / name).is_file(), name
+    rep = json.loads((d / "report.json").read_text())
+    assert rep["name"] == kind and rep["mode"] == "episodes"
+    # Spread evenly: 10 questions, one of each raw type, in the configured order.
+    assert rep["counts"] == {t: 1 for t in QUESTION_TYPES}
+    assert [r["question_type"] for r in rep["records"]] == list(QUESTION_TYPES)
+    assert rep["tasks_missing"] == [] and set(rep["table"]) == set(reports.SHORT_TASK_NAMES.values())
+    for rec in rep["records"]:
+        assert rec["turns"] == len(rec["steps"]) == len(rec["actions"]) >= 1
+        # The recorded score is the scorer's verdict on the recorded answer.
+        assert rec["score"] == pytest.approx(score_prediction(rec["question_type"], rec["answer"], rec["ground_truth"]))
+    md = (d / "report.md").read_text()
+    assert "| Method | Overall | Obj. Count | Abs. Dist." in md and "success rate" in md
+    with Image.open(d / "tasks.png") as im:
+        assert im.format == "PNG" and im.size == (1000, 450)
+    pictures = sorted((d / "trajectories").glob("*.png"))
+    assert [p.stem for p in pictures] == ["proc-0000", "proc-0001"]
+    by_id = {r["episode_id"]: r for r in rep["records"]}
+    for p in pictures:
+        with Image.open(p) as im:
+            assert im.format == "PNG" and im.size == PictureLayout().size(by_id[p.stem]["turns"])
+
+
+def test_oracle_scores_near_one_and_dummy_near_chance(runs):
+    oracle = json.loads((runs["oracle"] / "report.json").read_text())
+    dummy = json.loads((runs["dummy"] / "report.json").read_text())
+    assert oracle["overall"] >= 95.0
+    assert oracle["agent"]["success_rate"] == 1.0 and oracle["agent"]["answer_rate"] == 1.0
+    assert oracle["agent"]["invalid_output_rate"] == 0.0
+    # The dummy always answers (on the last turn at the latest) and only says legal things.
+    assert dummy["agent"]["answer_rate"] == 1.0 and dummy["agent"]["invalid_output_rate"] == 0.0
+    for rec in dummy["records"]:
+        if rec["options"]:
+            assert rec["answer"] in [o.split(".")[0] for o in rec["options"]]
+        else:
+            low, high = evaluation.DUMMY_NUMBER_RANGES[rec["question_type"]]
+            assert low <= float(rec["answer"]) <= high
+    assert dummy["overall"] < oracle["overall"] - 30
+    # Both runs answered exactly the same questions.
+    for a, b in zip(oracle["records"], dummy["records"]):
+        assert (a["episode_id"], a["scene_id"], a["question"], a["ground_truth"]) == (b["episode_id"], b["scene_id"], b["question"], b["ground_truth"])
+
+
+def test_dummy_answers_are_uniform_so_its_expected_score_is_chance():
+    agent = evaluation.DummyAgent(seed=0)
+    options = ["A. left", "B. right", "C. back", "D. front"]
+    letters = [agent.random_answer("route_planning", options) for _ in range(4000)]
+    freq = {L: letters.count(L) / 4000 for L in "ABCD"}
+    assert set(letters) == set("ABCD")
+    assert all(abs(f - 0.25) < 0.03 for f in freq.values())  # 4.4 standard deviations
+    assert np.mean([score_prediction("route_planning", L, "B") for L in letters]) == pytest.approx(0.25, abs=0.03)
+    counts = [agent.random_answer("object_counting", None) for _ in range(600)]
+    assert {int(c) for c in counts} == set(range(1, 7)) and all(c.isdigit() for c in counts)
+    sizes = np.array([float(agent.random_answer("object_size_estimation", None)) for _ in range(2000)])
+    assert 20 <= sizes.min() and sizes.max() <= 250 and abs(sizes.mean() - 135) < 5
+
+
+def test_results_do_not_depend_on_the_batch_size():
+    cfg = _cfg("--eval.num_episodes", "4")
+    specs = evaluation.procedural_specs(cfg)
+    env_cfg = evaluation.eval_env_config(cfg)
+    for make_agent in (OracleTeacher, lambda: evaluation.DummyAgent(seed=3)):
+        one = evaluation.run_episodes(make_agent(), specs, env_cfg, batch_size=1, progress=False)
+        three = evaluation.run_episodes(make_agent(), specs, env_cfg, batch_size=3, progress=False)
+        assert [r.to_dict() for r in one.records] == [r.to_dict() for r in three.records]
+        assert len(one.records) == 4
+
+
+def _write_arkit_scan(root: Path, video_id: str, scene) -> None:
+    """Write ``scene`` as an ARKitScenes 3DOD directory: ASCII PLY mesh and annotation JSON."""
+    d = root / video_id
+    d.mkdir(parents=True)
+    v, t = scene.vertices, scene.triangles
+    colors = np.zeros((len(v), 3))
+    colors[t.reshape(-1)] = np.repeat(scene.triangle_colors, 3, axis=0)
+    head = ["ply", "format ascii 1.0", f"element vertex {len(v)}", "property float x", "property float y", "property float z",
+            "property uchar red", "property uchar green", "property uchar blue", f"element face {len(t)}",
+            "property list uchar int vertex_indices", "end_header"]
+    body = [f"{p[0]} {p[1]} {p[2]} {int(c[0] * 255)} {int(c[1] * 255)} {int(c[2] * 255)}" for p, c in zip(v, colors)]
+    body += [f"3 {a} {b} {c}" for a, b, c in t]
+    (d / f"{video_id}_3dod_mesh.ply").write_text("\n".join(head + body) + "\n")
+    data = [{"label": o.label, "segments": {"obbAligned": {"centroid": o.center.tolist(), "axesLengths": o.extent.tolist(),
+                                                             "normalizedAxes": o.rotation.T.reshape(-1).tolist()}}} for o in scene.objects]
+    (d / f"{video_id}_3dod_annotation.json").write_text(json.dumps({"data": data}))
+
+
+def test_vsibench_rows_with_a_missing_scan_are_skipped_and_reported(tmp_path):
+    from a2c_ppo_acktr.envs.procedural import make_procedural_scene
+
+    _write_arkit_scan(tmp_path / "scans", "41069025", make_procedural_scene(0))
+    base = {"dataset": "arkitscenes", "scene_name": "41069025", "options": None}
+    rows = [
+        {**base, "id": 3, "question_type": "room_size_estimation", "question": "What is the size of this room (in square meters)?", "ground_truth": "20.5"},
+        {**base, "id": 4, "scene_name": "99999999", "question_type": "object_counting", "question": "How many chair(s) are in this room?", "ground_truth": "2"},
+        {**base, "id": 5, "question_type": "route_planning", "question": "Which way?", "options": ["A. left", "B. right"], "ground_truth": "B"},
+    ]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    assert eval_vsi.main([*SMALL, "--oracle", "--vsibench", str(path), "--data-root", str(tmp_path / "scans"), "--out", str(out)]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    assert [r["episode_id"] for r in rep["records"]] == ["vsibench-3", "vsibench-5"]
+    assert [r["score"] for r in rep["records"]] == [1.0, 1.0]
+    assert rep["meta"]["num_skipped"] == 1 and "99999999" in rep["meta"]["skipped"][0]["reason"]
+    assert rep["meta"]["question_set"] == "vsibench"
+    assert "1 question(s) skipped" in (out / "report.md").read_text()
+    # Nothing available at all is an error, not an empty report.
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RuntimeError, match="no episode could be evaluated"):
+        eval_vsi.main([*SMALL, "--dummy", "--vsibench", str(path), "--data-root", str(tmp_path / "empty"), "--out", str(tmp_path / "none")])
+
+
+class _FakePolicy:
+    """Records what the agent asks for; its temperature comes from ``_temperatures`` like VLMPolicy's."""
+
+    def __init__(self):
+        self.calls = []
+
+    def _temperatures(self, hidden):
+        import torch
+
+        return torch.full((hidden.shape[0],), 7.0)
+
+    def act(self, observations, greedy=False, blind=False):
+        import torch
+
+        temps = self._temperatures(torch.zeros(len(observations), 3))
+        self.calls.append({"n": len(observations), "greedy": greedy, "blind": blind, "temps": temps.tolist()})
+        return type("Out", (), {"texts": ["x"] * len(observations)})()
+
+
+def test_policy_agent_passes_blind_and_sampling_temperature():
+    policy = _FakePolicy()
+    obs = [{"images": [], "text": "q"}] * 2
+    assert evaluation.PolicyAgent(policy, greedy=True, blind=True).act(obs, [None, None]) == ["x", "x"]
+    evaluation.PolicyAgent(policy, greedy=False, temperature=0.3).act(obs, [None, None])
+    assert policy.calls[0] == {"n": 2, "greedy": True, "blind": True, "temps": [7.0, 7.0]}
+    assert policy.calls[1]["greedy"] is False and policy.calls[1]["temps"] == pytest.approx([0.3, 0.3])
+    # The override is gone afterwards: the policy's own temperatures are back.
+    assert policy._temperatures(np.zeros((1, 3))).tolist() == [7.0]
+
+
+def test_score_file_and_compare_through_the_cli(tmp_path, capsys):
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text(
+        json.dumps({"question_type": "object_counting", "prediction": "3", "ground_truth": "3"}) + "\n" + "oops\n"
+        + json.dumps({"question_type": "route_planning", "prediction": "A.", "ground_truth": "B"}) + "\n"
+    )
+    assert eval_vsi.main(["--score-file", str(preds), "--out", str(tmp_path / "s")]) == 0
+    rep = json.loads((tmp_path / "s" / "report.json").read_text())
+    assert rep["overall"] == pytest.approx(50.0) and rep["per_type"] == {"object_counting": 1.0, "route_planning": 0.0}
+    assert rep["malformed"]["lines"][0]["line"] == 2 and rep["counts"]["malformed"] == 1
+    assert "malformed" in capsys.readouterr().err
+    assert eval_vsi.main(["--compare", str(tmp_path / "s" / "report.json"), str(tmp_path / "s"), "--names", "a", "b", "--out", str(tmp_path / "c")]) == 0
+    assert "| a | 50.0 |" in (tmp_path / "c" / "compare.md").read_text()
+    with pytest.raises(SystemExit):  # --score-file and --dummy are exclusive
+        eval_vsi.main(["--score-file", str(preds), "--dummy", "--out", str(tmp_path / "x")])
+
+
+def test_checkpoint_loads_adapter_and_heads_and_evaluates(tmp_path):
+    import torch
+
+    from a2c_ppo_acktr.model import VLMPolicy
+
+    cfg = _cfg()
+    torch.manual_seed(0)
+    trained = VLMPolicy(cfg.model)
+    # Stand-in for training: move every trainable weight (LoRA B starts at zero, so the adapter matters).
+    with torch.no_grad():
+        for p in trained.trainable_parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    ckpt = tmp_path / "run" / "checkpoints" / "checkpoint-000002"
+    trained.save_pretrained(ckpt / "policy")
+    cfg.save(ckpt / "config.yaml")
+    want = {n: p.detach().clone() for n, p in trained.named_parameters() if p.requires_grad}
+    assert any("lora_" in n for n in want) and any(n.startswith("value_head") for n in want)
+    del trained
+
+    loaded = evaluation.load_policy(cfg, checkpoint=str(ckpt))
+    got = {n: p.detach() for n, p in loaded.named_parameters() if p.requires_grad}
+    assert set(got) == set(want)
+    for n in want:
+        torch.testing.assert_close(got[n], want[n], msg=n)
+    del loaded
+
+    out = tmp_path / "eval"
+    # One short episode (the first generate on CPU costs seconds of warm-up; this test proves loading, not quality).
+    fast = ["--eval.num_episodes", "1", "--eval.batch_size", "1", "--env.max_turns", "2", "--model.max_new_tokens", "8"]
+    assert eval_vsi.main([*SMALL, "--checkpoint", str(ckpt), *fast, "--out", str(out)]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["name"] == "checkpoint-000002" and rep["meta"]["checkpoint"] == str(ckpt)
+    assert len(rep["records"]) == 1 and 1 <= rep["records"][0]["turns"] <= 2
+    assert (out / "trajectories" / "proc-0000.png").is_file()
+
+
+def test_flags_and_checkpoint_config_resolve_into_the_run_config(tmp_path):
+    ckpt = tmp_path / "run" / "checkpoints" / "checkpoint-000004"
+    ckpt.mkdir(parents=True)
+    trained = _cfg("--model.lora_r", "2", "--model.lora_alpha", "4", "--model.sft_adapter", str(tmp_path / "sft"))
+    trained.save(ckpt / "config.yaml")
+    args = eval_vsi.build_parser().parse_args(
+        ["--preset", "debug", "--checkpoint", str(ckpt), "--blind", "--vsibench", "rows.jsonl", "--data-root", "scans", "--out", "o"]
+    )
+    cfg = evaluation.resolve_config(args, ["--model.lora_alpha", "6"])
+    # The checkpoint's model section (rank 2) with its SFT warm start dropped; the command line wins (alpha 6).
+    assert (cfg.model.lora_r, cfg.model.lora_alpha, cfg.model.sft_adapter) == (2, 6, None)
+    assert cfg.eval.blind and cfg.env.scene_source == "vsibench"
+    assert (cfg.env.vsibench_path, cfg.env.data_root) == ("rows.jsonl", "scans")
+    with pytest.raises(FileNotFoundError, match="checkpoint"):
+        evaluation.checkpoint_model_config(tmp_path / "missing")

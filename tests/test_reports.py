@@ -1,0 +1,237 @@
+"""Reports: score-file mode on hand-computed cases, the benchmark table, comparison, plots, pictures.
+
+Expected scores are worked out by hand from VSI_BENCH.md ("Scoring, exactly"): the thresholds are
+numpy.linspace(0.5, 0.95, 10), whose ``1 - t`` values are 0.5, 0.44999999999999996, 0.4, 0.35,
+0.30000000000000004, 0.25, 0.19999999999999996, 0.15000000000000002, 0.10000000000000009,
+0.050000000000000044; a threshold counts when the relative error is <= its ``1 - t``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from a2c_ppo_acktr import reports
+from a2c_ppo_acktr.reports import EpisodeRecord, PictureLayout, TurnRecord
+
+COLUMNS = ["Obj. Count", "Abs. Dist.", "Obj. Size", "Room Size", "Rel. Dist.", "Rel. Dir.", "Route Plan", "Appr. Order"]
+
+
+def _write_jsonl(path: Path, rows: list) -> Path:
+    lines = [r if isinstance(r, str) else json.dumps(r) for r in rows]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _line(qtype: str, pred: str, gt: str, **extra) -> dict:
+    return {"question_type": qtype, "prediction": pred, "ground_truth": gt, **extra}
+
+
+# Relative errors against a ground truth of 10 and the MRA each must get, by hand.
+MRA_CASES = [
+    ("10", 1.0),  # e = 0
+    ("10.5", 1.0),  # e = 0.05 <= 0.050000000000000044: all 10 thresholds
+    ("11", 0.9),  # e = 0.1 <= 0.10000000000000009, > 0.050000000000000044: 9
+    ("12", 0.6),  # e = 0.2 > 0.19999999999999996: only the six with 1-t >= 0.25
+    ("13", 0.5),  # e = 0.3 <= 0.30000000000000004: five
+    ("7", 0.5),  # e = 0.3 from below: same five
+    ("14", 0.3),  # e = 0.4 == 0.4: three
+    ("14.5", 0.1),  # e = 0.45 > 0.44999999999999996: only t = 0.5
+    ("15", 0.1),  # e = 0.5 <= 0.5: one
+    ("5", 0.1),  # e = 0.5 from below
+    ("15.01", 0.0),  # e = 0.501: none
+    ("4.99", 0.0),
+    ("1e1", 1.0),  # float("1e1") == 10
+    ("10.", 1.0),  # trailing dot removed
+    ("10 meters", 1.0),  # first space-separated word
+    ("ten", 0.0),  # unparseable
+    ("10m", 0.0),  # unparseable as a whole word
+    ("nan", 0.0),
+    ("inf", 0.0),
+    ("", 0.0),
+    (" 10", 0.0),  # split on " " keeps the empty first piece
+]
+
+
+def test_score_file_mra_boundaries(tmp_path):
+    path = _write_jsonl(tmp_path / "p.jsonl", [_line("object_abs_distance", p, "10", id=i) for i, (p, _) in enumerate(MRA_CASES)])
+    rep = reports.score_file(path)
+    got = [r["score"] for r in rep["records"]]
+    want = [s for _, s in MRA_CASES]
+    assert got == pytest.approx(want, abs=1e-12)
+    assert [r["id"] for r in rep["records"]] == list(range(len(MRA_CASES)))
+    assert rep["per_type"]["object_abs_distance"] == pytest.approx(np.mean(want))
+    assert rep["counts"] == {"object_abs_distance": len(MRA_CASES)}
+    # One task present: overall is that task's mean x100, and the 7 others are reported missing.
+    assert rep["overall"] == pytest.approx(100 * np.mean(want))
+    assert len(rep["tasks_missing"]) == 7
+    assert rep["malformed"]["count"] == 0
+
+
+MC_CASES = [
+    ("B", "B", 1.0),
+    ("b", "B", 1.0),  # case ignored
+    ("B.", "B", 1.0),  # trailing dot removed
+    ("B...", "B", 1.0),
+    ("B. left of the sofa", "B", 1.0),  # first word, then the dot
+    ("B, left", "B", 0.0),  # "B," is not "B"
+    ("C.\n", "C", 0.0),  # dots removed before the strip: "C." stays
+    ("C\n", "C", 1.0),  # whitespace stripped
+    ("The answer is B", "B", 0.0),
+    (" B", "B", 0.0),  # leading space: empty first piece
+    ("A", "B", 0.0),
+    ("(B)", "B", 0.0),
+]
+
+
+def test_score_file_multiple_choice_case_and_punctuation(tmp_path):
+    path = _write_jsonl(tmp_path / "mc.jsonl", [_line("route_planning", p, g) for p, g, _ in MC_CASES])
+    rep = reports.score_file(path)
+    assert [r["score"] for r in rep["records"]] == [s for _, _, s in MC_CASES]
+    assert rep["per_type"]["route_planning"] == pytest.approx(np.mean([s for _, _, s in MC_CASES]))
+    assert rep["table"]["Route Plan"] == pytest.approx(100 * np.mean([s for _, _, s in MC_CASES]))
+
+
+def test_relative_direction_is_mean_of_subtype_means_and_overall_over_tasks(tmp_path):
+    rows = (
+        [_line("object_rel_direction_easy", "A", "A")] * 2  # easy mean 1
+        + [_line("object_rel_direction_medium", "A", "A")] + [_line("object_rel_direction_medium", "B", "A")] * 3  # 0.25
+        + [_line("object_rel_direction_hard", "C", "A")]  # 0
+        + [_line("object_counting", "4", "4"), _line("object_counting", "3", "4")]  # 1 and e=0.25 -> 0.6
+    )
+    rep = reports.score_file(_write_jsonl(tmp_path / "rd.jsonl", rows))
+    rel_dir = (1.0 + 0.25 + 0.0) / 3  # not the pooled 3/7
+    count = (1.0 + 0.6) / 2
+    assert rep["per_task"]["Relative Direction"] == pytest.approx(rel_dir)
+    assert rep["table"]["Rel. Dir."] == pytest.approx(100 * rel_dir)
+    assert rep["table"]["Obj. Count"] == pytest.approx(100 * count)
+    assert rep["overall"] == pytest.approx(100 * (rel_dir + count) / 2)
+    assert rep["table"]["Route Plan"] is None
+
+
+def test_malformed_lines_are_counted_with_line_numbers(tmp_path):
+    rows = [
+        _line("room_size_estimation", "20", "20"),  # line 1: 1.0
+        "{not json",  # line 2: unknown type -> malformed, no task
+        "",  # line 3: blank, ignored
+        {"question_type": "room_size_estimation", "ground_truth": "20"},  # line 4: no prediction -> 0
+        _line("object_countin", "3", "3"),  # line 5: unknown type
+        _line("room_size_estimation", "20", "twenty"),  # line 6: bad ground truth -> 0
+        "[1, 2]",  # line 7: not an object
+        _line("room_size_estimation", 21, 20),  # line 8: bare numbers are read as text: e=0.05 -> 1.0
+    ]
+    rep = reports.score_file(_write_jsonl(tmp_path / "bad.jsonl", rows))
+    mal = rep["malformed"]
+    assert [b["line"] for b in mal["lines"]] == [2, 4, 5, 6, 7]
+    assert mal["count"] == 5 and mal["unknown_type"] == 3
+    assert "prediction" in mal["lines"][1]["error"] and "object_countin" in mal["lines"][2]["error"]
+    assert rep["counts"] == {"room_size_estimation": 4, "malformed": 3}
+    # The four room-size lines (1, 4, 6, 8) score 1, 0, 0, 1; the unknown-type lines enter no task.
+    assert rep["per_type"]["room_size_estimation"] == pytest.approx(0.5)
+    assert rep["overall"] == pytest.approx(50.0)
+    md = reports.report_markdown(rep)
+    assert "line 5:" in md and "Malformed" in md
+
+
+def test_score_file_with_nothing_scorable_raises(tmp_path):
+    with pytest.raises(ValueError, match="no line"):
+        reports.score_file(_write_jsonl(tmp_path / "x.jsonl", ["garbage", "{}"]))
+    with pytest.raises(FileNotFoundError):
+        reports.score_file(tmp_path / "missing.jsonl")
+
+
+def test_markdown_table_layout_and_values(tmp_path):
+    rows = [_line("object_counting", "2", "2"), _line("obj_appearance_order", "A", "B")]
+    rep = reports.score_file(_write_jsonl(tmp_path / "t.jsonl", rows), name="run")
+    header, rule, row = reports.table_markdown([("run", rep)]).splitlines()
+    assert [c.strip() for c in header.strip("|").split("|")] == ["Method", "Overall", *COLUMNS]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[0] == "run" and cells[1] == "50.0"
+    assert cells[2] == "100.0" and cells[-1] == "0.0" and cells[3] == "-"
+    assert list(reports.SHORT_TASK_NAMES) == list(__import__("a2c_ppo_acktr.scoring", fromlist=["TASK_NAMES"]).TASK_NAMES)
+
+
+def _episode(i: int, qtype: str, score: float, turns: int, invalid: int, answered: bool = True) -> EpisodeRecord:
+    steps = [
+        TurnRecord(turn=t + 1, text="{}", thoughts=f"thinking {t}", action="invalid(x)" if t < invalid else "move(rot=30, fwd=0)",
+                   valid=t >= invalid, reward=-0.1 if t < invalid else 0.0, pose=(1.0, 1.0 + t, 0.0))
+        for t in range(turns)
+    ]
+    return EpisodeRecord(
+        episode_id=f"e{i}", scene_id="s", dataset="procedural", question_type=qtype, question="How many chairs?",
+        options=None, ground_truth="2", answer="2" if answered else None, score=score, turns=turns,
+        num_invalid=invalid, reward=score - 0.1 * invalid, truncated=not answered, steps=steps,
+    )
+
+
+def test_agent_metrics_definitions():
+    recs = [
+        _episode(0, "object_counting", 1.0, 2, 0),
+        _episode(1, "object_counting", 0.5, 4, 1),
+        _episode(2, "object_counting", 0.4, 1, 0),
+        _episode(3, "object_counting", 0.0, 3, 3, answered=False),
+    ]
+    m = reports.agent_metrics(recs)
+    assert m["success_rate"] == pytest.approx(0.5)  # 1.0 and 0.5 reach the 0.5 threshold
+    assert m["answer_rate"] == pytest.approx(0.75)
+    assert m["mean_turns"] == pytest.approx(10 / 4)
+    assert m["invalid_output_rate"] == pytest.approx(4 / 10)
+    assert m["mean_reward"] == pytest.approx((1.0 + 0.4 + 0.4 - 0.3) / 4)
+    assert m["mean_score"] == pytest.approx(1.9 / 4)
+    rep = reports.build_report(recs, name="x")
+    assert rep["records"][1]["actions"] == ["invalid(x)", "move(rot=30, fwd=0)", "move(rot=30, fwd=0)", "move(rot=30, fwd=0)"]
+    assert rep["overall"] == pytest.approx(100 * 1.9 / 4)
+    assert reports.invalid_summary(rep["records"]) == [("x", 4, "{}")]
+    assert "| 4 | x | `{}` |" in reports.report_markdown(rep)
+
+
+def test_write_compare_and_plots_are_pngs_of_the_expected_size(tmp_path):
+    a = reports.build_report([_episode(0, "object_counting", 1.0, 1, 0), _episode(1, "route_planning", 0.0, 2, 1)], name="a")
+    b = reports.build_report([_episode(0, "object_counting", 0.2, 1, 0)], name="b")
+    pa = reports.write_report(a, tmp_path / "a")
+    reports.write_report(b, tmp_path / "b")
+    with Image.open(pa["tasks_png"]) as im:
+        assert im.size == (1000, 450)
+    loaded = json.loads((tmp_path / "a" / "report.json").read_text())
+    assert loaded["overall"] == pytest.approx(a["overall"]) and loaded["agent"]["num_episodes"] == 2
+    out = reports.compare_reports([tmp_path / "a" / "report.json", tmp_path / "b" / "report.json"], tmp_path / "cmp")
+    md = out["md"].read_text()
+    assert "| a | 50.0 |" in md and "| b | 20.0 |" in md
+    with Image.open(out["png"]) as im:
+        assert im.format == "PNG" and im.size == (1000, 450)
+
+
+def test_learning_curves_png(tmp_path):
+    metrics = tmp_path / "metrics.jsonl"
+    _write_jsonl(metrics, [{"iteration": i, "losses/value_loss": 1.0 / (i + 1), "rollout/episode_score_mean": 0.1 * i, "time/collect": 2.0, "note": "x"} for i in range(5)])
+    path = reports.plot_learning_curves(metrics, tmp_path / "curves.png", width_px=600, height_px=400)
+    with Image.open(path) as im:
+        assert im.format == "PNG" and im.size == (600, 400)
+    assert reports.curve_keys(reports.read_metrics(metrics)) == ["rollout/episode_score_mean", "losses/value_loss"]
+    metrics.write_text('{"iteration": 1}\nnot json\n')
+    with pytest.raises(ValueError, match=":2"):
+        reports.read_metrics(metrics)
+
+
+def test_trajectory_picture_layout(tmp_path):
+    rec = _episode(0, "object_counting", 0.9, 3, 1)
+    frames = [np.full((32, 32, 3), 40 * t, np.uint8) for t in range(3)]
+    topdown = np.zeros((100, 100, 3), np.uint8)
+    layout = PictureLayout(tile=96, caption=60, map_size=128, header=40)
+    path = reports.trajectory_picture(rec, frames, topdown, tmp_path / "t.png", layout)
+    with Image.open(path) as im:
+        assert im.size == (3 * 96 + 128, 40 + max(96 + 60, 128))
+        px = np.asarray(im.convert("RGB"))
+    # The second frame (value 40) fills the middle of the second tile.
+    assert (px[40 + 48, 96 + 48] == 40).all()
+    with pytest.raises(ValueError, match="one frame per turn"):
+        reports.trajectory_picture(rec, frames[:2], topdown, tmp_path / "u.png", layout)
+
+
+def test_nan_overall_is_written_as_null(tmp_path):
+    path = reports.write_json({"overall": float("nan"), "x": [np.float32(1.5)]}, tmp_path / "r.json")
+    data = json.loads(path.read_text())
+    assert data["overall"] is None and data["x"] == [1.5]

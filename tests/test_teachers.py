@@ -1,0 +1,314 @@
+"""Teachers: the oracle scores the benchmark on every question type (which also checks the env's
+ground truth), its moves face the target and its reasons are true; the OpenAI-compatible teacher
+speaks the protocol to a real local HTTP server, retries what it should and never leaks the key."""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import logging
+import math
+import re
+import threading
+import time
+from collections import defaultdict
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from a2c_ppo_acktr.arguments import EnvConfig, QUESTION_TYPES
+from a2c_ppo_acktr.prompts import Answer, Move, build_messages, format_response, parse_action
+from a2c_ppo_acktr.teachers import OpenAITeacher, OracleTeacher, bearing_to, format_number, make_teacher, openai_messages
+
+SECRET = "sk-test-7f3a9c1e5b2d4f6a8c0e"
+
+
+@pytest.fixture(scope="module")
+def env():
+    from a2c_ppo_acktr.envs.vsi_env import VSIEnv
+
+    # Four sweep frames so appearance-order questions exist; tiny frames keep it fast.
+    return VSIEnv(EnvConfig(image_size=16, num_sweep_frames=4, image_history=1, max_turns=3, num_scenes=8))
+
+
+def _run_oracle(env, teacher, seed):
+    obs, _ = env.reset(seed=seed)
+    texts = []
+    while True:
+        text = teacher.act([obs], [env])[0]
+        texts.append(text)
+        obs, _, terminated, truncated, info = env.step(text)
+        if terminated or truncated:
+            return texts, info, terminated
+
+
+def test_oracle_scores_the_benchmark_on_every_type(env):
+    teacher = OracleTeacher(max_moves=1)
+    scores = defaultdict(list)
+    for seed in range(200):
+        texts, info, terminated = _run_oracle(env, teacher, seed)
+        assert terminated, f"seed {seed}: the oracle must answer before truncation, wrote {texts}"
+        assert all(not type(parse_action(t)).__name__ == "Invalid" for t in texts)
+        assert len(texts) <= 2  # at most one move, then the answer
+        scores[info["question_type"]].append(info["score"])
+    assert set(scores) == set(QUESTION_TYPES), f"types not drawn in 200 episodes: {set(QUESTION_TYPES) - set(scores)}"
+    mean = float(np.mean([s for v in scores.values() for s in v]))
+    assert mean >= 0.95, {k: float(np.mean(v)) for k, v in scores.items()}
+
+
+def test_oracle_move_faces_the_first_target(env):
+    teacher = OracleTeacher(max_moves=1, face_tolerance_deg=20.0)
+    moved = 0
+    for seed in range(40):
+        obs, _ = env.reset(seed=seed)
+        base = env.unwrapped
+        if not base.question.object_ids:
+            continue
+        target = base.scene.object(base.question.object_ids[0])
+        before = bearing_to(base.pose, np.asarray(target.center)[:2])
+        action = parse_action(teacher.act([obs], [env])[0])
+        if abs(before) <= 20.0:
+            assert isinstance(action, Answer)
+            continue
+        assert isinstance(action, Move) and action.forward_m == 0.0
+        env.step(format_response("turn", action))
+        assert abs(bearing_to(env.unwrapped.pose, np.asarray(target.center)[:2])) <= 0.5 + 1e-6
+        moved += 1
+    assert moved >= 10
+
+
+def test_oracle_reasons_are_true(env):
+    """Numbers in the oracle's thoughts agree with the question's exact values (meta)."""
+    teacher = OracleTeacher(max_moves=0)
+    checked = defaultdict(int)
+    for seed in range(120):
+        obs, _ = env.reset(seed=seed)
+        q = env.unwrapped.question
+        thoughts = json.loads(teacher.act([obs], [env])[0])["thoughts"]
+        numbers = [float(x) for x in re.findall(r"\d+(?:\.\d+)?", thoughts)]
+        if q.question_type == "object_abs_distance":
+            assert any(abs(x - q.meta["distance_m"]) <= 0.006 for x in numbers), thoughts
+        elif q.question_type == "object_size_estimation":
+            assert any(abs(x - q.meta["longest_side_cm"]) <= 0.5 for x in numbers), thoughts
+        elif q.question_type == "room_size_estimation":
+            assert any(abs(x - q.meta["area_m2"]) <= 0.05 for x in numbers), thoughts
+        elif q.question_type == "object_counting":
+            assert q.meta["count"] in numbers, thoughts
+        elif q.question_type == "object_rel_distance":
+            for label, d in q.meta["distances_m"].items():
+                assert f"{label} {d:.1f} m" in thoughts
+        else:
+            continue
+        checked[q.question_type] += 1
+    assert len(checked) == 5, checked
+
+
+def test_format_number_is_within_half_a_percent():
+    rng = np.random.default_rng(0)
+    for v in np.concatenate([rng.uniform(0.01, 1, 200), rng.uniform(1, 10, 200), rng.uniform(10, 5000, 200)]):
+        text = format_number(v)
+        assert abs(float(text) - v) / v <= 0.005, (v, text)
+        assert " " not in text and "e" not in text
+    assert format_number(3.0) == "3" and format_number(12) == "12" and format_number(2.5) == "2.5"
+    with pytest.raises(ValueError):
+        format_number(math.nan)
+
+
+def test_make_teacher_rejects_unknown_names():
+    from a2c_ppo_acktr.arguments import LabelConfig, ModelConfig
+
+    label = LabelConfig()
+    label.teacher = "gpt-oracle"
+    with pytest.raises(ValueError, match="known teachers"):
+        make_teacher(label, ModelConfig())
+
+
+# ---------------------------------------------------------------------------------------------
+# OpenAI-compatible server
+# ---------------------------------------------------------------------------------------------
+class FakeServer:
+    """A chat-completions endpoint on 127.0.0.1 whose replies follow a script of status codes."""
+
+    def __init__(self, script=(), reply: str = "", delay_s: float = 0.0) -> None:
+        self.script = list(script)  # statuses (or "garbage"/"sleep") served before the normal reply
+        self.reply = reply
+        self.delay_s = delay_s
+        self.requests: list[dict] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with server.lock:
+                    server.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+                    step = server.script.pop(0) if server.script else 200
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    time.sleep(server.delay_s if step != "sleep" else 1.0)
+                    if step == "garbage":
+                        payload, status = b"<html>oops</html>", 200
+                    elif step in (200, "sleep"):
+                        payload, status = json.dumps({"choices": [{"message": {"role": "assistant", "content": server.reply}}]}).encode(), 200
+                    else:
+                        payload, status = json.dumps({"error": {"message": f"scripted {step}"}}).encode(), step
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
+                    pass
+                finally:
+                    with server.lock:
+                        server.in_flight -= 1
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _observations(n: int, n_images: int = 2) -> list[dict]:
+    rng = np.random.default_rng(0)
+    return [{"images": [rng.integers(0, 256, (8, 8, 3), dtype=np.uint8) for _ in range(n_images)], "text": f"Question {i}?"} for i in range(n)]
+
+
+def _decode_png(url: str) -> np.ndarray:
+    from PIL import Image
+
+    prefix = "data:image/png;base64,"
+    assert url.startswith(prefix)
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(url[len(prefix):]))).convert("RGB"))
+
+
+def _teacher(server, **kw) -> OpenAITeacher:
+    delays: list[float] = []
+    kw.setdefault("sleep", delays.append)
+    t = OpenAITeacher(base_url=server.url, model="teacher-72b", api_key_env="VSI_TEST_KEY", **kw)
+    t.delays = delays  # type: ignore[attr-defined]
+    return t
+
+
+def test_openai_teacher_sends_images_and_retries_5xx(monkeypatch, caplog, capsys):
+    monkeypatch.setenv("VSI_TEST_KEY", SECRET)
+    reply = format_response("It is B.", Answer("B"))
+    obs = _observations(1, n_images=2)
+    with caplog.at_level(logging.DEBUG), FakeServer(script=[503, 500], reply=reply) as server:
+        teacher = _teacher(server, retries=3, backoff_s=0.5)
+        (out,) = teacher.generate(obs)
+    assert out.text == reply and out.error is None and out.attempts == 3
+    assert len(server.requests) == 3 and teacher.delays == [0.5, 1.0]  # exponential backoff
+    req = server.requests[0]
+    assert req["path"] == "/v1/chat/completions" and req["auth"] == f"Bearer {SECRET}"
+    assert req["body"]["model"] == "teacher-72b" and req["body"]["temperature"] == 0.0
+    user = req["body"]["messages"][1]["content"]
+    urls = [p["image_url"]["url"] for p in user if p["type"] == "image_url"]
+    assert len(urls) == 2
+    for url, img in zip(urls, obs[0]["images"]):
+        assert np.array_equal(_decode_png(url), img)  # lossless, in order
+    assert user[-1] == {"type": "text", "text": obs[0]["text"]}
+    assert req["body"]["messages"][0]["content"] == build_messages(obs[0])[0]["content"][0]["text"]
+    captured = capsys.readouterr()
+    assert SECRET not in caplog.text and SECRET not in captured.out + captured.err
+    assert SECRET not in json.dumps(teacher.describe())
+
+
+def test_openai_teacher_does_not_retry_4xx_but_retries_429_and_garbage(monkeypatch):
+    monkeypatch.delenv("VSI_TEST_KEY", raising=False)
+    with FakeServer(script=[400], reply="x") as server:
+        (out,) = _teacher(server, retries=3).generate(_observations(1))
+    assert out.error is not None and "400" in out.error and out.text == ""
+    assert len(server.requests) == 1 and server.requests[0]["auth"] is None  # no key, no header
+    with FakeServer(script=[429, "garbage"], reply="ok") as server:
+        (out,) = _teacher(server, retries=2).generate(_observations(1))
+    assert out.text == "ok" and out.attempts == 3 and len(server.requests) == 3
+    with FakeServer(script=[502, 502, 502], reply="never") as server:
+        (out,) = _teacher(server, retries=2).generate(_observations(1))
+    assert out.text == "" and "502" in out.error and len(server.requests) == 3
+
+
+def test_openai_teacher_times_out_then_records_failure():
+    with FakeServer(script=["sleep", "sleep"], reply="late") as server:
+        (out,) = _teacher(server, retries=1, timeout_s=0.2).generate(_observations(1))
+    assert out.text == "" and out.error is not None and out.attempts == 2
+
+
+def test_openai_teacher_bounds_concurrency_and_keeps_order():
+    with FakeServer(reply="same", delay_s=0.15) as server:
+        teacher = _teacher(server, max_concurrency=2)
+        outs = teacher.generate(_observations(6, n_images=1))
+    assert [o.text for o in outs] == ["same"] * 6
+    assert server.max_in_flight == 2
+    texts = [r["body"]["messages"][1]["content"][-1]["text"] for r in server.requests]
+    assert sorted(texts) == [f"Question {i}?" for i in range(6)]
+
+
+def test_openai_messages_mirror_the_policy_prompt():
+    obs = _observations(1, n_images=3)[0]
+    msgs = openai_messages(obs)
+    policy = build_messages(obs)
+    assert [m["role"] for m in msgs] == [m["role"] for m in policy]
+    kinds = [p["type"] for p in msgs[1]["content"]]
+    assert kinds == ["image_url"] * 3 + ["text"]
+
+
+def test_hf_teacher_batched_greedy_equals_one_by_one(tiny_model_path):
+    """Left padding and per-row images must not change a row's greedy reply."""
+    from a2c_ppo_acktr.arguments import ModelConfig
+    from a2c_ppo_acktr.loading import load_vlm
+    from a2c_ppo_acktr.teachers import HFTeacher
+
+    cfg = ModelConfig(model_path=tiny_model_path, device="cpu")
+    teacher = HFTeacher(cfg, max_new_tokens=12, loaded=load_vlm(cfg))
+    rng = np.random.default_rng(1)
+    obs = [
+        {"images": [rng.integers(0, 256, (32, 32, 3), dtype=np.uint8) for _ in range(k)], "text": "Question: how far?" + " more" * (3 * k)}
+        for k in (1, 3, 2)
+    ]
+    batched = teacher.generate(obs)
+    single = [teacher.generate([o])[0] for o in obs]
+    assert [r.text for r in batched] == [r.text for r in single]
+    assert all(r.error is None for r in batched)
+    assert teacher.describe()["model_path"] == tiny_model_path
+
+
+def test_openai_teacher_labelling_run_never_writes_the_key(monkeypatch, tmp_path, caplog, capsys):
+    from a2c_ppo_acktr.arguments import load_config
+    from a2c_ppo_acktr.labeling import label_trajectories
+
+    monkeypatch.setenv("VSI_TEST_KEY", SECRET)
+    reply = format_response("Guessing.", Answer("A"))
+    with caplog.at_level(logging.DEBUG), FakeServer(script=[503, 401], reply=reply) as server:
+        cfg = load_config(
+            preset="debug",
+            overrides={
+                "env": {"image_size": 16, "num_sweep_frames": 1, "image_history": 1, "max_turns": 2},
+                "label": {"teacher": "openai", "base_url": server.url, "model": "m", "api_key_env": "VSI_TEST_KEY",
+                          "out_dir": str(tmp_path / "lab"), "num_episodes": 3, "batch_size": 2, "backoff_s": 0.0},
+                "log": {"progress_bar": False},
+            },
+        )
+        summary = label_trajectories(cfg)
+    assert summary["written"] == 3 and summary["failed_turns"] == 1  # the 401 is recorded, not retried
+    assert all(r["auth"] == f"Bearer {SECRET}" for r in server.requests)
+    captured = capsys.readouterr()
+    assert "503" in caplog.text and SECRET not in caplog.text and SECRET not in captured.out + captured.err
+    files = [p for p in (tmp_path / "lab").rglob("*") if p.is_file()]
+    assert any(p.suffix == ".jsonl" for p in files)
+    for p in files:
+        assert SECRET.encode() not in p.read_bytes(), p

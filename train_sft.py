@@ -1,0 +1,34 @@
+"""SFT warm start: ``python train_sft.py --preset debug --sft.data_path DATA --sft.output_dir OUT``.
+
+Trains the policy's LoRA adapter on a dataset from ``vlm_traj_preprocess.py`` and writes it to
+``OUT/adapter`` (what ``main_vsi.py --sft-adapter OUT/adapter`` loads). Multi-GPU / DeepSpeed:
+``bash scripts/run_vsi_sft.sh OUTDIR``.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from a2c_ppo_acktr.arguments import add_config_args, config_from_args
+from SFT.trainer import run_sft
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_args(parser)
+    args, extra = parser.parse_known_args(argv)
+    cfg = config_from_args(args, extra)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    adapter = run_sft(cfg)
+    logging.getLogger("train_sft").info("adapter written to %s", adapter)
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        # Leave the process group explicitly: processes that imported deepspeed can abort at exit otherwise.
+        dist.destroy_process_group()
+    return str(adapter)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
