@@ -3,7 +3,7 @@
 :class:`VLMTrainer` is a ``transformers.Trainer`` whose training batches are grouped by image count
 (:class:`~SFT.data.ModalityGroupedBatchSampler`); the loss is the model's own causal-LM loss on the
 collator's labels, which are set only on the assistant's tokens. The model is wrapped with the
-same LoRA configuration as the PPO policy (:func:`build_lora_config`), so checkpoints hold the
+same LoRA configuration as the PPO policy (:func:`a2c_ppo_acktr.model.build_lora_config`), so checkpoints hold the
 adapter only and ``main_vsi.py --sft-adapter OUTPUT_DIR/adapter`` continues from it.
 
 Outputs under ``sft.output_dir``: ``checkpoint-<step>/`` (adapter, optimizer, scheduler and
@@ -20,39 +20,14 @@ from typing import Any, Optional
 
 from transformers import Trainer, TrainingArguments, set_seed
 
-from a2c_ppo_acktr.arguments import ConfigError, ModelConfig, RunConfig
+from a2c_ppo_acktr.arguments import ConfigError, RunConfig
+from a2c_ppo_acktr.model import build_lora_config
 from SFT.data import ModalityGroupedBatchSampler, SFTCollator, SFTDataset, resolve_data_files
 
 logger = logging.getLogger(__name__)
 
 ADAPTER_DIR = "adapter"
 TRAIN_LOG = "train_log.json"  # the Trainer's log history (loss per logging step, eval loss)
-
-
-def build_lora_config(cfg: ModelConfig) -> Any:
-    """The PEFT LoRA config the policy and SFT share (rank, alpha, dropout, target-module regex).
-
-    No ``task_type``: the adapter wraps the VLM as a plain ``PeftModel`` whose forward passes
-    every multimodal argument through unchanged; saved adapter keys do not depend on it.
-    """
-    from peft import LoraConfig
-
-    return LoraConfig(
-        r=cfg.lora_r,
-        lora_alpha=cfg.lora_alpha,
-        lora_dropout=cfg.lora_dropout,
-        target_modules=cfg.lora_target_modules,
-        bias="none",
-    )
-
-
-def _lora_config(cfg: ModelConfig) -> Any:
-    # One home for the LoRA settings: the policy's helper when model.py provides it.
-    try:
-        from a2c_ppo_acktr.model import build_lora_config as policy_lora_config  # type: ignore[attr-defined]
-    except ImportError:
-        return build_lora_config(cfg)
-    return policy_lora_config(cfg)
 
 
 class VLMTrainer(Trainer):
@@ -195,7 +170,7 @@ def build_trainer(cfg: RunConfig, loaded: Any = None) -> VLMTrainer:
         loaded = load_vlm(cfg.model)
     # LoRA A matrices are drawn from torch's global RNG: seed it so runs repeat whatever ran before.
     set_seed(cfg.seed)
-    model = get_peft_model(loaded.model, _lora_config(cfg.model))
+    model = get_peft_model(loaded.model, build_lora_config(cfg.model))
     if cfg.model.gradient_checkpointing:
         model.enable_input_require_grads()  # frozen embeddings + checkpointing need grads on the inputs
     collator = SFTCollator(loaded.processor, max_length=cfg.sft.max_length)

@@ -132,6 +132,24 @@ class _RowTemperatureProcessor(LogitsProcessor):
         return torch.stack(self.step_log_probs, dim=1)
 
 
+
+def build_lora_config(cfg: ModelConfig, modules_to_save: Optional[Sequence[str]] = None) -> Any:
+    """The PEFT LoRA config shared by the PPO policy and SFT (rank, alpha, dropout, target regex).
+
+    No ``task_type``: the adapter wraps the VLM as a plain ``PeftModel`` whose forward passes every
+    multimodal argument through unchanged, so SFT adapters load into the policy key for key.
+    """
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=cfg.lora_target_modules,
+        modules_to_save=list(modules_to_save) if modules_to_save else None,
+        bias="none",
+    )
+
 class VLMPolicy(nn.Module):
     """Actor-critic VLM policy.
 
@@ -197,16 +215,9 @@ class VLMPolicy(nn.Module):
             if not any(p.requires_grad for p in base.parameters()):
                 raise ValueError(f"no trainable parameters found among {len(names)}")
             return base
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model
 
-        lora = LoraConfig(
-            r=cfg.lora_r,
-            lora_alpha=cfg.lora_alpha,
-            lora_dropout=cfg.lora_dropout,
-            target_modules=cfg.lora_target_modules,
-            modules_to_save=VLMPolicy._vision_module_names(base, vision) or None,
-            bias="none",
-        )
+        lora = build_lora_config(cfg, modules_to_save=VLMPolicy._vision_module_names(base, vision))
         try:
             return get_peft_model(base, lora)
         except ValueError as e:
