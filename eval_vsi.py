@@ -24,13 +24,12 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from a2c_ppo_acktr.arguments import add_config_args
+from a2c_ppo_acktr.cli import config_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line (config overrides are the unknown ``--section.key`` arguments)."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_args(p)
+    p = config_parser(__doc__)
     what = p.add_mutually_exclusive_group()
     what.add_argument("--checkpoint", default=None, help="PPO checkpoint directory written by main_vsi.py")
     what.add_argument("--oracle", action="store_true", help="evaluate the privileged oracle teacher (upper reference)")
@@ -60,4 +59,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from a2c_ppo_acktr.cli import run_main
+
+    sys.exit(run_main(main, "eval_vsi.py"))

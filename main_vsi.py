@@ -9,7 +9,6 @@ docs/TRAINING.md and scripts/run_vsi_qwen.sh. Parses the config and calls
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from typing import Optional, Sequence
@@ -17,10 +16,10 @@ from typing import Optional, Sequence
 
 def parse_config(argv: Optional[Sequence[str]] = None):
     """``RunConfig`` from the command line (``--sft-adapter``/``--resume`` map to config fields)."""
-    from a2c_ppo_acktr.arguments import add_config_args, config_from_args
+    from a2c_ppo_acktr.arguments import config_from_args
+    from a2c_ppo_acktr.cli import config_parser
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
-    add_config_args(parser)
+    parser = config_parser(__doc__)
     parser.add_argument("--sft-adapter", default=None, help="LoRA adapter from train_sft.py to start from (model.sft_adapter)")
     parser.add_argument("--resume", default=None, help="'auto' (latest complete checkpoint in the output dir) or a checkpoint directory (log.resume)")
     args, extra = parser.parse_known_args(argv)
@@ -33,7 +32,6 @@ def parse_config(argv: Optional[Sequence[str]] = None):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = parse_config(argv)
     from a2c_ppo_acktr.distributed import shutdown
     from a2c_ppo_acktr.train import run_training
@@ -45,4 +43,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from a2c_ppo_acktr.cli import run_main
+
+    sys.exit(run_main(main, "main_vsi.py"))

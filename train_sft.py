@@ -6,20 +6,15 @@ Trains the policy's LoRA adapter on a dataset from ``vlm_traj_preprocess.py`` an
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 
-from a2c_ppo_acktr.arguments import add_config_args, config_from_args
+from a2c_ppo_acktr.cli import parse_run_config, run_main
 from SFT.trainer import run_sft
 
 
 def main(argv: list[str] | None = None) -> str:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_args(parser)
-    args, extra = parser.parse_known_args(argv)
-    cfg = config_from_args(args, extra)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg, _ = parse_run_config(argv, __doc__)
     adapter = run_sft(cfg)
     logging.getLogger("train_sft").info("adapter written to %s", adapter)
     import torch.distributed as dist
@@ -31,4 +26,4 @@ def main(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_main(lambda: main(sys.argv[1:]), "train_sft.py"))

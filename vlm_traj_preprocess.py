@@ -8,27 +8,21 @@ Reads ``label.out_dir/trajectories.jsonl`` and writes ``label.dataset_dir/{train
 """
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import sys
 from pathlib import Path
 
-from a2c_ppo_acktr.arguments import add_config_args, config_from_args
+from a2c_ppo_acktr.cli import parse_run_config, run_main
 from a2c_ppo_acktr.labeling import TRAJECTORIES
 from SFT.data import build_sft_dataset
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_args(parser)
-    args, extra = parser.parse_known_args(argv)
-    cfg = config_from_args(args, extra)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg, _ = parse_run_config(argv, __doc__)
     stats = build_sft_dataset(Path(cfg.label.out_dir) / TRAJECTORIES, cfg.label.dataset_dir, cfg.label, seed=cfg.seed)
     print(json.dumps(stats, indent=2))
     return stats
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_main(lambda: main(sys.argv[1:]), "vlm_traj_preprocess.py"))
