@@ -282,6 +282,9 @@ class LabelConfig:
     epsilon: float = 0.0  # probability that a turn executes a random move instead of the teacher's (still labelled by the teacher)
     oracle_max_moves: int = 1  # oracle turns toward its target at most this many times before answering
     oracle_face_tolerance_deg: float = 20.0  # oracle stops turning once the target is within this angle of the view axis
+    # oracle thoughts: "full" = a reason with the scene's names and numbers; "brief" = one fixed sentence per
+    # question type (no names or numbers), for tiny models that cannot learn to copy them (configs/cpu-demo.yaml)
+    oracle_thoughts: str = "full"
     # hf teacher: any local HF VLM through loading.load_vlm
     model_path: Optional[str] = None  # None = model.model_path
     max_new_tokens: int = 256
@@ -307,6 +310,7 @@ class LabelConfig:
         _check(self.batch_size >= 1, f"label.batch_size={self.batch_size} must be >= 1")
         _check(0.0 <= self.epsilon <= 1.0, f"label.epsilon={self.epsilon} must be in [0, 1]")
         _check(self.oracle_max_moves >= 0, f"label.oracle_max_moves={self.oracle_max_moves} must be >= 0")
+        _choice("label.oracle_thoughts", self.oracle_thoughts, ["full", "brief"])
         _check(0 < self.oracle_face_tolerance_deg <= 180, f"label.oracle_face_tolerance_deg={self.oracle_face_tolerance_deg} must be in (0, 180]")
         _check(self.max_new_tokens >= 1, f"label.max_new_tokens={self.max_new_tokens} must be >= 1")
         _check(self.timeout_s > 0, f"label.timeout_s={self.timeout_s} must be > 0 seconds")

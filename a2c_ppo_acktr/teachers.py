@@ -170,22 +170,63 @@ def oracle_thoughts(scene: Any, question: Any) -> str:
     return f"From where the objects{about} are in the room, the answer is {gt}{detail}."
 
 
+# One fixed sentence per question type for ``thoughts="brief"``: true for every question of the type,
+# with no object names or numbers, so a tiny model learns the reply format without having to copy
+# words from the prompt (which a 2-layer random model cannot learn in a CPU demo's budget).
+BRIEF_THOUGHTS = {
+    "object_counting": "I count them.",
+    "object_abs_distance": "I measure the distance.",
+    "object_size_estimation": "I measure its longest side.",
+    "room_size_estimation": "I measure the floor.",
+    "object_rel_distance": "I compare the distances.",
+    "object_rel_direction_easy": "I check the direction.",
+    "object_rel_direction_medium": "I check the direction.",
+    "object_rel_direction_hard": "I check the direction.",
+    "route_planning": "I plan the route.",
+    "obj_appearance_order": "I recall the order.",
+}
+BRIEF_MOVE_THOUGHTS = "I turn to face it."
+THOUGHT_STYLES = ("full", "brief")
+
+
+def brief_thoughts(question: Any) -> str:
+    """The fixed ``brief`` reason for ``question``'s type.
+
+    Raises:
+        KeyError: For a question type without a brief sentence (add it to :data:`BRIEF_THOUGHTS`).
+    """
+    qt = question.question_type
+    if qt not in BRIEF_THOUGHTS:
+        raise KeyError(f"no brief oracle thoughts for question type {qt!r}; add one to teachers.BRIEF_THOUGHTS")
+    return BRIEF_THOUGHTS[qt]
+
+
 class OracleTeacher(Teacher):
     """Privileged teacher: faces the first target object, then answers with the ground truth."""
 
     name = "oracle"
 
-    def __init__(self, max_moves: int = 1, face_tolerance_deg: float = 20.0) -> None:
+    def __init__(self, max_moves: int = 1, face_tolerance_deg: float = 20.0, thoughts: str = "full") -> None:
         """
         Args:
             max_moves: Turns toward the target before answering (0 answers at once).
             face_tolerance_deg: The target counts as faced when within this angle of the view axis.
+            thoughts: ``"full"`` (a reason with the scene's names and numbers, :func:`oracle_thoughts`)
+                or ``"brief"`` (one fixed sentence per question type, :data:`BRIEF_THOUGHTS`).
         """
+        if thoughts not in THOUGHT_STYLES:
+            raise ValueError(f"oracle thoughts={thoughts!r} is not one of {list(THOUGHT_STYLES)}")
         self.max_moves = max_moves
         self.face_tolerance_deg = face_tolerance_deg
+        self.thoughts = thoughts
 
     def describe(self) -> dict:
-        return {"teacher": self.name, "max_moves": self.max_moves, "face_tolerance_deg": self.face_tolerance_deg}
+        return {
+            "teacher": self.name,
+            "max_moves": self.max_moves,
+            "face_tolerance_deg": self.face_tolerance_deg,
+            "thoughts": self.thoughts,
+        }
 
     def generate(self, observations: Sequence[dict], envs: Sequence[Any] | None = None) -> list[TeacherReply]:
         if envs is None or len(envs) != len(observations):
@@ -205,9 +246,13 @@ class OracleTeacher(Teacher):
             target = scene.object(question.object_ids[0])
             turn = bearing_to(pose, np.asarray(target.center)[:2])
             if abs(turn) > self.face_tolerance_deg:
-                thoughts = f"The {target.label} matters for this question; I turn {'left' if turn > 0 else 'right'} to face it."
+                if self.thoughts == "brief":
+                    thoughts = BRIEF_MOVE_THOUGHTS
+                else:
+                    thoughts = f"The {target.label} matters for this question; I turn {'left' if turn > 0 else 'right'} to face it."
                 return format_response(thoughts, Move(rotation_deg=float(round(turn)), forward_m=0.0))
-        return format_response(oracle_thoughts(scene, question), Answer(_answer_text(question)))
+        reason = brief_thoughts(question) if self.thoughts == "brief" else oracle_thoughts(scene, question)
+        return format_response(reason, Answer(_answer_text(question)))
 
 
 def _answer_text(question: Any) -> str:
@@ -485,7 +530,9 @@ def _safe_body(error: urllib.error.HTTPError) -> str:
 # Registry
 # ---------------------------------------------------------------------------------------------
 def _make_oracle(label: LabelConfig, model: ModelConfig) -> Teacher:
-    return OracleTeacher(max_moves=label.oracle_max_moves, face_tolerance_deg=label.oracle_face_tolerance_deg)
+    return OracleTeacher(
+        max_moves=label.oracle_max_moves, face_tolerance_deg=label.oracle_face_tolerance_deg, thoughts=label.oracle_thoughts
+    )
 
 
 def _make_hf(label: LabelConfig, model: ModelConfig) -> Teacher:

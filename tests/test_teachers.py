@@ -312,3 +312,31 @@ def test_openai_teacher_labelling_run_never_writes_the_key(monkeypatch, tmp_path
     assert any(p.suffix == ".jsonl" for p in files)
     for p in files:
         assert SECRET.encode() not in p.read_bytes(), p
+
+
+def test_brief_oracle_thoughts_are_fixed_per_type_and_actions_match_full(env):
+    """``thoughts="brief"`` changes only the reason: one fixed sentence per type, same actions."""
+    from a2c_ppo_acktr.arguments import LabelConfig
+    from a2c_ppo_acktr.teachers import BRIEF_MOVE_THOUGHTS, BRIEF_THOUGHTS
+
+    assert set(BRIEF_THOUGHTS) == set(QUESTION_TYPES)
+    full, brief = OracleTeacher(max_moves=1), make_teacher(LabelConfig(oracle_thoughts="brief"), None)
+    assert brief.describe()["thoughts"] == "brief"
+    seen = set()
+    for seed in range(60):
+        obs, _ = env.reset(seed=seed)
+        qt = env.unwrapped.question.question_type
+        for _ in range(3):
+            a, b = json.loads(full.act([obs], [env])[0]), json.loads(brief.act([obs], [env])[0])
+            assert a["action"] == b["action"]
+            expected = BRIEF_THOUGHTS[qt] if "answer" in b["action"] else BRIEF_MOVE_THOUGHTS
+            assert b["thoughts"] == expected and not re.search(r"\d", b["thoughts"])
+            seen.add(qt)
+            obs, _, terminated, truncated, _ = env.step(json.dumps(b))
+            if terminated or truncated:
+                break
+    assert len(seen) >= 5
+    with pytest.raises(ValueError, match="oracle_thoughts"):
+        LabelConfig(oracle_thoughts="long")
+    with pytest.raises(ValueError, match="thoughts"):
+        OracleTeacher(thoughts="long")

@@ -260,3 +260,28 @@ def test_cache_builds_once_under_concurrency_then_reuses(tmp_path, monkeypatch):
     # Only the finished directory and its lock file remain: no half-built temp directories.
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == [results[0].name]
     assert tiny.TINY_VERSION in results[0].name and tiny.spec_hash("qwen2_vl", 0) in results[0].name
+
+
+def test_pretraining_teaches_the_reply_format_not_the_task(tiny_model_path):
+    """The build's few seconds of language modelling make a reply it never saw likely.
+
+    A random model's loss on any text is about ln(vocab) (uniform logits); after pretraining an
+    unseen action-format reply (new wording, numbers and answer) costs far less per token.
+    """
+    import math
+
+    from transformers import AutoModelForImageTextToText, AutoTokenizer
+
+    from a2c_ppo_acktr.prompts import Move, format_response
+
+    info = json.loads((Path(tiny_model_path) / "tiny_build.json").read_text())
+    first, last = info["pretrain_loss_first_last"]
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    vocab = len(tok)
+    assert abs(first - math.log(vocab)) < 1.0 and last < first / 4
+    model = AutoModelForImageTextToText.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
+    reply = format_response("The lamp is to my left; turning toward it.", Move(rotation_deg=75.0, forward_m=1.2))
+    ids = tok(f"<|im_start|>assistant\n{reply}<|im_end|>\n", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        loss = float(model(input_ids=ids, labels=ids).loss)
+    assert loss < 0.6 * math.log(vocab), loss
