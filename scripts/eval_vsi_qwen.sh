@@ -31,9 +31,9 @@ if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
   sed -n '2,26p' "$0"
   exit 0
 fi
-if [ -z "${PYTHON:-}" ]; then
-  if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python; fi
-fi
+# shellcheck source=scripts/common.sh
+. scripts/common.sh
+vsi_python
 if [ -n "${ADAPTER:-}" ] && [ -n "${CHECKPOINT:-}" ]; then
   echo "eval_vsi_qwen.sh: set ADAPTER or CHECKPOINT, not both (a PPO checkpoint already holds its adapter)" >&2
   exit 2

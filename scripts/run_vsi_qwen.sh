@@ -52,26 +52,10 @@ case "$DS_STAGE" in
   *) echo "DS_STAGE=$DS_STAGE: use 2 or 3" >&2; exit 2 ;;
 esac
 
-if [ -z "${PYTHON:-}" ]; then
-  if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python; fi
-fi
-
-if [ -z "${NUM_GPUS:-}" ]; then
-  if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
-    IFS=',' read -r -a _gpus <<< "$CUDA_VISIBLE_DEVICES"
-    NUM_GPUS=${#_gpus[@]}
-  elif command -v nvidia-smi > /dev/null 2>&1; then
-    NUM_GPUS=$(nvidia-smi -L | grep -c '^GPU')
-  else
-    echo "no GPU found (no CUDA_VISIBLE_DEVICES, no nvidia-smi); set NUM_GPUS, or run on CPU with" >&2
-    echo "  python main_vsi.py --preset debug" >&2
-    exit 2
-  fi
-fi
-if [ "$NUM_GPUS" -lt 1 ]; then
-  echo "NUM_GPUS=$NUM_GPUS: need at least one GPU" >&2
-  exit 2
-fi
+# shellcheck source=scripts/common.sh
+. scripts/common.sh
+vsi_python
+vsi_num_gpus "python main_vsi.py --preset debug"
 NUM_MACHINES=${NUM_MACHINES:-1}
 MACHINE_RANK=${MACHINE_RANK:-${SLURM_NODEID:-0}}
 MAIN_ADDR=${MAIN_ADDR:-127.0.0.1}

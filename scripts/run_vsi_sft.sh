@@ -46,22 +46,10 @@ case "$DS_STAGE" in
   *) echo "DS_STAGE=$DS_STAGE: use 0, 2 or 3" >&2; exit 2 ;;
 esac
 
-if [ -z "${PYTHON:-}" ]; then
-  if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python; fi
-fi
-
-if [ -z "${NUM_GPUS:-}" ]; then
-  if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
-    IFS=',' read -r -a _gpus <<< "$CUDA_VISIBLE_DEVICES"
-    NUM_GPUS=${#_gpus[@]}
-  elif command -v nvidia-smi > /dev/null 2>&1; then
-    NUM_GPUS=$(nvidia-smi -L | grep -c '^GPU')
-  else
-    echo "no GPU found; set NUM_GPUS, or train on CPU with" >&2
-    echo "  python train_sft.py --preset debug --sft.data_path \$DATA_PATH --sft.output_dir $OUTDIR" >&2
-    exit 2
-  fi
-fi
+# shellcheck source=scripts/common.sh
+. scripts/common.sh
+vsi_python
+vsi_num_gpus "python train_sft.py --preset debug --sft.data_path \$DATA_PATH --sft.output_dir $OUTDIR"
 
 case "${RESUME:-auto}" in
   none) RESUME_ARGS=() ;;

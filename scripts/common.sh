@@ -1,0 +1,30 @@
+# Shared by the launch scripts (source it from the repository root; it defines functions only).
+
+# PYTHON: the interpreter; default .venv/bin/python (scripts/setup.sh) when present, else python.
+vsi_python() {
+  if [ -z "${PYTHON:-}" ]; then
+    if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python; fi
+  fi
+}
+
+# NUM_GPUS: processes on this node; default the GPUs in CUDA_VISIBLE_DEVICES, else nvidia-smi -L.
+# $1: the CPU command to suggest when no GPU is found.
+vsi_num_gpus() {
+  if [ -z "${NUM_GPUS:-}" ]; then
+    if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+      local gpus
+      IFS=',' read -r -a gpus <<< "$CUDA_VISIBLE_DEVICES"
+      NUM_GPUS=${#gpus[@]}
+    elif command -v nvidia-smi > /dev/null 2>&1; then
+      NUM_GPUS=$(nvidia-smi -L | grep -c '^GPU')
+    else
+      echo "no GPU found (no CUDA_VISIBLE_DEVICES, no nvidia-smi); set NUM_GPUS, or run on CPU with" >&2
+      echo "  $1" >&2
+      exit 2
+    fi
+  fi
+  if [ "$NUM_GPUS" -lt 1 ]; then
+    echo "NUM_GPUS=$NUM_GPUS: need at least one GPU" >&2
+    exit 2
+  fi
+}
