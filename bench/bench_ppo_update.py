@@ -11,11 +11,11 @@ Usage: ``python bench/bench_ppo_update.py [--num-envs 8] [--num-steps 2] [--mini
 from __future__ import annotations
 
 import argparse
-import resource
-import time
 
 import numpy as np
 import torch
+
+from timing import best_interleaved, peak_rss_mb
 
 from a2c_ppo_acktr.algo.ppo import PPO
 from a2c_ppo_acktr.arguments import ModelConfig, PPOConfig
@@ -23,10 +23,6 @@ from a2c_ppo_acktr.distributions import process_logits, token_log_probs
 from a2c_ppo_acktr.loading import load_vlm
 from a2c_ppo_acktr.model import VLMPolicy
 from a2c_ppo_acktr.storage import RolloutStorage
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def collect(policy: VLMPolicy, num_envs: int, num_steps: int, images: int, size: int) -> RolloutStorage:
@@ -66,17 +62,6 @@ def bare_epochs(policy: VLMPolicy, st: RolloutStorage, cfg: PPOConfig, opt: torc
             opt.zero_grad()
 
 
-def best_interleaved(fns, repeats: int) -> list[float]:
-    """Best-of-``repeats`` time of each function, run alternately so load drift hits both alike."""
-    times = [[] for _ in fns]
-    for _ in range(repeats):
-        for k, fn in enumerate(fns):
-            t0 = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t0)
-    return [min(t) for t in times]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model-path", default="tiny:qwen2_5_vl")
@@ -107,7 +92,8 @@ def main() -> None:
     ppo.update(st)
     rss_ppo = peak_rss_mb()
     t_bare, t_ppo = best_interleaved(
-        [lambda: bare_epochs(policy, st, cfg, opt, seed=0), lambda: metrics.update(ppo.update(st))], args.repeats
+        [lambda: bare_epochs(policy, st, cfg, opt, seed=0), lambda: metrics.update(ppo.update(st))], args.repeats,
+        warmup=False,  # both ran once just above (peak-memory readings)
     )
 
     n_mb = args.epochs * args.num_envs * args.num_steps // args.mini_batch_size

@@ -13,11 +13,11 @@ Usage: ``python bench/bench_rollout.py [--num-envs 8] [--images 4] [--max-new-to
 from __future__ import annotations
 
 import argparse
-import resource
-import time
 
 import numpy as np
 import torch
+
+from timing import best_interleaved, peak_rss_mb
 
 from a2c_ppo_acktr.arguments import ModelConfig
 from a2c_ppo_acktr.loading import load_vlm
@@ -31,24 +31,6 @@ def observations(n: int, images: int, size: int, seed: int) -> list[dict]:
          "text": f"Env {i}: how many chairs are in this room?" + " Look around." * (i % 3)}
         for i in range(n)
     ]
-
-
-def best_interleaved(fns, repeats: int) -> list[float]:
-    """Best-of-``repeats`` time of each function after one warm-up each, run alternately so load
-    drift on a shared CPU hits all of them alike (the minimum is the least noisy estimate)."""
-    for fn in fns:
-        fn()
-    times = [[] for _ in fns]
-    for _ in range(repeats):
-        for k, fn in enumerate(fns):
-            t0 = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t0)
-    return [min(t) for t in times]
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def main() -> None:
