@@ -26,6 +26,8 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -562,6 +564,9 @@ def build_tiny_model(family: str, out_dir: str | os.PathLike, seed: int = 0) -> 
         "pretrain_loss_first_last": [round(losses[0], 4), round(losses[-1], 4)] if losses else None,
         "build_seconds": round(time.perf_counter() - t0, 3),
     }
+    missing = [name for name in ("config.json", "model.safetensors") if not (out / name).is_file()]
+    if missing:
+        raise RuntimeError(f"building the tiny {family} model into {out} wrote no {missing}; the build is incomplete")
     (out / "tiny_build.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
     return out
 
@@ -581,6 +586,26 @@ def _file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _build_in_clean_process(family: str, out: Path, seed: int) -> None:
+    """Build here, or in a child process when this one is a torch.distributed rank.
+
+    transformers' ``save_pretrained`` silently writes nothing on a rank other than 0 of an initialised
+    process group, and under ``torchrun`` whichever rank takes the lock first builds the cache; the
+    child has no process group, so it always writes the whole model.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        build_tiny_model(family, out, seed=seed)
+        return
+    launcher_vars = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    env = {k: v for k, v in os.environ.items() if k not in launcher_vars}
+    cmd = [sys.executable, "-m", "a2c_ppo_acktr.tiny", "--family", family, "--out", str(out), "--seed", str(seed)]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"building the tiny {family} model in a child process failed ({' '.join(cmd)}):\n{res.stderr[-3000:]}")
 
 
 def tiny_model_dir(family: str, cache_dir: Optional[str | os.PathLike] = None, *, seed: int = 0) -> Path:
@@ -605,7 +630,7 @@ def tiny_model_dir(family: str, cache_dir: Optional[str | os.PathLike] = None, *
             return final
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
         try:
-            build_tiny_model(family, tmp, seed=seed)
+            _build_in_clean_process(family, tmp, seed)
             if final.exists():  # a stale partial directory from a killed build without the marker
                 shutil.rmtree(final)
             os.rename(tmp, final)

@@ -285,3 +285,22 @@ def test_pretraining_teaches_the_reply_format_not_the_task(tiny_model_path):
     with torch.no_grad():
         loss = float(model(input_ids=ids, labels=ids).loss)
     assert loss < 0.6 * math.log(vocab), loss
+
+
+@pytest.mark.slow
+def test_cache_build_writes_the_whole_model_on_a_nonzero_rank(tmp_path, monkeypatch):
+    """Under torchrun, rank 1 may take the lock and build the cache. transformers' save_pretrained
+    writes nothing on a rank other than 0, which once left a cache entry without config.json or
+    weights that failed every later load; the build must come out whole whatever the rank."""
+    import torch.distributed as dist
+
+    from a2c_ppo_acktr.loading import load_vlm
+    from a2c_ppo_acktr.arguments import ModelConfig
+
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_rank", lambda *a, **k: 1)
+    path = tiny.tiny_model_dir("qwen2_vl", cache_dir=tmp_path)
+    assert (path / "config.json").is_file() and (path / "model.safetensors").is_file()
+    monkeypatch.undo()
+    loaded = load_vlm(ModelConfig(model_path=str(path), device="cpu"))
+    assert loaded.family == "qwen2_vl"
