@@ -15,12 +15,11 @@ import argparse
 import numpy as np
 import torch
 
-from timing import best_interleaved, peak_rss_mb
+from common import add_policy_args, best_interleaved, load_policy, peak_rss_mb
 
 from a2c_ppo_acktr.algo.ppo import PPO
-from a2c_ppo_acktr.arguments import ModelConfig, PPOConfig
+from a2c_ppo_acktr.arguments import PPOConfig
 from a2c_ppo_acktr.distributions import process_logits, token_log_probs
-from a2c_ppo_acktr.loading import load_vlm
 from a2c_ppo_acktr.model import VLMPolicy
 from a2c_ppo_acktr.storage import RolloutStorage
 
@@ -64,21 +63,12 @@ def bare_epochs(policy: VLMPolicy, st: RolloutStorage, cfg: PPOConfig, opt: torc
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model-path", default="tiny:qwen2_5_vl")
-    ap.add_argument("--num-envs", type=int, default=8)
+    add_policy_args(ap)
     ap.add_argument("--num-steps", type=int, default=2)
     ap.add_argument("--mini-batch-size", type=int, default=4)
     ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--images", type=int, default=4)
-    ap.add_argument("--image-size", type=int, default=224)
-    ap.add_argument("--max-new-tokens", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 on a shared machine)")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    mcfg = ModelConfig(model_path=args.model_path, device="cpu", max_new_tokens=args.max_new_tokens)
-    policy = VLMPolicy(mcfg, load_vlm(mcfg))
+    policy = load_policy(args)
     st = collect(policy, args.num_envs, args.num_steps, args.images, args.image_size)
     rss_rollout = peak_rss_mb()
     cfg = PPOConfig(ppo_epochs=args.epochs, mini_batch_size=args.mini_batch_size, lr=1e-5)

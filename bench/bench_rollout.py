@@ -17,11 +17,8 @@ import argparse
 import numpy as np
 import torch
 
-from timing import best_interleaved, peak_rss_mb
+from common import add_policy_args, best_interleaved, load_policy, peak_rss_mb
 
-from a2c_ppo_acktr.arguments import ModelConfig
-from a2c_ppo_acktr.loading import load_vlm
-from a2c_ppo_acktr.model import VLMPolicy
 
 
 def observations(n: int, images: int, size: int, seed: int) -> list[dict]:
@@ -35,18 +32,9 @@ def observations(n: int, images: int, size: int, seed: int) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model-path", default="tiny:qwen2_5_vl")
-    ap.add_argument("--num-envs", type=int, default=8)
-    ap.add_argument("--images", type=int, default=4)
-    ap.add_argument("--image-size", type=int, default=224)
-    ap.add_argument("--max-new-tokens", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 on a shared machine)")
+    add_policy_args(ap)
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    cfg = ModelConfig(model_path=args.model_path, device="cpu", max_new_tokens=args.max_new_tokens)
-    policy = VLMPolicy(cfg, load_vlm(cfg))
+    policy = load_policy(args)
     obs = observations(args.num_envs, args.images, args.image_size, seed=0)
     rss_loaded = peak_rss_mb()
 
