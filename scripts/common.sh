@@ -28,3 +28,14 @@ vsi_num_gpus() {
     exit 2
   fi
 }
+
+# Append the overrides every training launcher takes to the array `args`: MODEL_PATH
+# (model.model_path) and EXTRA_ARGS (more --section.key value pairs, word-split).
+vsi_append_overrides() {
+  if [ -n "${MODEL_PATH:-}" ]; then args+=(--model.model_path "$MODEL_PATH"); fi
+  if [ -n "${EXTRA_ARGS:-}" ]; then
+    local extra
+    read -r -a extra <<< "$EXTRA_ARGS"
+    args+=("${extra[@]}")
+  fi
+}

@@ -71,12 +71,8 @@ args=(
   --dist.deepspeed_config "$DS_JSON"
   --resume "${RESUME:-auto}"
 )
-if [ -n "${MODEL_PATH:-}" ]; then args+=(--model.model_path "$MODEL_PATH"); fi
 if [ -n "${SFT_ADAPTER:-}" ]; then args+=(--sft-adapter "$SFT_ADAPTER"); fi
-if [ -n "${EXTRA_ARGS:-}" ]; then
-  read -r -a _extra <<< "$EXTRA_ARGS"
-  args+=("${_extra[@]}")
-fi
+vsi_append_overrides
 
 echo "[run_vsi_qwen] node $MACHINE_RANK/$NUM_MACHINES, $NUM_GPUS GPUs here, $NUM_PROCESSES processes, main $MAIN_ADDR:$PORT" >&2
 exec "$PYTHON" -m accelerate.commands.launch \

@@ -64,11 +64,7 @@ args=(
   "${DS_ARGS[@]}"
   "${RESUME_ARGS[@]}"
 )
-if [ -n "${MODEL_PATH:-}" ]; then args+=(--model.model_path "$MODEL_PATH"); fi
-if [ -n "${EXTRA_ARGS:-}" ]; then
-  read -r -a _extra <<< "$EXTRA_ARGS"
-  args+=("${_extra[@]}")
-fi
+vsi_append_overrides
 
 # torchrun starts the processes (it sets RANK/WORLD_SIZE/MASTER_ADDR, which DeepSpeed needs even
 # for one process); DeepSpeed itself is configured by the Trainer from dist.deepspeed_config, with
