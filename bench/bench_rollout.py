@@ -6,6 +6,9 @@ Prints two tables:
    decode, with the same forbidden tokens suppressed).
 All variants decode greedily, so they produce the same tokens and the times compare like for like
 (sampled lengths differ from run to run); measurements are interleaved, best of ``--repeats``.
+3. where the time goes: processor, generate's set-up + prefill (first token) and the cost of one
+   more decode step, for one env and for N envs, and what the speed-up of table 1 could be at most if
+   the N-row processor + prefill cost no more than one row's (decoding alone).
 Plus the process's peak resident memory (``resource.getrusage``).
 
 Usage: ``python bench/bench_rollout.py [--num-envs 8] [--images 4] [--max-new-tokens 32] [--repeats 3]``
@@ -28,6 +31,23 @@ def observations(n: int, images: int, size: int, seed: int) -> list[dict]:
          "text": f"Env {i}: how many chairs are in this room?" + " Look around." * (i % 3)}
         for i in range(n)
     ]
+
+
+def cost_parts(policy, obs: list[dict], repeats: int, steps: int = 32) -> tuple[float, float, float]:
+    """(processor s, generate set-up + prefill + first token s, s per further decode step) for one
+    batch, timed with EOS replaced by a forbidden id so that every call decodes exactly ``steps``."""
+    texts, images = policy._prompts_and_images(obs, blind=False)
+    enc = policy._encode(texts, images)
+    never = int(policy.forbidden_ids[0])  # suppressed, so never generated: fixed-length decoding
+
+    def gen(n: int):
+        cfg = policy._generation_config(greedy=True)
+        cfg.max_new_tokens, cfg.eos_token_id = n, never
+        cfg.suppress_tokens = policy.forbidden_ids.tolist()
+        return torch.no_grad()(lambda: policy.model.generate(**enc, generation_config=cfg))
+
+    t_enc, t_first, t_all = best_interleaved([lambda: policy._encode(texts, images), gen(1), gen(steps)], repeats)
+    return t_enc, t_first, (t_all - t_first) / (steps - 1)
 
 
 def main() -> None:
@@ -63,6 +83,9 @@ def main() -> None:
     )
     batched = t_act
     rss_act = peak_rss_mb()
+    lengths = [len(g) for g in policy.act(obs, greedy=True).generated_ids]
+    one = [cost_parts(policy, [o], args.repeats) for o in obs]
+    enc_n, first_n, step_n = cost_parts(policy, obs, args.repeats)
 
     n = args.num_envs
     print(f"\nbench_rollout: {args.model_path}, {n} envs, {args.images} images {args.image_size}px each, "
@@ -77,6 +100,21 @@ def main() -> None:
     print(f"| bare processor+generate+decode | {t_bare:.3f} | 1.00x |")
     print(f"| act (greedy, rollout_log_probs=generate) | {t_act:.3f} | {t_act / t_bare:.2f}x |")
     print(f"| act (greedy, rollout_log_probs=recompute) | {t_act_recompute:.3f} | {t_act_recompute / t_bare:.2f}x |")
+    enc_1, first_1, step_1 = (float(np.mean(c)) for c in zip(*one))
+    loop_model = sum(e + f + (n_tok - 1) * s for (e, f, s), n_tok in zip(one, lengths))
+    batch_model = enc_n + first_n + (max(lengths) - 1) * step_n
+    bound = loop_model / (enc_1 + first_1 + (max(lengths) - 1) * step_n)
+    print()
+    print(f"where the time goes (reply lengths {lengths}: the loop decodes {sum(lengths)} tokens, "
+          f"the batch {max(lengths)} steps of {n} rows)")
+    print()
+    print("| part | one env (mean) | {n} envs | per row in the batch |".replace("{n}", str(n)))
+    print("|---|---|---|---|")
+    print(f"| processor (tokenize, {args.images} frames/env) | {enc_1 * 1e3:.1f} ms | {enc_n * 1e3:.1f} ms | {enc_n / n * 1e3:.1f} ms |")
+    print(f"| generate set-up + prefill + first token | {first_1 * 1e3:.1f} ms | {first_n * 1e3:.1f} ms | {first_n / n * 1e3:.1f} ms |")
+    print(f"| one more decode step | {step_1 * 1e3:.2f} ms | {step_n * 1e3:.2f} ms | {step_n / n * 1e3:.2f} ms |")
+    print(f"\nmodelled from the parts: loop {loop_model:.3f} s, batch {batch_model:.3f} s ({loop_model / batch_model:.2f}x); "
+          f"at most {bound:.2f}x if the batch's processor + prefill cost no more than one row's")
     print(f"\nsame texts from batched act, bare generate and one-env act: {same}")
     print(f"peak RSS: after load {rss_loaded:.0f} MB, after act runs {rss_act:.0f} MB, at end {peak_rss_mb():.0f} MB")
 
