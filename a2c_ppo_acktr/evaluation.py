@@ -20,7 +20,6 @@ at once, and a finished env immediately starts the next question.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
@@ -29,7 +28,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
@@ -62,26 +61,6 @@ class Agent(Protocol):
 
 
 # -------------------------------------------------------------------------------------- agents
-@contextlib.contextmanager
-def fixed_temperature(policy: Any, temperature: float) -> Iterator[None]:
-    """Sample every row at ``temperature`` instead of the temperature head's value, within the block.
-
-    The policy asks ``policy._temperatures(hidden)`` for one temperature per row, both when sampling
-    and when scoring the sampled tokens; shadowing that method on the instance changes both
-    consistently and leaves the class and the weights untouched.
-    """
-    def constant(hidden: Any) -> Any:
-        import torch
-
-        return torch.full((hidden.shape[0],), float(temperature), device=hidden.device)
-
-    policy._temperatures = constant
-    try:
-        yield
-    finally:
-        del policy._temperatures
-
-
 class PolicyAgent:
     """A :class:`~a2c_ppo_acktr.model.VLMPolicy` as an eval agent (greedy by default).
 
@@ -104,8 +83,7 @@ class PolicyAgent:
         if self.greedy:
             out = self.policy.act(list(observations), greedy=True, blind=self.blind)
         else:
-            with fixed_temperature(self.policy, self.temperature):
-                out = self.policy.act(list(observations), greedy=False, blind=self.blind)
+            out = self.policy.act(list(observations), greedy=False, blind=self.blind, temperature=self.temperature)
         return list(out.texts)
 
 

@@ -253,10 +253,13 @@ class VLMPolicy(nn.Module):
         return self.model.get_base_model() if self.cfg.use_lora else self.model
 
     # ------------------------------------------------------------------ heads
-    def _temperatures(self, hidden: Tensor) -> Tensor:
-        if self.temp_predictor is None:
-            return torch.full((hidden.shape[0],), float(self.cfg.temperature), device=hidden.device)
-        return self.temp_predictor(hidden)
+    def _temperatures(self, hidden: Tensor, fixed: Optional[float] = None) -> Tensor:
+        """``(B,)`` per-row temperatures: the head's, or ``fixed`` (else ``model.temperature``) for
+        every row when ``fixed`` is given or the head is off."""
+        if fixed is None and self.temp_predictor is not None:
+            return self.temp_predictor(hidden)
+        value = float(self.cfg.temperature if fixed is None else fixed)
+        return torch.full((hidden.shape[0],), value, device=hidden.device)
 
     def _values(self, hidden: Tensor) -> Tensor:
         # Under DeepSpeed bf16 the engine casts every parameter, heads included: feed the head its own dtype.
@@ -301,6 +304,7 @@ class VLMPolicy(nn.Module):
         generated_ids: Sequence[Tensor],
         token_weights: Sequence[Tensor],
         with_kl: bool,
+        temperature: Optional[float] = None,
     ) -> EvalOutput:
         """The training forward on ``[left-padded prompt | right-padded response]``."""
         B, P = enc["input_ids"].shape
@@ -322,7 +326,7 @@ class VLMPolicy(nn.Module):
         with self._catch_lm_head_input() as caught:
             out = self.model(**inputs, use_cache=False, logits_to_keep=R + 1)
         hidden = caught[0][:, 0]  # the last prompt token (left padding: index P-1 in every row)
-        temps = self._temperatures(hidden)
+        temps = self._temperatures(hidden, temperature)
         values = self._values(hidden)
         logits = process_logits(out.logits[:, :R], temps, self.forbidden_ids)
         tok_lp = token_log_probs(logits, resp)
@@ -386,13 +390,22 @@ class VLMPolicy(nn.Module):
         return row
 
     @torch.no_grad()
-    def act(self, observations: Sequence[dict], greedy: bool = False, blind: bool = False) -> ActOutput:
+    def act(
+        self,
+        observations: Sequence[dict],
+        greedy: bool = False,
+        blind: bool = False,
+        temperature: Optional[float] = None,
+    ) -> ActOutput:
         """Choose one response per observation with ONE batched ``generate``.
 
         Args:
             observations: N env observations ``{"images": [uint8 HxWx3, ...], "text": str}``.
             greedy: argmax decoding (evaluation) instead of sampling.
             blind: withhold the images (prompts say so).
+            temperature: sample every row at this temperature instead of the temperature head's
+                per-row value (sampled evaluation); the returned log-probs and temperatures are
+                then under it. ``None`` (training) uses the head, or ``model.temperature`` when off.
 
         Returns:
             :class:`ActOutput`. With ``model.rollout_log_probs=generate`` the log-probs come from
@@ -407,7 +420,7 @@ class VLMPolicy(nn.Module):
             recompute = self.cfg.rollout_log_probs == "recompute"
             with self._catch_lm_head_input() as caught:
                 proc = _RowTemperatureProcessor(
-                    lambda: self._temperatures(caught[0][:, -1]), self.forbidden_ids, record_log_probs=not recompute
+                    lambda: self._temperatures(caught[0][:, -1], temperature), self.forbidden_ids, record_log_probs=not recompute
                 )
                 seqs = self.model.generate(
                     **enc, generation_config=self._generation_config(greedy), logits_processor=LogitsProcessorList([proc])
@@ -416,7 +429,7 @@ class VLMPolicy(nn.Module):
             decoded = self.tokenizer.batch_decode([g.tolist() for g in generated], skip_special_tokens=True)
             weights = [response_token_weights(self.tokenizer, g.tolist(), self.cfg.thought_prob_coef) for g in generated]
             if recompute:
-                ev = self._forward_turns(enc, generated, weights, with_kl=False)
+                ev = self._forward_turns(enc, generated, weights, with_kl=False, temperature=temperature)
                 log_probs, values, temps = ev.log_probs, ev.values, ev.temperatures
             else:
                 # Same functions as the training forward: process_logits -> token_log_probs ->

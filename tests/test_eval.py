@@ -153,21 +153,13 @@ def test_vsibench_rows_with_a_missing_scan_are_skipped_and_reported(tmp_path):
 
 
 class _FakePolicy:
-    """Records what the agent asks for; its temperature comes from ``_temperatures`` like VLMPolicy's."""
+    """Records what the agent asks for."""
 
     def __init__(self):
         self.calls = []
 
-    def _temperatures(self, hidden):
-        import torch
-
-        return torch.full((hidden.shape[0],), 7.0)
-
-    def act(self, observations, greedy=False, blind=False):
-        import torch
-
-        temps = self._temperatures(torch.zeros(len(observations), 3))
-        self.calls.append({"n": len(observations), "greedy": greedy, "blind": blind, "temps": temps.tolist()})
+    def act(self, observations, greedy=False, blind=False, temperature=None):
+        self.calls.append({"n": len(observations), "greedy": greedy, "blind": blind, "temperature": temperature})
         return type("Out", (), {"texts": ["x"] * len(observations)})()
 
 
@@ -176,10 +168,8 @@ def test_policy_agent_passes_blind_and_sampling_temperature():
     obs = [{"images": [], "text": "q"}] * 2
     assert evaluation.PolicyAgent(policy, greedy=True, blind=True).act(obs, [None, None]) == ["x", "x"]
     evaluation.PolicyAgent(policy, greedy=False, temperature=0.3).act(obs, [None, None])
-    assert policy.calls[0] == {"n": 2, "greedy": True, "blind": True, "temps": [7.0, 7.0]}
-    assert policy.calls[1]["greedy"] is False and policy.calls[1]["temps"] == pytest.approx([0.3, 0.3])
-    # The override is gone afterwards: the policy's own temperatures are back.
-    assert policy._temperatures(np.zeros((1, 3))).tolist() == [7.0]
+    assert policy.calls[0] == {"n": 2, "greedy": True, "blind": True, "temperature": None}
+    assert policy.calls[1] == {"n": 2, "greedy": False, "blind": False, "temperature": 0.3}
 
 
 def test_score_file_and_compare_through_the_cli(tmp_path, capsys):

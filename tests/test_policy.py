@@ -156,6 +156,31 @@ def test_fixed_temperature_when_predictor_off(loaded, tiny_model_path):
     assert torch.equal(act.temperatures, torch.full((NUM_ENVS,), 0.7))
 
 
+def test_act_at_a_given_temperature_samples_and_scores_under_it(loaded, tiny_model_path):
+    """Sampled evaluation: ``act(temperature=T)`` overrides the head for sampling and for the log-probs,
+    in both rollout_log_probs modes, and leaves the head's own temperature in place afterwards."""
+    policy = _policy(loaded, tiny_model_path, temperature=0.8, min_temperature=0.2, max_temperature=2.0)
+    obs = _observations(np.random.default_rng(5), 0)
+    torch.manual_seed(11)
+    got = policy.act(obs, temperature=0.3)
+    assert torch.equal(got.temperatures, torch.full((NUM_ENVS,), 0.3))
+    policy.cfg.rollout_log_probs = "recompute"
+    try:
+        torch.manual_seed(11)  # same draws: the same tokens, re-scored by the training forward
+        again = policy.act(obs, temperature=0.3)
+    finally:
+        policy.cfg.rollout_log_probs = "generate"
+    assert [g.tolist() for g in again.generated_ids] == [g.tolist() for g in got.generated_ids]
+    torch.testing.assert_close(again.log_probs, got.log_probs, atol=1e-4, rtol=0)
+    enc = policy._encode(got.prompts, got.images)
+    with torch.no_grad():
+        at_head = policy._forward_turns(enc, got.generated_ids, got.token_weights, with_kl=False)
+        at_03 = policy._forward_turns(enc, got.generated_ids, got.token_weights, with_kl=False, temperature=0.3)
+    torch.testing.assert_close(at_03.log_probs, got.log_probs, atol=1e-4, rtol=0)
+    assert (at_head.log_probs - got.log_probs).abs().max() > 1e-2  # the head's 0.8 scores them differently
+    torch.testing.assert_close(policy.act(obs).temperatures, torch.full((NUM_ENVS,), 0.8))
+
+
 def test_greedy_act_is_deterministic_and_never_emits_forbidden_ids(loaded, tiny_model_path):
     policy = _policy(loaded, tiny_model_path, max_new_tokens=16)
     obs = _observations(np.random.default_rng(3), 0)
