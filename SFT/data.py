@@ -27,6 +27,7 @@ from typing import Any, Iterator, Optional, Sequence
 import numpy as np
 
 from a2c_ppo_acktr.arguments import LabelConfig
+from a2c_ppo_acktr.jsonl import iter_jsonl
 from a2c_ppo_acktr.prompts import Invalid, assistant_message, build_messages, parse_action, render_prompt
 
 logger = logging.getLogger(__name__)
@@ -208,25 +209,19 @@ class SFTDataset:
         self.root = self.path.parent
         self.rows: list[dict] = []
         self.skipped = 0
-        with open(self.path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{self.path}:{lineno} is not valid JSON ({e}); rebuild the dataset with vlm_traj_preprocess.py") from e
-                if not isinstance(row.get("messages"), list) or row["messages"][-1].get("role") != "assistant":
-                    raise ValueError(f"{self.path}:{lineno} needs 'messages' ending with an assistant message")
-                problems = [(p, why) for p in row.get("images", []) if (why := _image_problem(self.root / p))]
-                if problems:
-                    where = ", ".join(f"{self.root / p} ({why})" for p, why in problems)
-                    if strict_images:
-                        raise FileNotFoundError(f"{self.path}:{lineno}: image {where}; fix the files or set sft.strict_images=false to skip such rows")
-                    logger.warning("skipping %s:%d: image %s", self.path, lineno, where)
-                    self.skipped += 1
-                    continue
-                self.rows.append(row)
+        for lineno, row in iter_jsonl(self.path, fix="rebuild the dataset with vlm_traj_preprocess.py"):
+            messages = row.get("messages")
+            if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict) or messages[-1].get("role") != "assistant":
+                raise ValueError(f"{self.path}:{lineno} needs 'messages' ending with an assistant message")
+            problems = [(p, why) for p in row.get("images", []) if (why := _image_problem(self.root / p))]
+            if problems:
+                where = ", ".join(f"{self.root / p} ({why})" for p, why in problems)
+                if strict_images:
+                    raise FileNotFoundError(f"{self.path}:{lineno}: image {where}; fix the files or set sft.strict_images=false to skip such rows")
+                logger.warning("skipping %s:%d: image %s", self.path, lineno, where)
+                self.skipped += 1
+                continue
+            self.rows.append(row)
         if self.skipped:
             logger.warning("%s: skipped %d row(s) with missing or unreadable images", self.path, self.skipped)
         if not self.rows:

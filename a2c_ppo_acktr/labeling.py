@@ -32,6 +32,7 @@ from typing import Any, Optional
 import numpy as np
 
 from a2c_ppo_acktr.arguments import ConfigError, RunConfig
+from a2c_ppo_acktr.jsonl import read_log
 from a2c_ppo_acktr.prompts import Invalid, Move, format_response, parse_action
 from a2c_ppo_acktr.teachers import Teacher, make_teacher
 
@@ -51,7 +52,7 @@ def episode_id(seed: int, index: int) -> str:
 # Reading and appending
 # ---------------------------------------------------------------------------------------------
 def read_episodes(path: str | os.PathLike, repair: bool = False) -> list[dict]:
-    """Episodes of a ``trajectories.jsonl``.
+    """Episodes of a ``trajectories.jsonl`` (:func:`a2c_ppo_acktr.jsonl.read_log`).
 
     A torn last line (a run killed while writing) is ignored with a warning; with ``repair`` it is
     also cut from the file so appends start on a fresh line. A bad line elsewhere is corruption
@@ -62,36 +63,9 @@ def read_episodes(path: str | os.PathLike, repair: bool = False) -> list[dict]:
         repair: Truncate a torn last line in place.
 
     Raises:
-        ValueError: A line other than the last is not valid JSON.
+        ValueError: A line other than the last is not a JSON object.
     """
-    path = Path(path)
-    if not path.is_file():
-        return []
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    episodes: list[dict] = []
-    offset = 0
-    for i, line in enumerate(lines):
-        is_last = i == len(lines) - 1 or (i == len(lines) - 2 and lines[-1] == b"")
-        if line.strip():
-            try:
-                ep = json.loads(line)
-                complete = i < len(lines) - 1  # a parseable line without its newline is still torn
-            except json.JSONDecodeError as e:
-                if not is_last:
-                    raise ValueError(f"{path}: line {i + 1} is not valid JSON ({e}); the file is corrupt beyond a torn last line") from e
-                complete = False
-            if not complete:
-                logger.warning("%s: ignoring a torn last line (%d bytes) left by an interrupted run", path, len(line))
-                if repair:
-                    with open(path, "r+b") as f:
-                        f.truncate(offset)
-                        f.flush()
-                        os.fsync(f.fileno())
-                break
-            episodes.append(ep)
-        offset += len(line) + 1
-    return episodes
+    return read_log(path, repair=repair, fix="the file is corrupt beyond a torn last line")
 
 
 def append_line(path: Path, record: dict) -> None:

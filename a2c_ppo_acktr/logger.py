@@ -13,18 +13,25 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from .arguments import RunConfig
+from .jsonl import read_log
 
 METRICS_FILE = "metrics.jsonl"
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Rows of a ``metrics.jsonl`` file, in order."""
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                rows.append(json.loads(line))
-    return rows
+    """Rows of a training ``metrics.jsonl`` (one JSON object per logged iteration), in order.
+
+    A torn last line (a run killed while writing it, or a live run mid-write) is ignored with a
+    warning (:func:`a2c_ppo_acktr.jsonl.read_log`).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: a line other than the last is not a JSON object (naming its line number).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"metrics file {str(path)!r} does not exist; pass the metrics.jsonl a training run wrote")
+    return read_log(path, fix="metrics.jsonl holds one JSON object per line")
 
 
 def _json_value(v: Any) -> Any:

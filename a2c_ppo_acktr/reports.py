@@ -29,6 +29,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from a2c_ppo_acktr import scoring
+from a2c_ppo_acktr.logger import read_metrics
 
 # Short column labels of the benchmark's table, keyed by scoring's task names, in table order.
 SHORT_TASK_NAMES: dict[str, str] = {
@@ -437,30 +438,6 @@ _CURVE_GROUPS: tuple[tuple[str, ...], ...] = (
     ("losses/kl_ref", "kl_ref"),
 )
 _STEP_KEYS = ("iteration", "global_step", "step", "epoch")
-
-
-def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Read a training ``metrics.jsonl`` (one JSON object per logged step).
-
-    Raises:
-        FileNotFoundError: If ``path`` does not exist.
-        ValueError: On a line that is not a JSON object (naming its line number).
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"metrics file {str(path)!r} does not exist; pass the metrics.jsonl a training run wrote")
-    rows = []
-    for lineno, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            row = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{lineno} is not valid JSON ({e.msg}); metrics.jsonl holds one JSON object per line") from e
-        if not isinstance(row, dict):
-            raise ValueError(f"{path}:{lineno} is a {type(row).__name__}, expected a JSON object")
-        rows.append(row)
-    return rows
 
 
 def curve_keys(rows: Sequence[dict[str, Any]], max_panels: int = 9) -> list[str]:

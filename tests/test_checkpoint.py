@@ -137,6 +137,14 @@ def test_logger_writes_rows_and_truncates_on_resume(tmp_path):
     # Resuming from the checkpoint of iteration 2 drops the row of iteration 3 (it will be redone).
     RunLogger(cfg, tmp_path, start_iteration=2).close()
     assert [r["iteration"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2]
+    # A run killed while writing its row of iteration 3 leaves a torn line: resuming from
+    # iteration 2 still works, and the rewritten file is well formed.
+    with open(tmp_path / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"iteration": 3, "losses/appr')
+    log = RunLogger(cfg, tmp_path, start_iteration=2)
+    log.log({"losses/approx_kl": 0.3}, iteration=3)
+    log.close()
+    assert [r["iteration"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3]
     # Non-main processes write nothing.
     RunLogger(cfg, tmp_path / "other", is_main=False).log({"a": 1.0}, iteration=1)
     assert not (tmp_path / "other").exists()

@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..jsonl import JsonlError, iter_jsonl
 from ..scoring import MULTIPLE_CHOICE_TYPES, TASKS
 from .questions import Question
 
@@ -53,13 +54,10 @@ def load_vsibench_rows(path: str | Path) -> list[dict]:
         if not isinstance(raw, list):
             raise VSIBenchRowError(f"{path}: a .json rows file must hold a list of row objects (or {{'rows': [...]}}), got {type(raw).__name__}")
     elif suffix == ".jsonl":
-        raw = []
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if line.strip():
-                try:
-                    raw.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise VSIBenchRowError(f"{path}:{n}: not valid JSON ({e.msg})") from e
+        try:
+            raw = [row for _, row in iter_jsonl(path)]
+        except JsonlError as e:
+            raise VSIBenchRowError(str(e)) from e
     else:
         raise VSIBenchRowError(f"{path}: unknown rows format {suffix!r}; use .parquet, .json or .jsonl")
     return [validate_row(row, where=f"{path.name} row {i}") for i, row in enumerate(raw)]
