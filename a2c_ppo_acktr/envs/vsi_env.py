@@ -154,6 +154,8 @@ class VSIEnv(gym.Env):
             scene = options["scene"]
             if not isinstance(scene, Scene):
                 raise TypeError(f"options['scene'] must be a Scene, got {type(scene).__name__}")
+            # Keyed by identity: the cache entry holds the scene, so its id() cannot be reused by
+            # another object while the entry exists; an edited scene needs a new Scene object.
             return ("given", scene.scene_id), *self._cached(("given", id(scene)), lambda: scene)
         src = self.cfg.scene_source
         if src == "procedural":
