@@ -122,6 +122,8 @@ class RolloutStats:
     turns: int = 0
     reward_sum: float = 0.0
     temperature_sum: float = 0.0
+    act_seconds: float = 0.0  # policy.act (processor, generate, log-probs)
+    env_seconds: float = 0.0  # envs.step (parsing, moving, rendering, resets)
 
 
 def _truncated_values(policy, infos: list[dict], truncated: np.ndarray) -> Optional[torch.Tensor]:
@@ -144,9 +146,13 @@ def collect_rollout(policy, envs, storage, observations: list[dict], num_steps: 
     """
     stats = RolloutStats()
     for _ in range(num_steps):
+        t0 = time.perf_counter()
         with torch.no_grad():
             act = policy.act(observations)
+        t1 = time.perf_counter()
         observations, rewards, terminated, truncated, infos = envs.step(act.texts)
+        stats.act_seconds += t1 - t0
+        stats.env_seconds += time.perf_counter() - t1
         terminated, truncated = np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool)
         group_ids = [info["group_id"] for info in infos] if all("group_id" in i for i in infos) else None
         storage.insert(act, rewards, terminated, truncated, final_values=_truncated_values(policy, infos, truncated), group_ids=group_ids)
@@ -458,6 +464,7 @@ def run_training(cfg: RunConfig) -> Path:
             with _timed(timings, "update"):
                 update_metrics = update_policy(run, it)
             timings["time/iteration"] = timings["time/collect"] + timings["time/advantages"] + timings["time/update"]
+            timings["time/collect_act"], timings["time/collect_env"] = stats.act_seconds, stats.env_seconds
             metrics = iteration_metrics(run, stats, update_metrics, lrs, it)
             log.log({**metrics, **timings}, iteration=it + 1)
             bar.set_postfix(score=f"{metrics['rollout/episode_score_mean']:.3f}", kl=f"{metrics['losses/approx_kl']:.2e}")

@@ -35,7 +35,7 @@ def main() -> None:
         run_training(cfg)
         wall = time.perf_counter() - start
         rows = read_metrics(f"{out}/metrics.jsonl")
-    keys = ["time/collect", "time/advantages", "time/update", "time/checkpoint", "time/iteration"]
+    keys = ["time/collect", "time/collect_act", "time/collect_env", "time/advantages", "time/update", "time/checkpoint", "time/iteration"]
     print(f"preset={args.preset} envs={cfg.rollout.num_envs} steps={cfg.rollout.num_steps} "
           f"max_new_tokens={cfg.model.max_new_tokens} threads={args.threads} iterations={len(rows)} wall={wall:.1f}s (incl. model load)")
     print(f"{'phase':<18}{'first (s)':>11}{'mean rest (s)':>15}{'min rest (s)':>14}")

@@ -31,6 +31,8 @@ REQUIRED_KEYS = (
     "charts/learning_rate",
     "charts/temperature_mean",
     "time/collect",
+    "time/collect_act",
+    "time/collect_env",
     "time/advantages",
     "time/update",
     "time/checkpoint",
@@ -93,6 +95,9 @@ def test_two_iterations_write_metrics_config_and_checkpoint(runs):
         # The rollout/update agreement invariant (DESIGN.md): ratio 1 on the first minibatch.
         assert row["debug/first_minibatch_ratio_max_dev"] < 1e-4
         assert row["losses/skipped_minibatches"] == 0
+        # act and env stepping are parts of collect (the rest: storage inserts, bootstrap values).
+        assert 0 < row["time/collect_act"] and 0 < row["time/collect_env"]
+        assert row["time/collect_act"] + row["time/collect_env"] <= row["time/collect"]
     # Episodes of at most 2 turns end within 2 iterations of 2 steps x 2 envs.
     assert sum(r["rollout/episodes"] for r in rows) >= 2
     # Cosine schedule spans ppo.num_iterations=4 even though this invocation stopped after 2.
