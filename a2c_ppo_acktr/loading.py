@@ -19,8 +19,9 @@ from a2c_ppo_acktr.arguments import ModelConfig
 
 TINY_PREFIX = "tiny:"
 
-# model_type -> family name used across the package. Qwen families are tested on tiny models;
-# LLaVA-style types load through the same Auto classes and are allowed through untested on CPU.
+# model_type -> family name used across the package. Qwen2/2.5/3-VL and LLaVA (``llava``) are tested
+# on tiny models on CPU (``tiny:<family>``); LLaVA-OneVision loads through the same Auto classes and
+# is allowed through untested. No real checkpoint of any family is tested here (no GPU, no downloads).
 SUPPORTED_FAMILIES: dict[str, str] = {
     "qwen2_vl": "qwen2_vl",
     "qwen2_5_vl": "qwen2_5_vl",
@@ -29,8 +30,9 @@ SUPPORTED_FAMILIES: dict[str, str] = {
     "llava_onevision": "llava_onevision",
 }
 
-# Special tokens the Qwen processors insert around images/videos; generating one is never valid.
-_VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>")
+# Special tokens the processors insert for images/videos (Qwen's, then LLaVA's); generating one is
+# never valid. Tokens a tokenizer does not know are skipped.
+_VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<image>", "<video>")
 
 
 class ModelLoadError(RuntimeError):
@@ -123,7 +125,7 @@ def detect_family(model_type: str) -> str:
     if model_type not in SUPPORTED_FAMILIES:
         raise ModelLoadError(
             f"model_type {model_type!r} is not supported; supported model types: {sorted(SUPPORTED_FAMILIES)} "
-            "(Qwen2-VL, Qwen2.5-VL, Qwen3-VL; LLaVA / LLaVA-OneVision untested)"
+            "(Qwen2-VL, Qwen2.5-VL, Qwen3-VL and LLaVA are tested on tiny CPU models; LLaVA-OneVision is accepted untested)"
         )
     return SUPPORTED_FAMILIES[model_type]
 
@@ -178,10 +180,13 @@ def set_pixel_budget(processor, min_pixels: Optional[int], max_pixels: Optional[
         sub = getattr(processor, name, None)
         if sub is None:
             continue
-        size = dict(getattr(sub, "size", None) or {})
-        if "shortest_edge" not in size and "longest_edge" not in size:
+        size = {k: v for k, v in dict(getattr(sub, "size", None) or {}).items() if v is not None}
+        # A pixel budget is Qwen-VL's {shortest_edge: min pixels, longest_edge: max pixels}; CLIP's
+        # (LLaVA's) lone shortest_edge is an edge length in pixels, not a pixel count.
+        if "shortest_edge" not in size or "longest_edge" not in size:
             raise ModelLoadError(
-                f"{type(sub).__name__} has no min/max pixel budget (size={size}); unset model.min_pixels/max_pixels for this model"
+                f"{type(sub).__name__} has no min/max pixel budget (size={size}, not Qwen-VL's shortest_edge/longest_edge "
+                "pixel counts); unset model.min_pixels/max_pixels for this model"
             )
         if min_pixels is not None:
             size["shortest_edge"] = int(min_pixels)
@@ -237,9 +242,9 @@ def load_vlm(cfg: ModelConfig) -> LoadedVLM:
 def forbidden_token_ids(processor, vocab_size: Optional[int] = None, allowed: Iterable[int] = ()) -> list[int]:
     """Token ids a policy must never generate.
 
-    These are the vision placeholders and every other special token except the end-of-turn
-    token (``eos``, ``<|im_end|>`` for Qwen) plus, when ``vocab_size`` (the model's embedding
-    rows) is larger than the tokenizer, the unused padding rows. A random tiny model samples
+    These are the vision placeholders (Qwen's ``<|image_pad|>``..., LLaVA's ``<image>``) and every
+    other special token except the end-of-turn token (``eos``, ``<|im_end|>`` for Qwen) plus, when
+    ``vocab_size`` (the model's embedding rows) is larger than the tokenizer, the unused padding rows. A random tiny model samples
     ``<|image_pad|>`` readily, and a sampled placeholder breaks the next forward (image-token
     count mismatch); the same list must mask the training forward so log-probs agree.
 

@@ -21,7 +21,9 @@ Batch layout of the training forward: ``[left-padded prompt | generated ids righ
 attention mask covers both paddings, and ``logits_to_keep = R + 1`` makes ``lm_head`` see exactly the
 last prompt token and the generated positions: position 0 of its input is the last prompt token
 (value, temperature), positions ``0..R-1`` predict the R generated tokens. Images are re-processed
-from the raw arrays; the resulting prompt ids are checked against the rollout's.
+from the raw arrays; the resulting prompt ids are checked against the rollout's. Qwen-VL models derive
+their M-RoPE positions from the attention mask; other families (LLaVA) are given generate's
+positions explicitly (:data:`MASK_POSITION_FAMILIES`).
 
 The reference policy for the KL penalty is the same network with the adapter disabled
 (``peft``'s ``disable_adapter``): no second copy. ``train_vision`` modules are trained through
@@ -66,6 +68,14 @@ VISION_MODULES: dict[str, dict[str, list[str]]] = {
     "llava": {"projector": ["multi_modal_projector"], "tower": ["vision_tower", "multi_modal_projector"]},
     "llava_onevision": {"projector": ["multi_modal_projector"], "tower": ["vision_tower", "multi_modal_projector"]},
 }
+
+# Families whose forward derives its (M-RoPE) positions from the attention mask itself. The others
+# (LLaVA: plain RoPE in a Llama/Qwen2 text model) number positions from column 0 unless told, while
+# generate numbers them from each row's first real token. Plain RoPE attention depends only on
+# position differences, so the shift changes a left-padded row only by rounding (measured ~1e-6 on
+# the tiny model), but not for RoPE scalings that depend on the largest position (``dynamic``):
+# the training forward is given generate's positions and computes exactly what the rollout did.
+MASK_POSITION_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
 
 
 @dataclass
@@ -298,6 +308,15 @@ class VLMPolicy(nn.Module):
         enc = self.processor(text=list(texts), images=flat or None, padding=True, return_tensors="pt")
         return {k: v.to(self.device) for k, v in enc.items()}
 
+    def _with_positions(self, inputs: dict[str, Tensor]) -> dict[str, Tensor]:
+        """``inputs`` plus generate's ``position_ids`` (real tokens before each one, from 0; 0 on
+        padding) for families outside :data:`MASK_POSITION_FAMILIES`; Qwen-VL inputs are unchanged."""
+        if self.family in MASK_POSITION_FAMILIES:
+            return inputs
+        mask = inputs["attention_mask"]
+        positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+        return {**inputs, "position_ids": positions}
+
     def _forward_turns(
         self,
         enc: dict[str, Tensor],
@@ -323,6 +342,7 @@ class VLMPolicy(nn.Module):
         inputs["attention_mask"] = torch.cat([enc["attention_mask"], resp_mask.to(enc["attention_mask"].dtype)], dim=1)
         if "mm_token_type_ids" in enc:  # generated tokens are text
             inputs["mm_token_type_ids"] = torch.cat([enc["mm_token_type_ids"], torch.zeros_like(resp, dtype=enc["mm_token_type_ids"].dtype)], dim=1)
+        inputs = self._with_positions(inputs)
         with self._catch_lm_head_input() as caught:
             out = self.model(**inputs, use_cache=False, logits_to_keep=R + 1)
         hidden = caught[0][:, 0]  # the last prompt token (left padding: index P-1 in every row)
@@ -380,7 +400,7 @@ class VLMPolicy(nn.Module):
         texts, images = self._prompts_and_images(observations, blind)
         enc = self._encode(texts, images)
         with self._eval_mode(), self._catch_lm_head_input() as caught:
-            self.model(**enc, use_cache=False, logits_to_keep=1)
+            self.model(**self._with_positions(enc), use_cache=False, logits_to_keep=1)
         return self._values(caught[0][:, -1]).float().cpu()
 
     def _trim(self, row: Tensor) -> Tensor:

@@ -1,16 +1,17 @@
 """Offline tiny vision-language models: random weights, a real tokenizer, a real processor.
 
 Tests and the CPU demo need a VLM that loads through exactly the same code as Qwen2-VL,
-Qwen2.5-VL and Qwen3-VL checkpoints (``AutoModelForImageTextToText`` + ``AutoProcessor``) but
-builds in seconds without a hub. This module makes one per family:
+Qwen2.5-VL, Qwen3-VL and LLaVA checkpoints (``AutoModelForImageTextToText`` + ``AutoProcessor``)
+but builds in seconds without a hub. This module makes one per family (:data:`FAMILIES`):
 
 - the family's own config class at tiny sizes, weights random but deterministic in ``seed``;
 - a byte-level BPE tokenizer trained offline (``tokenizers``) on this project's prompt and
   answer vocabulary, so a tiny model can write the JSON action format in few tokens, carrying
   the Qwen special tokens at the end of the vocabulary (as the real checkpoints do) and a Qwen
-  chat template;
+  chat template (LLaVA: plus ``<image>``, which its template uses as the image placeholder);
 - the family's processor with a very small pixel budget (a 224x224 frame becomes 4 image
-  tokens), so a forward pass takes milliseconds.
+  tokens; LLaVA's CLIP processor crops every frame to 28x28, also 4 tokens), so a forward pass
+  takes milliseconds.
 
 ``tiny_model_dir(family, seed)`` builds once into a cache directory whose name carries a hash
 of everything that defines the model, so editing the corpus or sizes invalidates old builds.
@@ -34,7 +35,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
-FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+QWEN_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+LLAVA_FAMILIES = ("llava",)  # CLIP vision tower + MLP projector + Llama text model
+FAMILIES = QWEN_FAMILIES + LLAVA_FAMILIES
 
 # Bump when the build procedure changes in a way the spec hash below does not capture.
 TINY_VERSION = "2"
@@ -130,6 +133,8 @@ def tiny_spec(family: str) -> TinySpec:
         ValueError: ``family`` is not one of :data:`FAMILIES`.
     """
     _check_family(family)
+    if family in LLAVA_FAMILIES:
+        return TinySpec(family=family)  # text and vision widths as the Qwen ones; see LLAVA_IMAGE_SIZE
     if family == "qwen2_vl":
         return TinySpec(family=family, vision_depth=1)
     if family == "qwen2_5_vl":
@@ -325,6 +330,8 @@ def build_tokenizer(spec: TinySpec, corpus: Sequence[str]):
         errors="replace",
     )
     hf_tok.chat_template = CHAT_TEMPLATE
+    if spec.family in LLAVA_FAMILIES:
+        add_llava_tokens(hf_tok)
     return hf_tok
 
 
@@ -341,6 +348,8 @@ def build_config(spec: TinySpec, tokenizer):
     """The family's ``PretrainedConfig`` at tiny sizes with the tokenizer's special-token ids."""
     ids = _token_ids(tokenizer)
     vocab = -(-len(tokenizer) // spec.vocab_multiple) * spec.vocab_multiple
+    if spec.family in LLAVA_FAMILIES:
+        return build_llava_config(spec, tokenizer, vocab)
     if sum(spec.mrope_section) * 2 != spec.head_dim:
         raise ValueError(f"mrope_section {spec.mrope_section} must sum to head_dim/2 = {spec.head_dim // 2}")
     text = dict(
@@ -471,6 +480,8 @@ def pretrain_reply_format(model, tokenizer, spec: TinySpec, corpus: Sequence[str
 
 def build_processor(spec: TinySpec, tokenizer):
     """The family's processor with the tiny pixel budget."""
+    if spec.family in LLAVA_FAMILIES:
+        return build_llava_processor(tokenizer)
     from transformers import Qwen2VLImageProcessor
 
     size = {"shortest_edge": spec.min_pixels, "longest_edge": spec.max_pixels}
@@ -491,6 +502,100 @@ def build_processor(spec: TinySpec, tokenizer):
     else:
         from transformers import Qwen2_5_VLProcessor as proc_cls
     return proc_cls(image_processor=image, tokenizer=tokenizer, video_processor=video, chat_template=CHAT_TEMPLATE)
+
+
+# --------------------------------------------------------------------------- LLaVA
+# A 28x28 crop is 2x2 CLIP patches of 14 pixels: 4 image tokens per frame after the "default"
+# feature selection drops the CLS token (the Qwen tiny models also give 4 tokens per frame).
+LLAVA_IMAGE_SIZE = 28
+LLAVA_IMAGE_TOKEN = "<image>"
+_QWEN_IMAGE_PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"
+_QWEN_VIDEO_PLACEHOLDER = "<|vision_start|><|video_pad|><|vision_end|>"
+
+
+def llava_chat_template() -> str:
+    """The Qwen chat template with LLaVA's ``<image>`` placeholder (expanded by ``LlavaProcessor``).
+
+    Turns, roles and the generation prompt are the Qwen ones, so ``prompts.render_prompt``, the SFT
+    collator and the reply-format pretraining treat both families alike. LLaVA takes no videos.
+    """
+    for placeholder in (_QWEN_IMAGE_PLACEHOLDER, _QWEN_VIDEO_PLACEHOLDER):
+        if CHAT_TEMPLATE.count(placeholder) != 1:
+            raise RuntimeError(f"CHAT_TEMPLATE no longer holds {placeholder!r} once; update llava_chat_template")
+    return CHAT_TEMPLATE.replace(_QWEN_IMAGE_PLACEHOLDER, LLAVA_IMAGE_TOKEN).replace(
+        _QWEN_VIDEO_PLACEHOLDER, "{{ raise_exception('the tiny LLaVA model takes images, not videos') }}"
+    )
+
+
+def add_llava_tokens(tokenizer) -> None:
+    """Add ``<image>`` after the Qwen special tokens (as llava-hf checkpoints append it) and switch
+    to the LLaVA chat template, in place."""
+    tokenizer.add_tokens([LLAVA_IMAGE_TOKEN], special_tokens=True)
+    tokenizer.chat_template = llava_chat_template()
+
+
+def build_llava_config(spec: TinySpec, tokenizer, vocab_size: int):
+    """``LlavaConfig``: a tiny CLIP vision tower, the 2-layer MLP projector, a tiny Llama text model."""
+    from transformers import LlavaConfig
+
+    ids = _token_ids(tokenizer)
+    image_id = tokenizer.convert_tokens_to_ids(LLAVA_IMAGE_TOKEN)
+    if image_id is None or image_id == tokenizer.unk_token_id:
+        raise RuntimeError(f"tiny LLaVA tokenizer lacks {LLAVA_IMAGE_TOKEN!r}; the build is broken")
+    vision = dict(
+        model_type="clip_vision_model",
+        hidden_size=spec.vision_hidden_size,
+        intermediate_size=spec.vision_intermediate_size,
+        num_hidden_layers=spec.vision_depth,
+        num_attention_heads=spec.vision_num_heads,
+        image_size=LLAVA_IMAGE_SIZE,
+        patch_size=spec.patch_size,
+        projection_dim=spec.vision_hidden_size,
+    )
+    text = dict(
+        model_type="llama",
+        vocab_size=vocab_size,
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_hidden_layers,
+        num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads,
+        max_position_embeddings=spec.max_position_embeddings,
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
+        tie_word_embeddings=False,
+    )
+    return LlavaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_index=image_id,
+        image_seq_length=(LLAVA_IMAGE_SIZE // spec.patch_size) ** 2,
+        vision_feature_select_strategy="default",
+        # The last layer (real LLaVA takes the second to last): every tower weight is on the path.
+        vision_feature_layer=-1,
+        tie_word_embeddings=False,
+    )
+
+
+def build_llava_processor(tokenizer):
+    """``LlavaProcessor`` with a (torchvision-backed) CLIP image processor that resizes and
+    centre-crops every frame to ``LLAVA_IMAGE_SIZE`` pixels."""
+    from transformers import CLIPImageProcessor, LlavaProcessor
+
+    spec = tiny_spec("llava")
+    image = CLIPImageProcessor(
+        size={"shortest_edge": LLAVA_IMAGE_SIZE}, crop_size={"height": LLAVA_IMAGE_SIZE, "width": LLAVA_IMAGE_SIZE}
+    )
+    return LlavaProcessor(
+        image_processor=image,
+        tokenizer=tokenizer,
+        patch_size=spec.patch_size,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,  # CLIP's CLS token, which "default" then drops
+        image_token=LLAVA_IMAGE_TOKEN,
+        chat_template=llava_chat_template(),
+    )
 
 
 # --------------------------------------------------------------------------- build + cache
@@ -642,7 +747,7 @@ def tiny_model_dir(family: str, cache_dir: Optional[str | os.PathLike] = None, *
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """CLI: build a tiny model into ``--out`` (or the cache when ``--out`` is omitted)."""
-    parser = argparse.ArgumentParser(description="Build an offline tiny Qwen-VL model, tokenizer and processor.")
+    parser = argparse.ArgumentParser(description="Build an offline tiny VLM (Qwen-VL or LLaVA family), tokenizer and processor.")
     parser.add_argument("--family", choices=FAMILIES, default="qwen2_5_vl")
     parser.add_argument("--out", default=None, help="output directory (default: the tiny cache, printed)")
     parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed")

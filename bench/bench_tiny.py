@@ -64,7 +64,7 @@ def main() -> None:
             load_s = time.perf_counter() - t0
         model, processor = loaded.model, loaded.processor
         params = sum(p.numel() for p in model.parameters())
-        vision = sum(p.numel() for n, p in model.named_parameters() if "visual" in n)
+        vision = sum(p.numel() for n, p in model.named_parameters() if any(k in n for k in ("visual", "vision_tower", "multi_modal_projector")))
         batch = _batch(processor, [(1, "How many chairs are in this room? Look at every frame."), (1, "Count.")], frames)
         big = _batch(processor, [(9, "Question: How many chairs are in this room?\nAnswer with a single number.")], frames)
         bad = forbidden_token_ids(processor, model.config.get_text_config().vocab_size)

@@ -1,0 +1,287 @@
+"""LLaVA on the tiny offline ``llava`` model: loading, the policy's rollout/update invariants, what
+trains, and one SFT run. Numbers are checked against invariants (ratio 1, KL 0, weights that must
+or must not move), as for Qwen in test_policy.py and test_sft.py."""
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from a2c_ppo_acktr import prompts, tiny
+from a2c_ppo_acktr.algo.ppo import PPO
+from a2c_ppo_acktr.arguments import ModelConfig, PPOConfig
+from a2c_ppo_acktr.loading import LoadedVLM, ModelLoadError, load_processor, load_vlm
+from a2c_ppo_acktr.model import VLMPolicy
+from a2c_ppo_acktr.storage import RolloutStorage
+from SFT.data import IGNORE_INDEX, SFTCollator
+from test_sft import _obs, _write_rows
+
+NUM_ENVS, NUM_STEPS = 3, 2
+TOWER, PROJECTOR = "vision_tower", "multi_modal_projector"
+
+
+def _cfg(path, **over):
+    base = dict(model_path=path, device="cpu", max_new_tokens=10, value_head_hidden=16, temp_head_hidden=8, lora_r=4, lora_alpha=8)
+    return ModelConfig(**{**base, **over})
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def llava_path(tiny_family_path) -> str:
+    return tiny_family_path("llava")
+
+
+@pytest.fixture(scope="module")
+def loaded(llava_path) -> LoadedVLM:
+    return load_vlm(_cfg(llava_path))
+
+
+def _policy(loaded, **over) -> VLMPolicy:
+    fresh = LoadedVLM(model=copy.deepcopy(loaded.model), processor=loaded.processor, family=loaded.family, path=loaded.path)
+    torch.manual_seed(0)  # same head and LoRA initialisation for every fresh policy
+    return VLMPolicy(_cfg(loaded.path, **over), fresh)
+
+
+def _observations(rng, step):
+    """Unequal prompt lengths and 1-3 images of different sizes and aspect ratios per env."""
+    words = ["How many chairs are in the room?", "What is the distance between the bed and the sofa in meters?", "Which is closer?"]
+    return [
+        {"images": [rng.integers(0, 256, (28 + 8 * k, 36, 3), dtype=np.uint8) for k in range(1 + (n + step) % 3)],
+         "text": words[n] + " turn " * (step + n)}
+        for n in range(NUM_ENVS)
+    ]
+
+
+def _rollout(policy, seed=0):
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    st = RolloutStorage(NUM_STEPS, NUM_ENVS)
+    for t in range(NUM_STEPS):
+        act = policy.act(_observations(rng, t))
+        st.insert(act, torch.linspace(-1, 1, NUM_ENVS), torch.tensor([False, t == 1, False]), torch.zeros(NUM_ENVS))
+    st.compute_returns(policy.get_values(_observations(rng, NUM_STEPS)))
+    return st
+
+
+@pytest.fixture(scope="module")
+def storage(loaded) -> RolloutStorage:
+    """One rollout shared by the tests (every fresh policy starts from the same weights)."""
+    return _rollout(_policy(loaded))
+
+
+def _split_state(policy):
+    frozen, lora, heads = {}, {}, {}
+    for name, p in policy.named_parameters():
+        t = p.detach().clone()
+        if "lora_" in name:
+            lora[name] = t
+        elif name.startswith(("value_head", "temp_predictor")):
+            heads[name] = t
+        else:
+            frozen[name] = t
+    return frozen, lora, heads
+
+
+# ----------------------------------------------------------------------------- the tiny model
+def test_tiny_llava_is_a_real_llava_and_leaves_qwen_cache_keys_alone(loaded, capsys):
+    from transformers import LlavaForConditionalGeneration
+
+    assert loaded.family == "llava" and isinstance(loaded.model, LlavaForConditionalGeneration)
+    assert loaded.model.config.text_config.model_type == "llama"
+    assert loaded.model.config.vision_config.model_type == "clip_vision_model"
+    assert "llava" in tiny.FAMILIES and "llava" not in tiny.QWEN_FAMILIES
+    keys = {f: tiny.spec_hash(f, 0) for f in tiny.FAMILIES}
+    assert len(set(keys.values())) == len(keys)  # one cache directory per family
+    tiny.main(["--family", "llava"])  # the CLI (and so a build in a child process) takes LLaVA: cached, prints the dir
+    assert capsys.readouterr().out.strip() == loaded.path
+
+
+def test_processor_expands_each_image_and_forbids_placeholders(loaded):
+    proc, cfg = loaded.processor, loaded.model.config
+    tok = proc.tokenizer
+    assert tok.padding_side == "left"
+    image_id = cfg.image_token_id
+    assert tok.convert_tokens_to_ids("<image>") == image_id
+    obs = _observations(np.random.default_rng(0), 1)
+    texts = [prompts.render_prompt(proc, prompts.build_messages(o)) for o in obs]
+    assert [t.count("<image>") for t in texts] == [len(o["images"]) for o in obs]
+    assert all(t.endswith("<|im_start|>assistant\n") for t in texts)
+    enc = proc(text=texts, images=[im for o in obs for im in o["images"]], padding=True, return_tensors="pt")
+    per_row = (enc["input_ids"] == image_id).sum(1).tolist()
+    assert per_row == [cfg.image_seq_length * len(o["images"]) for o in obs]  # 4 tokens a frame, any frame size
+    assert enc["pixel_values"].shape[0] == sum(len(o["images"]) for o in obs)
+    assert (enc["attention_mask"][:, -1] == 1).all() and (enc["attention_mask"][:, 0] == 0).any()  # left padding
+    policy = _policy(loaded)
+    forbidden = set(policy.forbidden_ids.tolist())
+    assert image_id in forbidden and tok.convert_tokens_to_ids("<|im_end|>") not in forbidden
+    assert policy.pad_id == tok.pad_token_id and policy.eos_ids
+    # CLIP resizes to a fixed size: a Qwen-style pixel budget is refused with the fix, not misapplied.
+    with pytest.raises(ModelLoadError, match="unset model.min_pixels"):
+        load_processor(loaded.path, min_pixels=28 * 28, max_pixels=56 * 56)
+
+
+# ----------------------------------------------------------------------------- policy
+def test_first_minibatch_ratio_is_one_and_kl_zero(loaded, storage):
+    st = storage
+    assert len({len(p) for p in st.prompt_ids}) > 1 and max(len(im) for im in st.images) == 3
+    assert all(len(g) >= 1 for g in st.generated_ids)
+    policy = _policy(loaded)
+    # Positions as generate numbers them: from each row's first real token, whatever the padding.
+    enc = policy._encode(st.prompts[:NUM_ENVS], st.images[:NUM_ENVS])
+    positions = policy._with_positions(enc)["position_ids"]
+    assert positions[:, -1].tolist() == [len(p) - 1 for p in st.prompt_ids[:NUM_ENVS]]
+    assert (positions[enc["attention_mask"] == 0] == 0).all()
+    policy.train()
+    for mb in st.minibatches(2, torch.Generator().manual_seed(5)):  # a batch layout unlike act()'s
+        out = policy.evaluate_actions(mb, with_kl=True)
+        assert (out.log_probs - mb.old_log_probs).exp().sub(1).abs().max().item() < 1e-4
+        torch.testing.assert_close(out.values.detach(), mb.old_values, atol=1e-5, rtol=1e-5)
+        assert out.kl.abs().max().item() < 1e-6  # adapter-disabled reference == policy before any update
+
+
+def test_per_row_temperatures_score_alike_in_generate_and_recompute(loaded):
+    """A perturbed temperature head gives every row its own T; generate's log-probs, values and
+    tokens equal the training forward's (``recompute``) under those temperatures."""
+    policy = _policy(loaded, temperature=0.8, min_temperature=0.3, max_temperature=2.0)
+    with torch.no_grad():
+        policy.temp_predictor.mlp[-1].weight.normal_(0.0, 1.0)
+    obs = _observations(np.random.default_rng(7), 1)
+    torch.manual_seed(3)
+    got = policy.act(obs)
+    assert got.temperatures.unique().numel() == NUM_ENVS
+    policy.cfg.rollout_log_probs = "recompute"
+    torch.manual_seed(3)
+    again = policy.act(obs)
+    assert [g.tolist() for g in again.generated_ids] == [g.tolist() for g in got.generated_ids]
+    torch.testing.assert_close(again.log_probs, got.log_probs, atol=1e-4, rtol=0)
+    torch.testing.assert_close(again.values, got.values, atol=1e-5, rtol=0)
+    torch.testing.assert_close(again.temperatures, got.temperatures, atol=1e-6, rtol=0)
+    torch.testing.assert_close(policy.get_values(obs), got.values, atol=1e-5, rtol=0)  # same hidden state
+
+
+def test_greedy_act_is_deterministic_and_never_emits_forbidden_ids(loaded):
+    policy = _policy(loaded, max_new_tokens=16)
+    obs = _observations(np.random.default_rng(3), 0)
+    a, b = policy.act(obs, greedy=True), policy.act(obs, greedy=True)
+    assert [g.tolist() for g in a.generated_ids] == [g.tolist() for g in b.generated_ids]
+    forbidden = set(policy.forbidden_ids.tolist())
+    for g in a.generated_ids:
+        assert not forbidden & set(g.tolist())
+        eos_at = [i for i, t in enumerate(g.tolist()) if t in policy.eos_ids]
+        assert eos_at in ([], [len(g) - 1])
+    # The batch decodes as each prompt would alone (left padding and positions do not leak).
+    alone = policy.act(obs[1:2], greedy=True)
+    assert alone.generated_ids[0].tolist() == a.generated_ids[1].tolist()
+
+
+def test_update_moves_language_lora_and_heads_only(loaded, storage):
+    policy = _policy(loaded)
+    frozen0, lora0, heads0 = _split_state(policy)
+    assert any(TOWER in n for n in frozen0) and any(PROJECTOR in n for n in frozen0)
+    assert lora0 and all("language_model" in n for n in lora0)  # LoRA on the language model only
+    opt = torch.optim.Adam(policy.trainable_parameters(), lr=1e-2)
+    out = PPO(policy, opt, PPOConfig(ppo_epochs=1, mini_batch_size=3, ent_coef=0.01), seed=0).update(storage)
+    assert out["debug/first_minibatch_ratio_max_dev"] < 1e-4
+    assert out["losses/kl_ref"] < 1e-6 and out["losses/skipped_minibatches"] == 0
+    frozen1, lora1, heads1 = _split_state(policy)
+    changed = [n for n in frozen0 if not torch.equal(frozen0[n], frozen1[n])]
+    assert not changed, f"frozen weights moved: {changed[:3]}"
+    unmoved = [n for n in lora0 if torch.equal(lora0[n], lora1[n])]
+    assert not unmoved, f"LoRA weights that did not move: {unmoved[:3]}"
+    for name in heads0:
+        if name != "temp_predictor.mlp.0.weight":  # behind a zero-initialised layer: no gradient on step one
+            assert not torch.equal(heads0[name], heads1[name]), f"head weight {name} did not move"
+    mb = next(storage.minibatches(3, torch.Generator().manual_seed(0)))
+    assert policy.evaluate_actions(mb, with_kl=True).kl.mean().item() > 0
+
+
+def test_train_vision_projector_trains_the_projector_only(loaded, storage):
+    policy = _policy(loaded, train_vision="projector")
+    trainable = {n for n, p in policy.named_parameters() if p.requires_grad}
+    assert any(PROJECTOR in n and "modules_to_save" in n for n in trainable)
+    assert not any(TOWER in n for n in trainable)
+    assert all(PROJECTOR in n or "lora_" in n or n.startswith(("value_head", "temp_predictor")) for n in trainable)
+    before = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    opt = torch.optim.Adam(policy.trainable_parameters(), lr=1e-2)
+    out = PPO(policy, opt, PPOConfig(ppo_epochs=1, mini_batch_size=3), seed=0).update(storage)
+    assert out["debug/first_minibatch_ratio_max_dev"] < 1e-4
+    after = dict(policy.named_parameters())
+    moved = {n for n in before if not torch.equal(before[n], after[n].detach())}
+    assert {n for n in moved if PROJECTOR in n} == {n for n in trainable if PROJECTOR in n}  # every projector copy weight
+    assert not any(TOWER in n or "original_module" in n for n in moved)  # tower and the reference's projector stay
+
+
+# ----------------------------------------------------------------------------- SFT
+def test_sft_collator_labels_only_the_reply(loaded):
+    proc = loaded.processor
+    tok = proc.tokenizer
+    rng = np.random.default_rng(1)
+    responses = [prompts.format_response("I count 3 chairs.", prompts.Answer("3")), prompts.format_response("Turn.", prompts.Move(-45.0, 1.0))]
+    observations = [_obs(rng, 1), _obs(rng, 2)]
+    rows = [{"messages": prompts.build_messages(o) + [prompts.assistant_message(r)], "images": o["images"]} for o, r in zip(observations, responses)]
+    batch = SFTCollator(proc, max_length=4096)(rows)
+    image_id = loaded.model.config.image_token_id
+    for i, (obs, resp) in enumerate(zip(observations, responses)):
+        rl = proc(text=[prompts.render_prompt(proc, prompts.build_messages(obs))], images=obs["images"], return_tensors="pt")
+        n = rl["input_ids"].shape[1]
+        assert torch.equal(batch["input_ids"][i, :n], rl["input_ids"][0])  # the policy's own prompt tokens
+        labelled = torch.nonzero(batch["labels"][i] != IGNORE_INDEX).flatten().tolist()
+        assert labelled == list(range(n, int(batch["attention_mask"][i].sum())))
+        assert tok.decode(batch["labels"][i, labelled]) == resp + "<|im_end|>"
+        assert (batch["input_ids"][i, :n] == image_id).sum() == 4 * len(obs["images"])
+    with torch.no_grad():
+        out = loaded.model(**batch)
+    targets = batch["labels"][:, 1:]
+    mask = targets != IGNORE_INDEX
+    manual = torch.nn.functional.cross_entropy(out.logits[:, :-1][mask].float(), targets[mask])
+    torch.testing.assert_close(out.loss, manual, atol=1e-5, rtol=0)
+
+
+def test_sft_steps_train_language_lora_and_warm_start_the_policy(loaded, tmp_path):
+    from a2c_ppo_acktr.arguments import load_config
+    from SFT.trainer import TRAIN_LOG, run_sft
+
+    rng = np.random.default_rng(6)
+    rows = [(_obs(rng, 1 + i % 2), prompts.format_response("Three chairs.", prompts.Answer("3"))) for i in range(4)]
+    (tmp_path / "data").mkdir()
+    _write_rows(tmp_path / "data", rows)
+    cfg = load_config(preset="debug", overrides={
+        "model": {"model_path": loaded.path, "device": "cpu"},
+        "sft": {"data_path": str(tmp_path / "data" / "train.jsonl"), "output_dir": str(tmp_path / "sft"), "max_steps": 2,
+                "per_device_batch_size": 2, "save_steps": 2, "logging_steps": 1, "lr": 1e-2, "warmup_ratio": 0.0},
+        "log": {"progress_bar": False},
+    })
+    model = copy.deepcopy(loaded.model)
+    original = {n: p.detach().clone() for n, p in model.named_parameters()}
+    adapter = run_sft(cfg, loaded=LoadedVLM(model=model, processor=loaded.processor, family=loaded.family, path=loaded.path))
+    log = [e for e in json.loads((tmp_path / "sft" / TRAIN_LOG).read_text()) if "loss" in e]
+    assert [e["step"] for e in log] == [1, 2] and all(np.isfinite(e["loss"]) for e in log)
+    trained = dict(model.named_parameters())  # peft injected LoRA into ``model`` in place
+    lora_b = [n for n in trained if "lora_B" in n]
+    assert lora_b and all("language_model" in n for n in lora_b)
+    assert all(trained[n].detach().abs().sum() > 0 for n in lora_b)  # B starts at zero: every one moved
+    base = {n.replace("base_model.model.", "").replace(".base_layer", ""): p for n, p in trained.items() if "lora_" not in n}
+    assert set(base) == set(original)
+    assert all(torch.equal(base[n].detach(), original[n]) for n in original)  # tower, projector, LM frozen
+    # Warm start: the adapter loads into the policy key for key and moves it off the reference.
+    policy = _policy(loaded, lora_r=cfg.model.lora_r, lora_alpha=cfg.model.lora_alpha)
+    policy.load_adapter(adapter)
+    obs = _observations(np.random.default_rng(2), 0)
+    act = policy.act(obs)
+    st = RolloutStorage(1, NUM_ENVS)
+    st.insert(act, torch.zeros(NUM_ENVS), torch.zeros(NUM_ENVS, dtype=torch.bool), torch.zeros(NUM_ENVS))
+    st.compute_returns(torch.zeros(NUM_ENVS))
+    mb = next(st.minibatches(NUM_ENVS, torch.Generator().manual_seed(0)))
+    with torch.no_grad():
+        out = policy.evaluate_actions(mb, with_kl=True)
+    assert (out.log_probs - mb.old_log_probs).abs().max().item() < 1e-4
+    assert out.kl.mean().item() > 1e-6
