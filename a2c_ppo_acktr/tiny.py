@@ -344,16 +344,10 @@ def _token_ids(tokenizer) -> dict[str, int]:
     return ids
 
 
-def build_config(spec: TinySpec, tokenizer):
-    """The family's ``PretrainedConfig`` at tiny sizes with the tokenizer's special-token ids."""
-    ids = _token_ids(tokenizer)
-    vocab = -(-len(tokenizer) // spec.vocab_multiple) * spec.vocab_multiple
-    if spec.family in LLAVA_FAMILIES:
-        return build_llava_config(spec, tokenizer, vocab)
-    if sum(spec.mrope_section) * 2 != spec.head_dim:
-        raise ValueError(f"mrope_section {spec.mrope_section} must sum to head_dim/2 = {spec.head_dim // 2}")
-    text = dict(
-        vocab_size=vocab,
+def _text_sizes(spec: TinySpec, vocab_size: int, ids: dict[str, int]) -> dict:
+    """The text model's sizes and special-token ids, shared by every family's text config."""
+    return dict(
+        vocab_size=vocab_size,
         hidden_size=spec.hidden_size,
         intermediate_size=spec.intermediate_size,
         num_hidden_layers=spec.num_hidden_layers,
@@ -364,6 +358,17 @@ def build_config(spec: TinySpec, tokenizer):
         eos_token_id=ids["<|im_end|>"],
         pad_token_id=ids["<|endoftext|>"],
     )
+
+
+def build_config(spec: TinySpec, tokenizer):
+    """The family's ``PretrainedConfig`` at tiny sizes with the tokenizer's special-token ids."""
+    ids = _token_ids(tokenizer)
+    vocab = -(-len(tokenizer) // spec.vocab_multiple) * spec.vocab_multiple
+    if spec.family in LLAVA_FAMILIES:
+        return build_llava_config(spec, tokenizer, vocab)
+    if sum(spec.mrope_section) * 2 != spec.head_dim:
+        raise ValueError(f"mrope_section {spec.mrope_section} must sum to head_dim/2 = {spec.head_dim // 2}")
+    text = _text_sizes(spec, vocab, ids)
     common = dict(
         image_token_id=ids["<|image_pad|>"],
         video_token_id=ids["<|video_pad|>"],
@@ -552,20 +557,7 @@ def build_llava_config(spec: TinySpec, tokenizer, vocab_size: int):
         patch_size=spec.patch_size,
         projection_dim=spec.vision_hidden_size,
     )
-    text = dict(
-        model_type="llama",
-        vocab_size=vocab_size,
-        hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.num_hidden_layers,
-        num_attention_heads=spec.num_attention_heads,
-        num_key_value_heads=spec.num_key_value_heads,
-        max_position_embeddings=spec.max_position_embeddings,
-        bos_token_id=ids["<|endoftext|>"],
-        eos_token_id=ids["<|im_end|>"],
-        pad_token_id=ids["<|endoftext|>"],
-        tie_word_embeddings=False,
-    )
+    text = dict(model_type="llama", **_text_sizes(spec, vocab_size, ids), tie_word_embeddings=False)
     return LlavaConfig(
         vision_config=vision,
         text_config=text,

@@ -3,7 +3,6 @@ trains, and one SFT run. Numbers are checked against invariants (ratio 1, KL 0, 
 or must not move), as for Qwen in test_policy.py and test_sft.py."""
 import copy
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,20 +10,16 @@ import torch
 
 from a2c_ppo_acktr import prompts, tiny
 from a2c_ppo_acktr.algo.ppo import PPO
-from a2c_ppo_acktr.arguments import ModelConfig, PPOConfig
+from a2c_ppo_acktr.arguments import PPOConfig
 from a2c_ppo_acktr.loading import LoadedVLM, ModelLoadError, load_processor, load_vlm
 from a2c_ppo_acktr.model import VLMPolicy
 from a2c_ppo_acktr.storage import RolloutStorage
 from SFT.data import IGNORE_INDEX, SFTCollator
+from test_policy import NUM_ENVS, NUM_STEPS, _cfg, _observations, _rollout
+from test_policy import _policy as _fresh_policy
 from test_sft import _obs, _write_rows
 
-NUM_ENVS, NUM_STEPS = 3, 2
 TOWER, PROJECTOR = "vision_tower", "multi_modal_projector"
-
-
-def _cfg(path, **over):
-    base = dict(model_path=path, device="cpu", max_new_tokens=10, value_head_hidden=16, temp_head_hidden=8, lora_r=4, lora_alpha=8)
-    return ModelConfig(**{**base, **over})
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -46,30 +41,7 @@ def loaded(llava_path) -> LoadedVLM:
 
 
 def _policy(loaded, **over) -> VLMPolicy:
-    fresh = LoadedVLM(model=copy.deepcopy(loaded.model), processor=loaded.processor, family=loaded.family, path=loaded.path)
-    torch.manual_seed(0)  # same head and LoRA initialisation for every fresh policy
-    return VLMPolicy(_cfg(loaded.path, **over), fresh)
-
-
-def _observations(rng, step):
-    """Unequal prompt lengths and 1-3 images of different sizes and aspect ratios per env."""
-    words = ["How many chairs are in the room?", "What is the distance between the bed and the sofa in meters?", "Which is closer?"]
-    return [
-        {"images": [rng.integers(0, 256, (28 + 8 * k, 36, 3), dtype=np.uint8) for k in range(1 + (n + step) % 3)],
-         "text": words[n] + " turn " * (step + n)}
-        for n in range(NUM_ENVS)
-    ]
-
-
-def _rollout(policy, seed=0):
-    rng = np.random.default_rng(seed)
-    torch.manual_seed(seed)
-    st = RolloutStorage(NUM_STEPS, NUM_ENVS)
-    for t in range(NUM_STEPS):
-        act = policy.act(_observations(rng, t))
-        st.insert(act, torch.linspace(-1, 1, NUM_ENVS), torch.tensor([False, t == 1, False]), torch.zeros(NUM_ENVS))
-    st.compute_returns(policy.get_values(_observations(rng, NUM_STEPS)))
-    return st
+    return _fresh_policy(loaded, loaded.path, **over)
 
 
 @pytest.fixture(scope="module")
