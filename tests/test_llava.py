@@ -15,7 +15,7 @@ from a2c_ppo_acktr.loading import LoadedVLM, ModelLoadError, load_processor, loa
 from a2c_ppo_acktr.model import VLMPolicy
 from a2c_ppo_acktr.storage import RolloutStorage
 from SFT.data import IGNORE_INDEX, SFTCollator
-from test_policy import NUM_ENVS, NUM_STEPS, _cfg, _observations, _rollout
+from test_policy import NUM_ENVS, NUM_STEPS, _cfg, _observations, _rollout, _split_state
 from test_policy import _policy as _fresh_policy
 from test_sft import _obs, _write_rows
 
@@ -50,21 +50,8 @@ def storage(loaded) -> RolloutStorage:
     return _rollout(_policy(loaded))
 
 
-def _split_state(policy):
-    frozen, lora, heads = {}, {}, {}
-    for name, p in policy.named_parameters():
-        t = p.detach().clone()
-        if "lora_" in name:
-            lora[name] = t
-        elif name.startswith(("value_head", "temp_predictor")):
-            heads[name] = t
-        else:
-            frozen[name] = t
-    return frozen, lora, heads
-
-
 # ----------------------------------------------------------------------------- the tiny model
-def test_tiny_llava_is_a_real_llava_and_leaves_qwen_cache_keys_alone(loaded, capsys):
+def test_tiny_llava_is_a_real_llava_with_its_own_cache_key(loaded, capsys):
     from transformers import LlavaForConditionalGeneration
 
     assert loaded.family == "llava" and isinstance(loaded.model, LlavaForConditionalGeneration)
