@@ -13,13 +13,14 @@ unless the process group is destroyed first (:func:`shutdown`).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 
@@ -164,6 +165,53 @@ def is_deepspeed(accelerator) -> bool:
     from accelerate.utils import DistributedType
 
     return accelerator.distributed_type == DistributedType.DEEPSPEED
+
+
+def zero_stage(policy: Any) -> int:
+    """The ZeRO stage of a prepared policy (0 when it is not a DeepSpeed engine)."""
+    stage = getattr(policy, "zero_optimization_stage", None)
+    return int(stage()) if callable(stage) else 0
+
+
+@contextlib.contextmanager
+def gathered_for_rollout(policy: Any) -> Iterator[None]:
+    """Hold the whole model on every rank for one rollout step (ZeRO-3); a no-op otherwise.
+
+    Under ZeRO-3 every forward all-gathers the partitioned weights and is therefore a collective:
+    ``generate`` would gather all weights once per decoded token, and ranks that decode different
+    numbers of tokens, or run a forward that another rank skips (the value of a truncated episode's
+    last observation), would fall out of step and hang. Inside this block the weights are gathered
+    once and the engine's partitioning hooks are removed, so forwards are local and may differ
+    between ranks; the hooks are restored on exit. The price is one full copy of the weights per
+    rank while the block runs (the same as ZeRO-2 holds all the time).
+
+    Args:
+        policy: the module as prepared by accelerate (a ``DeepSpeedEngine`` under DeepSpeed).
+    """
+    if zero_stage(policy) != 3:
+        yield
+        return
+    try:
+        from deepspeed.runtime.zero.stage3 import unwrap_model_for_generation
+    except ImportError as e:  # added in DeepSpeed 0.16
+        raise ConfigError("ZeRO-3 rollouts need deepspeed>=0.16 (deepspeed.runtime.zero.stage3.unwrap_model_for_generation); upgrade deepspeed or use dist.zero_stage=2") from e
+    with unwrap_model_for_generation(policy):
+        yield
+
+
+@contextlib.contextmanager
+def full_trainable(module: torch.nn.Module) -> Iterator[list[tuple[str, torch.nn.Parameter]]]:
+    """The trainable parameters by name, whole on every rank while the block runs (gathered from
+    their ZeRO-3 partitions, a collective every rank must enter; a no-op without partitioning)."""
+    params = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+    partitioned = [p for _, p in params if hasattr(p, "ds_id")]
+    if not partitioned:
+        yield params
+        return
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters(partitioned, modifier_rank=None):
+        yield params
 
 
 def reduce_mean(accelerator, metrics: Mapping[str, float]) -> dict[str, float]:

@@ -12,6 +12,8 @@ iterations + resume + 2 iterations, weight for weight.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import logging
 import math
@@ -20,7 +22,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, ContextManager, Iterator, Optional
 
 import numpy as np
 import torch
@@ -36,7 +38,7 @@ from .checkpoint import (
     restore_rng_state,
     save_pickle,
 )
-from .distributed import build_accelerator, gather_lists, is_deepspeed, reduce_mean
+from .distributed import build_accelerator, full_trainable, gather_lists, gathered_for_rollout, is_deepspeed, reduce_mean
 from .logger import RunLogger
 
 logger = logging.getLogger(__name__)
@@ -138,24 +140,33 @@ def _truncated_values(policy, infos: list[dict], truncated: np.ndarray) -> Optio
     return values
 
 
-def collect_rollout(policy, envs, storage, observations: list[dict], num_steps: int) -> tuple[list[dict], RolloutStats]:
+def collect_rollout(
+    policy, envs, storage, observations: list[dict], num_steps: int, gather: Callable[[], ContextManager] = contextlib.nullcontext
+) -> tuple[list[dict], RolloutStats]:
     """Step the envs ``num_steps`` times with the policy, filling ``storage``.
+
+    Args:
+        gather: context manager factory entered once per step around acting and the truncation
+            bootstrap (:func:`~a2c_ppo_acktr.distributed.gathered_for_rollout` under ZeRO-3: the
+            weights are gathered once per step, not once per decoded token, and forwards are local).
 
     Returns:
         The observations after the last step (the next rollout starts from them) and statistics.
     """
     stats = RolloutStats()
     for _ in range(num_steps):
-        t0 = time.perf_counter()
-        with torch.no_grad():
-            act = policy.act(observations)
-        t1 = time.perf_counter()
-        observations, rewards, terminated, truncated, infos = envs.step(act.texts)
-        stats.act_seconds += t1 - t0
-        stats.env_seconds += time.perf_counter() - t1
-        terminated, truncated = np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool)
+        with gather():
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                act = policy.act(observations)
+            t1 = time.perf_counter()
+            observations, rewards, terminated, truncated, infos = envs.step(act.texts)
+            stats.act_seconds += t1 - t0
+            stats.env_seconds += time.perf_counter() - t1
+            terminated, truncated = np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool)
+            final_values = _truncated_values(policy, infos, truncated)
         group_ids = [info["group_id"] for info in infos] if all("group_id" in i for i in infos) else None
-        storage.insert(act, rewards, terminated, truncated, final_values=_truncated_values(policy, infos, truncated), group_ids=group_ids)
+        storage.insert(act, rewards, terminated, truncated, final_values=final_values, group_ids=group_ids)
         for info in infos:
             stats.valid += int(bool(info.get("valid", False)))
             if "episode" in info:
@@ -193,13 +204,12 @@ def param_rank_max_dev(accelerator, module: torch.nn.Module) -> float:
     """
     if accelerator.num_processes == 1:
         return 0.0
-    with torch.no_grad():
+    with torch.no_grad(), full_trainable(module) as params:
         sums = torch.zeros(2, dtype=torch.float64, device=accelerator.device)
-        for p in module.parameters():
-            if p.requires_grad:
-                x = p.detach().to(torch.float64)
-                sums[0] += x.sum()
-                sums[1] += (x * x).sum()
+        for _, p in params:
+            x = p.detach().to(torch.float64)
+            sums[0] += x.sum()
+            sums[1] += (x * x).sum()
     gathered = accelerator.gather(sums.reshape(1, 2))  # (num_processes, 2)
     return float((gathered - gathered[0]).abs().max())
 
@@ -406,10 +416,11 @@ def compute_advantages(policy, storage, observations: list[dict], cfg: PPOConfig
 def update_policy(run: _Run, iteration: int) -> dict[str, float]:
     """PPO epochs over the rollout, then make room for the next one and advance the lr schedule."""
     metrics = run.ppo.update(run.storage)
-    if metrics.get("losses/skipped_minibatches", 0.0) > 0:
+    if metrics.get("losses/skipped_minibatches", 0.0) > 0 or metrics.get("optim/skipped_windows", 0.0) > 0:
         logger.warning(
-            "iteration %d: %d minibatch(es) skipped for a non-finite loss or gradient (see losses/skipped_minibatches)",
-            iteration + 1, int(metrics["losses/skipped_minibatches"]),
+            "iteration %d: %d minibatch(es) skipped for a non-finite loss, %d accumulation window(s) without an optimizer step "
+            "(see losses/skipped_minibatches, optim/skipped_windows)",
+            iteration + 1, int(metrics.get("losses/skipped_minibatches", 0)), int(metrics.get("optim/skipped_windows", 0)),
         )
     run.storage.after_update()
     run.scheduler.step()
@@ -458,8 +469,9 @@ def run_training(cfg: RunConfig) -> Path:
             timings: dict[str, float] = {"time/checkpoint": checkpoint_seconds}
             lrs = [g["lr"] for g in run.optimizer.param_groups]  # the rates this iteration trains with
             with _timed(timings, "collect"):
-                run.observations, stats = collect_rollout(run.module, run.envs, run.storage, run.observations, cfg.rollout.num_steps)
-            with _timed(timings, "advantages"):
+                gather = functools.partial(gathered_for_rollout, run.policy)
+                run.observations, stats = collect_rollout(run.module, run.envs, run.storage, run.observations, cfg.rollout.num_steps, gather)
+            with _timed(timings, "advantages"), gathered_for_rollout(run.policy):
                 compute_advantages(run.module, run.storage, run.observations, cfg.ppo)
             with _timed(timings, "update"):
                 update_metrics = update_policy(run, it)

@@ -82,4 +82,5 @@ exec "$PYTHON" -m accelerate.commands.launch \
   --machine_rank "$MACHINE_RANK" \
   --main_process_ip "$MAIN_ADDR" \
   --main_process_port "$PORT" \
+  --deepspeed_multinode_launcher standard \
   "${args[@]}"

@@ -128,11 +128,14 @@ _calls = [0]
 
 
 def _spy(accelerator, module):
-    """After each update: hash every trainable tensor of this process into HASH_DIR."""
+    """After each update: hash every trainable tensor of this process into HASH_DIR (whole tensors:
+    gathered from their ZeRO-3 partitions)."""
+    from a2c_ppo_acktr.distributed import full_trainable
+
     _calls[0] += 1
     h = hashlib.sha256()
-    for name, p in sorted(module.named_parameters()):
-        if p.requires_grad:
+    with full_trainable(module) as params:
+        for name, p in sorted(params, key=lambda np: np[0]):
             h.update(name.encode())
             h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
     out = Path(os.environ["HASH_DIR"]) / f"rank{accelerator.process_index}_call{_calls[0]}.sha256"
@@ -186,7 +189,8 @@ def _torchrun(nproc: int = 2) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_deepspeed_zero2_two_processes_identical_and_resumable(tmp_path):
-    ds = ["--dist.zero_stage", "2", "--dist.deepspeed_config", str(DS_JSON), "--ppo.num_iterations", "3"]
+    # 2 minibatches per iteration (2 envs x 2 steps / 2), accumulated into one optimizer step.
+    ds = ["--dist.zero_stage", "2", "--dist.deepspeed_config", str(DS_JSON), "--ppo.num_iterations", "3", "--ppo.grad_accum_steps", "2"]
     # Uninterrupted: 3 iterations.
     _launch(_torchrun(), tmp_path / "full" / "out", tmp_path / "full" / "h", ds)
     full0, full1 = _hashes(tmp_path / "full" / "h", 0), _hashes(tmp_path / "full" / "h", 1)
@@ -194,6 +198,7 @@ def test_deepspeed_zero2_two_processes_identical_and_resumable(tmp_path):
     assert len(set(full0)) == 3, "weights did not change between updates"
     rows = [json.loads(line) for line in (tmp_path / "full" / "out" / "metrics.jsonl").read_text().splitlines()]
     assert [r["debug/param_rank_max_dev"] for r in rows] == [0.0, 0.0, 0.0]
+    assert [r["optim/steps"] for r in rows] == [1.0, 2.0, 3.0], "one optimizer step per accumulation window"
     ckpt = tmp_path / "full" / "out" / "checkpoints" / "checkpoint-000003"
     assert sorted(p.name for p in (ckpt / "deepspeed" / "state").glob("zero_pp_rank_*_optim_states.pt")) == [
         "zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt"]
@@ -203,6 +208,101 @@ def test_deepspeed_zero2_two_processes_identical_and_resumable(tmp_path):
     _launch(_torchrun(), split / "out", split / "h2", ds + ["--resume", "auto"])
     assert _hashes(split / "h1", 0) == full0[:2]
     assert _hashes(split / "h2", 0) == _hashes(split / "h2", 1) == full0[2:]
+    resumed = [json.loads(line) for line in (split / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["optim/steps"] for r in resumed] == [1.0, 2.0, 3.0], "the step count must survive a resume"
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_deepspeed_zero3_two_processes_identical_and_resumable(tmp_path):
+    """ZeRO-3 with every weight really partitioned (threshold 0): rollouts gather once per step
+    (ranks decode different lengths and bootstrap truncations independently without hanging),
+    ranks stay identical, and 2 iterations + resume + 1 equal 3."""
+    ds_json = json.loads(DS3_JSON.read_text())
+    ds_json["zero_optimization"]["stage3_param_persistence_threshold"] = 0
+    path = tmp_path / "zero3.json"
+    path.write_text(json.dumps(ds_json))
+    ds = ["--dist.zero_stage", "3", "--dist.deepspeed_config", str(path), "--ppo.num_iterations", "3"]
+    _launch(_torchrun(), tmp_path / "full" / "out", tmp_path / "full" / "h", ds)
+    full0, full1 = _hashes(tmp_path / "full" / "h", 0), _hashes(tmp_path / "full" / "h", 1)
+    assert len(full0) == 3 and full0 == full1, "ranks hold different weights under ZeRO-3"
+    assert len(set(full0)) == 3, "weights did not change between updates"
+    rows = [json.loads(line) for line in (tmp_path / "full" / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["debug/param_rank_max_dev"] for r in rows] == [0.0, 0.0, 0.0]
+    assert [r["optim/steps"] for r in rows] == [2.0, 4.0, 6.0]
+    assert rows[0]["debug/first_minibatch_ratio_max_dev"] < 1e-4
+    split = tmp_path / "split"
+    _launch(_torchrun(), split / "out", split / "h1", ds + ["--log.stop_after_iterations", "2"])
+    _launch(_torchrun(), split / "out", split / "h2", ds + ["--resume", "auto"])
+    assert _hashes(split / "h1", 0) == full0[:2]
+    assert _hashes(split / "h2", 0) == _hashes(split / "h2", 1) == full0[2:]
+    from safetensors.torch import load_file
+
+    adapter = load_file(split / "out" / "checkpoints" / "checkpoint-000003" / "policy" / "adapter_model.safetensors")
+    assert adapter and all(t.numel() > 0 for t in adapter.values()), "the exported adapter must hold whole (gathered) tensors"
+
+
+FAKE_SRUN = """#!/usr/bin/env bash
+# Fake srun for tests: start the task once per "node" as a local background process with that
+# node's SLURM_NODEID/SLURM_PROCID/SLURM_LOCALID, wait for all, fail if any failed.
+while [ "${1#--}" != "$1" ]; do shift; done
+pids=()
+for n in $(seq 0 $((SLURM_NNODES - 1))); do
+  SLURM_NODEID=$n SLURM_PROCID=$n SLURM_LOCALID=0 "$@" > "$FAKE_SRUN_LOGS/node$n.log" 2>&1 &
+  pids+=($!)
+done
+rc=0
+for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+exit $rc
+"""
+
+
+def _repo_files() -> set[str]:
+    skip = {".git", ".venv", ".cache", ".pytest_cache", "__pycache__", "outputs", "vsi_ppo.egg-info"}
+    out = set()
+    for root, dirs, files in os.walk(REPO):
+        dirs[:] = [d for d in dirs if d not in skip]
+        out |= {os.path.relpath(os.path.join(root, f), REPO) for f in files}
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_sbatch_two_nodes_is_one_job(tmp_path):
+    """sbatch --nodes 2 scripts/batch_vsi.sh: two "nodes" on loopback (one CPU process each, gloo,
+    DeepSpeed ZeRO-2) started by a fake srun through the real batch_vsi.sh -> run_vsi_qwen.sh ->
+    accelerate launch path must form ONE world of 2 ranks writing one run directory."""
+    bin_dir, logs = tmp_path / "bin", tmp_path / "logs"
+    bin_dir.mkdir()
+    logs.mkdir()
+    (bin_dir / "scontrol").write_text("#!/usr/bin/env bash\nprintf '127.0.0.1\\n127.0.0.1\\n'\n")
+    (bin_dir / "srun").write_text(FAKE_SRUN)
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = {
+        **os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_SRUN_LOGS": str(logs),
+        "SLURM_JOB_NODELIST": "node-[a-b]", "SLURM_NNODES": "2", "SLURM_SUBMIT_DIR": str(REPO), "GPUS_PER_NODE": "1",
+        "PRESET": "debug", "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "DS_ACCELERATOR": "cpu",
+        "EXTRA_ARGS": "--log.progress_bar false --log.tensorboard false --ppo.num_iterations 2 --model.max_new_tokens 16 --env.max_turns 2",
+    }
+    before = _repo_files()
+    res = subprocess.run(["bash", str(REPO / "scripts" / "batch_vsi.sh"), "4", "job", str(tmp_path / "out"), str(_free_port())],
+                         env=env, capture_output=True, text=True, timeout=400)
+    node_logs = "\n".join(f"--- {p.name}\n{p.read_text()[-4000:]}" for p in sorted(logs.glob("*.log")))
+    assert res.returncode == 0, f"{res.stderr[-2000:]}\n{node_logs}"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["job"], "one run directory"
+    run_dir = tmp_path / "out" / "job"
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    # One world: 2 envs x 2 steps x 2 ranks per iteration, and ranks that agree on the weights.
+    assert [r["charts/turns"] for r in rows] == [8.0, 16.0]
+    assert [r["debug/param_rank_max_dev"] for r in rows] == [0.0, 0.0]
+    ckpt = run_dir / "checkpoints" / "checkpoint-000002"
+    assert sorted(p.name for p in ckpt.glob("rank*.pkl")) == ["rank000.pkl", "rank001.pkl"]
+    from a2c_ppo_acktr.checkpoint import load_pickle
+
+    obs = [load_pickle(ckpt / f"rank{r:03d}.pkl")["observations"] for r in (0, 1)]
+    assert [o["text"] for o in obs[0]] != [o["text"] for o in obs[1]], "ranks must see different env streams"
+    assert _repo_files() == before, f"written into the repository: {sorted(_repo_files() - before)}"
 
 
 @pytest.mark.slow

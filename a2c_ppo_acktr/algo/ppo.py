@@ -7,11 +7,12 @@ hooks working), clipped surrogate, optionally clipped value loss, entropy bonus,
 reference (adapter disabled), gradient clipping, and an optimizer step every ``grad_accum_steps``
 minibatches.
 
-Guards: a minibatch whose loss is not finite on any process is skipped and counted: it backpropagates
-an all-zero loss instead (so DeepSpeed/DDP collectives stay aligned across processes), and when every
-minibatch of an accumulation window was skipped no optimizer step is taken (weights untouched). Without
-DeepSpeed, a non-finite gradient norm also skips the step. Under DeepSpeed the engine steps inside
-``accelerator.backward`` at its own boundaries, so the "no step" part of the guard is DeepSpeed's.
+Guards: a minibatch whose loss is not finite on any process is skipped on every process (one
+reduced flag, so collectives stay matched) and counted; it does no backward. Optimizer steps are
+taken by :class:`~a2c_ppo_acktr.algo.accumulation.AccumulationWindow`, once per window of
+``grad_accum_steps`` minibatches on every backend (plain, accelerate/DDP, DeepSpeed), and not at all
+for a window whose every minibatch was skipped (weights and optimizer state untouched).
+``optim/steps`` counts the steps actually taken, over the whole run.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from typing import Any, Iterable, Optional
 import torch
 from torch import Tensor
 
+from a2c_ppo_acktr.algo.accumulation import AccumulationWindow
 from a2c_ppo_acktr.arguments import PPOConfig
 from a2c_ppo_acktr.storage import Minibatch, RolloutStorage
 
@@ -136,16 +138,19 @@ class PPO:
         self.kl_coef = float(cfg.kl_coef)
         self.generator = torch.Generator().manual_seed(int(seed))
         self.num_updates = 0
+        self.optimizer_steps = 0  # optimizer steps actually taken, over the whole run (optim/steps)
+        self.window = AccumulationWindow(policy, optimizer, cfg.grad_accum_steps, cfg.max_grad_norm, accelerator, deepspeed=self._deepspeed)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """Controller state to checkpoint (the optimizer is checkpointed by the caller)."""
-        return {"kl_coef": self.kl_coef, "generator": self.generator.get_state(), "num_updates": self.num_updates}
+        return {"kl_coef": self.kl_coef, "generator": self.generator.get_state(), "num_updates": self.num_updates, "optimizer_steps": self.optimizer_steps}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.kl_coef = float(state["kl_coef"])
         self.generator.set_state(state["generator"])
         self.num_updates = int(state["num_updates"])
+        self.optimizer_steps = int(state.get("optimizer_steps", 0))
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -156,9 +161,6 @@ class PPO:
     def _has_reference(self) -> bool:
         module = self.accelerator.unwrap_model(self.policy) if self.accelerator is not None else self.policy
         return bool(getattr(module, "has_reference", False))
-
-    def _trainable(self) -> list[torch.nn.Parameter]:
-        return [p for p in self.policy.parameters() if p.requires_grad]
 
     def _all_finite(self, loss: Tensor) -> bool:
         flag = torch.isfinite(loss.detach()).all().float().reshape(1)
@@ -171,19 +173,6 @@ class PPO:
             return x
         t = torch.tensor([x], dtype=torch.float32, device=self.accelerator.device)
         return float(self.accelerator.reduce(t, reduction="mean").item())
-
-    def _backward(self, loss: Tensor) -> None:
-        if self.accelerator is not None:
-            self.accelerator.backward(loss)
-        else:
-            (loss / self.cfg.grad_accum_steps).backward()
-
-    def _clip(self, params: Iterable[torch.nn.Parameter]) -> float:
-        if self.accelerator is not None:
-            norm = self.accelerator.clip_grad_norm_(params, self.cfg.max_grad_norm)
-        else:
-            norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
-        return float("nan") if norm is None else float(norm)
 
     # ------------------------------------------------------------------ update
     def update(self, storage: RolloutStorage) -> dict[str, float]:
@@ -198,18 +187,18 @@ class PPO:
                 f"{num_mb} minibatches per epoch is not a multiple of ppo.grad_accum_steps={cfg.grad_accum_steps}; "
                 "pick mini_batch_size and grad_accum_steps so that (num_envs*num_steps/mini_batch_size) % grad_accum_steps == 0"
             )
-        params = self._trainable()
         self.policy.train()
         self.optimizer.zero_grad()
         sums: dict[str, float] = {}
         counted = 0
         skipped = 0
         grad_norms: list[float] = []
+        windows = 0
+        window_steps = 0
         first_dev = float("nan")
         kl_refs: list[float] = []
         for epoch in range(cfg.ppo_epochs):
             epoch_kls: list[float] = []
-            window_has_grad = False
             for k, mb in enumerate(storage.minibatches(cfg.mini_batch_size, self.generator, cfg.norm_adv)):
                 # KL is needed for the penalty; with no penalty it is still measured once per update.
                 with_kl = self.kl_coef > 0 or (epoch == 0 and k == 0 and self._has_reference)
@@ -218,8 +207,7 @@ class PPO:
                 if epoch == 0 and k == 0:
                     first_dev = float(m["ratio_max_dev"])
                 if self._all_finite(loss):
-                    self._backward(loss)
-                    window_has_grad = True
+                    self.window.backward(loss)
                     counted += 1
                     for name, val in m.items():
                         if name == "kl_ref":
@@ -229,17 +217,15 @@ class PPO:
                     epoch_kls.append(float(m["approx_kl"]))
                 else:
                     skipped += 1
-                    # A zero loss over every trainable weight keeps DDP/DeepSpeed reductions in step.
-                    self._backward(sum((p * 0.0).sum() for p in params))
-                if (k + 1) % cfg.grad_accum_steps == 0:
-                    norm = self._clip(params)
+                    self.window.skip()
+                del out, loss  # free the graph before the next forward
+                ended = self.window.end_minibatch()
+                if ended is not None:
+                    stepped, norm = ended
                     grad_norms.append(norm)
-                    if window_has_grad and (self._deepspeed or math.isfinite(norm)):
-                        self.optimizer.step()
-                    elif window_has_grad:
-                        skipped += 1  # the gradient itself was not finite: no step
-                    self.optimizer.zero_grad()
-                    window_has_grad = False
+                    windows += 1
+                    self.optimizer_steps += int(stepped)
+                    window_steps += int(stepped)
             if cfg.target_kl is not None and epoch_kls:
                 if self._mean_across(sum(epoch_kls) / len(epoch_kls)) > cfg.target_kl:
                     break
@@ -262,4 +248,7 @@ class PPO:
             "losses/kl_ref": kl_ref,
             "losses/kl_coef": self.kl_coef,
             "debug/first_minibatch_ratio_max_dev": first_dev,
+            "optim/steps": float(self.optimizer_steps),
+            # windows without a step: every minibatch skipped, or a non-finite gradient norm
+            "optim/skipped_windows": float(windows - window_steps),
         }
