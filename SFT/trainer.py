@@ -101,7 +101,7 @@ def training_arguments(cfg: RunConfig, has_eval: bool) -> TrainingArguments:
         weight_decay=sft.weight_decay,
         warmup_steps=sft.warmup_ratio,
         lr_scheduler_type="cosine",
-        max_grad_norm=cfg.ppo.max_grad_norm,
+        max_grad_norm=sft.max_grad_norm,  # never ppo.max_grad_norm: PPO presets clip far tighter
         logging_steps=sft.logging_steps,
         save_strategy="steps",
         save_steps=sft.save_steps,

@@ -134,15 +134,20 @@ class ModelConfig:
     thought_prob_coef: float = 0.5  # lambda in log pi = lambda * log p(thought) + log p(action)
     # Where act() takes log-probs/values from: "generate" (generate's own processed logits and first
     # step, no extra forward) or "recompute" (a no-grad training forward after generate: bit-identical
-    # to the update's computation in the same layout, one more forward per step).
-    rollout_log_probs: str = "generate"
+    # to the update's computation in the same layout, one more forward per step). "auto" (resolved in
+    # __post_init__, so the saved config.yaml holds the mode used): "generate" for float32, "recompute"
+    # for bfloat16/float16, where generate's cached decoding puts ~20% of turns more than 1e-2 off
+    # ratio 1 on the first PPO minibatch, against ~4% (docs/TRAINING.md, "bf16 and the ratio invariant").
+    rollout_log_probs: str = "auto"
 
     def __post_init__(self) -> None:
         _choice("model.dtype", self.dtype, ["float32", "bfloat16", "float16"])
         _choice("model.attn_implementation", self.attn_implementation, ["sdpa", "eager", "flash_attention_2"])
         _choice("model.device", self.device, ["auto", "cpu", "cuda"])
         _choice("model.train_vision", self.train_vision, ["none", "projector", "tower"])
-        _choice("model.rollout_log_probs", self.rollout_log_probs, ["generate", "recompute"])
+        _choice("model.rollout_log_probs", self.rollout_log_probs, ["auto", "generate", "recompute"])
+        if self.rollout_log_probs == "auto":
+            self.rollout_log_probs = "generate" if self.dtype == "float32" else "recompute"
         _check(self.lora_r >= 1, f"model.lora_r={self.lora_r} must be >= 1")
         _check(self.lora_alpha > 0, f"model.lora_alpha={self.lora_alpha} must be > 0")
         _check(0 <= self.lora_dropout < 1, f"model.lora_dropout={self.lora_dropout} must be in [0, 1)")
@@ -253,6 +258,9 @@ class SFTConfig:
     max_steps: int = -1  # > 0 overrides num_epochs (short smoke runs)
     warmup_ratio: float = 0.03
     weight_decay: float = 0.0
+    # Clip the global gradient norm at this value. SFT's own: PPO's ppo.max_grad_norm (0.01 in the GPU
+    # presets, after RL4VLM) would throttle a supervised cross-entropy update to almost nothing.
+    max_grad_norm: float = 1.0
     logging_steps: int = 10
     save_total_limit: int = 2  # adapter-only checkpoints kept under output_dir/checkpoint-*
     resume: Optional[str] = None  # None | auto (latest checkpoint in output_dir) | path to a checkpoint-* directory
@@ -261,6 +269,11 @@ class SFTConfig:
         _check(self.max_steps == -1 or self.max_steps >= 1, f"sft.max_steps={self.max_steps} must be -1 (use num_epochs) or >= 1")
         _check(0 <= self.warmup_ratio < 1, f"sft.warmup_ratio={self.warmup_ratio} must be in [0, 1)")
         _check(self.weight_decay >= 0, f"sft.weight_decay={self.weight_decay} must be >= 0")
+        _check(
+            self.max_grad_norm > 0,
+            f"sft.max_grad_norm={self.max_grad_norm} must be > 0; use 1.0 (the usual value for supervised "
+            "fine-tuning) or a large value such as 1e9 to clip practically never",
+        )
         _check(self.logging_steps >= 1, f"sft.logging_steps={self.logging_steps} must be >= 1")
         _check(self.save_total_limit >= 1, f"sft.save_total_limit={self.save_total_limit} must be >= 1")
         _check(self.num_epochs > 0, f"sft.num_epochs={self.num_epochs} must be > 0")
@@ -288,6 +301,9 @@ class LabelConfig:
     # hf teacher: any local HF VLM through loading.load_vlm
     model_path: Optional[str] = None  # None = model.model_path
     max_new_tokens: int = 256
+    # hf teacher out of memory: false stops labelling with an error that says what to change; true first
+    # retries the batch in halves (down to one observation), and keeps later batches at the size that fit
+    oom_retry_smaller: bool = False
     # openai teacher: OpenAI-compatible chat-completions server
     base_url: str = "http://127.0.0.1:8000/v1"
     model: Optional[str] = None  # served model name (required for teacher=openai)

@@ -12,7 +12,10 @@ Three teachers share one interface, chosen by name from :data:`TEACHERS`:
   never logged or written. Bounded concurrency, timeouts, retries with exponential backoff.
 
 Every teacher returns :class:`TeacherReply` objects; a reply whose ``error`` is set is a failed
-turn (the labelling run records it and goes on).
+turn (the labelling run records it and goes on). One failure is not a turn's but the setup's: a
+local teacher that runs out of memory raises :class:`TeacherOutOfMemoryError` (or, with
+``label.oom_retry_smaller``, first retries in smaller batches), because recording every turn of a
+model that does not fit as failed would silently produce a dataset of failures.
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from a2c_ppo_acktr.arguments import LabelConfig, ModelConfig
+from a2c_ppo_acktr.arguments import ConfigError, LabelConfig, ModelConfig
 from a2c_ppo_acktr.envs.questions import box_distance
 from a2c_ppo_acktr.prompts import Answer, Move, build_messages, format_response, render_prompt
 from a2c_ppo_acktr.scoring import is_multiple_choice
@@ -335,17 +338,58 @@ def greedy_generate(model: Any, processor: Any, observations: Sequence[dict], ma
     return tok.batch_decode(new, skip_special_tokens=True)
 
 
+class TeacherOutOfMemoryError(ConfigError):
+    """The local teacher does not fit in memory at the batch size it was given.
+
+    A :class:`~a2c_ppo_acktr.arguments.ConfigError` because the fix is a setting (``label.batch_size``,
+    ``label.model_path``, ``label.oom_retry_smaller``, or an ``openai`` teacher served on more GPUs),
+    so the entry scripts report it as one line instead of a traceback.
+    """
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is an accelerator (or allocator) out-of-memory error.
+
+    ``torch.OutOfMemoryError`` (alias ``torch.cuda.OutOfMemoryError``) covers CUDA's caching
+    allocator; other backends and kernels (cuBLAS, MPS, flash-attn workspaces) raise a plain
+    ``RuntimeError`` whose message says "out of memory".
+    """
+    import torch
+
+    oom_types = tuple(t for t in (getattr(torch, "OutOfMemoryError", None), getattr(torch.cuda, "OutOfMemoryError", None)) if t is not None)
+    if oom_types and isinstance(error, oom_types):
+        return True
+    return isinstance(error, RuntimeError) and "out of memory" in str(error).lower()
+
+
+def _free_accelerator_memory() -> None:
+    import gc
+
+    import torch
+
+    gc.collect()  # drop the failed call's tensors before asking the allocator to release its cache
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"
+
+
 class HFTeacher(Teacher):
     """A local HF VLM (through the shared loader), batched greedy generation."""
 
     name = "hf"
 
-    def __init__(self, model_cfg: ModelConfig, max_new_tokens: int, loaded: Any = None) -> None:
+    def __init__(self, model_cfg: ModelConfig, max_new_tokens: int, loaded: Any = None, oom_retry_smaller: bool = False) -> None:
         """
         Args:
             model_cfg: Which model to load and how (``model_path``, ``dtype``, ``device``...).
             max_new_tokens: Generation budget per reply.
             loaded: An already loaded ``LoadedVLM`` (tests); None loads ``model_cfg``.
+            oom_retry_smaller: On out-of-memory, retry the batch in halves down to one observation
+                (and cap later batches at the size that fit) instead of raising at once.
         """
         if loaded is None:
             from a2c_ppo_acktr.loading import load_vlm
@@ -355,18 +399,66 @@ class HFTeacher(Teacher):
         self.processor = loaded.processor
         self.model_path = str(getattr(loaded, "path", model_cfg.model_path))
         self.max_new_tokens = max_new_tokens
+        self.oom_retry_smaller = oom_retry_smaller
+        # Largest batch known to fit after an out-of-memory retry; None until one happened. Later
+        # calls start at this size instead of failing at the full size again every turn.
+        self.fit_batch_size: Optional[int] = None
         self.model.eval()
 
     def describe(self) -> dict:
+        # oom_retry_smaller is left out: greedy replies do not depend on how a batch is split, so a
+        # labelling run may resume with it switched on.
         return {"teacher": self.name, "model_path": self.model_path, "max_new_tokens": self.max_new_tokens}
 
     def generate(self, observations: Sequence[dict], envs: Sequence[Any] | None = None) -> list[TeacherReply]:
+        """One greedy reply per observation.
+
+        Raises:
+            TeacherOutOfMemoryError: The model ran out of memory (with ``oom_retry_smaller``: even on
+                a single observation). Nothing is returned for the batch, so no turn is recorded as failed.
+        """
+        observations = list(observations)
         try:
-            texts = greedy_generate(self.model, self.processor, observations, self.max_new_tokens)
-        except RuntimeError as e:  # e.g. out of memory on one batch: record the turns as failed, go on
+            size = self.fit_batch_size or len(observations) or 1
+            texts = [t for i in range(0, len(observations), size) for t in self._generate_fitting(observations[i : i + size])]
+        except RuntimeError as e:  # any other failure on one batch (OOM is a ConfigError): record its turns as failed, go on
             logger.error("hf teacher failed on a batch of %d observations: %s", len(observations), e)
             return [TeacherReply("", error=f"generation failed: {e}") for _ in observations]
         return [TeacherReply(t) for t in texts]
+
+    def _generate_fitting(self, observations: list[dict]) -> list[str]:
+        """Greedy replies for ``observations``; on out-of-memory split in halves or raise (see ``generate``)."""
+        n = len(observations)
+        try:
+            return greedy_generate(self.model, self.processor, observations, self.max_new_tokens)
+        except RuntimeError as e:
+            if not is_out_of_memory(e):
+                raise
+            if not self.oom_retry_smaller or n <= 1:
+                raise TeacherOutOfMemoryError(self._oom_message(n, e)) from e
+            cause = _first_line(e)
+        # Retried outside the except block: the traceback holds the failed call's frames (and
+        # their tensors) until the block is left.
+        _free_accelerator_memory()
+        half = (n + 1) // 2
+        logger.warning("hf teacher out of memory on a batch of %d observations (%s); retrying in batches of %d", n, cause, half)
+        texts = self._generate_fitting(observations[:half]) + self._generate_fitting(observations[half:])
+        self.fit_batch_size = min(self.fit_batch_size or half, half)
+        return texts
+
+    def _oom_message(self, n: int, error: BaseException) -> str:
+        what = f"the hf teacher {self.model_path!r} ran out of memory generating replies for {n} observation(s) ({_first_line(error)})"
+        if n <= 1:
+            return (
+                f"{what}; not even one observation fits. Use a smaller teacher (label.model_path), fewer or smaller "
+                "frames (env.num_sweep_frames, model.max_pixels), a lower label.max_new_tokens, or serve the model on "
+                "more GPUs (e.g. vLLM with tensor parallelism) and label with label.teacher=openai"
+            )
+        return (
+            f"{what}. Lower label.batch_size below {n}, set label.oom_retry_smaller=true to retry in smaller "
+            "batches automatically, use a smaller teacher (label.model_path), or serve the model on more GPUs "
+            "(e.g. vLLM with tensor parallelism) and label with label.teacher=openai"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -539,7 +631,7 @@ def _make_hf(label: LabelConfig, model: ModelConfig) -> Teacher:
     import dataclasses
 
     cfg = dataclasses.replace(model, model_path=label.model_path or model.model_path)
-    return HFTeacher(cfg, max_new_tokens=label.max_new_tokens)
+    return HFTeacher(cfg, max_new_tokens=label.max_new_tokens, oom_retry_smaller=label.oom_retry_smaller)
 
 
 def _make_openai(label: LabelConfig, model: ModelConfig) -> Teacher:

@@ -324,3 +324,27 @@ def test_deepspeed_config_leaves_batch_sizes_to_the_trainer():
     cfg.dist.zero_stage = 3
     with pytest.raises(ConfigError, match="ZeRO stage 2"):
         deepspeed_config(cfg)
+
+
+@pytest.mark.parametrize("zero_stage", [0, 2])
+def test_sft_clips_gradients_at_its_own_max_grad_norm(zero_stage, tmp_path):
+    """``sft.max_grad_norm`` reaches the Trainer (and DeepSpeed's ``gradient_clipping``), never
+    ``ppo.max_grad_norm``: the GPU presets' PPO value (0.01) would all but stop supervised learning."""
+    from a2c_ppo_acktr.arguments import ConfigError, load_config
+    from SFT.trainer import training_arguments
+
+    repo = Path(__file__).resolve().parent.parent
+    dist = {"zero_stage": zero_stage, "deepspeed_config": str(repo / "scripts/ds_config.json") if zero_stage else None}
+    cfg = load_config(
+        preset="debug",
+        overrides={"ppo": {"max_grad_norm": 0.01}, "sft": {"max_grad_norm": 0.7, "output_dir": str(tmp_path)}, "dist": dist},
+    )
+    args = training_arguments(cfg, has_eval=False)
+    assert args.max_grad_norm == 0.7
+    if zero_stage:
+        assert args.hf_deepspeed_config.config["gradient_clipping"] == 0.7  # the JSON's "auto", filled from sft
+    for preset in ("qwen2.5-vl-3b", "qwen2.5-vl-7b"):
+        gpu = load_config(preset=preset)
+        assert gpu.sft.max_grad_norm == 1.0 and gpu.ppo.max_grad_norm == 0.01
+    with pytest.raises(ConfigError, match=r"sft\.max_grad_norm=0"):
+        load_config(preset="debug", overrides={"sft": {"max_grad_norm": 0}})

@@ -340,3 +340,107 @@ def test_brief_oracle_thoughts_are_fixed_per_type_and_actions_match_full(env):
         LabelConfig(oracle_thoughts="long")
     with pytest.raises(ValueError, match="thoughts"):
         OracleTeacher(thoughts="long")
+
+
+def _oom_teacher(tiny_model_path, fits: int, retry: bool, error=None):
+    """An HF teacher on the tiny model whose ``generate`` runs out of memory on batches larger than
+    ``fits`` (raising ``error``, default a CUDA-style ``torch.OutOfMemoryError``); ``teacher.sizes``
+    records every batch size tried."""
+    import torch
+
+    from a2c_ppo_acktr.arguments import ModelConfig
+    from a2c_ppo_acktr.loading import load_vlm
+    from a2c_ppo_acktr.teachers import HFTeacher
+
+    cfg = ModelConfig(model_path=tiny_model_path, device="cpu")
+    loaded = load_vlm(cfg)
+    real_generate = loaded.model.generate
+    sizes = []
+
+    def generate(**kwargs):
+        sizes.append(int(kwargs["input_ids"].shape[0]))
+        if sizes[-1] > fits:
+            raise error or torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.1 GiB total)")
+        return real_generate(**kwargs)
+
+    loaded.model.generate = generate  # an instance attribute shadows the method for greedy_generate
+    teacher = HFTeacher(cfg, max_new_tokens=8, loaded=loaded, oom_retry_smaller=retry)
+    teacher.sizes = sizes
+    return teacher
+
+
+def _label_cfg(tmp_path, name, batch_size, retry):
+    from a2c_ppo_acktr.arguments import load_config
+
+    return load_config(
+        preset="debug",
+        overrides={
+            "env": {"image_size": 16, "num_sweep_frames": 1, "image_history": 1, "max_turns": 2},
+            "label": {"teacher": "hf", "out_dir": str(tmp_path / name), "num_episodes": 3, "batch_size": batch_size,
+                      "oom_retry_smaller": retry},
+            "log": {"progress_bar": False},
+        },
+    )
+
+
+def test_hf_teacher_out_of_memory_stops_labelling_with_a_clear_error(tmp_path, tiny_model_path):
+    """A teacher that does not fit raises one actionable line instead of recording failed turns."""
+    from a2c_ppo_acktr.arguments import ConfigError
+    from a2c_ppo_acktr.labeling import TRAJECTORIES, label_trajectories
+    from a2c_ppo_acktr.teachers import TeacherOutOfMemoryError
+
+    teacher = _oom_teacher(tiny_model_path, fits=1, retry=False)
+    with pytest.raises(TeacherOutOfMemoryError) as info:
+        label_trajectories(_label_cfg(tmp_path, "lab", batch_size=3, retry=False), teacher=teacher)
+    message = str(info.value)
+    assert isinstance(info.value, ConfigError)  # entry scripts print it as one line (cli.run_main)
+    assert "\n" not in message and "out of memory" in message and "3 observation" in message
+    for fix in ("label.batch_size", "label.oom_retry_smaller=true", "label.model_path", "more GPUs"):
+        assert fix in message, (fix, message)
+    assert teacher.sizes == [3]  # no silent retry when the option is off
+    jsonl = tmp_path / "lab" / TRAJECTORIES
+    assert not jsonl.exists() or jsonl.read_text() == ""  # nothing recorded, in particular no failed turns
+
+    # With retries down to one observation, a model that fits nothing still stops with the error.
+    single = _oom_teacher(tiny_model_path, fits=0, retry=True)
+    with pytest.raises(TeacherOutOfMemoryError, match="not even one observation fits"):
+        single.generate([{"images": [np.zeros((16, 16, 3), np.uint8)], "text": "How many chairs?"}] * 2)
+    assert single.sizes == [2, 1]
+
+
+def test_hf_teacher_other_errors_and_oom_messages_from_other_backends(tiny_model_path):
+    """Errors other than out-of-memory still record the batch's turns as failed; a plain
+    RuntimeError saying "out of memory" (cuBLAS, MPS, kernels) counts as out of memory."""
+    from a2c_ppo_acktr.teachers import TeacherOutOfMemoryError, is_out_of_memory
+
+    obs = [{"images": [np.zeros((16, 16, 3), np.uint8)], "text": "How many chairs?"}] * 2
+    other = _oom_teacher(tiny_model_path, fits=0, retry=False, error=RuntimeError("CUDA error: device-side assert triggered"))
+    replies = other.generate(obs)
+    assert [r.text for r in replies] == ["", ""] and all("device-side assert" in r.error for r in replies)
+    plain = _oom_teacher(tiny_model_path, fits=1, retry=False, error=RuntimeError("MPS backend out of memory (MPS allocated: 9 GB)"))
+    with pytest.raises(TeacherOutOfMemoryError, match="MPS backend out of memory"):
+        plain.generate(obs)
+    assert not is_out_of_memory(ValueError("out of memory"))  # only runtime (allocator) errors
+
+
+def test_hf_teacher_oom_retry_labels_in_halves_like_batch_size_one(tmp_path, tiny_model_path):
+    """``label.oom_retry_smaller``: the batch is split in halves until it fits, later batches start
+    at the size that fit, and the labelled trajectories equal a batch-size-1 run's."""
+    from a2c_ppo_acktr.labeling import TRAJECTORIES, label_trajectories, read_episodes
+
+    retry = _oom_teacher(tiny_model_path, fits=1, retry=True)
+    summary = label_trajectories(_label_cfg(tmp_path, "retry", batch_size=3, retry=True), teacher=retry)
+    assert summary["written"] == 3 and summary["failed_turns"] == 0
+    assert retry.sizes[:5] == [3, 2, 1, 1, 1]  # 3 -> halves of 2 and 1 -> 2 splits again
+    assert retry.fit_batch_size == 1 and max(retry.sizes[5:]) == 1  # later turns start at the size that fit
+
+    single = _oom_teacher(tiny_model_path, fits=1, retry=False)
+    label_trajectories(_label_cfg(tmp_path, "single", batch_size=1, retry=False), teacher=single)
+    assert max(single.sizes) == 1
+
+    def turns(name):
+        episodes = sorted(read_episodes(tmp_path / name / TRAJECTORIES), key=lambda e: e["episode_id"])
+        return [(e["episode_id"], [(t["observation_text"], t["teacher_output"], t["teacher_error"]) for t in e["turns"]]) for e in episodes]
+
+    assert turns("retry") == turns("single")
+    assert any(t[1] for _, ts in turns("retry") for t in ts)  # the replies compared are real text

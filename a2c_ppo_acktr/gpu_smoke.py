@@ -1,0 +1,515 @@
+"""The checks behind ``scripts/gpu_smoke.sh``: what to run first on a GPU node.
+
+``python -m a2c_ppo_acktr.gpu_smoke STAGE [...]`` runs one stage; the shell script runs the launches
+(``scripts/run_vsi_qwen.sh``, ``vlm_traj_label.py``, ``train_sft.py`` ...) between them. Stages:
+
+- ``info``: Python, torch, CUDA, the GPUs, bf16 support, flash-attn, DeepSpeed.
+- ``ratio``: the tiny model (``tiny:qwen2_5_vl``) acts on procedural VSI scenes, the rollout is
+  stored, and :meth:`~a2c_ppo_acktr.model.VLMPolicy.evaluate_actions` re-scores every minibatch
+  before any update: ``max |ratio - 1|`` must stay under :data:`RATIO_BOUNDS` of the dtype (the
+  DESIGN.md invariant; bf16's bound is measured in docs/TRAINING.md, "bf16 and the ratio
+  invariant"). On CUDA: bf16 with sdpa, and with flash_attention_2 when ``flash_attn`` imports.
+  Also measures the peak GPU memory of acting plus one backward (the training loop does not log it).
+- ``check-ppo``: reads a short training run's ``metrics.jsonl``: the ratio deviation (same bound),
+  ``debug/param_rank_max_dev`` (must be exactly 0: ranks hold the same weights) and steps/s.
+- ``check-sft``: one SFT step wrote a finite loss and the adapter.
+- ``summary``: one table of everything measured; ``free-port``: a free TCP port for a launch.
+
+Each stage writes its numbers to a JSON file for ``summary``, prints what it checked, and on a failed
+check prints ``GPU SMOKE FAILED: ...`` to stderr and exits 1. ``--device cpu`` (or
+``GPU_SMOKE_DEVICE=cpu``) runs the same stages on CPU in float32, which is how the test suite
+exercises this module and the script end to end on a machine without a GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import socket
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+# Largest allowed |ratio - 1| of any turn on the first PPO minibatch (before any update), per model.dtype.
+# float32: DESIGN.md's invariant. bfloat16/float16: the ratio is 1 only up to rounding that depends on
+# the batch layout (left padding changes the kernels' accumulation), divided by the temperature.
+# Measured on CPU with the tiny model in the default mode (rollout_log_probs "auto" -> "recompute"):
+# about 95% of turns within 1e-3, the largest of all 0.22; this bound catches gross misalignment (a
+# wrong token, position or temperature moves log-probs by nats), not that noise. docs/TRAINING.md,
+# "bf16 and the ratio invariant", has the measurements; float16 (3 more mantissa bits) stayed below 0.03.
+RATIO_BOUNDS = {"float32": 1e-4, "bfloat16": 0.3, "float16": 0.3}
+# Informational, not a bound: the "typical" level; the share of turns above it is reported.
+TYPICAL_DEV = 1e-2
+
+# Sampling temperatures the ratio stage runs: the debug preset's own, and the GPU presets' (low
+# temperatures divide the logits' rounding error by T, so they are the harder case).
+TEMPERATURE_SETTINGS = {
+    "preset": {},
+    "gpu-preset (T=0.2 in [0.05, 1])": {"temperature": 0.2, "min_temperature": 0.05, "max_temperature": 1.0},
+}
+
+FAILED = "GPU SMOKE FAILED"
+
+
+class SmokeFailure(RuntimeError):
+    """A smoke check failed; the message says what was measured and what was expected."""
+
+
+def smoke_dtype(device: str) -> str:
+    """The dtype a stage runs in: bf16 on CUDA (what the GPU presets train in), float32 on CPU."""
+    return "bfloat16" if device == "cuda" else "float32"
+
+
+def ratio_bound(dtype: str) -> float:
+    """The bound on ``max |ratio - 1|`` for ``dtype`` (:data:`RATIO_BOUNDS`)."""
+    if dtype not in RATIO_BOUNDS:
+        raise ValueError(f"no ratio bound for dtype {dtype!r}; known: {sorted(RATIO_BOUNDS)}")
+    return RATIO_BOUNDS[dtype]
+
+
+# ---------------------------------------------------------------------------------------------
+# info
+# ---------------------------------------------------------------------------------------------
+def flash_attn_available() -> bool:
+    """Whether ``import flash_attn`` works (flash_attention_2 is then tested too)."""
+    try:
+        import flash_attn  # noqa: F401
+    except Exception:  # noqa: BLE001 - a broken build raises all sorts (ImportError, OSError, RuntimeError)
+        return False
+    return True
+
+
+def environment_info(device: str) -> dict[str, Any]:
+    """Versions and devices (see :func:`check_environment` for what must hold)."""
+    import platform
+
+    import torch
+    import transformers
+
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "torch_cuda_build": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
+        "flash_attn": flash_attn_available(),
+    }
+    try:
+        import deepspeed
+
+        info["deepspeed"] = deepspeed.__version__
+    except Exception as e:  # noqa: BLE001 - reported, not fatal here (the PPO stage needs it on CUDA)
+        info["deepspeed"] = f"not importable ({type(e).__name__}: {e})"
+    if torch.cuda.is_available():
+        info["cudnn"] = torch.backends.cudnn.version()
+        info["bf16_supported"] = torch.cuda.is_bf16_supported()
+        info["gpus"] = [
+            {"index": i, "name": torch.cuda.get_device_name(i), "memory_gib": round(torch.cuda.get_device_properties(i).total_memory / 2**30, 1),
+             "capability": ".".join(map(str, torch.cuda.get_device_capability(i)))}
+            for i in range(torch.cuda.device_count())
+        ]
+    return info
+
+
+def check_environment(info: dict[str, Any], device: str) -> None:
+    """Raise :class:`SmokeFailure` when ``device=cuda`` cannot work with ``info`` (:func:`environment_info`)."""
+    if device != "cuda":
+        return
+    if info["torch_cuda_build"] is None:
+        raise SmokeFailure(f"torch {info['torch']} is a CPU-only build; install the CUDA build (scripts/setup.sh, docs/TRAINING.md)")
+    if not info["cuda_available"]:
+        raise SmokeFailure(
+            f"torch {info['torch']} (CUDA {info['torch_cuda_build']}) sees no GPU: check nvidia-smi, the driver version and "
+            "CUDA_VISIBLE_DEVICES, or run GPU_SMOKE_DEVICE=cpu for the CPU checks"
+        )
+    if not info["bf16_supported"]:
+        raise SmokeFailure(f"GPU {info['gpus'][0]['name']} does not support bfloat16, which the GPU presets train in; use an Ampere or newer GPU")
+    if not str(info["deepspeed"])[:1].isdigit():
+        raise SmokeFailure(f"deepspeed is {info['deepspeed']}; the PPO launch (ZeRO-2) needs it: pip install deepspeed")
+
+
+# ---------------------------------------------------------------------------------------------
+# ratio
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class RatioResult:
+    """One ratio measurement (see :func:`ratio_check`)."""
+
+    device: str
+    dtype: str
+    attn_implementation: str
+    rollout_log_probs: str  # the resolved mode the policy used
+    setting: str  # which temperature setting
+    seed: int
+    ratio_max_dev: float  # max |exp(new - old) - 1| over every minibatch, before any update
+    bound: float
+    peak_memory_gib: Optional[float]  # torch.cuda.max_memory_allocated during act + one backward; None on CPU
+    seconds: float
+    turn_devs: list[float] = field(default_factory=list)  # |ratio - 1| of every turn (ratio_max_dev is their max)
+
+    @property
+    def ok(self) -> bool:
+        return math.isfinite(self.ratio_max_dev) and self.ratio_max_dev < self.bound
+
+
+def turn_ratio_deviations(policy: Any, storage: Any, mini_batch_size: int, seed: int = 0, backward_first: bool = False) -> list[float]:
+    """``|exp(log_prob - old_log_prob) - 1|`` of every stored turn, re-scored before any update.
+
+    Each minibatch is re-scored in training mode exactly as the first PPO epoch would (its own
+    padding layout), so the first-minibatch invariant is checked on every minibatch.
+
+    Args:
+        policy: A :class:`~a2c_ppo_acktr.model.VLMPolicy` that filled ``storage`` (returns computed).
+        storage: The :class:`~a2c_ppo_acktr.storage.RolloutStorage`.
+        mini_batch_size: Turns per minibatch (must divide the rollout).
+        seed: Seeds the minibatch shuffle.
+        backward_first: Run a PPO-shaped loss's backward on the first minibatch (memory
+            measurement; gradients are then zeroed and no optimizer step is taken).
+
+    Returns:
+        One deviation per turn, in the storage's flat (step-major) order.
+    """
+    import torch
+
+    policy.train()
+    devs = [math.nan] * (storage.num_steps * storage.num_envs)
+    gen = torch.Generator().manual_seed(seed)
+    for i, mb in enumerate(storage.minibatches(mini_batch_size, gen)):
+        grad = backward_first and i == 0
+        with torch.set_grad_enabled(grad):
+            out = policy.evaluate_actions(mb, with_kl=False)
+            ratio = (out.log_probs - mb.old_log_probs.to(out.log_probs.device)).exp()
+            if grad:
+                adv, ret = mb.advantages.to(ratio.device), mb.returns.to(ratio.device)
+                loss = -(ratio * adv).mean() + 0.5 * (out.values - ret).pow(2).mean()
+                loss.backward()
+                policy.zero_grad(set_to_none=True)
+        for index, dev in zip(mb.indices.tolist(), (ratio.detach().float() - 1.0).abs().cpu().tolist()):
+            devs[index] = dev
+    return devs
+
+
+def collect(policy: Any, env_cfg: Any, num_envs: int, num_steps: int, seed: int) -> Any:
+    """``num_steps`` turns of ``num_envs`` procedural VSI envs with ``policy``; returns the storage."""
+    import numpy as np
+    import torch
+
+    from a2c_ppo_acktr.envs.vsi_env import VSIEnv
+    from a2c_ppo_acktr.storage import RolloutStorage
+
+    envs = [VSIEnv(env_cfg) for _ in range(num_envs)]
+    obs = [env.reset(seed=seed * 1000 + i)[0] for i, env in enumerate(envs)]
+    storage = RolloutStorage(num_steps, num_envs)
+    for _ in range(num_steps):
+        with torch.no_grad():
+            act = policy.act(obs)
+        rewards, terminated, truncated, finals = np.zeros(num_envs, np.float32), np.zeros(num_envs, bool), np.zeros(num_envs, bool), {}
+        for i, (env, text) in enumerate(zip(envs, act.texts)):
+            obs[i], rewards[i], terminated[i], truncated[i], _ = env.step(text)
+            if terminated[i] or truncated[i]:
+                finals[i] = obs[i]
+                obs[i] = env.reset()[0]
+        final_values = None
+        if truncated.any():
+            final_values = torch.zeros(num_envs)
+            with torch.no_grad():
+                idx = [i for i in range(num_envs) if truncated[i]]
+                final_values[idx] = policy.get_values([finals[i] for i in idx]).float().cpu()
+        storage.insert(act, rewards, terminated, truncated, final_values=final_values)
+    with torch.no_grad():
+        storage.compute_returns(policy.get_values(obs).float().cpu())
+    return storage
+
+
+def ratio_check(
+    device: str,
+    dtype: str,
+    attn_implementation: str = "sdpa",
+    model_overrides: Optional[dict[str, Any]] = None,
+    setting: str = "preset",
+    seed: int = 0,
+    num_envs: int = 2,
+    num_steps: int = 4,
+    mini_batch_size: int = 2,
+    preset: str = "debug",
+) -> RatioResult:
+    """Act with the tiny model, then re-score the rollout: the ratio-1 invariant in ``dtype``.
+
+    Args:
+        device: ``cpu`` or ``cuda``.
+        dtype: ``model.dtype``.
+        attn_implementation: ``model.attn_implementation``.
+        model_overrides: More ``model.*`` fields (temperatures, ``rollout_log_probs``...); the
+            default mode is the config's own (``auto``).
+        setting: A name for the table.
+        seed: Seeds the policy heads, the sampling and the scenes.
+        num_envs, num_steps, mini_batch_size: Rollout shape.
+        preset: The config preset the env and model settings come from.
+    """
+    import torch
+
+    from a2c_ppo_acktr.arguments import load_config
+    from a2c_ppo_acktr.loading import load_vlm
+    from a2c_ppo_acktr.model import VLMPolicy
+
+    model = {"device": device, "dtype": dtype, "attn_implementation": attn_implementation, **(model_overrides or {})}
+    cfg = load_config(preset=preset, overrides={"model": model})
+    t0 = time.perf_counter()
+    on_cuda = device == "cuda"
+    if on_cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    torch.manual_seed(seed)
+    policy = VLMPolicy(cfg.model, load_vlm(cfg.model))
+    storage = collect(policy, cfg.env, num_envs, num_steps, seed)
+    devs = turn_ratio_deviations(policy, storage, mini_batch_size, seed=seed, backward_first=True)
+    peak = torch.cuda.max_memory_allocated() / 2**30 if on_cuda else None
+    worst = max(devs) if all(math.isfinite(d) for d in devs) else math.nan  # max() alone may skip a NaN
+    return RatioResult(
+        device=device, dtype=dtype, attn_implementation=attn_implementation, rollout_log_probs=cfg.model.rollout_log_probs,
+        setting=setting, seed=seed, ratio_max_dev=worst, bound=ratio_bound(dtype), peak_memory_gib=peak,
+        seconds=time.perf_counter() - t0, turn_devs=devs,
+    )
+
+
+def attention_implementations(device: str) -> list[str]:
+    """sdpa always; flash_attention_2 on CUDA when ``flash_attn`` imports."""
+    return ["sdpa"] + (["flash_attention_2"] if device == "cuda" and flash_attn_available() else [])
+
+
+def run_ratio_stage(device: str, seeds: int) -> list[RatioResult]:
+    """:func:`ratio_check` for every attention implementation, temperature setting and seed."""
+    dtype = smoke_dtype(device)
+    results = []
+    for attn in attention_implementations(device):
+        for name, temps in TEMPERATURE_SETTINGS.items():
+            for seed in range(seeds):
+                r = ratio_check(device, dtype, attn, model_overrides=temps, setting=name, seed=seed)
+                print(f"ratio  {dtype} {attn:17s} {name:32s} seed {seed} mode={r.rollout_log_probs:9s} "
+                      f"max|ratio-1|={r.ratio_max_dev:.3g} (bound {r.bound:g}) {r.seconds:.1f}s", flush=True)
+                results.append(r)
+    return results
+
+
+def ratio_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Results (as dicts) grouped by attention implementation and setting, seeds pooled:
+    ``max_dev``, ``turns``, ``share_over_typical`` (of turns above :data:`TYPICAL_DEV`), peak memory."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault((r["attn_implementation"], r["setting"]), []).append(r)
+    rows = []
+    for (attn, setting), rs in groups.items():
+        turns = [d for r in rs for d in r["turn_devs"]]
+        peaks = [r["peak_memory_gib"] for r in rs if r["peak_memory_gib"] is not None]
+        rows.append({
+            "attn_implementation": attn, "setting": setting, "dtype": rs[0]["dtype"], "rollout_log_probs": rs[0]["rollout_log_probs"],
+            "seeds": len(rs), "turns": len(turns), "max_dev": max(r["ratio_max_dev"] for r in rs), "bound": rs[0]["bound"],
+            "share_over_typical": sum(d > TYPICAL_DEV for d in turns) / max(len(turns), 1), "peak_memory_gib": max(peaks) if peaks else None,
+        })
+    return rows
+
+
+def check_ratio_results(results: Sequence[RatioResult]) -> None:
+    """Raise :class:`SmokeFailure` naming every measurement over its bound."""
+    bad = [r for r in results if not r.ok]
+    if bad:
+        worst = "; ".join(f"{r.attn_implementation}/{r.setting}/seed {r.seed}: {r.ratio_max_dev:.3g} >= {r.bound:g}" for r in bad)
+        raise SmokeFailure(
+            f"first-minibatch ratio deviates from 1 ({worst}) in {bad[0].dtype}, mode {bad[0].rollout_log_probs}: rollout and update "
+            "disagree about the log-probs; compare model.rollout_log_probs=recompute and generate, and attention "
+            "implementations (docs/TRAINING.md, 'bf16 and the ratio invariant')"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# check-ppo, check-sft
+# ---------------------------------------------------------------------------------------------
+def check_ppo_run(run_dir: str | os.PathLike, iterations: int) -> dict[str, Any]:
+    """Read ``run_dir/metrics.jsonl`` and ``config.yaml`` of a short training run and check them.
+
+    Returns:
+        ``ratio_max_dev`` (max over iterations), ``param_rank_max_dev``, ``iterations``,
+        ``seconds_per_iteration`` (mean of ``time/iteration`` after the first, which includes
+        warm-up), ``env_steps_per_s`` (turns of all processes per second), ``processes``.
+
+    Raises:
+        SmokeFailure: Missing rows, a ratio over the bound, or ranks whose weights differ.
+    """
+    import yaml
+
+    from a2c_ppo_acktr.logger import read_metrics
+
+    run_dir = Path(run_dir)
+    try:
+        rows = read_metrics(run_dir / "metrics.jsonl")
+    except (FileNotFoundError, ValueError) as e:
+        raise SmokeFailure(f"the PPO run wrote no readable metrics: {e}") from e
+    if len(rows) < iterations:
+        raise SmokeFailure(f"{run_dir}/metrics.jsonl has {len(rows)} rows, expected {iterations} iterations")
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    dtype = cfg["model"]["dtype"]
+    processes = _processes(run_dir)
+
+    def column(key: str) -> list[float]:
+        missing = [r.get("iteration") for r in rows if key not in r]
+        if missing:
+            raise SmokeFailure(f"metrics.jsonl lacks {key!r} in iterations {missing}")
+        return [float(r[key]) for r in rows]
+
+    ratio = column("debug/first_minibatch_ratio_max_dev")
+    rank_dev = column("debug/param_rank_max_dev")
+    times = column("time/iteration")
+    steady = times[1:] or times
+    sec = sum(steady) / len(steady)
+    turns = cfg["rollout"]["num_envs"] * cfg["rollout"]["num_steps"] * processes
+    result = {
+        "dtype": dtype, "rollout_log_probs": cfg["model"]["rollout_log_probs"], "iterations": len(rows), "processes": processes,
+        "ratio_max_dev": max(ratio), "bound": ratio_bound(dtype), "param_rank_max_dev": max(rank_dev),
+        "seconds_per_iteration": sec, "iterations_per_s": 1.0 / sec, "env_steps_per_s": turns / sec,
+    }
+    if not all(math.isfinite(x) and x < result["bound"] for x in ratio):
+        raise SmokeFailure(
+            f"PPO run: debug/first_minibatch_ratio_max_dev per iteration {ratio} is not below {result['bound']:g} ({dtype}, "
+            f"mode {result['rollout_log_probs']}): rollout and update disagree under the launcher (DeepSpeed casts, padding, devices)"
+        )
+    if any(x != 0.0 for x in rank_dev):
+        raise SmokeFailure(
+            f"PPO run: debug/param_rank_max_dev per iteration {rank_dev} is not 0: the processes' trainable weights differ, "
+            "so gradients are not all-reduced (check the DeepSpeed/accelerate launch)"
+        )
+    return result
+
+
+def _processes(run_dir: Path) -> int:
+    """Processes the run used (``trainer_state.json`` of its latest checkpoint; 1 when unknown)."""
+    from a2c_ppo_acktr.checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(run_dir / "checkpoints")
+    state = Path(ckpt) / "trainer_state.json" if ckpt is not None else None
+    if state is None or not state.is_file():
+        return 1
+    data = json.loads(state.read_text(encoding="utf-8"))
+    return int(data.get("num_processes", data.get("world_size", 1)))
+
+
+def check_sft_run(out_dir: str | os.PathLike) -> dict[str, Any]:
+    """One SFT step: a finite loss in ``train_log.json`` and the adapter files under ``adapter/``."""
+    out = Path(out_dir)
+    log_path = out / "train_log.json"
+    if not log_path.is_file():
+        raise SmokeFailure(f"SFT wrote no {log_path}; see its log")
+    losses = [e for e in json.loads(log_path.read_text(encoding="utf-8")) if "loss" in e]
+    if not losses or not all(math.isfinite(float(e["loss"])) for e in losses):
+        raise SmokeFailure(f"SFT logged no finite loss: {losses}")
+    missing = [n for n in ("adapter_config.json", "adapter_model.safetensors") if not (out / "adapter" / n).is_file()]
+    if missing:
+        raise SmokeFailure(f"SFT adapter is incomplete: {missing} missing under {out / 'adapter'}")
+    return {"steps": int(losses[-1]["step"]), "loss": float(losses[-1]["loss"])}
+
+
+# ---------------------------------------------------------------------------------------------
+# summary and the command line
+# ---------------------------------------------------------------------------------------------
+def summary_table(work: str | os.PathLike, device: str) -> str:
+    """A markdown table of the stages' JSON files under ``work``."""
+    work = Path(work)
+    lines = ["| check | value | expected |", "|---|---|---|"]
+
+    def load(name: str) -> Any:
+        path = work / name
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+    info = load("info.json") or {}
+    gpus = info.get("gpus") or []
+    lines.append(f"| device | {', '.join(g['name'] for g in gpus) if device == 'cuda' else 'cpu'} | |")
+    lines.append(f"| torch / CUDA / flash-attn | {info.get('torch')} / {info.get('torch_cuda_build')} / {info.get('flash_attn')} | |")
+    peaks = []
+    for r in ratio_rows(load("ratio.json") or []):
+        lines.append(
+            f"| ratio dev, tiny {r['dtype']} {r['attn_implementation']}, {r['setting']}, mode {r['rollout_log_probs']}, {r['seeds']} seed(s) "
+            f"| max {r['max_dev']:.3g}; {r['share_over_typical']:.0%} of {r['turns']} turns > {TYPICAL_DEV:g} | max < {r['bound']:g} |"
+        )
+        if r["peak_memory_gib"] is not None:
+            peaks.append(r["peak_memory_gib"])
+    lines.append(f"| peak GPU memory (tiny model: act + one backward, own step) | {f'{max(peaks):.2f} GiB' if peaks else 'n/a (cpu)'} | |")
+    ppo = load("ppo.json")
+    if ppo:
+        lines.append(f"| PPO ratio dev ({ppo['processes']} processes, {ppo['dtype']}, {ppo['rollout_log_probs']}) | {ppo['ratio_max_dev']:.3g} | < {ppo['bound']:g} |")
+        lines.append(f"| PPO debug/param_rank_max_dev | {ppo['param_rank_max_dev']:g} | 0 |")
+        lines.append(f"| PPO speed (time/iteration after the first) | {ppo['seconds_per_iteration']:.2f} s/it, {ppo['env_steps_per_s']:.1f} env steps/s | |")
+    sft = load("sft.json")
+    if sft:
+        lines.append(f"| SFT loss after {sft['steps']} step(s) | {sft['loss']:.3f} | finite |")
+    return "\n".join(lines)
+
+
+def free_port() -> int:
+    """A TCP port free on this host right now (for a launcher's main process)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _write_json(path: Optional[str], data: Any) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m a2c_ppo_acktr.gpu_smoke", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("stage", choices=["info", "ratio", "check-ppo", "check-sft", "summary", "free-port"])
+    p.add_argument("--device", choices=["cuda", "cpu"], default=os.environ.get("GPU_SMOKE_DEVICE", "cuda"))
+    p.add_argument("--out", default=None, help="JSON file for this stage's numbers")
+    p.add_argument("--run-dir", default=None, help="check-ppo: the training run's directory (metrics.jsonl); check-sft: sft.output_dir")
+    p.add_argument("--iterations", type=int, default=2, help="check-ppo: iterations the run must have logged")
+    p.add_argument("--seeds", type=int, default=None, help="ratio: seeds per setting (default 4 on cuda, 1 on cpu)")
+    p.add_argument("--work", default=None, help="summary: the directory holding the stages' JSON files")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run one stage; prints ``GPU SMOKE FAILED: ...`` and returns 1 on a failed check."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.stage == "free-port":
+            print(free_port())
+        elif args.stage == "info":
+            info = environment_info(args.device)
+            for key, value in info.items():
+                if key == "gpus":
+                    for g in value:
+                        print(f"gpu {g['index']:<14d} {g['name']}, {g['memory_gib']} GiB, compute capability {g['capability']}")
+                else:
+                    print(f"{key:18s} {value}")
+            _write_json(args.out, info)
+            check_environment(info, args.device)
+        elif args.stage == "ratio":
+            results = run_ratio_stage(args.device, args.seeds if args.seeds is not None else (4 if args.device == "cuda" else 1))
+            _write_json(args.out, [asdict(r) for r in results])
+            check_ratio_results(results)
+        elif args.stage == "check-ppo":
+            if not args.run_dir:
+                raise SmokeFailure("check-ppo needs --run-dir (the run's output directory)")
+            result = check_ppo_run(args.run_dir, args.iterations)
+            _write_json(args.out, result)
+            print(json.dumps(result))
+        elif args.stage == "check-sft":
+            if not args.run_dir:
+                raise SmokeFailure("check-sft needs --run-dir (sft.output_dir)")
+            result = check_sft_run(args.run_dir)
+            _write_json(args.out, result)
+            print(json.dumps(result))
+        elif args.stage == "summary":
+            print(summary_table(args.work or ".", args.device))
+    except SmokeFailure as e:
+        print(f"{FAILED}: {args.stage}: {e}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

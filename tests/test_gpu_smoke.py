@@ -1,0 +1,113 @@
+"""scripts/gpu_smoke.sh and a2c_ppo_acktr/gpu_smoke.py: the checks fail on what they must catch, and
+the script's CPU mode runs every stage end to end (no GPU exists on the build machine)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from a2c_ppo_acktr.arguments import load_config
+from a2c_ppo_acktr.gpu_smoke import FAILED, RATIO_BOUNDS, SmokeFailure, check_ppo_run, check_sft_run, main, summary_table
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _run_dir(tmp_path: Path, rows: list[dict], dtype: str = "float32") -> Path:
+    run = tmp_path / "run"
+    run.mkdir()
+    load_config(preset="debug", overrides={"model": {"dtype": dtype}}).save(run / "config.yaml")
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return run
+
+
+def _row(it: int, ratio: float = 1e-6, rank: float = 0.0, seconds: float = 0.5) -> dict:
+    return {"iteration": it, "debug/first_minibatch_ratio_max_dev": ratio, "debug/param_rank_max_dev": rank, "time/iteration": seconds}
+
+
+def test_check_ppo_run_passes_a_good_run_and_reports_speed(tmp_path):
+    run = _run_dir(tmp_path, [_row(1, seconds=3.0), _row(2, ratio=5e-5, seconds=0.5)])
+    result = check_ppo_run(run, iterations=2)
+    assert result["ratio_max_dev"] == 5e-5 and result["param_rank_max_dev"] == 0.0 and result["processes"] == 1
+    # The first iteration (warm-up) is left out of the speed; debug preset: 2 envs x 2 steps per iteration.
+    assert result["seconds_per_iteration"] == 0.5 and result["env_steps_per_s"] == pytest.approx(4 / 0.5)
+    assert result["rollout_log_probs"] == "generate" and result["bound"] == RATIO_BOUNDS["float32"]
+
+
+@pytest.mark.parametrize(
+    "rows, dtype, message",
+    [
+        ([_row(1), _row(2, rank=1e-7)], "float32", "param_rank_max_dev"),  # ranks' weights differ: must be exactly 0
+        ([_row(1), _row(2, ratio=2e-4)], "float32", "first_minibatch_ratio_max_dev"),  # over fp32's 1e-4
+        ([_row(1), _row(2, ratio=float("nan"))], "float32", "first_minibatch_ratio_max_dev"),
+        ([_row(1, ratio=RATIO_BOUNDS["bfloat16"] * 1.01), _row(2)], "bfloat16", "first_minibatch_ratio_max_dev"),
+        ([_row(1)], "float32", "expected 2 iterations"),
+    ],
+)
+def test_check_ppo_run_fails_on_mismatch(tmp_path, rows, dtype, message):
+    with pytest.raises(SmokeFailure, match=message):
+        check_ppo_run(_run_dir(tmp_path, rows, dtype), iterations=2)
+
+
+def test_failed_stage_prints_the_banner_and_exits_1(tmp_path, capsys):
+    run = _run_dir(tmp_path, [_row(1), _row(2, rank=0.5)])
+    assert main(["check-ppo", "--device", "cpu", "--run-dir", str(run)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{FAILED}: check-ppo: ") and "param_rank_max_dev" in err
+
+
+def test_check_sft_run(tmp_path):
+    out = tmp_path / "sft"
+    with pytest.raises(SmokeFailure, match="train_log.json"):
+        check_sft_run(out)
+    (out / "adapter").mkdir(parents=True)
+    (out / "train_log.json").write_text(json.dumps([{"loss": 6.3, "step": 1}]))
+    with pytest.raises(SmokeFailure, match="adapter_config.json"):
+        check_sft_run(out)
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        (out / "adapter" / name).write_text("{}")
+    assert check_sft_run(out) == {"steps": 1, "loss": 6.3}
+    (out / "train_log.json").write_text(json.dumps([{"loss": math.nan, "step": 1}]))
+    with pytest.raises(SmokeFailure, match="finite"):
+        check_sft_run(out)
+
+
+def _script(tmp_path: Path, device: str, timeout: int) -> subprocess.CompletedProcess:
+    env = dict(os.environ, GPU_SMOKE_DEVICE=device, GPU_SMOKE_DIR=str(tmp_path / "smoke"), OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu")
+    return subprocess.run(["bash", "scripts/gpu_smoke.sh"], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_script_is_valid_bash_and_fails_loudly_without_a_gpu(tmp_path):
+    import torch
+
+    assert subprocess.run(["bash", "-n", "scripts/gpu_smoke.sh"], cwd=REPO).returncode == 0
+    bad = _script(tmp_path, "tpu", timeout=60)
+    assert bad.returncode == 2 and f"{FAILED}: GPU_SMOKE_DEVICE=tpu" in bad.stderr
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: the no-GPU failure cannot be shown here")
+    proc = _script(tmp_path, "cuda", timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"{FAILED}: info: " in proc.stderr and "sees no GPU" in proc.stderr  # what happened and what to check
+    assert "GPU SMOKE PASSED" not in proc.stdout
+
+
+@pytest.mark.slow
+def test_script_cpu_mode_runs_every_stage(tmp_path):
+    """GPU_SMOKE_DEVICE=cpu: info, the tiny model's ratio check, 2 PPO iterations, labels + one SFT
+    step, the summary table, PASSED (~30-60 s on the 2-core build box)."""
+    proc = _script(tmp_path, "cpu", timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.rstrip().endswith("GPU SMOKE PASSED")
+    work = tmp_path / "smoke"
+    ratio = json.loads((work / "ratio.json").read_text())
+    assert {r["setting"] for r in ratio} == {"preset", "gpu-preset (T=0.2 in [0.05, 1])"}
+    assert all(r["dtype"] == "float32" and r["ratio_max_dev"] < 1e-4 and r["peak_memory_gib"] is None for r in ratio)
+    ppo = json.loads((work / "ppo.json").read_text())
+    assert ppo["iterations"] == 2 and ppo["param_rank_max_dev"] == 0.0 and ppo["env_steps_per_s"] > 0
+    sft = json.loads((work / "sft.json").read_text())
+    assert sft["steps"] == 1 and math.isfinite(sft["loss"])
+    table = summary_table(work, "cpu")
+    assert "| PPO debug/param_rank_max_dev | 0 | 0 |" in table and table in proc.stdout
