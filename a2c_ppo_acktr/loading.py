@@ -3,7 +3,8 @@
 ``load_vlm(cfg)`` resolves ``cfg.model_path`` (``tiny:<family>``, a local directory, or a hub id
 available in the local HF cache), detects the family from ``config.model_type`` (never from the
 path), and loads ``AutoModelForImageTextToText`` + ``AutoProcessor`` with the dtype, attention
-implementation, device and pixel budget from :class:`~a2c_ppo_acktr.arguments.ModelConfig`.
+implementation, device and pixel budget from :class:`~a2c_ppo_acktr.arguments.ModelConfig`. On CUDA
+the weights load straight onto the rank's GPU (:func:`placement_kwargs`), never as a full host copy.
 
 The processor's tokenizer is set to LEFT padding: the policy batches prompts of unequal length
 into one ``generate`` call, and new tokens must follow each prompt's last real token.
@@ -145,6 +146,33 @@ def resolve_device(device: str) -> str:
     return "cpu"
 
 
+def placement_kwargs(device: str) -> dict[str, Any]:
+    """``from_pretrained`` arguments that load the weights straight onto ``device``.
+
+    On CUDA, ``device_map={"": device}`` makes transformers copy each checkpoint tensor onto this
+    rank's GPU as it is read, instead of building the whole model in host memory and moving it
+    after: with 8 ranks on a node, 8 full host copies at once (8 x 16 GB for a 7B model in bf16)
+    are what fills a node's RAM during start-up. ``low_cpu_mem_usage`` asks transformers 4.x for the
+    same meta-device loading (5.x always loads that way and ignores the flag). Under DeepSpeed
+    ZeRO-3 (accelerate has registered the ZeRO-3 config with transformers) ``zero.Init`` partitions
+    the weights while loading and a device map is refused, so nothing is added; nor on CPU, whose
+    loading stays as it was.
+
+    Args:
+        device: a :func:`resolve_device` result (``cpu`` or ``cuda:<index>``).
+
+    Returns:
+        Keyword arguments for ``from_pretrained`` (empty on CPU and under ZeRO-3).
+    """
+    if not device.startswith("cuda"):
+        return {}
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if is_deepspeed_zero3_enabled():
+        return {}
+    return {"device_map": {"": device}, "low_cpu_mem_usage": True}
+
+
 def load_processor(
     path: str,
     min_pixels: Optional[int] = None,
@@ -228,12 +256,13 @@ def load_vlm(cfg: ModelConfig) -> LoadedVLM:
             dtype=dtype,
             attn_implementation=cfg.attn_implementation,
             local_files_only=offline,
+            **placement_kwargs(device),
         )
     except (OSError, ValueError, ImportError) as e:
         raise ModelLoadError(
             f"could not load model {path!r} (dtype={cfg.dtype}, attn_implementation={cfg.attn_implementation}): {e}"
         ) from e
-    model.to(device)
+    model.to(device)  # a no-op when placement_kwargs already put it there
     model.eval()
     processor = load_processor(path, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels)
     return LoadedVLM(model=model, processor=processor, family=family, path=path)

@@ -7,6 +7,11 @@ Each row is sampled at its own temperature by a ``LogitsProcessor`` that calls
 :func:`~a2c_ppo_acktr.distributions.process_logits` (divide by T_i, forbid placeholder tokens);
 generate's own temperature/top-k/top-p stay neutral.
 
+The training forward stops the model at ``lm_head``'s input and computes log-probs, entropy and KL
+with :func:`~a2c_ppo_acktr.distributions.chunked_token_stats`: ``lm_head`` and the float32
+vocabulary-wide work run a chunk of positions at a time, recomputed in backward, so no ``(B, R, V)``
+tensor is ever alive (the formulas are those of ``process_logits``/``token_log_probs``).
+
 The rollout's log-probs come from the same functions the update uses, on the same numbers:
 with ``model.rollout_log_probs = "generate"`` (default, no extra forward) the processor keeps each
 step's processed logits and reads the sampled token's log-prob with
@@ -46,12 +51,12 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 from a2c_ppo_acktr import prompts
 from a2c_ppo_acktr.arguments import ModelConfig
 from a2c_ppo_acktr.distributions import (
+    chunked_token_stats,
+    logits_chunk_tokens,
     masked_mean,
     process_logits,
     response_token_weights,
     sequence_log_prob,
-    token_entropy,
-    token_kl,
     token_log_probs,
 )
 from a2c_ppo_acktr.loading import LoadedVLM, forbidden_token_ids, load_vlm
@@ -143,6 +148,20 @@ class _RowTemperatureProcessor(LogitsProcessor):
 
 
 
+def _reference_head(head: nn.Module) -> nn.Module:
+    """The output layer as the reference policy (adapter disabled) applies it.
+
+    With the default LoRA targets ``lm_head`` carries no adapter and this is ``head`` itself; if a
+    user's targets or ``modules_to_save`` wrap it, the reference must use the original layer, which
+    is what peft's ``disable_adapter`` would run.
+    """
+    original = getattr(head, "original_module", None)  # peft ModulesToSaveWrapper
+    if isinstance(original, nn.Module):
+        return original
+    get_base = getattr(head, "get_base_layer", None)  # peft tuner layers (LoRA on lm_head)
+    return get_base() if callable(get_base) else head
+
+
 def build_lora_config(cfg: ModelConfig, modules_to_save: Optional[Sequence[str]] = None) -> Any:
     """The PEFT LoRA config shared by the PPO policy and SFT (rank, alpha, dropout, target regex).
 
@@ -187,7 +206,7 @@ class VLMPolicy(nn.Module):
             p.requires_grad_(False)
         self.model = self._wrap(base, cfg, loaded.family)
         if cfg.gradient_checkpointing:
-            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            self._enable_gradient_checkpointing(base)
         device = next(base.parameters()).device
         # Heads stay float32 whatever the base dtype: values and temperatures need the precision.
         self.value_head = nn.Sequential(
@@ -234,6 +253,24 @@ class VLMPolicy(nn.Module):
             raise ValueError(f"LoRA could not be applied with model.lora_target_modules={cfg.lora_target_modules!r}: {e}") from e
 
     @staticmethod
+    def _enable_gradient_checkpointing(base: nn.Module) -> None:
+        """Recompute each decoder (and vision) block in backward instead of storing its activations.
+
+        Non-reentrant checkpointing gives the LoRA weights inside a checkpointed block their gradients
+        whether or not the block's input requires grad, so the frozen embeddings need no
+        ``enable_input_require_grads``. transformers installs those hooks anyway, on every input
+        embedding it finds, the vision tower's patch embedding included: that would pull the frozen
+        tower into autograd (its blocks recomputed and back-propagated through for nothing), so they
+        are removed. Tested: LoRA weights of every layer get gradients and the first ratio stays 1.
+        """
+        kwargs = {"use_reentrant": False}
+        if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5 (the old name warns)
+            base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        base.disable_input_require_grads()
+
+    @staticmethod
     def _vision_module_names(base: nn.Module, suffixes: Sequence[str]) -> list[str]:
         """Full names of the modules ending in ``suffixes``; containers expand to their children
         (peft's modules_to_save cannot wrap a ModuleList, e.g. Qwen3-VL's deepstack mergers)."""
@@ -256,6 +293,11 @@ class VLMPolicy(nn.Module):
     @property
     def device(self) -> torch.device:
         return self.forbidden_ids.device
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of ``lm_head`` (the model's vocabulary, padding rows included)."""
+        return int(self.base_model.config.get_text_config().vocab_size)
 
     @property
     def base_model(self) -> nn.Module:
@@ -285,6 +327,28 @@ class VLMPolicy(nn.Module):
             yield
         finally:
             self.train(was_training)
+
+    @contextlib.contextmanager
+    def _lm_head_input_only(self) -> Iterator[list[Tensor]]:
+        """Collect ``lm_head``'s inputs and let it compute logits for none of them.
+
+        A pre-hook hands ``lm_head`` an empty slice (``(B, 0, H)``), so the model's forward returns
+        ``(B, 0, V)`` logits at no cost while its graph up to the final hidden states is intact;
+        :func:`chunked_token_stats` then applies ``lm_head`` chunk by chunk. Any family whose forward
+        ends in ``lm_head(hidden[:, slice])`` works, with no family-specific entry point.
+        """
+        caught: list[Tensor] = []
+        head = self.base_model.get_output_embeddings()
+
+        def take(_module: nn.Module, args: tuple) -> tuple:
+            caught.append(args[0])
+            return (args[0].narrow(-2, 0, 0),) + tuple(args[1:])
+
+        handle = head.register_forward_pre_hook(take)
+        try:
+            yield caught
+        finally:
+            handle.remove()
 
     @contextlib.contextmanager
     def _catch_lm_head_input(self) -> Iterator[list[Tensor]]:
@@ -343,23 +407,35 @@ class VLMPolicy(nn.Module):
         if "mm_token_type_ids" in enc:  # generated tokens are text
             inputs["mm_token_type_ids"] = torch.cat([enc["mm_token_type_ids"], torch.zeros_like(resp, dtype=enc["mm_token_type_ids"].dtype)], dim=1)
         inputs = self._with_positions(inputs)
-        with self._catch_lm_head_input() as caught:
-            out = self.model(**inputs, use_cache=False, logits_to_keep=R + 1)
-        hidden = caught[0][:, 0]  # the last prompt token (left padding: index P-1 in every row)
-        temps = self._temperatures(hidden, temperature)
-        values = self._values(hidden)
-        logits = process_logits(out.logits[:, :R], temps, self.forbidden_ids)
-        tok_lp = token_log_probs(logits, resp)
-        log_probs = sequence_log_prob(tok_lp, weights, resp_mask)
-        entropy = masked_mean(token_entropy(logits), resp_mask)
-        kl = None
+        ref_final = None
         if with_kl:
             if not self.has_reference:
                 raise ValueError("KL to the reference needs LoRA (model.use_lora=true): the reference is the adapter-disabled model")
-            with torch.no_grad(), self.model.disable_adapter():
-                ref = self.model(**inputs, use_cache=False, logits_to_keep=R + 1).logits[:, :R]
-            ref_logits = process_logits(ref, temps.detach(), self.forbidden_ids)
-            kl = masked_mean(token_kl(logits, ref_logits), resp_mask)
+            # Before the policy's forward: this no-grad pass's working set then never sits on top
+            # of the activations the policy's forward keeps for backward.
+            with torch.no_grad(), self.model.disable_adapter(), self._lm_head_input_only() as ref_caught:
+                self.model(**inputs, use_cache=False, logits_to_keep=R + 1)
+            # A copy: the slice would keep the reference's whole (B, T, H) final hidden states alive.
+            ref_final = ref_caught[0][:, :R].clone()  # (B, R, H)
+        # The model runs up to lm_head's input only; the logits are made chunk by chunk below, so no
+        # full (B, R+1, V) tensor (model dtype) nor its float32 derivatives exist at once.
+        with self._lm_head_input_only() as caught:
+            self.model(**inputs, use_cache=False, logits_to_keep=R + 1)
+        # (B, R+1, H) final hidden states: the last prompt token, then the generated ones; a copy,
+        # so that the chunks' references do not keep the whole (B, T, H) tensor alive.
+        final = caught[0].clone()
+        hidden = final[:, 0]  # the last prompt token (left padding: index P-1 in every row)
+        temps = self._temperatures(hidden, temperature)
+        values = self._values(hidden)
+        head = self.base_model.get_output_embeddings()
+        stats = chunked_token_stats(
+            final[:, :R], resp, temps, self.forbidden_ids, resp_mask,
+            head=head, ref_inputs=ref_final, ref_head=_reference_head(head),
+            chunk_tokens=logits_chunk_tokens(self.vocab_size),
+        )
+        log_probs = sequence_log_prob(stats.log_probs, weights, resp_mask)
+        entropy = masked_mean(stats.entropy, resp_mask)
+        kl = masked_mean(stats.kl, resp_mask) if stats.kl is not None else None
         return EvalOutput(log_probs=log_probs, values=values, entropy=entropy, kl=kl, temperatures=temps)
 
     @staticmethod

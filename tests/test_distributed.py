@@ -345,4 +345,7 @@ def test_deepspeed_zero2_bf16_two_processes(tmp_path):
     """The GPU presets' combination (ZeRO-2 + bf16 weights) on CPU: must train and keep ranks identical."""
     ds = ["--dist.zero_stage", "2", "--dist.deepspeed_config", str(DS_JSON), "--ppo.num_iterations", "1", "--model.dtype", "bfloat16"]
     _launch(_torchrun(), tmp_path / "out", tmp_path / "h", ds)
-    assert _hashes(tmp_path / "h", 0) == _hashes(tmp_path / "h", 1)
+    h0, h1 = _hashes(tmp_path / "h", 0), _hashes(tmp_path / "h", 1)
+    assert len(h0) == 1 and h0 == h1, f"ranks must hold the same weights after the one update: {h0} vs {h1}"
+    row = json.loads((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()[0])
+    assert row["debug/param_rank_max_dev"] == 0.0 and row["optim/steps"] == 2.0

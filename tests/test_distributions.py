@@ -121,3 +121,104 @@ def test_masked_mean_ignores_padding_values():
     x = torch.tensor([[1.0, 3.0, float("nan")], [0.0, 0.0, 0.0]])
     m = torch.tensor([[True, True, False], [False, False, False]])
     assert masked_mean(x, m).tolist() == [2.0, 0.0]
+
+
+def _naive_stats(inputs, tokens, temps, forbid, head, ref_inputs):
+    """The unchunked computation the training forward used to do: full (B, R, V) float32 logits."""
+    z = process_logits(head(inputs) if head is not None else inputs, temps, forbid)
+    with torch.no_grad():
+        zr = process_logits(head(ref_inputs) if head is not None else ref_inputs, temps.detach(), forbid)
+    return token_log_probs(z, tokens), token_entropy(z), token_kl(z, zr)
+
+
+def _stats_case(seed=0, B=3, R=7, H=6, V=17):
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(B, R, H, generator=g, requires_grad=True)
+    head = torch.nn.Linear(H, V, bias=False)
+    with torch.no_grad():
+        head.weight.copy_(torch.randn(V, H, generator=g))
+    temps = torch.tensor([0.3, 1.0, 1.7][:B], requires_grad=True)  # per-row temperature, with grad
+    forbid = torch.tensor([0, 5, V - 1])
+    tokens = torch.randint(1, V - 1, (B, R), generator=g)
+    tokens[tokens == 5] = 4  # generated tokens are never forbidden
+    lengths = torch.tensor([R, 3, 1][:B])  # rows of different lengths (right padding)
+    mask = torch.arange(R)[None] < lengths[:, None]
+    ref = torch.randn(B, R, H, generator=g)
+    return hidden, head, temps, forbid, tokens, mask, ref
+
+
+@pytest.mark.parametrize("chunk_tokens", [1, 4, 1000])
+def test_chunked_token_stats_equal_the_naive_values_and_gradients(chunk_tokens):
+    """Values and gradients (hidden states, temperatures, lm_head weight) agree with the full-logits
+    computation for any chunk size: one position per chunk, chunks across rows, one chunk."""
+    from a2c_ppo_acktr.distributions import chunked_token_stats
+
+    hidden, head, temps, forbid, tokens, mask, ref = _stats_case()
+    got = chunked_token_stats(hidden, tokens, temps, forbid, mask, head=head, ref_inputs=ref, chunk_tokens=chunk_tokens)
+    want = _naive_stats(hidden, tokens, temps, forbid, head, ref)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g[mask], w[mask], atol=1e-6, rtol=1e-6)
+        assert (g[~mask] == 0).all()  # padding is not computed
+    # A loss of the kind PPO builds: weighted sums over the valid positions of all three.
+    coef = torch.randn(3, *tokens.shape, generator=torch.Generator().manual_seed(1))
+    params = [hidden, temps, head.weight]
+    grads = torch.autograd.grad(sum((c * s * mask).sum() for c, s in zip(coef, got)), params)
+    naive = torch.autograd.grad(sum((c * torch.where(mask, s, 0.0)).sum() for c, s in zip(coef, want)), params)
+    for g, w in zip(grads, naive):
+        assert g.abs().max() > 0
+        torch.testing.assert_close(g, w, atol=1e-6, rtol=1e-5)
+
+
+def test_chunked_token_stats_from_logits_and_without_reference():
+    """``head=None`` reads raw logits; no reference gives ``kl=None``; a forbidden token scores -inf."""
+    from a2c_ppo_acktr.distributions import chunked_token_stats
+
+    hidden, head, temps, forbid, tokens, mask, _ = _stats_case(seed=2)
+    logits = head(hidden).detach().requires_grad_(True)
+    tokens = tokens.clone()
+    tokens[0, 0] = 5  # forbidden: log-prob -inf, exactly as token_log_probs gives
+    got = chunked_token_stats(logits, tokens, temps, forbid, mask, chunk_tokens=3)
+    assert got.kl is None and torch.isneginf(got.log_probs[0, 0])
+    z = process_logits(logits, temps, forbid)
+    want_lp, want_ent = token_log_probs(z, tokens), token_entropy(z)
+    torch.testing.assert_close(got.log_probs[mask], want_lp[mask], atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(got.entropy[mask], want_ent[mask], atol=1e-6, rtol=1e-6)
+    keep = mask.clone()
+    keep[0, 0] = False
+    g1 = torch.autograd.grad((got.log_probs[keep].sum() + got.entropy[mask].sum()), [logits, temps])
+    g2 = torch.autograd.grad((want_lp[keep].sum() + want_ent[mask].sum()), [logits, temps])
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_chunked_token_stats_keep_no_vocabulary_sized_tensor_for_backward():
+    """What autograd keeps between forward and backward is O(B*R*H), never a (.., V) tensor, and
+    ``lm_head`` only ever sees ``chunk_tokens`` positions, in forward and in the backward recompute."""
+    from a2c_ppo_acktr.distributions import chunked_token_stats
+
+    B, R, H, V, chunk = 2, 16, 4, 512, 5
+    hidden, head, temps, forbid, tokens, mask, ref = _stats_case(seed=3, B=2, R=R, H=H, V=V)
+    rows_seen = []
+    head.register_forward_hook(lambda _m, args, _o: rows_seen.append(args[0].shape[0]))
+    saved = []
+
+    def pack(t):
+        saved.append(tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        stats = chunked_token_stats(hidden, tokens, temps, forbid, mask, head=head, ref_inputs=ref, chunk_tokens=chunk)
+        loss = (stats.log_probs.sum() + stats.entropy.sum() + stats.kl.sum())
+    n_valid = int(mask.sum())
+    assert saved and not any(V in s for s in saved), saved
+    assert max(math.prod(s) for s in saved) <= B * R * H  # nothing bigger than the hidden states
+    loss.backward()
+    n_chunks = -(-n_valid // chunk)
+    # policy and reference heads per chunk, in forward and again in the backward's recompute (the
+    # reference log-probs are needed by the KL's gradient; storing them would be the (B, R, V) tensor)
+    assert len(rows_seen) == 4 * n_chunks and max(rows_seen) == chunk
+    # the naive computation keeps (B, R, V) float32 tensors alive for backward
+    saved.clear()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        _naive_stats(hidden, tokens, temps, forbid, head, ref)
+    assert (B, R, V) in saved
