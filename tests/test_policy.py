@@ -1,10 +1,12 @@
 """VLMPolicy on the tiny offline Qwen2.5-VL: rollout/update agreement, what trains, heads, KL, files."""
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
 import torch
 
+import a2c_ppo_acktr.distributions as dist
 from a2c_ppo_acktr.algo.ppo import PPO
 from a2c_ppo_acktr.arguments import ModelConfig, PPOConfig
 from a2c_ppo_acktr.loading import LoadedVLM, load_vlm
@@ -190,7 +192,8 @@ def test_greedy_act_is_deterministic_and_never_emits_forbidden_ids(loaded, tiny_
     for g in a.generated_ids:
         assert not forbidden & set(g.tolist())
         eos_at = [i for i, t in enumerate(g.tolist()) if t in policy.eos_ids]
-        assert eos_at in ([], [len(g) - 1])  # cut right after the first EOS
+        # cut right after the first EOS, kept as the last token; no EOS only when the length ran out
+        assert eos_at == [len(g) - 1] or (eos_at == [] and len(g) == policy.cfg.max_new_tokens)
 
 
 def test_save_and_load_round_trip(loaded, tiny_model_path, tmp_path, storage):
@@ -259,3 +262,116 @@ def test_non_finite_loss_leaves_every_policy_weight_untouched(loaded, tiny_model
     assert out["losses/skipped_minibatches"] == 2
     for k, v in policy.state_dict().items():
         assert torch.equal(v, before[k]), k
+
+
+def _naive_forward_turns(policy, enc, generated_ids, token_weights, with_kl):
+    """The training forward as it was before chunking: the model's full (B, R+1, V) logits, then
+    process_logits / token_log_probs / token_entropy / token_kl on (B, R, V) float32 tensors."""
+    from a2c_ppo_acktr.distributions import masked_mean, process_logits, sequence_log_prob, token_entropy, token_kl, token_log_probs
+
+    B, R = len(generated_ids), max(len(g) for g in generated_ids)
+    resp = torch.full((B, R), policy.pad_id, dtype=torch.long)
+    mask = torch.zeros(B, R, dtype=torch.bool)
+    weights = torch.zeros(B, R)
+    for i, (g, w) in enumerate(zip(generated_ids, token_weights)):
+        resp[i, : len(g)], mask[i, : len(g)], weights[i, : len(g)] = g, True, w
+    inputs = dict(enc)
+    inputs["input_ids"] = torch.cat([enc["input_ids"], resp], 1)
+    inputs["attention_mask"] = torch.cat([enc["attention_mask"], mask.long()], 1)
+    if "mm_token_type_ids" in enc:
+        inputs["mm_token_type_ids"] = torch.cat([enc["mm_token_type_ids"], torch.zeros_like(resp)], 1)
+    with policy._catch_lm_head_input() as caught:
+        logits = policy.model(**inputs, use_cache=False, logits_to_keep=R + 1).logits[:, :R]
+    temps = policy._temperatures(caught[0][:, 0])
+    z = process_logits(logits, temps, policy.forbidden_ids)
+    out = {"log_probs": sequence_log_prob(token_log_probs(z, resp), weights, mask), "entropy": masked_mean(token_entropy(z), mask)}
+    if with_kl:
+        with torch.no_grad(), policy.model.disable_adapter():
+            ref = policy.model(**inputs, use_cache=False, logits_to_keep=R + 1).logits[:, :R]
+        out["kl"] = masked_mean(token_kl(z, process_logits(ref, temps.detach(), policy.forbidden_ids)), mask)
+    return out
+
+
+def test_chunked_training_forward_equals_the_full_logits_computation(loaded, tiny_model_path, storage, monkeypatch):
+    """Log-probs, entropy and KL of the (chunked, lm_head-applied-per-chunk) training forward equal the
+    full-logits computation on a batch with unequal response lengths, and so do the gradients of a
+    PPO-like loss into every trainable weight (LoRA, temperature head)."""
+    policy = _policy(loaded, tiny_model_path, temperature=0.8, min_temperature=0.5, max_temperature=1.5)
+    with torch.no_grad():  # move the adapter off zero so that the KL and the LoRA-A gradients are not trivially 0
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.05)
+    policy.train()
+    mb = next(storage.minibatches(NUM_ENVS * NUM_STEPS, torch.Generator().manual_seed(0)))
+    # responses of different lengths (prefixes of the stored ones): right padding inside the batch
+    mb = dataclasses.replace(
+        mb,
+        generated_ids=[g[: max(1, len(g) - 2 * i)] for i, g in enumerate(mb.generated_ids)],
+        token_weights=[w[: max(1, len(w) - 2 * i)] for i, w in enumerate(mb.token_weights)],
+    )
+    assert len({len(g) for g in mb.generated_ids}) > 2
+    enc = policy._encode(mb.prompts, mb.images)
+    named = [(n, p) for n, p in policy.named_parameters() if p.requires_grad and not n.startswith("value_head")]
+    params = [p for _, p in named]
+
+    def loss_and_grads(out):
+        loss = -(out["log_probs"] * mb.advantages).mean() - 0.1 * out["entropy"].mean() + 0.5 * out["kl"].mean()
+        return torch.autograd.grad(loss, params, allow_unused=True)
+
+    got = policy._forward_turns(enc, mb.generated_ids, mb.token_weights, with_kl=True)
+    want = _naive_forward_turns(policy, enc, mb.generated_ids, mb.token_weights, with_kl=True)
+    assert want["kl"].min() > 1e-4  # the adapter moved: a real KL is compared
+    for key in ("log_probs", "entropy", "kl"):
+        torch.testing.assert_close(getattr(got, key), want[key], atol=1e-5, rtol=1e-6)
+    g_got = loss_and_grads({"log_probs": got.log_probs, "entropy": got.entropy, "kl": got.kl})
+    g_want = loss_and_grads(want)
+    # every LoRA weight and the temperature head's output layer get a gradient (the head's first
+    # layer sits behind its zero-initialised last one)
+    moved = {n for (n, _), g in zip(named, g_got) if g is not None and g.abs().max() > 0}
+    assert {n for n, _ in named if "lora_" in n or n.startswith("temp_predictor.mlp.2")} <= moved
+    for (name, _), g, w in zip(named, g_got, g_want):
+        if w is None:
+            continue
+        # The temperature's gradient sums z * (p - onehot) over the vocabulary and every position:
+        # cancellation leaves it ~1e-4 relative rounding, against ~1e-6 for the LoRA weights.
+        scale = 3e-4 if name.startswith("temp_predictor") else 1e-5
+        torch.testing.assert_close(g, w, atol=scale * float(w.abs().max()), rtol=0, msg=name)
+    # several chunks per batch (one position each) give the same numbers again, and lm_head never
+    # computes logits for more positions than a chunk (the model's own call sees an empty slice)
+    monkeypatch.setattr(dist, "LOGITS_CHUNK_ELEMENTS", policy.vocab_size)
+    positions = []
+    handle = policy.base_model.get_output_embeddings().register_forward_hook(
+        lambda _m, args, _out: positions.append(args[0].shape[:-1].numel()))
+    small = policy._forward_turns(enc, mb.generated_ids, mb.token_weights, with_kl=True)
+    handle.remove()
+    assert max(positions) == 1 and positions.count(0) == 2  # policy and reference forwards
+    torch.testing.assert_close(small.log_probs, got.log_probs, atol=1e-5, rtol=1e-6)
+    torch.testing.assert_close(small.kl, got.kl, atol=1e-6, rtol=1e-5)
+
+
+def test_gradient_checkpointing_keeps_ratio_one_and_trains_lora(loaded, tiny_model_path, storage):
+    """With model.gradient_checkpointing on: the first PPO ratio is still 1, every LoRA-B weight gets a
+    non-zero gradient equal to the one without checkpointing, and the frozen vision tower stays out
+    of autograd (transformers' input-require-grads hooks would pull it in)."""
+    plain = _policy(loaded, tiny_model_path)
+    ckpt = _policy(loaded, tiny_model_path, gradient_checkpointing=True)
+    layers = [m for m in ckpt.base_model.modules() if hasattr(m, "gradient_checkpointing") and type(m).__name__.endswith("DecoderLayer")]
+    assert layers and all(m.gradient_checkpointing for m in layers)
+    tower_grad = []
+    ckpt.base_model.model.visual.patch_embed.register_forward_hook(lambda _m, _a, out: tower_grad.append(out.requires_grad))
+    mb = next(storage.minibatches(NUM_ENVS, torch.Generator().manual_seed(0)))
+    grads = []
+    for policy in (plain, ckpt):
+        policy.train()
+        out = policy.evaluate_actions(mb)
+        (-(out.log_probs * mb.advantages).mean() - 0.01 * out.entropy.mean()).backward()
+        grads.append({n: p.grad.clone() for n, p in policy.named_parameters() if "lora_B" in n})
+    assert tower_grad and not any(tower_grad)
+    assert grads[0].keys() == grads[1].keys() and len(grads[1]) > 0
+    for name, g in grads[1].items():
+        assert g.abs().max() > 0, f"{name} got no gradient under gradient checkpointing"
+        torch.testing.assert_close(g, grads[0][name], atol=1e-7, rtol=1e-4)
+    fresh = _policy(loaded, tiny_model_path, gradient_checkpointing=True)
+    opt = torch.optim.Adam(fresh.trainable_parameters(), lr=1e-2)
+    metrics = PPO(fresh, opt, PPOConfig(ppo_epochs=1, mini_batch_size=3), seed=0).update(storage)
+    assert metrics["debug/first_minibatch_ratio_max_dev"] < 1e-4
