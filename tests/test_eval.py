@@ -11,7 +11,6 @@ from PIL import Image
 import eval_vsi
 from a2c_ppo_acktr import evaluation, reports
 from a2c_ppo_acktr.arguments import QUESTION_TYPES, load_config
-from a2c_ppo_acktr.reports import PictureLayout
 from a2c_ppo_acktr.scoring import score_prediction
 from a2c_ppo_acktr.teachers import OracleTeacher
 
@@ -59,8 +58,11 @@ def test_every_report_file_is_written(runs, kind):
     assert [p.stem for p in pictures] == ["proc-0000", "proc-0001"]
     by_id = {r["episode_id"]: r for r in rep["records"]}
     for p in pictures:
+        turns = by_id[p.stem]["turns"]
+        # By hand from the default layout: one 192-px tile per turn beside the 384-px map; a 56-px
+        # header over the taller of tile + 150-px caption (342) and map (384).
         with Image.open(p) as im:
-            assert im.format == "PNG" and im.size == PictureLayout().size(by_id[p.stem]["turns"])
+            assert im.format == "PNG" and im.size == (192 * turns + 384, 56 + 384)
 
 
 def test_oracle_scores_near_one_and_dummy_near_chance(runs):

@@ -22,13 +22,6 @@ from test_sft import _obs, _write_rows
 TOWER, PROJECTOR = "vision_tower", "multi_modal_projector"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 @pytest.fixture(scope="module")
 def llava_path(tiny_family_path) -> str:
@@ -136,7 +129,7 @@ def test_greedy_act_is_deterministic_and_never_emits_forbidden_ids(loaded):
     for g in a.generated_ids:
         assert not forbidden & set(g.tolist())
         eos_at = [i for i, t in enumerate(g.tolist()) if t in policy.eos_ids]
-        assert eos_at in ([], [len(g) - 1])
+        assert eos_at == [len(g) - 1] or (eos_at == [] and len(g) == policy.cfg.max_new_tokens)
     # The batch decodes as each prompt would alone (left padding and positions do not leak).
     alone = policy.act(obs[1:2], greedy=True)
     assert alone.generated_ids[0].tolist() == a.generated_ids[1].tolist()

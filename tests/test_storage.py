@@ -1,4 +1,5 @@
 """GAE and episode estimators against closed forms and a naive loop; storage bookkeeping."""
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -95,6 +96,29 @@ def test_matches_naive_loop_on_random_inputs():
     torch.testing.assert_close(ret, adv + values)
 
 
+@pytest.mark.parametrize("wrong", ["rewards", "values", "next_values", "terminated", "truncated"])
+def test_compute_gae_rejects_an_input_of_another_shape(wrong):
+    T, N = 3, 2
+    args = dict(rewards=torch.zeros(T, N), values=torch.zeros(T, N), next_values=torch.zeros(T, N),
+                terminated=torch.zeros(T, N, dtype=torch.bool), truncated=torch.zeros(T, N, dtype=torch.bool))
+    args[wrong] = args[wrong][:, :1]
+    with pytest.raises(ValueError, match=r"^all inputs must share one \(T, N\) shape, got \{"):
+        compute_gae(**args, gamma=0.9, gae_lambda=0.9)
+    # one shape, but not (T, N)
+    flat = {k: v[:, 0] for k, v in dict(args, **{wrong: args["rewards"]}).items()}
+    with pytest.raises(ValueError, match=r"\(T, N\) shape"):
+        compute_gae(**flat, gamma=0.9, gae_lambda=0.9)
+
+
+def test_one_step_rollout_is_one_td_error():
+    rewards, values, nv = torch.tensor([[1.0, 2.0]]), torch.tensor([[0.5, 0.25]]), torch.tensor([[3.0, 4.0]])
+    term = torch.tensor([[False, True]])
+    adv, ret = compute_gae(rewards, values, nv, term, torch.zeros_like(term), 0.9, 0.8)
+    # r + gamma V' - V, no bootstrap where terminated
+    torch.testing.assert_close(adv, torch.tensor([[1.0 + 0.9 * 3.0 - 0.5, 2.0 - 0.25]]))
+    torch.testing.assert_close(ret, adv + values)
+
+
 def test_value_after_terminated_step_never_leaks():
     g = torch.Generator().manual_seed(1)
     T, N = 6, 2
@@ -133,20 +157,25 @@ def test_storage_truncation_bootstraps_and_matches_compute_gae():
     rewards = torch.randn(T, N, generator=g)
     term = torch.zeros(T, N, dtype=torch.bool)
     trunc = torch.zeros(T, N, dtype=torch.bool)
-    trunc[1, 0] = True
-    term[2, 1] = True
-    final_v = torch.tensor([5.0, -7.0])
+    # env0 truncated at t=1 and on the last step; env1 terminated at t=0 and truncated at t=1 and
+    # t=2 (the step before the last, whose successor is bootstrapped from next_value)
+    trunc[1, 0] = trunc[3, 0] = trunc[1, 1] = trunc[2, 1] = True
+    term[0, 1] = True
+    final_v = {1: torch.tensor([5.0, -3.0]), 2: torch.tensor([0.0, -7.0]), 3: torch.tensor([9.0, 0.0])}
     st = RolloutStorage(T, N)
     for t in range(T):
-        st.insert(_fake_act(N, t, values=values[t]), rewards[t], term[t], trunc[t], final_values=final_v if trunc[t].any() else None)
+        st.insert(_fake_act(N, t, values=values[t]), rewards[t], term[t], trunc[t], final_values=final_v.get(t))
     bootstrap = torch.tensor([0.3, -0.4])
     st.compute_returns(bootstrap, "gae", gamma, lam)
     nv = torch.cat([values[1:], bootstrap[None]])
-    nv[1, 0] = 5.0
+    nv[1, 0], nv[3, 0], nv[1, 1], nv[2, 1] = 5.0, 9.0, -3.0, -7.0
     adv, ret = compute_gae(rewards, values, nv, term, trunc, gamma, lam)
     torch.testing.assert_close(st.advantages, adv)
+    torch.testing.assert_close(st.returns, ret)
     # the truncated step's TD error uses the final observation's value, not the next episode's
     assert st.advantages[1, 0] == pytest.approx(float(rewards[1, 0] + gamma * 5.0 - values[1, 0]), rel=1e-5)
+    assert st.advantages[3, 0] == pytest.approx(float(rewards[3, 0] + gamma * 9.0 - values[3, 0]), rel=1e-5)
+    assert st.advantages[3, 1] == pytest.approx(float(rewards[3, 1] + gamma * -0.4 - values[3, 1]), rel=1e-5)
 
 
 def test_storage_minibatches_cover_every_turn_once_and_are_seeded():
@@ -163,18 +192,132 @@ def test_storage_minibatches_cover_every_turn_once_and_are_seeded():
             t, n = divmod(i, N)
             assert mb.prompts[j] == f"prompt {t} {n}"
             assert mb.old_log_probs[j] == n + 10.0 * t
-            assert len(mb.generated_ids[j]) == 2 + t
+            assert mb.generated_ids[j].tolist() == list(range(2 + t))
+            assert mb.prompt_ids[j].tolist() == list(range(3 + n))
+            assert mb.token_weights[j].tolist() == [1.0] * (2 + t)
+            assert len(mb.images[j]) == 1 and mb.images[j][0].shape == (4, 4, 3)
+        assert mb.encodings is None  # acts without processor output: the update re-processes the images
     again = torch.cat([mb.indices for mb in st.minibatches(4, torch.Generator().manual_seed(3))])
     assert torch.equal(idx, again)
     with pytest.raises(ValueError, match="must divide"):
         next(st.minibatches(5, torch.Generator()))
     norm = torch.cat([mb.advantages for mb in st.minibatches(4, torch.Generator(), normalize_advantages=True)])
     assert abs(float(norm.mean())) < 1e-5
+    assert float(norm.std(unbiased=False)) == pytest.approx(1.0, rel=1e-5)
+
+
+def test_normalised_advantages_have_mean_zero_and_population_std_one():
+    """One mean and one population std (``unbiased=False``, numpy's default ddof=0) over the whole
+    rollout, whatever minibatch a turn lands in; the advantages' std (about 4.6) is far from 1, so
+    a lost division by it shows."""
+    T, N = 3, 4
+    g = torch.Generator().manual_seed(4)
+    st = RolloutStorage(T, N)
+    for t in range(T):
+        st.insert(_fake_act(N, t), 5.0 * torch.randn(N, generator=g), torch.zeros(N), torch.zeros(N))
+    st.compute_returns(torch.zeros(N))
+    raw = st.advantages.flatten().numpy().astype(np.float64)
+    assert raw.std() > 3.0
+    expected = (raw - raw.mean()) / raw.std()  # independent: numpy, float64, ddof=0
+    norm = torch.zeros(T * N)
+    for mb in st.minibatches(4, torch.Generator().manual_seed(0), normalize_advantages=True):
+        norm[mb.indices] = mb.advantages
+    np.testing.assert_allclose(norm.numpy(), expected, rtol=1e-5, atol=1e-6)
+    assert float(norm.mean()) == pytest.approx(0.0, abs=1e-6)
+    assert float(norm.std(unbiased=False)) == pytest.approx(1.0, rel=1e-5)
+    # the convention matters at this size: the unbiased std of the same numbers is sqrt(12/11)
+    assert float(norm.std(unbiased=True)) == pytest.approx(math.sqrt(T * N / (T * N - 1)), rel=1e-5)
+    # The epsilon guards a (near) zero std: equal advantages normalise to 0, and a spread far below
+    # the epsilon keeps every sign (an epsilon subtracted instead would flip them).
+    st.advantages = torch.zeros(T, N)
+    flat = torch.cat([mb.advantages for mb in st.minibatches(T * N, torch.Generator(), normalize_advantages=True)])
+    assert torch.equal(flat, torch.zeros(T * N))
+    st.advantages = torch.tensor([0.0, 1e-9] * (T * N // 2)).reshape(T, N)
+    for mb in st.minibatches(T * N, torch.Generator(), normalize_advantages=True):
+        raw_mb = st.advantages.flatten()[mb.indices]
+        assert (torch.sign(mb.advantages) == torch.where(raw_mb > 0, 1.0, -1.0)).all()
+        assert mb.advantages.abs().max() < 0.1  # 5e-10 / (5e-10 + 1e-8)
+    # without normalisation the raw advantages come through untouched
+    st.compute_returns(torch.zeros(N))
+    plain = torch.zeros(T * N)
+    for mb in st.minibatches(4, torch.Generator().manual_seed(0)):
+        plain[mb.indices] = mb.advantages
+    torch.testing.assert_close(plain, st.advantages.flatten())
+
+
+def test_after_update_carries_starts_episode_across_rollouts():
+    """An env whose last step ended (terminated or truncated) starts the next rollout with a new
+    episode; one that ended earlier, or never, is mid-episode at the boundary. The carried flags decide
+    which episodes of the next rollout are complete, hence their rloo advantages (hand-computed)."""
+    T, N = 3, 4
+    st = RolloutStorage(T, N)
+    assert st.starts_episode.tolist() == [True] * N  # right after reset
+    # rollout 1: env0 terminates on the last step, env1 truncates on it, env2 terminates at t=0 and
+    # is mid-episode at the end, env3 never ends.
+    term, trunc = torch.zeros(T, N, dtype=torch.bool), torch.zeros(T, N, dtype=torch.bool)
+    term[2, 0], trunc[2, 1], term[0, 2] = True, True, True
+    for t in range(T):
+        st.insert(_fake_act(N, t), torch.zeros(N), term[t], trunc[t], final_values=torch.zeros(N), group_ids=[t] * N)
+    st.compute_returns(torch.zeros(N))
+    assert st.group_ids[:, 0].tolist() == [0, 1, 2]
+    st.after_update()
+    assert st.group_ids is None
+    assert st.starts_episode.tolist() == [True, True, False, False]
+    assert st.step == 0 and st.advantages is None and st.returns is None
+    # rollout 2, one question (group 0): env0 ends at t=1 and starts an open episode; env1 ends at
+    # t=2; env2 finishes its old episode at t=0, then a new one at t=2; env3 finishes its old one at t=2.
+    rewards = torch.tensor([[0.0, 0.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.5, 0.25, 2.0]])
+    term = torch.tensor([[False, False, True, False], [True, False, False, False], [False, True, True, True]])
+    for t in range(T):
+        st.insert(_fake_act(N, t), rewards[t], term[t], torch.zeros(N), group_ids=[0] * N)
+    st.compute_returns(torch.zeros(N), "rloo")
+    # complete episodes: env0's (R 1.0), env1's (0.5), env2's second (0.25): R - mean of the other two.
+    # env2's first and env3's began in rollout 1 (incomplete), env0's last is open: advantage 0.
+    a, b, c = 1.0 - (0.5 + 0.25) / 2, 0.5 - (1.0 + 0.25) / 2, 0.25 - (1.0 + 0.5) / 2
+    expect = torch.tensor([[a, b, 0.0, 0.0], [a, b, c, 0.0], [0.0, b, c, 0.0]])
+    torch.testing.assert_close(st.advantages, expect)
+    st.after_update()
+    assert st.starts_episode.tolist() == [False, True, True, True]
+
+
+def test_deferred_final_values_and_a_missing_bootstrap_are_refused_with_the_fix():
+    """GAE reads a truncated step's final value and V(s_T) of envs still mid-episode: deferred final
+    values must all be given (to the steps deferred, no others) and next_value may be None only when
+    every episode ended."""
+    st = RolloutStorage(2, 2)
+    st.insert(_fake_act(2, 0), torch.ones(2), torch.zeros(2), torch.tensor([True, False]), defer_final_values=True)
+    st.insert(_fake_act(2, 1), torch.ones(2), torch.zeros(2), torch.zeros(2))
+    fix = (r"^advantage estimator 'gae' reads the final values of truncated steps, but 1 were deferred and never "
+           r"given; call set_final_values before compute_returns$")
+    with pytest.raises(ValueError, match=fix):
+        st.compute_returns(torch.zeros(2))
+    with pytest.raises(ValueError, match=r"^1 steps, 2 envs and 1 values must be as many$"):
+        st.set_final_values([0], [0, 1], torch.tensor([2.0]))
+    with pytest.raises(ValueError, match=r"^step 0 env 1 is not a truncated step whose final value was deferred$"):
+        st.set_final_values([0], [1], torch.tensor([2.0]))
+    st.set_final_values([0], [0], torch.tensor([2.0]))
+    with pytest.raises(ValueError, match=r"^advantage estimator 'gae' needs next_value \(N,\): V\(s_T\) of the envs still mid-episode$"):
+        st.compute_returns(None)
+    st.compute_returns(torch.tensor([0.5, -0.5]), gamma=0.9, gae_lambda=1.0)
+    # env0: truncated at t=0 (r + gamma * 2.0), then a new episode bootstrapped from 0.5
+    torch.testing.assert_close(st.advantages[:, 0], torch.tensor([1.0 + 0.9 * 2.0, 1.0 + 0.9 * 0.5]))
 
 
 def test_storage_rejects_misuse():
+    for steps, envs in ((0, 2), (2, 0)):
+        with pytest.raises(ValueError, match=rf"^num_steps={steps} and num_envs={envs} must both be >= 1$"):
+            RolloutStorage(steps, envs)
+    assert RolloutStorage(1, 1).starts_episode.tolist() == [True]
     st = RolloutStorage(1, 2)
-    with pytest.raises(ValueError, match="final_values"):
+    assert st.starts_episode.dtype == torch.bool
+    assert st.advantages is None and st.returns is None and st.group_ids is None  # nothing until computed
+    with pytest.raises(RuntimeError, match="^call compute_returns before minibatches$"):
+        next(st.minibatches(1, torch.Generator()))
+    with pytest.raises(ValueError, match=r"^act holds 3 rows, storage has num_envs=2$"):
+        st.insert(_fake_act(3, 0), torch.ones(3), torch.zeros(3), torch.zeros(3))
+    with pytest.raises(ValueError, match="^a step cannot be both terminated and truncated; the env must report one of them$"):
+        st.insert(_fake_act(2, 0), torch.ones(2), torch.tensor([True, False]), torch.tensor([True, False]), final_values=torch.zeros(2))
+    with pytest.raises(ValueError, match=r"^some envs truncated: pass final_values \(value of their final observation\) to insert$"):
         st.insert(_fake_act(2, 0), torch.ones(2), torch.zeros(2), torch.tensor([True, False]))
     with pytest.raises(RuntimeError, match="insert every step"):
         st.compute_returns(torch.zeros(2))
@@ -206,21 +349,85 @@ def test_rloo_and_grpo_hand_computed():
     torch.testing.assert_close(adv, torch.tensor([[1.0, -1.0, 0.0], [1.0, -1.0, 0.0]]), atol=1e-5, rtol=0)
 
 
+def test_group_of_two_and_a_lone_group_before_it():
+    """Group 0 holds one complete episode (no baseline: 0), group 1 two (each against the other);
+    the lone group comes first, so later groups are still computed."""
+    returns = torch.tensor([5.0, 1.0, 3.0])
+    groups = torch.tensor([0, 1, 1])
+    valid = torch.ones(3, dtype=torch.bool)
+    torch.testing.assert_close(rloo_advantages(returns, groups, valid), torch.tensor([0.0, -2.0, 2.0]))
+    # grpo: mean 2, unbiased std sqrt(2); a tiny spread shows the epsilon is added (std 1.41e-3)
+    torch.testing.assert_close(grpo_advantages(returns, groups, valid), torch.tensor([0.0, -1.0, 1.0]) / (2**0.5 + 1e-6))
+    tiny = grpo_advantages(torch.tensor([5.0, 0.001, -0.001]), groups, valid)
+    torch.testing.assert_close(tiny, torch.tensor([0.0, 0.001, -0.001]) / (0.002 / 2**0.5 + 1e-6), rtol=1e-5, atol=0)
+
+
+def test_episode_estimator_factory_broadcasts_per_episode_advantages():
+    """``_episode_estimator`` (how rloo and grpo enter the registry) turns a per-episode function of
+    (returns, groups, complete) into a (T, N) estimator: it numbers the episodes (terminated or
+    truncated ends, the rollout's starts_episode), sums each one's rewards, and broadcasts the
+    function's answer and the episode return to every turn. Built here, at test time, with a
+    function whose answer shows what it was given."""
+    from a2c_ppo_acktr.storage import _episode_estimator
+
+    def tagged(returns, groups, valid):
+        """10 * return + group for complete episodes, 0 for the others."""
+        return torch.where(valid, 10 * returns + groups, torch.zeros_like(returns))
+
+    estimator = _episode_estimator(tagged)
+    assert estimator.__doc__ == tagged.__doc__
+    rewards, term, groups = _episode_case()
+    trunc = torch.zeros_like(term)
+    term[1, 1], trunc[1, 1] = False, True  # env1's episode is cut, not finished: it still ends there
+    # env0 began before the rollout: incomplete, advantage 0; env1 complete (R 0, group 0); env2 two
+    # complete one-turn episodes (R 1 in group 1, then R 0.5 in group 0).
+    adv, ret = estimator(rewards=rewards, terminated=term, truncated=trunc, group_ids=groups,
+                         starts_episode=torch.tensor([False, True, True]))
+    torch.testing.assert_close(adv, torch.tensor([[0.0, 0.0, 11.0], [0.0, 0.0, 5.0]]))
+    torch.testing.assert_close(ret, torch.tensor([[1.0, 0.0, 1.0], [1.0, 0.0, 0.5]]))
+    message = (r"^this advantage estimator compares episodes of the same question: pass group_ids \(T, N\) to "
+               r"RolloutStorage.insert \(e.g. the question's index\), or use advantage_estimator='gae'$")
+    with pytest.raises(ValueError, match=message):
+        estimator(rewards=rewards, terminated=term, truncated=trunc, group_ids=None)
+    with pytest.raises(ValueError, match="^group_ids must be constant within an episode"):
+        estimator(rewards=rewards, terminated=term, truncated=trunc, group_ids=torch.tensor([[0, 0, 1], [1, 0, 0]]))
+
+
+def test_group_ids_must_be_constant_within_an_episode():
+    rewards = torch.zeros(2, 1)
+    term = torch.tensor([[False], [True]])
+    with pytest.raises(ValueError, match=r"^group_ids must be constant within an episode \(one question per episode\)$"):
+        get_advantage_estimator("rloo")(rewards=rewards, terminated=term, truncated=torch.zeros_like(term), group_ids=torch.tensor([[0], [1]]))
+
+
 def test_incomplete_episodes_get_zero_advantage():
-    ended = torch.tensor([[False, True], [True, False]])
+    ended = torch.tensor([[False, True, False], [True, False, False]])
+    ids, complete = episode_ids(ended, starts_episode=torch.tensor([False, True, True]))
+    # env0: one episode that began before the rollout (incomplete); env1: complete, then an open one;
+    # env2: begins with the rollout and never ends (open).
+    assert ids[0, 0] == ids[1, 0] and ids[0, 1] != ids[1, 1] and ids[0, 2] == ids[1, 2]
+    assert complete.dtype == torch.bool
+    assert complete.tolist() == [False, True, False, False]
+    assert episode_ids(ended)[1].tolist() == [True, True, False, False]  # default: every env starts an episode
+    ended = ended[:, :2]
     ids, complete = episode_ids(ended, starts_episode=torch.tensor([False, True]))
-    # env0: one episode that began before the rollout (incomplete); env1: complete, then an open one.
-    assert ids[0, 0] == ids[1, 0] and ids[0, 1] != ids[1, 1]
-    assert complete.tolist() == [False, True, False]
     r = torch.tensor([3.0, 1.0, 2.0])
     assert rloo_advantages(r, torch.zeros(3, dtype=torch.long), complete).tolist() == [0.0, 0.0, 0.0]
-    assert grpo_advantages(r, torch.zeros(3, dtype=torch.long), torch.ones(3, dtype=torch.bool)).abs().sum() > 0
+    # grpo over all three: mean 2, unbiased std 2 (verl's convention; the population std is 1.63)
+    r = torch.tensor([4.0, 0.0, 2.0])
+    adv = grpo_advantages(r, torch.zeros(3, dtype=torch.long), torch.ones(3, dtype=torch.bool))
+    torch.testing.assert_close(adv, torch.tensor([1.0, -1.0, 0.0]) * 2 / (2 + 1e-6))
 
 
 def test_registry_names_and_unknown_name():
     assert set(ADVANTAGE_ESTIMATORS) == set(CONFIG_ESTIMATORS)
     with pytest.raises(KeyError, match=r"known estimators: \['gae', 'grpo', 'rloo'\]"):
         get_advantage_estimator("vtrace")
-    with pytest.raises(ValueError, match="group_ids"):
-        rewards, term, _ = _episode_case()
+    rewards, term, _ = _episode_case()
+    message = (r"^this advantage estimator compares episodes of the same question: pass group_ids \(T, N\) to "
+               r"RolloutStorage.insert \(e.g. the question's index\), or use advantage_estimator='gae'$")
+    with pytest.raises(ValueError, match=message):
         get_advantage_estimator("grpo")(rewards=rewards, terminated=term, truncated=torch.zeros_like(term), group_ids=None)
+    # each registered episode estimator documents itself with its per-episode formula
+    assert get_advantage_estimator("rloo").__doc__ == rloo_advantages.__doc__
+    assert get_advantage_estimator("grpo").__doc__ == grpo_advantages.__doc__

@@ -157,32 +157,50 @@ def test_reset_options():
 
 
 def test_batch_env_auto_reset_and_determinism():
+    """Env i sends SCRIPT[(k + i) % 7] at step k: SCRIPT[5] and SCRIPT[6] answer (terminated), any
+    other text on turn max_turns = 4 truncates. Which env ends when, and how, follows from the script
+    alone (the list below, derived by hand); each finished episode reports its own turns, the sum of
+    its step rewards, and the scorer's verdict on its answer (0 when truncated)."""
     cfg = EnvConfig(**SMALL)
+    answers = {5: "B", 6: "2"}
+    # (step, env, how, turns) of every episode that ends in 9 steps
+    expected = [(3, 0, "truncated", 4), (3, 1, "truncated", 4), (3, 2, "terminated", 4), (4, 1, "terminated", 1),
+                (4, 2, "terminated", 1), (5, 0, "terminated", 2), (5, 1, "terminated", 1), (6, 0, "terminated", 1),
+                (8, 2, "truncated", 4)]
 
     def run(seed):
         batch = VSIBatchEnv(cfg, num_envs=3, seed=seed)
         out = [[o["text"] for o in batch.reset()]]
-        episodes = []
+        episodes, ended = [], []
+        running = [0.0, 0.0, 0.0]  # each env's rewards since its episode began
         for k in range(9):
-            texts = [SCRIPT[(k + i) % len(SCRIPT)] for i in range(3)]
-            obs, rewards, term, trunc, infos = batch.step(texts)
+            picks = [(k + i) % len(SCRIPT) for i in range(3)]
+            obs, rewards, term, trunc, infos = batch.step([SCRIPT[j] for j in picks])
             assert rewards.shape == (3,) and term.dtype == bool and trunc.dtype == bool
             for i in range(3):
+                running[i] += float(rewards[i])
                 if term[i] or trunc[i]:
                     ep = infos[i]["episode"]
                     assert set(ep) == {"score", "reward", "turns", "question_type"}
                     final = infos[i]["final_observation"]["text"]
                     assert ("Last turn: answered" in final) == bool(term[i])
                     assert "Turns left: 4" in obs[i]["text"]  # the returned observation starts a new episode
+                    assert ep["reward"] == pytest.approx(running[i], abs=1e-5)
+                    if term[i]:
+                        verdict = score_prediction(ep["question_type"], answers[picks[i]], infos[i]["ground_truth"])
+                        assert ep["score"] == pytest.approx(verdict)
+                    else:
+                        assert ep["score"] == 0.0
+                    ended.append((k, i, "terminated" if term[i] else "truncated", ep["turns"]))
+                    running[i] = 0.0
                     episodes.append(ep)
             out.append([o["text"] for o in obs] + rewards.tolist())
-        return out, episodes
+        return out, episodes, ended
 
-    a, ep_a = run(11)
-    b, ep_b = run(11)
-    assert a == b and ep_a == ep_b and len(ep_a) >= 3
-    truncated = [e for e in ep_a if e["turns"] == SMALL["max_turns"] and e["score"] == 0.0]
-    assert truncated or any(e["score"] > 0 for e in ep_a)
+    a, ep_a, ended = run(11)
+    b, ep_b, _ = run(11)
+    assert a == b and ep_a == ep_b
+    assert ended == expected
 
 
 # ------------------------------------------------------------------ real-scan sources (a fake ARKitScenes scan)
