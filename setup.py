@@ -35,7 +35,9 @@ setup(
         "deepspeed": ["deepspeed>=0.15,<1"],
         # flash-attn must be built against the node's CUDA: `pip install flash-attn --no-build-isolation`.
         "gpu": ["xformers>=0.0.28"],
-        "dev": ["pytest>=8", "pytest-timeout>=2.3"],
+        "dev": ["pytest>=8", "pytest-timeout>=2.3", "mutmut>=3.8,<4"],
+        # bench/bench_vs_trl.py (TRL's GRPO side by side); 1.16 installs beside the pinned torch/transformers.
+        "bench": ["trl>=1.16,<2"],
     },
     entry_points={
         "console_scripts": [

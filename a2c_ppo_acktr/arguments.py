@@ -376,8 +376,16 @@ class LogConfig:
     # Stop this invocation after N iterations in total (the schedule still spans ppo.num_iterations);
     # for time-limited jobs that continue with --resume auto. None runs to ppo.num_iterations.
     stop_after_iterations: Optional[int] = None
+    # With ppo.kl_coef = 0 the KL to the reference is only a monitor (losses/kl_ref): measured (one
+    # reference forward, on the first minibatch) every K updates, the first included; NaN in between.
+    # With ppo.kl_coef > 0 it is in the loss and measured on every minibatch whatever K.
+    kl_ref_interval: int = 10
 
     def __post_init__(self) -> None:
+        _check(
+            self.kl_ref_interval >= 1,
+            f"log.kl_ref_interval={self.kl_ref_interval} must be >= 1 (1 measures losses/kl_ref on every update)",
+        )
         _check(
             self.stop_after_iterations is None or self.stop_after_iterations >= 1,
             f"log.stop_after_iterations={self.stop_after_iterations} must be >= 1 (or null to run all iterations)",

@@ -25,8 +25,11 @@ first ratio differ from 1.
 Batch layout of the training forward: ``[left-padded prompt | generated ids right-padded]``; the
 attention mask covers both paddings, and ``logits_to_keep = R + 1`` makes ``lm_head`` see exactly the
 last prompt token and the generated positions: position 0 of its input is the last prompt token
-(value, temperature), positions ``0..R-1`` predict the R generated tokens. Images are re-processed
-from the raw arrays; the resulting prompt ids are checked against the rollout's. Qwen-VL models derive
+(value, temperature), positions ``0..R-1`` predict the R generated tokens. Each observation's images
+are processed once: ``act`` returns each row's processor output (:mod:`a2c_ppo_acktr.encoding`), the
+storage keeps it, and the update collates those very tensors instead of running the processor again
+(so no re-tokenisation can drift from the rollout's; a minibatch without them is re-processed and its
+prompt ids checked against the rollout's). Qwen-VL models derive
 their M-RoPE positions from the attention mask; other families (LLaVA) are given generate's
 positions explicitly (:data:`MASK_POSITION_FAMILIES`).
 
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,8 +63,11 @@ from a2c_ppo_acktr.distributions import (
     sequence_log_prob,
     token_log_probs,
 )
+from a2c_ppo_acktr.encoding import TurnEncoding, collate, split_rows
 from a2c_ppo_acktr.loading import LoadedVLM, forbidden_token_ids, load_vlm
 from a2c_ppo_acktr.temp_predictor import TempPredictor
+
+logger = logging.getLogger(__name__)
 
 HEADS_FILE = "heads.safetensors"
 FULL_WEIGHTS_FILE = "trainable.safetensors"  # trainable weights when training without LoRA
@@ -96,6 +103,8 @@ class ActOutput:
     images: list[list[np.ndarray]]  # raw images given with each prompt ([] when blind)
     prompt_ids: list[Tensor]  # (P_i,) prompt token ids without padding (image tokens expanded)
     token_weights: list[Tensor]  # (R_i,) float32
+    # Each row's processor output (CPU, pixels in the model's dtype): the update forwards these.
+    encodings: Optional[list[TurnEncoding]] = None
 
 
 @dataclass
@@ -226,6 +235,7 @@ class VLMPolicy(nn.Module):
         if pad is None:
             raise ValueError("the model has no pad token id (generation_config.pad_token_id / tokenizer.pad_token_id); set one")
         self.pad_id = int(pad)
+        self._warned_split = False  # the processor output could not be kept with the rollout (warned once)
 
     # ------------------------------------------------------------------ construction
     @staticmethod
@@ -322,6 +332,9 @@ class VLMPolicy(nn.Module):
     def _eval_mode(self) -> Iterator[None]:
         """Dropout off while acting (rollout numbers must not depend on dropout masks)."""
         was_training = self.training
+        if not was_training:  # already in eval mode: walking every module twice costs ~1 ms a call
+            yield
+            return
         self.eval()
         try:
             yield
@@ -367,10 +380,16 @@ class VLMPolicy(nn.Module):
         images = [[] if blind else list(o["images"]) for o in observations]
         return texts, images
 
-    def _encode(self, texts: Sequence[str], images: Sequence[Sequence[np.ndarray]]) -> dict[str, Tensor]:
+    def _process(self, texts: Sequence[str], images: Sequence[Sequence[np.ndarray]]) -> dict[str, Tensor]:
+        """The processor's left-padded batch, on the CPU."""
         flat = [img for row in images for img in row]
-        enc = self.processor(text=list(texts), images=flat or None, padding=True, return_tensors="pt")
+        return dict(self.processor(text=list(texts), images=flat or None, padding=True, return_tensors="pt"))
+
+    def _to_device(self, enc: dict[str, Tensor]) -> dict[str, Tensor]:
         return {k: v.to(self.device) for k, v in enc.items()}
+
+    def _encode(self, texts: Sequence[str], images: Sequence[Sequence[np.ndarray]]) -> dict[str, Tensor]:
+        return self._to_device(self._process(texts, images))
 
     def _with_positions(self, inputs: dict[str, Tensor]) -> dict[str, Tensor]:
         """``inputs`` plus generate's ``position_ids`` (real tokens before each one, from 0; 0 on
@@ -392,15 +411,17 @@ class VLMPolicy(nn.Module):
         """The training forward on ``[left-padded prompt | right-padded response]``."""
         B, P = enc["input_ids"].shape
         R = max((len(g) for g in generated_ids), default=0)
-        resp = torch.full((B, R), self.pad_id, dtype=torch.long, device=self.device)
-        resp_mask = torch.zeros(B, R, dtype=torch.bool, device=self.device)
-        weights = torch.zeros(B, R, dtype=torch.float32, device=self.device)
+        # Built on the CPU and moved once each: a copy per row would be a host sync per row.
+        resp = torch.full((B, R), self.pad_id, dtype=torch.long)
+        resp_mask = torch.zeros(B, R, dtype=torch.bool)
+        weights = torch.zeros(B, R, dtype=torch.float32)
         for i, (g, w) in enumerate(zip(generated_ids, token_weights)):
             if len(w) != len(g):
                 raise ValueError(f"row {i}: {len(w)} token weights for {len(g)} generated tokens")
-            resp[i, : len(g)] = g.to(self.device)
+            resp[i, : len(g)] = g.cpu()
             resp_mask[i, : len(g)] = True
-            weights[i, : len(g)] = w.to(self.device)
+            weights[i, : len(g)] = w.cpu()
+        resp, resp_mask, weights = resp.to(self.device), resp_mask.to(self.device), weights.to(self.device)
         inputs = dict(enc)
         inputs["input_ids"] = torch.cat([enc["input_ids"], resp], dim=1)
         inputs["attention_mask"] = torch.cat([enc["attention_mask"], resp_mask.to(enc["attention_mask"].dtype)], dim=1)
@@ -459,20 +480,60 @@ class VLMPolicy(nn.Module):
             :class:`EvalOutput` with gradients.
 
         Raises:
-            ValueError: the processor now tokenizes a prompt differently from the rollout.
+            ValueError: the prompt ids the minibatch forwards are not the rollout's (a turn's kept
+                encoding paired with another turn's ids, or, re-processed, a processor that now
+                tokenizes differently).
         """
-        enc = self._encode(minibatch.prompts, minibatch.images)
-        for i, (now, then) in enumerate(zip(self._unpadded(enc), minibatch.prompt_ids)):
+        encodings = getattr(minibatch, "encodings", None)
+        if encodings is not None:
+            # The rollout's own tensors (no processor run); the comparison is on CPU tensors, no device sync.
+            now_ids = [e.input_ids for e in encodings]
+            enc = self._to_device(collate(encodings, self._pad_token_id))
+            fix = "the storage paired a turn's encoding with another turn's prompt ids"
+        else:
+            enc = self._encode(minibatch.prompts, minibatch.images)
+            now_ids = self._unpadded(enc)
+            fix = "the processor or its pixel budget changed between rollout and update"
+        for i, (now, then) in enumerate(zip(now_ids, minibatch.prompt_ids)):
             if not torch.equal(now, then.cpu()):
-                raise ValueError(
-                    f"turn {i}: the prompt tokenizes to {len(now)} ids now but had {len(then)} in the rollout; "
-                    "the processor or its pixel budget changed between rollout and update"
-                )
+                raise ValueError(f"turn {i}: the prompt has {len(now)} ids now but had {len(then)} in the rollout; {fix}")
         return self._forward_turns(enc, minibatch.generated_ids, minibatch.token_weights, with_kl)
 
+    def _split_encodings(self, cpu_enc: dict[str, Tensor], images: Sequence[Sequence[np.ndarray]]) -> Optional[list[TurnEncoding]]:
+        """Each row's processor output, kept with the rollout: the update forwards these tensors and
+        the processor never runs on these images again. None (the update re-processes the raw
+        images, as before issue 16) for a processor output :mod:`a2c_ppo_acktr.encoding` cannot
+        split, with a warning once."""
+        try:
+            return split_rows(cpu_enc, [len(row) for row in images], dtype=self.base_model.dtype)
+        except ValueError as e:
+            if not self._warned_split:
+                logger.warning("processor outputs are not kept with the rollout, the update will re-process the images: %s", e)
+                self._warned_split = True
+            return None
+
+    @property
+    def _pad_token_id(self) -> int:
+        """The id the processor left-pads prompts with (the generation pad id when it has none)."""
+        pad = self.tokenizer.pad_token_id
+        return int(pad) if pad is not None else self.pad_id
+
     @torch.no_grad()
-    def get_values(self, observations: Sequence[dict], blind: bool = False) -> Tensor:
-        """``(N,)`` values of observations (e.g. the final observation of a truncated episode)."""
+    def get_values(self, observations: Sequence[dict], blind: bool = False, max_rows: Optional[int] = None) -> Tensor:
+        """``(N,)`` values of observations (e.g. the final observation of a truncated episode).
+
+        Args:
+            observations: N observations, valued in one batched forward (processor run once).
+            blind: withhold the images.
+            max_rows: forward at most this many rows at a time (e.g. ``rollout.num_envs``: a
+                batch no larger than the one ``act`` prefills, so it fits wherever acting fits);
+                None forwards all N at once.
+        """
+        if not observations:
+            return torch.zeros(0)
+        step = len(observations) if max_rows is None else max(1, int(max_rows))
+        if len(observations) > step:
+            return torch.cat([self.get_values(observations[i:i + step], blind) for i in range(0, len(observations), step)])
         texts, images = self._prompts_and_images(observations, blind)
         enc = self._encode(texts, images)
         with self._eval_mode(), self._catch_lm_head_input() as caught:
@@ -511,7 +572,8 @@ class VLMPolicy(nn.Module):
         """
         with self._eval_mode():
             texts, images = self._prompts_and_images(observations, blind)
-            enc = self._encode(texts, images)
+            cpu_enc = self._process(texts, images)
+            enc = self._to_device(cpu_enc)
             P = enc["input_ids"].shape[1]
             recompute = self.cfg.rollout_log_probs == "recompute"
             with self._catch_lm_head_input() as caught:
@@ -521,7 +583,8 @@ class VLMPolicy(nn.Module):
                 seqs = self.model.generate(
                     **enc, generation_config=self._generation_config(greedy), logits_processor=LogitsProcessorList([proc])
                 )
-            generated = [self._trim(row) for row in seqs[:, P:]]
+            # Trimmed on the CPU: one device-to-host copy instead of a sync per row.
+            generated = [self._trim(row) for row in seqs[:, P:].cpu()]
             decoded = self.tokenizer.batch_decode([g.tolist() for g in generated], skip_special_tokens=True)
             weights = [response_token_weights(self.tokenizer, g.tolist(), self.cfg.thought_prob_coef) for g in generated]
             if recompute:
@@ -531,24 +594,26 @@ class VLMPolicy(nn.Module):
                 # Same functions as the training forward: process_logits -> token_log_probs ->
                 # sequence_log_prob; the value head on the same (last prompt token) hidden state.
                 tok_lp = proc.finish(seqs[:, -1])
-                mask = torch.zeros_like(tok_lp, dtype=torch.bool)
-                w = torch.zeros_like(tok_lp)
+                mask = torch.zeros(tok_lp.shape, dtype=torch.bool)
+                w = torch.zeros(tok_lp.shape, dtype=tok_lp.dtype)
                 for i, (g, wi) in enumerate(zip(generated, weights)):
                     mask[i, : len(g)] = True
-                    w[i, : len(g)] = wi.to(w.device)
-                log_probs = sequence_log_prob(tok_lp, w, mask)
+                    w[i, : len(g)] = wi
+                log_probs = sequence_log_prob(tok_lp, w.to(tok_lp.device), mask.to(tok_lp.device))
                 values = self._values(caught[0][:, -1])
                 temps = proc.temperatures
+        encodings = self._split_encodings(cpu_enc, images)
         return ActOutput(
-            generated_ids=[g.cpu() for g in generated],
+            generated_ids=generated,
             texts=decoded,
             log_probs=log_probs.float().cpu(),
             values=values.float().cpu(),
             temperatures=temps.float().cpu(),
             prompts=texts,
             images=images,
-            prompt_ids=self._unpadded(enc),
+            prompt_ids=[e.input_ids for e in encodings] if encodings is not None else self._unpadded(cpu_enc),
             token_weights=weights,
+            encodings=encodings,
         )
 
     def _generation_config(self, greedy: bool) -> GenerationConfig:

@@ -1,10 +1,19 @@
 """Rollout storage and advantage estimators.
 
 :class:`RolloutStorage` keeps ``num_steps x num_envs`` turns: what the update must re-forward (the
-rendered prompt, the raw images, the prompt and generated token ids, the token weights) and the
-numbers (old log-prob, value, reward, terminated, truncated, the value after a truncated step).
-Pixels are not kept: the processor re-makes them from the raw images in the update, which is
-deterministic and far smaller in memory.
+rendered prompt, the raw images, the prompt and generated token ids, the token weights, and the
+processor output ``act`` forwarded, :class:`~a2c_ppo_acktr.encoding.TurnEncoding`) and the numbers (old
+log-prob, value, reward, terminated, truncated, the value after a truncated step). The update
+forwards the kept processor output, so each observation's images are processed once (issue 16).
+
+Memory of the kept pixels: on the CPU, in the model's dtype, one copy per distinct image of the
+rollout (:class:`~a2c_ppo_acktr.encoding.ImageFeatureStore`: the sweep frames an episode shows on
+every turn are stored once). Qwen2.5-VL turns ``H x W`` pixels into ``H*W/196`` patches of 1176
+values: a 448x448 frame is 1024 patches (256 visual tokens), 2.4 MB in bf16. The 3B preset's
+rollout (4 envs x 64 steps, 8 sweep frames + 2 views per turn) holds at most 256 x 10 frames =
+6.2 GB per process if no frame repeated; with 10-turn episodes the sweep repeats, and about
+26 episodes x 8 sweep frames + 256 new views = 464 distinct frames = 1.1 GB. Cleared by
+:meth:`RolloutStorage.after_update`.
 
 Advantage estimators are pure functions of ``(T, N)`` tensors registered by name in
 :data:`ADVANTAGE_ESTIMATORS`:
@@ -12,6 +21,8 @@ Advantage estimators are pure functions of ``(T, N)`` tensors registered by name
 * ``gae``: generalized advantage estimation over turns (Schulman et al. 2016). Bootstraps with
   ``V(s_{t+1})`` unless the step terminated; for a truncated step ``next_values[t]`` is the value of
   its final observation. The recursion never crosses an episode end (terminated or truncated).
+  The only estimator that reads values of states after a step (:data:`BOOTSTRAPPING_ESTIMATORS`):
+  the others need no value forward beyond the ones ``act`` makes anyway.
 * ``rloo``: REINFORCE leave-one-out (Ahmadian et al. 2024). Each episode's return (sum of its turn
   rewards) minus the mean return of the OTHER complete episodes of the same group (same question).
 * ``grpo``: group-relative (Shao et al. 2024): ``(R - mean_group) / (std_group + eps)`` over the
@@ -30,6 +41,8 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import numpy as np
 import torch
 from torch import Tensor
+
+from a2c_ppo_acktr.encoding import ImageFeatureStore, TurnEncoding
 
 
 # ---------------------------------------------------------------------------------------------
@@ -182,6 +195,11 @@ ADVANTAGE_ESTIMATORS: dict[str, Callable[..., tuple[Tensor, Tensor]]] = {
 }
 
 
+# Estimators that read ``next_values`` (the value of a truncated step's final observation and the
+# bootstrap V(s_T)); for the others the rollout computes neither (no forward whose result nothing reads).
+BOOTSTRAPPING_ESTIMATORS = frozenset({"gae"})
+
+
 def get_advantage_estimator(name: str) -> Callable[..., tuple[Tensor, Tensor]]:
     """The estimator registered as ``name``; an unknown name raises listing the known ones."""
     if name not in ADVANTAGE_ESTIMATORS:
@@ -212,6 +230,8 @@ class Minibatch:
     advantages: Tensor
     returns: Tensor
     indices: Tensor  # flat index t * num_envs + n of each turn in the storage
+    # The processor output each turn was acted on (forwarded as is); None re-processes the images.
+    encodings: Optional[list[TurnEncoding]] = None
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -220,7 +240,8 @@ class Minibatch:
 class RolloutStorage:
     """``num_steps x num_envs`` turns of one PPO iteration.
 
-    Lifecycle: :meth:`insert` once per step, :meth:`compute_returns` with the bootstrap value,
+    Lifecycle: :meth:`insert` once per step (final values now, or deferred and given to
+    :meth:`set_final_values` after the last step), :meth:`compute_returns` with the bootstrap value,
     :meth:`minibatches` during the update, :meth:`after_update` before the next rollout.
     """
 
@@ -235,6 +256,7 @@ class RolloutStorage:
         self.terminated = torch.zeros(shape, dtype=torch.bool)
         self.truncated = torch.zeros(shape, dtype=torch.bool)
         self.next_values = torch.zeros(shape)  # V(s_{t+1}); final-observation value where truncated
+        self.final_pending = torch.zeros(shape, dtype=torch.bool)  # truncated steps whose final value is deferred
         self.temperatures = torch.zeros(shape)
         self.group_ids: Optional[Tensor] = None
         self.advantages: Optional[Tensor] = None
@@ -247,6 +269,8 @@ class RolloutStorage:
         self.prompt_ids: list[Optional[Tensor]] = [None] * n
         self.generated_ids: list[Optional[Tensor]] = [None] * n
         self.token_weights: list[Optional[Tensor]] = [None] * n
+        self.encodings: list[Optional[TurnEncoding]] = [None] * n
+        self.image_store = ImageFeatureStore()
         self.step = 0
 
     @property
@@ -261,6 +285,7 @@ class RolloutStorage:
         truncated: Sequence[bool] | Tensor,
         final_values: Optional[Tensor] = None,
         group_ids: Optional[Sequence[int] | Tensor] = None,
+        defer_final_values: bool = False,
     ) -> None:
         """Store one step of all envs.
 
@@ -268,8 +293,11 @@ class RolloutStorage:
             act: the :class:`a2c_ppo_acktr.model.ActOutput` that chose these actions.
             rewards, terminated, truncated: ``(N,)`` results of ``env.step``.
             final_values: ``(N,)`` value of each env's final observation; read where ``truncated``
-                (required if any env truncated, since the bootstrap needs it).
+                (required if any env truncated, since the bootstrap needs it, unless deferred).
             group_ids: ``(N,)`` question/group key of each env's episode (rloo/grpo).
+            defer_final_values: the truncated envs' final values come later, all steps' at once,
+                through :meth:`set_final_values` (one batched forward per rollout), or never when
+                the estimator does not read them.
         """
         if self.full:
             raise RuntimeError(f"storage is full ({self.num_steps} steps); call after_update() before inserting again")
@@ -281,9 +309,12 @@ class RolloutStorage:
         if bool((trunc & term).any()):
             raise ValueError("a step cannot be both terminated and truncated; the env must report one of them")
         if bool(trunc.any()):
-            if final_values is None:
+            if final_values is not None:
+                self.next_values[t] = torch.where(trunc, final_values.detach().float().cpu().reshape(N), self.next_values[t])
+            elif defer_final_values:
+                self.final_pending[t] = trunc
+            else:
                 raise ValueError("some envs truncated: pass final_values (value of their final observation) to insert")
-            self.next_values[t] = torch.where(trunc, final_values.detach().float().cpu().reshape(N), self.next_values[t])
         self.rewards[t] = torch.as_tensor(rewards, dtype=torch.float32).reshape(N)
         self.terminated[t], self.truncated[t] = term, trunc
         self.old_log_probs[t] = act.log_probs.detach().float().cpu()
@@ -293,6 +324,7 @@ class RolloutStorage:
             if self.group_ids is None:
                 self.group_ids = torch.full((self.num_steps, N), -1, dtype=torch.long)
             self.group_ids[t] = torch.as_tensor(group_ids, dtype=torch.long).reshape(N)
+        encodings = getattr(act, "encodings", None)
         for n in range(N):
             i = t * N + n
             self.prompts[i] = act.prompts[n]
@@ -300,21 +332,63 @@ class RolloutStorage:
             self.prompt_ids[i] = act.prompt_ids[n].detach().cpu()
             self.generated_ids[i] = act.generated_ids[n].detach().cpu()
             self.token_weights[i] = act.token_weights[n].detach().float().cpu()
+            if encodings is not None:
+                self.encodings[i] = self.image_store.share(encodings[n], self.images[i])
         self.step += 1
 
+    def set_final_values(self, steps: Sequence[int], envs: Sequence[int], values: Tensor) -> None:
+        """Give the deferred final values: ``values[k]`` is V(final observation) of env ``envs[k]``
+        truncated at step ``steps[k]``.
+
+        Raises:
+            ValueError: a (step, env) pair was not deferred by :meth:`insert`, or lengths differ.
+        """
+        values = values.detach().float().cpu().reshape(-1)
+        if not len(steps) == len(envs) == values.shape[0]:
+            raise ValueError(f"{len(steps)} steps, {len(envs)} envs and {values.shape[0]} values must be as many")
+        for t, n, v in zip(steps, envs, values.tolist()):
+            if not bool(self.final_pending[t, n]):
+                raise ValueError(f"step {t} env {n} is not a truncated step whose final value was deferred")
+            self.next_values[t, n] = v
+            self.final_pending[t, n] = False
+
+    @property
+    def needs_bootstrap(self) -> Tensor:
+        """``(N,)`` bool: envs whose episode goes on after the last stored step (only those need V(s_T))."""
+        if self.step == 0:
+            return torch.ones(self.num_envs, dtype=torch.bool)
+        last = self.step - 1
+        return ~(self.terminated[last] | self.truncated[last])
+
     def compute_returns(
-        self, next_value: Tensor, estimator: str = "gae", gamma: float = 0.99, gae_lambda: float = 0.95
+        self, next_value: Optional[Tensor], estimator: str = "gae", gamma: float = 0.99, gae_lambda: float = 0.95
     ) -> None:
         """Fill ``advantages`` and ``returns`` ``(T, N)``.
 
         Args:
-            next_value: ``(N,)`` ``V(s_T)`` of the observation after the last step (bootstrap).
+            next_value: ``(N,)`` ``V(s_T)`` of the observation after the last step (bootstrap); read
+                only where :attr:`needs_bootstrap` and only by :data:`BOOTSTRAPPING_ESTIMATORS`
+                (other entries may hold anything, NaN included). None when nothing reads it.
             estimator: a name in :data:`ADVANTAGE_ESTIMATORS`.
             gamma, gae_lambda: discount and GAE lambda (PPOConfig).
+
+        Raises:
+            ValueError: a bootstrapping estimator lacks a value it reads (deferred final values
+                never given, or ``next_value`` None while an episode goes on).
         """
         if not self.full:
             raise RuntimeError(f"storage holds {self.step}/{self.num_steps} steps; insert every step before compute_returns")
         fn = get_advantage_estimator(estimator)
+        if estimator in BOOTSTRAPPING_ESTIMATORS:
+            if bool(self.final_pending.any()):
+                raise ValueError(
+                    f"advantage estimator {estimator!r} reads the final values of truncated steps, but "
+                    f"{int(self.final_pending.sum())} were deferred and never given; call set_final_values before compute_returns"
+                )
+            if next_value is None and bool(self.needs_bootstrap.any()):
+                raise ValueError(f"advantage estimator {estimator!r} needs next_value (N,): V(s_T) of the envs still mid-episode")
+        if next_value is None:
+            next_value = torch.zeros(self.num_envs)
         nv = self.next_values.clone()
         # V(s_{t+1}) of a step that was not truncated is the value of the next stored step (after a
         # terminated step that is the next episode's first value; compute_gae never reads it there).
@@ -350,6 +424,7 @@ class RolloutStorage:
         for start in range(0, total, mini_batch_size):
             idx = order[start : start + mini_batch_size]
             ii = idx.tolist()
+            encodings = [self.encodings[i] for i in ii]
             yield Minibatch(
                 prompts=[self.prompts[i] for i in ii],
                 images=[self.images[i] for i in ii],
@@ -361,6 +436,7 @@ class RolloutStorage:
                 advantages=adv[idx],
                 returns=self.returns.flatten()[idx],
                 indices=idx,
+                encodings=encodings if all(e is not None for e in encodings) else None,
             )
 
     def after_update(self) -> None:
@@ -370,6 +446,9 @@ class RolloutStorage:
         self.advantages = self.returns = None
         self.group_ids = None
         self.next_values.zero_()
+        self.final_pending.zero_()
         n = self.num_steps * self.num_envs
         self.prompts, self.images = [None] * n, [None] * n
         self.prompt_ids, self.generated_ids, self.token_weights = [None] * n, [None] * n, [None] * n
+        self.encodings = [None] * n
+        self.image_store.clear()

@@ -40,6 +40,7 @@ from .checkpoint import (
 )
 from .distributed import build_accelerator, full_trainable, gather_lists, gathered_for_rollout, is_deepspeed, reduce_mean
 from .logger import RunLogger
+from .storage import BOOTSTRAPPING_ESTIMATORS
 
 logger = logging.getLogger(__name__)
 
@@ -126,35 +127,64 @@ class RolloutStats:
     temperature_sum: float = 0.0
     act_seconds: float = 0.0  # policy.act (processor, generate, log-probs)
     env_seconds: float = 0.0  # envs.step (parsing, moving, rendering, resets)
+    value_seconds: float = 0.0  # the one batched value forward (truncated final observations, V(s_T))
+    value_rows: int = 0  # observations it valued (0: no forward)
+    # (N,) V(s_T) of the observations after the last step where an episode goes on; NaN elsewhere
+    # (never read there); None when the estimator reads no bootstrap.
+    next_value: Optional[torch.Tensor] = None
 
 
-def _truncated_values(policy, infos: list[dict], truncated: np.ndarray) -> Optional[torch.Tensor]:
-    """V(final observation) for envs that were truncated at this step (the GAE bootstrap)."""
-    idx = [i for i, t in enumerate(truncated) if t]
-    if not idx:
-        return None
-    finals = [infos[i]["final_observation"] for i in idx]
-    values = torch.zeros(len(truncated))
+def _bootstrap_values(policy, storage, finals: list[tuple[int, int, dict]], observations: list[dict], stats: RolloutStats) -> None:
+    """The values GAE reads, in one batched pass (one processor run; forwards of at most num_envs
+    rows): V(final observation) of every truncated step of the rollout (into ``storage``) and V(s_T)
+    of the envs still mid-episode (``stats.next_value``). No row, no forward."""
+    mid = [n for n, going_on in enumerate(storage.needs_bootstrap.tolist()) if going_on]
+    batch = [obs for _, _, obs in finals] + [observations[n] for n in mid]
+    stats.next_value = torch.full((len(observations),), float("nan"))
+    if not batch:
+        return
+    t0 = time.perf_counter()
     with torch.no_grad():
-        values[idx] = policy.get_values(finals).detach().float().cpu()
-    return values
+        # At most num_envs rows per forward: never a larger batch than act's prefill, which fits.
+        values = policy.get_values(batch, max_rows=len(observations))
+    stats.value_seconds += time.perf_counter() - t0
+    stats.value_rows += len(batch)
+    k = len(finals)
+    if k:
+        storage.set_final_values([t for t, _, _ in finals], [n for _, n, _ in finals], values[:k])
+    stats.next_value[mid] = values[k:]
 
 
 def collect_rollout(
-    policy, envs, storage, observations: list[dict], num_steps: int, gather: Callable[[], ContextManager] = contextlib.nullcontext
+    policy,
+    envs,
+    storage,
+    observations: list[dict],
+    num_steps: int,
+    gather: Callable[[], ContextManager] = contextlib.nullcontext,
+    bootstrap: bool = True,
 ) -> tuple[list[dict], RolloutStats]:
     """Step the envs ``num_steps`` times with the policy, filling ``storage``.
 
     Args:
-        gather: context manager factory entered once per step around acting and the truncation
-            bootstrap (:func:`~a2c_ppo_acktr.distributed.gathered_for_rollout` under ZeRO-3: the
-            weights are gathered once per step, not once per decoded token, and forwards are local).
+        gather: context manager factory entered once per step around acting (and, at the last
+            step, the values below): :func:`~a2c_ppo_acktr.distributed.gathered_for_rollout` under
+            ZeRO-3 gathers the weights once per step, not once per decoded token, and forwards inside
+            are local, so ranks may run different forwards there.
+        bootstrap: compute the values of states after a step that GAE reads (the estimator is in
+            :data:`~a2c_ppo_acktr.storage.BOOTSTRAPPING_ESTIMATORS`): V(final observation) of every
+            truncated step and V(s_T) of every env still mid-episode after the last step, in ONE
+            batched pass per rollout (one forward unless there are more than num_envs of them),
+            inside the last step's gathered block. False (rloo, grpo: nothing reads them) computes
+            none.
 
     Returns:
-        The observations after the last step (the next rollout starts from them) and statistics.
+        The observations after the last step (the next rollout starts from them) and statistics
+        (with ``next_value`` when ``bootstrap``).
     """
     stats = RolloutStats()
-    for _ in range(num_steps):
+    finals: list[tuple[int, int, dict]] = []  # (step, env, final observation) of truncated steps
+    for t in range(num_steps):
         with gather():
             t0 = time.perf_counter()
             with torch.no_grad():
@@ -164,9 +194,12 @@ def collect_rollout(
             stats.act_seconds += t1 - t0
             stats.env_seconds += time.perf_counter() - t1
             terminated, truncated = np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool)
-            final_values = _truncated_values(policy, infos, truncated)
-        group_ids = [info["group_id"] for info in infos] if all("group_id" in i for i in infos) else None
-        storage.insert(act, rewards, terminated, truncated, final_values=final_values, group_ids=group_ids)
+            group_ids = [info["group_id"] for info in infos] if all("group_id" in i for i in infos) else None
+            storage.insert(act, rewards, terminated, truncated, group_ids=group_ids, defer_final_values=True)
+            if bootstrap:
+                finals += [(t, n, infos[n]["final_observation"]) for n in np.flatnonzero(truncated).tolist()]
+                if t == num_steps - 1:
+                    _bootstrap_values(policy, storage, finals, observations, stats)
         for info in infos:
             stats.valid += int(bool(info.get("valid", False)))
             if "episode" in info:
@@ -304,7 +337,7 @@ def _build_run(cfg: RunConfig, accelerator) -> _Run:
     seed_everything(cfg.seed + rank)
     envs = VSIBatchEnv(cfg.env, cfg.rollout.num_envs, seed=cfg.seed + rank * RANK_SEED_STRIDE)
     observations = envs.reset()
-    ppo = PPO(policy, prepared_optimizer, cfg.ppo, accelerator, seed=cfg.seed + rank)
+    ppo = PPO(policy, prepared_optimizer, cfg.ppo, accelerator, seed=cfg.seed + rank, kl_ref_interval=cfg.log.kl_ref_interval)
     storage = RolloutStorage(cfg.rollout.num_steps, cfg.rollout.num_envs)
     return _Run(cfg, accelerator, policy, module, optimizer, prepared_optimizer, scheduler, ppo, storage, envs, observations)
 
@@ -406,10 +439,9 @@ def _warn_config_changes(path: Path, cfg: RunConfig) -> None:
         logger.warning("resuming %s with a changed config (old -> new): %s", path, changed)
 
 
-def compute_advantages(policy, storage, observations: list[dict], cfg: PPOConfig) -> None:
-    """Bootstrap ``V(s_T)`` from the observations after the rollout and fill advantages/returns."""
-    with torch.no_grad():
-        next_value = policy.get_values(observations)
+def compute_advantages(storage, next_value: Optional[torch.Tensor], cfg: PPOConfig) -> None:
+    """Fill advantages/returns from the rollout and its bootstrap ``V(s_T)`` (``(N,)``, read only
+    for envs still mid-episode; None when the estimator reads none: see :func:`collect_rollout`)."""
     storage.compute_returns(next_value, cfg.advantage_estimator, cfg.gamma, cfg.gae_lambda)
 
 
@@ -470,13 +502,17 @@ def run_training(cfg: RunConfig) -> Path:
             lrs = [g["lr"] for g in run.optimizer.param_groups]  # the rates this iteration trains with
             with _timed(timings, "collect"):
                 gather = functools.partial(gathered_for_rollout, run.policy)
-                run.observations, stats = collect_rollout(run.module, run.envs, run.storage, run.observations, cfg.rollout.num_steps, gather)
-            with _timed(timings, "advantages"), gathered_for_rollout(run.policy):
-                compute_advantages(run.module, run.storage, run.observations, cfg.ppo)
+                bootstrap = cfg.ppo.advantage_estimator in BOOTSTRAPPING_ESTIMATORS
+                run.observations, stats = collect_rollout(
+                    run.module, run.envs, run.storage, run.observations, cfg.rollout.num_steps, gather, bootstrap=bootstrap
+                )
+            with _timed(timings, "advantages"):  # no forward here: the rollout made the one batched value pass
+                compute_advantages(run.storage, stats.next_value, cfg.ppo)
             with _timed(timings, "update"):
                 update_metrics = update_policy(run, it)
             timings["time/iteration"] = timings["time/collect"] + timings["time/advantages"] + timings["time/update"]
             timings["time/collect_act"], timings["time/collect_env"] = stats.act_seconds, stats.env_seconds
+            timings["time/collect_values"] = stats.value_seconds
             metrics = iteration_metrics(run, stats, update_metrics, lrs, it)
             log.log({**metrics, **timings}, iteration=it + 1)
             bar.set_postfix(score=f"{metrics['rollout/episode_score_mean']:.3f}", kl=f"{metrics['losses/approx_kl']:.2e}")

@@ -1,9 +1,12 @@
 """Cost of one PPO update vs a bare forward+backward over the same minibatches (tiny offline model).
 
-The bare loop does what any trainer must do per minibatch: process the images and texts, forward
+The bare loop does what a plain trainer does per minibatch: process the images and texts, forward
 ``[prompt | response]`` through the LoRA model, a summed token log-prob loss, backward, clip, step.
-The PPO update adds the value/temperature heads, the clipped losses, the prompt-ids check and (once
-per update, with ``kl_coef = 0``) a no-grad reference forward for the ``losses/kl_ref`` monitor.
+The PPO update forwards the processor output ``act`` kept (no processor run) and adds the
+value/temperature heads, the clipped losses and, with ``kl_coef = 0``, a no-grad reference forward for
+the ``losses/kl_ref`` monitor on the first minibatch of an update: the "PPO.update" row measures it on
+every update (``kl_ref_interval=1``), the next row as training runs it (``log.kl_ref_interval``
+default 10: most updates have none).
 
 Peak memory, per minibatch: each measurement runs in a fresh process (``--measure bare|ppo``) on the
 same minibatch (same seed: the same rollout), after one warm-up step, as the peak above the level
@@ -191,17 +194,21 @@ def timing(args: argparse.Namespace) -> None:
     rss_rollout = peak_rss_mb()
     cfg = PPOConfig(ppo_epochs=args.epochs, mini_batch_size=args.mini_batch_size, lr=1e-5)
     opt = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.lr)
-    ppo = PPO(policy, opt, cfg, seed=0)
+    ppo = PPO(policy, opt, cfg, seed=0)  # the reference forward on every update
+    # As training runs it: the first update measures losses/kl_ref, the timed ones do not.
+    ppo_monitor = PPO(policy, opt, cfg, seed=0, kl_ref_interval=10**9)
     policy.train()
 
     bare_epochs(policy, st, cfg, opt, seed=0)  # warm-up (allocator, optimizer state)
     rss_bare = peak_rss_mb()
     metrics = {}
     ppo.update(st)
+    ppo_monitor.update(st)
     rss_ppo = peak_rss_mb()
-    t_bare, t_ppo = best_interleaved(
-        [lambda: bare_epochs(policy, st, cfg, opt, seed=0), lambda: metrics.update(ppo.update(st))], args.repeats,
-        warmup=False,  # both ran once just above (peak-memory readings)
+    t_bare, t_ppo, t_monitor = best_interleaved(
+        [lambda: bare_epochs(policy, st, cfg, opt, seed=0), lambda: metrics.update(ppo.update(st)), lambda: ppo_monitor.update(st)],
+        args.repeats,
+        warmup=False,  # all ran once just above (peak-memory readings)
     )
 
     n_mb = args.epochs * args.num_envs * args.num_steps // args.mini_batch_size
@@ -209,7 +216,8 @@ def timing(args: argparse.Namespace) -> None:
     print("| what | wall s | s / minibatch | ratio |")
     print("|---|---|---|---|")
     print(f"| bare forward+backward+step | {t_bare:.3f} | {t_bare / n_mb:.3f} | 1.00x |")
-    print(f"| PPO.update | {t_ppo:.3f} | {t_ppo / n_mb:.3f} | {t_ppo / t_bare:.2f}x |")
+    print(f"| PPO.update (reference forward on every update) | {t_ppo:.3f} | {t_ppo / n_mb:.3f} | {t_ppo / t_bare:.2f}x |")
+    print(f"| PPO.update (log.kl_ref_interval=10: an update without it) | {t_monitor:.3f} | {t_monitor / n_mb:.3f} | {t_monitor / t_bare:.2f}x |")
     print(f"\nprocess peak RSS: after rollout {rss_rollout:.0f} MB, after one bare pass {rss_bare:.0f} MB, after one PPO update {rss_ppo:.0f} MB")
     print("last update:", {k: round(v, 4) for k, v in metrics.items()})
 

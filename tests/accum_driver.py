@@ -69,8 +69,8 @@ def collect(path: Path) -> None:
     policy = VLMPolicy(cfg.model)
     envs = VSIBatchEnv(cfg.env, NUM_ENVS, seed=cfg.seed)
     storage = RolloutStorage(NUM_STEPS, NUM_ENVS)
-    observations = collect_rollout(policy, envs, storage, envs.reset(), NUM_STEPS)[0]
-    compute_advantages(policy, storage, observations, cfg.ppo)
+    stats = collect_rollout(policy, envs, storage, envs.reset(), NUM_STEPS)[1]
+    compute_advantages(storage, stats.next_value, cfg.ppo)
     path.write_bytes(pickle.dumps(storage))
 
 

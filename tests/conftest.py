@@ -43,3 +43,15 @@ def tiny_model_path(tiny_family_path: Callable[..., str]) -> str:
 def vsi_cache_dir() -> Path:
     """The session's ``$VSI_CACHE`` (tiny models live in its ``tiny`` subdirectory)."""
     return Path(os.environ["VSI_CACHE"])
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Every test computes with one intra-op thread: the tiny models' matrices are a few dozen wide,
+    so threads only add contention on a shared CPU (and CPU bf16 rounding can depend on their number)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

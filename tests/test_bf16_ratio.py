@@ -6,19 +6,10 @@ from __future__ import annotations
 import statistics
 
 import pytest
-import torch
 import yaml
 
 from a2c_ppo_acktr.arguments import ConfigError, ModelConfig, RunConfig, load_config
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny matrices: threads only add contention on a shared CPU (and CPU bf16 rounding can depend on them).
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("dtype, mode", [("float32", "generate"), ("bfloat16", "recompute"), ("float16", "recompute")])

@@ -21,14 +21,6 @@ def _cfg(path, **over):
     return ModelConfig(**{**base, **over})
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    # Tiny matrices: threads only add contention on a shared CPU.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 @pytest.fixture(scope="module")
 def loaded(tiny_model_path) -> LoadedVLM:

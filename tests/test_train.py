@@ -273,3 +273,15 @@ def test_sft_adapter_is_loaded_before_training(runs, tmp_path, monkeypatch):
         matches = [v for n, v in lora.items() if n.replace(".default", "").endswith(name.replace("base_model.model.", "", 1))]
         assert len(matches) == 1, name
         assert torch.equal(matches[0], value), name
+
+
+def test_kl_ref_is_measured_every_kl_ref_interval_updates_and_values_are_timed(runs):
+    """debug preset: kl_coef = 0, log.kl_ref_interval = 10 (default): the reference forward runs on
+    the first update only; the others log NaN (identically in the resumed run: the update count is
+    checkpointed). The rollout's one batched value forward is timed inside collect."""
+    for out in ("full", "split"):
+        rows = read_metrics(runs[out] / "metrics.jsonl")
+        kl = [float(r["losses/kl_ref"]) for r in rows]
+        assert math.isfinite(kl[0]) and all(math.isnan(v) for v in kl[1:]), (out, kl)
+        for r in rows:
+            assert 0 <= r["time/collect_values"] <= r["time/collect"] - r["time/collect_act"] - r["time/collect_env"] + 1e-6

@@ -13,6 +13,19 @@ taken by :class:`~a2c_ppo_acktr.algo.accumulation.AccumulationWindow`, once per 
 ``grad_accum_steps`` minibatches on every backend (plain, accelerate/DDP, DeepSpeed), and not at all
 for a window whose every minibatch was skipped (weights and optimizer state untouched).
 ``optim/steps`` counts the steps actually taken, over the whole run.
+
+No forward whose result nothing reads (issue 16): the reference forward (adapter disabled) runs on
+every minibatch when the KL is in the loss (``kl_coef > 0``; the adaptive controller needs
+``kl_coef > 0`` too), and otherwise only on the first minibatch of every ``kl_ref_interval``-th
+update, for the ``losses/kl_ref`` monitor (NaN on the other updates). The decision depends only on
+the update count and ``kl_coef``, which every process holds alike, so all ranks run the same forwards
+(under ZeRO-3 a forward is a collective).
+
+Host syncs: metrics are summed on the device and read once at the end of the update. What stays is
+what must be decided on the host before going on: whether a minibatch's loss is finite on every
+process (one read per minibatch, before its backward), whether a window's gradient norm is finite
+(one per optimizer window, before its step), and, with ``target_kl``, the epoch's mean KL (one per
+epoch).
 """
 from __future__ import annotations
 
@@ -125,10 +138,24 @@ class PPO:
             its ``gradient_accumulation_steps`` must be ``cfg.grad_accum_steps`` (accelerate scales
             the loss by it and DeepSpeed steps at that boundary).
         seed: seeds the minibatch shuffles (add the process rank for multi-process runs).
+        kl_ref_interval: with ``kl_coef == 0``, measure ``losses/kl_ref`` (one reference forward, on
+            the first minibatch) on every ``kl_ref_interval``-th update, the first included
+            (``log.kl_ref_interval``); 1 measures it on every update.
     """
 
-    def __init__(self, policy: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: PPOConfig, accelerator: Any = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        policy: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        cfg: PPOConfig,
+        accelerator: Any = None,
+        seed: int = 0,
+        kl_ref_interval: int = 1,
+    ) -> None:
+        if kl_ref_interval < 1:
+            raise ValueError(f"kl_ref_interval={kl_ref_interval} must be >= 1 (log.kl_ref_interval)")
         self.policy, self.optimizer, self.cfg, self.accelerator = policy, optimizer, cfg, accelerator
+        self.kl_ref_interval = int(kl_ref_interval)
         if accelerator is not None and accelerator.gradient_accumulation_steps != cfg.grad_accum_steps:
             raise ValueError(
                 f"Accelerator(gradient_accumulation_steps={accelerator.gradient_accumulation_steps}) differs from "
@@ -168,6 +195,14 @@ class PPO:
             flag = self.accelerator.gather(flag.to(self.accelerator.device)).min()
         return bool(flag.item() > 0)
 
+    def _with_kl(self, first_minibatch: bool) -> bool:
+        """Whether this minibatch runs the reference forward: always when the KL is in the loss,
+        else on the first minibatch of every ``kl_ref_interval``-th update (the monitor). The same
+        answer on every process: update count and ``kl_coef`` are identical across ranks."""
+        if self.kl_coef > 0:
+            return True
+        return first_minibatch and self._has_reference and self.num_updates % self.kl_ref_interval == 0
+
     def _mean_across(self, x: float) -> float:
         if self.accelerator is None or self.accelerator.num_processes == 1:
             return x
@@ -189,32 +224,35 @@ class PPO:
             )
         self.policy.train()
         self.optimizer.zero_grad()
-        sums: dict[str, float] = {}
+        # Metric sums stay on the device (detached scalars); read once after the last minibatch.
+        sums: dict[str, Tensor] = {}
         counted = 0
         skipped = 0
         grad_norms: list[float] = []
         windows = 0
         window_steps = 0
-        first_dev = float("nan")
-        kl_refs: list[float] = []
+        first_dev: Optional[Tensor] = None
+        kl_ref_sum: Optional[Tensor] = None
+        kl_ref_count = 0
         for epoch in range(cfg.ppo_epochs):
-            epoch_kls: list[float] = []
+            epoch_kl: Optional[Tensor] = None
+            epoch_counted = 0
             for k, mb in enumerate(storage.minibatches(cfg.mini_batch_size, self.generator, cfg.norm_adv)):
-                # KL is needed for the penalty; with no penalty it is still measured once per update.
-                with_kl = self.kl_coef > 0 or (epoch == 0 and k == 0 and self._has_reference)
-                out = self.policy(mb, with_kl=with_kl)
+                out = self.policy(mb, with_kl=self._with_kl(epoch == 0 and k == 0))
                 loss, m = ppo_loss(out.log_probs, out.values, out.entropy, out.kl, mb, cfg, self.kl_coef)
                 if epoch == 0 and k == 0:
-                    first_dev = float(m["ratio_max_dev"])
-                if self._all_finite(loss):
+                    first_dev = m["ratio_max_dev"]
+                if self._all_finite(loss):  # the one host read per minibatch: skipping is decided before backward
                     self.window.backward(loss)
                     counted += 1
                     for name, val in m.items():
                         if name == "kl_ref":
-                            kl_refs.append(float(val))
+                            kl_ref_sum = val if kl_ref_sum is None else kl_ref_sum + val
+                            kl_ref_count += 1
                         elif name != "ratio_max_dev":
-                            sums[name] = sums.get(name, 0.0) + float(val)
-                    epoch_kls.append(float(m["approx_kl"]))
+                            sums[name] = val if name not in sums else sums[name] + val
+                    epoch_kl = m["approx_kl"] if epoch_kl is None else epoch_kl + m["approx_kl"]
+                    epoch_counted += 1
                 else:
                     skipped += 1
                     self.window.skip()
@@ -226,14 +264,20 @@ class PPO:
                     windows += 1
                     self.optimizer_steps += int(stepped)
                     window_steps += int(stepped)
-            if cfg.target_kl is not None and epoch_kls:
-                if self._mean_across(sum(epoch_kls) / len(epoch_kls)) > cfg.target_kl:
+            if cfg.target_kl is not None and epoch_counted:
+                if self._mean_across(float(epoch_kl) / epoch_counted) > cfg.target_kl:
                     break
-        kl_ref = sum(kl_refs) / len(kl_refs) if kl_refs else float("nan")
-        if cfg.kl_adaptive and kl_refs:
+        # The one read of the metrics: every sum in a single device-to-host copy.
+        names = sorted(sums)
+        parts = [sums[n].float().reshape(1) for n in names]
+        parts += [t.float().reshape(1) for t in (kl_ref_sum, first_dev) if t is not None]
+        host = torch.cat(parts).tolist() if parts else []
+        mean = {n: host[i] / counted for i, n in enumerate(names)}
+        kl_ref = host[len(names)] / kl_ref_count if kl_ref_sum is not None else float("nan")
+        first = host[-1] if first_dev is not None else float("nan")
+        if cfg.kl_adaptive and kl_ref_count:
             self.kl_coef = adapt_kl_coef(self.kl_coef, self._mean_across(kl_ref), cfg.kl_target)
         self.num_updates += 1
-        mean = {k: v / counted for k, v in sums.items()} if counted else {}
         finite_norms = [g for g in grad_norms if math.isfinite(g)]
         return {
             "losses/policy_loss": mean.get("policy_loss", float("nan")),
@@ -247,7 +291,7 @@ class PPO:
             "losses/skipped_minibatches": float(skipped),
             "losses/kl_ref": kl_ref,
             "losses/kl_coef": self.kl_coef,
-            "debug/first_minibatch_ratio_max_dev": first_dev,
+            "debug/first_minibatch_ratio_max_dev": first,
             "optim/steps": float(self.optimizer_steps),
             # windows without a step: every minibatch skipped, or a non-finite gradient norm
             "optim/skipped_windows": float(windows - window_steps),
