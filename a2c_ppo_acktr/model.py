@@ -13,12 +13,13 @@ vocabulary-wide work run a chunk of positions at a time, recomputed in backward,
 tensor is ever alive (the formulas are those of ``process_logits``/``token_log_probs``).
 
 The rollout's log-probs come from the same functions the update uses, on the same numbers:
-with ``model.rollout_log_probs = "generate"`` (default, no extra forward) the processor keeps each
+with ``model.rollout_log_probs = "generate"`` (the float32 default, no extra forward) the processor keeps each
 step's processed logits and reads the sampled token's log-prob with
 :func:`~a2c_ppo_acktr.distributions.token_log_probs`, and the value head reads the hidden state
 caught at generate's first step; with ``"recompute"`` a no-grad training forward
-(:meth:`VLMPolicy.evaluate_actions`'s code) re-scores the batch. Either way the first PPO minibatch
-sees ``ratio == 1`` to float rounding whatever the batch layout (tested: < 1e-4 in fp32). Dropout is
+(:meth:`VLMPolicy.evaluate_actions`'s code; the bf16/fp16 default) re-scores the batch. Either way
+the first PPO minibatch sees ``ratio == 1`` to float rounding (tested: < 1e-4 in fp32; in bf16 the
+rounding depends on the batch layout: docs/TRAINING.md, "bf16 and the ratio invariant"). Dropout is
 off while acting; keep ``model.lora_dropout = 0`` for PPO, or the update's dropout masks make the
 first ratio differ from 1.
 
