@@ -456,6 +456,13 @@ class RunConfig:
                 f"ppo.advantage_estimator={self.ppo.advantage_estimator!r} compares episodes of the same question and "
                 "needs rollout.num_envs >= 2",
             )
+            # Refused at start rather than after the first rollout: the training envs (VSIBatchEnv) do
+            # not yet put envs into groups that share a question, so there is nothing to compare.
+            _check(
+                False,
+                f"ppo.advantage_estimator={self.ppo.advantage_estimator!r} needs grouped rollouts (envs that share a "
+                "question and report a group_id), which the training envs do not produce yet; use ppo.advantage_estimator=gae",
+            )
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:

@@ -96,6 +96,7 @@ def test_derived_batch_size_is_not_a_flag():
         (["dist.zero_stage=3", "model.use_lora=false"], r"zero_stage=3 is supported only with LoRA"),
         (["dist.zero_stage=3", "model.train_vision=tower"], r"zero_stage=3 is supported only with LoRA"),
         (["ppo.advantage_estimator=grpo", "rollout.num_envs=1", "ppo.mini_batch_size=1"], r"needs rollout.num_envs >= 2"),
+        (["ppo.advantage_estimator=rloo"], r"needs grouped rollouts .* use ppo.advantage_estimator=gae"),
         (["log.wandb_mode=cloud"], r"log.wandb_mode='cloud' is not allowed"),
         (["env.image_size=8"], r"env.image_size=8 must be in \[16, 2048\]"),
         (["model.use_temp_predictor=true", "model.min_temperature=1.0", "model.max_temperature=1.0"], r"use_temp_predictor needs"),
