@@ -193,34 +193,16 @@ def turn_ratio_deviations(policy: Any, storage: Any, mini_batch_size: int, seed:
 
 
 def collect(policy: Any, env_cfg: Any, num_envs: int, num_steps: int, seed: int) -> Any:
-    """``num_steps`` turns of ``num_envs`` procedural VSI envs with ``policy``; returns the storage."""
-    import numpy as np
-    import torch
-
-    from a2c_ppo_acktr.envs.vsi_env import VSIEnv
+    """``num_steps`` turns of ``num_envs`` procedural VSI envs (env ``i`` seeded ``seed * 1000 + i``)
+    with ``policy``, through the training loop's own rollout; returns the storage, returns computed."""
+    from a2c_ppo_acktr.envs.batch import VSIBatchEnv
     from a2c_ppo_acktr.storage import RolloutStorage
+    from a2c_ppo_acktr.train import collect_rollout
 
-    envs = [VSIEnv(env_cfg) for _ in range(num_envs)]
-    obs = [env.reset(seed=seed * 1000 + i)[0] for i, env in enumerate(envs)]
+    envs = VSIBatchEnv(env_cfg, num_envs, seed=seed * 1000)
     storage = RolloutStorage(num_steps, num_envs)
-    for _ in range(num_steps):
-        with torch.no_grad():
-            act = policy.act(obs)
-        rewards, terminated, truncated, finals = np.zeros(num_envs, np.float32), np.zeros(num_envs, bool), np.zeros(num_envs, bool), {}
-        for i, (env, text) in enumerate(zip(envs, act.texts)):
-            obs[i], rewards[i], terminated[i], truncated[i], _ = env.step(text)
-            if terminated[i] or truncated[i]:
-                finals[i] = obs[i]
-                obs[i] = env.reset()[0]
-        final_values = None
-        if truncated.any():
-            final_values = torch.zeros(num_envs)
-            with torch.no_grad():
-                idx = [i for i in range(num_envs) if truncated[i]]
-                final_values[idx] = policy.get_values([finals[i] for i in idx]).float().cpu()
-        storage.insert(act, rewards, terminated, truncated, final_values=final_values)
-    with torch.no_grad():
-        storage.compute_returns(policy.get_values(obs).float().cpu())
+    stats = collect_rollout(policy, envs, storage, envs.reset(), num_steps)[1]
+    storage.compute_returns(stats.next_value)
     return storage
 
 

@@ -343,33 +343,23 @@ class VLMPolicy(nn.Module):
             self.train(was_training)
 
     @contextlib.contextmanager
-    def _lm_head_input_only(self) -> Iterator[list[Tensor]]:
-        """Collect ``lm_head``'s inputs and let it compute logits for none of them.
+    def _catch_lm_head_input(self, skip_logits: bool = False) -> Iterator[list[Tensor]]:
+        """Collect the inputs of ``lm_head`` (final hidden states) of every forward in the block.
 
-        A pre-hook hands ``lm_head`` an empty slice (``(B, 0, H)``), so the model's forward returns
-        ``(B, 0, V)`` logits at no cost while its graph up to the final hidden states is intact;
-        :func:`chunked_token_stats` then applies ``lm_head`` chunk by chunk. Any family whose forward
-        ends in ``lm_head(hidden[:, slice])`` works, with no family-specific entry point.
+        With ``skip_logits`` the hook also hands ``lm_head`` an empty slice (``(B, 0, H)``), so the
+        model's forward returns ``(B, 0, V)`` logits at no cost while its graph up to the final
+        hidden states is intact; :func:`chunked_token_stats` then applies ``lm_head`` chunk by
+        chunk. Any family whose forward ends in ``lm_head(hidden[:, slice])`` works, with no
+        family-specific entry point.
         """
         caught: list[Tensor] = []
         head = self.base_model.get_output_embeddings()
 
-        def take(_module: nn.Module, args: tuple) -> tuple:
+        def take(_module: nn.Module, args: tuple) -> Optional[tuple]:
             caught.append(args[0])
-            return (args[0].narrow(-2, 0, 0),) + tuple(args[1:])
+            return (args[0].narrow(-2, 0, 0),) + tuple(args[1:]) if skip_logits else None
 
         handle = head.register_forward_pre_hook(take)
-        try:
-            yield caught
-        finally:
-            handle.remove()
-
-    @contextlib.contextmanager
-    def _catch_lm_head_input(self) -> Iterator[list[Tensor]]:
-        """Collect the inputs of ``lm_head`` (final hidden states) of every forward in the block."""
-        caught: list[Tensor] = []
-        head = self.base_model.get_output_embeddings()
-        handle = head.register_forward_hook(lambda _m, args, _out: caught.append(args[0]))
         try:
             yield caught
         finally:
@@ -435,13 +425,13 @@ class VLMPolicy(nn.Module):
                 raise ValueError("KL to the reference needs LoRA (model.use_lora=true): the reference is the adapter-disabled model")
             # Before the policy's forward: this no-grad pass's working set then never sits on top
             # of the activations the policy's forward keeps for backward.
-            with torch.no_grad(), self.model.disable_adapter(), self._lm_head_input_only() as ref_caught:
+            with torch.no_grad(), self.model.disable_adapter(), self._catch_lm_head_input(skip_logits=True) as ref_caught:
                 self.model(**inputs, use_cache=False, logits_to_keep=R + 1)
             # A copy: the slice would keep the reference's whole (B, T, H) final hidden states alive.
             ref_final = ref_caught[0][:, :R].clone()  # (B, R, H)
         # The model runs up to lm_head's input only; the logits are made chunk by chunk below, so no
         # full (B, R+1, V) tensor (model dtype) nor its float32 derivatives exist at once.
-        with self._lm_head_input_only() as caught:
+        with self._catch_lm_head_input(skip_logits=True) as caught:
             self.model(**inputs, use_cache=False, logits_to_keep=R + 1)
         # (B, R+1, H) final hidden states: the last prompt token, then the generated ones; a copy,
         # so that the chunks' references do not keep the whole (B, T, H) tensor alive.
@@ -537,7 +527,8 @@ class VLMPolicy(nn.Module):
             return torch.cat([self.get_values(observations[i:i + step], blind) for i in range(0, len(observations), step)])
         texts, images = self._prompts_and_images(observations, blind)
         enc = self._encode(texts, images)
-        with self._eval_mode(), self._catch_lm_head_input() as caught:
+        # Only the value head reads this forward: lm_head computes no vocabulary logits.
+        with self._eval_mode(), self._catch_lm_head_input(skip_logits=True) as caught:
             self.model(**self._with_positions(enc), use_cache=False, logits_to_keep=1)
         return self._values(caught[0][:, -1]).float().cpu()
 

@@ -355,16 +355,10 @@ def _write_checkpoint(run: _Run, iteration: int, tmp: Path) -> None:
     """Write this process's share of checkpoint ``iteration`` into ``tmp`` (see :mod:`checkpoint`)."""
     acc = run.accelerator
     # Adapter + heads in the policy's own format: what eval_vsi.py and a warm start load.
-    if is_deepspeed(acc) and run.cfg.dist.zero_stage == 3:
-        import deepspeed
-
-        # ZeRO-3 partitions every weight: gather the trainable ones (collective) to export them whole.
-        trainable = [p for p in run.module.parameters() if p.requires_grad]
-        with deepspeed.zero.GatheredParameters(trainable, modifier_rank=None):
-            if acc.is_main_process:
-                run.module.save_pretrained(tmp / "policy")
-    elif acc.is_main_process:
-        run.module.save_pretrained(tmp / "policy")
+    # Under ZeRO-3 the trainable weights are gathered (a collective: every rank enters) to export them whole.
+    with full_trainable(run.module):
+        if acc.is_main_process:
+            run.module.save_pretrained(tmp / "policy")
     if acc.is_main_process:
         if not is_deepspeed(acc):
             torch.save(trainable_state(run.module), tmp / "trainable.pt")

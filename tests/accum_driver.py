@@ -83,13 +83,11 @@ def _digest(tensors: list[torch.Tensor]) -> str:
 
 def _trainable(module) -> dict[str, torch.Tensor]:
     """Full trainable tensors by name (gathered under ZeRO-3)."""
-    params = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
-    if any(hasattr(p, "ds_id") for _, p in params):
-        import deepspeed
+    from a2c_ppo_acktr.distributed import full_trainable
+    from a2c_ppo_acktr.train import trainable_state
 
-        with deepspeed.zero.GatheredParameters([p for _, p in params], modifier_rank=None):
-            return {n: p.detach().cpu().clone() for n, p in params}
-    return {n: p.detach().cpu().clone() for n, p in params}
+    with full_trainable(module):
+        return trainable_state(module)
 
 
 def _optimizer_tensors(optimizer) -> list[torch.Tensor]:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from test_distributed import _free_port
 
 REPO = Path(__file__).resolve().parent.parent
 DRIVER_PATH = REPO / "tests" / "accum_driver.py"
@@ -61,12 +61,6 @@ def plain(tmp_path_factory) -> Path:
     finally:
         torch.set_num_threads(threads)
     return root
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run_two_ranks(backend: str, root: Path, *extra: str) -> Path:

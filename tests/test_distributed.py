@@ -18,6 +18,7 @@ import pytest
 
 from a2c_ppo_acktr.arguments import ConfigError, RunConfig
 from a2c_ppo_acktr.distributed import deepspeed_config_dict
+from a2c_ppo_acktr.logger import read_metrics
 
 REPO = Path(__file__).resolve().parent.parent
 DS_JSON = REPO / "scripts" / "ds_config.json"
@@ -186,29 +187,37 @@ def _torchrun(nproc: int = 2) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port", str(_free_port())]
 
 
-@pytest.mark.slow
-@pytest.mark.multiprocess
-def test_deepspeed_zero2_two_processes_identical_and_resumable(tmp_path):
-    # 2 minibatches per iteration (2 envs x 2 steps / 2), accumulated into one optimizer step.
-    ds = ["--dist.zero_stage", "2", "--dist.deepspeed_config", str(DS_JSON), "--ppo.num_iterations", "3", "--ppo.grad_accum_steps", "2"]
-    # Uninterrupted: 3 iterations.
+def _full_then_split(tmp_path: Path, ds: list[str], stage: str) -> tuple[list[dict], list[dict], Path]:
+    """3 iterations uninterrupted, then the same stopped after 2 and resumed for 1 (2 ranks each).
+
+    Asserts what every ZeRO stage must keep: identical ranks after every update, weights that move,
+    ``param_rank_max_dev == 0``, and the resumed run equal to the uninterrupted one weight for weight.
+    Returns the full run's metric rows, the split run's, and the split run's output directory.
+    """
     _launch(_torchrun(), tmp_path / "full" / "out", tmp_path / "full" / "h", ds)
     full0, full1 = _hashes(tmp_path / "full" / "h", 0), _hashes(tmp_path / "full" / "h", 1)
-    assert len(full0) == 3 and full0 == full1, "ranks hold different weights under ZeRO-2"
+    assert len(full0) == 3 and full0 == full1, f"ranks hold different weights under {stage}"
     assert len(set(full0)) == 3, "weights did not change between updates"
-    rows = [json.loads(line) for line in (tmp_path / "full" / "out" / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(tmp_path / "full" / "out" / "metrics.jsonl")
     assert [r["debug/param_rank_max_dev"] for r in rows] == [0.0, 0.0, 0.0]
-    assert [r["optim/steps"] for r in rows] == [1.0, 2.0, 3.0], "one optimizer step per accumulation window"
-    ckpt = tmp_path / "full" / "out" / "checkpoints" / "checkpoint-000003"
-    assert sorted(p.name for p in (ckpt / "deepspeed" / "state").glob("zero_pp_rank_*_optim_states.pt")) == [
-        "zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt"]
-    # Interrupted after 2, resumed for the last one: same weights on both ranks as the full run.
     split = tmp_path / "split"
     _launch(_torchrun(), split / "out", split / "h1", ds + ["--log.stop_after_iterations", "2"])
     _launch(_torchrun(), split / "out", split / "h2", ds + ["--resume", "auto"])
     assert _hashes(split / "h1", 0) == full0[:2]
     assert _hashes(split / "h2", 0) == _hashes(split / "h2", 1) == full0[2:]
-    resumed = [json.loads(line) for line in (split / "out" / "metrics.jsonl").read_text().splitlines()]
+    return rows, read_metrics(split / "out" / "metrics.jsonl"), split / "out"
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_deepspeed_zero2_two_processes_identical_and_resumable(tmp_path):
+    # 2 minibatches per iteration (2 envs x 2 steps / 2), accumulated into one optimizer step.
+    ds = ["--dist.zero_stage", "2", "--dist.deepspeed_config", str(DS_JSON), "--ppo.num_iterations", "3", "--ppo.grad_accum_steps", "2"]
+    rows, resumed, _ = _full_then_split(tmp_path, ds, "ZeRO-2")
+    assert [r["optim/steps"] for r in rows] == [1.0, 2.0, 3.0], "one optimizer step per accumulation window"
+    ckpt = tmp_path / "full" / "out" / "checkpoints" / "checkpoint-000003"
+    assert sorted(p.name for p in (ckpt / "deepspeed" / "state").glob("zero_pp_rank_*_optim_states.pt")) == [
+        "zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt"]
     assert [r["optim/steps"] for r in resumed] == [1.0, 2.0, 3.0], "the step count must survive a resume"
 
 
@@ -223,22 +232,12 @@ def test_deepspeed_zero3_two_processes_identical_and_resumable(tmp_path):
     path = tmp_path / "zero3.json"
     path.write_text(json.dumps(ds_json))
     ds = ["--dist.zero_stage", "3", "--dist.deepspeed_config", str(path), "--ppo.num_iterations", "3"]
-    _launch(_torchrun(), tmp_path / "full" / "out", tmp_path / "full" / "h", ds)
-    full0, full1 = _hashes(tmp_path / "full" / "h", 0), _hashes(tmp_path / "full" / "h", 1)
-    assert len(full0) == 3 and full0 == full1, "ranks hold different weights under ZeRO-3"
-    assert len(set(full0)) == 3, "weights did not change between updates"
-    rows = [json.loads(line) for line in (tmp_path / "full" / "out" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["debug/param_rank_max_dev"] for r in rows] == [0.0, 0.0, 0.0]
+    rows, _, split_out = _full_then_split(tmp_path, ds, "ZeRO-3")
     assert [r["optim/steps"] for r in rows] == [2.0, 4.0, 6.0]
     assert rows[0]["debug/first_minibatch_ratio_max_dev"] < 1e-4
-    split = tmp_path / "split"
-    _launch(_torchrun(), split / "out", split / "h1", ds + ["--log.stop_after_iterations", "2"])
-    _launch(_torchrun(), split / "out", split / "h2", ds + ["--resume", "auto"])
-    assert _hashes(split / "h1", 0) == full0[:2]
-    assert _hashes(split / "h2", 0) == _hashes(split / "h2", 1) == full0[2:]
     from safetensors.torch import load_file
 
-    adapter = load_file(split / "out" / "checkpoints" / "checkpoint-000003" / "policy" / "adapter_model.safetensors")
+    adapter = load_file(split_out / "checkpoints" / "checkpoint-000003" / "policy" / "adapter_model.safetensors")
     assert adapter and all(t.numel() > 0 for t in adapter.values()), "the exported adapter must hold whole (gathered) tensors"
 
 
@@ -292,7 +291,7 @@ def test_sbatch_two_nodes_is_one_job(tmp_path):
     assert res.returncode == 0, f"{res.stderr[-2000:]}\n{node_logs}"
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["job"], "one run directory"
     run_dir = tmp_path / "out" / "job"
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run_dir / "metrics.jsonl")
     # One world: 2 envs x 2 steps x 2 ranks per iteration, and ranks that agree on the weights.
     assert [r["charts/turns"] for r in rows] == [8.0, 16.0]
     assert [r["debug/param_rank_max_dev"] for r in rows] == [0.0, 0.0]
@@ -315,7 +314,7 @@ def test_accelerate_multi_process_cpu_identical(tmp_path):
     _launch(launcher, tmp_path / "out", tmp_path / "h", ["--ppo.num_iterations", "2"])
     h0, h1 = _hashes(tmp_path / "h", 0), _hashes(tmp_path / "h", 1)
     assert len(h0) == 2 and h0 == h1 and h0[0] != h0[1]
-    rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(tmp_path / "out" / "metrics.jsonl")
     # Both processes' envs are counted: 2 envs x 2 steps x 2 processes turns per iteration.
     assert [r["charts/turns"] for r in rows] == [8.0, 16.0]
 
@@ -334,7 +333,7 @@ def test_run_vsi_qwen_script_on_cpu(tmp_path):
     run_dir = tmp_path / "smoke"
     cfg = RunConfig.from_yaml(run_dir / "config.yaml")
     assert (cfg.seed, cfg.log.run_name, cfg.dist.zero_stage, cfg.log.resume) == (5, "smoke", 2, "auto")
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run_dir / "metrics.jsonl")
     assert len(rows) == 1 and rows[0]["debug/param_rank_max_dev"] == 0.0 and rows[0]["charts/turns"] == 8.0
     assert (run_dir / "checkpoints" / "checkpoint-000001" / "COMPLETE").is_file()
 
@@ -347,5 +346,5 @@ def test_deepspeed_zero2_bf16_two_processes(tmp_path):
     _launch(_torchrun(), tmp_path / "out", tmp_path / "h", ds)
     h0, h1 = _hashes(tmp_path / "h", 0), _hashes(tmp_path / "h", 1)
     assert len(h0) == 1 and h0 == h1, f"ranks must hold the same weights after the one update: {h0} vs {h1}"
-    row = json.loads((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()[0])
+    row = read_metrics(tmp_path / "out" / "metrics.jsonl")[0]
     assert row["debug/param_rank_max_dev"] == 0.0 and row["optim/steps"] == 2.0

@@ -29,12 +29,13 @@ step count reported excludes them (``engine.was_step_applied``).
 """
 from __future__ import annotations
 
-import contextlib
 import math
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
+
+from a2c_ppo_acktr.distributed import full_trainable
 
 
 class AccumulationWindow:
@@ -127,25 +128,13 @@ class AccumulationWindow:
             # The window's last minibatch was skipped: ZeRO builds the reduced gradient partition in
             # the boundary backward, so run one that adds zero to every trainable gradient.
             engine.set_gradient_accumulation_boundary(True)
-            with self._full_trainable():
-                zero = sum((p * 0.0).sum() for p in self._params)
-                engine.backward(zero)
+            # Under ZeRO-3 the trainable weights are partitioned: gathered, the zero loss has the
+            # full-shape gradients the engine's reduce-scatter hooks expect.
+            with full_trainable(engine) as params:
+                engine.backward(sum((p * 0.0).sum() for _, p in params))
         engine.step()
         engine.set_gradient_accumulation_boundary(False)
         stepped = bool(engine.was_step_applied()) if hasattr(engine, "was_step_applied") else True
         norm = engine.get_global_grad_norm()
         norm = float("nan") if norm is None else float(norm)
         return stepped, norm
-
-    @contextlib.contextmanager
-    def _full_trainable(self) -> Iterator[None]:
-        """Under ZeRO-3 the trainable weights are partitioned: gather them so the zero loss has
-        full-shape gradients for the engine's reduce-scatter hooks; a no-op otherwise."""
-        partitioned = [p for p in self._params if hasattr(p, "ds_id")]
-        if not partitioned:
-            yield
-            return
-        import deepspeed
-
-        with deepspeed.zero.GatheredParameters(partitioned, modifier_rank=None):
-            yield

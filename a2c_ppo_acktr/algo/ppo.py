@@ -30,7 +30,7 @@ epoch).
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
