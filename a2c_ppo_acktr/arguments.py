@@ -131,6 +131,11 @@ class ModelConfig:
     min_temperature: float = 0.5
     max_temperature: float = 1.5
     max_new_tokens: int = 96
+    # Sampling filters of the rollout (after the temperature), applied by the same function when
+    # sampling and when the update scores the sampled tokens: the trained distribution is the
+    # sampled one. 0 / 1.0 = off. Greedy evaluation ignores them.
+    top_k: int = 0
+    top_p: float = 1.0
     thought_prob_coef: float = 0.5  # lambda in log pi = lambda * log p(thought) + log p(action)
     # Where act() takes log-probs/values from: "generate" (generate's own processed logits and first
     # step, no extra forward) or "recompute" (a no-grad training forward after generate: bit-identical
@@ -167,6 +172,8 @@ class ModelConfig:
             )
         _check(0.0 <= self.thought_prob_coef <= 1.0, f"model.thought_prob_coef={self.thought_prob_coef} must be in [0, 1]")
         _check(self.max_new_tokens >= 1, f"model.max_new_tokens={self.max_new_tokens} must be >= 1")
+        _check(self.top_k >= 0, f"model.top_k={self.top_k} must be >= 0 (0 = off)")
+        _check(0.0 < self.top_p <= 1.0, f"model.top_p={self.top_p} must be in (0, 1] (1 = off)")
         _check(self.value_head_hidden >= 1, f"model.value_head_hidden={self.value_head_hidden} must be >= 1")
         _check(self.temp_head_hidden >= 1, f"model.temp_head_hidden={self.temp_head_hidden} must be >= 1")
         if self.attn_implementation == "flash_attention_2":
@@ -179,10 +186,18 @@ class RolloutConfig:
 
     num_envs: int = 4  # envs stepped together; one batched generate per step
     num_steps: int = 8  # turns collected per env per iteration
+    # Envs per group: the envs of a group play every episode on the same scene, question and start
+    # pose (rloo/grpo compare them; ppo.adv_norm=group normalises within them). 1 = no groups.
+    group_size: int = 1
 
     def __post_init__(self) -> None:
         _check(self.num_envs >= 1, f"rollout.num_envs={self.num_envs} must be >= 1")
         _check(self.num_steps >= 1, f"rollout.num_steps={self.num_steps} must be >= 1")
+        _check(
+            self.group_size >= 1 and self.num_envs % self.group_size == 0,
+            f"rollout.group_size={self.group_size} must be >= 1 and divide rollout.num_envs={self.num_envs} "
+            f"(e.g. one of {_divisors(self.num_envs)})",
+        )
 
     @property
     def batch_size(self) -> int:
@@ -191,6 +206,8 @@ class RolloutConfig:
 
 
 ADVANTAGE_ESTIMATORS = ("gae", "rloo", "grpo")
+ADV_NORMS = ("batch", "group", "none")
+KL_ESTIMATORS = ("full", "k1", "k2", "k3")
 
 
 @dataclass
@@ -212,12 +229,34 @@ class PPOConfig:
     clip_vloss: bool = True
     vf_coef: float = 0.5
     ent_coef: float = 0.0
+    # token: mean per-token entropy of the response (each token's distribution at its temperature);
+    # sequence: the response's entropy, sum over its tokens weighted like its log-prob
+    # (thought_prob_coef on thought tokens), the entropy that matches a whole-response log-prob.
+    entropy_bonus: str = "token"
     kl_coef: float = 0.0  # KL to the reference (adapter disabled); 0 disables
+    # full: exact per-token KL(pi || ref) over the vocabulary; k1/k2/k3: Schulman's sample estimators
+    # on the sampled tokens (k1 = log pi/ref, k2 = (log pi/ref)^2 / 2, k3 = ref/pi - 1 - log ref/pi).
+    kl_estimator: str = "full"
+    # loss: kl_coef * mean per-token KL in the loss; reward: kl_coef * the response's summed per-token
+    # KL subtracted from each turn's reward before the advantages (one reference pass per rollout).
+    kl_penalty: str = "loss"
     kl_adaptive: bool = False
     kl_target: float = 0.05  # target KL of the adaptive controller
     target_kl: Optional[float] = None  # early-stop the epoch loop above this approx KL
     max_grad_norm: float = 0.5
-    norm_adv: bool = True
+    # Advantage normalisation before the update: batch (over the rollout), group (within each
+    # rollout.group_size group), none. Divided by max(std, adv_std_floor): when every reward is equal
+    # the advantages are value noise and stay near zero instead of being blown up to unit std.
+    adv_norm: str = "batch"
+    adv_std_floor: float = 0.1  # one MRA step (scores move in steps of 0.1 on numeric questions)
+    norm_adv: Optional[bool] = None  # deprecated: true = adv_norm batch, false = none (old configs)
+    # What trains the temperature head: policy_gradient (it is part of the log-prob: the clipped
+    # surrogate drives it, measured to collapse to model.min_temperature), or entropy_target (kept
+    # off the policy-gradient path; a SAC-style loss temp_coef * log T * (H - target_entropy) moves
+    # each row's temperature toward the per-token entropy target_entropy).
+    temperature_loss: str = "policy_gradient"
+    target_entropy: float = 0.3  # nats per token (temperature_loss=entropy_target)
+    temp_coef: float = 1.0
     gamma: float = 0.99
     gae_lambda: float = 0.95
     advantage_estimator: str = "gae"
@@ -236,6 +275,19 @@ class PPOConfig:
         _check(0 <= self.gamma <= 1, f"ppo.gamma={self.gamma} must be in [0, 1]")
         _check(0 <= self.gae_lambda <= 1, f"ppo.gae_lambda={self.gae_lambda} must be in [0, 1]")
         _choice("ppo.advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS)
+        if self.norm_adv is not None:  # an old config: map it, then forget it (saved configs hold adv_norm)
+            self.adv_norm = "batch" if self.norm_adv else "none"
+            self.norm_adv = None
+        _choice("ppo.adv_norm", self.adv_norm, ADV_NORMS)
+        _check(self.adv_std_floor >= 0, f"ppo.adv_std_floor={self.adv_std_floor} must be >= 0")
+        _choice("ppo.entropy_bonus", self.entropy_bonus, ["token", "sequence"])
+        _choice("ppo.kl_estimator", self.kl_estimator, KL_ESTIMATORS)
+        _choice("ppo.kl_penalty", self.kl_penalty, ["loss", "reward"])
+        _choice("ppo.temperature_loss", self.temperature_loss, ["policy_gradient", "entropy_target"])
+        _check(self.target_entropy >= 0, f"ppo.target_entropy={self.target_entropy} must be >= 0 (nats per token)")
+        _check(self.temp_coef >= 0, f"ppo.temp_coef={self.temp_coef} must be >= 0")
+        if self.kl_penalty == "reward":
+            _check(not self.kl_adaptive, "ppo.kl_adaptive works with ppo.kl_penalty=loss only")
         if self.kl_adaptive:
             _check(self.kl_coef > 0, "ppo.kl_adaptive needs an initial ppo.kl_coef > 0")
             _check(self.kl_target > 0, f"ppo.kl_target={self.kl_target} must be > 0")
@@ -452,17 +504,19 @@ class RunConfig:
             )
         if self.ppo.advantage_estimator in ("rloo", "grpo"):
             _check(
-                self.rollout.num_envs >= 2,
-                f"ppo.advantage_estimator={self.ppo.advantage_estimator!r} compares episodes of the same question and "
-                "needs rollout.num_envs >= 2",
+                self.rollout.group_size >= 2,
+                f"ppo.advantage_estimator={self.ppo.advantage_estimator!r} compares episodes of the same question: set "
+                f"rollout.group_size >= 2 (envs per group; it must divide rollout.num_envs={self.rollout.num_envs})",
             )
-            # Refused at start rather than after the first rollout: the training envs (VSIBatchEnv) do
-            # not yet put envs into groups that share a question, so there is nothing to compare.
+        if self.ppo.adv_norm == "group":
             _check(
-                False,
-                f"ppo.advantage_estimator={self.ppo.advantage_estimator!r} needs grouped rollouts (envs that share a "
-                "question and report a group_id), which the training envs do not produce yet; use ppo.advantage_estimator=gae",
+                self.rollout.group_size >= 2,
+                "ppo.adv_norm=group normalises within groups of envs: set rollout.group_size >= 2, or use ppo.adv_norm=batch",
             )
+        if self.ppo.temperature_loss == "entropy_target":
+            _check(self.model.use_temp_predictor, "ppo.temperature_loss=entropy_target trains the temperature head: set model.use_temp_predictor=true")
+        if self.ppo.kl_coef > 0:
+            _check(self.model.use_lora, "a KL to the reference (ppo.kl_coef > 0) needs LoRA (model.use_lora=true): the reference is the adapter-disabled model")
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:

@@ -37,13 +37,20 @@ from a2c_ppo_acktr import prompts
 REPLACEMENT_CHAR = "\ufffd"  # what a byte-level tokenizer decodes a partial UTF-8 character to
 
 
-def process_logits(logits: Tensor, temperatures: Tensor, forbidden_ids: Tensor | None) -> Tensor:
-    """Logits of the sampling distribution: ``logits / T`` with forbidden ids set to ``-inf``.
+def process_logits(
+    logits: Tensor, temperatures: Tensor, forbidden_ids: Tensor | None, top_k: int = 0, top_p: float = 1.0
+) -> Tensor:
+    """Logits of the sampling distribution: ``logits / T`` with forbidden ids set to ``-inf``, then
+    (optionally) only the ``top_k`` largest and the nucleus of mass ``top_p`` kept.
 
     Args:
         logits: ``(B, V)`` or ``(B, L, V)`` raw logits (any float dtype; computed in float32).
         temperatures: ``(B,)`` per-row temperatures (> 0). Gradients flow into them.
         forbidden_ids: ``(K,)`` long tensor of token ids that may never be generated, or None.
+        top_k: keep the k most likely tokens of each position (0: all).
+        top_p: keep the smallest set of most likely tokens whose probability reaches ``top_p``
+            (1.0: all; the most likely token is always kept). Which tokens are kept is decided
+            without gradient; the kept logits keep theirs.
 
     Returns:
         Float32 tensor of the same shape as ``logits``.
@@ -57,7 +64,24 @@ def process_logits(logits: Tensor, temperatures: Tensor, forbidden_ids: Tensor |
     if forbidden_ids is not None and forbidden_ids.numel() > 0:
         # index_fill keeps autograd happy (the filled entries get zero gradient).
         out = out.index_fill(-1, forbidden_ids.to(out.device), float("-inf"))
+    if top_k > 0 or top_p < 1.0:
+        out = out.masked_fill(_filtered_out(out.detach(), top_k, top_p), float("-inf"))
     return out
+
+
+def _filtered_out(z: Tensor, top_k: int, top_p: float) -> Tensor:
+    """Bool mask of the entries top-k / top-p sampling removes from logits ``z`` (..., V)."""
+    drop = torch.zeros_like(z, dtype=torch.bool)
+    if 0 < top_k < z.shape[-1]:
+        kth = z.topk(top_k, dim=-1).values[..., -1:]
+        drop |= z < kth
+    if top_p < 1.0:
+        sorted_z, order = z.masked_fill(drop, float("-inf")).sort(dim=-1, descending=True)
+        probs = sorted_z.softmax(-1)
+        # Drop a token when the mass of the tokens strictly before it already reaches top_p.
+        before = probs.cumsum(-1) - probs
+        drop |= torch.zeros_like(drop).scatter(-1, order, before >= top_p)
+    return drop
 
 
 def token_log_probs(processed_logits: Tensor, tokens: Tensor) -> Tensor:
@@ -119,9 +143,10 @@ def logits_chunk_tokens(vocab_size: int) -> int:
 class TokenStats(NamedTuple):
     """Per-token statistics of generated positions; each ``(B, R)`` float32, 0 where not computed."""
 
-    log_probs: Tensor  # log p(token) under the processed (temperature, forbidden ids) distribution
+    log_probs: Tensor  # log p(token) under the processed (temperature, forbidden ids, top-k/p) distribution
     entropy: Tensor  # entropy of that distribution
     kl: Optional[Tensor]  # exact KL(pi || pi_ref); None without a reference
+    ref_log_probs: Optional[Tensor] = None  # log pi_ref(token) (no grad); None without a reference
 
 
 def _chunk_stats(
@@ -134,15 +159,18 @@ def _chunk_stats(
     head: Optional[Callable[[Tensor], Tensor]],
     ref_head: Optional[Callable[[Tensor], Tensor]],
     forbidden_ids: Optional[Tensor],
+    top_k: int = 0,
+    top_p: float = 1.0,
 ) -> Tensor:
-    """``(N, 2 or 3)`` [log-prob, entropy(, KL)] of the N positions ``(rows, cols)`` of ``inputs``.
+    """``(N, 2 or 4)`` [log-prob, entropy(, KL, reference log-prob)] of the N positions ``(rows, cols)``
+    of ``inputs``. The reference is not filtered by top-k/top-p (its distribution is the model's own).
 
     The same formulas as :func:`token_log_probs`, :func:`token_entropy` and :func:`token_kl`, with one
     log-softmax shared by the three. The positions are selected inside (not by the caller) so that a
     checkpointed call keeps only references to the full inputs, never a chunk-sized copy.
     """
     x = inputs[rows, cols]
-    logits = process_logits(head(x) if head is not None else x, temperatures[rows], forbidden_ids)  # (N, V) fp32
+    logits = process_logits(head(x) if head is not None else x, temperatures[rows], forbidden_ids, top_k, top_p)  # (N, V) fp32
     raw = torch.log_softmax(logits, dim=-1)
     # The token's log-prob is read before zeroing impossible entries: a forbidden token keeps its
     # -inf, as in token_log_probs; entropy and KL use the zeroed copy, as _safe_log_softmax does.
@@ -154,7 +182,9 @@ def _chunk_stats(
             y = ref_inputs[rows, cols]
             ref_logits = process_logits(ref_head(y) if ref_head is not None else y, temperatures[rows].detach(), forbidden_ids)
             _, logq = _safe_log_softmax(ref_logits)
+            ref_log_prob = torch.log_softmax(ref_logits, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
         out.append((p * (logp - logq)).sum(-1))
+        out.append(ref_log_prob)
     return torch.stack(out, dim=-1)
 
 
@@ -168,6 +198,8 @@ def chunked_token_stats(
     ref_inputs: Optional[Tensor] = None,
     ref_head: Optional[Callable[[Tensor], Tensor]] = None,
     chunk_tokens: Optional[int] = None,
+    top_k: int = 0,
+    top_p: float = 1.0,
 ) -> TokenStats:
     """Token log-probs, entropies and KLs of the masked positions, never holding a full ``(B, R, V)``.
 
@@ -189,6 +221,7 @@ def chunked_token_stats(
         ref_head: the reference's head (default ``head``).
         chunk_tokens: positions per chunk; default :func:`logits_chunk_tokens` of the vocabulary
             (read from ``head.out_features`` or ``inputs.shape[-1]``).
+        top_k, top_p: the sampling filters of :func:`process_logits` (the policy side only).
 
     Returns:
         :class:`TokenStats` of ``(B, R)`` float32 tensors, 0 where ``mask`` is false.
@@ -205,11 +238,11 @@ def chunked_token_stats(
     ref_head = head if ref_head is None else ref_head
     rows, cols = mask.nonzero(as_tuple=True)
     tokens_sel = tokens[rows, cols]
-    n_stats = 3 if ref_inputs is not None else 2
+    n_stats = 4 if ref_inputs is not None else 2
     parts = []
     for start in range(0, rows.numel(), chunk_tokens):
         args = (inputs, ref_inputs, temperatures, rows[start : start + chunk_tokens], cols[start : start + chunk_tokens],
-                tokens_sel[start : start + chunk_tokens], head, ref_head, forbidden_ids)
+                tokens_sel[start : start + chunk_tokens], head, ref_head, forbidden_ids, top_k, top_p)
         if torch.is_grad_enabled():
             # Non-reentrant checkpoint: the forward stores only the arguments (references, no copies);
             # backward re-runs this chunk and frees its (N, V) intermediates before the next chunk.
@@ -221,7 +254,26 @@ def chunked_token_stats(
             parts.append(_chunk_stats(*args))
     flat = torch.cat(parts) if parts else inputs.new_zeros((0, n_stats), dtype=torch.float32)
     out = flat.new_zeros(tokens.shape + (n_stats,)).index_put((rows, cols), flat)
-    return TokenStats(log_probs=out[..., 0], entropy=out[..., 1], kl=out[..., 2] if ref_inputs is not None else None)
+    if ref_inputs is None:
+        return TokenStats(log_probs=out[..., 0], entropy=out[..., 1], kl=None)
+    return TokenStats(log_probs=out[..., 0], entropy=out[..., 1], kl=out[..., 2], ref_log_probs=out[..., 3])
+
+
+def sample_kl(log_probs: Tensor, ref_log_probs: Tensor, estimator: str) -> Tensor:
+    """Per-token sample estimates of ``KL(pi || pi_ref)`` on tokens drawn from pi (Schulman 2020).
+
+    With ``d = log pi_ref(x) - log pi(x)``: ``k1 = -d`` (unbiased, can be negative), ``k2 = d^2 / 2``
+    (biased, low variance), ``k3 = exp(d) - 1 - d`` (unbiased, >= 0, low variance). Gradients flow
+    through ``log_probs`` only. Positions where both are ``-inf`` should be masked by the caller.
+    """
+    d = ref_log_probs.detach() - log_probs
+    if estimator == "k1":
+        return -d
+    if estimator == "k2":
+        return 0.5 * d * d
+    if estimator == "k3":
+        return torch.expm1(d) - d
+    raise ValueError(f"unknown KL estimator {estimator!r}; use k1, k2 or k3 (or 'full' for the exact KL)")
 
 
 def masked_sum(x: Tensor, mask: Tensor, dim: int = -1) -> Tensor:

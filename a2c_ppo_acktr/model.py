@@ -59,8 +59,10 @@ from a2c_ppo_acktr.distributions import (
     chunked_token_stats,
     logits_chunk_tokens,
     masked_mean,
+    masked_sum,
     process_logits,
     response_token_weights,
+    sample_kl,
     sequence_log_prob,
     token_log_probs,
 )
@@ -115,8 +117,11 @@ class EvalOutput:
     log_probs: Tensor
     values: Tensor
     entropy: Tensor  # mean per-token entropy over the generated tokens
-    kl: Optional[Tensor]  # mean per-token KL(pi || pi_ref) over generated tokens; None if not asked
+    kl: Optional[Tensor]  # mean per-token KL(pi || pi_ref) over generated tokens (the chosen estimator); None if not asked
     temperatures: Tensor
+    # The response's entropy: per-token entropies summed with the log-prob's token weights.
+    seq_entropy: Optional[Tensor] = None
+    kl_sum: Optional[Tensor] = None  # per-token KL summed over the response (the reward penalty); None if not asked
 
 
 class _RowTemperatureProcessor(LogitsProcessor):
@@ -128,9 +133,10 @@ class _RowTemperatureProcessor(LogitsProcessor):
     processed logits kept from step k; :meth:`finish` reads the last one after generate returns.
     """
 
-    def __init__(self, temperature_fn, forbidden_ids: Tensor, record_log_probs: bool) -> None:
+    def __init__(self, temperature_fn, forbidden_ids: Tensor, record_log_probs: bool, top_k: int = 0, top_p: float = 1.0) -> None:
         self.temperature_fn = temperature_fn
         self.forbidden_ids = forbidden_ids
+        self.top_k, self.top_p = top_k, top_p
         self.record = record_log_probs
         self.temperatures: Optional[Tensor] = None
         self._previous: Optional[Tensor] = None  # (B, V) processed logits of the previous step
@@ -145,7 +151,7 @@ class _RowTemperatureProcessor(LogitsProcessor):
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
         if self.temperatures is None:
             self.temperatures = self.temperature_fn()
-        processed = process_logits(scores, self.temperatures.to(scores.device), self.forbidden_ids)
+        processed = process_logits(scores, self.temperatures.to(scores.device), self.forbidden_ids, self.top_k, self.top_p)
         if self.record:
             self._read(input_ids[:, -1])
             self._previous = processed
@@ -316,11 +322,12 @@ class VLMPolicy(nn.Module):
         return self.model.get_base_model() if self.cfg.use_lora else self.model
 
     # ------------------------------------------------------------------ heads
-    def _temperatures(self, hidden: Tensor, fixed: Optional[float] = None) -> Tensor:
+    def _temperatures(self, hidden: Tensor, fixed: Optional[float] = None, detach_input: bool = False) -> Tensor:
         """``(B,)`` per-row temperatures: the head's, or ``fixed`` (else ``model.temperature``) for
-        every row when ``fixed`` is given or the head is off."""
+        every row when ``fixed`` is given or the head is off. ``detach_input``: the head's gradient
+        stays in the head (its own objective must not move the language model)."""
         if fixed is None and self.temp_predictor is not None:
-            return self.temp_predictor(hidden)
+            return self.temp_predictor(hidden.detach() if detach_input else hidden)
         value = float(self.cfg.temperature if fixed is None else fixed)
         return torch.full((hidden.shape[0],), value, device=hidden.device)
 
@@ -398,8 +405,16 @@ class VLMPolicy(nn.Module):
         token_weights: Sequence[Tensor],
         with_kl: bool,
         temperature: Optional[float] = None,
+        kl_estimator: str = "full",
+        detach_temperature: bool = False,
     ) -> EvalOutput:
-        """The training forward on ``[left-padded prompt | right-padded response]``."""
+        """The training forward on ``[left-padded prompt | right-padded response]``.
+
+        ``kl_estimator``: ``full`` (exact per-token KL over the vocabulary) or ``k1``/``k2``/``k3``
+        (:func:`~a2c_ppo_acktr.distributions.sample_kl` on the sampled tokens). ``detach_temperature``:
+        the log-probs, entropy and KL see the temperatures without gradient (the temperature head is
+        then off the policy-gradient path; ``EvalOutput.temperatures`` keeps the head's gradient, for
+        its own loss, but not the language model's)."""
         B, P = enc["input_ids"].shape
         R = max((len(g) for g in generated_ids), default=0)
         # Built on the CPU and moved once each: a copy per row would be a host sync per row.
@@ -437,35 +452,43 @@ class VLMPolicy(nn.Module):
         # so that the chunks' references do not keep the whole (B, T, H) tensor alive.
         final = caught[0].clone()
         hidden = final[:, 0]  # the last prompt token (left padding: index P-1 in every row)
-        temps = self._temperatures(hidden, temperature)
+        temps = self._temperatures(hidden, temperature, detach_input=detach_temperature)
         values = self._values(hidden)
         head = self.base_model.get_output_embeddings()
         stats = chunked_token_stats(
-            final[:, :R], resp, temps, self.forbidden_ids, resp_mask,
+            final[:, :R], resp, temps.detach() if detach_temperature else temps, self.forbidden_ids, resp_mask,
             head=head, ref_inputs=ref_final, ref_head=_reference_head(head),
-            chunk_tokens=logits_chunk_tokens(self.vocab_size),
+            chunk_tokens=logits_chunk_tokens(self.vocab_size), top_k=self.cfg.top_k, top_p=self.cfg.top_p,
         )
         log_probs = sequence_log_prob(stats.log_probs, weights, resp_mask)
         entropy = masked_mean(stats.entropy, resp_mask)
-        kl = masked_mean(stats.kl, resp_mask) if stats.kl is not None else None
-        return EvalOutput(log_probs=log_probs, values=values, entropy=entropy, kl=kl, temperatures=temps)
+        seq_entropy = masked_sum(stats.entropy * weights, resp_mask)
+        kl = kl_sum = None
+        if stats.kl is not None:
+            per_token = stats.kl if kl_estimator == "full" else sample_kl(stats.log_probs, stats.ref_log_probs, kl_estimator)
+            kl, kl_sum = masked_mean(per_token, resp_mask), masked_sum(per_token, resp_mask)
+        return EvalOutput(log_probs=log_probs, values=values, entropy=entropy, kl=kl, temperatures=temps, seq_entropy=seq_entropy, kl_sum=kl_sum)
 
     @staticmethod
     def _unpadded(enc: dict[str, Tensor]) -> list[Tensor]:
         return [row[mask.bool()].cpu() for row, mask in zip(enc["input_ids"], enc["attention_mask"])]
 
     # ------------------------------------------------------------------ public API
-    def forward(self, minibatch: Any, with_kl: bool = False) -> EvalOutput:
+    def forward(self, minibatch: Any, with_kl: bool = False, **options: Any) -> EvalOutput:
         """Same as :meth:`evaluate_actions`: PPO calls the (possibly wrapped) module itself."""
-        return self.evaluate_actions(minibatch, with_kl=with_kl)
+        return self.evaluate_actions(minibatch, with_kl=with_kl, **options)
 
-    def evaluate_actions(self, minibatch: Any, with_kl: bool = False) -> EvalOutput:
+    def evaluate_actions(
+        self, minibatch: Any, with_kl: bool = False, kl_estimator: str = "full", detach_temperature: bool = False
+    ) -> EvalOutput:
         """Re-forward prompt + action of stored turns.
 
         Args:
             minibatch: a :class:`~a2c_ppo_acktr.storage.Minibatch` (``prompts``, ``images``,
                 ``prompt_ids``, ``generated_ids``, ``token_weights`` are read).
             with_kl: also compute the KL to the reference (adapter disabled); one more forward.
+            kl_estimator, detach_temperature: see :meth:`_forward_turns` (``ppo.kl_estimator``,
+                ``ppo.temperature_loss=entropy_target``).
 
         Returns:
             :class:`EvalOutput` with gradients.
@@ -488,7 +511,10 @@ class VLMPolicy(nn.Module):
         for i, (now, then) in enumerate(zip(now_ids, minibatch.prompt_ids)):
             if not torch.equal(now, then.cpu()):
                 raise ValueError(f"turn {i}: the prompt has {len(now)} ids now but had {len(then)} in the rollout; {fix}")
-        return self._forward_turns(enc, minibatch.generated_ids, minibatch.token_weights, with_kl)
+        return self._forward_turns(
+            enc, minibatch.generated_ids, minibatch.token_weights, with_kl,
+            kl_estimator=kl_estimator, detach_temperature=detach_temperature,
+        )
 
     def _split_encodings(self, cpu_enc: dict[str, Tensor], images: Sequence[Sequence[np.ndarray]]) -> Optional[list[TurnEncoding]]:
         """Each row's processor output, kept with the rollout: the update forwards these tensors and
@@ -570,7 +596,8 @@ class VLMPolicy(nn.Module):
             recompute = self.cfg.rollout_log_probs == "recompute"
             with self._catch_lm_head_input() as caught:
                 proc = _RowTemperatureProcessor(
-                    lambda: self._temperatures(caught[0][:, -1], temperature), self.forbidden_ids, record_log_probs=not recompute
+                    lambda: self._temperatures(caught[0][:, -1], temperature), self.forbidden_ids, record_log_probs=not recompute,
+                    top_k=self.cfg.top_k, top_p=self.cfg.top_p,
                 )
                 seqs = self.model.generate(
                     **enc, generation_config=self._generation_config(greedy), logits_processor=LogitsProcessorList([proc])

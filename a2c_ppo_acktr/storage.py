@@ -25,8 +25,14 @@ Advantage estimators are pure functions of ``(T, N)`` tensors registered by name
   the others need no value forward beyond the ones ``act`` makes anyway.
 * ``rloo``: REINFORCE leave-one-out (Ahmadian et al. 2024). Each episode's return (sum of its turn
   rewards) minus the mean return of the OTHER complete episodes of the same group (same question).
-* ``grpo``: group-relative (Shao et al. 2024): ``(R - mean_group) / (std_group + eps)`` over the
-  complete episodes of a group (unbiased std, as verl).
+* ``grpo``: group-relative (Shao et al. 2024): ``(R - mean_group) / max(std_group, std_floor)`` over
+  the complete episodes of a group (unbiased std, as verl; ``ppo.adv_std_floor``, so that a group
+  whose returns differ by float noise is not blown up to unit advantages).
+
+Normalisation before the update (:func:`normalize_advantages`, ``ppo.adv_norm``): ``batch`` or
+``group`` mean/std, divided by ``max(std, std_floor)``, over the turns that have an advantage at all
+(``RolloutStorage.adv_mask``: every turn for ``gae``; for ``rloo``/``grpo`` the turns of complete
+episodes compared with at least one other); the other turns keep advantage 0.
 
 For multi-turn episodes, ``rloo`` and ``grpo`` broadcast the episode's advantage to every turn of that
 episode, and ``returns`` are the episode return on every turn. Only complete episodes (start and end
@@ -147,22 +153,35 @@ def rloo_advantages(returns: Tensor, groups: Tensor, valid: Tensor) -> Tensor:
     return adv
 
 
-def grpo_advantages(returns: Tensor, groups: Tensor, valid: Tensor, eps: float = 1e-6) -> Tensor:
-    """Group-normalised advantages ``(R_e - mean_g) / (std_g + eps)``. All ``(E,)``; invalid -> 0."""
+def grpo_advantages(returns: Tensor, groups: Tensor, valid: Tensor, eps: float = 1e-6, std_floor: float = 0.0) -> Tensor:
+    """Group-normalised advantages ``(R_e - mean_g) / (std_g + eps)``, or ``/ max(std_g, std_floor)``
+    when ``std_floor > 0``. All ``(E,)``; invalid -> 0."""
     adv = torch.zeros_like(returns)
     for g in torch.unique(groups[valid]):
         members = valid & (groups == g)
         if int(members.sum()) < 2:
             continue
         r = returns[members]
-        adv[members] = (r - r.mean()) / (r.std() + eps)
+        adv[members] = (r - r.mean()) / (r.std().clamp_min(std_floor) if std_floor > 0 else r.std() + eps)
     return adv
 
 
-def _episode_estimator(per_episode: Callable[[Tensor, Tensor, Tensor], Tensor]):
+def compared_episodes(groups: Tensor, complete: Tensor) -> Tensor:
+    """``(E,)`` bool: complete episodes whose group holds at least one other complete episode (the
+    only ones rloo/grpo give an advantage)."""
+    keys = groups[complete]
+    out = torch.zeros_like(complete)
+    if keys.numel():
+        uniq, counts = torch.unique(keys, return_counts=True)
+        shared = uniq[counts >= 2]
+        out = complete & torch.isin(groups, shared)
+    return out
+
+
+def _episode_estimator(per_episode: Callable[..., Tensor]):
     def estimator(
         *, rewards: Tensor, terminated: Tensor, truncated: Tensor, group_ids: Optional[Tensor],
-        starts_episode: Optional[Tensor] = None, **_: Any,
+        starts_episode: Optional[Tensor] = None, std_floor: float = 0.0, **_: Any,
     ) -> tuple[Tensor, Tensor]:
         if group_ids is None:
             raise ValueError(
@@ -172,7 +191,9 @@ def _episode_estimator(per_episode: Callable[[Tensor, Tensor, Tensor], Tensor]):
         ids, complete = episode_ids(terminated.bool() | truncated.bool(), starts_episode)
         num = complete.shape[0]
         ep_returns = _episode_returns(rewards, ids, num)
-        ep_adv = per_episode(ep_returns, _episode_groups(group_ids, ids, num), complete)
+        groups = _episode_groups(group_ids, ids, num)
+        extra = {"std_floor": std_floor} if per_episode is grpo_advantages else {}
+        ep_adv = per_episode(ep_returns, groups, complete, **extra)
         return ep_adv[ids], ep_returns[ids]
 
     estimator.__doc__ = per_episode.__doc__
@@ -198,6 +219,50 @@ ADVANTAGE_ESTIMATORS: dict[str, Callable[..., tuple[Tensor, Tensor]]] = {
 # Estimators that read ``next_values`` (the value of a truncated step's final observation and the
 # bootstrap V(s_T)); for the others the rollout computes neither (no forward whose result nothing reads).
 BOOTSTRAPPING_ESTIMATORS = frozenset({"gae"})
+
+
+def advantage_mask(
+    estimator: str, terminated: Tensor, truncated: Tensor, group_ids: Optional[Tensor], starts_episode: Optional[Tensor] = None
+) -> Tensor:
+    """``(T, N)`` bool: turns that get an advantage from ``estimator`` (all of them for gae; for
+    rloo/grpo the turns of :func:`compared_episodes`)."""
+    if estimator in BOOTSTRAPPING_ESTIMATORS or group_ids is None:
+        return torch.ones(terminated.shape, dtype=torch.bool)
+    ids, complete = episode_ids(terminated.bool() | truncated.bool(), starts_episode)
+    groups = _episode_groups(group_ids, ids, complete.shape[0])
+    return compared_episodes(groups, complete)[ids]
+
+
+def normalize_advantages(
+    advantages: Tensor, mode: str, std_floor: float = 0.0, group_ids: Optional[Tensor] = None, mask: Optional[Tensor] = None
+) -> Tensor:
+    """``(a - mean) / max(std, std_floor)`` over the batch or within each group, on the ``mask``ed
+    entries (the others become 0). All inputs share one shape; returns that shape.
+
+    Args:
+        mode: ``batch``, ``group`` (needs ``group_ids``) or ``none`` (returned unchanged, masked).
+        std_floor: the smallest divisor (population std); 0 divides by ``std + 1e-8``.
+    """
+    mask = torch.ones_like(advantages, dtype=torch.bool) if mask is None else mask.bool()
+    adv = advantages.float()
+    out = torch.zeros_like(adv)
+    if mode == "none":
+        return torch.where(mask, adv, out)
+    if mode == "batch":
+        keys = torch.zeros_like(adv, dtype=torch.long)
+    elif mode == "group":
+        if group_ids is None:
+            raise ValueError("adv_norm='group' needs the rollout's group ids (rollout.group_size >= 2)")
+        keys = group_ids.long()
+    else:
+        raise ValueError(f"unknown advantage normalisation {mode!r}; use batch, group or none")
+    for key in torch.unique(keys[mask]):
+        members = mask & (keys == key)
+        a = adv[members]
+        std = a.std(unbiased=False)
+        scale = std.clamp_min(std_floor) if std_floor > 0 else std + 1e-8
+        out[members] = (a - a.mean()) / scale
+    return out
 
 
 def get_advantage_estimator(name: str) -> Callable[..., tuple[Tensor, Tensor]]:
@@ -261,6 +326,7 @@ class RolloutStorage:
         self.group_ids: Optional[Tensor] = None
         self.advantages: Optional[Tensor] = None
         self.returns: Optional[Tensor] = None
+        self.adv_mask: Optional[Tensor] = None  # (T, N) turns that have an advantage (advantage_mask)
         # Whether step 0 of each env starts an episode (true after reset; carried by after_update).
         self.starts_episode = torch.ones(num_envs, dtype=torch.bool)
         n = num_steps * num_envs
@@ -361,7 +427,8 @@ class RolloutStorage:
         return ~(self.terminated[last] | self.truncated[last])
 
     def compute_returns(
-        self, next_value: Optional[Tensor], estimator: str = "gae", gamma: float = 0.99, gae_lambda: float = 0.95
+        self, next_value: Optional[Tensor], estimator: str = "gae", gamma: float = 0.99, gae_lambda: float = 0.95,
+        std_floor: float = 0.0,
     ) -> None:
         """Fill ``advantages`` and ``returns`` ``(T, N)``.
 
@@ -371,6 +438,7 @@ class RolloutStorage:
                 (other entries may hold anything, NaN included). None when nothing reads it.
             estimator: a name in :data:`ADVANTAGE_ESTIMATORS`.
             gamma, gae_lambda: discount and GAE lambda (PPOConfig).
+            std_floor: grpo's smallest group std (``ppo.adv_std_floor``).
 
         Raises:
             ValueError: a bootstrapping estimator lacks a value it reads (deferred final values
@@ -398,52 +466,62 @@ class RolloutStorage:
         self.advantages, self.returns = fn(
             rewards=self.rewards, values=self.values, next_values=nv, terminated=self.terminated,
             truncated=self.truncated, group_ids=self.group_ids, starts_episode=self.starts_episode,
-            gamma=gamma, gae_lambda=gae_lambda,
+            gamma=gamma, gae_lambda=gae_lambda, std_floor=std_floor,
         )
+        self.adv_mask = advantage_mask(estimator, self.terminated, self.truncated, self.group_ids, self.starts_episode)
 
     def minibatches(
-        self, mini_batch_size: int, generator: torch.Generator, normalize_advantages: bool = False
+        self, mini_batch_size: int, generator: torch.Generator, adv_norm: str = "none", std_floor: float = 0.0
     ) -> Iterator[Minibatch]:
         """Yield shuffled minibatches covering every turn once.
 
         Args:
             mini_batch_size: turns per minibatch; must divide ``num_steps * num_envs``.
             generator: torch Generator seeded from the run (reproducible shuffles).
-            normalize_advantages: standardise advantages over the whole rollout first (one mean/std
-                for all minibatches, so tiny minibatches do not get degenerate statistics).
+            adv_norm, std_floor: :func:`normalize_advantages` over the whole rollout first (one
+                mean/std for all minibatches, so tiny minibatches do not get degenerate statistics).
         """
         if self.advantages is None or self.returns is None:
             raise RuntimeError("call compute_returns before minibatches")
         total = self.num_steps * self.num_envs
         if total % mini_batch_size != 0:
             raise ValueError(f"mini_batch_size={mini_batch_size} must divide num_steps*num_envs={total}")
-        adv = self.advantages.flatten()
-        if normalize_advantages:
-            adv = (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8)
+        adv = normalize_advantages(self.advantages, adv_norm, std_floor, self.group_ids, self.adv_mask).flatten()
         order = torch.randperm(total, generator=generator)
         for start in range(0, total, mini_batch_size):
-            idx = order[start : start + mini_batch_size]
-            ii = idx.tolist()
-            encodings = [self.encodings[i] for i in ii]
-            yield Minibatch(
-                prompts=[self.prompts[i] for i in ii],
-                images=[self.images[i] for i in ii],
-                prompt_ids=[self.prompt_ids[i] for i in ii],
-                generated_ids=[self.generated_ids[i] for i in ii],
-                token_weights=[self.token_weights[i] for i in ii],
-                old_log_probs=self.old_log_probs.flatten()[idx],
-                old_values=self.values.flatten()[idx],
-                advantages=adv[idx],
-                returns=self.returns.flatten()[idx],
-                indices=idx,
-                encodings=encodings if all(e is not None for e in encodings) else None,
-            )
+            yield self._minibatch(order[start : start + mini_batch_size], adv, self.returns.flatten())
+
+    def ordered_minibatches(self, mini_batch_size: int) -> Iterator[Minibatch]:
+        """Every stored turn once, in storage order (flat index ``t * num_envs + n``), in chunks of at
+        most ``mini_batch_size``; advantages and returns are zeros (read before they exist: the KL
+        reward penalty)."""
+        total = self.step * self.num_envs
+        zeros = torch.zeros(self.num_steps * self.num_envs)
+        for start in range(0, total, mini_batch_size):
+            yield self._minibatch(torch.arange(start, min(start + mini_batch_size, total)), zeros, zeros)
+
+    def _minibatch(self, idx: Tensor, adv: Tensor, returns: Tensor) -> Minibatch:
+        ii = idx.tolist()
+        encodings = [self.encodings[i] for i in ii]
+        return Minibatch(
+            prompts=[self.prompts[i] for i in ii],
+            images=[self.images[i] for i in ii],
+            prompt_ids=[self.prompt_ids[i] for i in ii],
+            generated_ids=[self.generated_ids[i] for i in ii],
+            token_weights=[self.token_weights[i] for i in ii],
+            old_log_probs=self.old_log_probs.flatten()[idx],
+            old_values=self.values.flatten()[idx],
+            advantages=adv[idx],
+            returns=returns[idx],
+            indices=idx,
+            encodings=encodings if all(e is not None for e in encodings) else None,
+        )
 
     def after_update(self) -> None:
         """Make room for the next rollout; remember which envs start mid-episode."""
         self.starts_episode = (self.terminated[-1] | self.truncated[-1]).clone()
         self.step = 0
-        self.advantages = self.returns = None
+        self.advantages = self.returns = self.adv_mask = None
         self.group_ids = None
         self.next_values.zero_()
         self.final_pending.zero_()

@@ -335,7 +335,7 @@ def _build_run(cfg: RunConfig, accelerator) -> _Run:
     module = accelerator.unwrap_model(policy)
     # From here on ranks must differ (sampling, shuffles): offset by rank.
     seed_everything(cfg.seed + rank)
-    envs = VSIBatchEnv(cfg.env, cfg.rollout.num_envs, seed=cfg.seed + rank * RANK_SEED_STRIDE)
+    envs = VSIBatchEnv(cfg.env, cfg.rollout.num_envs, seed=cfg.seed + rank * RANK_SEED_STRIDE, group_size=cfg.rollout.group_size)
     observations = envs.reset()
     ppo = PPO(policy, prepared_optimizer, cfg.ppo, accelerator, seed=cfg.seed + rank, kl_ref_interval=cfg.log.kl_ref_interval)
     storage = RolloutStorage(cfg.rollout.num_steps, cfg.rollout.num_envs)
@@ -436,7 +436,17 @@ def _warn_config_changes(path: Path, cfg: RunConfig) -> None:
 def compute_advantages(storage, next_value: Optional[torch.Tensor], cfg: PPOConfig) -> None:
     """Fill advantages/returns from the rollout and its bootstrap ``V(s_T)`` (``(N,)``, read only
     for envs still mid-episode; None when the estimator reads none: see :func:`collect_rollout`)."""
-    storage.compute_returns(next_value, cfg.advantage_estimator, cfg.gamma, cfg.gae_lambda)
+    storage.compute_returns(next_value, cfg.advantage_estimator, cfg.gamma, cfg.gae_lambda, std_floor=cfg.adv_std_floor)
+
+
+def apply_kl_reward(run: "_Run") -> dict[str, float]:
+    """``ppo.kl_penalty=reward``: subtract ``kl_coef`` x each response's KL to the reference from
+    its turn's reward (before the advantages). Returns the penalty's metrics ({} when off)."""
+    if run.cfg.ppo.kl_penalty != "reward" or run.ppo.kl_coef <= 0:
+        return {}
+    kl = run.ppo.reward_kl(run.storage)
+    run.storage.rewards -= run.ppo.kl_coef * kl
+    return {"rollout/kl_reward_penalty": float(run.ppo.kl_coef * kl.mean()), "rollout/kl_to_reference": float(kl.mean())}
 
 
 def update_policy(run: _Run, iteration: int) -> dict[str, float]:
@@ -500,14 +510,15 @@ def run_training(cfg: RunConfig) -> Path:
                 run.observations, stats = collect_rollout(
                     run.module, run.envs, run.storage, run.observations, cfg.rollout.num_steps, gather, bootstrap=bootstrap
                 )
-            with _timed(timings, "advantages"):  # no forward here: the rollout made the one batched value pass
+            with _timed(timings, "advantages"):  # no forward here (but the KL reward's): the rollout made the one batched value pass
+                kl_metrics = apply_kl_reward(run)
                 compute_advantages(run.storage, stats.next_value, cfg.ppo)
             with _timed(timings, "update"):
                 update_metrics = update_policy(run, it)
             timings["time/iteration"] = timings["time/collect"] + timings["time/advantages"] + timings["time/update"]
             timings["time/collect_act"], timings["time/collect_env"] = stats.act_seconds, stats.env_seconds
             timings["time/collect_values"] = stats.value_seconds
-            metrics = iteration_metrics(run, stats, update_metrics, lrs, it)
+            metrics = {**iteration_metrics(run, stats, update_metrics, lrs, it), **(reduce_mean(accelerator, kl_metrics) if kl_metrics else {})}
             log.log({**metrics, **timings}, iteration=it + 1)
             bar.set_postfix(score=f"{metrics['rollout/episode_score_mean']:.3f}", kl=f"{metrics['losses/approx_kl']:.2e}")
             checkpoint_seconds = 0.0

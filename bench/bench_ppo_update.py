@@ -79,7 +79,7 @@ def bare_epochs(policy: VLMPolicy, st: RolloutStorage, cfg: PPOConfig, opt: torc
     gen = torch.Generator().manual_seed(seed)
     params = policy.trainable_parameters()
     for _ in range(cfg.ppo_epochs):
-        for mb in st.minibatches(cfg.mini_batch_size, gen, cfg.norm_adv):
+        for mb in st.minibatches(cfg.mini_batch_size, gen, cfg.adv_norm, cfg.adv_std_floor):
             bare_loss(policy, mb).backward()
             torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
             opt.step()

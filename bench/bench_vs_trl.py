@@ -236,7 +236,7 @@ def run_project(args: argparse.Namespace, kl: float, estimator: str) -> dict[str
     torch.manual_seed(args.seed)
     policy = VLMPolicy(cfg, load_vlm(cfg))
     ppo_cfg = PPOConfig(ppo_epochs=1, mini_batch_size=args.completions, lr=1e-5, max_grad_norm=1.0, clip_coef=0.2,
-                        kl_coef=kl, advantage_estimator=estimator, norm_adv=estimator == "gae")
+                        kl_coef=kl, advantage_estimator=estimator, adv_norm="batch" if estimator == "gae" else "none")
     optimizer = build_optimizer(policy, ppo_cfg)
     ppo = PPO(policy, optimizer, ppo_cfg, seed=args.seed, kl_ref_interval=args.kl_ref_interval)
     storage = RolloutStorage(1, args.completions)

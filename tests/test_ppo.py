@@ -108,7 +108,7 @@ def _minibatch(old_log_probs, old_values, advantages, returns) -> Minibatch:
 
 def _full_batch_gradient(policy, st, cfg, kl_coef):
     """The gradient of ``ppo_loss`` over the whole rollout in one batch (no accumulation, no clipping)."""
-    mb = next(st.minibatches(st.num_steps * st.num_envs, torch.Generator(), normalize_advantages=False))
+    mb = next(st.minibatches(st.num_steps * st.num_envs, torch.Generator(), adv_norm="none"))
     out = policy(mb, with_kl=True)
     loss, _ = ppo_loss(out.log_probs, out.values, out.entropy, out.kl, mb, cfg, kl_coef)
     return torch.cat([g.flatten() for g in torch.autograd.grad(loss, list(policy.parameters()))])

@@ -201,7 +201,7 @@ def test_storage_minibatches_cover_every_turn_once_and_are_seeded():
     assert torch.equal(idx, again)
     with pytest.raises(ValueError, match="must divide"):
         next(st.minibatches(5, torch.Generator()))
-    norm = torch.cat([mb.advantages for mb in st.minibatches(4, torch.Generator(), normalize_advantages=True)])
+    norm = torch.cat([mb.advantages for mb in st.minibatches(4, torch.Generator(), adv_norm="batch")])
     assert abs(float(norm.mean())) < 1e-5
     assert float(norm.std(unbiased=False)) == pytest.approx(1.0, rel=1e-5)
 
@@ -220,7 +220,7 @@ def test_normalised_advantages_have_mean_zero_and_population_std_one():
     assert raw.std() > 3.0
     expected = (raw - raw.mean()) / raw.std()  # independent: numpy, float64, ddof=0
     norm = torch.zeros(T * N)
-    for mb in st.minibatches(4, torch.Generator().manual_seed(0), normalize_advantages=True):
+    for mb in st.minibatches(4, torch.Generator().manual_seed(0), adv_norm="batch"):
         norm[mb.indices] = mb.advantages
     np.testing.assert_allclose(norm.numpy(), expected, rtol=1e-5, atol=1e-6)
     assert float(norm.mean()) == pytest.approx(0.0, abs=1e-6)
@@ -230,10 +230,10 @@ def test_normalised_advantages_have_mean_zero_and_population_std_one():
     # The epsilon guards a (near) zero std: equal advantages normalise to 0, and a spread far below
     # the epsilon keeps every sign (an epsilon subtracted instead would flip them).
     st.advantages = torch.zeros(T, N)
-    flat = torch.cat([mb.advantages for mb in st.minibatches(T * N, torch.Generator(), normalize_advantages=True)])
+    flat = torch.cat([mb.advantages for mb in st.minibatches(T * N, torch.Generator(), adv_norm="batch")])
     assert torch.equal(flat, torch.zeros(T * N))
     st.advantages = torch.tensor([0.0, 1e-9] * (T * N // 2)).reshape(T, N)
-    for mb in st.minibatches(T * N, torch.Generator(), normalize_advantages=True):
+    for mb in st.minibatches(T * N, torch.Generator(), adv_norm="batch"):
         raw_mb = st.advantages.flatten()[mb.indices]
         assert (torch.sign(mb.advantages) == torch.where(raw_mb > 0, 1.0, -1.0)).all()
         assert mb.advantages.abs().max() < 0.1  # 5e-10 / (5e-10 + 1e-8)

@@ -86,6 +86,20 @@ def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, clip_coef: f
     return loss, {"value_clipfrac": frac}
 
 
+def temperature_loss(temperatures: Tensor, entropy: Tensor, target_entropy: float) -> Tensor:
+    """The temperature head's own objective (``ppo.temperature_loss=entropy_target``), SAC-style
+    (Haarnoja et al. 2018, automatic entropy tuning): ``mean(log T * (H - target))`` with the entropy
+    ``H`` detached. Its gradient in ``log T`` is ``H - target``: rows above the target entropy lower
+    their temperature, rows below raise it; nothing in it rewards a collapse to the minimum.
+
+    Args:
+        temperatures: ``(B,)`` the head's temperatures (with gradient into the head only).
+        entropy: ``(B,)`` mean per-token entropy of each response at its temperature.
+        target_entropy: nats per token.
+    """
+    return (temperatures.log() * (entropy.detach() - target_entropy)).mean()
+
+
 def ppo_loss(
     log_probs: Tensor,
     values: Tensor,
@@ -94,19 +108,39 @@ def ppo_loss(
     mb: Minibatch,
     cfg: PPOConfig,
     kl_coef: float,
+    out: Any = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Total loss ``pg + vf_coef * v - ent_coef * H + kl_coef * KL`` and its parts (all ``(B,)`` in)."""
+    """Total loss ``pg + vf_coef * v - ent_coef * H + kl_coef * KL (+ temp_coef * temperature loss)``
+    and its parts (all ``(B,)`` in).
+
+    ``H`` is the mean per-token entropy (``ppo.entropy_bonus=token``) or the response's entropy
+    (``sequence``: ``out.seq_entropy``). The KL is in the loss only with ``ppo.kl_penalty=loss``.
+    ``out`` is the policy's :class:`~a2c_ppo_acktr.model.EvalOutput` (read for ``seq_entropy`` and
+    the temperatures); the loss of the bare tensors needs it only for those options.
+    """
     dev = log_probs.device
     pg, pg_m = policy_loss(log_probs, mb.old_log_probs.to(dev), mb.advantages.to(dev), cfg.clip_coef)
     v, v_m = value_loss(values, mb.old_values.to(dev), mb.returns.to(dev), cfg.clip_coef, cfg.clip_vloss)
     ent = entropy.mean()
-    loss = pg + cfg.vf_coef * v - cfg.ent_coef * ent
+    bonus = ent
+    if cfg.entropy_bonus == "sequence":
+        seq = getattr(out, "seq_entropy", None)
+        if seq is None:
+            raise ValueError("ppo.entropy_bonus=sequence needs the policy's seq_entropy (EvalOutput.seq_entropy)")
+        bonus = seq.mean()
+    loss = pg + cfg.vf_coef * v - cfg.ent_coef * bonus
     kl_mean = kl.mean() if kl is not None else None
-    if kl_coef > 0:
+    if kl_coef > 0 and cfg.kl_penalty == "loss":
         if kl_mean is None:
             raise ValueError("kl_coef > 0 but the policy returned no KL; evaluate_actions must be called with with_kl=True")
         loss = loss + kl_coef * kl_mean
     metrics = {"policy_loss": pg.detach(), "value_loss": v.detach(), "entropy": ent.detach(), **pg_m, **v_m}
+    if cfg.entropy_bonus == "sequence":
+        metrics["seq_entropy"] = bonus.detach()
+    if cfg.temperature_loss == "entropy_target":
+        t_loss = temperature_loss(out.temperatures, entropy, cfg.target_entropy)
+        loss = loss + cfg.temp_coef * t_loss
+        metrics["temperature_loss"] = t_loss.detach()
     if kl_mean is not None:
         metrics["kl_ref"] = kl_mean.detach()
     return loss, metrics
@@ -195,11 +229,25 @@ class PPO:
             flag = self.accelerator.gather(flag.to(self.accelerator.device)).min()
         return bool(flag.item() > 0)
 
+    @property
+    def kl_in_loss(self) -> bool:
+        return self.kl_coef > 0 and self.cfg.kl_penalty == "loss"
+
+    def _forward_options(self) -> dict[str, Any]:
+        """Keyword options of the policy's forward, only where they differ from its defaults (so a
+        policy without them still works with the default config)."""
+        options: dict[str, Any] = {}
+        if self.cfg.kl_estimator != "full":
+            options["kl_estimator"] = self.cfg.kl_estimator
+        if self.cfg.temperature_loss == "entropy_target":
+            options["detach_temperature"] = True
+        return options
+
     def _with_kl(self, first_minibatch: bool) -> bool:
         """Whether this minibatch runs the reference forward: always when the KL is in the loss,
         else on the first minibatch of every ``kl_ref_interval``-th update (the monitor). The same
         answer on every process: update count and ``kl_coef`` are identical across ranks."""
-        if self.kl_coef > 0:
+        if self.kl_in_loss:
             return True
         return first_minibatch and self._has_reference and self.num_updates % self.kl_ref_interval == 0
 
@@ -208,6 +256,27 @@ class PPO:
             return x
         t = torch.tensor([x], dtype=torch.float32, device=self.accelerator.device)
         return float(self.accelerator.reduce(t, reduction="mean").item())
+
+    # ------------------------------------------------------------------ KL as a reward penalty
+    @torch.no_grad()
+    def reward_kl(self, storage: RolloutStorage) -> Tensor:
+        """``(T, N)`` KL of every stored response to the reference (``ppo.kl_estimator`` per token,
+        summed over the response), for ``ppo.kl_penalty=reward``: one no-grad pass over the rollout
+        in storage order, minibatch by minibatch (every process runs as many: under ZeRO-3 a forward
+        is a collective). Call after the rollout and before the advantages."""
+        total = storage.num_steps * storage.num_envs
+        size = self.cfg.mini_batch_size
+        kl = torch.zeros(total)
+        options = {k: v for k, v in self._forward_options().items() if k == "kl_estimator"}
+        was_training = self.policy.training
+        self.policy.eval()
+        try:
+            for mb in storage.ordered_minibatches(size):
+                out = self.policy(mb, with_kl=True, **options)
+                kl[mb.indices] = out.kl_sum.detach().float().cpu()
+        finally:
+            self.policy.train(was_training)
+        return kl.view(storage.num_steps, storage.num_envs)
 
     # ------------------------------------------------------------------ update
     def update(self, storage: RolloutStorage) -> dict[str, float]:
@@ -224,6 +293,7 @@ class PPO:
             )
         self.policy.train()
         self.optimizer.zero_grad()
+        options = self._forward_options()
         # Metric sums stay on the device (detached scalars); read once after the last minibatch.
         sums: dict[str, Tensor] = {}
         counted = 0
@@ -237,9 +307,9 @@ class PPO:
         for epoch in range(cfg.ppo_epochs):
             epoch_kl: Optional[Tensor] = None
             epoch_counted = 0
-            for k, mb in enumerate(storage.minibatches(cfg.mini_batch_size, self.generator, cfg.norm_adv)):
-                out = self.policy(mb, with_kl=self._with_kl(epoch == 0 and k == 0))
-                loss, m = ppo_loss(out.log_probs, out.values, out.entropy, out.kl, mb, cfg, self.kl_coef)
+            for k, mb in enumerate(storage.minibatches(cfg.mini_batch_size, self.generator, cfg.adv_norm, cfg.adv_std_floor)):
+                out = self.policy(mb, with_kl=self._with_kl(epoch == 0 and k == 0), **options)
+                loss, m = ppo_loss(out.log_probs, out.values, out.entropy, out.kl, mb, cfg, self.kl_coef, out)
                 if epoch == 0 and k == 0:
                     first_dev = m["ratio_max_dev"]
                 if self._all_finite(loss):  # the one host read per minibatch: skipping is decided before backward
@@ -275,7 +345,7 @@ class PPO:
         mean = {n: host[i] / counted for i, n in enumerate(names)}
         kl_ref = host[len(names)] / kl_ref_count if kl_ref_sum is not None else float("nan")
         first = host[-1] if first_dev is not None else float("nan")
-        if cfg.kl_adaptive and kl_ref_count:
+        if cfg.kl_adaptive and kl_ref_count and self.kl_in_loss:
             self.kl_coef = adapt_kl_coef(self.kl_coef, self._mean_across(kl_ref), cfg.kl_target)
         self.num_updates += 1
         finite_norms = [g for g in grad_norms if math.isfinite(g)]
@@ -291,6 +361,10 @@ class PPO:
             "losses/skipped_minibatches": float(skipped),
             "losses/kl_ref": kl_ref,
             "losses/kl_coef": self.kl_coef,
+            "losses/seq_entropy": mean.get("seq_entropy", float("nan")),
+            "losses/temperature_loss": mean.get("temperature_loss", float("nan")),
+            "adv/compared_fraction": float(storage.adv_mask.float().mean()) if storage.adv_mask is not None else float("nan"),
+            "adv/raw_std": float(storage.advantages.float().std(unbiased=False)),
             "debug/first_minibatch_ratio_max_dev": first,
             "optim/steps": float(self.optimizer_steps),
             # windows without a step: every minibatch skipped, or a non-finite gradient norm

@@ -7,6 +7,16 @@ finished episode) and ``episode`` (``{"score", "reward", "turns", "question_type
 when the episode was truncated without an answer), and the returned observation is the first of
 the next episode. Env ``i`` is seeded with ``seed + i`` at the first reset and then continues its
 own random stream, so a batch is deterministic given ``seed``.
+
+Grouped rollouts (``group_size`` G > 1, for RLOO/GRPO): envs ``gG .. gG+G-1`` form group g. Each env
+of a group plays the same sequence of episode *specs*: its k-th episode is reset with the seed
+:func:`episode_seed` ``(seed, g, k)``, which fixes the scene, the question and the start pose (all of
+a reset's randomness comes from the env's generator). The envs of a group sample their own responses,
+so their k-th episodes differ only by what the policy did; they may drift apart in time (one answers
+at turn 1, another walks for 4 turns), and each k-th episode is still compared with its siblings'
+k-th episodes, whenever they happen. Every step's info carries ``group_id`` = ``g * 2**32 + k`` of the
+episode the step belongs to (also with G = 1, where no two episodes share one). The counters
+(``episode_counts``) are plain attributes, so checkpoints save them and a resumed run keeps its groups.
 """
 from __future__ import annotations
 
@@ -19,21 +29,35 @@ from ..arguments import EnvConfig
 from .vsi_env import VSIEnv
 
 
+GROUP_ID_STRIDE = 2**32  # group_id = group * GROUP_ID_STRIDE + episode index within the group
+
+
+def episode_seed(seed: int, group: int, episode: int) -> int:
+    """The reset seed of group ``group``'s ``episode``-th episode (same for every env of the group)."""
+    return int(np.random.SeedSequence([int(seed), int(group), int(episode)]).generate_state(1)[0])
+
+
 class VSIBatchEnv:
     """``num_envs`` :class:`VSIEnv` instances with auto-reset.
 
     Args:
         cfg: The env config shared by all envs.
         num_envs: How many envs.
-        seed: Env ``i`` is seeded with ``seed + i``.
+        seed: Env ``i`` is seeded with ``seed + i`` (``group_size`` 1), or every episode of group g
+            with :func:`episode_seed` ``(seed, g, k)``.
+        group_size: envs per group (``rollout.group_size``); must divide ``num_envs``.
     """
 
-    def __init__(self, cfg: EnvConfig, num_envs: int, seed: int = 0) -> None:
+    def __init__(self, cfg: EnvConfig, num_envs: int, seed: int = 0, group_size: int = 1) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs={num_envs} must be >= 1")
+        if group_size < 1 or num_envs % group_size != 0:
+            raise ValueError(f"group_size={group_size} must be >= 1 and divide num_envs={num_envs}")
         self.cfg = cfg
         self.num_envs = int(num_envs)
         self.seed = int(seed)
+        self.group_size = int(group_size)
+        self.episode_counts = [0] * self.num_envs  # episodes started by each env (k of the current one + 1)
         shared: OrderedDict = OrderedDict()
         self.envs = [VSIEnv(cfg) for _ in range(self.num_envs)]
         for env in self.envs:
@@ -47,14 +71,32 @@ class VSIBatchEnv:
         Returns:
             The N first observations; their infos are in ``self.reset_infos``.
         """
-        base = self.seed if seed is None else int(seed)
+        if seed is not None:
+            self.seed = int(seed)
         obs, self.reset_infos = [], []
-        for i, env in enumerate(self.envs):
-            o, info = env.reset(seed=base + i)
+        self.episode_counts = [0] * self.num_envs
+        for i in range(self.num_envs):
+            o, info = self._reset_env(i, first_seed=self.seed + i)
             obs.append(o)
             self.reset_infos.append(info)
         self._started = True
         return obs
+
+    def group_id(self, i: int) -> int:
+        """The group id of env ``i``'s current episode."""
+        return (i // self.group_size) * GROUP_ID_STRIDE + self.episode_counts[i] - 1
+
+    def _reset_env(self, i: int, first_seed: Optional[int] = None) -> tuple[dict, dict]:
+        """Start env ``i``'s next episode: grouped, from its group's spec seed; else from its own
+        stream (seeded with ``first_seed`` at the first reset)."""
+        env = self.envs[i]
+        if self.group_size > 1:
+            o, info = env.reset(seed=episode_seed(self.seed, i // self.group_size, self.episode_counts[i]))
+        else:
+            o, info = env.reset(seed=first_seed)
+        self.episode_counts[i] += 1
+        info["group_id"] = self.group_id(i)
+        return o, info
 
     def step(self, texts: Sequence[str]) -> tuple[list[dict], np.ndarray, np.ndarray, np.ndarray, list[dict]]:
         """Step every env with its text.
@@ -74,6 +116,7 @@ class VSIBatchEnv:
         for i, (env, text) in enumerate(zip(self.envs, texts)):
             o, r, term, trunc, info = env.step(text)
             rewards[i], terminated[i], truncated[i] = r, term, trunc
+            info["group_id"] = self.group_id(i)  # the episode this step belongs to
             if term or trunc:
                 info["final_observation"] = o
                 info["episode"] = {
@@ -82,7 +125,7 @@ class VSIBatchEnv:
                     "turns": int(env.turn),
                     "question_type": env.question.question_type,
                 }
-                o, reset_info = env.reset()
+                o, reset_info = self._reset_env(i)
                 info["reset_info"] = reset_info
             obs.append(o)
             infos.append(info)
