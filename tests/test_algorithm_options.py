@@ -1,0 +1,173 @@
+"""The seeds' algorithm options against closed forms: top-k/top-p, KL estimators k1/k2/k3 and the KL
+reward penalty, the sequence entropy bonus, and the temperature head's own objective."""
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from a2c_ppo_acktr.algo.ppo import PPO, ppo_loss, temperature_loss
+from a2c_ppo_acktr.arguments import PPOConfig
+from a2c_ppo_acktr.distributions import (
+    chunked_token_stats,
+    process_logits,
+    sample_kl,
+    token_entropy,
+    token_kl,
+    token_log_probs,
+)
+from tests.test_ppo import _minibatch, _storage
+
+
+# ------------------------------------------------------------------------ top-k / top-p
+def test_top_k_and_top_p_keep_the_closed_form_sets():
+    logits = torch.tensor([[4.0, 3.0, 2.0, 1.0]], requires_grad=True)
+    one = torch.ones(1)
+    kept = lambda z: (~torch.isneginf(z)).tolist()[0]  # noqa: E731
+    assert kept(process_logits(logits, one, None, top_k=2)) == [True, True, False, False]
+    # softmax([4,3,2,1]) = [.644, .237, .087, .032]; mass before each token: 0, .644, .881, .968
+    assert kept(process_logits(logits, one, None, top_p=0.7)) == [True, True, False, False]
+    assert kept(process_logits(logits, one, None, top_p=0.6)) == [True, False, False, False]
+    assert kept(process_logits(logits, one, None, top_p=0.9)) == [True, True, True, False]
+    # both: top-k first, then the nucleus of what is left (renormalised: .731, .269 -> .731 < .95)
+    assert kept(process_logits(logits, one, None, top_k=2, top_p=0.95)) == [True, True, False, False]
+    # a forbidden id stays out whatever the filters; the temperature acts before them
+    assert kept(process_logits(logits, one, torch.tensor([0]), top_k=2)) == [False, True, True, False]
+    assert kept(process_logits(logits, torch.tensor([100.0]), None, top_p=0.5)) == [True, True, False, False]
+    lp = token_log_probs(process_logits(logits, one, None, top_k=2)[:, None], torch.tensor([[1]]))
+    assert lp.item() == pytest.approx(3.0 - math.log(math.exp(4) + math.exp(3)), rel=1e-6)
+    lp.sum().backward()
+    assert logits.grad[0, 2:].abs().max() == 0 and logits.grad[0, :2].abs().min() > 0  # filtered logits get no gradient
+
+
+def test_chunked_stats_with_filters_equal_the_naive_composition():
+    g = torch.Generator().manual_seed(0)
+    B, R, H, V = 2, 5, 4, 11
+    hidden = torch.randn(B, R, H, generator=g)
+    head = nn.Linear(H, V, bias=False)
+    temps = torch.tensor([0.7, 1.3])
+    z = process_logits(head(hidden), temps, None, top_k=4, top_p=0.8)
+    tokens = z.argmax(-1)  # a token that survives the filters
+    mask = torch.ones(B, R, dtype=torch.bool)
+    stats = chunked_token_stats(hidden, tokens, temps, None, mask, head=head, ref_inputs=hidden * 0.9, chunk_tokens=3, top_k=4, top_p=0.8)
+    torch.testing.assert_close(stats.log_probs, token_log_probs(z, tokens))
+    torch.testing.assert_close(stats.entropy, token_entropy(z))
+    zr = process_logits(head(hidden * 0.9), temps, None)  # the reference is not filtered
+    torch.testing.assert_close(stats.kl, token_kl(z, zr))
+    torch.testing.assert_close(stats.ref_log_probs, token_log_probs(zr, tokens))
+
+
+# ------------------------------------------------------------------------ KL estimators
+def test_sample_kl_closed_forms_and_unbiasedness():
+    lp, ref = torch.tensor([-1.0, -2.0]), torch.tensor([-1.5, -1.0])
+    d = ref - lp  # [-0.5, 1.0]
+    torch.testing.assert_close(sample_kl(lp, ref, "k1"), -d)
+    torch.testing.assert_close(sample_kl(lp, ref, "k2"), 0.5 * d * d)
+    torch.testing.assert_close(sample_kl(lp, ref, "k3"), d.exp() - 1 - d)
+    with pytest.raises(ValueError, match="unknown KL estimator 'k9'"):
+        sample_kl(lp, ref, "k9")
+    # Monte Carlo on a categorical: k1 and k3 average to the exact KL, k3 is never negative
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    q = torch.tensor([0.25, 0.25, 0.25, 0.25])
+    exact = float((p * (p / q).log()).sum())
+    x = torch.multinomial(p, 400_000, replacement=True, generator=torch.Generator().manual_seed(0))
+    lpx, lqx = p.log()[x], q.log()[x]
+    assert float(sample_kl(lpx, lqx, "k1").mean()) == pytest.approx(exact, abs=4e-3)
+    k3 = sample_kl(lpx, lqx, "k3")
+    assert float(k3.mean()) == pytest.approx(exact, abs=4e-3) and float(k3.min()) >= 0
+    assert float(k3.var()) < float(sample_kl(lpx, lqx, "k1").var())  # the low-variance one
+    # gradients flow through the policy's log-probs only
+    lp_g = torch.tensor([-1.0], requires_grad=True)
+    ref_g = torch.tensor([-1.5], requires_grad=True)
+    sample_kl(lp_g, ref_g, "k3").sum().backward()
+    assert ref_g.grad is None and lp_g.grad.item() == pytest.approx(1 - math.exp(-0.5))
+
+
+class KLToyPolicy(nn.Module):
+    """Reports kl_sum = 10 * flat index of each turn, to check the reward penalty's layout."""
+
+    has_reference = True
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(1))
+        self.calls = []
+
+    def forward(self, mb, with_kl=False, **options):
+        self.calls.append((with_kl, options, self.training))
+        n = len(mb.indices)
+        zero = self.w.expand(n) * 0.0  # differentiable zeros: the update runs a backward
+        return SimpleNamespace(log_probs=zero, values=zero, entropy=zero, kl=zero,
+                               kl_sum=10.0 * mb.indices.float(), temperatures=torch.ones(n) + zero)
+
+
+def test_reward_kl_is_per_turn_in_storage_layout_and_enters_the_rewards():
+    from a2c_ppo_acktr.train import apply_kl_reward
+
+    st = _storage(T=2, N=3)
+    policy = KLToyPolicy()
+    cfg = PPOConfig(mini_batch_size=2, kl_coef=0.1, kl_penalty="reward", kl_estimator="k3")
+    ppo = PPO(policy, torch.optim.SGD(policy.parameters(), lr=0.1), cfg)
+    before = st.rewards.clone()
+    run = SimpleNamespace(cfg=SimpleNamespace(ppo=cfg), ppo=ppo, storage=st)
+    metrics = apply_kl_reward(run)
+    kl = 10.0 * torch.arange(6.0).view(2, 3)
+    torch.testing.assert_close(st.rewards, before - 0.1 * kl)
+    assert metrics["rollout/kl_to_reference"] == pytest.approx(25.0)
+    assert all(c == (True, {"kl_estimator": "k3"}, False) for c in policy.calls) and len(policy.calls) == 3
+    # in the update the KL is then not in the loss: no reference forward beyond the monitor's
+    assert not ppo.kl_in_loss
+    # kl_penalty=loss leaves the rewards alone
+    run.cfg = SimpleNamespace(ppo=PPOConfig(kl_coef=0.1))
+    assert apply_kl_reward(run) == {} and torch.equal(st.rewards, before - 0.1 * kl)
+
+
+def test_kl_penalty_reward_keeps_the_kl_out_of_the_loss():
+    mb = _minibatch([math.log(0.5)] * 2, [0.0, 0.0], [1.0, -1.0], [0.0, 0.0])
+    lp = torch.full((2,), math.log(0.5))
+    kl = torch.tensor([0.3, 0.5])
+    in_loss, _ = ppo_loss(lp, torch.zeros(2), torch.zeros(2), kl, mb, PPOConfig(kl_coef=0.2), 0.2)
+    as_reward, m = ppo_loss(lp, torch.zeros(2), torch.zeros(2), kl, mb, PPOConfig(kl_coef=0.2, kl_penalty="reward"), 0.2)
+    assert float(in_loss - as_reward) == pytest.approx(0.2 * 0.4)
+    assert m["kl_ref"].item() == pytest.approx(0.4)  # still monitored
+
+
+# ------------------------------------------------------------------------ entropy and temperature
+def test_sequence_entropy_bonus_uses_the_response_entropy():
+    mb = _minibatch([0.0] * 2, [0.0] * 2, [0.0] * 2, [0.0] * 2)
+    out = SimpleNamespace(seq_entropy=torch.tensor([2.0, 4.0]), temperatures=torch.ones(2))
+    args = (torch.zeros(2), torch.zeros(2), torch.tensor([0.1, 0.2]), None, mb)
+    tok, _ = ppo_loss(*args, PPOConfig(ent_coef=0.5, vf_coef=0.0), 0.0, out)
+    seq, m = ppo_loss(*args, PPOConfig(ent_coef=0.5, vf_coef=0.0, entropy_bonus="sequence"), 0.0, out)
+    assert float(tok) == pytest.approx(-0.5 * 0.15) and float(seq) == pytest.approx(-0.5 * 3.0)
+    assert m["seq_entropy"].item() == 3.0
+    with pytest.raises(ValueError, match="needs the policy's seq_entropy"):
+        ppo_loss(*args, PPOConfig(entropy_bonus="sequence"), 0.0, None)
+
+
+def test_temperature_loss_moves_temperature_toward_the_target_entropy():
+    t = torch.tensor([1.0, 1.0], requires_grad=True)
+    loss = temperature_loss(t, torch.tensor([0.5, 0.1]), target_entropy=0.3)
+    loss.backward()
+    # d/dT mean(log T (H - target)) = (H - target) / (2 T): above target -> descent lowers T, below -> raises it
+    torch.testing.assert_close(t.grad, torch.tensor([0.1, -0.1]))
+    assert loss.item() == 0.0  # log 1 = 0
+    # in ppo_loss it is added with temp_coef and reported
+    mb = _minibatch([0.0] * 2, [0.0] * 2, [0.0] * 2, [0.0] * 2)
+    temps = torch.tensor([2.0, 2.0], requires_grad=True)
+    out = SimpleNamespace(temperatures=temps)
+    cfg = PPOConfig(vf_coef=0.0, temperature_loss="entropy_target", target_entropy=0.3, temp_coef=2.0)
+    total, m = ppo_loss(torch.zeros(2), torch.zeros(2), torch.tensor([0.5, 0.5]), None, mb, cfg, 0.0, out)
+    assert float(total) == pytest.approx(2.0 * math.log(2.0) * 0.2, rel=1e-6)
+    assert m["temperature_loss"].item() == pytest.approx(math.log(2.0) * 0.2, rel=1e-6)
+
+
+def test_forward_options_reach_the_policy_only_when_not_default():
+    policy = KLToyPolicy()
+    st = _storage(T=1, N=2)
+    PPO(policy, torch.optim.SGD(policy.parameters(), lr=0.0), PPOConfig(mini_batch_size=2, ppo_epochs=1)).update(st)
+    assert policy.calls[-1][1] == {}
+    PPO(policy, torch.optim.SGD(policy.parameters(), lr=0.0),
+        PPOConfig(mini_batch_size=2, ppo_epochs=1, kl_estimator="k2", temperature_loss="entropy_target")).update(st)
+    assert policy.calls[-1][1] == {"kl_estimator": "k2", "detach_temperature": True}
