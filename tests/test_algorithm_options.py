@@ -159,7 +159,7 @@ def test_temperature_loss_moves_temperature_toward_the_target_entropy():
     out = SimpleNamespace(temperatures=temps)
     cfg = PPOConfig(vf_coef=0.0, temperature_loss="entropy_target", target_entropy=0.3, temp_coef=2.0)
     total, m = ppo_loss(torch.zeros(2), torch.zeros(2), torch.tensor([0.5, 0.5]), None, mb, cfg, 0.0, out)
-    assert float(total) == pytest.approx(2.0 * math.log(2.0) * 0.2, rel=1e-6)
+    assert total.item() == pytest.approx(2.0 * math.log(2.0) * 0.2, rel=1e-6)
     assert m["temperature_loss"].item() == pytest.approx(math.log(2.0) * 0.2, rel=1e-6)
 
 
@@ -171,3 +171,62 @@ def test_forward_options_reach_the_policy_only_when_not_default():
     PPO(policy, torch.optim.SGD(policy.parameters(), lr=0.0),
         PPOConfig(mini_batch_size=2, ppo_epochs=1, kl_estimator="k2", temperature_loss="entropy_target")).update(st)
     assert policy.calls[-1][1] == {"kl_estimator": "k2", "detach_temperature": True}
+
+
+# ------------------------------------------------------------------------ on the tiny VLM
+from tests.test_policy import NUM_ENVS, NUM_STEPS, _policy, _rollout, loaded  # noqa: E402,F401  (fixture)
+
+
+def test_top_k_rollout_log_probs_equal_the_update_and_stay_in_the_kept_set(loaded, tiny_model_path):
+    """The ratio invariant holds with top-k/top-p sampling: generate and the training forward
+    apply the same filters, and every sampled token is one the filters kept."""
+    policy = _policy(loaded, tiny_model_path, top_k=3, top_p=0.9)
+    st = _rollout(policy, seed=1)
+    assert torch.isfinite(st.old_log_probs).all()
+    policy.train()
+    mb = next(st.minibatches(NUM_ENVS * NUM_STEPS, torch.Generator().manual_seed(0)))
+    out = policy.evaluate_actions(mb)
+    assert (out.log_probs - mb.old_log_probs).abs().max().item() < 1e-4
+    unfiltered = _policy(loaded, tiny_model_path).evaluate_actions(mb)
+    # renormalised over at most 3 tokens: every response is at least as likely as without the filters
+    assert (out.log_probs >= unfiltered.log_probs - 1e-5).all() and (out.log_probs > unfiltered.log_probs + 1e-3).any()
+
+
+def test_detached_temperature_splits_the_gradients(loaded, tiny_model_path):
+    """temperature_loss=entropy_target: the policy-gradient terms do not reach the temperature head,
+    and the head's own loss does not reach the language model; seq_entropy is the summed entropy."""
+    policy = _policy(loaded, tiny_model_path, thought_prob_coef=1.0)
+    st = _rollout(policy, seed=2)
+    policy.train()
+    mb = next(st.minibatches(NUM_ENVS * NUM_STEPS, torch.Generator().manual_seed(0)))
+    head = [p for n, p in policy.named_parameters() if n.startswith("temp_predictor") and p.requires_grad]
+    lora = [p for n, p in policy.named_parameters() if "lora_" in n]
+    out = policy.evaluate_actions(mb, detach_temperature=True)
+    pg = torch.autograd.grad((out.log_probs.sum() + out.entropy.sum()), head, allow_unused=True)
+    assert all(g is None or g.abs().max() == 0 for g in pg)
+    own = torch.autograd.grad(out.temperatures.sum(), lora, allow_unused=True)
+    assert all(g is None or g.abs().max() == 0 for g in own)
+    attached = policy.evaluate_actions(mb)
+    pg_attached = torch.autograd.grad(attached.log_probs.sum(), head, allow_unused=True)
+    assert any(g is not None and g.abs().max() > 0 for g in pg_attached)  # the default keeps it on the PG path
+    lengths = torch.tensor([float(len(g)) for g in mb.generated_ids])
+    torch.testing.assert_close(out.seq_entropy, out.entropy * lengths, rtol=1e-5, atol=1e-6)  # weights all 1
+
+
+def test_sample_kl_estimators_of_the_policy(loaded, tiny_model_path):
+    """k1/k2/k3 are 0 at the reference (LoRA B = 0) and, once the adapter moved, k3 > 0 per token; the
+    response sums are the means times the lengths."""
+    policy = _policy(loaded, tiny_model_path)
+    st = _rollout(policy, seed=3)
+    mb = next(st.minibatches(NUM_ENVS * NUM_STEPS, torch.Generator().manual_seed(0)))
+    for est in ("k1", "k2", "k3"):
+        assert policy.evaluate_actions(mb, with_kl=True, kl_estimator=est).kl.abs().max().item() < 1e-6
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.05)
+    lengths = torch.tensor([float(len(g)) for g in mb.generated_ids])
+    k3 = policy.evaluate_actions(mb, with_kl=True, kl_estimator="k3")
+    full = policy.evaluate_actions(mb, with_kl=True)
+    assert (k3.kl > 0).all() and (full.kl > 0).all()
+    torch.testing.assert_close(k3.kl_sum, k3.kl * lengths, rtol=1e-5, atol=1e-6)
