@@ -7,6 +7,8 @@ What to evaluate (exactly one):
   --oracle / --dummy           the privileged oracle teacher / uniformly random legal actions
   --score-file PREDS.jsonl     score ready-made predictions (no model, no env)
   --compare A/report.json B/report.json ...   side-by-side table and bar chart
+      [--paired A B]           ... plus Overall(A) - Overall(B) on the same questions with a paired
+                               bootstrap 95% interval (A, B: row names; repeat for more pairs)
 Questions: the fixed procedural set (eval.num_episodes, eval.seed), or VSI-Bench rows with
 --vsibench ROWS --data-root SCANS. --blind withholds images. --metrics PATH adds learning curves.
 Any config key can be overridden: --eval.num_episodes 20, env.image_size=64, --preset cpu-demo.
@@ -17,6 +19,7 @@ Examples:
   python eval_vsi.py --checkpoint outputs/run/checkpoints/checkpoint-000010 --out outputs/eval/ppo
   python eval_vsi.py --score-file preds.jsonl --out outputs/eval/preds
   python eval_vsi.py --compare outputs/eval/*/report.json --out outputs/eval
+  python eval_vsi.py --compare outputs/eval/{sft,ppo}/report.json --names sft ppo --paired ppo sft --out outputs/eval
 """
 from __future__ import annotations
 
@@ -45,6 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", default=None, help="training metrics.jsonl: also write learning_curves.png")
     p.add_argument("--name", default=None, help="row name in tables (default: what was evaluated)")
     p.add_argument("--names", nargs="+", default=None, help="row names for --compare, one per report")
+    p.add_argument(
+        "--paired", nargs=2, action="append", default=None, metavar=("A", "B"),
+        help="with --compare: Overall(A) - Overall(B) with a paired bootstrap 95%% interval; A and B are row names "
+        "evaluated on the same questions (repeatable)",
+    )
     p.add_argument("--out", required=True, help="output directory for the reports")
     return p
 
@@ -53,7 +61,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Parse the command line and run one evaluation (see the module docstring)."""
     from a2c_ppo_acktr.evaluation import run_cli
 
-    args, extra = build_parser().parse_known_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.paired and not args.compare:
+        parser.error("--paired compares rows of a comparison: pass the reports with --compare too")
     run_cli(args, list(extra))
     return 0
 

@@ -615,7 +615,7 @@ def run_cli(args: Any, extra: Sequence[str]) -> Optional[dict[str, Any]]:
         path = reports.plot_learning_curves(args.metrics, out / "learning_curves.png")
         print(f"learning curves: {path}")
     if args.compare:
-        paths = reports.compare_reports(args.compare, out, names=args.names)
+        paths = reports.compare_reports(args.compare, out, names=args.names, paired=args.paired)
         print(paths["md"].read_text(encoding="utf-8"))
         print(f"comparison: {paths['md']} and {paths['png']}")
         return None

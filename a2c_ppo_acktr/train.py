@@ -171,6 +171,9 @@ def collect_rollout(
             step, the values below): :func:`~a2c_ppo_acktr.distributed.gathered_for_rollout` under
             ZeRO-3 gathers the weights once per step, not once per decoded token, and forwards inside
             are local, so ranks may run different forwards there.
+        With grouped envs (``rollout.group_size`` > 1) the rollout starts with ``envs.resync``:
+        every group restarts on one common episode (the episodes cut there were bootstrapped, or
+        incomplete for rloo/grpo, in the previous rollout).
         bootstrap: compute the values of states after a step that GAE reads (the estimator is in
             :data:`~a2c_ppo_acktr.storage.BOOTSTRAPPING_ESTIMATORS`): V(final observation) of every
             truncated step and V(s_T) of every env still mid-episode after the last step, in ONE
@@ -184,6 +187,10 @@ def collect_rollout(
     """
     stats = RolloutStats()
     finals: list[tuple[int, int, dict]] = []  # (step, env, final observation) of truncated steps
+    if hasattr(envs, "resync"):  # grouped envs restart every group on one episode (siblings compared)
+        observations, restarted = envs.resync(observations)
+        if restarted:
+            storage.starts_episode[:] = True
     for t in range(num_steps):
         with gather():
             t0 = time.perf_counter()

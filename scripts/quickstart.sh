@@ -102,7 +102,8 @@ step eval-base "$PY" eval_vsi.py "${COMMON[@]}" --name "tiny base" --out "$EVAL/
 step eval-sft "$PY" eval_vsi.py "${COMMON[@]}" --adapter "$ADAPTER" --name "tiny + SFT" --out "$EVAL/sft"
 step eval-ppo "$PY" eval_vsi.py "${COMMON[@]}" --checkpoint "$CKPT" --name "tiny + SFT + PPO" --out "$EVAL/ppo"
 
-"$PY" eval_vsi.py --compare "$EVAL"/{dummy,base,sft,ppo,oracle}/report.json --metrics "$OUT/ppo/metrics.jsonl" --out "$EVAL" \
+"$PY" eval_vsi.py --compare "$EVAL"/{dummy,base,sft,ppo,oracle}/report.json --paired "tiny + SFT + PPO" "tiny + SFT" \
+  --metrics "$OUT/ppo/metrics.jsonl" --out "$EVAL" \
   > "$LOGS/compare.log" 2>&1 || { echo "[quickstart] the comparison failed:" >&2; tail -n 40 "$LOGS/compare.log" >&2; exit 1; }
 echo
 cat "$EVAL/compare.md"

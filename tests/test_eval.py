@@ -242,3 +242,21 @@ def test_flags_and_checkpoint_config_resolve_into_the_run_config(tmp_path):
     assert (cfg.env.vsibench_path, cfg.env.data_root) == ("rows.jsonl", "scans")
     with pytest.raises(FileNotFoundError, match="checkpoint"):
         evaluation.checkpoint_model_config(tmp_path / "missing")
+
+
+def test_compare_paired_through_the_cli(runs, tmp_path):
+    """Oracle minus dummy on the same 10 questions: the paired difference is the difference of overalls."""
+    paths = [str(runs["oracle"] / "report.json"), str(runs["dummy"] / "report.json")]
+    assert eval_vsi.main(["--compare", *paths, "--paired", "oracle", "dummy", "--out", str(tmp_path / "c")]) == 0
+    md = (tmp_path / "c" / "compare.md").read_text()
+    oracle, dummy = (json.loads(Path(p).read_text()) for p in paths)
+    diff = oracle["overall"] - dummy["overall"]
+    assert f"| oracle - dummy | 10 | {diff:+.1f} | [" in md
+    # One question fewer on one side: a clear error, not a silently smaller pairing.
+    dummy["records"] = dummy["records"][:-1]
+    (tmp_path / "short").mkdir()
+    (tmp_path / "short" / "report.json").write_text(json.dumps(dummy))
+    with pytest.raises(ValueError, match="not evaluated on the same questions"):
+        eval_vsi.main(["--compare", paths[0], str(tmp_path / "short"), "--paired", "oracle", "dummy", "--out", str(tmp_path / "d")])
+    with pytest.raises(SystemExit):  # --paired needs --compare
+        eval_vsi.main(["--dummy", "--paired", "a", "b", "--out", str(tmp_path / "e")])

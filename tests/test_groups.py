@@ -42,6 +42,16 @@ def test_envs_of_a_group_start_every_episode_alike_and_carry_its_group_id():
     # env 1's 2nd episode, started 2 turns after env 0's, is the same episode
     assert _spec(batch.envs[1]) == second[0]
     assert batch.episode_counts == [4, 2, 4, 4]
+    # resync (the start of every rollout): each group restarts on the next index none of its envs began
+    obs, restarted = batch.resync(obs)
+    assert restarted and batch.episode_counts == [5, 5, 5, 5]
+    assert _spec(batch.envs[0]) == _spec(batch.envs[1]) and _spec(batch.envs[2]) == _spec(batch.envs[3])
+    assert [i["group_id"] for i in batch.reset_infos] == [4, 4, GROUP_ID_STRIDE + 4, GROUP_ID_STRIDE + 4]
+    assert batch.resync(obs) == (obs, False)  # nothing stepped since: no-op
+    ungrouped = VSIBatchEnv(CFG, 2, seed=1)
+    first = ungrouped.reset()
+    ungrouped.step([ANSWER, MOVE])
+    assert ungrouped.resync(first) == (first, False)
 
 
 def test_group_episode_seeds_are_a_pure_function_of_seed_group_and_index():

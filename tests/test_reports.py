@@ -235,3 +235,78 @@ def test_nan_overall_is_written_as_null(tmp_path):
     path = reports.write_json({"overall": float("nan"), "x": [np.float32(1.5)]}, tmp_path / "r.json")
     data = json.loads(path.read_text())
     assert data["overall"] is None and data["x"] == [1.5]
+
+
+# ------------------------------------------------------------------------------ paired comparison
+def _scored(i: int, qtype: str, score: float, question: str = "q") -> EpisodeRecord:
+    return EpisodeRecord(
+        episode_id=f"proc-{i:04d}", scene_id=f"scene{i}", dataset="procedural", question_type=qtype,
+        question=f"{question} {i}", options=None, ground_truth="1", answer="1", score=score, turns=1,
+    )
+
+
+# Unbalanced on purpose: 3 counting, 1 room size, 2 + 1 relative-direction subtypes, 1 route plan.
+_TYPES = ["object_counting"] * 3 + ["room_size_estimation", "object_rel_direction_easy", "object_rel_direction_easy",
+                                    "object_rel_direction_hard", "route_planning"]
+
+
+def test_overall_weights_reproduce_the_task_balanced_overall():
+    rng = np.random.default_rng(0)
+    scores = rng.random(len(_TYPES))
+    w = reports.overall_weights(_TYPES)
+    assert w.sum() == pytest.approx(1.0)
+    # 4 tasks; counting: 1/(4*1*3); rel. direction easy: 1/(4*2*2), hard: 1/(4*2*1).
+    assert w[0] == pytest.approx(1 / 12) and w[4] == pytest.approx(1 / 16) and w[6] == pytest.approx(1 / 8)
+    expected = reports.build_report([_scored(i, t, s) for i, (t, s) in enumerate(zip(_TYPES, scores))], name="x")["overall"]
+    assert 100 * float(w @ scores) == pytest.approx(expected)
+
+
+def test_paired_ci_is_the_difference_of_overalls_and_pairs_by_question_id():
+    rng = np.random.default_rng(1)
+    sa, sb = rng.random(len(_TYPES)), rng.random(len(_TYPES))
+    a = reports.build_report([_scored(i, t, s) for i, (t, s) in enumerate(zip(_TYPES, sa))], name="ppo")
+    b = reports.build_report([_scored(i, t, s) for i, (t, s) in enumerate(zip(_TYPES, sb))], name="sft")
+    b["records"].reverse()  # order must not matter: questions pair by id
+    res = reports.paired_overall_ci(a, b, names=("ppo", "sft"), n_boot=2000)
+    assert res["diff"] == pytest.approx(a["overall"] - b["overall"])
+    assert res["n"] == len(_TYPES) and res["low"] < res["diff"] < res["high"]
+    assert res["a"] == "ppo" and res["b"] == "sft"
+    # A's per-question scores all 0.2 above B's: every resample gives +20 points.
+    c = reports.build_report([_scored(i, t, s + 0.2) for i, (t, s) in enumerate(zip(_TYPES, sb * 0.5))], name="c")
+    d = reports.build_report([_scored(i, t, s) for i, (t, s) in enumerate(zip(_TYPES, sb * 0.5))], name="d")
+    res = reports.paired_overall_ci(c, d, n_boot=500)
+    assert (res["diff"], res["low"], res["high"]) == pytest.approx((20.0, 20.0, 20.0))
+
+
+def test_pairing_rejects_different_question_sets():
+    a = reports.build_report([_scored(i, "object_counting", 0.5) for i in range(4)], name="a")
+    fewer = reports.build_report([_scored(i, "object_counting", 0.5) for i in range(3)], name="b")
+    with pytest.raises(ValueError, match=r"not evaluated on the same questions: 1 only in a \(e.g. \['proc-0003'\]\), 0 only in b"):
+        reports.paired_overall_ci(a, fewer, names=("a", "b"))
+    other = reports.build_report([_scored(i, "object_counting", 0.5, question="what") for i in range(4)], name="c")
+    with pytest.raises(ValueError, match="question 'proc-0000' differs between a and c .question: 'q 0' vs 'what 0'"):
+        reports.paired_overall_ci(a, other, names=("a", "c"))
+    twice = dict(a, records=a["records"] + a["records"][:1])
+    with pytest.raises(ValueError, match="1 duplicate"):
+        reports.paired_overall_ci(twice, a)
+    with pytest.raises(ValueError, match="no episode_id or id"):
+        reports.question_key({"line": 3, "question_type": "route_planning", "score": 0.0})
+
+
+def test_compare_writes_the_paired_section_for_the_named_rows(tmp_path):
+    sa = [1.0, 0.0, 1.0, 1.0, 0.5, 1.0, 0.0, 1.0]
+    sb = [0.0, 0.0, 1.0, 0.0, 0.5, 1.0, 0.0, 0.0]
+    for name, scores in (("tiny + SFT + PPO", sa), ("tiny + SFT", sb)):
+        reports.write_report(reports.build_report([_scored(i, t, s) for i, (t, s) in enumerate(zip(_TYPES, scores))], name=name),
+                             tmp_path / name.replace(" ", ""), plots=False)
+    paths = [tmp_path / "tiny+SFT+PPO" / "report.json", tmp_path / "tiny+SFT" / "report.json"]
+    md = reports.compare_reports(paths, tmp_path / "cmp", paired=[("tiny + SFT + PPO", "tiny + SFT")])["md"].read_text()
+    res = reports.paired_overall_ci(*[reports.load_report(p) for p in paths])
+    assert "## Paired differences" in md and "10000 resamples" in md
+    # Room size, hard relative direction and route plan have one question each.
+    assert res["single_question_types"] == 3 and "**3 question type(s) have a single question**" in md
+    assert f"| tiny + SFT + PPO - tiny + SFT | 8 | {res['diff']:+.1f} | [{res['low']:+.1f}, {res['high']:+.1f}] |" in md
+    plain = reports.compare_reports(paths, tmp_path / "cmp2")["md"].read_text()
+    assert "Paired" not in plain
+    with pytest.raises(ValueError, match=r"--paired names \['ppo'\] are not rows of the comparison; rows: \['tiny \+ SFT \+ PPO', 'tiny \+ SFT'\]"):
+        reports.compare_reports(paths, tmp_path / "cmp3", paired=[("ppo", "tiny + SFT")])

@@ -12,9 +12,11 @@ Grouped rollouts (``group_size`` G > 1, for RLOO/GRPO): envs ``gG .. gG+G-1`` fo
 of a group plays the same sequence of episode *specs*: its k-th episode is reset with the seed
 :func:`episode_seed` ``(seed, g, k)``, which fixes the scene, the question and the start pose (all of
 a reset's randomness comes from the env's generator). The envs of a group sample their own responses,
-so their k-th episodes differ only by what the policy did; they may drift apart in time (one answers
-at turn 1, another walks for 4 turns), and each k-th episode is still compared with its siblings'
-k-th episodes, whenever they happen. Every step's info carries ``group_id`` = ``g * 2**32 + k`` of the
+so their k-th episodes differ only by what the policy did. Within a rollout they drift apart in time
+(one answers at turn 1, another walks for 4 turns); :meth:`VSIBatchEnv.resync`, called at the start of
+every rollout, restarts every group on one fresh episode index, so siblings' episodes land in the
+same rollout (without it the drift grows without bound and siblings are soon never compared: measured
+0-38% of turns with a baseline after 40 iterations, against all complete ones with it). Every step's info carries ``group_id`` = ``g * 2**32 + k`` of the
 episode the step belongs to (also with G = 1, where no two episodes share one). The counters
 (``episode_counts``) are plain attributes, so checkpoints save them and a resumed run keeps its groups.
 """
@@ -64,6 +66,7 @@ class VSIBatchEnv:
             env._cache = shared  # one cache: each scene is built and indexed for ray casting once
         self.reset_infos: list[dict] = []
         self._started = False
+        self._fresh = False  # every env is at the first turn of its group's common episode
 
     def reset(self, seed: Optional[int] = None) -> list[dict]:
         """Reset every env (env ``i`` with seed ``seed + i``; default: the constructor's seed).
@@ -80,7 +83,30 @@ class VSIBatchEnv:
             obs.append(o)
             self.reset_infos.append(info)
         self._started = True
+        self._fresh = True
         return obs
+
+    def resync(self, observations: list[dict]) -> tuple[list[dict], bool]:
+        """Restart every group on one common episode index (the next one none of its envs has
+        started): the episodes in progress are cut (they end no earlier than the rollout that held
+        them). A no-op without groups or right after a reset/resync.
+
+        Returns:
+            ``(observations, restarted)``: the observations to act on and whether episodes restarted.
+        """
+        if self.group_size == 1 or self._fresh:
+            return observations, False
+        obs, self.reset_infos = [], []
+        for start in range(0, self.num_envs, self.group_size):
+            members = range(start, start + self.group_size)
+            base = max(self.episode_counts[i] for i in members)
+            for i in members:
+                self.episode_counts[i] = base
+                o, info = self._reset_env(i)
+                obs.append(o)
+                self.reset_infos.append(info)
+        self._fresh = True
+        return obs, True
 
     def group_id(self, i: int) -> int:
         """The group id of env ``i``'s current episode."""
@@ -113,6 +139,7 @@ class VSIBatchEnv:
         terminated = np.zeros(self.num_envs, dtype=bool)
         truncated = np.zeros(self.num_envs, dtype=bool)
         infos: list[dict] = []
+        self._fresh = False
         for i, (env, text) in enumerate(zip(self.envs, texts)):
             o, r, term, trunc, info = env.step(text)
             rewards[i], terminated[i], truncated[i] = r, term, trunc

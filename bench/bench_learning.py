@@ -1,0 +1,671 @@
+"""Learning benchmark: does PPO from the SFT adapter learn, per task and advantage estimator, over seeds?
+
+    .venv/bin/python bench/bench_learning.py [--tasks one_scene room_size object_size mix]
+        [--estimators gae rloo grpo] [--seeds 3] [--iterations 100] [--no-controls] [--jobs 1]
+        [--sft-adapter outputs/quickstart/sft/adapter] [--model-path outputs/quickstart/model]
+        [--best-constant room_size=0.41 ...] [--eval-episodes 100] [--out outputs/bench_learning]
+        [--rerun] [--extra section.key=value ...]
+
+Every run is one ``main_vsi.py`` process (``--preset cpu-demo``, the SFT adapter of
+``bash scripts/quickstart.sh``, :data:`COMMON_OVERRIDES`, the task's overrides, then ``--extra``) writing
+into ``OUT/<task>/<estimator>/<lr>/seed<k>/``. Each trained run has a control: the same command with
+``ppo.lr=1e-12``, which measures what the rollouts score without learning (sampling noise, the SFT
+policy's level). A run whose ``metrics.jsonl`` is complete for the same command is reused, so an
+interrupted bench continues where it stopped; ``--rerun`` trains everything again.
+
+Tasks (:data:`TASKS`) and their targets:
+  one_scene    room size in one scene: last-10 score >= 0.95 (memorise one answer)
+  room_size    room size over 32 scenes: last-10 score >= the best constant answer's score
+  object_size  object size: last-10 score's 95% CI over seeds above the best constant answer's score
+  mix          all 10 types: PPO minus SFT Overall on held-out questions (eval_vsi.py's seeded set,
+               paired by question) above 0
+The best constant answer is found on the training distribution (the same scenes, the env's own
+questions) unless ``--best-constant TASK=SCORE`` gives its score.
+
+The table: per task, estimator and lr (run or control), the runs that finished, the training
+score (``rollout/episode_score_mean``) averaged over the first 5 and the last 10 iterations of each
+run then over seeds with a Student-t 95% CI (:func:`a2c_ppo_acktr.stats.mean_ci`), the runs that
+diverged (valid-action rate below 0.5 for 5 iterations in a row), wall time per run (process, model
+load included) and the target. Also written: ``OUT/bench_learning.{md,json,png}`` (curves: one panel
+per task, mean over seeds per estimator with its CI shaded, controls dashed).
+
+Unlike the speed benchmarks this one takes hours at the defaults (4 tasks x 3 estimators x 3 seeds x 2
+runs of 100 iterations): start small (``--tasks one_scene --estimators gae --seeds 1 --iterations 2``).
+rloo and grpo runs add ``rollout.group_size=4`` (envs per group of the same question).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from a2c_ppo_acktr import stats
+
+REPO = Path(__file__).resolve().parent.parent  # the entry scripts run from here
+
+PRESET = "cpu-demo"
+COMMON_OVERRIDES = (
+    "rollout.num_envs=8",
+    "rollout.num_steps=4",
+    "ppo.mini_batch_size=8",
+    "ppo.lr_schedule=constant",
+    "env.max_turns=4",
+    "log.save_interval=1000",
+)
+# Estimators that compare episodes of the same question need groups of envs asked the same one.
+ESTIMATOR_OVERRIDES = {"gae": (), "rloo": ("rollout.group_size=4",), "grpo": ("rollout.group_size=4",)}
+CONTROL_LR = "1e-12"  # > 0 (ppo.lr must be), small enough that no weight moves in float32
+SCORE_KEY = "rollout/episode_score_mean"
+VALID_KEY = "rollout/valid_action_rate"
+# Kept per run in the JSON (last-10 means) to explain a score: format, exploration, sampling temperature.
+DIAGNOSTIC_KEYS = (VALID_KEY, "losses/entropy", "charts/temperature_mean", "time/iteration")
+FIRST, LAST = 5, 10  # iterations averaged at the start and at the end of a run
+DIVERGENCE_VALID_RATE, DIVERGENCE_PATIENCE = 0.5, 5
+ENV_DEFAULTS = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "WANDB_MODE": "disabled",
+    "DS_ACCELERATOR": "cpu",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task of the suite.
+
+    Attributes:
+        name: Task name (``--tasks``).
+        overrides: Config overrides on top of the preset and :data:`COMMON_OVERRIDES`.
+        target: ``level`` (last-10 mean >= ``level``), ``best_constant`` (last-10 mean >= the best
+            constant's score), ``beat_best_constant`` (last-10 CI lower bound > it) or ``held_out``
+            (PPO minus SFT Overall on eval_vsi.py's held-out questions > 0).
+        level: The score ``level`` targets need.
+    """
+
+    name: str
+    overrides: tuple[str, ...]
+    target: str
+    level: Optional[float] = None
+
+
+TASKS: dict[str, Task] = {
+    t.name: t
+    for t in (
+        Task("one_scene", ("env.num_scenes=1", "env.question_types=[room_size_estimation]"), "level", 0.95),
+        Task("room_size", ("env.question_types=[room_size_estimation]", "env.num_scenes=32"), "best_constant"),
+        Task("object_size", ("env.question_types=[object_size_estimation]",), "beat_best_constant"),
+        Task("mix", (), "held_out"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training process: a task, an estimator, a seed, trained or the lr~0 control."""
+
+    task: str
+    estimator: str
+    seed: int
+    control: bool
+
+    @property
+    def lr_label(self) -> str:
+        return "control" if self.control else "run"
+
+    def directory(self, out: Path) -> Path:
+        return out / self.task / self.estimator / self.lr_label / f"seed{self.seed}"
+
+
+@dataclass
+class RunResult:
+    """What a run left: its metrics rows, process status and wall time, and (mix) its held-out eval."""
+
+    spec: RunSpec
+    status: str  # ok | failed
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    wall_s: float = float("nan")
+    log: Optional[str] = None
+    eval_report: Optional[str] = None
+
+
+# ------------------------------------------------------------------------------ metrics (pure)
+def _number(v: Any) -> float:
+    """A metrics value as a float; NaN for missing, non-numeric or non-finite ("nan" strings included)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return float("nan")
+    return float(v) if math.isfinite(v) else float("nan")
+
+
+def series(rows: Sequence[dict[str, Any]], key: str) -> np.ndarray:
+    """``key`` per iteration, shape ``(len(rows),)``, NaN where an iteration has no finite value."""
+    return np.array([_number(r.get(key)) for r in rows], dtype=np.float64)
+
+
+def window_mean(values: np.ndarray, first: Optional[int] = None, last: Optional[int] = None) -> float:
+    """Mean of the finite values among the first ``first`` or the last ``last`` entries (NaN if none).
+
+    A run shorter than the window uses all its iterations.
+    """
+    part = values[:first] if first is not None else values[-last:] if last is not None else values
+    part = part[np.isfinite(part)]
+    return float(part.mean()) if part.size else float("nan")
+
+
+def diverged(rows: Sequence[dict[str, Any]], threshold: float = DIVERGENCE_VALID_RATE, patience: int = DIVERGENCE_PATIENCE) -> bool:
+    """Whether the valid-action rate stayed below ``threshold`` for ``patience`` consecutive iterations.
+
+    An iteration without a finite valid rate breaks a streak (it is not evidence either way).
+    """
+    streak = 0
+    for v in series(rows, VALID_KEY):
+        streak = streak + 1 if v < threshold else 0
+        if streak >= patience:
+            return True
+    return False
+
+
+def _ci(values: Sequence[float]) -> tuple[float, float, int]:
+    """``(mean, half_width, n)`` over the finite values (NaNs for none)."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return float("nan"), float("nan"), 0
+    mean, half = stats.mean_ci(finite)
+    return mean, half, len(finite)
+
+
+def summarize(results: Sequence[RunResult]) -> list[dict[str, Any]]:
+    """One summary per (task, estimator, lr) group, in the order the groups first appear.
+
+    Each holds ``runs`` (launched), ``ok`` (finished), the per-seed first-5 and last-10 means and their
+    ``(mean, half_width, n)`` over seeds, ``diverged`` (runs), ``wall_s`` (mean over finished runs)
+    and ``seconds_per_iteration`` (mean of ``time/iteration``).
+    """
+    groups: dict[tuple[str, str, str], list[RunResult]] = {}
+    for r in results:
+        groups.setdefault((r.spec.task, r.spec.estimator, r.spec.lr_label), []).append(r)
+    out = []
+    for (task, estimator, lr), runs in groups.items():
+        ok = [r for r in runs if r.status == "ok"]
+        first = [window_mean(series(r.rows, SCORE_KEY), first=FIRST) for r in ok]
+        last = [window_mean(series(r.rows, SCORE_KEY), last=LAST) for r in ok]
+        per_iter = [window_mean(series(r.rows, "time/iteration")) for r in ok]
+        per_iter = [v for v in per_iter if math.isfinite(v)]
+        out.append(
+            {
+                "task": task,
+                "estimator": estimator,
+                "lr": lr,
+                "runs": len(runs),
+                "ok": len(ok),
+                "seeds": [r.spec.seed for r in ok],
+                "first": first,
+                "last": last,
+                "first_ci": _ci(first),
+                "last_ci": _ci(last),
+                "diverged": sum(diverged(r.rows) for r in ok),
+                "wall_s": float(np.mean([r.wall_s for r in ok])) if ok else float("nan"),
+                "seconds_per_iteration": float(np.mean(per_iter)) if per_iter else float("nan"),
+            }
+        )
+    return out
+
+
+def target_cell(task: Task, group: dict[str, Any], constant_score: Optional[float], held_out: Optional[dict[str, Any]] = None) -> tuple[str, str]:
+    """``(target, met)`` cells of a trained group's row: what the task asks and whether the runs reach it.
+
+    Args:
+        task: The task.
+        group: Its summary from :func:`summarize`.
+        constant_score: Score of the best constant answer (``best_constant`` targets), None if unknown.
+        held_out: ``held_out`` targets: :func:`held_out_summary` of the group's runs.
+    """
+    mean, half, n = group["last_ci"]
+    if task.target == "level":
+        if n == 0:
+            return f">= {task.level:.2f}", "n/a (no score)"
+        return f">= {task.level:.2f}", "yes" if mean >= task.level else "no"
+    if task.target in ("best_constant", "beat_best_constant"):
+        if constant_score is None:
+            return "best constant n/a", "n/a"
+        if task.target == "best_constant":
+            return f">= best constant {constant_score:.3f}", "n/a (no score)" if n == 0 else ("yes" if mean >= constant_score else "no")
+        label = f"CI above best constant {constant_score:.3f}"
+        if n < 2:
+            return label, "n/a (needs 2+ seeds)"
+        return label, "yes" if mean - half > constant_score else "no"
+    if task.target == "held_out":
+        if not held_out or held_out["n"] == 0:
+            return "PPO - SFT held-out > 0", "n/a (no eval)"
+        return f"PPO - SFT held-out > 0: {held_out['text']}", "yes" if held_out["low"] > 0 else "no"
+    raise ValueError(f"unknown target {task.target!r}; known: level, best_constant, beat_best_constant, held_out")
+
+
+def held_out_summary(diffs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Combine per-seed paired differences (:func:`a2c_ppo_acktr.reports.paired_overall_ci`, points).
+
+    One seed: its bootstrap interval over questions. Several: the t interval over seeds of their
+    differences (seed-to-seed spread, which a single bootstrap does not see).
+
+    Returns:
+        ``{"n", "diff", "low", "high", "text"}`` (``n`` = seeds).
+    """
+    if not diffs:
+        return {"n": 0, "diff": float("nan"), "low": float("nan"), "high": float("nan"), "text": "n/a"}
+    if len(diffs) == 1:
+        d = diffs[0]
+        return {"n": 1, "diff": d["diff"], "low": d["low"], "high": d["high"],
+                "text": f"{d['diff']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}] (1 seed, bootstrap over questions)"}
+    mean, half = stats.mean_ci([d["diff"] for d in diffs])
+    return {"n": len(diffs), "diff": mean, "low": mean - half, "high": mean + half,
+            "text": f"{mean:+.1f} ± {half:.1f} ({len(diffs)} seeds, t over seeds)"}
+
+
+def _fmt_ci(ci: tuple[float, float, int]) -> str:
+    mean, half, n = ci
+    if n == 0:
+        return "-"
+    return f"{mean:.3f}" if not math.isfinite(half) else f"{mean:.3f} ± {half:.3f}"
+
+
+def table_markdown(groups: Sequence[dict[str, Any]], targets: dict[tuple[str, str, str], tuple[str, str]]) -> str:
+    """The benchmark's table, one row per group (``targets`` keyed by (task, estimator, lr); controls get "-")."""
+    header = ["task", "estimator", "lr", "runs ok", f"first-{FIRST} score", f"last-{LAST} score", "diverged",
+              "wall/run (s)", "target", "met"]
+    lines = ["| " + " | ".join(header) + " |", "|---|---|---|---:|---:|---:|---:|---:|---|---|"]
+    for g in groups:
+        lr = "run" if g["lr"] == "run" else f"control ({CONTROL_LR})"
+        target, met = targets.get((g["task"], g["estimator"], g["lr"]), ("-", "-"))
+        wall = "-" if not math.isfinite(g["wall_s"]) else f"{g['wall_s']:.0f}"
+        cells = [g["task"], g["estimator"], lr, f"{g['ok']}/{g['runs']}", _fmt_ci(g["first_ci"]), _fmt_ci(g["last_ci"]),
+                 str(g["diverged"]), wall, target, met]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def best_constant(question_type: str, ground_truths: Sequence[str], grid: int = 400) -> tuple[float, float]:
+    """The single numeric answer with the best mean score over ``ground_truths``, and that score.
+
+    Candidates are every ground truth and ``grid`` log-spaced values between the smallest and the
+    largest (MRA is a step function of the answer, so a fine grid finds its maximum).
+
+    Returns:
+        ``(answer, mean score)``.
+    """
+    from a2c_ppo_acktr.scoring import score_prediction
+
+    values = np.array([float(g) for g in ground_truths])
+    if values.size == 0 or not (values > 0).all():
+        raise ValueError(f"best_constant needs positive numeric ground truths, got {list(ground_truths)[:5]}...")
+    candidates = np.unique(np.concatenate([values, np.geomspace(values.min(), values.max(), grid)]))
+    best = (float("nan"), -1.0)
+    for c in candidates:
+        score = float(np.mean([score_prediction(question_type, f"{c:.6g}", g) for g in ground_truths]))
+        if score > best[1]:
+            best = (float(f"{c:.6g}"), score)
+    return best
+
+
+# ------------------------------------------------------------------------------ env (training distribution)
+def training_ground_truths(overrides: Sequence[str], samples_per_scene: int = 16) -> tuple[str, list[str]]:
+    """Ground truths of the questions a task's training env asks: every scene, ``samples_per_scene`` draws.
+
+    The task must have one question type. Scenes that cannot pose it are left out, as training redraws them.
+
+    Returns:
+        ``(question_type, ground truths)``.
+    """
+    from a2c_ppo_acktr.arguments import load_config
+    from a2c_ppo_acktr.envs.questions import QuestionUnavailable
+    from a2c_ppo_acktr.envs.vsi_env import VSIEnv
+
+    cfg = load_config(preset=PRESET, overrides=list(overrides))
+    if len(cfg.env.question_types) != 1:
+        raise ValueError(f"a best constant needs one question type, the task has {cfg.env.question_types}")
+    qtype = cfg.env.question_types[0]
+    env = VSIEnv(cfg.env)
+    truths = []
+    for k in range(cfg.env.num_scenes):
+        for s in range(samples_per_scene):
+            try:
+                _, info = env.reset(seed=cfg.seed * 100_003 + k * samples_per_scene + s, options={"scene_index": k, "question_type": qtype})
+            except QuestionUnavailable:
+                break  # the scene cannot pose this type at all
+            truths.append(info["ground_truth"])
+    env.close()
+    return qtype, truths
+
+
+# ------------------------------------------------------------------------------ processes
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    for k, v in ENV_DEFAULTS.items():
+        env.setdefault(k, v)
+    return env
+
+
+def run_parallel(commands: Sequence[tuple[list[str], Path]], jobs: int) -> list[tuple[int, float]]:
+    """Run ``(argv, log file)`` commands, ``jobs`` at a time; returns ``(returncode, wall seconds)`` each."""
+    pending = list(enumerate(commands))
+    running: dict[int, tuple[subprocess.Popen, float, Any]] = {}
+    done: dict[int, tuple[int, float]] = {}
+    while pending or running:
+        while pending and len(running) < jobs:
+            i, (argv, log) = pending.pop(0)
+            log.parent.mkdir(parents=True, exist_ok=True)
+            fh = log.open("w", encoding="utf-8")
+            print(f"[bench_learning] start {log.parent}", file=sys.stderr, flush=True)
+            running[i] = (subprocess.Popen(argv, cwd=REPO, env=_child_env(), stdout=fh, stderr=subprocess.STDOUT), time.perf_counter(), fh)
+        for i, (proc, t0, fh) in list(running.items()):
+            if proc.poll() is not None:
+                fh.close()
+                done[i] = (proc.returncode, time.perf_counter() - t0)
+                state = "ok" if proc.returncode == 0 else f"FAILED (exit {proc.returncode}, see {commands[i][1]})"
+                print(f"[bench_learning] {state} in {done[i][1]:.0f}s: {commands[i][1].parent}", file=sys.stderr, flush=True)
+                del running[i]
+        time.sleep(0.2)
+    return [done[i] for i in range(len(commands))]
+
+
+MARKER = "bench_run.json"
+
+
+def _reusable(directory: Path, argv: list[str], complete: bool) -> Optional[dict[str, Any]]:
+    """The marker of a finished identical command in ``directory`` whose output is ``complete``, else None."""
+    marker = directory / MARKER
+    if not complete or not marker.is_file():
+        return None
+    data = json.loads(marker.read_text(encoding="utf-8"))
+    return data if data.get("argv") == argv and data.get("returncode") == 0 else None
+
+
+def _metrics_complete(directory: Path, iterations: int) -> bool:
+    from a2c_ppo_acktr.logger import read_metrics
+
+    path = directory / "metrics.jsonl"
+    if not path.is_file():
+        return False
+    rows = read_metrics(path)
+    return bool(rows) and rows[-1].get("iteration") == iterations
+
+
+def run_all(named: Sequence[tuple[Path, list[str]]], jobs: int, rerun: bool, complete: Callable[[Path], bool]) -> dict[Path, dict[str, Any]]:
+    """Run each ``(directory, argv)`` not already done there (``complete(directory)``); markers by directory."""
+    markers: dict[Path, dict[str, Any]] = {}
+    todo = []
+    for directory, argv in named:
+        reuse = None if rerun else _reusable(directory, argv, complete(directory))
+        if reuse is not None:
+            markers[directory] = reuse
+            continue
+        if directory.exists():
+            shutil.rmtree(directory)  # a stale or partial run of this bench: start it afresh
+        todo.append((directory, argv))
+    outcomes = run_parallel([(argv, directory / "bench.log") for directory, argv in todo], jobs)
+    for (directory, argv), (rc, wall) in zip(todo, outcomes):
+        markers[directory] = {"argv": argv, "returncode": rc, "wall_s": wall}
+        (directory / MARKER).write_text(json.dumps(markers[directory], indent=2), encoding="utf-8")
+    return markers
+
+
+# ------------------------------------------------------------------------------ main
+def _config_args(args: argparse.Namespace, task: Task) -> list[str]:
+    return ["--preset", PRESET, "--model.model_path", str(args.model_path), "--log.progress_bar", "false",
+            *COMMON_OVERRIDES, *task.overrides, *args.extra]
+
+
+def train_argv(spec: RunSpec, args: argparse.Namespace) -> list[str]:
+    """The ``main_vsi.py`` command of a run."""
+    argv = [sys.executable, "main_vsi.py", *_config_args(args, TASKS[spec.task]), "--sft-adapter", str(args.sft_adapter),
+            "--ppo.num_iterations", str(args.iterations), "--ppo.advantage_estimator", spec.estimator,
+            *ESTIMATOR_OVERRIDES[spec.estimator], "--seed", str(spec.seed), "--log.output_dir", str(spec.directory(args.out))]
+    if spec.control:
+        argv += ["--ppo.lr", CONTROL_LR]
+    return argv
+
+
+def eval_argv(args: argparse.Namespace, task: Task, what: list[str], name: str, out: Path) -> list[str]:
+    """An ``eval_vsi.py`` command on the task's held-out question set."""
+    return [sys.executable, "eval_vsi.py", *_config_args(args, task), "--eval.num_episodes", str(args.eval_episodes),
+            *what, "--name", name, "--out", str(out)]
+
+
+def _last_checkpoint(directory: Path) -> Optional[Path]:
+    found = sorted((directory / "checkpoints").glob("checkpoint-*"))
+    return found[-1] if found else None
+
+
+def evaluate_held_out(args: argparse.Namespace, results: list[RunResult]) -> dict[str, Any]:
+    """Evaluate the SFT adapter and every finished ``held_out`` run on eval_vsi.py's seeded held-out set.
+
+    Returns:
+        ``{"sft": report path, "diffs": {(estimator, lr): [per-seed paired_overall_ci]}}``.
+    """
+    from a2c_ppo_acktr import reports
+
+    jobs = []
+    task_runs = [r for r in results if TASKS[r.spec.task].target == "held_out" and r.status == "ok"]
+    if not task_runs:
+        return {"sft": None, "diffs": {}}
+    task = TASKS[task_runs[0].spec.task]
+    sft_dir = args.out / task.name / "sft_eval"
+    jobs.append((sft_dir, eval_argv(args, task, ["--adapter", str(args.sft_adapter)], "sft", sft_dir)))
+    for r in task_runs:
+        ckpt = _last_checkpoint(r.spec.directory(args.out))
+        if ckpt is None:
+            raise FileNotFoundError(f"{r.spec.directory(args.out)} finished without a checkpoint; see its bench.log")
+        d = r.spec.directory(args.out) / "eval"
+        jobs.append((d, eval_argv(args, task, ["--checkpoint", str(ckpt)], f"{r.spec.estimator}-{r.spec.lr_label}-seed{r.spec.seed}", d)))
+    markers = run_all(jobs, args.jobs, args.rerun, lambda d: (d / "report.json").is_file())
+    failed = [str(d) for d, m in markers.items() if m["returncode"] != 0]
+    if failed:
+        raise RuntimeError(f"held-out evaluation failed in {failed}; see bench.log there")
+    sft = reports.load_report(sft_dir)
+    diffs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in task_runs:
+        r.eval_report = str(r.spec.directory(args.out) / "eval" / "report.json")
+        ppo = reports.load_report(r.eval_report)
+        diffs.setdefault((r.spec.estimator, r.spec.lr_label), []).append(
+            {"seed": r.spec.seed, **reports.paired_overall_ci(ppo, sft, names=(ppo["name"], "sft"))}
+        )
+    return {"sft": str(sft_dir / "report.json"), "diffs": diffs}
+
+
+def plot_curves(results: Sequence[RunResult], tasks: Sequence[str], estimators: Sequence[str], path: Path,
+                levels: dict[str, float]) -> Path:
+    """Training score per iteration: one panel per task; per estimator the mean over seeds, CI shaded, controls dashed."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    ncols = min(2, len(tasks))
+    nrows = math.ceil(len(tasks) / ncols)
+    fig = Figure(figsize=(6 * ncols, 4 * nrows), dpi=100)
+    FigureCanvasAgg(fig)
+    for p, task in enumerate(tasks):
+        ax = fig.add_subplot(nrows, ncols, p + 1)
+        for e, estimator in enumerate(estimators):
+            for control in (False, True):
+                curves = [series(r.rows, SCORE_KEY) for r in results
+                          if r.status == "ok" and (r.spec.task, r.spec.estimator, r.spec.control) == (task, estimator, control)]
+                if not curves:
+                    continue
+                length = min(len(c) for c in curves)
+                grid = np.stack([c[:length] for c in curves])
+                x = np.arange(1, length + 1)
+                cis = [_ci(grid[:, i]) for i in range(length)]
+                mean = np.array([c[0] for c in cis])
+                half = np.array([c[1] for c in cis])
+                colour = f"C{e}"
+                ax.plot(x, mean, color=colour, linestyle="--" if control else "-", linewidth=1.2,
+                        label=f"{estimator} ({'control' if control else 'run'}, {len(curves)} seeds)")
+                if np.isfinite(half).any():
+                    ax.fill_between(x, mean - half, mean + half, color=colour, alpha=0.08 if control else 0.2, linewidth=0)
+        if task in levels:
+            ax.axhline(levels[task], color="grey", linewidth=0.8, linestyle=":", label=f"target {levels[task]:.3f}")
+        ax.set_title(task, fontsize=10)
+        ax.set_xlabel("iteration", fontsize=8)
+        ax.set_ylabel("episode score", fontsize=8)
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    return path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    p.add_argument("--estimators", nargs="+", default=list(ESTIMATOR_OVERRIDES), choices=list(ESTIMATOR_OVERRIDES))
+    p.add_argument("--seeds", type=int, default=3, help="seeds per configuration (1..N)")
+    p.add_argument("--iterations", type=int, default=100, help="PPO iterations per run (ppo.num_iterations)")
+    p.add_argument("--no-controls", action="store_true", help=f"skip the ppo.lr={CONTROL_LR} control of every run")
+    p.add_argument("--jobs", type=int, default=1, help="training processes at a time (2 fill a 2-core machine)")
+    p.add_argument("--sft-adapter", type=Path, default=Path("outputs/quickstart/sft/adapter"))
+    p.add_argument("--model-path", type=Path, default=Path("outputs/quickstart/model"))
+    p.add_argument("--best-constant", nargs="+", default=[], metavar="TASK=SCORE",
+                   help="score of the best constant answer of a task, instead of finding it on the training distribution")
+    p.add_argument("--eval-episodes", type=int, default=100, help="held-out questions of the mix task's evaluations")
+    p.add_argument("--out", type=Path, default=Path("outputs/bench_learning"))
+    p.add_argument("--rerun", action="store_true", help="train and evaluate again even where a complete run exists")
+    p.add_argument("--extra", nargs="+", default=[], metavar="section.key=value", help="overrides appended to every run")
+    return p
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """The command line, checked: inputs exist, counts are positive, ``--best-constant`` parsed into a dict."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for path, what in ((args.sft_adapter, "SFT adapter"), (args.model_path, "tiny model")):
+        if not path.exists():
+            parser.error(f"the {what} {str(path)!r} does not exist; run `bash scripts/quickstart.sh` first "
+                         "(or pass --sft-adapter/--model-path)")
+    if args.seeds < 1 or args.iterations < 1 or args.jobs < 1:
+        parser.error("--seeds, --iterations and --jobs must be >= 1")
+    given: dict[str, float] = {}
+    for item in args.best_constant:
+        name, _, value = item.partition("=")
+        if name not in TASKS or not value:
+            parser.error(f"--best-constant takes TASK=SCORE with TASK in {list(TASKS)}, got {item!r}")
+        given[name] = float(value)
+    args.best_constant = given
+    args.out, args.sft_adapter, args.model_path = args.out.resolve(), args.sft_adapter.resolve(), args.model_path.resolve()
+    return args
+
+
+def find_best_constants(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Score (and answer) of the best constant answer of every task whose target needs one."""
+    best: dict[str, dict[str, Any]] = {}
+    for name in args.tasks:
+        task = TASKS[name]
+        if task.target not in ("best_constant", "beat_best_constant"):
+            continue
+        if name in args.best_constant:
+            best[name] = {"score": args.best_constant[name], "answer": None, "source": "--best-constant"}
+            continue
+        qtype, truths = training_ground_truths([*COMMON_OVERRIDES, *task.overrides, *args.extra])
+        answer, score = best_constant(qtype, truths)
+        best[name] = {"score": score, "answer": answer, "source": f"training distribution, {len(truths)} questions"}
+    return best
+
+
+def train_all(args: argparse.Namespace) -> list[RunResult]:
+    """Train (or reuse) every run of the suite and read what each left."""
+    from a2c_ppo_acktr.logger import read_metrics
+
+    controls = (False,) if args.no_controls else (False, True)
+    specs = [RunSpec(t, e, s, c) for t in args.tasks for e in args.estimators for c in controls for s in range(1, args.seeds + 1)]
+    markers = run_all([(s.directory(args.out), train_argv(s, args)) for s in specs], args.jobs, args.rerun,
+                      lambda d: _metrics_complete(d, args.iterations))
+    results = []
+    for s in specs:
+        d = s.directory(args.out)
+        ok = markers[d]["returncode"] == 0 and _metrics_complete(d, args.iterations)
+        results.append(RunResult(s, "ok" if ok else "failed", read_metrics(d / "metrics.jsonl") if ok else [], markers[d]["wall_s"], str(d / "bench.log")))
+    return results
+
+
+def all_targets(groups: Sequence[dict[str, Any]], best: dict[str, dict[str, Any]], held: dict[str, Any]):
+    """``(target cells by (task, estimator, lr), held-out summaries by (estimator, lr))``.
+
+    Trained groups get their task's target; a held-out control gets its control - SFT difference
+    (a null check: it should straddle 0).
+    """
+    targets: dict[tuple[str, str, str], tuple[str, str]] = {}
+    held_rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for g in groups:
+        task = TASKS[g["task"]]
+        summary = held_out_summary(held["diffs"].get((g["estimator"], g["lr"]), [])) if task.target == "held_out" else None
+        if summary is not None:
+            held_rows[(g["estimator"], g["lr"])] = summary
+        if g["lr"] == "run":
+            targets[(g["task"], g["estimator"], g["lr"])] = target_cell(task, g, best.get(g["task"], {}).get("score"), summary)
+        elif summary is not None and summary["n"]:
+            targets[(g["task"], g["estimator"], g["lr"])] = (f"control - SFT: {summary['text']}", "-")
+    return targets, held_rows
+
+
+def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
+    """Run the suite (see the module docstring); returns what ``bench_learning.json`` holds."""
+    args = parse_args(argv)
+    best = find_best_constants(args)
+    results = train_all(args)
+    held = evaluate_held_out(args, results)
+    groups = summarize(results)
+    targets, held_rows = all_targets(groups, best, held)
+
+    machine = f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, {platform.platform()}, python {platform.python_version()}"
+    md = [
+        f"# Learning benchmark ({args.iterations} iterations, seeds 1..{args.seeds}, preset {PRESET})",
+        "",
+        table_markdown(groups, targets),
+        "",
+        "Best constant answers: " + (", ".join(f"{k}: {v['score']:.3f} (answer {v['answer']}, {v['source']})" for k, v in best.items()) or "n/a"),
+        f"Machine: {machine}",
+        f"Common overrides: {' '.join(COMMON_OVERRIDES)} {' '.join(args.extra)}".rstrip(),
+    ]
+    failed = [r for r in results if r.status != "ok"]
+    if failed:
+        md.append(f"Failed runs ({len(failed)}): " + ", ".join(r.log for r in failed))
+    text = "\n".join(md) + "\n"
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "bench_learning.md").write_text(text, encoding="utf-8")
+    levels = {t: TASKS[t].level for t in args.tasks if TASKS[t].level is not None}
+    levels.update({t: v["score"] for t, v in best.items()})
+    png = plot_curves(results, args.tasks, args.estimators, args.out / "bench_learning.png", levels)
+    summary = {
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "machine": machine,
+        "best_constant": best,
+        "groups": groups,
+        "targets": {"/".join(k): list(v) for k, v in targets.items()},
+        "held_out": {"sft_report": held["sft"], "per_seed": {"/".join(k): v for k, v in held["diffs"].items()},
+                     "summary": {"/".join(k): v for k, v in held_rows.items()}},
+        "runs": [{**asdict(r.spec), "status": r.status, "wall_s": r.wall_s, "log": r.log, "eval_report": r.eval_report,
+                  "first": window_mean(series(r.rows, SCORE_KEY), first=FIRST), "last": window_mean(series(r.rows, SCORE_KEY), last=LAST),
+                  "diverged": diverged(r.rows), "last_diagnostics": {k: window_mean(series(r.rows, k), last=LAST) for k in DIAGNOSTIC_KEYS},
+                  "score_curve": series(r.rows, SCORE_KEY).tolist()} for r in results],
+    }
+    from a2c_ppo_acktr.reports import write_json
+
+    write_json(summary, args.out / "bench_learning.json")
+    print(f"written: {args.out / 'bench_learning.md'}, {args.out / 'bench_learning.json'}, {png}")
+    return summary
+
+
+if __name__ == "__main__":
+    main()

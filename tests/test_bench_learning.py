@@ -1,0 +1,148 @@
+"""The learning benchmark's pure parts (windows, divergence, CIs over seeds, targets, table, resume) on
+synthetic metrics rows: nothing here trains."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from a2c_ppo_acktr import stats
+
+_PATH = Path(__file__).resolve().parent.parent / "bench" / "bench_learning.py"
+
+
+@pytest.fixture(scope="module")
+def bl():
+    spec = importlib.util.spec_from_file_location("bench_learning", _PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_learning"] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("bench_learning", None)
+
+
+def _rows(scores, valid=None, seconds=2.0):
+    valid = valid if valid is not None else [1.0] * len(scores)
+    return [{"iteration": i + 1, "rollout/episode_score_mean": s, "rollout/valid_action_rate": v, "time/iteration": seconds}
+            for i, (s, v) in enumerate(zip(scores, valid))]
+
+
+def test_windows_skip_nan_strings_and_short_runs_use_everything(bl):
+    rows = _rows([0.0, "nan", 1.0, None, 0.5] + [0.2] * 10)
+    s = bl.series(rows, "rollout/episode_score_mean")
+    assert np.isnan(s[1]) and np.isnan(s[3]) and s.shape == (15,)
+    assert bl.window_mean(s, first=5) == pytest.approx(0.5)  # (0 + 1 + 0.5) / 3
+    assert bl.window_mean(s, last=10) == pytest.approx(0.2)
+    short = bl.series(_rows([0.1, 0.3]), "rollout/episode_score_mean")
+    assert bl.window_mean(short, last=10) == pytest.approx(0.2)
+    assert math.isnan(bl.window_mean(np.array([np.nan, np.nan]), first=5))
+
+
+def test_divergence_needs_five_consecutive_low_valid_rates(bl):
+    assert not bl.diverged(_rows([0.0] * 9, valid=[0.4] * 4 + [0.6] + [0.4] * 4))
+    assert bl.diverged(_rows([0.0] * 9, valid=[0.9, 0.4, 0.3, 0.2, 0.1, 0.49, 0.9, 0.9, 0.9]))
+    assert not bl.diverged(_rows([0.0] * 6, valid=[0.4, 0.4, "nan", 0.4, 0.4, 0.4]))  # a gap breaks the streak
+    assert not bl.diverged(_rows([0.0] * 6, valid=[0.5] * 6))  # 0.5 is not below 0.5
+
+
+def _result(bl, task, estimator, seed, control, scores, valid=None, wall=10.0, status="ok"):
+    return bl.RunResult(bl.RunSpec(task, estimator, seed, control), status, _rows(scores, valid) if status == "ok" else [], wall)
+
+
+def test_summary_is_per_seed_window_means_then_a_t_interval_over_seeds(bl):
+    # Seed k: first 5 iterations at 0.1 * k, last 10 at 0.4 + 0.1 * k -> last-10 means 0.5, 0.6, 0.7.
+    results = [_result(bl, "room_size", "gae", k, False, [0.1 * k] * 5 + [0.4 + 0.1 * k] * 10, wall=10.0 * k) for k in (1, 2, 3)]
+    results.append(_result(bl, "room_size", "gae", 1, True, [0.3] * 15, valid=[0.1] * 15))
+    results.append(_result(bl, "room_size", "gae", 2, True, [], status="failed"))
+    groups = bl.summarize(results)
+    assert [(g["lr"], g["runs"], g["ok"]) for g in groups] == [("run", 3, 3), ("control", 2, 1)]
+    run, control = groups
+    mean, half, n = run["last_ci"]
+    assert (mean, n) == (pytest.approx(0.6), 3)
+    assert half == pytest.approx(4.302653 * 0.1 / math.sqrt(3), rel=1e-5)  # t_{0.975,2} * sd / sqrt(n)
+    assert run["first_ci"][0] == pytest.approx(0.2) and run["wall_s"] == pytest.approx(20.0)
+    assert run["seconds_per_iteration"] == pytest.approx(2.0) and run["diverged"] == 0
+    assert control["diverged"] == 1 and control["last_ci"][0] == pytest.approx(0.3) and math.isnan(control["last_ci"][1])
+    table = bl.table_markdown(groups, {("room_size", "gae", "run"): bl.target_cell(bl.TASKS["room_size"], run, 0.55)})
+    lines = table.splitlines()
+    assert lines[0].startswith("| task | estimator | lr | runs ok | first-5 score | last-10 score | diverged |")
+    assert lines[2] == f"| room_size | gae | run | 3/3 | 0.200 ± {stats.mean_ci([0.1, 0.2, 0.3])[1]:.3f} | 0.600 ± {half:.3f} | 0 | 20 | >= best constant 0.550 | yes |"
+    assert lines[3] == "| room_size | gae | control (1e-12) | 1/2 | 0.300 | 0.300 | 1 | 10 | - | - |"
+
+
+def test_targets(bl):
+    def group(last):
+        return {"last_ci": bl._ci(last)}
+
+    one, room, obj, mix = (bl.TASKS[k] for k in ("one_scene", "room_size", "object_size", "mix"))
+    assert bl.target_cell(one, group([0.96, 0.97]), None) == (">= 0.95", "yes")
+    assert bl.target_cell(one, group([0.96, 0.90]), None) == (">= 0.95", "no")
+    assert bl.target_cell(room, group([0.5]), None) == ("best constant n/a", "n/a")
+    assert bl.target_cell(room, group([0.5]), 0.45)[1] == "yes"
+    # Mean 0.6 beats 0.5, but with 3 seeds the CI (0.6 +- 0.248) reaches below it.
+    assert bl.target_cell(obj, group([0.5, 0.6, 0.7]), 0.5) == ("CI above best constant 0.500", "no")
+    assert bl.target_cell(obj, group([0.59, 0.6, 0.61]), 0.5)[1] == "yes"
+    assert bl.target_cell(obj, group([0.9]), 0.5)[1] == "n/a (needs 2+ seeds)"
+    one_seed = bl.held_out_summary([{"diff": 3.0, "low": 1.0, "high": 5.0}])
+    assert bl.target_cell(mix, group([0.3]), None, one_seed) == ("PPO - SFT held-out > 0: +3.0 [+1.0, +5.0] (1 seed, bootstrap over questions)", "yes")
+    seeds = bl.held_out_summary([{"diff": d, "low": 0.0, "high": 0.0} for d in (1.0, 2.0, 3.0)])
+    assert seeds["diff"] == pytest.approx(2.0) and seeds["low"] == pytest.approx(2.0 - 4.302653 / math.sqrt(3), rel=1e-5)
+    assert bl.target_cell(mix, group([0.3]), None, seeds)[1] == "no"
+    assert bl.target_cell(mix, group([0.3]), None, bl.held_out_summary([]))[1] == "n/a (no eval)"
+
+
+def test_best_constant_by_hand(bl):
+    # Against 10 and 20: answering 10 scores 1.0 and 0.1 (error 0.5 passes one threshold); 20 scores 0
+    # and 1; 11 scores 0.9 and 0.1 (error 0.45 > 0.4499...); 14 scores 0.3 and 0.5.
+    assert bl.best_constant("room_size_estimation", ["10", "20"]) == (10.0, pytest.approx(0.55))
+    assert bl.best_constant("object_size_estimation", ["36", "36", "36"]) == (36.0, 1.0)
+    with pytest.raises(ValueError, match="positive numeric"):
+        bl.best_constant("room_size_estimation", [])
+
+
+def test_commands_add_groups_for_rloo_and_the_control_lr(bl, tmp_path):
+    args = bl.build_parser().parse_args(["--out", str(tmp_path), "--extra", "env.image_size=32"])
+    ctrl = bl.train_argv(bl.RunSpec("one_scene", "rloo", 2, True), args)
+    assert ctrl[1] == "main_vsi.py" and "rollout.group_size=4" in ctrl and ctrl[-2:] == ["--ppo.lr", "1e-12"]
+    assert ctrl[ctrl.index("--seed") + 1] == "2" and "env.num_scenes=1" in ctrl
+    assert ctrl.index("env.num_scenes=1") < ctrl.index("env.image_size=32")  # --extra comes last, so it wins
+    run = bl.train_argv(bl.RunSpec("one_scene", "gae", 2, False), args)
+    assert "--ppo.lr" not in run and "rollout.group_size=4" not in run
+    assert ctrl[ctrl.index("--log.output_dir") + 1] == str(tmp_path / "one_scene" / "rloo" / "control" / "seed2")
+
+
+def test_missing_adapter_says_to_run_the_quickstart(bl, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        bl.main(["--sft-adapter", str(tmp_path / "nope"), "--out", str(tmp_path)])
+    assert "bash scripts/quickstart.sh" in capsys.readouterr().err
+
+
+def test_finished_commands_are_reused_unless_rerun(bl, tmp_path):
+    counter = tmp_path / "count"
+    argv = [sys.executable, "-c", f"p = {str(counter)!r}; import os; n = int(open(p).read()) if os.path.exists(p) else 0; open(p, 'w').write(str(n + 1))"]
+    d = tmp_path / "run"
+    done = lambda directory: counter.is_file()  # noqa: E731
+    first = bl.run_all([(d, argv)], jobs=1, rerun=False, complete=done)
+    assert first[d]["returncode"] == 0 and counter.read_text() == "1"
+    assert json.loads((d / bl.MARKER).read_text())["argv"] == argv
+    bl.run_all([(d, argv)], jobs=1, rerun=False, complete=done)
+    assert counter.read_text() == "1"  # reused
+    bl.run_all([(d, argv + ["x"])], jobs=1, rerun=False, complete=done)
+    assert counter.read_text() == "2"  # another command is not the same run
+    bl.run_all([(d, argv + ["x"])], jobs=1, rerun=True, complete=done)
+    assert counter.read_text() == "3"
+    failing = bl.run_all([(tmp_path / "bad", [sys.executable, "-c", "raise SystemExit(3)"])], jobs=2, rerun=False, complete=done)
+    assert failing[tmp_path / "bad"]["returncode"] == 3
+
+
+def test_curves_png(bl, tmp_path):
+    results = [_result(bl, t, "gae", k, c, list(np.linspace(0.1, 0.2 * k, 12))) for t in ("one_scene", "mix") for k in (1, 2) for c in (False, True)]
+    path = bl.plot_curves(results, ["one_scene", "mix"], ["gae", "rloo"], tmp_path / "c.png", {"one_scene": 0.95})
+    with Image.open(path) as im:
+        assert im.format == "PNG" and im.size == (1200, 400)
