@@ -357,8 +357,11 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def run_parallel(commands: Sequence[tuple[list[str], Path]], jobs: int) -> list[tuple[int, float]]:
-    """Run ``(argv, log file)`` commands, ``jobs`` at a time; returns ``(returncode, wall seconds)`` each."""
+def run_parallel(
+    commands: Sequence[tuple[list[str], Path]], jobs: int, on_done: Optional[Callable[[int, int, float], None]] = None
+) -> list[tuple[int, float]]:
+    """Run ``(argv, log file)`` commands, ``jobs`` at a time; returns ``(returncode, wall seconds)`` each.
+    ``on_done(index, returncode, wall)`` is called as each one ends (an interrupted bench keeps those)."""
     pending = list(enumerate(commands))
     running: dict[int, tuple[subprocess.Popen, float, Any]] = {}
     done: dict[int, tuple[int, float]] = {}
@@ -376,6 +379,8 @@ def run_parallel(commands: Sequence[tuple[list[str], Path]], jobs: int) -> list[
                 state = "ok" if proc.returncode == 0 else f"FAILED (exit {proc.returncode}, see {commands[i][1]})"
                 print(f"[bench_learning] {state} in {done[i][1]:.0f}s: {commands[i][1].parent}", file=sys.stderr, flush=True)
                 del running[i]
+                if on_done is not None:
+                    on_done(i, *done[i])
         time.sleep(0.2)
     return [done[i] for i in range(len(commands))]
 
@@ -414,10 +419,13 @@ def run_all(named: Sequence[tuple[Path, list[str]]], jobs: int, rerun: bool, com
         if directory.exists():
             shutil.rmtree(directory)  # a stale or partial run of this bench: start it afresh
         todo.append((directory, argv))
-    outcomes = run_parallel([(argv, directory / "bench.log") for directory, argv in todo], jobs)
-    for (directory, argv), (rc, wall) in zip(todo, outcomes):
+
+    def mark(i: int, rc: int, wall: float) -> None:  # as each run ends: a killed bench resumes from here
+        directory, argv = todo[i]
         markers[directory] = {"argv": argv, "returncode": rc, "wall_s": wall}
         (directory / MARKER).write_text(json.dumps(markers[directory], indent=2), encoding="utf-8")
+
+    run_parallel([(argv, directory / "bench.log") for directory, argv in todo], jobs, on_done=mark)
     return markers
 
 
