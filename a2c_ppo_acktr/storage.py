@@ -178,7 +178,10 @@ def compared_episodes(groups: Tensor, complete: Tensor) -> Tensor:
     return out
 
 
-def _episode_estimator(per_episode: Callable[..., Tensor]):
+def _episode_estimator(per_episode: Callable[..., Tensor], takes_std_floor: bool = False):
+    """An estimator over whole episodes from ``per_episode(returns, groups, complete)`` (``(E,)`` each),
+    given ``std_floor=`` too when ``takes_std_floor``."""
+
     def estimator(
         *, rewards: Tensor, terminated: Tensor, truncated: Tensor, group_ids: Optional[Tensor],
         starts_episode: Optional[Tensor] = None, std_floor: float = 0.0, **_: Any,
@@ -192,7 +195,7 @@ def _episode_estimator(per_episode: Callable[..., Tensor]):
         num = complete.shape[0]
         ep_returns = _episode_returns(rewards, ids, num)
         groups = _episode_groups(group_ids, ids, num)
-        extra = {"std_floor": std_floor} if per_episode is grpo_advantages else {}
+        extra = {"std_floor": std_floor} if takes_std_floor else {}
         ep_adv = per_episode(ep_returns, groups, complete, **extra)
         return ep_adv[ids], ep_returns[ids]
 
@@ -212,7 +215,7 @@ def _gae_estimator(
 ADVANTAGE_ESTIMATORS: dict[str, Callable[..., tuple[Tensor, Tensor]]] = {
     "gae": _gae_estimator,
     "rloo": _episode_estimator(rloo_advantages),
-    "grpo": _episode_estimator(grpo_advantages),
+    "grpo": _episode_estimator(grpo_advantages, takes_std_floor=True),
 }
 
 

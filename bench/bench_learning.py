@@ -51,6 +51,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from a2c_ppo_acktr import stats
+from a2c_ppo_acktr.checkpoint import latest_checkpoint
 
 REPO = Path(__file__).resolve().parent.parent  # the entry scripts run from here
 
@@ -451,11 +452,6 @@ def eval_argv(args: argparse.Namespace, task: Task, what: list[str], name: str, 
             *what, "--name", name, "--out", str(out)]
 
 
-def _last_checkpoint(directory: Path) -> Optional[Path]:
-    found = sorted((directory / "checkpoints").glob("checkpoint-*"))
-    return found[-1] if found else None
-
-
 def evaluate_held_out(args: argparse.Namespace, results: list[RunResult]) -> dict[str, Any]:
     """Evaluate the SFT adapter and every finished ``held_out`` run on eval_vsi.py's seeded held-out set.
 
@@ -472,7 +468,7 @@ def evaluate_held_out(args: argparse.Namespace, results: list[RunResult]) -> dic
     sft_dir = args.out / task.name / "sft_eval"
     jobs.append((sft_dir, eval_argv(args, task, ["--adapter", str(args.sft_adapter)], "sft", sft_dir)))
     for r in task_runs:
-        ckpt = _last_checkpoint(r.spec.directory(args.out))
+        ckpt = latest_checkpoint(r.spec.directory(args.out) / "checkpoints")
         if ckpt is None:
             raise FileNotFoundError(f"{r.spec.directory(args.out)} finished without a checkpoint; see its bench.log")
         d = r.spec.directory(args.out) / "eval"
