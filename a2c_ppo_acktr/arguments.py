@@ -242,6 +242,26 @@ class PPOConfig:
     kl_penalty: str = "loss"
     kl_adaptive: bool = False
     kl_target: float = 0.05  # target KL of the adaptive controller
+    # The reference policy of the KL (and of losses/kl_ref): base (the adapter disabled, no copy) or
+    # ema (an exponential moving average of the trainable weights, started from the weights the run
+    # starts with, the SFT adapter's when warm-started; updated after every PPO update:
+    # ema <- ema_decay * ema + (1 - ema_decay) * weights). The ema reference trails the policy
+    # instead of pinning it to the base model.
+    reference: str = "base"
+    ema_decay: float = 0.95
+    # Perception-aware token weighting (VPPO, Huang et al. 2025): after each rollout a no-grad pass
+    # measures every generated token's visual dependency, the KL between the policy's next-token
+    # distribution given the real images and given masked ones (perception_mask: zero = the
+    # processor's mean image, noise = standard normal pixels). The rollout's top perception_top_frac
+    # most dependent tokens get their log-prob weight multiplied by perception_top_weight, the others
+    # by perception_rest_weight (1 and 0 = VPPO's gradient filtering); each response's advantage is
+    # scaled into [perception_adv_min, 1] by its mean dependency (min-max over the rollout).
+    perception_weighting: bool = False
+    perception_top_frac: float = 0.4
+    perception_top_weight: float = 2.0
+    perception_rest_weight: float = 1.0
+    perception_adv_min: float = 0.9
+    perception_mask: str = "zero"
     target_kl: Optional[float] = None  # early-stop the epoch loop above this approx KL
     max_grad_norm: float = 0.5
     # Advantage normalisation before the update: batch (over the rollout), group (within each
@@ -286,6 +306,16 @@ class PPOConfig:
         _choice("ppo.temperature_loss", self.temperature_loss, ["policy_gradient", "entropy_target"])
         _check(self.target_entropy >= 0, f"ppo.target_entropy={self.target_entropy} must be >= 0 (nats per token)")
         _check(self.temp_coef >= 0, f"ppo.temp_coef={self.temp_coef} must be >= 0")
+        _choice("ppo.reference", self.reference, ["base", "ema"])
+        _check(0.0 <= self.ema_decay < 1.0, f"ppo.ema_decay={self.ema_decay} must be in [0, 1) (0 = the reference is the last update's weights)")
+        _check(0.0 < self.perception_top_frac <= 1.0, f"ppo.perception_top_frac={self.perception_top_frac} must be in (0, 1]")
+        _check(
+            self.perception_top_weight >= 0 and self.perception_rest_weight >= 0 and self.perception_top_weight + self.perception_rest_weight > 0,
+            f"ppo.perception_top_weight={self.perception_top_weight} and ppo.perception_rest_weight={self.perception_rest_weight} "
+            "must be >= 0 and not both 0",
+        )
+        _check(0.0 <= self.perception_adv_min <= 1.0, f"ppo.perception_adv_min={self.perception_adv_min} must be in [0, 1] (1 = no advantage scaling)")
+        _choice("ppo.perception_mask", self.perception_mask, ["zero", "noise"])
         if self.kl_penalty == "reward":
             _check(not self.kl_adaptive, "ppo.kl_adaptive works with ppo.kl_penalty=loss only")
         if self.kl_adaptive:
@@ -432,8 +462,17 @@ class LogConfig:
     # reference forward, on the first minibatch) every K updates, the first included; NaN in between.
     # With ppo.kl_coef > 0 it is in the loss and measured on every minibatch whatever K.
     kl_ref_interval: int = 10
+    # Validation: every val_interval iterations (0 = never) the policy answers val_episodes fixed,
+    # seeded questions greedily, in procedural scenes seeded from val_seed (held out from the training
+    # scenes env.scene_seed + k and from the eval set eval.seed + i); val/* metrics are logged and the
+    # best-scoring policy is kept in output_dir/best (policy/ + val.json), replaced atomically.
+    val_interval: int = 0
+    val_episodes: int = 20
+    val_seed: int = 900_000
 
     def __post_init__(self) -> None:
+        _check(self.val_interval >= 0, f"log.val_interval={self.val_interval} must be >= 0 (0 = no validation)")
+        _check(self.val_episodes >= 1, f"log.val_episodes={self.val_episodes} must be >= 1")
         _check(
             self.kl_ref_interval >= 1,
             f"log.kl_ref_interval={self.kl_ref_interval} must be >= 1 (1 measures losses/kl_ref on every update)",
@@ -515,6 +554,22 @@ class RunConfig:
             )
         if self.ppo.temperature_loss == "entropy_target":
             _check(self.model.use_temp_predictor, "ppo.temperature_loss=entropy_target trains the temperature head: set model.use_temp_predictor=true")
+        if self.ppo.reference == "ema":
+            _check(self.model.use_lora, "ppo.reference=ema averages the LoRA adapter: set model.use_lora=true")
+            _check(
+                self.dist.zero_stage < 3,
+                "ppo.reference=ema keeps a full copy of the trainable weights on every process; with dist.zero_stage=3 "
+                "they are partitioned: use ppo.reference=base or zero_stage=2",
+            )
+        if self.log.val_interval > 0 and self.env.scene_source == "procedural":
+            train = range(self.env.scene_seed, self.env.scene_seed + self.env.num_scenes)
+            val = range(self.log.val_seed, self.log.val_seed + self.log.val_episodes)
+            test = range(self.eval.seed, self.eval.seed + self.eval.num_episodes)
+            _check(
+                not _overlap(val, train) and not _overlap(val, test),
+                f"validation scenes {self.log.val_seed}..{val.stop - 1} (log.val_seed, log.val_episodes) overlap the training "
+                f"scenes {train.start}..{train.stop - 1} or the eval scenes {test.start}..{test.stop - 1}; choose another log.val_seed",
+            )
         if self.ppo.kl_coef > 0:
             _check(self.model.use_lora, "a KL to the reference (ppo.kl_coef > 0) needs LoRA (model.use_lora=true): the reference is the adapter-disabled model")
 
@@ -540,6 +595,10 @@ class RunConfig:
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> "RunConfig":
         return cls.from_dict(load_yaml(path))
+
+
+def _overlap(a: range, b: range) -> bool:
+    return max(a.start, b.start) < min(a.stop, b.stop)
 
 
 def _divisors(n: int) -> list[int]:

@@ -119,6 +119,23 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def publish_dir(tmp: Path, target: Path) -> None:
+    """Move the finished directory ``tmp`` to ``target`` (same file system), replacing an existing
+    ``target``: the old one is renamed aside first and deleted after, so ``target`` is at every moment
+    either the complete old or the complete new directory (or, for an instant, absent)."""
+    _fsync_tree(tmp)
+    if target.exists():
+        old = target.parent / f"{_TMP_PREFIX}old-{target.name}"
+        if old.exists():
+            shutil.rmtree(old)
+        os.rename(target, old)
+        os.rename(tmp, target)
+        shutil.rmtree(old)
+    else:
+        os.rename(tmp, target)
+    _fsync_dir(target.parent)
+
+
 class CheckpointManager:
     """Writes checkpoints atomically under ``root`` and keeps the last ``keep`` of them.
 
@@ -170,17 +187,7 @@ class CheckpointManager:
         if self.is_main:
             marker = {"iteration": iteration, **dict(meta or {})}
             (tmp / COMPLETE_MARKER).write_text(json.dumps(marker, indent=1, sort_keys=True), encoding="utf-8")
-            _fsync_tree(tmp)
-            if target.exists():  # re-saving the same iteration (e.g. final save right after a periodic one)
-                old = self.root / f"{_TMP_PREFIX}old-{target.name}"
-                if old.exists():
-                    shutil.rmtree(old)
-                os.rename(target, old)
-                os.rename(tmp, target)
-                shutil.rmtree(old)
-            else:
-                os.rename(tmp, target)
-            _fsync_dir(self.root)
+            publish_dir(tmp, target)  # a re-save of the same iteration (final save after a periodic one) replaces it
             self._prune()
         self.barrier()
         return target

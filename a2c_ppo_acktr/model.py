@@ -122,6 +122,35 @@ class EvalOutput:
     # The response's entropy: per-token entropies summed with the log-prob's token weights.
     seq_entropy: Optional[Tensor] = None
     kl_sum: Optional[Tensor] = None  # per-token KL summed over the response (the reward penalty); None if not asked
+    # Per-token tensors behind the sums above, ``(B, R)`` (0 where ``token_mask`` is false): the
+    # perception pass reads the KL to the masked-image reference and the log-probs per token.
+    token_log_probs: Optional[Tensor] = None
+    token_kl: Optional[Tensor] = None
+    token_mask: Optional[Tensor] = None
+
+
+# What the KL of the training forward compares the policy with (the forward's ``reference`` option).
+# base: the adapter disabled (no copy); ema: the policy with the adapter's exponential moving average
+# (ppo.reference=ema); masked_images / noised_images: the policy itself with every image replaced
+# by the processor's mean image (zeros after normalisation) or by standard normal pixels (the
+# perception pass of ppo.perception_weighting: the KL is then each token's visual dependency).
+REFERENCES = ("base", "ema", "masked_images", "noised_images")
+
+
+def masked_images(inputs: dict[str, Tensor], noise: bool = False, seed: int = 0) -> dict[str, Tensor]:
+    """``inputs`` with every processed image tensor (keys ``pixel_values*``) replaced: zeros (after
+    the processor's normalisation: the mean image) or, with ``noise``, standard normal values from a
+    generator seeded with ``seed``. Token ids, masks and image grids are unchanged, so the masked
+    forward is the same sequence with uninformative pixels."""
+    out = dict(inputs)
+    gen = torch.Generator().manual_seed(int(seed)) if noise else None
+    keys = [k for k in inputs if k.startswith("pixel_values") and torch.is_tensor(inputs[k])]
+    if not keys:
+        raise ValueError("the batch holds no image tensor (pixel_values*) to mask; perception weighting needs image observations")
+    for k in keys:
+        v = inputs[k]
+        out[k] = torch.randn(v.shape, generator=gen).to(device=v.device, dtype=v.dtype) if noise else torch.zeros_like(v)
+    return out
 
 
 class _RowTemperatureProcessor(LogitsProcessor):
@@ -243,6 +272,7 @@ class VLMPolicy(nn.Module):
             raise ValueError("the model has no pad token id (generation_config.pad_token_id / tokenizer.pad_token_id); set one")
         self.pad_id = int(pad)
         self._warned_split = False  # the processor output could not be kept with the rollout (warned once)
+        self._ema: Optional[dict[str, Tensor]] = None  # ppo.reference=ema: float32 averages by name (init_ema_reference)
 
     # ------------------------------------------------------------------ construction
     @staticmethod
@@ -407,8 +437,13 @@ class VLMPolicy(nn.Module):
         temperature: Optional[float] = None,
         kl_estimator: str = "full",
         detach_temperature: bool = False,
+        reference: str = "base",
+        noise_seed: int = 0,
     ) -> EvalOutput:
         """The training forward on ``[left-padded prompt | right-padded response]``.
+
+        ``reference``: what the KL (``with_kl``) compares with, one of :data:`REFERENCES`;
+        ``noise_seed`` seeds the ``noised_images`` pixels.
 
         ``kl_estimator``: ``full`` (exact per-token KL over the vocabulary) or ``k1``/``k2``/``k3``
         (:func:`~a2c_ppo_acktr.distributions.sample_kl` on the sampled tokens). ``detach_temperature``:
@@ -434,16 +469,13 @@ class VLMPolicy(nn.Module):
         if "mm_token_type_ids" in enc:  # generated tokens are text
             inputs["mm_token_type_ids"] = torch.cat([enc["mm_token_type_ids"], torch.zeros_like(resp, dtype=enc["mm_token_type_ids"].dtype)], dim=1)
         inputs = self._with_positions(inputs)
+        head = self.base_model.get_output_embeddings()
         ref_final = None
+        ref_head = _reference_head(head) if reference == "base" else head
         if with_kl:
-            if not self.has_reference:
-                raise ValueError("KL to the reference needs LoRA (model.use_lora=true): the reference is the adapter-disabled model")
             # Before the policy's forward: this no-grad pass's working set then never sits on top
             # of the activations the policy's forward keeps for backward.
-            with torch.no_grad(), self.model.disable_adapter(), self._catch_lm_head_input(skip_logits=True) as ref_caught:
-                self.model(**inputs, use_cache=False, logits_to_keep=R + 1)
-            # A copy: the slice would keep the reference's whole (B, T, H) final hidden states alive.
-            ref_final = ref_caught[0][:, :R].clone()  # (B, R, H)
+            ref_final = self._reference_hidden(inputs, R, reference, noise_seed)
         # The model runs up to lm_head's input only; the logits are made chunk by chunk below, so no
         # full (B, R+1, V) tensor (model dtype) nor its float32 derivatives exist at once.
         with self._catch_lm_head_input(skip_logits=True) as caught:
@@ -454,20 +486,104 @@ class VLMPolicy(nn.Module):
         hidden = final[:, 0]  # the last prompt token (left padding: index P-1 in every row)
         temps = self._temperatures(hidden, temperature, detach_input=detach_temperature)
         values = self._values(hidden)
-        head = self.base_model.get_output_embeddings()
         stats = chunked_token_stats(
             final[:, :R], resp, temps.detach() if detach_temperature else temps, self.forbidden_ids, resp_mask,
-            head=head, ref_inputs=ref_final, ref_head=_reference_head(head),
+            head=head, ref_inputs=ref_final, ref_head=ref_head,
             chunk_tokens=logits_chunk_tokens(self.vocab_size), top_k=self.cfg.top_k, top_p=self.cfg.top_p,
         )
         log_probs = sequence_log_prob(stats.log_probs, weights, resp_mask)
         entropy = masked_mean(stats.entropy, resp_mask)
         seq_entropy = masked_sum(stats.entropy * weights, resp_mask)
-        kl = kl_sum = None
+        kl = kl_sum = per_token = None
         if stats.kl is not None:
             per_token = stats.kl if kl_estimator == "full" else sample_kl(stats.log_probs, stats.ref_log_probs, kl_estimator)
             kl, kl_sum = masked_mean(per_token, resp_mask), masked_sum(per_token, resp_mask)
-        return EvalOutput(log_probs=log_probs, values=values, entropy=entropy, kl=kl, temperatures=temps, seq_entropy=seq_entropy, kl_sum=kl_sum)
+        return EvalOutput(
+            log_probs=log_probs, values=values, entropy=entropy, kl=kl, temperatures=temps, seq_entropy=seq_entropy, kl_sum=kl_sum,
+            token_log_probs=stats.log_probs, token_kl=per_token, token_mask=resp_mask,
+        )
+
+    def _reference_hidden(self, inputs: dict[str, Tensor], R: int, reference: str, noise_seed: int) -> Tensor:
+        """``(B, R, H)`` final hidden states of the reference (no grad) at the R generated positions."""
+        if reference not in REFERENCES:
+            raise ValueError(f"reference={reference!r} is not one of {list(REFERENCES)}")
+        context: Any = contextlib.nullcontext()
+        if reference == "base":
+            if not self.has_reference:
+                raise ValueError("KL to the reference needs LoRA (model.use_lora=true): the reference is the adapter-disabled model")
+            context = self.model.disable_adapter()
+        elif reference == "ema":
+            context = self._ema_weights()
+        else:
+            inputs = masked_images(inputs, noise=reference == "noised_images", seed=noise_seed)
+        with torch.no_grad(), context, self._catch_lm_head_input(skip_logits=True) as ref_caught:
+            self.model(**inputs, use_cache=False, logits_to_keep=R + 1)
+        # A copy: the slice would keep the reference's whole (B, T, H) final hidden states alive.
+        return ref_caught[0][:, :R].clone()
+
+    # ------------------------------------------------------------------ EMA reference
+    def _averaged_parameters(self) -> list[tuple[str, nn.Parameter]]:
+        """The weights the EMA reference averages: the trainable ones of the VLM (the adapter and
+        any ``train_vision`` copies), not the heads (the reference has no value or temperature)."""
+        return [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+
+    def init_ema_reference(self) -> None:
+        """Start the EMA reference at the current weights (float32 copies on the model's device).
+
+        Raises:
+            ValueError: without LoRA, or when the output layer itself is trained (its reference
+                copy would be the trained one when the KL is computed).
+        """
+        if not self.cfg.use_lora:
+            raise ValueError("ppo.reference=ema averages the LoRA adapter: set model.use_lora=true")
+        head = self.base_model.get_output_embeddings()
+        if any(p.requires_grad for p in head.parameters()):
+            raise ValueError("ppo.reference=ema does not support a trained output layer (lm_head in model.lora_target_modules); use ppo.reference=base")
+        self._ema = {n: p.detach().float().clone() for n, p in self._averaged_parameters()}
+
+    @property
+    def has_ema_reference(self) -> bool:
+        return self._ema is not None
+
+    @torch.no_grad()
+    def update_ema_reference(self, decay: float) -> None:
+        """``ema <- decay * ema + (1 - decay) * weights`` (after a PPO update)."""
+        if not self.has_ema_reference:
+            raise RuntimeError("update_ema_reference before init_ema_reference")
+        for n, p in self._averaged_parameters():
+            self._ema[n].mul_(decay).add_(p.detach().float(), alpha=1.0 - decay)
+
+    def ema_reference_state(self) -> dict[str, Tensor]:
+        """CPU copies of the EMA weights by name (checkpointed with the run)."""
+        if not self.has_ema_reference:
+            raise RuntimeError("no EMA reference: call init_ema_reference first")
+        return {n: t.detach().cpu().clone() for n, t in self._ema.items()}
+
+    def load_ema_reference_state(self, state: dict[str, Tensor]) -> None:
+        """Restore :meth:`ema_reference_state`; the names must be this policy's trainable weights."""
+        own = dict(self._averaged_parameters())
+        if set(own) != set(state):
+            raise ValueError(
+                f"the saved EMA reference holds {len(state)} tensors for {len(own)} trainable weights here; resume with the same model and LoRA settings"
+            )
+        self._ema = {n: state[n].to(device=own[n].device, dtype=torch.float32).clone() for n in own}
+
+    @contextlib.contextmanager
+    def _ema_weights(self) -> Iterator[None]:
+        """The averaged weights in place of the trained ones for the block (no grad; swapped back after)."""
+        if not self.has_ema_reference:
+            raise RuntimeError("the EMA reference was not initialised (ppo.reference=ema: call init_ema_reference)")
+        params = self._averaged_parameters()
+        saved = [p.detach().clone() for _, p in params]
+        with torch.no_grad():
+            for n, p in params:
+                p.copy_(self._ema[n].to(p.dtype))
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for (_, p), keep in zip(params, saved):
+                    p.copy_(keep)
 
     @staticmethod
     def _unpadded(enc: dict[str, Tensor]) -> list[Tensor]:
@@ -479,7 +595,8 @@ class VLMPolicy(nn.Module):
         return self.evaluate_actions(minibatch, with_kl=with_kl, **options)
 
     def evaluate_actions(
-        self, minibatch: Any, with_kl: bool = False, kl_estimator: str = "full", detach_temperature: bool = False
+        self, minibatch: Any, with_kl: bool = False, kl_estimator: str = "full", detach_temperature: bool = False,
+        reference: str = "base", noise_seed: int = 0,
     ) -> EvalOutput:
         """Re-forward prompt + action of stored turns.
 
@@ -487,8 +604,9 @@ class VLMPolicy(nn.Module):
             minibatch: a :class:`~a2c_ppo_acktr.storage.Minibatch` (``prompts``, ``images``,
                 ``prompt_ids``, ``generated_ids``, ``token_weights`` are read).
             with_kl: also compute the KL to the reference (adapter disabled); one more forward.
-            kl_estimator, detach_temperature: see :meth:`_forward_turns` (``ppo.kl_estimator``,
-                ``ppo.temperature_loss=entropy_target``).
+            kl_estimator, detach_temperature, reference, noise_seed: see :meth:`_forward_turns`
+                (``ppo.kl_estimator``, ``ppo.temperature_loss=entropy_target``, ``ppo.reference``,
+                the perception pass).
 
         Returns:
             :class:`EvalOutput` with gradients.
@@ -513,7 +631,7 @@ class VLMPolicy(nn.Module):
                 raise ValueError(f"turn {i}: the prompt has {len(now)} ids now but had {len(then)} in the rollout; {fix}")
         return self._forward_turns(
             enc, minibatch.generated_ids, minibatch.token_weights, with_kl,
-            kl_estimator=kl_estimator, detach_temperature=detach_temperature,
+            kl_estimator=kl_estimator, detach_temperature=detach_temperature, reference=reference, noise_seed=noise_seed,
         )
 
     def _split_encodings(self, cpu_enc: dict[str, Tensor], images: Sequence[Sequence[np.ndarray]]) -> Optional[list[TurnEncoding]]:

@@ -41,6 +41,7 @@ from .checkpoint import (
 from .distributed import build_accelerator, full_trainable, gather_lists, gathered_for_rollout, is_deepspeed, reduce_mean
 from .logger import RunLogger
 from .storage import BOOTSTRAPPING_ESTIMATORS
+from .validation import BestPolicy, run_validation
 
 logger = logging.getLogger(__name__)
 
@@ -321,6 +322,7 @@ class _Run:
     storage: Any
     envs: Any
     observations: list[dict]
+    best: Any = None  # validation.BestPolicy (log.val_interval > 0)
     wandb_run_id: Optional[str] = None
 
 
@@ -340,13 +342,16 @@ def _build_run(cfg: RunConfig, accelerator) -> _Run:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda it: lr_factor(it, cfg.ppo))
     policy, prepared_optimizer = accelerator.prepare(module, optimizer)
     module = accelerator.unwrap_model(policy)
+    if cfg.ppo.reference == "ema":  # starts at the weights the run starts with (the SFT adapter's when warm-started)
+        module.init_ema_reference()
     # From here on ranks must differ (sampling, shuffles): offset by rank.
     seed_everything(cfg.seed + rank)
     envs = VSIBatchEnv(cfg.env, cfg.rollout.num_envs, seed=cfg.seed + rank * RANK_SEED_STRIDE, group_size=cfg.rollout.group_size)
     observations = envs.reset()
     ppo = PPO(policy, prepared_optimizer, cfg.ppo, accelerator, seed=cfg.seed + rank, kl_ref_interval=cfg.log.kl_ref_interval)
     storage = RolloutStorage(cfg.rollout.num_steps, cfg.rollout.num_envs)
-    return _Run(cfg, accelerator, policy, module, optimizer, prepared_optimizer, scheduler, ppo, storage, envs, observations)
+    best = BestPolicy(cfg.log.output_dir, accelerator.is_main_process)
+    return _Run(cfg, accelerator, policy, module, optimizer, prepared_optimizer, scheduler, ppo, storage, envs, observations, best)
 
 
 def _owned_generators(run: _Run) -> dict[str, Any]:
@@ -356,6 +361,9 @@ def _owned_generators(run: _Run) -> dict[str, Any]:
 
 def _rank_file(rank: int) -> str:
     return f"rank{rank:03d}.pkl"
+
+
+EMA_FILE = "ema_reference.pt"
 
 
 def _write_checkpoint(run: _Run, iteration: int, tmp: Path) -> None:
@@ -371,8 +379,10 @@ def _write_checkpoint(run: _Run, iteration: int, tmp: Path) -> None:
             torch.save(trainable_state(run.module), tmp / "trainable.pt")
             torch.save(run.optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(run.scheduler.state_dict(), tmp / "scheduler.pt")
+        if run.module.has_ema_reference:
+            torch.save(run.module.ema_reference_state(), tmp / EMA_FILE)
         run.cfg.save(tmp / "config.yaml")
-        state = {"iteration": iteration, "wandb_run_id": run.wandb_run_id, "num_processes": acc.num_processes}
+        state = {"iteration": iteration, "wandb_run_id": run.wandb_run_id, "num_processes": acc.num_processes, "best_val": run.best.state()}
         (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1), encoding="utf-8")
     if is_deepspeed(acc):
         # ZeRO partitions the optimizer state across ranks: the engine writes each rank's shard
@@ -407,6 +417,11 @@ def _load_checkpoint(run: _Run, path: Path) -> int:
         load_trainable_state(run.module, torch.load(path / "trainable.pt", map_location="cpu", weights_only=True))
         run.optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True))
     run.scheduler.load_state_dict(torch.load(path / "scheduler.pt", map_location="cpu", weights_only=True))
+    if run.module.has_ema_reference:
+        if not (path / EMA_FILE).is_file():
+            raise CheckpointError(f"{path} holds no {EMA_FILE}: it was written without ppo.reference=ema; resume with the run's own ppo.reference")
+        run.module.load_ema_reference_state(torch.load(path / EMA_FILE, map_location="cpu", weights_only=True))
+    run.best.load_state(state.get("best_val"))
     per_rank = load_pickle(path / _rank_file(acc.process_index))
     run.ppo.load_state_dict(per_rank["ppo"])
     restore_env_state(run.envs, per_rank["env"])
@@ -419,7 +434,7 @@ def _load_checkpoint(run: _Run, path: Path) -> int:
 
 
 # Fields that may differ between a run and its resumption without changing the results.
-_RESUME_FREE_KEYS = {"log.resume", "log.stop_after_iterations", "log.progress_bar", "log.wandb_mode", "log.output_dir", "model.sft_adapter"}
+_RESUME_FREE_KEYS = {"log.resume", "log.val_interval", "log.val_episodes", "log.stop_after_iterations", "log.progress_bar", "log.wandb_mode", "log.output_dir", "model.sft_adapter"}
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
@@ -454,6 +469,41 @@ def apply_kl_reward(run: "_Run") -> dict[str, float]:
     kl = run.ppo.reward_kl(run.storage)
     run.storage.rewards -= run.ppo.kl_coef * kl
     return {"rollout/kl_reward_penalty": float(run.ppo.kl_coef * kl.mean()), "rollout/kl_to_reference": float(kl.mean())}
+
+
+def apply_perception_weighting(run: "_Run", iteration: int) -> dict[str, float]:
+    """``ppo.perception_weighting``: reweight the rollout's tokens and advantages by visual
+    dependency (:mod:`a2c_ppo_acktr.algo.perception`; after the advantages). {} when off."""
+    if not run.cfg.ppo.perception_weighting:
+        return {}
+    from .algo import perception
+
+    return perception.apply(run.module, run.storage, run.cfg.ppo, seed=run.cfg.seed * 1_000_003 + iteration)
+
+
+def validate(run: "_Run", iteration: int) -> dict[str, float]:
+    """Validation after iteration ``iteration`` (1-based) when ``log.val_interval`` says so, and the
+    best policy kept; ``val/*`` metrics ({} when no validation is due)."""
+    interval = run.cfg.log.val_interval
+    if interval <= 0 or iteration % interval != 0:
+        return {}
+    acc = run.accelerator
+    result = run_validation(
+        run.module, run.cfg, acc.process_index, acc.num_processes,
+        gather_lists=functools.partial(gather_lists, acc), gather_weights=functools.partial(gathered_for_rollout, run.policy),
+    )
+
+    def save_policy(target: Path) -> None:
+        with full_trainable(run.module):
+            if acc.is_main_process:
+                run.module.save_pretrained(target)
+
+    improved = run.best.update(iteration, result, save_policy)
+    metrics = {f"val/{k}": float(result[k]) for k in ("score", "valid_rate", "answered", "seconds")}
+    metrics.update({f"val/score_{t}": v for t, v in result["per_type"].items()})
+    metrics["val/best_score"] = float(run.best.score)
+    metrics["val/improved"] = float(improved)
+    return metrics
 
 
 def update_policy(run: _Run, iteration: int) -> dict[str, float]:
@@ -518,14 +568,17 @@ def run_training(cfg: RunConfig) -> Path:
                     run.module, run.envs, run.storage, run.observations, cfg.rollout.num_steps, gather, bootstrap=bootstrap
                 )
             with _timed(timings, "advantages"):  # no forward here (but the KL reward's): the rollout made the one batched value pass
-                kl_metrics = apply_kl_reward(run)
+                extra_metrics = apply_kl_reward(run)
                 compute_advantages(run.storage, stats.next_value, cfg.ppo)
+                extra_metrics.update(apply_perception_weighting(run, it))
             with _timed(timings, "update"):
                 update_metrics = update_policy(run, it)
             timings["time/iteration"] = timings["time/collect"] + timings["time/advantages"] + timings["time/update"]
             timings["time/collect_act"], timings["time/collect_env"] = stats.act_seconds, stats.env_seconds
             timings["time/collect_values"] = stats.value_seconds
-            metrics = {**iteration_metrics(run, stats, update_metrics, lrs, it), **(reduce_mean(accelerator, kl_metrics) if kl_metrics else {})}
+            metrics = {**iteration_metrics(run, stats, update_metrics, lrs, it), **(reduce_mean(accelerator, extra_metrics) if extra_metrics else {})}
+            with _timed(timings, "validation"):
+                metrics.update(validate(run, it + 1))
             log.log({**metrics, **timings}, iteration=it + 1)
             bar.set_postfix(score=f"{metrics['rollout/episode_score_mean']:.3f}", kl=f"{metrics['losses/approx_kl']:.2e}")
             checkpoint_seconds = 0.0

@@ -4,7 +4,7 @@ Losses are pure functions returning ``(loss, metrics)``. :meth:`PPO.update` runs
 minibatches of a :class:`~a2c_ppo_acktr.storage.RolloutStorage`: re-forward prompt+action through the
 policy's ``forward`` (= ``evaluate_actions``; going through ``forward`` keeps DDP/DeepSpeed wrappers'
 hooks working), clipped surrogate, optionally clipped value loss, entropy bonus, KL penalty to the
-reference (adapter disabled), gradient clipping, and an optimizer step every ``grad_accum_steps``
+reference (adapter disabled, or the adapter's moving average with ``ppo.reference=ema``), gradient clipping, and an optimizer step every ``grad_accum_steps``
 minibatches.
 
 Guards: a minibatch whose loss is not finite on any process is skipped on every process (one
@@ -220,8 +220,7 @@ class PPO:
 
     @property
     def _has_reference(self) -> bool:
-        module = self.accelerator.unwrap_model(self.policy) if self.accelerator is not None else self.policy
-        return bool(getattr(module, "has_reference", False))
+        return bool(getattr(self._module, "has_reference", False))
 
     def _all_finite(self, loss: Tensor) -> bool:
         flag = torch.isfinite(loss.detach()).all().float().reshape(1)
@@ -241,7 +240,13 @@ class PPO:
             options["kl_estimator"] = self.cfg.kl_estimator
         if self.cfg.temperature_loss == "entropy_target":
             options["detach_temperature"] = True
+        if self.cfg.reference != "base":
+            options["reference"] = self.cfg.reference
         return options
+
+    @property
+    def _module(self) -> Any:
+        return self.accelerator.unwrap_model(self.policy) if self.accelerator is not None else self.policy
 
     def _with_kl(self, first_minibatch: bool) -> bool:
         """Whether this minibatch runs the reference forward: always when the KL is in the loss,
@@ -267,7 +272,7 @@ class PPO:
         total = storage.num_steps * storage.num_envs
         size = self.cfg.mini_batch_size
         kl = torch.zeros(total)
-        options = {k: v for k, v in self._forward_options().items() if k == "kl_estimator"}
+        options = {k: v for k, v in self._forward_options().items() if k in ("kl_estimator", "reference")}
         was_training = self.policy.training
         self.policy.eval()
         try:
@@ -347,6 +352,8 @@ class PPO:
         first = host[-1] if first_dev is not None else float("nan")
         if cfg.kl_adaptive and kl_ref_count and self.kl_in_loss:
             self.kl_coef = adapt_kl_coef(self.kl_coef, self._mean_across(kl_ref), cfg.kl_target)
+        if cfg.reference == "ema":  # the reference trails the weights this update ended with
+            self._module.update_ema_reference(cfg.ema_decay)
         self.num_updates += 1
         finite_norms = [g for g in grad_norms if math.isfinite(g)]
         return {
