@@ -454,6 +454,10 @@ class LogConfig:
     save_interval: int = 5  # checkpoint every K iterations (and always at the end)
     keep_checkpoints: int = 2
     resume: Optional[str] = None  # None | auto | path to a checkpoint directory
+    # A fresh start (no log.resume) in an output_dir that already holds a run (checkpoints or
+    # metrics.jsonl) is refused; overwrite=true moves that run aside to OUTPUT_DIR.old-<time> first
+    # (nothing is deleted).
+    overwrite: bool = False
     progress_bar: bool = True
     # Stop this invocation after N iterations in total (the schedule still spans ppo.num_iterations);
     # for time-limited jobs that continue with --resume auto. None runs to ppo.num_iterations.

@@ -13,6 +13,8 @@ capture/restore random-number-generator state.
 """
 from __future__ import annotations
 
+import dataclasses
+import enum
 import json
 import os
 import pickle
@@ -278,15 +280,99 @@ def find_generators(obj: Any, prefix: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------- small files
+@dataclasses.dataclass
+class TensorBox:
+    """A torch tensor as a numpy array in a per-rank state file: pickled tensors would need torch's
+    own rebuild functions, one of which (``torch.storage._load_from_bytes``) runs a full ``torch.load``."""
+
+    array: np.ndarray
+    dtype: str  # torch dtype name, e.g. "uint8", "bool", "float32"
+
+
+def _box(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach().cpu()
+        return TensorBox(t.numpy().copy(), str(t.dtype).removeprefix("torch."))
+    if isinstance(obj, dict):
+        return type(obj)((k, _box(v)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
+        return type(obj)(_box(v) for v in obj)
+    return obj
+
+
+def _unbox(obj: Any) -> Any:
+    if isinstance(obj, TensorBox):
+        return torch.from_numpy(obj.array.copy()).to(getattr(torch, obj.dtype))
+    if isinstance(obj, dict):
+        return type(obj)((k, _unbox(v)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
+        return type(obj)(_unbox(v) for v in obj)
+    return obj
+
+
+# What a per-rank state file may name, besides this package's own dataclasses and enums: numpy
+# arrays, dtypes and random generators, an OrderedDict. Nothing that runs a command, opens a file or
+# imports a module by a name read from the file.
+_SAFE_GLOBALS = frozenset({
+    ("collections", "OrderedDict"),
+    ("numpy", "dtype"),
+    ("numpy", "ndarray"),
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"),
+    ("numpy.core.numeric", "_frombuffer"),
+    ("numpy._core.numeric", "_frombuffer"),
+    ("numpy.random._pickle", "__generator_ctor"),
+    ("numpy.random._pickle", "__bit_generator_ctor"),
+    ("numpy.random._pickle", "__randomstate_ctor"),
+    ("numpy.random._pcg64", "PCG64"),
+    ("numpy.random._mt19937", "MT19937"),
+    ("numpy.random._philox", "Philox"),
+    ("numpy.random._sfc64", "SFC64"),
+    ("numpy.random.bit_generator", "SeedSequence"),
+    ("numpy.random.bit_generator", "__pyx_unpickle_SeedSequence"),
+})
+
+
+class _StateUnpickler(pickle.Unpickler):
+    """Resolves only :data:`_SAFE_GLOBALS`, numpy's dtype classes and this package's own dataclasses
+    and enums; any other global (``os.system``, ``builtins.eval``, ``subprocess.Popen``...) is refused
+    before anything is called."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _SAFE_GLOBALS or (module == "numpy.dtypes" and name.endswith("DType") and "." not in name):
+            return super().find_class(module, name)
+        if module.startswith("a2c_ppo_acktr.") and "." not in name:
+            obj = super().find_class(module, name)
+            if isinstance(obj, type) and (dataclasses.is_dataclass(obj) or issubclass(obj, enum.Enum)):
+                return obj
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
+
+
 def save_pickle(obj: Any, path: Path) -> None:
-    """Pickle ``obj`` to ``path`` (used for per-rank RNG and env state: plain Python/numpy objects)."""
+    """Write per-rank state (RNG states, env episodes, observations: plain Python, numpy and this
+    package's dataclasses; torch tensors are stored as :class:`TensorBox`) for :func:`load_pickle`."""
     with open(path, "wb") as f:
-        pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump(_box(obj), f, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def load_pickle(path: Path) -> Any:
-    """Load a pickle written by :func:`save_pickle` (only ever our own checkpoint files)."""
+    """Load a file written by :func:`save_pickle` with a restricted unpickler that runs no code from
+    the file (a shared or downloaded checkpoint is untrusted input).
+
+    Raises:
+        CheckpointError: the file is missing, unreadable, or names anything outside the allowed types
+            (a tampered file, or one written before tensors were boxed: start that run afresh).
+    """
     if not path.is_file():
         raise CheckpointError(f"checkpoint file {str(path)!r} is missing; the checkpoint is incomplete or from another run layout")
-    with open(path, "rb") as f:
-        return pickle.load(f)
+    try:
+        with open(path, "rb") as f:
+            return _unbox(_StateUnpickler(f).load())
+    except pickle.UnpicklingError as e:
+        if str(e).startswith("refusing"):
+            raise CheckpointError(f"checkpoint file {str(path)!r} was not loaded: {e} (only numpy, RNG and this package's state types are allowed)") from e
+        raise CheckpointError(f"checkpoint file {str(path)!r} is corrupt ({e}); resume from an earlier checkpoint") from e
+    except (EOFError, ValueError, TypeError, AttributeError, ImportError, IndexError, KeyError) as e:
+        raise CheckpointError(f"checkpoint file {str(path)!r} is corrupt ({type(e).__name__}: {e}); resume from an earlier checkpoint") from e

@@ -28,6 +28,7 @@ import math
 import os
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
@@ -503,8 +504,34 @@ class _Fatal(Exception):
     """A failure that retrying cannot fix (4xx other than 429)."""
 
 
+def _origin(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects are never followed: the request carries the API key, and urllib would send it to
+    whatever origin a 30x names (and turn the POST into a GET without its body)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001 - urllib's signature
+        raise _Fatal(
+            f"HTTP {code} from {req.full_url} redirects to {_origin(newurl)}; redirects are not followed (the request "
+            "carries the API key): set label.base_url to the server's final address"
+        )
+
+
+def redact(text: str, secret: str) -> str:
+    """``text`` with every occurrence of ``secret`` replaced by ``***`` (no-op for an empty secret)."""
+    return text.replace(secret, "***") if secret else text
+
+
 class OpenAITeacher(Teacher):
-    """An OpenAI-compatible ``/chat/completions`` endpoint, standard library HTTP only."""
+    """An OpenAI-compatible ``/chat/completions`` endpoint, standard library HTTP only.
+
+    The key (``api_key_env``) goes only to ``base_url``'s origin: redirects are refused, and every
+    error text is redacted of the key before it is logged, returned or written to a label file (a
+    server may echo request headers in an error body).
+    """
 
     name = "openai"
 
@@ -566,14 +593,16 @@ class OpenAITeacher(Teacher):
             }
         ).encode("utf-8")
         error = "no attempt made"
+        key = os.environ.get(self.api_key_env, "")
         for attempt in range(1, self.retries + 2):
             try:
                 return TeacherReply(self._post(body), attempts=attempt)
             except _Retryable as e:
-                error = str(e)
+                error = redact(str(e), key)
             except _Fatal as e:
-                logger.warning("openai teacher: request failed without retry: %s", e)
-                return TeacherReply("", error=str(e), attempts=attempt)
+                error = redact(str(e), key)
+                logger.warning("openai teacher: request failed without retry: %s", error)
+                return TeacherReply("", error=error, attempts=attempt)
             if attempt <= self.retries:
                 delay = self.backoff_s * (2 ** (attempt - 1))
                 logger.warning("openai teacher: attempt %d failed (%s); retrying in %.2fs", attempt, error, delay)
@@ -587,8 +616,9 @@ class OpenAITeacher(Teacher):
         if key:
             headers["Authorization"] = f"Bearer {key}"
         request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+        opener = urllib.request.build_opener(_RefuseRedirects())
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as resp:
+            with opener.open(request, timeout=self.timeout_s) as resp:
                 raw = resp.read()
         except urllib.error.HTTPError as e:
             # Messages carry the status and a slice of the body only, never the request headers.

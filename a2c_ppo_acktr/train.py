@@ -17,6 +17,7 @@ import functools
 import json
 import logging
 import math
+import os
 import random
 import time
 from contextlib import contextmanager
@@ -29,7 +30,10 @@ import torch
 
 from .arguments import PPOConfig, RunConfig
 from .checkpoint import (
+    CHECKPOINT_PREFIX,
     CheckpointError,
+    checkpoint_iteration,
+    list_checkpoints,
     CheckpointManager,
     capture_rng_state,
     find_generators,
@@ -39,7 +43,7 @@ from .checkpoint import (
     save_pickle,
 )
 from .distributed import build_accelerator, full_trainable, gather_lists, gathered_for_rollout, is_deepspeed, reduce_mean
-from .logger import RunLogger
+from .logger import METRICS_FILE, RunLogger
 from .storage import BOOTSTRAPPING_ESTIMATORS
 from .validation import BestPolicy, run_validation
 
@@ -434,7 +438,7 @@ def _load_checkpoint(run: _Run, path: Path) -> int:
 
 
 # Fields that may differ between a run and its resumption without changing the results.
-_RESUME_FREE_KEYS = {"log.resume", "log.val_interval", "log.val_episodes", "log.stop_after_iterations", "log.progress_bar", "log.wandb_mode", "log.output_dir", "model.sft_adapter"}
+_RESUME_FREE_KEYS = {"log.resume", "log.overwrite", "log.val_interval", "log.val_episodes", "log.stop_after_iterations", "log.progress_bar", "log.wandb_mode", "log.output_dir", "model.sft_adapter"}
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
@@ -453,6 +457,60 @@ def _warn_config_changes(path: Path, cfg: RunConfig) -> None:
     changed = {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k) and k not in _RESUME_FREE_KEYS}
     if changed:
         logger.warning("resuming %s with a changed config (old -> new): %s", path, changed)
+
+
+def existing_run(out: Path) -> list[str]:
+    """What in ``out`` shows that a run already used it: checkpoint directories (complete or not)
+    and ``metrics.jsonl``; [] for a new or empty directory."""
+    found = []
+    ckpt_root = out / CHECKPOINTS_SUBDIR
+    if ckpt_root.is_dir():
+        found += sorted(p.name for p in ckpt_root.iterdir() if p.name.startswith(CHECKPOINT_PREFIX))
+    if (out / METRICS_FILE).is_file():
+        found.append(METRICS_FILE)
+    return found
+
+
+def prepare_output_dir(cfg: RunConfig, resume_from: Optional[Path], accelerator) -> None:
+    """Nothing a user made is deleted or overwritten by surprise (call before anything is written).
+
+    * A fresh start (``log.resume`` unset) in a directory holding a run is refused with a
+      :class:`CheckpointError` that names the fix, unless ``log.overwrite``: the old run is then
+      renamed to ``OUTPUT_DIR.old-<time>``, never deleted.
+    * ``log.resume=auto`` with nothing complete to resume starts afresh in place (what ``auto`` asks
+      for; the logger keeps the old rows as ``metrics.jsonl.old``).
+    * Resuming from an explicit checkpoint older than the directory's newest moves the newer ones
+      into ``checkpoints/abandoned-<time>/``: they belong to the branch being replaced, and pruning or a
+      later ``--resume auto`` must not take them for this run's.
+    """
+    out = Path(cfg.log.output_dir)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    if resume_from is not None:
+        newer = [p for p in list_checkpoints(out / CHECKPOINTS_SUBDIR) if checkpoint_iteration(p) > checkpoint_iteration(resume_from)]
+        if newer and accelerator.is_main_process:
+            aside = out / CHECKPOINTS_SUBDIR / f"abandoned-{stamp}"
+            aside.mkdir(parents=True, exist_ok=True)
+            for p in newer:
+                os.rename(p, aside / p.name)
+            logger.warning("resuming from %s: the newer checkpoints %s were moved to %s", resume_from, [p.name for p in newer], aside)
+        accelerator.wait_for_everyone()
+        return
+    if cfg.log.resume == "auto":
+        return
+    found = existing_run(out)
+    if not found:
+        return
+    if not cfg.log.overwrite:
+        raise CheckpointError(
+            f"{out} already holds a run ({', '.join(found[:4])}{', ...' if len(found) > 4 else ''}); continue it with "
+            f"--resume auto, or start over with --log.overwrite true (moves it to {out.name}.old-<time>), or choose another log.output_dir"
+        )
+    accelerator.wait_for_everyone()  # every process has looked before the main one moves it
+    if accelerator.is_main_process:
+        aside = out.with_name(f"{out.name}.old-{stamp}")
+        os.rename(out, aside)
+        logger.warning("log.overwrite: the run that was in %s was moved to %s", out, aside)
+    accelerator.wait_for_everyone()
 
 
 def compute_advantages(storage, next_value: Optional[torch.Tensor], cfg: PPOConfig) -> None:
@@ -544,8 +602,11 @@ def run_training(cfg: RunConfig) -> Path:
     accelerator = build_accelerator(cfg)
     ckpt_root = out / CHECKPOINTS_SUBDIR
     resume_from = resolve_resume(cfg.log.resume, ckpt_root)
+    prepare_output_dir(cfg, resume_from, accelerator)
     run = _build_run(cfg, accelerator)
     start = _load_checkpoint(run, resume_from) if resume_from is not None else 0
+    if resume_from is not None:
+        logger.info("resumed from %s at iteration %d", resume_from, start)
     if accelerator.is_main_process:
         cfg.save(out / "config.yaml")
     log = RunLogger(cfg, out, is_main=accelerator.is_main_process, start_iteration=start, wandb_run_id=run.wandb_run_id)

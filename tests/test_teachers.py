@@ -444,3 +444,68 @@ def test_hf_teacher_oom_retry_labels_in_halves_like_batch_size_one(tmp_path, tin
 
     assert turns("retry") == turns("single")
     assert any(t[1] for _, ts in turns("retry") for t in ts)  # the replies compared are real text
+
+
+class EchoServer:
+    """Answers every POST with ``status`` and a body that echoes the request's Authorization header,
+    or with a redirect to ``location``: what a hostile or misconfigured server may do."""
+
+    def __init__(self, status: int = 500, location: str | None = None) -> None:
+        self.requests: list[dict] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                server.requests.append({"auth": self.headers.get("Authorization")})
+                if location is not None:
+                    self.send_response(302)
+                    self.send_header("Location", location)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                payload = f"error: bad header {self.headers.get('Authorization')}".encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_openai_teacher_never_follows_a_redirect_with_the_key(monkeypatch, caplog):
+    """A 302 to another port is refused: the second server sees no request, the key stays home, and
+    the turn is recorded as a failure that says to fix label.base_url."""
+    monkeypatch.setenv("VSI_TEST_KEY", SECRET)
+    with FakeServer(reply="x") as elsewhere, EchoServer(location=elsewhere.url + "/chat/completions") as redirecting:
+        with caplog.at_level(logging.WARNING):
+            (reply,) = _teacher(redirecting, retries=2).generate(_observations(1))
+    assert len(redirecting.requests) == 1 and elsewhere.requests == []
+    assert reply.text == "" and "redirects to http://127.0.0.1" in reply.error and "label.base_url" in reply.error
+    assert SECRET not in reply.error and SECRET not in caplog.text
+
+
+@pytest.mark.parametrize("status", [401, 500, 200])
+def test_openai_teacher_redacts_an_echoed_key_everywhere(monkeypatch, caplog, capsys, status):
+    """Error bodies that echo the Authorization header (a 4xx, a 5xx retried, a non-JSON 200) reach
+    neither the reply's error, nor the log, nor stdout/stderr."""
+    monkeypatch.setenv("VSI_TEST_KEY", SECRET)
+    with caplog.at_level(logging.DEBUG), EchoServer(status=status) as server:
+        (reply,) = _teacher(server, retries=1).generate(_observations(1))
+    assert all(r["auth"] == f"Bearer {SECRET}" for r in server.requests)  # the key did go to its own server
+    captured = capsys.readouterr()
+    assert reply.error and "***" in reply.error
+    assert SECRET not in reply.error and SECRET not in caplog.text and SECRET not in captured.out + captured.err
