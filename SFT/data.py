@@ -125,12 +125,27 @@ def build_sft_dataset(trajectories: str | os.PathLike, out_dir: str | os.PathLik
     """
     from a2c_ppo_acktr.labeling import read_episodes
 
+    from a2c_ppo_acktr.arguments import ConfigError
+
     trajectories = Path(trajectories)
     label_dir = trajectories.parent
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if not trajectories.is_file():
+        raise FileNotFoundError(
+            f"{trajectories} does not exist: label.out_dir={str(label_dir)!r} holds no labelled trajectories; "
+            "run vlm_traj_label.py into it first, or point --label.out_dir at the labeller's output"
+        )
     episodes = read_episodes(trajectories)
     kept = [e for e in episodes if e["score"] >= cfg.min_score]
+    # Refused before anything is written: an existing dataset in out_dir is never replaced by an empty one.
+    if not episodes:
+        raise ConfigError(f"{trajectories} holds no episode; label some with vlm_traj_label.py first (nothing was written to {out_dir})")
+    if not kept:
+        raise ConfigError(
+            f"none of the {len(episodes)} episodes in {trajectories} scores >= label.min_score={cfg.min_score}; "
+            f"lower label.min_score (nothing was written to {out_dir})"
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
     val_scenes = split_scenes([e["scene_id"] for e in kept], cfg.val_fraction, seed)
     splits: dict[str, list[dict]] = {TRAIN_FILE: [], VAL_FILE: []}
     unusable = 0
@@ -156,7 +171,9 @@ def build_sft_dataset(trajectories: str | os.PathLike, out_dir: str | os.PathLik
         "per_turn": cfg.per_turn,
         "history_turns": cfg.history_turns,
     }
-    (out_dir / "stats.json").write_text(json.dumps(stats, indent=2), encoding="utf-8")
+    tmp = out_dir / "stats.json.tmp"
+    tmp.write_text(json.dumps(stats, indent=2), encoding="utf-8")
+    os.replace(tmp, out_dir / "stats.json")
     return stats
 
 

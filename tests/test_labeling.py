@@ -214,3 +214,34 @@ def test_preprocess_one_sample_per_episode(tmp_path):
         assert [m["role"] for m in row["messages"]] == ["system"] + ["user", "assistant"] * len(turns)
         assert [m["content"][0]["text"] for m in row["messages"][2:-1:2]] == [t["executed"] for t in turns[:-1]]
         assert row["images"] and len(row["images"]) == sum(len(t["images"]) for t in turns)
+
+
+def test_preprocess_refuses_a_missing_or_empty_label_dir_and_keeps_the_dataset(tmp_path, capsys):
+    """The faults that emptied a built dataset: a label dir that does not exist, an empty
+    trajectories file, a min_score nothing reaches. Each ends in one line (exit 2) and the existing
+    train.jsonl is byte-identical after."""
+    import vlm_traj_preprocess
+
+    cfg = _cfg(tmp_path / "lab", num_episodes=3)
+    label_trajectories(cfg)
+    args = ["--preset", "debug", "--label.out_dir", str(tmp_path / "lab"), "--label.dataset_dir", str(tmp_path / "data")]
+    vlm_traj_preprocess.main(args)
+    before = (tmp_path / "data" / "train.jsonl").read_bytes()
+    assert before
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / TRAJECTORIES).write_text("")
+    (tmp_path / "low").mkdir()  # the same episodes, every one scored 0.2
+    (tmp_path / "low" / TRAJECTORIES).write_text(
+        "".join(json.dumps({**ep, "score": 0.2}) + "\n" for ep in read_episodes(tmp_path / "lab" / TRAJECTORIES))
+    )
+    from a2c_ppo_acktr.cli import run_main
+
+    for bad, message in (
+        (["--label.out_dir", str(tmp_path / "nope")], "holds no labelled trajectories"),
+        (["--label.out_dir", str(tmp_path / "empty")], "holds no episode"),
+        (["--label.out_dir", str(tmp_path / "low"), "--label.min_score", "0.5"], "lower label.min_score"),
+    ):
+        rc = run_main(lambda: vlm_traj_preprocess.main(args + bad), "vlm_traj_preprocess.py")
+        err = capsys.readouterr().err
+        assert rc == 2 and message in err and "Traceback" not in err, err
+        assert (tmp_path / "data" / "train.jsonl").read_bytes() == before
