@@ -471,7 +471,7 @@ class VLMPolicy(nn.Module):
         inputs = self._with_positions(inputs)
         head = self.base_model.get_output_embeddings()
         ref_final = None
-        ref_head = _reference_head(head) if reference == "base" else head
+        ref_head = _reference_head(head) if reference == "base" else self._ema_head(head) if reference == "ema" else head
         if with_kl:
             # Before the policy's forward: this no-grad pass's working set then never sits on top
             # of the activations the policy's forward keeps for backward.
@@ -513,7 +513,9 @@ class VLMPolicy(nn.Module):
                 raise ValueError("KL to the reference needs LoRA (model.use_lora=true): the reference is the adapter-disabled model")
             context = self.model.disable_adapter()
         elif reference == "ema":
-            context = self._ema_weights()
+            with torch.no_grad(), self._catch_lm_head_input(skip_logits=True) as ref_caught:
+                torch.func.functional_call(self.model, self._ema_params(), (), {**inputs, "use_cache": False, "logits_to_keep": R + 1}, strict=False)
+            return ref_caught[0][:, :R].clone()
         else:
             inputs = masked_images(inputs, noise=reference == "noised_images", seed=noise_seed)
         with torch.no_grad(), context, self._catch_lm_head_input(skip_logits=True) as ref_caught:
@@ -531,14 +533,10 @@ class VLMPolicy(nn.Module):
         """Start the EMA reference at the current weights (float32 copies on the model's device).
 
         Raises:
-            ValueError: without LoRA, or when the output layer itself is trained (its reference
-                copy would be the trained one when the KL is computed).
+            ValueError: without LoRA (the average would copy the whole model).
         """
         if not self.cfg.use_lora:
             raise ValueError("ppo.reference=ema averages the LoRA adapter: set model.use_lora=true")
-        head = self.base_model.get_output_embeddings()
-        if any(p.requires_grad for p in head.parameters()):
-            raise ValueError("ppo.reference=ema does not support a trained output layer (lm_head in model.lora_target_modules); use ppo.reference=base")
         self._ema = {n: p.detach().float().clone() for n, p in self._averaged_parameters()}
 
     @property
@@ -568,22 +566,30 @@ class VLMPolicy(nn.Module):
             )
         self._ema = {n: state[n].to(device=own[n].device, dtype=torch.float32).clone() for n in own}
 
-    @contextlib.contextmanager
-    def _ema_weights(self) -> Iterator[None]:
-        """The averaged weights in place of the trained ones for the block (no grad; swapped back after)."""
+    def _ema_params(self) -> dict[str, Tensor]:
+        """The averaged weights by name in ``self.model``, in each weight's dtype, for
+        ``torch.func.functional_call``: the reference forward reads them in place of the trained
+        ones without touching the trained tensors (no in-place swap that autograd would see)."""
         if not self.has_ema_reference:
             raise RuntimeError("the EMA reference was not initialised (ppo.reference=ema: call init_ema_reference)")
-        params = self._averaged_parameters()
-        saved = [p.detach().clone() for _, p in params]
-        with torch.no_grad():
-            for n, p in params:
-                p.copy_(self._ema[n].to(p.dtype))
-        try:
-            yield
-        finally:
+        own = dict(self._averaged_parameters())
+        return {n: t.to(own[n].dtype) for n, t in self._ema.items()}
+
+    def _ema_head(self, head: nn.Module) -> Any:
+        """The output layer as the EMA reference applies it: ``head`` itself when it has no trained
+        weights (the default targets), else a no-grad function of ``head`` with its averaged weights
+        (a LoRA'd ``lm_head``, as in cpu-demo)."""
+        prefix = next((name for name, m in self.model.named_modules() if m is head), None)
+        if prefix is None or not any(p.requires_grad for p in head.parameters()):
+            return head
+        params = {n[len(prefix) + 1:]: t for n, t in self._ema_params().items() if n.startswith(prefix + ".")}
+
+        def apply(x: Tensor) -> Tensor:
             with torch.no_grad():
-                for (_, p), keep in zip(params, saved):
-                    p.copy_(keep)
+                return torch.func.functional_call(head, params, (x,), strict=False)
+
+        apply.out_features = getattr(head, "out_features", None)  # type: ignore[attr-defined]
+        return apply
 
     @staticmethod
     def _unpadded(enc: dict[str, Tensor]) -> list[Tensor]:

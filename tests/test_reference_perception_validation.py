@@ -70,11 +70,19 @@ def _lora(policy):
     return [(n, p) for n, p in policy.model.named_parameters() if "lora_" in n]
 
 
-def test_ema_reference_kl_closed_forms(loaded, tiny_model_path):
+LM_HEAD_TARGETS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)|lm_head"
+
+
+@pytest.mark.parametrize("targets", ["default", "with_lm_head"])
+def test_ema_reference_kl_closed_forms(loaded, tiny_model_path, targets):
     """At initialisation the EMA reference is the policy (KL 0); the update is the closed-form
-    average; an EMA holding the adapter with lora_B = 0 is the base model (KL = the base reference's);
-    the swap leaves the trained weights bit-identical."""
-    policy = _policy(loaded, tiny_model_path)
+    average; an EMA holding the adapter with lora_B = 0 is the base model (KL and its gradient = the
+    base reference's, also with a LoRA'd lm_head as in cpu-demo: no gradient through the reference);
+    the trained weights are bit-identical after the reference forward."""
+    over = {} if targets == "default" else {"lora_target_modules": LM_HEAD_TARGETS}
+    policy = _policy(loaded, tiny_model_path, **over)
+    if targets == "with_lm_head":
+        assert any("lm_head" in n for n, _ in _lora(policy))
     st = _rollout(policy, seed=4)
     mb = next(st.minibatches(NUM_ENVS * NUM_STEPS, torch.Generator().manual_seed(0)))
     with torch.no_grad():
@@ -98,8 +106,12 @@ def test_ema_reference_kl_closed_forms(loaded, tiny_model_path):
     # an EMA equal to the base model (lora_B = 0) gives exactly the base reference's KL
     zeroed = {n: (torch.zeros_like(t) if "lora_B" in n else t) for n, t in state.items()}
     policy.load_ema_reference_state(zeroed)
-    torch.testing.assert_close(policy.evaluate_actions(mb, with_kl=True, reference="ema").kl,
-                               policy.evaluate_actions(mb, with_kl=True).kl, rtol=1e-4, atol=1e-6)
+    params = [p for _, p in _lora(policy)]
+    ema_kl = policy.evaluate_actions(mb, with_kl=True, reference="ema").kl
+    base_kl = policy.evaluate_actions(mb, with_kl=True).kl
+    torch.testing.assert_close(ema_kl, base_kl, rtol=1e-4, atol=1e-6)
+    for g_ema, g_base in zip(torch.autograd.grad(ema_kl.sum(), params), torch.autograd.grad(base_kl.sum(), params)):
+        torch.testing.assert_close(g_ema, g_base, rtol=1e-3, atol=1e-6)
     with pytest.raises(ValueError, match="saved EMA reference holds"):
         policy.load_ema_reference_state({k: v for k, v in list(zeroed.items())[1:]})
 
