@@ -16,7 +16,9 @@ interrupted bench continues where it stopped; ``--rerun`` trains everything agai
 Tasks (:data:`TASKS`) and their targets:
   one_scene    room size in one scene: last-10 score >= 0.95 (memorise one answer)
   room_size    room size over 32 scenes: last-10 score >= the best constant answer's score
-  object_size  object size: last-10 score's 95% CI over seeds above the best constant answer's score
+  object_size  object size: last-10 score's 95% CI over seeds above the best constant answer's score;
+               also each run's last checkpoint answers the held-out questions greedily, against the
+               best constant scored on the same questions (``Greedy held-out`` lines)
   mix          all 10 types: PPO minus SFT Overall on held-out questions (eval_vsi.py's seeded set,
                paired by question) above 0
 The best constant answer is found on the training distribution (the same scenes, the env's own
@@ -488,6 +490,50 @@ def evaluate_held_out(args: argparse.Namespace, results: list[RunResult]) -> dic
     return {"sft": str(sft_dir / "report.json"), "diffs": diffs}
 
 
+def evaluate_greedy(args: argparse.Namespace, results: list[RunResult], best: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """``beat_best_constant`` tasks: each finished run's last checkpoint answers the task's held-out
+    questions (eval_vsi.py's seeded set, greedy), and the best constant answer (found on the training
+    distribution) is scored on the very same questions. Sampled rollout scores pay for exploration; a
+    constant answer does not: this is the like-for-like comparison.
+
+    Returns:
+        One line per (task, estimator, lr): ``{"task", "estimator", "lr", "scores", "ci", "constant", "met", "text"}``.
+    """
+    from a2c_ppo_acktr import reports
+    from a2c_ppo_acktr.scoring import score_prediction
+
+    runs = [r for r in results if TASKS[r.spec.task].target == "beat_best_constant" and r.status == "ok"]
+    jobs = []
+    for r in runs:
+        ckpt = latest_checkpoint(r.spec.directory(args.out) / "checkpoints")
+        if ckpt is None:
+            raise FileNotFoundError(f"{r.spec.directory(args.out)} finished without a checkpoint; see its bench.log")
+        d = r.spec.directory(args.out) / "eval_greedy"
+        jobs.append((d, eval_argv(args, TASKS[r.spec.task], ["--checkpoint", str(ckpt)], f"{r.spec.estimator}-{r.spec.lr_label}-seed{r.spec.seed}", d)))
+    markers = run_all(jobs, args.jobs, args.rerun, lambda d: (d / "report.json").is_file())
+    failed = [str(d) for d, m in markers.items() if m["returncode"] != 0]
+    if failed:
+        raise RuntimeError(f"greedy held-out evaluation failed in {failed}; see bench.log there")
+    groups: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+    for r, (d, _) in zip(runs, jobs):
+        report = reports.load_report(d)
+        recs = report["records"]
+        answer = best.get(r.spec.task, {}).get("answer")
+        const = float(np.mean([score_prediction(x["question_type"], f"{answer:.6g}", x["ground_truth"]) for x in recs])) if answer is not None else float("nan")
+        groups.setdefault((r.spec.task, r.spec.estimator, r.spec.lr_label), []).append((float(report["overall"]) / 100.0, const))
+    out = []
+    for (task, estimator, lr), pairs in groups.items():
+        scores = [p[0] for p in pairs]
+        const = pairs[0][1]
+        mean, half, n = _ci(scores)
+        met = "n/a (needs 2+ seeds)" if n < 2 or not math.isfinite(const) else ("yes" if mean - half > const else "no")
+        text = (f"{task} {estimator} {lr}: greedy held-out {_fmt_ci((mean, half, n))} over {n} seed(s) "
+                f"(per seed {', '.join(f'{v:.3f}' for v in scores)}) vs the best constant "
+                f"{best.get(task, {}).get('answer')} scoring {const:.3f} on the same {args.eval_episodes} questions: CI above it: {met}")
+        out.append({"task": task, "estimator": estimator, "lr": lr, "scores": scores, "ci": (mean, half, n), "constant": const, "met": met, "text": text})
+    return out
+
+
 def plot_curves(results: Sequence[RunResult], tasks: Sequence[str], estimators: Sequence[str], path: Path,
                 levels: dict[str, float]) -> Path:
     """Training score per iteration: one panel per task; per estimator the mean over seeds, CI shaded, controls dashed."""
@@ -628,6 +674,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     best = find_best_constants(args)
     results = train_all(args)
     held = evaluate_held_out(args, results)
+    greedy = evaluate_greedy(args, results, best)
     groups = summarize(results)
     targets, held_rows = all_targets(groups, best, held)
 
@@ -636,6 +683,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         f"# Learning benchmark ({args.iterations} iterations, seeds 1..{args.seeds}, preset {PRESET})",
         "",
         table_markdown(groups, targets),
+        "",
+        *[f"Greedy held-out: {g['text']}" for g in greedy],
         "",
         "Best constant answers: " + (", ".join(f"{k}: {v['score']:.3f} (answer {v['answer']}, {v['source']})" for k, v in best.items()) or "n/a"),
         f"Machine: {machine}",
@@ -656,6 +705,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         "machine": machine,
         "best_constant": best,
         "groups": groups,
+        "greedy_held_out": greedy,
         "targets": {"/".join(k): list(v) for k, v in targets.items()},
         "held_out": {"sft_report": held["sft"], "per_seed": {"/".join(k): v for k, v in held["diffs"].items()},
                      "summary": {"/".join(k): v for k, v in held_rows.items()}},

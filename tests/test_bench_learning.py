@@ -146,3 +146,29 @@ def test_curves_png(bl, tmp_path):
     path = bl.plot_curves(results, ["one_scene", "mix"], ["gae", "rloo"], tmp_path / "c.png", {"one_scene": 0.95})
     with Image.open(path) as im:
         assert im.format == "PNG" and im.size == (1200, 400)
+
+
+def test_greedy_held_out_scores_the_constant_on_the_same_questions(bl, tmp_path, monkeypatch):
+    """Per seed the eval report's overall (points -> fraction); the best constant answer scored by hand
+    on the report's own ground truths (MRA of 100 vs 100 = 1, vs 200 = 0.5 at thresholds .50-.95)."""
+    from a2c_ppo_acktr.scoring import score_prediction
+
+    args = bl.parse_args(["--tasks", "object_size", "--estimators", "gae", "--seeds", "2", "--out", str(tmp_path),
+                          "--sft-adapter", str(tmp_path), "--model-path", str(tmp_path)])
+    results = [bl.RunResult(bl.RunSpec("object_size", "gae", s, False), "ok") for s in (1, 2)]
+    records = [{"question_type": "object_size_estimation", "ground_truth": g} for g in ("100", "200")]
+    for r, overall in zip(results, (40.0, 50.0)):
+        d = r.spec.directory(tmp_path)
+        (d / "checkpoints" / "checkpoint-000002").mkdir(parents=True)
+        (d / "checkpoints" / "checkpoint-000002" / "COMPLETE").write_text("{}")
+        (d / "eval_greedy").mkdir()
+        (d / "eval_greedy" / "report.json").write_text(json.dumps({"overall": overall, "table": [], "records": records}))
+    calls = []
+    monkeypatch.setattr(bl, "run_all", lambda jobs, *a, **k: calls.append(jobs) or {d: {"returncode": 0} for d, _ in jobs})
+    (line,) = bl.evaluate_greedy(args, results, {"object_size": {"answer": 100.0, "score": 0.7}})
+    assert len(calls[0]) == 2 and all("--checkpoint" in argv for _, argv in calls[0])
+    const = (score_prediction("object_size_estimation", "100", "100") + score_prediction("object_size_estimation", "100", "200")) / 2
+    assert line["constant"] == pytest.approx(const) and line["scores"] == [0.4, 0.5]
+    mean, half = stats.mean_ci([0.4, 0.5])
+    assert line["ci"][:2] == pytest.approx((mean, half))
+    assert line["met"] == ("yes" if mean - half > const else "no") and "vs the best constant 100.0" in line["text"]
