@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 import json
+import logging
 import os
 import pickle
 import random
@@ -26,6 +28,8 @@ from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 import torch
+
+logger = logging.getLogger(__name__)
 
 COMPLETE_MARKER = "COMPLETE"
 CHECKPOINT_PREFIX = "checkpoint-"
@@ -75,6 +79,17 @@ def latest_checkpoint(root: str | os.PathLike) -> Optional[Path]:
     return found[-1] if found else None
 
 
+def latest_intact_checkpoint(root: str | os.PathLike) -> Optional[Path]:
+    """The newest complete checkpoint under ``root`` whose files match their checksums, or None; each
+    newer one that does not is skipped with a warning naming the bad file."""
+    for path in reversed(list_checkpoints(root)):
+        problem = verify_checkpoint(path)
+        if problem is None:
+            return path
+        logger.warning("checkpoint %s is damaged (%s); falling back to an earlier one", path, problem)
+    return None
+
+
 def resolve_resume(resume: Optional[str], checkpoints_root: str | os.PathLike) -> Optional[Path]:
     """Turn ``log.resume`` into the checkpoint directory to load (or None to start fresh).
 
@@ -89,7 +104,13 @@ def resolve_resume(resume: Optional[str], checkpoints_root: str | os.PathLike) -
     if resume is None:
         return None
     if resume == "auto":
-        return latest_checkpoint(checkpoints_root)
+        found = latest_intact_checkpoint(checkpoints_root)
+        if found is None and list_checkpoints(checkpoints_root):
+            raise CheckpointError(
+                f"every checkpoint under {checkpoints_root} is damaged (see the warnings above); restore one from a backup, "
+                "or start afresh with --log.overwrite true"
+            )
+        return found
     path = Path(resume)
     if not path.is_dir():
         raise CheckpointError(f"log.resume={resume!r}: no such checkpoint directory; use --resume auto or a path under {checkpoints_root}")
@@ -98,6 +119,9 @@ def resolve_resume(resume: Optional[str], checkpoints_root: str | os.PathLike) -
             f"log.resume={resume!r} has no {COMPLETE_MARKER} marker: its write was interrupted. "
             f"Resume from an earlier checkpoint ({[p.name for p in list_checkpoints(path.parent)]}) or use --resume auto"
         )
+    problem = verify_checkpoint(path)
+    if problem is not None:
+        raise CheckpointError(f"log.resume={resume!r} is damaged: {problem}; resume from an earlier checkpoint or use --resume auto")
     return path
 
 
@@ -119,6 +143,42 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def file_checksums(root: Path) -> dict[str, str]:
+    """``{relative path: "sha256:<hex>"}`` of every file under ``root`` (the marker itself excluded)."""
+    out = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.name != COMPLETE_MARKER):
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        out[path.relative_to(root).as_posix()] = "sha256:" + digest.hexdigest()
+    return out
+
+
+def verify_checkpoint(path: str | os.PathLike) -> Optional[str]:
+    """What is wrong with complete checkpoint ``path`` (a missing, changed or unreadable file), or
+    None when every file matches the checksum its marker recorded. Markers written before checksums
+    existed record none: such a checkpoint is accepted unverified."""
+    path = Path(path)
+    try:
+        marker = json.loads((path / COMPLETE_MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        return f"{COMPLETE_MARKER} is unreadable ({e})"
+    expected = marker.get("files") if isinstance(marker, dict) else None
+    if not isinstance(expected, dict):
+        return None
+    try:
+        actual = file_checksums(path)
+    except OSError as e:
+        return f"a file cannot be read ({e})"
+    for name, checksum in sorted(expected.items()):
+        if name not in actual:
+            return f"{name} is missing"
+        if actual[name] != checksum:
+            return f"{name} does not match its checksum (truncated or changed since it was written)"
+    return None
 
 
 def publish_dir(tmp: Path, target: Path) -> None:
@@ -182,15 +242,24 @@ class CheckpointManager:
             tmp.mkdir()
         self.barrier()
         try:
-            writer(tmp)
-        finally:
-            # Every process must reach the barrier even when one writer fails, or the others hang.
-            self.barrier()
-        if self.is_main:
-            marker = {"iteration": iteration, **dict(meta or {})}
-            (tmp / COMPLETE_MARKER).write_text(json.dumps(marker, indent=1, sort_keys=True), encoding="utf-8")
-            publish_dir(tmp, target)  # a re-save of the same iteration (final save after a periodic one) replaces it
-            self._prune()
+            try:
+                writer(tmp)
+            finally:
+                # Every process must reach the barrier even when one writer fails, or the others hang.
+                self.barrier()
+            if self.is_main:
+                marker = {"iteration": iteration, **dict(meta or {}), "files": file_checksums(tmp)}
+                (tmp / COMPLETE_MARKER).write_text(json.dumps(marker, indent=1, sort_keys=True), encoding="utf-8")
+                publish_dir(tmp, target)  # a re-save of the same iteration (final save after a periodic one) replaces it
+                self._prune()
+        except OSError as e:  # a full disk, a read-only or vanished directory: one line, no debris
+            if self.is_main:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise CheckpointError(
+                f"writing checkpoint {target.name} into {self.root} failed: {e.strerror or e} "
+                f"({type(e).__name__}{', errno ' + str(e.errno) if e.errno else ''}); free space or fix the directory's "
+                "permissions, then continue with --resume auto (the earlier checkpoints are intact)"
+            ) from e
         self.barrier()
         return target
 

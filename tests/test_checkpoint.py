@@ -222,9 +222,11 @@ def test_marker_is_one_key_per_line_and_independent_of_meta_order(tmp_path):
     b = CheckpointManager(tmp_path / "b", keep=1).save(4, _writer({}), meta={"alpha": [2, 3], "zeta": 1})
     text = (a / COMPLETE_MARKER).read_text(encoding="utf-8")
     assert text == (b / COMPLETE_MARKER).read_bytes().decode("utf-8")
-    keys = [line.split(":")[0].strip() for line in text.splitlines() if ":" in line]
-    assert keys == ['"alpha"', '"iteration"', '"zeta"']
-    assert json.loads(text) == {"alpha": [2, 3], "iteration": 4, "zeta": 1}
+    data = json.loads(text)
+    files = data.pop("files")  # the checksum of every file the writer made
+    assert data == {"alpha": [2, 3], "iteration": 4, "zeta": 1} and files and all(v.startswith("sha256:") for v in files.values())
+    top = [line.split(":")[0].strip() for line in text.splitlines() if line.startswith(' "')]
+    assert top == ['"alpha"', '"files"', '"iteration"', '"zeta"']
 
 
 def test_every_published_file_and_directory_is_fsynced(tmp_path, monkeypatch):

@@ -1,6 +1,8 @@
 """Nothing a user made is deleted or overwritten by surprise: a fresh start in a used run directory
 is refused (or, with log.overwrite, moves the old run aside), and resuming from an older checkpoint
 sets the newer ones aside instead of letting pruning or --resume auto mix the two runs."""
+import json
+
 import pytest
 import torch
 
@@ -68,6 +70,11 @@ def test_a_planted_rank_state_file_runs_nothing(tmp_path):
     (last / "rank000.pkl").write_bytes(pickle.dumps({"rng": _Exploit(marker)}))
     with pytest.raises(CheckpointError, match=r"rank000.pkl.*refusing to load posix.system"):
         load_pickle(last / "rank000.pkl")
+    # A shared checkpoint comes with checksums that match its (crafted) files: the unpickler must hold.
+    from a2c_ppo_acktr.checkpoint import COMPLETE_MARKER, file_checksums
+
+    meta = json.loads((last / COMPLETE_MARKER).read_text())
+    (last / COMPLETE_MARKER).write_text(json.dumps({**meta, "files": file_checksums(last)}))
     with pytest.raises(CheckpointError, match="refusing to load"):
         run_training(_cfg(out, **{"log.resume": "auto", "ppo.num_iterations": "3"}))
     assert not marker.exists()
@@ -78,3 +85,66 @@ def test_a_planted_rank_state_file_runs_nothing(tmp_path):
     (last / "rank000.pkl").write_bytes(b"\x80\x05garbage")
     with pytest.raises(CheckpointError, match="corrupt|refusing"):
         load_pickle(last / "rank000.pkl")
+
+
+# ------------------------------------------------------------------------ checkpoints you can trust
+def _damage(path, how):
+    data = path.read_bytes()
+    if how == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "bit-flipped":
+        i = len(data) // 2
+        path.write_bytes(data[:i] + bytes([data[i] ^ 0x10]) + data[i + 1:])
+    else:
+        path.unlink()
+
+
+@pytest.mark.parametrize("how", ["truncated", "bit-flipped", "missing"])
+@pytest.mark.parametrize("name", ["trainable.pt", "optimizer.pt", "rank000.pkl", "trainer_state.json", "policy/adapter_model.safetensors"])
+def test_resume_auto_skips_a_damaged_checkpoint_naming_the_file(tmp_path, caplog, name, how):
+    from a2c_ppo_acktr.checkpoint import resolve_resume, verify_checkpoint
+    from a2c_ppo_acktr.evaluation import load_checkpoint_into
+
+    root = tmp_path / "checkpoints"
+    from a2c_ppo_acktr.checkpoint import CheckpointManager
+
+    manager = CheckpointManager(root, keep=3)
+    for it in (1, 2):
+        def write(tmp, it=it):
+            (tmp / "policy").mkdir()
+            for n in ("trainable.pt", "optimizer.pt", "rank000.pkl", "trainer_state.json", "policy/adapter_model.safetensors"):
+                (tmp / n).write_bytes(bytes(range(256)) * 4 + str(it).encode())
+        manager.save(it, write)
+    last = root / "checkpoint-000002"
+    assert verify_checkpoint(last) is None
+    _damage(last / name, how)
+    problem = verify_checkpoint(last)
+    assert problem is not None and name in problem
+    with caplog.at_level("WARNING"):
+        assert resolve_resume("auto", root) == root / "checkpoint-000001"
+    assert f"checkpoint {last} is damaged ({name}" in caplog.text
+    with pytest.raises(CheckpointError, match=f"is damaged: {name}"):
+        resolve_resume(str(last), root)
+    with pytest.raises(CheckpointError, match=f"is damaged: {name}"):
+        load_checkpoint_into(None, last)  # eval_vsi.py --checkpoint checks before loading anything
+
+
+def test_every_checkpoint_damaged_and_a_full_disk_give_one_line(tmp_path, monkeypatch):
+    import errno
+
+    from a2c_ppo_acktr.checkpoint import CheckpointManager, resolve_resume
+
+    root = tmp_path / "checkpoints"
+    manager = CheckpointManager(root, keep=2)
+    manager.save(1, lambda tmp: (tmp / "a.bin").write_bytes(b"x" * 100))
+    _damage(root / "checkpoint-000001" / "a.bin", "bit-flipped")
+    with pytest.raises(CheckpointError, match="every checkpoint under .* is damaged"):
+        resolve_resume("auto", root)
+
+    def full_disk(tmp):
+        (tmp / "half.bin").write_bytes(b"x")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(CheckpointError, match=r"writing checkpoint checkpoint-000002 .* failed: No space left on device .*--resume auto"):
+        manager.save(2, full_disk)
+    assert sorted(p.name for p in root.iterdir()) == ["checkpoint-000001"]  # no .tmp-* left behind
