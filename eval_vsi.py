@@ -27,7 +27,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from a2c_ppo_acktr.cli import config_parser
+from a2c_ppo_acktr.cli import check_flag_typos, config_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,6 +63,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    check_flag_typos(parser, extra)
     if args.paired and not args.compare:
         parser.error("--paired compares rows of a comparison: pass the reports with --compare too")
     run_cli(args, list(extra))

@@ -17,12 +17,13 @@ from typing import Optional, Sequence
 def parse_config(argv: Optional[Sequence[str]] = None):
     """``RunConfig`` from the command line (``--sft-adapter``/``--resume`` map to config fields)."""
     from a2c_ppo_acktr.arguments import config_from_args
-    from a2c_ppo_acktr.cli import config_parser
+    from a2c_ppo_acktr.cli import check_flag_typos, config_parser
 
     parser = config_parser(__doc__)
     parser.add_argument("--sft-adapter", default=None, help="LoRA adapter from train_sft.py to start from (model.sft_adapter)")
     parser.add_argument("--resume", default=None, help="'auto' (latest complete checkpoint in the output dir) or a checkpoint directory (log.resume)")
     args, extra = parser.parse_known_args(argv)
+    check_flag_typos(parser, extra)
     extra = list(extra)
     if args.sft_adapter is not None:
         extra += ["--model.sft_adapter", args.sft_adapter]

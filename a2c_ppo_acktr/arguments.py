@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -92,6 +94,7 @@ class EnvConfig:
         _check(self.scene_cache_size >= 1, f"env.scene_cache_size={self.scene_cache_size} must be >= 1")
         _check(0 < self.agent_radius < 1.0, f"env.agent_radius={self.agent_radius} must be in (0, 1) meters")
         _check(0 < self.max_forward <= 10.0, f"env.max_forward={self.max_forward} must be in (0, 10] meters")
+        _check(0 < self.eye_height <= 3.0, f"env.eye_height={self.eye_height} must be in (0, 3] meters (a person's eye is ~1.5)")
         _check(
             0 < self.procedural_min_room <= self.procedural_max_room,
             f"env.procedural_min_room={self.procedural_min_room} must be > 0 and <= env.procedural_max_room={self.procedural_max_room}",
@@ -175,6 +178,15 @@ class ModelConfig:
         _check(self.top_k >= 0, f"model.top_k={self.top_k} must be >= 0 (0 = off)")
         _check(0.0 < self.top_p <= 1.0, f"model.top_p={self.top_p} must be in (0, 1] (1 = off)")
         _check(self.value_head_hidden >= 1, f"model.value_head_hidden={self.value_head_hidden} must be >= 1")
+        for name in ("min_pixels", "max_pixels"):
+            value = getattr(self, name)
+            _check(value is None or value >= 1, f"model.{name}={value} must be >= 1 pixel (or null for the model's own budget)")
+        if self.min_pixels is not None and self.max_pixels is not None:
+            _check(self.min_pixels <= self.max_pixels, f"model.min_pixels={self.min_pixels} must be <= model.max_pixels={self.max_pixels}")
+        try:
+            re.compile(self.lora_target_modules)
+        except re.error as e:
+            raise ConfigError(f"model.lora_target_modules={self.lora_target_modules!r} is not a valid regular expression: {e}") from e
         _check(self.temp_head_hidden >= 1, f"model.temp_head_hidden={self.temp_head_hidden} must be >= 1")
         if self.attn_implementation == "flash_attention_2":
             _check(self.dtype != "float32", "model.attn_implementation=flash_attention_2 needs model.dtype bfloat16 or float16")
@@ -287,6 +299,11 @@ class PPOConfig:
         _check(self.mini_batch_size >= 1, f"ppo.mini_batch_size={self.mini_batch_size} must be >= 1")
         _check(self.grad_accum_steps >= 1, f"ppo.grad_accum_steps={self.grad_accum_steps} must be >= 1")
         _check(self.lr > 0, f"ppo.lr={self.lr} must be > 0")
+        _check(self.head_lr is None or self.head_lr > 0, f"ppo.head_lr={self.head_lr} must be > 0 (or null for ppo.lr)")
+        _check(self.warmup_iterations >= 0, f"ppo.warmup_iterations={self.warmup_iterations} must be >= 0")
+        _check(self.weight_decay >= 0, f"ppo.weight_decay={self.weight_decay} must be >= 0")
+        _check(self.adam_eps > 0, f"ppo.adam_eps={self.adam_eps} must be > 0 (e.g. 1e-8)")
+        _check(self.target_kl is None or self.target_kl > 0, f"ppo.target_kl={self.target_kl} must be > 0 (or null: no early stop)")
         _choice("ppo.lr_schedule", self.lr_schedule, ["cosine", "constant"])
         _check(0 <= self.min_lr_ratio <= 1, f"ppo.min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
         _check(self.clip_coef > 0, f"ppo.clip_coef={self.clip_coef} must be > 0")
@@ -475,6 +492,7 @@ class LogConfig:
     val_seed: int = 900_000
 
     def __post_init__(self) -> None:
+        _check(self.output_dir.strip() != "", "log.output_dir is empty; name the run's directory (e.g. outputs/run)")
         _check(self.val_interval >= 0, f"log.val_interval={self.val_interval} must be >= 0 (0 = no validation)")
         _check(self.val_episodes >= 1, f"log.val_episodes={self.val_episodes} must be >= 1")
         _check(
@@ -614,12 +632,35 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist; presets live in {CONFIG_DIR} ({', '.join(list_presets())})")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {str(path)!r} is not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8") from e
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"config file {str(path)!r} is not valid YAML: {e}") from e
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(path)!r} must hold a mapping of sections, got {type(data).__name__}")
     return data
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml's SafeLoader refusing a key repeated in one mapping (plain YAML silently keeps the last)."""
+
+
+def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, Any] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping", node.start_mark, f"found the key {key!r} twice (keep one)", key_node.start_mark
+            )
+        seen[key] = True
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
 
 
 def list_presets() -> list[str]:
@@ -659,6 +700,10 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
         raise ConfigError(f"bad config section {prefix!r}: {e}") from e
 
 
+# Numbers YAML 1.1 reads but nobody means on a command line: 0x10 (16), 0o7, 0b1, 1_0 (10).
+_NON_DECIMAL = re.compile(r"\s*[-+]?(0[xXoObB][0-9a-fA-F_]*|[0-9.]*_[0-9._eE+-]*)\s*")
+
+
 def _coerce(value: Any, tp: Any, name: str) -> Any:
     """Check/convert ``value`` to type ``tp``; strings (from the CLI) are parsed as YAML scalars."""
     origin = typing.get_origin(tp)
@@ -685,6 +730,8 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
             raise ConfigError(f"{name} must be a list, got {value!r} ({type(value).__name__})")
         return [_coerce(v, item_tp, f"{name}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, str) and tp is not str:
+        if tp in (int, float) and _NON_DECIMAL.fullmatch(value):
+            raise ConfigError(f"{name}={value!r}: write a plain decimal number (no 0x/0o/0b prefixes or _ separators)")
         try:
             value = yaml.safe_load(value)
         except yaml.YAMLError:
@@ -708,6 +755,8 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
                 pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
+        if not math.isfinite(value):
+            raise ConfigError(f"{name} must be a finite number, got {value!r}")
         return float(value)
     if tp is str:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -757,6 +806,8 @@ def parse_overrides(tokens: Sequence[str]) -> dict[str, Any]:
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in over.items():
+        if v is None and isinstance(out.get(k), dict):
+            continue  # an empty section (``ppo:``) adds nothing; it does not reset the preset's section
         if isinstance(v, dict) and isinstance(out.get(k), dict):
             out[k] = _merge(out[k], v)
         else:

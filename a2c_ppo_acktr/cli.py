@@ -5,6 +5,7 @@ instead of a traceback. ``VSI_DEBUG=1`` shows the traceback as well.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
@@ -13,6 +14,7 @@ from typing import Callable, Optional, Sequence
 from a2c_ppo_acktr.arguments import ConfigError, RunConfig, add_config_args, config_from_args
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+_ROOT_KEYS = frozenset(f.name for f in dataclasses.fields(RunConfig))
 
 
 def config_parser(description: Optional[str]) -> argparse.ArgumentParser:
@@ -30,7 +32,25 @@ def parse_run_config(
     """Parse ``argv`` into the resolved :class:`RunConfig` and the script's own arguments."""
     parser = parser or config_parser(description)
     args, extra = parser.parse_known_args(argv)
+    check_flag_typos(parser, extra)
     return config_from_args(args, list(extra)), args
+
+
+def check_flag_typos(parser: argparse.ArgumentParser, extra: Sequence[str]) -> None:
+    """A left-over ``--flag`` without a section (``--resum``) is a mistyped script flag, not a config
+    key: exit 2 naming the closest flag the script has."""
+    import difflib
+
+    flags = [s for a in parser._actions for s in a.option_strings if s.startswith("--")]
+    for token in extra:
+        if not token.startswith("--"):
+            continue
+        key = token[2:].split("=", 1)[0]
+        if "." in key or key.replace("-", "_") in _ROOT_KEYS:
+            continue  # --section.key or --seed: a config override (checked against the config's keys)
+        close = difflib.get_close_matches(token.split("=", 1)[0], flags, n=1)
+        hint = f"; did you mean {close[0]}?" if close else f"; this script's flags: {', '.join(sorted(flags))}"
+        parser.error(f"unrecognized argument {token}{hint} (config keys are written --section.key VALUE)")
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
