@@ -27,7 +27,7 @@ from typing import Any, Iterator, Optional, Sequence
 import numpy as np
 
 from a2c_ppo_acktr.arguments import LabelConfig
-from a2c_ppo_acktr.jsonl import iter_jsonl
+from a2c_ppo_acktr.jsonl import JsonlError, iter_jsonl
 from a2c_ppo_acktr.prompts import Invalid, assistant_message, build_messages, parse_action, render_prompt
 
 logger = logging.getLogger(__name__)
@@ -214,6 +214,16 @@ def resolve_data_files(data_path: str | os.PathLike) -> tuple[Path, Optional[Pat
     return p, None
 
 
+def count_image_placeholders(messages: Sequence[Any]) -> Optional[int]:
+    """``{"type": "image"}`` parts over all messages, or None when a message is malformed."""
+    n = 0
+    for m in messages:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), list):
+            return None
+        n += sum(1 for part in m["content"] if isinstance(part, dict) and part.get("type") == "image")
+    return n
+
+
 class SFTDataset:
     """Rows of an SFT JSONL file; images are checked up front and decoded lazily.
 
@@ -229,7 +239,18 @@ class SFTDataset:
         for lineno, row in iter_jsonl(self.path, fix="rebuild the dataset with vlm_traj_preprocess.py"):
             messages = row.get("messages")
             if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict) or messages[-1].get("role") != "assistant":
-                raise ValueError(f"{self.path}:{lineno} needs 'messages' ending with an assistant message")
+                raise JsonlError(f"{self.path}:{lineno} needs 'messages' ending with an assistant message; rebuild the dataset with vlm_traj_preprocess.py")
+            images = row.get("images", [])
+            if not isinstance(images, list) or not all(isinstance(p, str) for p in images):
+                raise JsonlError(f"{self.path}:{lineno}: 'images' must be a list of paths, got {images!r}")
+            placeholders = count_image_placeholders(messages)
+            if placeholders is None:
+                raise JsonlError(f"{self.path}:{lineno}: every message needs a 'role' and a 'content' list of parts")
+            if placeholders != len(images):
+                raise JsonlError(
+                    f"{self.path}:{lineno} has {len(images)} image(s) for {placeholders} image placeholder(s) in its messages; "
+                    "each {\"type\": \"image\"} part takes the next path of 'images' (rebuild the row or the dataset)"
+                )
             problems = [(p, why) for p in row.get("images", []) if (why := _image_problem(self.root / p))]
             if problems:
                 where = ", ".join(f"{self.root / p} ({why})" for p, why in problems)

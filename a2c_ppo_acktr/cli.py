@@ -58,9 +58,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from a2c_ppo_acktr.checkpoint import CheckpointError
     from a2c_ppo_acktr.envs.real_scans import SceneLoadError
     from a2c_ppo_acktr.envs.vsibench import VSIBenchRowError
+    from a2c_ppo_acktr.jsonl import JsonlError
     from a2c_ppo_acktr.loading import ModelLoadError
 
-    return (ConfigError, ModelLoadError, SceneLoadError, VSIBenchRowError, CheckpointError, FileNotFoundError)
+    return (ConfigError, ModelLoadError, SceneLoadError, VSIBenchRowError, CheckpointError, FileNotFoundError, JsonlError)
 
 
 def run_main(main: Callable[[], object], prog: str) -> int:

@@ -156,6 +156,26 @@ def test_missing_and_corrupt_images_are_skipped_or_fail(tmp_path, caplog):
         SFTDataset(path, strict_images=True)
 
 
+def test_rows_whose_images_do_not_match_their_placeholders_fail_at_load_naming_the_line(tmp_path):
+    """2 images for 5 placeholders used to crash inside the processor mid-training; now the dataset
+    refuses the row when it loads, naming file:line (a JsonlError: one line from the entry scripts)."""
+    from a2c_ppo_acktr.jsonl import JsonlError
+
+    rng = np.random.default_rng(6)
+    resp = format_response("x", Answer("1"))
+    path = _write_rows(tmp_path, [(_obs(rng, 1), resp), (_obs(rng, 5), resp)])
+    lines = path.read_text().splitlines()
+    row = json.loads(lines[1])
+    row["images"] = row["images"][:2]
+    path.write_text(lines[0] + "\n" + json.dumps(row) + "\n")
+    with pytest.raises(JsonlError, match=r"train.jsonl:2 has 2 image\(s\) for 5 image placeholder\(s\)"):
+        SFTDataset(path)
+    row["messages"][1]["content"] = "a string, not parts"
+    path.write_text(lines[0] + "\n" + json.dumps(row) + "\n")
+    with pytest.raises(JsonlError, match="train.jsonl:2: every message needs"):
+        SFTDataset(path)
+
+
 def test_prompt_longer_than_max_length_raises(loaded):
     rng = np.random.default_rng(5)
     obs = _obs(rng, 1)
