@@ -21,6 +21,7 @@ so they work headless and leave the caller's matplotlib state alone.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import textwrap
@@ -31,6 +32,9 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from a2c_ppo_acktr import scoring, stats
+from a2c_ppo_acktr.jsonl import JsonlError
+
+logger = logging.getLogger(__name__)
 from a2c_ppo_acktr.logger import read_metrics
 
 # Short column labels of the benchmark's table, keyed by scoring's task names, in table order.
@@ -228,9 +232,12 @@ def score_file(path: str | os.PathLike, *, name: Optional[str] = None) -> dict[s
         The report dict (``overall``, ``per_type``, ``per_task``, ``counts``, ``table``, ``malformed``,
         ``records``).
 
+    Ids (``id``) seen on more than one line are scored each time, warned about and listed under
+    ``duplicate_ids``. The file must be UTF-8 (a byte-order mark is accepted).
+
     Raises:
         FileNotFoundError: If ``path`` does not exist.
-        ValueError: If no line could be attributed to a question type.
+        JsonlError: The file is not UTF-8, or no line could be attributed to a question type.
     """
     path = Path(path)
     if not path.is_file():
@@ -239,20 +246,29 @@ def score_file(path: str | os.PathLike, *, name: Optional[str] = None) -> dict[s
     records: list[dict[str, Any]] = []
     bad: list[dict[str, Any]] = []
     unknown_type = 0
-    with path.open(encoding="utf-8") as f:
-        for lineno, raw in enumerate(f, start=1):
-            if not raw.strip():
-                continue
-            qtype, score, error, fields = _score_line(raw)
-            if error is not None:
-                bad.append({"line": lineno, "error": error})
-            if qtype is None:
-                unknown_type += 1
-                continue
-            scored.append((qtype, score))
-            records.append({"line": lineno, **fields, "question_type": qtype, "score": score, "error": error})
+    try:
+        # A leading UTF-8 BOM is dropped, not read as part of line 1; lines split on \n only (a JSON
+        # string may hold U+2028, which str.splitlines would cut).
+        lines = path.read_text(encoding="utf-8-sig").split("\n")
+    except UnicodeDecodeError as e:
+        lineno = path.read_bytes()[: e.start].count(b"\n") + 1
+        raise JsonlError(f"score file {str(path)!r} is not UTF-8 (line {lineno}: {e.reason}); save it as UTF-8") from e
+    seen_ids: dict[str, list[int]] = {}
+    for lineno, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        qtype, score, error, fields = _score_line(raw)
+        if fields.get("id") is not None:
+            seen_ids.setdefault(str(fields["id"]), []).append(lineno)
+        if error is not None:
+            bad.append({"line": lineno, "error": error})
+        if qtype is None:
+            unknown_type += 1
+            continue
+        scored.append((qtype, score))
+        records.append({"line": lineno, **fields, "question_type": qtype, "score": score, "error": error})
     if not scored:
-        raise ValueError(
+        raise JsonlError(
             f"no line of {str(path)!r} could be scored ({unknown_type} malformed; first: {bad[0] if bad else 'file is empty'}); "
             "each line must be a JSON object with question_type, prediction and ground_truth"
         )
@@ -260,6 +276,11 @@ def score_file(path: str | os.PathLike, *, name: Optional[str] = None) -> dict[s
     counts = dict(agg["counts"])
     if unknown_type:
         counts[MALFORMED_KEY] = unknown_type
+    duplicates = {i: ls for i, ls in seen_ids.items() if len(ls) > 1}
+    if duplicates:
+        first = next(iter(duplicates.items()))
+        logger.warning("score file %s: %d id(s) appear more than once and each occurrence is scored (first: id %s on lines %s)",
+                       path, len(duplicates), first[0], first[1])
     return {
         "name": name or path.stem,
         "mode": "score_file",
@@ -274,6 +295,7 @@ def score_file(path: str | os.PathLike, *, name: Optional[str] = None) -> dict[s
             "overall_treatment": "lines with a known question_type score 0 in that type; lines with a missing or "
             "unknown question_type belong to no task and are left out of overall (mean of the 8 tasks)",
         },
+        "duplicate_ids": {"count": len(duplicates), "lines": duplicates},
         "records": records,
     }
 

@@ -125,7 +125,9 @@ def score_prediction(question_type: str, prediction: str, ground_truth: str) -> 
     _check_type(question_type)
     word = extract_answer(prediction)
     if question_type in MULTIPLE_CHOICE_TYPES:
-        return 1.0 if word.lower() == ground_truth.strip().lower() else 0.0
+        # The ground truth is compared as stored, lower-cased but not stripped (the official rule):
+        # a stored " c " matches no answer.
+        return 1.0 if word.lower() == ground_truth.lower() else 0.0
     gt = _to_float(ground_truth)
     if gt is None:
         raise ValueError(f"numerical ground truth {ground_truth!r} of a {question_type} question is not a number; fix the question data")

@@ -310,3 +310,24 @@ def test_compare_writes_the_paired_section_for_the_named_rows(tmp_path):
     assert "Paired" not in plain
     with pytest.raises(ValueError, match=r"--paired names \['ppo'\] are not rows of the comparison; rows: \['tiny \+ SFT \+ PPO', 'tiny \+ SFT'\]"):
         reports.compare_reports(paths, tmp_path / "cmp3", paired=[("ppo", "tiny + SFT")])
+
+
+def test_score_file_integrity_bom_encoding_duplicates_and_raw_ground_truth(tmp_path, caplog):
+    """A UTF-8 BOM is not part of line 1; a Latin-1 file is refused naming the line; repeated ids
+    are scored, warned about and listed; a stored ground truth " c " matches nothing (the official
+    rule compares it unstripped)."""
+    from a2c_ppo_acktr.jsonl import JsonlError
+
+    rows = [{"id": 1, "question_type": "object_rel_direction_easy", "prediction": "C", "ground_truth": "C"},
+            {"id": 2, "question_type": "object_rel_direction_easy", "prediction": "C", "ground_truth": " c "},
+            {"id": 1, "question_type": "object_rel_direction_easy", "prediction": "A", "ground_truth": "C"}]
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + "\n".join(json.dumps(r) for r in rows).encode("utf-8") + b"\n")
+    with caplog.at_level("WARNING"):
+        rep = reports.score_file(path)
+    assert rep["malformed"]["count"] == 0 and [r["score"] for r in rep["records"]] == [1.0, 0.0, 0.0]
+    assert rep["duplicate_ids"] == {"count": 1, "lines": {"1": [1, 3]}} and "appear more than once" in caplog.text
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes((json.dumps(rows[0]) + "\n").encode() + '{"question_type": "caf\xe9"}\n'.encode("latin-1"))
+    with pytest.raises(JsonlError, match="is not UTF-8 \\(line 2"):
+        reports.score_file(latin)
