@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Sequence, Union
 
@@ -220,7 +221,23 @@ def format_response(thoughts: str, action: Move | Answer) -> str:
 
 # strict=False: a raw newline or tab inside the thoughts string (common in model output) is accepted;
 # format_response itself always escapes them.
-_DECODER = json.JSONDecoder(strict=False)
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(f"duplicate key {key!r}")
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(k)
+        out[k] = v
+    return out
+
+
+# Nested objects with a key given twice are refused (json's default keeps the last silently).
+_DECODER = json.JSONDecoder(strict=False, object_pairs_hook=_unique_pairs)
 _WS = " \t\n\r"
 
 
@@ -228,7 +245,7 @@ _WS = " \t\n\r"
 class _Scan:
     """Top-level members of the first JSON object in a text, with the spans of their values."""
 
-    members: dict[str, tuple[Any, int, int]]  # key -> (value, start, end); the last duplicate wins
+    members: dict[str, tuple[Any, int, int]]  # key -> (value, start, end)
     error: str | None  # None when the whole object was read
 
 
@@ -238,16 +255,34 @@ def _skip_ws(text: str, i: int) -> int:
     return i
 
 
-def _scan_object(text: str) -> _Scan | None:
-    """Read the first ``{...}`` in ``text`` member by member, keeping each complete member.
+_THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
 
-    Stops at the first error (truncated or malformed JSON) and reports it, so a response cut off
-    by the token limit still yields the spans of the members it completed. Returns None when the
-    text has no ``{`` at all.
+
+def _scan_object(text: str) -> _Scan | None:
+    """The reply's JSON object: the first ``{`` outside ``<think>...</think>`` blocks that opens a
+    complete object with an ``action`` member; when none does, the first ``{`` outside them (whose
+    error then explains the reply). A brace in free text before the object (``I think {the sofa}``)
+    or in a reasoning block does not hide the object after it. Returns None when there is no ``{``.
     """
-    start = text.find("{")
-    if start < 0:
+    thinking = [m.span() for m in _THINK.finditer(text)]
+    starts = [i for i, c in enumerate(text) if c == "{" and not any(a <= i < b for a, b in thinking)]
+    if not starts:
         return None
+    first = None
+    for start in starts:
+        scan = _scan_object_at(text, start)
+        if scan.error is None and "action" in scan.members:
+            return scan
+        first = first or scan
+    return first
+
+
+def _scan_object_at(text: str, start: int) -> _Scan:
+    """Read the ``{...}`` opening at ``text[start]`` member by member, keeping each complete member.
+
+    Stops at the first error (truncated or malformed JSON, a key given twice) and reports it, so a
+    response cut off by the token limit still yields the spans of the members it completed.
+    """
     members: dict[str, tuple[Any, int, int]] = {}
     i = _skip_ws(text, start + 1)
     if i < len(text) and text[i] == "}":
@@ -265,8 +300,12 @@ def _scan_object(text: str) -> _Scan | None:
         if i >= len(text) or text[i] != ":":
             return _Scan(members, f"expected ':' after key {key!r}")
         i = _skip_ws(text, i + 1)
+        if key in members:
+            return _Scan(members, f"the key {key!r} appears twice; reply with one {key!r}")
         try:
             value, end = _DECODER.raw_decode(text, i)
+        except _DuplicateKey as e:
+            return _Scan(members, f"the value of {key!r} has the key {e.key!r} twice")
         except RecursionError:
             return _Scan(members, f"the value of {key!r} is nested too deeply")
         except ValueError as e:  # JSONDecodeError, or an integer with too many digits
@@ -319,9 +358,18 @@ def _number(name: str, value: Any, low: float, high: float) -> float | str:
         return f"{name} is too large"
     if not math.isfinite(x):
         return f"{name} must be finite, got {x}"
+    # A value a rounding away from a bound (3.0000001 for 3) is the bound: models print floats.
+    tol = _BOUND_TOLERANCE * max(1.0, abs(high - low))
+    if low - tol <= x < low:
+        x = low
+    elif high < x <= high + tol:
+        x = high
     if not low <= x <= high:
-        return f"{name}={x:g} is outside [{low:g}, {high:g}]"
+        return f"{name}={x:.10g} is outside [{low:g}, {high:g}]"
     return x
+
+
+_BOUND_TOLERANCE = 1e-6  # relative to the range's width (at least 1)
 
 
 def _short(value: Any, limit: int = 40) -> str:
@@ -332,9 +380,20 @@ def _short(value: Any, limit: int = 40) -> str:
 def parse_action(text: str, max_forward: float = DEFAULT_MAX_FORWARD) -> Action:
     """Read the agent's action from its output; never raises.
 
-    Leading and trailing text (for example a code fence) around the first JSON object is ignored.
+    Leading and trailing text (for example a code fence) around the JSON object is ignored.
     The object must hold an ``action`` object (and may hold a ``thoughts`` string) and no other
     keys; the action is either exactly the two move keys or exactly ``answer``.
+
+    Decided cases (tested in ``tests/test_prompts.py``):
+
+    * the object read is the first complete one with an ``action``, outside ``<think>...</think>``
+      blocks: a brace in the reasoning or preamble (``I think {the sofa} ...``) does not make a
+      valid reply invalid; text after it, a second object included, is ignored;
+    * a key given twice (two ``action`` members, or ``answer`` twice inside one) is invalid: a move
+      followed by an answer is not silently read as either;
+    * full-width braces get a reason that says so;
+    * a number a rounding away from a bound (``forward_meters`` 3.0000001 with a 3 m limit) is the
+      bound; further out it is invalid, the reason printing it in full.
 
     Args:
         text: The decoded model output (any string).
@@ -356,6 +415,9 @@ def _parse_action(text: str, max_forward: float) -> Action:
     if not text.strip():
         return Invalid("the output is empty; reply with one JSON object")
     scan = _scan_object(text)
+    fullwidth = "\uff5b" in text or "\uff5d" in text
+    if (scan is None or scan.error is not None or "action" not in scan.members) and fullwidth:
+        return Invalid("full-width braces \uff5b \uff5d are not JSON; write the object with ASCII { and }")
     if scan is None:
         return Invalid("no JSON object found; reply with one JSON object")
     if scan.error is not None:

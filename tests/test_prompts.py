@@ -138,7 +138,6 @@ def test_parse_action_never_raises_on_generated_strings():
         ('{"thoughts": "a"}', "no 'action'"),
         ('{"thoughts": 3, "action": {"answer": "B"}}', "'thoughts' must be a string"),
         ('{"thoughts": "a", "action": {"answer": "B"}, "extra": 1}', "unexpected keys"),
-        ('{{"thoughts": "a", "action": {"answer": "B"}}}', "malformed"),
         ('{"thoughts": "a", "action": {"answer": "B"}', "truncated"),
         ('{"thoughts": "a", "action": {"answer": "B"', "malformed"),
         ('{"thoughts": "a", "action": ' + "[" * 100000 + "]" * 100000 + "}", "malformed"),
@@ -421,8 +420,30 @@ def test_spans_of_complete_members_survive_any_later_error(tail):
 
 def test_empty_object_and_duplicate_keys():
     assert response_spans("{}") == (None, None) and response_spans("{") == (None, None)
-    # The last duplicate wins, for the parsed action and for its span alike.
+    # A key given twice is invalid (a move then an answer must not become either); the span is the first's.
     text = '{"action": {"answer": "A"}, "action": {"answer": "B"}}'
-    assert parse_action(text) == Answer("B")
+    result = parse_action(text)
+    assert isinstance(result, Invalid) and "'action' appears twice" in result.reason
     _, a = response_spans(text)
-    assert text[a[0]:a[1]] == '{"answer": "B"}'
+    assert text[a[0]:a[1]] == '{"answer": "A"}'
+    nested = parse_action('{"action": {"answer": "A", "answer": "B"}}')
+    assert isinstance(nested, Invalid) and "has the key 'answer' twice" in nested.reason
+
+
+def test_decided_cases_braces_in_reasoning_second_objects_fullwidth_and_bounds():
+    ans = '{"thoughts": "t", "action": {"answer": "C"}}'
+    assert parse_action("I think {the sofa} is left. " + ans) == Answer("C")
+    assert parse_action("<think>maybe {\"action\": {\"answer\": \"A\"}}</think>" + ans) == Answer("C")
+    t, a = response_spans("I think {the sofa}. " + ans)
+    assert ("I think {the sofa}. " + ans)[a[0]:a[1]] == '{"answer": "C"}'
+    # doubled braces (a template escape the model copied): the stray outer brace is preamble
+    assert parse_action('{{"thoughts": "a", "action": {"answer": "B"}}}') == Answer("B")
+    move = '{"thoughts": "t", "action": {"rotation_angle_degrees": 10, "forward_meters": 1}}'
+    assert parse_action(move + " " + ans) == Move(10.0, 1.0)  # the first complete object wins
+    full = parse_action('\uff5b"thoughts": "t", "action": {"answer": "A"}\uff5d')
+    assert isinstance(full, Invalid) and "full-width braces" in full.reason
+    near = '{"thoughts": "t", "action": {"rotation_angle_degrees": 0, "forward_meters": %s}}'
+    assert parse_action(near % "3.0000001", max_forward=3.0) == Move(0.0, 3.0)
+    assert parse_action(near % "-0.0000001", max_forward=3.0) == Move(0.0, 0.0)
+    far = parse_action(near % "3.001", max_forward=3.0)
+    assert isinstance(far, Invalid) and "forward_meters=3.001 is outside [0, 3]" in far.reason
