@@ -514,24 +514,37 @@ def evaluate_greedy(args: argparse.Namespace, results: list[RunResult], best: di
     failed = [str(d) for d, m in markers.items() if m["returncode"] != 0]
     if failed:
         raise RuntimeError(f"greedy held-out evaluation failed in {failed}; see bench.log there")
-    groups: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+    groups: dict[tuple[str, str, str], list[tuple[float, float, float]]] = {}
     for r, (d, _) in zip(runs, jobs):
         report = reports.load_report(d)
         recs = report["records"]
         answer = best.get(r.spec.task, {}).get("answer")
         const = float(np.mean([score_prediction(x["question_type"], f"{answer:.6g}", x["ground_truth"]) for x in recs])) if answer is not None else float("nan")
-        groups.setdefault((r.spec.task, r.spec.estimator, r.spec.lr_label), []).append((float(report["overall"]) / 100.0, const))
+        groups.setdefault((r.spec.task, r.spec.estimator, r.spec.lr_label), []).append(
+            (float(report["overall"]) / 100.0, const, top_answer_share(recs)))
     out = []
-    for (task, estimator, lr), pairs in groups.items():
-        scores = [p[0] for p in pairs]
-        const = pairs[0][1]
+    for (task, estimator, lr), triples in groups.items():
+        scores = [p[0] for p in triples]
+        shares = [p[2] for p in triples]
+        const = triples[0][1]
         mean, half, n = _ci(scores)
         met = "n/a (needs 2+ seeds)" if n < 2 or not math.isfinite(const) else ("yes" if mean - half > const else "no")
         text = (f"{task} {estimator} {lr}: greedy held-out {_fmt_ci((mean, half, n))} over {n} seed(s) "
                 f"(per seed {', '.join(f'{v:.3f}' for v in scores)}) vs the best constant "
-                f"{best.get(task, {}).get('answer')} scoring {const:.3f} on the same {args.eval_episodes} questions: CI above it: {met}")
-        out.append({"task": task, "estimator": estimator, "lr": lr, "scores": scores, "ci": (mean, half, n), "constant": const, "met": met, "text": text})
+                f"{best.get(task, {}).get('answer')} scoring {const:.3f} on the same {args.eval_episodes} questions: CI above it: {met}; "
+                f"the most common answer is given to {', '.join(f'{v:.0%}' for v in shares)} of the questions"
+                + (" (a near-constant policy: its score does not come from reading the question)" if min(shares) > 0.5 else ""))
+        out.append({"task": task, "estimator": estimator, "lr": lr, "scores": scores, "ci": (mean, half, n), "constant": const,
+                    "top_answer_share": shares, "met": met, "text": text})
     return out
+
+
+def top_answer_share(records: Sequence[dict[str, Any]]) -> float:
+    """Fraction of the questions given the most common answer (no answer counts as one answer)."""
+    from collections import Counter
+
+    answers = Counter(str(r.get("answer")) for r in records)
+    return max(answers.values()) / max(1, len(records)) if records else float("nan")
 
 
 def plot_curves(results: Sequence[RunResult], tasks: Sequence[str], estimators: Sequence[str], path: Path,

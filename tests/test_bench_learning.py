@@ -156,7 +156,7 @@ def test_greedy_held_out_scores_the_constant_on_the_same_questions(bl, tmp_path,
     args = bl.parse_args(["--tasks", "object_size", "--estimators", "gae", "--seeds", "2", "--out", str(tmp_path),
                           "--sft-adapter", str(tmp_path), "--model-path", str(tmp_path)])
     results = [bl.RunResult(bl.RunSpec("object_size", "gae", s, False), "ok") for s in (1, 2)]
-    records = [{"question_type": "object_size_estimation", "ground_truth": g} for g in ("100", "200")]
+    records = [{"question_type": "object_size_estimation", "ground_truth": g, "answer": "150"} for g in ("100", "200")]
     for r, overall in zip(results, (40.0, 50.0)):
         d = r.spec.directory(tmp_path)
         (d / "checkpoints" / "checkpoint-000002").mkdir(parents=True)
@@ -172,3 +172,5 @@ def test_greedy_held_out_scores_the_constant_on_the_same_questions(bl, tmp_path,
     mean, half = stats.mean_ci([0.4, 0.5])
     assert line["ci"][:2] == pytest.approx((mean, half))
     assert line["met"] == ("yes" if mean - half > const else "no") and "vs the best constant 100.0" in line["text"]
+    assert line["top_answer_share"] == [1.0, 1.0] and "near-constant policy" in line["text"]
+    assert bl.top_answer_share([{"answer": "1"}, {"answer": "2"}, {"answer": "2"}, {"answer": None}]) == 0.5
