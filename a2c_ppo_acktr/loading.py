@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from safetensors import SafetensorError  # a truncated or garbage .safetensors file
+
 from a2c_ppo_acktr.arguments import ModelConfig
 
 TINY_PREFIX = "tiny:"
@@ -258,9 +260,10 @@ def load_vlm(cfg: ModelConfig) -> LoadedVLM:
             local_files_only=offline,
             **placement_kwargs(device),
         )
-    except (OSError, ValueError, ImportError) as e:
+    except (OSError, ValueError, ImportError, SafetensorError, EOFError, RuntimeError) as e:
         raise ModelLoadError(
-            f"could not load model {path!r} (dtype={cfg.dtype}, attn_implementation={cfg.attn_implementation}): {e}"
+            f"could not load model {path!r} (dtype={cfg.dtype}, attn_implementation={cfg.attn_implementation}): "
+            f"{type(e).__name__}: {e}; a truncated or damaged weights file needs a fresh copy"
         ) from e
     model.to(device)  # a no-op when placement_kwargs already put it there
     model.eval()

@@ -50,6 +50,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from torch import Tensor, nn
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
@@ -67,7 +68,7 @@ from a2c_ppo_acktr.distributions import (
     token_log_probs,
 )
 from a2c_ppo_acktr.encoding import TurnEncoding, collate, split_rows
-from a2c_ppo_acktr.loading import LoadedVLM, forbidden_token_ids, load_vlm
+from a2c_ppo_acktr.loading import LoadedVLM, ModelLoadError, forbidden_token_ids, load_vlm
 from a2c_ppo_acktr.temp_predictor import TempPredictor
 
 logger = logging.getLogger(__name__)
@@ -819,14 +820,17 @@ class VLMPolicy(nn.Module):
         path = Path(in_dir) / HEADS_FILE
         if not path.is_file():
             raise FileNotFoundError(f"{path} does not exist; point at a directory written by VLMPolicy.save_pretrained")
-        with safe_open(str(path), "pt") as f:
-            saved_temp = (f.metadata() or {}).get("use_temp_predictor")
+        try:
+            with safe_open(str(path), "pt") as f:
+                saved_temp = (f.metadata() or {}).get("use_temp_predictor")
+            state = load_file(str(path))
+        except (SafetensorError, OSError) as e:
+            raise ModelLoadError(f"{path} cannot be read ({type(e).__name__}: {e}); the file is truncated or damaged") from e
         if saved_temp is not None and saved_temp != str(self.temp_predictor is not None):
             raise ValueError(
                 f"{path} was saved with use_temp_predictor={saved_temp} but model.use_temp_predictor="
                 f"{self.cfg.use_temp_predictor}; set model.use_temp_predictor to match the checkpoint"
             )
-        state = load_file(str(path))
         self.value_head.load_state_dict({k[len("value_head."):]: v for k, v in state.items() if k.startswith("value_head.")})
         if self.temp_predictor is not None:
             self.temp_predictor.load_state_dict({k[len("temp_predictor."):]: v for k, v in state.items() if k.startswith("temp_predictor.")})
@@ -852,7 +856,10 @@ class VLMPolicy(nn.Module):
                 f"adapter at {path} has r={saved.get('r')}, lora_alpha={saved.get('lora_alpha')} but the policy uses "
                 f"model.lora_r={self.cfg.lora_r}, model.lora_alpha={self.cfg.lora_alpha}; set them to match the adapter"
             )
-        weights = load_peft_weights(str(path), device=str(self.device))
+        try:
+            weights = load_peft_weights(str(path), device=str(self.device))
+        except (SafetensorError, OSError, EOFError, ValueError, RuntimeError) as e:
+            raise ModelLoadError(f"adapter at {path} cannot be read ({type(e).__name__}: {e}); the file is truncated or damaged") from e
         result = set_peft_model_state_dict(self.model, weights)
         unexpected = list(getattr(result, "unexpected_keys", []) or [])
         if unexpected:

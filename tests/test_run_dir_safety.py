@@ -148,3 +148,34 @@ def test_every_checkpoint_damaged_and_a_full_disk_give_one_line(tmp_path, monkey
     with pytest.raises(CheckpointError, match=r"writing checkpoint checkpoint-000002 .* failed: No space left on device .*--resume auto"):
         manager.save(2, full_disk)
     assert sorted(p.name for p in root.iterdir()) == ["checkpoint-000001"]  # no .tmp-* left behind
+
+
+# ------------------------------------------------------------------------ damaged model files
+@pytest.mark.parametrize("target", ["model", "adapter"])
+def test_truncated_safetensors_are_one_line(tmp_path, tiny_model_path, target):
+    """A truncated or garbage weights file of the model or of an adapter is a ModelLoadError naming
+    the file (one line from the entry scripts), not a safetensors traceback."""
+    import shutil
+
+    from a2c_ppo_acktr.arguments import ModelConfig
+    from a2c_ppo_acktr.loading import ModelLoadError
+    from a2c_ppo_acktr.model import VLMPolicy
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(tiny_model_path, model_dir)
+    cfg = ModelConfig(model_path=str(model_dir), device="cpu", lora_r=4, lora_alpha=8, value_head_hidden=8, temp_head_hidden=8)
+    if target == "model":
+        w = model_dir / "model.safetensors"
+        w.write_bytes(w.read_bytes()[:1000])
+        with pytest.raises(ModelLoadError, match="could not load model .*truncated or damaged"):
+            VLMPolicy(cfg)
+        return
+    policy = VLMPolicy(cfg)
+    policy.save_pretrained(tmp_path / "adapter")
+    w = tmp_path / "adapter" / "adapter_model.safetensors"
+    w.write_bytes(w.read_bytes()[:100])
+    with pytest.raises(ModelLoadError, match="adapter at .* cannot be read"):
+        policy.load_adapter(tmp_path / "adapter")
+    (tmp_path / "adapter" / "heads.safetensors").write_bytes(b"garbage")
+    with pytest.raises(ModelLoadError, match="heads.safetensors cannot be read"):
+        policy.load_heads(tmp_path / "adapter")
