@@ -233,6 +233,10 @@ def _reset(env: Any, spec: EpisodeSpec, failed_scans: dict[tuple[str, str], str]
         except (SceneLoadError, FileNotFoundError) as e:
             failed_scans[spec.scene_key] = f"scan {spec.scene_key[0]}/{spec.scene_key[1]} not available: {e}"
             return {}, failed_scans[spec.scene_key]
+        except Exception as e:  # noqa: BLE001 - one bad scan must not abort the evaluation: skipped, counted, reported
+            failed_scans[spec.scene_key] = f"scan {spec.scene_key[0]}/{spec.scene_key[1]} failed to load ({type(e).__name__}: {e})"
+            logger.warning("%s; its questions are skipped", failed_scans[spec.scene_key])
+            return {}, failed_scans[spec.scene_key]
         return obs, None
     from a2c_ppo_acktr.envs.questions import QuestionUnavailable
 

@@ -260,3 +260,24 @@ def test_compare_paired_through_the_cli(runs, tmp_path):
         eval_vsi.main(["--compare", paths[0], str(tmp_path / "short"), "--paired", "oracle", "dummy", "--out", str(tmp_path / "d")])
     with pytest.raises(SystemExit):  # --paired needs --compare
         eval_vsi.main(["--dummy", "--paired", "a", "b", "--out", str(tmp_path / "e")])
+
+
+def test_a_scan_that_fails_to_load_in_any_way_is_skipped_and_reported(caplog):
+    """VSI-Bench evaluation: a scan whose loading raises anything (not only SceneLoadError) skips its
+    questions with the reason, once per scan, and the evaluation goes on."""
+    from a2c_ppo_acktr.evaluation import EpisodeSpec, _reset
+
+    class Broken:
+        calls = 0
+
+        def reset(self, seed=None, options=None):
+            Broken.calls += 1
+            raise IndexError("index 7 is out of bounds")
+
+    failed: dict = {}
+    spec = EpisodeSpec("vsibench-1", 0, "room_size_estimation", 0, ("scannet", "scene0001_00"))
+    with caplog.at_level("WARNING"):
+        obs, reason = _reset(Broken(), spec, failed)
+        again = _reset(Broken(), spec, failed)
+    assert obs == {} and "scannet/scene0001_00 failed to load (IndexError: index 7 is out of bounds)" in reason
+    assert again == ({}, reason) and Broken.calls == 1 and "questions are skipped" in caplog.text

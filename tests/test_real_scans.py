@@ -239,3 +239,47 @@ def test_scan_occupancy_blocks_unlabelled_walls_and_unscanned_floor(tmp_path):
     pose, collided = try_move(s, Pose(0.4, 0.5, 0.0), 0.0, 2.0, 0.2)
     assert collided and 1.0 - 0.2 - 0.08 <= pose.x <= 1.0 - 0.2 + 1e-6
     assert is_free(dataclasses.replace(s, occupancy=None), 0.9, 0.5, 0.2)  # only the raster sees that wall
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda t: t.replace("element vertex ", "element vertex x", 1), "header line .*element vertex x"),
+        (lambda t: t.replace("element face ", "element face\n#", 1), "header line"),
+        (lambda t: t.replace("property list uchar int vertex_indices", "property list uchar", 1), "header line .*property list uchar"),
+        (lambda t: t.replace("\n0.", "\nnan", 1) if "\n0." in t else t.replace("\n-", "\nnan ", 1), "not finite|malformed"),
+        (lambda t: t.replace("\n0.", "\n1000.", 1) if "\n0." in t else t.replace("\n-1.", "\n1000.", 1), "spans .* m; indoor scans"),
+    ],
+)
+def test_malformed_ply_inputs_are_scene_load_errors(tmp_path, mutate, message):
+    """Malformed headers, NaN vertices and a vertex 1 km away: a SceneLoadError naming the file (and
+    no subdivision blow-up), never a raw ValueError/IndexError."""
+    d, _, _ = make_scannet(tmp_path, binary=False)
+    ply = d / "scene0001_00_vh_clean_2.ply"
+    text = ply.read_text()
+    changed = mutate(text)
+    assert changed != text
+    ply.write_text(changed)
+    with pytest.raises(SceneLoadError, match=f"vh_clean_2.ply.*({message})"):
+        load_scannet_scene(d)
+
+
+def test_scan_annotation_faults_are_scene_load_errors(tmp_path):
+    d, _, _ = make_scannet(tmp_path, binary=False)
+    agg = json.loads((d / "scene0001_00.aggregation.json").read_text())
+    agg["segGroups"][3]["objectId"] = agg["segGroups"][2]["objectId"]
+    (d / "scene0001_00.aggregation.json").write_text(json.dumps(agg))
+    with pytest.raises(SceneLoadError, match="aggregation.json.*objectId 2 appears in more than one"):
+        load_scannet_scene(d)
+    segs = json.loads((d / "scene0001_00_vh_clean_2.0.010000.segs.json").read_text())
+    segs["segIndices"] = [float(s) + 0.5 for s in segs["segIndices"]]
+    (d / "scene0001_00_vh_clean_2.0.010000.segs.json").write_text(json.dumps(segs))
+    with pytest.raises(SceneLoadError, match="segs.json.*list of integers"):
+        load_scannet_scene(d)
+    (tmp_path / "ark").mkdir()
+    a, _ = make_arkit(tmp_path / "ark")
+    ann = json.loads((a / "41069042_3dod_annotation.json").read_text())
+    ann["data"][0]["segments"]["obbAligned"]["centroid"][0] = float("nan")
+    (a / "41069042_3dod_annotation.json").write_text(json.dumps(ann))
+    with pytest.raises(SceneLoadError, match="annotation.json.*non-finite box"):
+        load_arkitscenes_scene(a)

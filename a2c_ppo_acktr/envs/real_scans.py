@@ -68,6 +68,11 @@ _PLY_TYPES = {
 }
 
 
+# Largest side of a real indoor scan's bounding box: beyond it a stray vertex (or another unit) would
+# make surface_points subdivide huge triangles without end.
+MAX_SCAN_EXTENT_M = 200.0
+
+
 def read_ply_mesh(path: str | Path) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
     """Read a triangle mesh from an ASCII or binary PLY file.
 
@@ -89,21 +94,27 @@ def read_ply_mesh(path: str | Path) -> tuple[np.ndarray, np.ndarray, Optional[np
     header = data[:end].decode("ascii", errors="replace").splitlines()
     fmt = None
     elements: list[dict[str, Any]] = []
-    for line in header[1:]:
+    for number, line in enumerate(header[1:], start=2):
         tok = line.split()
         if not tok or tok[0] in ("comment", "obj_info"):
             continue
-        if tok[0] == "format":
-            fmt = tok[1]
-        elif tok[0] == "element":
-            elements.append({"name": tok[1], "count": int(tok[2]), "props": []})
-        elif tok[0] == "property":
-            if not elements:
-                raise SceneLoadError(f"{str(path)!r}: PLY property before any element")
-            if tok[1] == "list":
-                elements[-1]["props"].append((tok[4], "list", _ply_type(path, tok[2]), _ply_type(path, tok[3])))
-            else:
-                elements[-1]["props"].append((tok[2], _ply_type(path, tok[1]), None, None))
+        try:
+            if tok[0] == "format":
+                fmt = tok[1]
+            elif tok[0] == "element":
+                count = int(tok[2])
+                if count < 0:
+                    raise ValueError(f"negative count {count}")
+                elements.append({"name": tok[1], "count": count, "props": []})
+            elif tok[0] == "property":
+                if not elements:
+                    raise SceneLoadError(f"{str(path)!r}: PLY property before any element")
+                if tok[1] == "list":
+                    elements[-1]["props"].append((tok[4], "list", _ply_type(path, tok[2]), _ply_type(path, tok[3])))
+                else:
+                    elements[-1]["props"].append((tok[2], _ply_type(path, tok[1]), None, None))
+        except (IndexError, ValueError) as e:
+            raise SceneLoadError(f"{str(path)!r}: PLY header line {number} {line.strip()!r} is malformed ({type(e).__name__}: {e})") from e
     if fmt not in ("ascii", "binary_little_endian", "binary_big_endian"):
         raise SceneLoadError(f"{str(path)!r}: unsupported PLY format {fmt!r}")
     try:
@@ -111,8 +122,8 @@ def read_ply_mesh(path: str | Path) -> tuple[np.ndarray, np.ndarray, Optional[np
             parsed = _read_ply_ascii(data[body_start:], elements)
         else:
             parsed = _read_ply_binary(data[body_start:], elements, "<" if fmt == "binary_little_endian" else ">")
-    except (ValueError, IndexError) as e:
-        raise SceneLoadError(f"{str(path)!r}: PLY body is truncated or malformed ({e})") from e
+    except (ValueError, IndexError, KeyError, TypeError, OverflowError, MemoryError) as e:
+        raise SceneLoadError(f"{str(path)!r}: PLY body is truncated or malformed ({type(e).__name__}: {e})") from e
     if "vertex" not in parsed or "face" not in parsed:
         raise SceneLoadError(f"{str(path)!r}: PLY needs 'vertex' and 'face' elements, found {list(parsed)}")
     vert = parsed["vertex"]
@@ -120,6 +131,16 @@ def read_ply_mesh(path: str | Path) -> tuple[np.ndarray, np.ndarray, Optional[np
         vertices = np.stack([np.asarray(vert[k], dtype=np.float64) for k in ("x", "y", "z")], axis=1)
     except KeyError as e:
         raise SceneLoadError(f"{str(path)!r}: vertex element lacks property {e}") from e
+    except (ValueError, TypeError) as e:
+        raise SceneLoadError(f"{str(path)!r}: vertex coordinates are malformed ({e})") from e
+    if not np.isfinite(vertices).all():
+        bad = int(np.flatnonzero(~np.isfinite(vertices).all(axis=1))[0])
+        raise SceneLoadError(f"{str(path)!r}: vertex {bad} is not finite ({vertices[bad].tolist()})")
+    if len(vertices) and float(np.ptp(vertices, axis=0).max()) > MAX_SCAN_EXTENT_M:
+        raise SceneLoadError(
+            f"{str(path)!r}: the mesh spans {float(np.ptp(vertices, axis=0).max()):.0f} m; indoor scans span < {MAX_SCAN_EXTENT_M:.0f} m "
+            "(a stray vertex far away, or units other than meters)"
+        )
     colors = None
     if all(k in vert for k in ("red", "green", "blue")):
         raw = np.stack([np.asarray(vert[k]) for k in ("red", "green", "blue")], axis=1)
@@ -128,7 +149,10 @@ def read_ply_mesh(path: str | Path) -> tuple[np.ndarray, np.ndarray, Optional[np
     key = "vertex_indices" if "vertex_indices" in face else "vertex_index" if "vertex_index" in face else None
     if key is None:
         raise SceneLoadError(f"{str(path)!r}: face element lacks 'vertex_indices'")
-    triangles = _fan(face[key])
+    try:
+        triangles = _fan(face[key])
+    except (ValueError, TypeError, IndexError) as e:
+        raise SceneLoadError(f"{str(path)!r}: face lists are malformed ({e})") from e
     if len(triangles) and (triangles.min() < 0 or triangles.max() >= len(vertices)):
         raise SceneLoadError(f"{str(path)!r}: face indices out of range [0, {len(vertices)})")
     return vertices, triangles, colors
@@ -412,7 +436,10 @@ def load_scannet_scene(scene_dir: str | Path, scene_name: Optional[str] = None) 
     segs = _load_json(segs_path)
     agg = _load_json(agg_path)
     try:
-        seg_indices = np.asarray(segs["segIndices"], dtype=np.int64)
+        raw_segs = np.asarray(segs["segIndices"])
+        if raw_segs.ndim != 1 or not (np.issubdtype(raw_segs.dtype, np.integer) or raw_segs.size == 0):
+            raise ValueError(f"found {raw_segs.dtype} values of shape {raw_segs.shape}")
+        seg_indices = raw_segs.astype(np.int64)
     except (KeyError, TypeError, ValueError) as e:
         raise SceneLoadError(f"{str(segs_path)!r}: expected a 'segIndices' list of integers ({e})") from e
     if len(seg_indices) != len(vertices):
@@ -421,6 +448,10 @@ def load_scannet_scene(scene_dir: str | Path, scene_name: Optional[str] = None) 
         groups = [(int(g["objectId"]), _clean_label(g["label"]), [int(s) for s in g["segments"]]) for g in agg["segGroups"]]
     except (KeyError, TypeError, ValueError) as e:
         raise SceneLoadError(f"{str(agg_path)!r}: expected 'segGroups' with objectId, label, segments ({e})") from e
+    ids = [oid for oid, _, _ in groups]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise SceneLoadError(f"{str(agg_path)!r}: objectId {dup} appears in more than one segGroup")
 
     vertices = vertices @ align[:3, :3].T + align[:3, 3]
     # Per-vertex object id via a segment -> object lookup table.
@@ -477,6 +508,9 @@ def load_arkitscenes_scene(scene_dir: str | Path, video_id: Optional[str] = None
             f"{{centroid, axesLengths, normalizedAxes}} ({type(e).__name__}: {e})"
         ) from e
 
+    for o in objects:
+        if not (np.isfinite(o.center).all() and np.isfinite(o.extent).all() and np.isfinite(o.rotation).all()):
+            raise SceneLoadError(f"{str(ann_path)!r}: object {o.object_id} ({o.label}) has a non-finite box (centroid {o.center.tolist()})")
     centroids = vertices[triangles].mean(axis=1)
     tri_obj = np.full(len(triangles), -1, dtype=np.int64)
     # Largest boxes first so that smaller boxes inside them overwrite: the smallest box wins.
