@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import logging
 import os
 import sys
@@ -72,10 +73,19 @@ def run_main(main: Callable[[], object], prog: str) -> int:
     except ConfigError as e:
         return _report(prog, e)
     except Exception as e:  # noqa: BLE001 - narrowed just below; everything else re-raises
-        if not isinstance(e, _user_errors()):
+        if not isinstance(e, _user_errors()) and not _environment_error(e):
             raise
         return _report(prog, e)
     return 0
+
+
+# Operating-system errors a user fixes outside the program: permissions, a read-only file system,
+# a full disk or quota.
+_ENVIRONMENT_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT})
+
+
+def _environment_error(e: BaseException) -> bool:
+    return isinstance(e, OSError) and e.errno in _ENVIRONMENT_ERRNOS
 
 
 def _report(prog: str, e: BaseException) -> int:

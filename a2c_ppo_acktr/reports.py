@@ -662,10 +662,13 @@ def load_report(path: str | os.PathLike) -> dict[str, Any]:
         path = path / "report.json"
     if not path.is_file():
         raise FileNotFoundError(f"report {str(path)!r} does not exist; pass a report.json written by eval_vsi.py")
-    report = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise JsonlError(f"{path} is not a report.json written by eval_vsi.py (not JSON: {e})") from e
     for key in ("overall", "table"):
-        if key not in report:
-            raise ValueError(f"{path} has no {key!r}: it is not a report.json written by eval_vsi.py")
+        if not isinstance(report, dict) or key not in report:
+            raise JsonlError(f"{path} has no {key!r}: it is not a report.json written by eval_vsi.py")
     if report["overall"] is None:
         report["overall"] = float("nan")
     return report

@@ -31,3 +31,31 @@ def test_user_errors_exit_2_with_one_clear_line(tmp_path, script, args, message)
     assert res.returncode == 2, res.stderr
     assert message in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_wrong_files_and_environment_errors_are_one_line(tmp_path, capsys):
+    """--compare given a file that is not a report (JSON of another shape, or not JSON), and the
+    operating system refusing a write (permissions, read-only, full disk): one line, exit 2. Other
+    OSErrors (a bug's) keep their traceback."""
+    import errno
+    import json
+
+    from a2c_ppo_acktr.cli import run_main
+
+    sys.path.insert(0, str(REPO))
+    import eval_vsi
+
+    (tmp_path / "other.json").write_text(json.dumps({"x": 1}))
+    (tmp_path / "text.json").write_text("not json")
+    for bad in ("other.json", "text.json"):
+        rc = run_main(lambda: eval_vsi.main(["--compare", str(tmp_path / bad), str(tmp_path / bad), "--out", str(tmp_path / "c")]), "eval_vsi.py")
+        err = capsys.readouterr().err
+        assert rc == 2 and "is not a report.json written by eval_vsi.py" in err and "Traceback" not in err, err
+
+    for code in (errno.EACCES, errno.EROFS, errno.ENOSPC):
+        def fail(code=code):
+            raise OSError(code, os.strerror(code), str(tmp_path / "out"))
+        assert run_main(fail, "x.py") == 2
+        assert os.strerror(code) in capsys.readouterr().err
+    with pytest.raises(OSError):
+        run_main(lambda: (_ for _ in ()).throw(OSError(errno.EBADF, "bad fd")), "x.py")
