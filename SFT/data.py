@@ -263,7 +263,7 @@ class SFTDataset:
         if self.skipped:
             logger.warning("%s: skipped %d row(s) with missing or unreadable images", self.path, self.skipped)
         if not self.rows:
-            raise ValueError(f"{self.path} holds no usable rows ({self.skipped} skipped for images)")
+            raise JsonlError(f"{self.path} holds no usable rows ({self.skipped} skipped for images); rebuild it with vlm_traj_preprocess.py")
 
     def __len__(self) -> int:
         return len(self.rows)

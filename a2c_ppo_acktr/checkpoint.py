@@ -439,9 +439,9 @@ def load_pickle(path: Path) -> Any:
     try:
         with open(path, "rb") as f:
             return _unbox(_StateUnpickler(f).load())
-    except pickle.UnpicklingError as e:
+    except pickle.PickleError as e:  # UnpicklingError, or a library's own (numpy's checksum mismatch)
         if str(e).startswith("refusing"):
             raise CheckpointError(f"checkpoint file {str(path)!r} was not loaded: {e} (only numpy, RNG and this package's state types are allowed)") from e
         raise CheckpointError(f"checkpoint file {str(path)!r} is corrupt ({e}); resume from an earlier checkpoint") from e
-    except (EOFError, ValueError, TypeError, AttributeError, ImportError, IndexError, KeyError) as e:
+    except (EOFError, ValueError, TypeError, AttributeError, ImportError, IndexError, KeyError, OverflowError, MemoryError, RecursionError) as e:
         raise CheckpointError(f"checkpoint file {str(path)!r} is corrupt ({type(e).__name__}: {e}); resume from an earlier checkpoint") from e

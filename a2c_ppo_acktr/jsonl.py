@@ -26,6 +26,11 @@ class JsonlError(ValueError):
 
 def _parse(raw: str | bytes, path: Path, lineno: int, fix: str) -> dict:
     hint = f"; {fix}" if fix else ""
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+        except UnicodeDecodeError as e:
+            raise JsonlError(f"{path}:{lineno} is not UTF-8 ({e.reason} at byte {e.start}); save the file as UTF-8{hint}") from e
     try:
         row = json.loads(raw)
     except json.JSONDecodeError as e:
@@ -43,7 +48,7 @@ def iter_jsonl(path: str | os.PathLike, fix: str = "") -> Iterator[tuple[int, di
         JsonlError: a line is not a JSON object (the message ends with ``fix``).
     """
     path = Path(path)
-    with open(path, encoding="utf-8") as f:
+    with open(path, "rb") as f:  # decoded line by line: an encoding error names its line
         for lineno, line in enumerate(f, 1):
             if line.strip():
                 yield lineno, _parse(line, path, lineno, fix)

@@ -90,7 +90,10 @@ def read_ply_mesh(path: str | Path) -> tuple[np.ndarray, np.ndarray, Optional[np
     end = data.find(b"end_header")
     if not data.startswith(b"ply") or end < 0:
         raise SceneLoadError(f"{str(path)!r} is not a PLY file (no 'ply' magic or no 'end_header')")
-    body_start = data.index(b"\n", end) + 1
+    newline = data.find(b"\n", end)
+    if newline < 0:
+        raise SceneLoadError(f"{str(path)!r}: PLY file ends right after its header (truncated)")
+    body_start = newline + 1
     header = data[:end].decode("ascii", errors="replace").splitlines()
     fmt = None
     elements: list[dict[str, Any]] = []

@@ -76,10 +76,10 @@ def validate_row(row: Any, where: str = "row") -> dict:
         out["id"] = int(row["id"])
     except (TypeError, ValueError):
         raise VSIBenchRowError(f"{where}: id must be an integer, got {row['id']!r}") from None
-    if row["dataset"] not in DATASETS:
+    if not isinstance(row["dataset"], str) or row["dataset"] not in DATASETS:
         raise VSIBenchRowError(f"{where}: dataset {row['dataset']!r} is not one of {list(DATASETS)}")
     qtype = row["question_type"]
-    if qtype not in TASKS:
+    if not isinstance(qtype, str) or qtype not in TASKS:
         raise VSIBenchRowError(f"{where}: question_type {qtype!r} is not one of {list(TASKS)}")
     for key in ("scene_name", "question"):
         if not isinstance(row[key], str) or not row[key].strip():
@@ -87,7 +87,7 @@ def validate_row(row: Any, where: str = "row") -> dict:
     gt = str(row["ground_truth"]).strip()
     options = row.get("options")
     if qtype in MULTIPLE_CHOICE_TYPES:
-        if options is None or isinstance(options, str) or len(list(options)) < 2:
+        if not isinstance(options, (list, tuple)) or len(options) < 2:
             raise VSIBenchRowError(f"{where}: a {qtype} row needs a list of at least 2 options, got {options!r}")
         options = [str(o) for o in options]
         letters = [o.split(".", 1)[0].strip() for o in options]

@@ -1,0 +1,180 @@
+"""Bad-input harness: every input file kind a user hands the package, mutated the ways files go
+wrong (truncated, bytes flipped, re-encoded as Latin-1/UTF-16, fields dropped), read by the loader
+the entry scripts use. Each outcome must be a success or one of the errors the entry scripts print
+as one line (:func:`a2c_ppo_acktr.cli._user_errors`); any other exception is a crash deep in a
+stack, and the mutation that caused it is named. Model directories, adapters and checkpoints have
+their own fault tests (tests/test_run_dir_safety.py), scans theirs (tests/test_real_scans.py).
+"""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pytest
+
+from a2c_ppo_acktr.cli import _environment_error, _user_errors
+
+SEED = 20261122
+MUTATIONS_PER_KIND = 40
+
+
+def mutations(data: bytes, rng: random.Random, structured: Callable[[random.Random], bytes] | None = None) -> list[tuple[str, bytes]]:
+    """``(description, mutated bytes)``: truncations, byte flips, byte deletions, re-encodings and,
+    when given, ``structured`` mutations (fields dropped or retyped by the kind itself)."""
+    out = [("empty", b""), ("latin-1", data.decode("utf-8").encode("latin-1", errors="replace") + "é".encode("latin-1")),
+           ("utf-16", data.decode("utf-8").encode("utf-16")), ("nul bytes", data.replace(b" ", b"\x00", 3))]
+    for k in range(MUTATIONS_PER_KIND):
+        cut = rng.randrange(1, max(2, len(data)))
+        pos = rng.randrange(len(data))
+        kind = k % 4
+        if kind == 0:
+            out.append((f"truncated at {cut}", data[:cut]))
+        elif kind == 1:
+            out.append((f"byte {pos} flipped", data[:pos] + bytes([data[pos] ^ (1 << rng.randrange(8))]) + data[pos + 1:]))
+        elif kind == 2:
+            out.append((f"byte {pos} deleted", data[:pos] + data[pos + 1:]))
+        elif structured is not None:
+            out.append(("structured", structured(rng)))
+        else:
+            out.append((f"byte {pos} duplicated", data[:pos] + data[pos:pos + 1] + data[pos:]))
+    return out
+
+
+def check(load: Callable[[Path], object], path: Path, good: bytes, rng: random.Random, structured=None) -> int:
+    """Load every mutation of ``good`` written to ``path``; returns how many were refused cleanly."""
+    allowed = _user_errors()
+    refused = 0
+    for what, data in mutations(good, rng, structured):
+        path.write_bytes(data)
+        try:
+            load(path)
+        except Exception as e:  # noqa: BLE001 - the point: classify every exception
+            if isinstance(e, allowed) or _environment_error(e):
+                refused += 1
+                continue
+            pytest.fail(f"{path.name} {what}: {type(e).__name__}: {e} (not a one-line user error)")
+    return refused
+
+
+# ------------------------------------------------------------------------------------ kinds
+def _drop_field(rows: list[dict], rng: random.Random, fields: list[str]) -> bytes:
+    rows = json.loads(json.dumps(rows))
+    row = rng.choice(rows)
+    field = rng.choice(fields)
+    if rng.random() < 0.5:
+        row.pop(field, None)
+    else:
+        row[field] = rng.choice([None, 3, [], {}, "", "x"])
+    return "\n".join(json.dumps(r) for r in rows).encode()
+
+
+def test_config_yaml(tmp_path):
+    from a2c_ppo_acktr.arguments import load_config
+
+    good = b"seed: 3\nenv:\n  max_turns: 2\n  image_size: 32\nppo:\n  lr: 1.0e-4\n  num_iterations: 2\nlog:\n  run_name: x\n"
+    (tmp_path / "ok.yaml").write_bytes(good)
+    assert load_config(preset="debug", config=str(tmp_path / "ok.yaml")).ppo.lr == 1e-4  # the unmutated file loads
+
+    def structured(rng):
+        return rng.choice([b"ppo:\n  lr: nan\n", b"ppo:\n  lr: [1]\n", b"env:\n  max_turns: -1\n", b"- a\n- b\n", b"ppo: 3\n",
+                           b"ppo:\n  lr: 1\n  lr: 2\n", b"envv:\n  x: 1\n"])
+
+    refused = check(lambda p: load_config(preset="debug", config=str(p)), tmp_path / "c.yaml", good, random.Random(SEED), structured)
+    assert refused > 10
+
+
+def test_score_file(tmp_path):
+    from a2c_ppo_acktr import reports
+
+    rows = [{"id": i, "question_type": t, "prediction": p, "ground_truth": g} for i, (t, p, g) in enumerate(
+        [("object_counting", "3", "3"), ("room_size_estimation", "20.5", "21"), ("route_planning", "B.", "B")])]
+    good = "\n".join(json.dumps(r) for r in rows).encode()
+    refused = check(reports.score_file, tmp_path / "s.jsonl", good, random.Random(SEED + 1),
+                    lambda rng: _drop_field(rows, rng, ["question_type", "prediction", "ground_truth", "id"]))
+    assert refused >= 1
+
+
+def test_vsibench_rows(tmp_path):
+    from a2c_ppo_acktr.envs.vsibench import load_vsibench_rows
+
+    rows = [{"id": 1, "dataset": "scannet", "scene_name": "scene0001_00", "question_type": "object_counting",
+             "question": "How many chair(s) are in this room?", "options": None, "ground_truth": "2"},
+            {"id": 2, "dataset": "arkitscenes", "scene_name": "41069042", "question_type": "route_planning",
+             "question": "How do I get to the bin?", "options": ["A. left", "B. right"], "ground_truth": "A"}]
+    good = "\n".join(json.dumps(r) for r in rows).encode()
+    (tmp_path / "ok.jsonl").write_bytes(good)
+    assert len(load_vsibench_rows(tmp_path / "ok.jsonl")) == 2
+    refused = check(load_vsibench_rows, tmp_path / "rows.jsonl", good, random.Random(SEED + 2),
+                    lambda rng: _drop_field(rows, rng, ["id", "dataset", "scene_name", "question_type", "question", "options", "ground_truth"]))
+    assert refused > 10
+
+
+def test_sft_dataset_rows(tmp_path):
+    from PIL import Image
+
+    from a2c_ppo_acktr.prompts import assistant_message, build_messages, format_response, Answer
+    from SFT.data import SFTDataset
+
+    Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(tmp_path / "a.png")
+    obs = {"images": [np.zeros((8, 8, 3), dtype=np.uint8)], "text": "How many chair(s) are in this room?"}
+    rows = [{"messages": build_messages(obs) + [assistant_message(format_response("x", Answer("2")))], "images": ["a.png"]}] * 2
+    good = "\n".join(json.dumps(r) for r in rows).encode()
+    (tmp_path / "ok.jsonl").write_bytes(good)
+    assert len(SFTDataset(tmp_path / "ok.jsonl")) == 2
+    refused = check(SFTDataset, tmp_path / "train.jsonl", good, random.Random(SEED + 3),
+                    lambda rng: _drop_field(rows, rng, ["messages", "images"]))
+    assert refused > 10
+
+
+def test_label_trajectories_and_metrics_logs(tmp_path):
+    from a2c_ppo_acktr.labeling import read_episodes
+    from a2c_ppo_acktr.logger import read_metrics
+
+    eps = [{"episode_id": f"e{i}", "scene_id": "proc_000001", "score": 1.0, "turns": []} for i in range(3)]
+    good = ("\n".join(json.dumps(e) for e in eps) + "\n").encode()
+    check(read_episodes, tmp_path / "trajectories.jsonl", good, random.Random(SEED + 4))
+    rows = [{"iteration": i, "rollout/episode_score_mean": 0.5} for i in range(1, 4)]
+    check(read_metrics, tmp_path / "metrics.jsonl", ("\n".join(json.dumps(r) for r in rows) + "\n").encode(), random.Random(SEED + 5))
+
+
+def test_report_json(tmp_path):
+    from a2c_ppo_acktr import reports
+
+    good = json.dumps({"name": "x", "overall": 12.5, "table": [], "per_type": {}}).encode()
+    refused = check(reports.load_report, tmp_path / "report.json", good, random.Random(SEED + 6))
+    assert refused > 10
+
+
+def test_ply_meshes(tmp_path):
+    from a2c_ppo_acktr.envs.real_scans import read_ply_mesh
+
+    verts = "\n".join(f"{x} {y} {z}" for x, y, z in [(0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1)])
+    good = ("ply\nformat ascii 1.0\nelement vertex 4\nproperty float x\nproperty float y\nproperty float z\n"
+            "element face 2\nproperty list uchar int vertex_indices\nend_header\n" + verts + "\n3 0 1 2\n3 0 1 3\n").encode()
+    (tmp_path / "ok.ply").write_bytes(good)
+    assert len(read_ply_mesh(tmp_path / "ok.ply")[1]) == 2
+    refused = check(read_ply_mesh, tmp_path / "m.ply", good, random.Random(SEED + 7))
+    assert refused > 10
+
+
+def test_rank_state_files(tmp_path):
+    from a2c_ppo_acktr.checkpoint import load_pickle, save_pickle
+
+    import torch
+
+    save_pickle({"rng": {"torch": torch.ones(3, dtype=torch.uint8), "numpy": np.random.default_rng(0)}, "k": [1, 2.5, "x"]}, tmp_path / "ok.pkl")
+    good = (tmp_path / "ok.pkl").read_bytes()
+    # latin-1/utf-16 re-encodings of a binary file make no sense: decode bytes 1:1 instead
+    allowed = _user_errors()
+    rng = random.Random(SEED + 8)
+    for k in range(MUTATIONS_PER_KIND * 2):
+        pos = rng.randrange(len(good))
+        data = good[:pos] if k % 2 else good[:pos] + bytes([good[pos] ^ (1 << rng.randrange(8))]) + good[pos + 1:]
+        (tmp_path / "r.pkl").write_bytes(data)
+        try:
+            load_pickle(tmp_path / "r.pkl")
+        except Exception as e:  # noqa: BLE001
+            assert isinstance(e, allowed), f"rank state byte {pos}: {type(e).__name__}: {e}"
