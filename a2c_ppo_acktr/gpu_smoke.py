@@ -357,6 +357,16 @@ def check_ppo_run(run_dir: str | os.PathLike, iterations: int) -> dict[str, Any]
             f"PPO run: debug/first_minibatch_ratio_max_dev per iteration {ratio} is not below {result['bound']:g} ({dtype}, "
             f"mode {result['rollout_log_probs']}): rollout and update disagree under the launcher (DeepSpeed casts, padding, devices)"
         )
+    if cfg["ppo"].get("perception_weighting"):
+        dep = column("perception/dependency_mean")
+        if not all(math.isfinite(x) and x >= 0 for x in dep):
+            raise SmokeFailure(f"PPO run: perception/dependency_mean per iteration {dep} is not finite and >= 0 (the masked-image pass)")
+        result["perception_dependency_mean"] = sum(dep) / len(dep)
+    if cfg["log"].get("val_interval", 0) > 0:
+        val = [float(r["val/score"]) for r in rows if "val/score" in r]
+        if not val or not (run_dir / "best" / "val.json").is_file():
+            raise SmokeFailure(f"PPO run: log.val_interval is set but no validation was logged or no best/val.json was written in {run_dir}")
+        result["val_score"] = val[-1]
     if any(x != 0.0 for x in rank_dev):
         raise SmokeFailure(
             f"PPO run: debug/param_rank_max_dev per iteration {rank_dev} is not 0: the processes' trainable weights differ, "

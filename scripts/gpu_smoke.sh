@@ -61,16 +61,20 @@ smoke info --out "$WORK/info.json" || fail "environment check (see above)"
 echo "== 2/5 tiny model: rollout/update ratio in $DTYPE"
 smoke ratio --out "$WORK/ratio.json" || fail "ratio check (see above)"
 
-echo "== 3/5 PPO: 2 iterations"
+echo "== 3/5 PPO: 2 iterations (EMA reference in the loss, perception weighting, validation)"
+# The options whose code paths differ under a launcher: the EMA reference's functional forward, the
+# masked-image pass (it re-sums the rollout log-probs: the ratio check below covers it), validation.
+PPO_OPTIONS="--ppo.reference ema --ppo.kl_coef 0.05 --ppo.perception_weighting true --log.val_interval 2 --log.val_episodes 4"
 PORT=$(smoke free-port) || fail "could not find a free port"
 if [ "$DEVICE" = cuda ]; then
   logged ppo env PRESET=debug \
-    EXTRA_ARGS="--model.device cuda --model.dtype bfloat16 --ppo.num_iterations 2 --log.progress_bar false" \
+    EXTRA_ARGS="--model.device cuda --model.dtype bfloat16 --ppo.num_iterations 2 --log.progress_bar false $PPO_OPTIONS" \
     bash scripts/run_vsi_qwen.sh 1 smoke "$WORK/ppo" "$PORT"
 else
   # One plain CPU process: no DeepSpeed (ZeRO-2 on one CPU process tests nothing the GPU run does not).
+  # shellcheck disable=SC2086  # PPO_OPTIONS is a list of words
   logged ppo "$PYTHON" main_vsi.py --preset debug --seed 1 --log.run_name smoke --log.output_dir "$WORK/ppo/smoke" \
-    --model.device cpu --model.dtype float32 --ppo.num_iterations 2 --log.progress_bar false
+    --model.device cpu --model.dtype float32 --ppo.num_iterations 2 --log.progress_bar false $PPO_OPTIONS
 fi
 smoke check-ppo --run-dir "$WORK/ppo/smoke" --iterations 2 --out "$WORK/ppo.json" || fail "PPO run check (see above)"
 
