@@ -127,7 +127,24 @@ def test_make_teacher_rejects_unknown_names():
 # ---------------------------------------------------------------------------------------------
 # OpenAI-compatible server
 # ---------------------------------------------------------------------------------------------
-class FakeServer:
+class _Loopback:
+    """A ThreadingHTTPServer on 127.0.0.1 (a free port), serving while the ``with`` block runs."""
+
+    def serve(self, handler) -> None:
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class FakeServer(_Loopback):
     """A chat-completions endpoint on 127.0.0.1 whose replies follow a script of status codes."""
 
     def __init__(self, script=(), reply: str = "", delay_s: float = 0.0) -> None:
@@ -170,17 +187,7 @@ class FakeServer:
                     with server.lock:
                         server.in_flight -= 1
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.serve(Handler)
 
 
 def _observations(n: int, n_images: int = 2) -> list[dict]:
@@ -446,7 +453,7 @@ def test_hf_teacher_oom_retry_labels_in_halves_like_batch_size_one(tmp_path, tin
     assert any(t[1] for _, ts in turns("retry") for t in ts)  # the replies compared are real text
 
 
-class EchoServer:
+class EchoServer(_Loopback):
     """Answers every POST with ``status`` and a body that echoes the request's Authorization header,
     or with a redirect to ``location``: what a hostile or misconfigured server may do."""
 
@@ -473,17 +480,7 @@ class EchoServer:
                 self.end_headers()
                 self.wfile.write(payload)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.serve(Handler)
 
 
 def test_openai_teacher_never_follows_a_redirect_with_the_key(monkeypatch, caplog):
