@@ -88,7 +88,7 @@ if [ ! -d "$ADAPTER" ]; then
   echo "[quickstart] train_sft.py finished but wrote no adapter at $ADAPTER (see $LOGS/sft.log)" >&2
   exit 1
 fi
-step ppo "$PY" main_vsi.py "${COMMON[@]}" --sft-adapter "$ADAPTER" --log.output_dir "$OUT/ppo" --log.overwrite true
+step ppo "$PY" main_vsi.py "${COMMON[@]}" --sft-adapter "$ADAPTER" --log.output_dir "$OUT/ppo"
 CKPT=$(ls -d "$OUT"/ppo/checkpoints/checkpoint-* 2>/dev/null | sort | tail -n 1)
 if [ -z "$CKPT" ]; then
   echo "[quickstart] main_vsi.py finished but wrote no checkpoint under $OUT/ppo/checkpoints (see $LOGS/ppo.log)" >&2
