@@ -1,0 +1,97 @@
+"""Export a trained policy for serving: the LoRA adapter merged into the base model's weights.
+
+    python -m a2c_ppo_acktr.export --adapter DIR --out MERGED [--model-path BASE] [--dtype float32]
+
+``--adapter`` is an SFT adapter (``train_sft.py``'s ``OUT/adapter``), a checkpoint's ``policy/`` or a
+checkpoint directory itself (``<run>/checkpoints/checkpoint-N``: its ``policy/``, verified against its
+checksums first). ``--model-path`` defaults to the base model the checkpoint's run used. The output is
+a plain Hugging Face model directory (weights, config, processor files) that ``from_pretrained``, vLLM
+or this package (``--model.model_path MERGED``) load with no peft and no path back to the base model;
+``export.json`` records where it came from. The value and temperature heads are not part of it (a
+served model samples at the temperature its server is given). Written to a temporary sibling and
+renamed into place, so ``--out`` is never half-written.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+EXPORT_FILE = "export.json"
+
+
+def resolve_adapter(path: str | Path) -> tuple[Path, Optional[str]]:
+    """``(adapter directory, base model path recorded by the run or None)`` for an adapter, a
+    ``policy/`` directory or a checkpoint directory (verified against its checksums).
+
+    Raises:
+        FileNotFoundError: no ``adapter_config.json`` there.
+        CheckpointError: a damaged checkpoint.
+    """
+    from a2c_ppo_acktr.checkpoint import COMPLETE_MARKER, CheckpointError, verify_checkpoint
+    from a2c_ppo_acktr.evaluation import checkpoint_model_config
+
+    path = Path(path)
+    base = None
+    if (path / COMPLETE_MARKER).is_file():
+        problem = verify_checkpoint(path)
+        if problem is not None:
+            raise CheckpointError(f"checkpoint {path} is damaged: {problem}; export an earlier checkpoint")
+        base = checkpoint_model_config(path).get("model_path")
+        path = path / "policy"
+    if not (path / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"{path} holds no adapter_config.json; pass an SFT adapter, a checkpoint's policy/ or a checkpoint directory")
+    return path, base
+
+
+def merge_adapter(adapter: str | Path, out: str | Path, model_path: Optional[str] = None, dtype: str = "float32") -> Path:
+    """Merge ``adapter`` into its base model and save the result (and the processor) to ``out``.
+
+    Returns:
+        ``out``.
+    """
+    import shutil
+
+    from peft import PeftModel
+
+    from a2c_ppo_acktr.arguments import ConfigError, ModelConfig
+    from a2c_ppo_acktr.checkpoint import publish_dir
+    from a2c_ppo_acktr.loading import load_vlm
+
+    adapter_dir, recorded = resolve_adapter(adapter)
+    base = model_path or recorded
+    if base is None:
+        raise ConfigError(f"cannot tell the base model of {adapter}; pass --model-path (the model the adapter was trained on)")
+    loaded = load_vlm(ModelConfig(model_path=base, device="cpu", dtype=dtype))
+    merged = PeftModel.from_pretrained(loaded.model, str(adapter_dir)).merge_and_unload()
+    out = Path(out)
+    tmp = out.parent / f".tmp-{out.name}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    merged.save_pretrained(str(tmp))
+    loaded.processor.save_pretrained(str(tmp))
+    info = {"base_model": str(base), "adapter": str(adapter_dir.resolve()), "dtype": dtype}
+    (tmp / EXPORT_FILE).write_text(json.dumps(info, indent=1), encoding="utf-8")
+    publish_dir(tmp, out)
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--adapter", required=True, help="SFT adapter, a checkpoint's policy/, or a checkpoint directory")
+    parser.add_argument("--out", required=True, help="directory for the merged model")
+    parser.add_argument("--model-path", default=None, help="base model (default: the checkpoint's run's model.model_path)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    args = parser.parse_args(argv)
+    out = merge_adapter(args.adapter, args.out, args.model_path, args.dtype)
+    print(f"merged model written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    from a2c_ppo_acktr.cli import run_main
+
+    sys.exit(run_main(main, "python -m a2c_ppo_acktr.export"))

@@ -1,0 +1,50 @@
+"""Export: the LoRA adapter merged into the base weights gives the adapted model's logits, from a
+plain directory that loads without peft; checkpoints are verified first; errors are one line."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from a2c_ppo_acktr.arguments import ModelConfig
+from a2c_ppo_acktr.export import EXPORT_FILE, merge_adapter
+from a2c_ppo_acktr.loading import load_vlm
+from a2c_ppo_acktr.model import VLMPolicy
+from a2c_ppo_acktr.prompts import build_messages, render_prompt
+
+REPO = Path(__file__).resolve().parent.parent
+TARGETS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)|lm_head"
+
+
+def test_merged_model_reproduces_the_adapted_logits(tmp_path, tiny_model_path):
+    cfg = ModelConfig(model_path=tiny_model_path, device="cpu", lora_r=4, lora_alpha=8, lora_target_modules=TARGETS,
+                      value_head_hidden=8, temp_head_hidden=8)
+    torch.manual_seed(0)
+    policy = VLMPolicy(cfg)
+    with torch.no_grad():
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.05)  # an adapter that changes the outputs
+    policy.save_pretrained(tmp_path / "policy")
+    out = merge_adapter(tmp_path / "policy", tmp_path / "merged", model_path=tiny_model_path)
+    assert json.loads((out / EXPORT_FILE).read_text())["base_model"] == tiny_model_path
+    assert not (out / "adapter_config.json").exists() and not list(tmp_path.glob(".tmp-*"))
+    merged = load_vlm(ModelConfig(model_path=str(out), device="cpu"))
+    obs = {"images": [np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)], "text": "How many chair(s) are in this room?"}
+    enc = policy.processor(text=[render_prompt(policy.processor, build_messages(obs))], images=obs["images"], return_tensors="pt")
+    with torch.no_grad():
+        adapted = policy.model(**enc).logits
+        plain = merged.model(**enc).logits
+        base = load_vlm(ModelConfig(model_path=tiny_model_path, device="cpu")).model(**enc).logits
+    assert (adapted - base).abs().max() > 1e-2  # the adapter matters
+    assert (adapted - plain).abs().max() < 1e-4
+
+
+def test_export_errors_are_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    res = subprocess.run([sys.executable, "-m", "a2c_ppo_acktr.export", "--adapter", str(tmp_path / "empty"), "--out", str(tmp_path / "o")],
+                         cwd=REPO, capture_output=True, text=True, timeout=120, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 2 and "holds no adapter_config.json" in res.stderr and "Traceback" not in res.stderr
