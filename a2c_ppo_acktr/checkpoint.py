@@ -119,9 +119,7 @@ def resolve_resume(resume: Optional[str], checkpoints_root: str | os.PathLike) -
             f"log.resume={resume!r} has no {COMPLETE_MARKER} marker: its write was interrupted. "
             f"Resume from an earlier checkpoint ({[p.name for p in list_checkpoints(path.parent)]}) or use --resume auto"
         )
-    problem = verify_checkpoint(path)
-    if problem is not None:
-        raise CheckpointError(f"log.resume={resume!r} is damaged: {problem}; resume from an earlier checkpoint or use --resume auto")
+    require_intact(path, "resume from an earlier checkpoint or use --resume auto")
     return path
 
 
@@ -179,6 +177,18 @@ def verify_checkpoint(path: str | os.PathLike) -> Optional[str]:
         if actual[name] != checksum:
             return f"{name} does not match its checksum (truncated or changed since it was written)"
     return None
+
+
+def require_intact(path: str | os.PathLike, fix: str) -> None:
+    """Refuse a training checkpoint (a directory carrying ``COMPLETE``) whose files do not match their
+    checksums: :class:`CheckpointError` naming the damaged file, then ``fix``. Anything else (an
+    adapter directory, a checkpoint written before checksums) passes."""
+    path = Path(path)
+    if not (path / COMPLETE_MARKER).is_file():
+        return
+    problem = verify_checkpoint(path)
+    if problem is not None:
+        raise CheckpointError(f"checkpoint {path} is damaged: {problem}; {fix}")
 
 
 def publish_dir(tmp: Path, target: Path) -> None:

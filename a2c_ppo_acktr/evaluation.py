@@ -586,13 +586,10 @@ def load_policy(cfg: RunConfig, adapter: Optional[str] = None, checkpoint: Optio
 
 def load_checkpoint_into(policy: Any, checkpoint: str | Path) -> None:
     """Load a main_vsi.py checkpoint's LoRA adapter and value/temperature heads into ``policy``."""
-    from a2c_ppo_acktr.checkpoint import COMPLETE_MARKER, CheckpointError, verify_checkpoint
+    from a2c_ppo_acktr.checkpoint import require_intact
 
     ckpt = Path(checkpoint)
-    if (ckpt / COMPLETE_MARKER).is_file():  # a training checkpoint: its files must match their checksums
-        problem = verify_checkpoint(ckpt)
-        if problem is not None:
-            raise CheckpointError(f"checkpoint {ckpt} is damaged: {problem}; evaluate an earlier checkpoint")
+    require_intact(ckpt, "evaluate an earlier checkpoint")  # a training checkpoint's files must match their checksums
     policy_dir = ckpt / "policy" if (ckpt / "policy").is_dir() else ckpt
     policy.load_pretrained(str(policy_dir))
 

@@ -30,15 +30,13 @@ def resolve_adapter(path: str | Path) -> tuple[Path, Optional[str]]:
         FileNotFoundError: no ``adapter_config.json`` there.
         CheckpointError: a damaged checkpoint.
     """
-    from a2c_ppo_acktr.checkpoint import COMPLETE_MARKER, CheckpointError, verify_checkpoint
+    from a2c_ppo_acktr.checkpoint import COMPLETE_MARKER, require_intact
     from a2c_ppo_acktr.evaluation import checkpoint_model_config
 
     path = Path(path)
     base = None
     if (path / COMPLETE_MARKER).is_file():
-        problem = verify_checkpoint(path)
-        if problem is not None:
-            raise CheckpointError(f"checkpoint {path} is damaged: {problem}; export an earlier checkpoint")
+        require_intact(path, "export an earlier checkpoint")
         base = checkpoint_model_config(path).get("model_path")
         path = path / "policy"
     if not (path / "adapter_config.json").is_file():

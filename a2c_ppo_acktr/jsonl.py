@@ -24,13 +24,23 @@ class JsonlError(ValueError):
     """A JSONL line is not a JSON object; the message names ``path:line``."""
 
 
+def decode_line(raw: bytes, path: Path, lineno: int, fix: str = "") -> str:
+    """Line ``lineno`` (from 1) of ``path`` as text: UTF-8, a byte-order mark on line 1 dropped.
+
+    Raises:
+        JsonlError: the line is not UTF-8 (the message names ``path:line`` and ends with ``fix``).
+    """
+    try:
+        return raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+    except UnicodeDecodeError as e:
+        hint = f"; {fix}" if fix else ""
+        raise JsonlError(f"{path}:{lineno} is not UTF-8 ({e.reason} at byte {e.start}); save the file as UTF-8{hint}") from e
+
+
 def _parse(raw: str | bytes, path: Path, lineno: int, fix: str) -> dict:
     hint = f"; {fix}" if fix else ""
     if isinstance(raw, bytes):
-        try:
-            raw = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
-        except UnicodeDecodeError as e:
-            raise JsonlError(f"{path}:{lineno} is not UTF-8 ({e.reason} at byte {e.start}); save the file as UTF-8{hint}") from e
+        raw = decode_line(raw, path, lineno, fix)
     try:
         row = json.loads(raw)
     except json.JSONDecodeError as e:

@@ -471,12 +471,12 @@ class VLMPolicy(nn.Module):
             inputs["mm_token_type_ids"] = torch.cat([enc["mm_token_type_ids"], torch.zeros_like(resp, dtype=enc["mm_token_type_ids"].dtype)], dim=1)
         inputs = self._with_positions(inputs)
         head = self.base_model.get_output_embeddings()
-        ref_final = None
-        ref_head = _reference_head(head) if reference == "base" else self._ema_head(head) if reference == "ema" else head
+        ref_final = ref_head = None
         if with_kl:
             # Before the policy's forward: this no-grad pass's working set then never sits on top
             # of the activations the policy's forward keeps for backward.
             ref_final = self._reference_hidden(inputs, R, reference, noise_seed)
+            ref_head = _reference_head(head) if reference == "base" else self._ema_head(head) if reference == "ema" else head
         # The model runs up to lm_head's input only; the logits are made chunk by chunk below, so no
         # full (B, R+1, V) tensor (model dtype) nor its float32 derivatives exist at once.
         with self._catch_lm_head_input(skip_logits=True) as caught:
@@ -508,19 +508,20 @@ class VLMPolicy(nn.Module):
         """``(B, R, H)`` final hidden states of the reference (no grad) at the R generated positions."""
         if reference not in REFERENCES:
             raise ValueError(f"reference={reference!r} is not one of {list(REFERENCES)}")
+        kwargs = {**inputs, "use_cache": False, "logits_to_keep": R + 1}
         context: Any = contextlib.nullcontext()
+        forward: Any = self.model
         if reference == "base":
             if not self.has_reference:
                 raise ValueError("KL to the reference needs LoRA (model.use_lora=true): the reference is the adapter-disabled model")
             context = self.model.disable_adapter()
         elif reference == "ema":
-            with torch.no_grad(), self._catch_lm_head_input(skip_logits=True) as ref_caught:
-                torch.func.functional_call(self.model, self._ema_params(), (), {**inputs, "use_cache": False, "logits_to_keep": R + 1}, strict=False)
-            return ref_caught[0][:, :R].clone()
+            params = self._ema_params()
+            forward = lambda **kw: torch.func.functional_call(self.model, params, (), kw, strict=False)  # noqa: E731
         else:
-            inputs = masked_images(inputs, noise=reference == "noised_images", seed=noise_seed)
+            kwargs = masked_images(kwargs, noise=reference == "noised_images", seed=noise_seed)
         with torch.no_grad(), context, self._catch_lm_head_input(skip_logits=True) as ref_caught:
-            self.model(**inputs, use_cache=False, logits_to_keep=R + 1)
+            forward(**kwargs)
         # A copy: the slice would keep the reference's whole (B, T, H) final hidden states alive.
         return ref_caught[0][:, :R].clone()
 

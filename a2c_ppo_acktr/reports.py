@@ -32,7 +32,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from a2c_ppo_acktr import scoring, stats
-from a2c_ppo_acktr.jsonl import JsonlError
+from a2c_ppo_acktr.jsonl import JsonlError, decode_line
 
 logger = logging.getLogger(__name__)
 from a2c_ppo_acktr.logger import read_metrics
@@ -246,15 +246,11 @@ def score_file(path: str | os.PathLike, *, name: Optional[str] = None) -> dict[s
     records: list[dict[str, Any]] = []
     bad: list[dict[str, Any]] = []
     unknown_type = 0
-    try:
-        # A leading UTF-8 BOM is dropped, not read as part of line 1; lines split on \n only (a JSON
-        # string may hold U+2028, which str.splitlines would cut).
-        lines = path.read_text(encoding="utf-8-sig").split("\n")
-    except UnicodeDecodeError as e:
-        lineno = path.read_bytes()[: e.start].count(b"\n") + 1
-        raise JsonlError(f"score file {str(path)!r} is not UTF-8 (line {lineno}: {e.reason}); save it as UTF-8") from e
     seen_ids: dict[str, list[int]] = {}
-    for lineno, raw in enumerate(lines, start=1):
+    # Lines split on \n only (a JSON string may hold U+2028, which str.splitlines would cut); each is
+    # decoded as UTF-8 by the JSONL reader's rule (a BOM on line 1 dropped; otherwise an error naming the line).
+    for lineno, raw_bytes in enumerate(path.read_bytes().split(b"\n"), start=1):
+        raw = decode_line(raw_bytes, path, lineno, "save the score file as UTF-8")
         if not raw.strip():
             continue
         qtype, score, error, fields = _score_line(raw)

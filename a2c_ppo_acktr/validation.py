@@ -20,6 +20,7 @@ so a resumed run keeps comparing against it.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -55,15 +56,13 @@ def run_validation(
     rank: int = 0,
     num_processes: int = 1,
     gather_lists: Callable[[list], list] = lambda items: list(items),
-    gather_weights: Callable[[], ContextManager] = None,  # type: ignore[assignment]
+    gather_weights: Callable[[], ContextManager] = contextlib.nullcontext,
 ) -> dict[str, Any]:
     """Answer the validation questions with ``module`` (a :class:`~a2c_ppo_acktr.model.VLMPolicy`).
 
     Returns:
         ``{"score", "valid_rate", "answered", "episodes", "seconds", "per_type"}`` over all processes.
     """
-    import contextlib
-
     from .evaluation import PolicyAgent, procedural_specs, run_episodes
 
     vcfg = validation_config(cfg)
@@ -73,7 +72,7 @@ def run_validation(
     was_training = module.training
     module.eval()
     try:
-        with (gather_weights or contextlib.nullcontext)():
+        with gather_weights():
             result = run_episodes(PolicyAgent(module, greedy=True), specs, vcfg.env, vcfg.eval.batch_size, progress=False)
     finally:
         module.train(was_training)

@@ -329,5 +329,5 @@ def test_score_file_integrity_bom_encoding_duplicates_and_raw_ground_truth(tmp_p
     assert rep["duplicate_ids"] == {"count": 1, "lines": {"1": [1, 3]}} and "appear more than once" in caplog.text
     latin = tmp_path / "latin.jsonl"
     latin.write_bytes((json.dumps(rows[0]) + "\n").encode() + '{"question_type": "caf\xe9"}\n'.encode("latin-1"))
-    with pytest.raises(JsonlError, match="is not UTF-8 \\(line 2"):
+    with pytest.raises(JsonlError, match=r"latin\.jsonl:2 is not UTF-8 \(invalid"):
         reports.score_file(latin)

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
+from a2c_ppo_acktr.algo.ppo import forward_in_storage_order
 from a2c_ppo_acktr.arguments import PPOConfig
 from a2c_ppo_acktr.distributions import sequence_log_prob
 
@@ -74,26 +75,19 @@ class Measurement:
     log_probs: list[Tensor]  # (R_i,) per-token log-probs with the real images (the rollout's, to rounding)
 
 
-@torch.no_grad()
 def measure(policy: Any, storage: Any, mini_batch_size: int, mask: str = "zero", seed: int = 0) -> Measurement:
     """One no-grad pass over the stored turns, in storage order: the policy with the real images and
-    with masked ones (``mask``: zero | noise). Every process runs as many forwards (same storage
-    size), which ZeRO-3 needs."""
+    with masked ones (``mask``: zero | noise; the noise of chunk k is seeded from ``seed`` and k)."""
     total = storage.step * storage.num_envs
     deps: list[Tensor] = [torch.zeros(0)] * total
     lps: list[Tensor] = [torch.zeros(0)] * total
     reference = "noised_images" if mask == "noise" else "masked_images"
-    was_training = policy.training
-    policy.eval()
-    try:
-        for k, mb in enumerate(storage.ordered_minibatches(mini_batch_size)):
-            out = policy(mb, with_kl=True, reference=reference, noise_seed=seed * 1_000_003 + k)
-            kl, lp, m = out.token_kl.float().cpu(), out.token_log_probs.float().cpu(), out.token_mask.cpu()
-            for row, i in enumerate(mb.indices.tolist()):
-                deps[i] = kl[row][m[row]].clamp_min(0.0)  # a KL; rounding can leave -1e-9
-                lps[i] = lp[row][m[row]]
-    finally:
-        policy.train(was_training)
+    options = lambda k: {"reference": reference, "noise_seed": seed * 1_000_003 + k}  # noqa: E731
+    for mb, out in forward_in_storage_order(policy, storage, mini_batch_size, options):
+        kl, lp, m = out.token_kl.float().cpu(), out.token_log_probs.float().cpu(), out.token_mask.cpu()
+        for row, i in enumerate(mb.indices.tolist()):
+            deps[i] = kl[row][m[row]].clamp_min(0.0)  # a KL; rounding can leave -1e-9
+            lps[i] = lp[row][m[row]]
     return Measurement(deps, lps)
 
 

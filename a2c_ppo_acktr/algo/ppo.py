@@ -30,7 +30,7 @@ epoch).
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 from torch import Tensor
@@ -154,6 +154,23 @@ def explained_variance(values: Tensor, returns: Tensor) -> float:
     return float(1.0 - (returns.float() - values.float()).var(unbiased=False) / var_y)
 
 
+@torch.no_grad()
+def forward_in_storage_order(
+    policy: Any, storage: RolloutStorage, mini_batch_size: int, options: Callable[[int], dict[str, Any]]
+) -> Iterator[tuple[Minibatch, Any]]:
+    """``(minibatch, policy(minibatch, with_kl=True, **options(k)))`` for the k-th chunk of the stored
+    turns in storage order: the no-grad passes over a finished rollout (the KL reward penalty, the
+    perception pass), in eval mode (restored after). Every process runs as many forwards (same
+    storage size), which ZeRO-3 needs."""
+    was_training = policy.training
+    policy.eval()
+    try:
+        for k, mb in enumerate(storage.ordered_minibatches(mini_batch_size)):
+            yield mb, policy(mb, with_kl=True, **options(k))
+    finally:
+        policy.train(was_training)
+
+
 def adapt_kl_coef(kl_coef: float, kl: float, kl_target: float) -> float:
     """Proportional controller: grow ``kl_coef`` when KL is above target, shrink it when below."""
     error = max(-KL_CONTROLLER_MAX_STEP, min(KL_CONTROLLER_MAX_STEP, kl / kl_target - 1.0))
@@ -263,24 +280,15 @@ class PPO:
         return float(self.accelerator.reduce(t, reduction="mean").item())
 
     # ------------------------------------------------------------------ KL as a reward penalty
-    @torch.no_grad()
     def reward_kl(self, storage: RolloutStorage) -> Tensor:
         """``(T, N)`` KL of every stored response to the reference (``ppo.kl_estimator`` per token,
         summed over the response), for ``ppo.kl_penalty=reward``: one no-grad pass over the rollout
         in storage order, minibatch by minibatch (every process runs as many: under ZeRO-3 a forward
         is a collective). Call after the rollout and before the advantages."""
-        total = storage.num_steps * storage.num_envs
-        size = self.cfg.mini_batch_size
-        kl = torch.zeros(total)
+        kl = torch.zeros(storage.num_steps * storage.num_envs)
         options = {k: v for k, v in self._forward_options().items() if k in ("kl_estimator", "reference")}
-        was_training = self.policy.training
-        self.policy.eval()
-        try:
-            for mb in storage.ordered_minibatches(size):
-                out = self.policy(mb, with_kl=True, **options)
-                kl[mb.indices] = out.kl_sum.detach().float().cpu()
-        finally:
-            self.policy.train(was_training)
+        for mb, out in forward_in_storage_order(self.policy, storage, self.cfg.mini_batch_size, lambda _k: options):
+            kl[mb.indices] = out.kl_sum.detach().float().cpu()
         return kl.view(storage.num_steps, storage.num_envs)
 
     # ------------------------------------------------------------------ update
