@@ -78,6 +78,7 @@ class EnvConfig:
     scene_seed: int = 0  # procedural scene k (k < num_scenes) is built from seed scene_seed + k; use another value for held-out scenes
     appearance_min_fraction: float = 0.002  # an object counts as seen in a sweep frame when it covers this fraction of the pixels
     scene_cache_size: int = 64  # scenes (with their ray-casting structures) kept per env; real scans are large
+    look: str = "shaded"  # shaded (per-pixel light, materials, textures) | flat (one color per triangle, the pre-0.3 look)
 
     def __post_init__(self) -> None:
         _choice("env.scene_source", self.scene_source, ["procedural", "scannet", "arkitscenes", "vsibench"])
@@ -91,6 +92,7 @@ class EnvConfig:
         _check(self.image_history >= 0, f"env.image_history={self.image_history} must be >= 0")
         _check(self.num_scenes >= 1, f"env.num_scenes={self.num_scenes} must be >= 1")
         _check(0 < self.appearance_min_fraction < 1, f"env.appearance_min_fraction={self.appearance_min_fraction} must be in (0, 1)")
+        _choice("env.look", self.look, ["shaded", "flat"])
         _check(self.scene_cache_size >= 1, f"env.scene_cache_size={self.scene_cache_size} must be >= 1")
         _check(0 < self.agent_radius < 1.0, f"env.agent_radius={self.agent_radius} must be in (0, 1) meters")
         _check(0 < self.max_forward <= 10.0, f"env.max_forward={self.max_forward} must be in (0, 10] meters")

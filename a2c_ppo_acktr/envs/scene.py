@@ -25,6 +25,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from .materials import MATERIALS, material_id
+
 # Corner signs of a unit box, ordered bottom face (z-) then top face (z+), each counter-clockwise
 # seen from above so that ``corners[:4]`` is a valid footprint polygon for an upright box.
 _BOX_SIGNS = np.array(
@@ -305,6 +307,8 @@ class Scene:
         floor_polygon: (P, 2) room outline at z = 0, stored counter-clockwise.
         ceiling_height: Room height in meters.
         occupancy: Optional walkability raster (real scans), also consulted by navigation.
+        triangle_materials: (F,) int16 material id per triangle (index into
+            ``materials.MATERIALS``); None means ``plain`` everywhere (stored as zeros).
     """
 
     scene_id: str
@@ -317,6 +321,7 @@ class Scene:
     floor_polygon: np.ndarray
     ceiling_height: float
     occupancy: Optional[OccupancyGrid] = None
+    triangle_materials: Optional[np.ndarray] = None
 
     def __post_init__(self) -> None:
         self.vertices = np.ascontiguousarray(self.vertices, dtype=np.float32)
@@ -337,6 +342,13 @@ class Scene:
             raise ValueError(f"{name}: triangle_colors must be ({f}, 3), got {self.triangle_colors.shape}")
         if self.triangle_object_ids.shape != (f,):
             raise ValueError(f"{name}: triangle_object_ids must be ({f},), got {self.triangle_object_ids.shape}")
+        if self.triangle_materials is None:
+            self.triangle_materials = np.zeros(f, dtype=np.int16)
+        self.triangle_materials = np.ascontiguousarray(self.triangle_materials, dtype=np.int16)
+        if self.triangle_materials.shape != (f,):
+            raise ValueError(f"{name}: triangle_materials must be ({f},), got {self.triangle_materials.shape}")
+        if f and (self.triangle_materials.min() < 0 or self.triangle_materials.max() >= len(MATERIALS)):
+            raise ValueError(f"{name}: triangle_materials must be material ids in [0, {len(MATERIALS)}), see envs/materials.py")
         if self.floor_polygon.ndim != 2 or self.floor_polygon.shape[1] != 2 or len(self.floor_polygon) < 3:
             raise ValueError(f"{name}: floor_polygon must be (P >= 3, 2), got {self.floor_polygon.shape}")
         if polygon_area(self.floor_polygon) < 0:
@@ -408,14 +420,16 @@ class MeshBuilder:
         self._triangles: list[np.ndarray] = []
         self._colors: list[np.ndarray] = []
         self._ids: list[np.ndarray] = []
+        self._materials: list[np.ndarray] = []
         self._count = 0
 
-    def _add(self, vertices: np.ndarray, triangles: np.ndarray, color: Sequence[float], object_id: int) -> None:
+    def _add(self, vertices: np.ndarray, triangles: np.ndarray, color: Sequence[float], object_id: int, material: str = "plain") -> None:
         color = np.clip(np.asarray(color, dtype=np.float32).reshape(3), 0.0, 1.0)
         self._vertices.append(np.asarray(vertices, dtype=np.float64))
         self._triangles.append(np.asarray(triangles, dtype=np.int64) + self._count)
         self._colors.append(np.repeat(color[None], len(triangles), axis=0))
         self._ids.append(np.full(len(triangles), object_id, dtype=np.int32))
+        self._materials.append(np.full(len(triangles), material_id(material), dtype=np.int16))
         self._count += len(vertices)
 
     def add_box(
@@ -425,30 +439,37 @@ class MeshBuilder:
         color: Sequence[float],
         object_id: int = -1,
         rotation: np.ndarray | None = None,
+        material: str = "plain",
     ) -> None:
-        """Add a closed box (12 triangles)."""
+        """Add a closed box (12 triangles, normals outward)."""
         rot = np.eye(3) if rotation is None else np.asarray(rotation, dtype=np.float64)
         corners = np.asarray(center, dtype=np.float64) + (_BOX_SIGNS * (np.asarray(extent, dtype=np.float64) / 2.0)) @ rot.T
-        self._add(corners, _BOX_TRIANGLES, color, object_id)
+        self._add(corners, _BOX_TRIANGLES, color, object_id, material)
 
-    def add_object_box(self, obj: SceneObject, color: Sequence[float]) -> None:
+    def add_object_box(self, obj: SceneObject, color: Sequence[float], material: str = "plain") -> None:
         """Add the full oriented box of ``obj`` with its id."""
-        self.add_box(obj.center, obj.extent, color, obj.object_id, obj.rotation)
+        self.add_box(obj.center, obj.extent, color, obj.object_id, obj.rotation, material)
 
-    def add_flat_polygon(self, polygon: np.ndarray, z: float, color: Sequence[float], object_id: int = -1) -> None:
+    def add_flat_polygon(self, polygon: np.ndarray, z: float, color: Sequence[float], object_id: int = -1, material: str = "plain") -> None:
         """Add a horizontal polygon at height ``z`` (ear-clipping triangulation; simple polygons)."""
         poly = np.asarray(polygon, dtype=np.float64)
         if polygon_area(poly) < 0:
             poly = poly[::-1]
         tris = triangulate_polygon(poly)
         verts = np.concatenate([poly, np.full((len(poly), 1), z)], axis=1)
-        self._add(verts, tris, color, object_id)
+        self._add(verts, tris, color, object_id, material)
 
-    def add_wall(self, p0: Sequence[float], p1: Sequence[float], height: float, color: Sequence[float], z0: float = 0.0, object_id: int = -1) -> None:
+    def add_wall(
+        self, p0: Sequence[float], p1: Sequence[float], height: float, color: Sequence[float], z0: float = 0.0, object_id: int = -1, material: str = "plain"
+    ) -> None:
         """Add a vertical rectangle from floor point ``p0`` to ``p1`` between ``z0`` and ``z0 + height``."""
         (x0, y0), (x1, y1) = p0, p1
         verts = np.array([[x0, y0, z0], [x1, y1, z0], [x1, y1, z0 + height], [x0, y0, z0 + height]])
-        self._add(verts, np.array([[0, 1, 2], [0, 2, 3]]), color, object_id)
+        self._add(verts, np.array([[0, 1, 2], [0, 2, 3]]), color, object_id, material)
+
+    def triangle_materials(self) -> np.ndarray:
+        """Material id per triangle (F,) int16, in the order of :meth:`build`'s triangles."""
+        return np.concatenate(self._materials) if self._materials else np.zeros(0, np.int16)
 
     def build(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Return ``(vertices f32, triangles i32, triangle_colors f32, triangle_object_ids i32)``."""
