@@ -79,6 +79,8 @@ class EnvConfig:
     appearance_min_fraction: float = 0.002  # an object counts as seen in a sweep frame when it covers this fraction of the pixels
     scene_cache_size: int = 64  # scenes (with their ray-casting structures) kept per env; real scans are large
     look: str = "shaded"  # shaded (per-pixel light, materials, textures) | flat (one color per triangle, the pre-0.3 look)
+    shadows: bool = False  # shaded look: hard shadows from the ceiling lamp (a second ray per pixel, about half the frame rate)
+    object_labels: str = "none"  # none | names | ids: draw each visible object's category name or object id on the observed frames (set-of-marks)
 
     def __post_init__(self) -> None:
         _choice("env.scene_source", self.scene_source, ["procedural", "scannet", "arkitscenes", "vsibench"])
@@ -93,6 +95,7 @@ class EnvConfig:
         _check(self.num_scenes >= 1, f"env.num_scenes={self.num_scenes} must be >= 1")
         _check(0 < self.appearance_min_fraction < 1, f"env.appearance_min_fraction={self.appearance_min_fraction} must be in (0, 1)")
         _choice("env.look", self.look, ["shaded", "flat"])
+        _choice("env.object_labels", self.object_labels, ["none", "names", "ids"])
         _check(self.scene_cache_size >= 1, f"env.scene_cache_size={self.scene_cache_size} must be >= 1")
         _check(0 < self.agent_radius < 1.0, f"env.agent_radius={self.agent_radius} must be in (0, 1) meters")
         _check(0 < self.max_forward <= 10.0, f"env.max_forward={self.max_forward} must be in (0, 10] meters")

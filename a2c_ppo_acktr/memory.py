@@ -301,7 +301,7 @@ def sample_observation(env_cfg: Any, blank_images: bool = True) -> dict:
         SAMPLE_QUESTION, list(SAMPLE_OPTIONS),
         prompts.feedback_text(prompts.Move(-90.0, 2.5), collided=True, walked_m=1.25),
         turns_left=env_cfg.max_turns, num_sweep_frames=env_cfg.num_sweep_frames, num_views=n_views,
-        max_forward=env_cfg.max_forward,
+        max_forward=env_cfg.max_forward, object_labels=env_cfg.object_labels,
     )
     size = env_cfg.image_size
     images = [np.full((size, size, 3), 128, dtype=np.uint8) for _ in range(env_cfg.num_sweep_frames + n_views)] if blank_images else []

@@ -65,6 +65,15 @@ SYSTEM_PROMPT = (
 )
 
 
+# What the observation text adds when the env draws object labels on its images (EnvConfig.object_labels;
+# "none" adds nothing, so the text is then exactly the unlabelled one).
+LABEL_SENTENCES = {
+    "none": None,
+    "names": "Each visible object is marked with its category name.",
+    "ids": "Each visible object is marked with a numeric id that stays the same across frames.",
+}
+
+
 # ---------------------------------------------------------------------------------------------
 # Observation text and messages
 # ---------------------------------------------------------------------------------------------
@@ -76,6 +85,7 @@ def observation_text(
     num_sweep_frames: int = 0,
     num_views: int = 0,
     max_forward: float = DEFAULT_MAX_FORWARD,
+    object_labels: str = "none",
 ) -> str:
     """The user text of one turn.
 
@@ -87,10 +97,17 @@ def observation_text(
         num_sweep_frames: How many of the images are the initial sweep (they come first).
         num_views: How many images after the sweep are per-turn views (the last is the current view).
         max_forward: Largest ``forward_meters`` a move may use.
+        object_labels: The env's ``object_labels`` (``none``, ``names`` or ``ids``); with labels on,
+            a sentence after the images line says how objects are marked (:data:`LABEL_SENTENCES`).
 
     Returns:
         The text; it names which images are which so the model can tell sweep from current view.
+
+    Raises:
+        ValueError: If ``object_labels`` is not a known mode.
     """
+    if object_labels not in LABEL_SENTENCES:
+        raise ValueError(f"object_labels={object_labels!r} is not one of {list(LABEL_SENTENCES)}")
     lines = [f"Question: {question}"]
     if options:
         lines.append("Options:")
@@ -99,6 +116,8 @@ def observation_text(
     else:
         lines.append("Answer with a single number.")
     lines.append(_images_line(num_sweep_frames, num_views))
+    if LABEL_SENTENCES[object_labels]:
+        lines.append(LABEL_SENTENCES[object_labels])
     lines.append(f"Last turn: {feedback}")
     if turns_left <= 1:
         lines.append("This is your last turn: answer now.")

@@ -300,7 +300,7 @@ def restore_env_state(envs, state: dict[str, Any]) -> None:
     vars(envs).update(state["batch"])
     for env, saved in zip(envs.envs, state["envs"]):
         vars(env).update(saved)
-        env.renderer = Renderer(env.scene, env.camera) if env.scene is not None else None
+        env.renderer = Renderer.for_env(env.scene, env.cfg) if env.scene is not None else None
 
 
 # ------------------------------------------------------------------------------------ the run

@@ -18,6 +18,9 @@ One episode:
 
 Observations are ``{"images": (sweep frames..., last image_history views...), "text": str}``; the
 images are a tuple (gymnasium's ``Sequence`` space holds tuples), the last image is the current view.
+With ``EnvConfig.object_labels`` ``names`` or ``ids`` every observed image carries a label on each
+visible object (:mod:`a2c_ppo_acktr.envs.labels`) and the text says so; the frames the env keeps
+(``sweep_frames``, ``views``: questions, teachers, reports) stay unlabelled.
 All randomness comes from ``self.np_random``; scenes and their renderers are cached per scene key.
 """
 from __future__ import annotations
@@ -35,6 +38,7 @@ from gymnasium import spaces
 from ..arguments import EnvConfig
 from ..prompts import Answer, Invalid, Move, feedback_text, observation_text, parse_action
 from ..scoring import score_prediction
+from .labels import draw_labels
 from .navigation import sample_free_pose, try_move
 from .questions import Question, QuestionUnavailable, appearance_from_frames, generate_question
 from .renderer import Camera, Frame, Pose, Renderer
@@ -70,7 +74,9 @@ class VSIEnv(gym.Env):
         **overrides: Field overrides of ``cfg`` (e.g. ``image_size=64``), validated by EnvConfig.
 
     Privileged state (for teachers and reports): ``scene``, ``question``, ``pose``, ``path`` (poses
-    visited, start included), ``turn`` (turns used), ``renderer``, ``sweep_frames``, ``cfg``.
+    visited, start included), ``turn`` (turns used), ``renderer``, ``sweep_frames``, ``cfg``. The
+    frames are the renderer's, unlabelled; the observed images (labelled when ``cfg.object_labels``
+    is not ``none``) are ``sweep_images`` and ``view_images``.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 2}
@@ -107,6 +113,9 @@ class VSIEnv(gym.Env):
         self.turn = 0
         self.sweep_frames: list[Frame] = []
         self.views: list[Frame] = []
+        self.sweep_images: list[np.ndarray] = []  # what the agent sees of sweep_frames (labelled or not)
+        self.view_images: list[np.ndarray] = []  # what the agent sees of views, in step with it
+        self._min_pixels = max(1, int(round(cfg.appearance_min_fraction * cfg.image_size**2)))
         self.appearance_order: list[int] = []
         self._feedback = ""
         self._done = True
@@ -118,7 +127,7 @@ class VSIEnv(gym.Env):
             self._cache.move_to_end(key)
             return self._cache[key]
         scene = build()
-        entry = (scene, Renderer(scene, self.camera))
+        entry = (scene, Renderer.for_env(scene, self.cfg))
         self._cache[key] = entry
         while len(self._cache) > self.cfg.scene_cache_size:
             self._cache.popitem(last=False)
@@ -206,10 +215,19 @@ class VSIEnv(gym.Env):
         n = self.cfg.num_sweep_frames
         poses = [Pose(self.pose.x, self.pose.y, (self.pose.yaw_deg + k * 360.0 / n) % 360.0) for k in range(n)]
         self.sweep_frames = renderer.render_many(poses)
-        min_pixels = max(1, int(round(self.cfg.appearance_min_fraction * self.cfg.image_size**2)))
-        self.appearance_order, self._appearance_frames = appearance_from_frames([f.object_ids for f in self.sweep_frames], min_pixels)
+        self.appearance_order, self._appearance_frames = appearance_from_frames([f.object_ids for f in self.sweep_frames], self._min_pixels)
+        self.sweep_images = [self._image(f) for f in self.sweep_frames]
         # The sweep starts at the start heading, so its first frame is also the current view.
         self.views = [self.sweep_frames[0]]
+        self.view_images = [self.sweep_images[0]]
+
+    def _image(self, frame: Frame) -> np.ndarray:
+        """The image the agent sees of ``frame``: labelled per ``cfg.object_labels`` (a new array),
+        or the frame's own ``rgb`` (copied by ``_observation``). An object gets a label where it
+        counts as seen for the appearance order (``appearance_min_fraction``)."""
+        if self.cfg.object_labels == "none":
+            return frame.rgb
+        return draw_labels(frame, self.scene, self.cfg.object_labels, self._min_pixels, self.renderer)
 
     def _reset_generated(self, options: dict) -> None:
         types = list(self.cfg.question_types)
@@ -274,7 +292,9 @@ class VSIEnv(gym.Env):
             walked = float(np.hypot(self.pose.x - start.x, self.pose.y - start.y))
             self.path.append(self.pose)
             self.views.append(self.renderer.render(self.pose))
-            self.views = self.views[-max(self.cfg.image_history, 1):]
+            self.view_images.append(self._image(self.views[-1]))
+            keep = max(self.cfg.image_history, 1)
+            self.views, self.view_images = self.views[-keep:], self.view_images[-keep:]
             reward = self.cfg.step_cost + (self.cfg.collision_penalty if collided else 0.0)
             self._feedback = feedback_text(parsed, collided=collided, walked_m=walked)
         else:
@@ -290,9 +310,9 @@ class VSIEnv(gym.Env):
 
     # ------------------------------------------------------------------ observation
     def _observation(self) -> dict:
-        views = self.views[-self.cfg.image_history:] if self.cfg.image_history > 0 else []
+        views = self.view_images[-self.cfg.image_history:] if self.cfg.image_history > 0 else []
         # Fresh arrays every call: callers keep observations, and the sweep is reused every turn.
-        images = tuple(f.rgb.copy() for f in self.sweep_frames) + tuple(f.rgb.copy() for f in views)
+        images = tuple(im.copy() for im in self.sweep_images) + tuple(im.copy() for im in views)
         q = self.question
         text = observation_text(
             q.question,
@@ -302,6 +322,7 @@ class VSIEnv(gym.Env):
             num_sweep_frames=len(self.sweep_frames),
             num_views=len(views),
             max_forward=self.cfg.max_forward,
+            object_labels=self.cfg.object_labels,
         )
         return {"images": images, "text": _printable(text)}
 
@@ -323,7 +344,8 @@ class VSIEnv(gym.Env):
         return self._episode_reward
 
     def render(self) -> Optional[np.ndarray]:
-        """The current view (H, W, 3) uint8 in ``rgb_array`` mode; None otherwise."""
-        if self.render_mode != "rgb_array" or not self.views:
+        """The current view (H, W, 3) uint8 as the agent sees it (labelled per ``cfg.object_labels``)
+        in ``rgb_array`` mode; None otherwise."""
+        if self.render_mode != "rgb_array" or not self.view_images:
             return None
-        return self.views[-1].rgb.copy()
+        return self.view_images[-1].copy()
