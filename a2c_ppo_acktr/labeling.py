@@ -139,14 +139,28 @@ def _run_meta(cfg: RunConfig, teacher: Teacher) -> dict:
     return {"env": dataclasses.asdict(cfg.env), "seed": cfg.label.seed, "epsilon": cfg.label.epsilon, "teacher": teacher.describe()}
 
 
+def _meta_diff(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ, e.g. ``["env.look (missing -> 'shaded')"]``; a key absent
+    from an older meta (a config field added since) is listed, not filled with today's default,
+    because the older run did not have that setting (e.g. the ``flat`` renderer before ``env.look``)."""
+    out = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k, "missing"), new.get(k, "missing")
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _meta_diff(a, b, f"{prefix}{k}.")
+        elif a != b:
+            out.append(f"{prefix}{k} ({a!r} -> {b!r})" if not isinstance(a, (dict, list)) and not isinstance(b, (dict, list)) else f"{prefix}{k}")
+    return out
+
+
 def _check_meta(out_dir: Path, meta: dict) -> None:
     path = out_dir / META
     if path.is_file():
         old = json.loads(path.read_text(encoding="utf-8"))
-        if old != json.loads(json.dumps(meta)):
-            diff = sorted(k for k in set(old) | set(meta) if old.get(k) != json.loads(json.dumps(meta)).get(k))
+        new = json.loads(json.dumps(meta))
+        if old != new:
             raise ConfigError(
-                f"{out_dir} was labelled with a different setup (differs in: {diff}); resuming would mix episodes. "
+                f"{out_dir} was labelled with a different setup (differs in: {_meta_diff(old, new)}); resuming would mix episodes. "
                 "Use a new label.out_dir, or rerun with the original settings"
             )
     else:

@@ -108,8 +108,15 @@ def test_resume_with_other_settings_is_refused(tmp_path):
     label_trajectories(_cfg(tmp_path / "lab", num_episodes=1))
     other = _cfg(tmp_path / "lab", num_episodes=1)
     other.env.max_turns = 5
-    with pytest.raises(ConfigError, match="different setup"):
+    with pytest.raises(ConfigError, match=r"different setup \(differs in: \['env.max_turns \(\d+ -> 5\)'\]\)"):
         label_trajectories(other)
+    # A directory labelled before a config field existed names the field rather than "env".
+    meta_path = tmp_path / "lab" / "label_meta.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["env"]["look"]
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(ConfigError, match=r"env.look \('missing' -> 'shaded'\)"):
+        label_trajectories(_cfg(tmp_path / "lab", num_episodes=1))
 
 
 class Flaky(Teacher):
