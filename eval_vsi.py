@@ -11,7 +11,10 @@ What to evaluate (exactly one):
                                bootstrap 95% interval (A, B: row names; repeat for more pairs)
 Questions: the fixed procedural set (eval.num_episodes, eval.seed), or VSI-Bench rows with
 --vsibench ROWS --data-root SCANS. --blind withholds images. --metrics PATH adds learning curves.
-Any config key can be overridden: --eval.num_episodes 20, env.image_size=64, --preset cpu-demo.
+Any config key can be overridden: --eval.num_episodes 20, env.image_size=64, --preset cpu-demo
+(every key is listed at the end of this help). A --checkpoint is evaluated on the env of the run
+that wrote it (its config.yaml) and with its model settings; --preset/--config/--env.* change the
+env, and each field they change relative to the checkpoint's is logged in one warning.
 
 Examples:
   python eval_vsi.py --preset cpu-demo --dummy --out outputs/eval/dummy
@@ -27,7 +30,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from a2c_ppo_acktr.cli import check_flag_typos, config_parser
+from a2c_ppo_acktr.cli import check_flag_typos, config_parser, exit_if_print_config
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,19 +56,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --compare: Overall(A) - Overall(B) with a paired bootstrap 95%% interval; A and B are row names "
         "evaluated on the same questions (repeatable)",
     )
-    p.add_argument("--out", required=True, help="output directory for the reports")
+    p.add_argument("--out", default=None, help="output directory for the reports (required, except with --print-config)")
     return p
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Parse the command line and run one evaluation (see the module docstring)."""
-    from a2c_ppo_acktr.evaluation import run_cli
-
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     check_flag_typos(parser, extra)
     if args.paired and not args.compare:
         parser.error("--paired compares rows of a comparison: pass the reports with --compare too")
+    if args.out is None and not args.print_config:
+        parser.error("the following arguments are required: --out")
+    # Imported after parsing: --help and argument errors do not wait for numpy/matplotlib.
+    from a2c_ppo_acktr.evaluation import resolve_config, run_cli
+
+    if args.print_config:
+        exit_if_print_config(parser, args, resolve_config(args, list(extra)))
     run_cli(args, list(extra))
     return 0
 

@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 def parse_config(argv: Optional[Sequence[str]] = None):
     """``RunConfig`` from the command line (``--sft-adapter``/``--resume`` map to config fields)."""
     from a2c_ppo_acktr.arguments import config_from_args
-    from a2c_ppo_acktr.cli import check_flag_typos, config_parser
+    from a2c_ppo_acktr.cli import check_flag_typos, config_parser, exit_if_print_config
 
     parser = config_parser(__doc__)
     parser.add_argument("--sft-adapter", default=None, help="LoRA adapter from train_sft.py to start from (model.sft_adapter)")
@@ -29,7 +29,9 @@ def parse_config(argv: Optional[Sequence[str]] = None):
         extra += ["--model.sft_adapter", args.sft_adapter]
     if args.resume is not None:
         extra += ["--log.resume", args.resume]
-    return config_from_args(args, extra)
+    cfg = config_from_args(args, extra)
+    exit_if_print_config(parser, args, cfg)
+    return cfg
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -10,11 +10,12 @@ import logging
 import sys
 
 from a2c_ppo_acktr.cli import parse_run_config, run_main
-from SFT.trainer import run_sft
 
 
 def main(argv: list[str] | None = None) -> str:
     cfg, _ = parse_run_config(argv, __doc__)
+    from SFT.trainer import run_sft  # torch/transformers: imported after parsing, so --help is instant
+
     adapter = run_sft(cfg)
     logging.getLogger("train_sft").info("adapter written to %s", adapter)
     import torch.distributed as dist

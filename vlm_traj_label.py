@@ -10,11 +10,12 @@ import json
 import sys
 
 from a2c_ppo_acktr.cli import parse_run_config, run_main
-from a2c_ppo_acktr.labeling import label_trajectories
 
 
 def main(argv: list[str] | None = None) -> dict:
     cfg, _ = parse_run_config(argv, __doc__)
+    from a2c_ppo_acktr.labeling import label_trajectories  # imported after parsing: --help stays instant
+
     summary = label_trajectories(cfg)
     print(json.dumps(summary, indent=2))
     return summary

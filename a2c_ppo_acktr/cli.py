@@ -1,16 +1,29 @@
 """What the thin entry scripts share: reading the run config from the command line, and turning the
 errors a user can fix (bad config, missing model/scan/checkpoint) into one clear line and exit code 2
 instead of a traceback. ``VSI_DEBUG=1`` shows the traceback as well.
+
+Every entry script's ``--help`` lists every config key (``--section.key``) with its type, default and
+the comment written beside (or above) the field in ``a2c_ppo_acktr/arguments.py``, read from that
+file's source when help is asked for; ``--print-config`` prints the resolved config as YAML and exits.
+This module imports nothing heavy (no torch/transformers): help and config errors come back at once.
 """
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import errno
+import functools
+import inspect
+import io
 import logging
 import os
 import sys
-from typing import Callable, Optional, Sequence
+import textwrap
+import tokenize
+import types
+import typing
+from typing import Any, Callable, Optional, Sequence
 
 from a2c_ppo_acktr.arguments import ConfigError, RunConfig, add_config_args, config_from_args
 
@@ -18,11 +31,31 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _ROOT_KEYS = frozenset(f.name for f in dataclasses.fields(RunConfig))
 
 
+class ConfigArgumentParser(argparse.ArgumentParser):
+    """An argparse parser whose help ends with the list of every config key (see :func:`config_keys_help`)."""
+
+    def format_help(self) -> str:
+        return super().format_help().rstrip("\n") + "\n\n" + config_keys_help()
+
+
 def config_parser(description: Optional[str]) -> argparse.ArgumentParser:
-    """A parser with ``--config``/``--preset``; every other ``--section.key`` is a config override."""
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    """A parser with ``--config``/``--preset``/``--print-config``; every other ``--section.key`` is a
+    config override (all of them are listed by ``--help``)."""
+    parser = ConfigArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     add_config_args(parser)
+    parser.add_argument(
+        "--print-config", action="store_true",
+        help="print the resolved config (preset, --config file and overrides applied) as YAML and exit",
+    )
     return parser
+
+
+def exit_if_print_config(parser: argparse.ArgumentParser, args: argparse.Namespace, cfg: RunConfig) -> None:
+    """With ``--print-config``: print ``cfg`` as YAML on stdout (loadable with ``--config``) and exit 0."""
+    if getattr(args, "print_config", False):
+        sys.stdout.write(cfg.to_yaml())
+        sys.stdout.flush()
+        parser.exit(0)
 
 
 def parse_run_config(
@@ -34,7 +67,9 @@ def parse_run_config(
     parser = parser or config_parser(description)
     args, extra = parser.parse_known_args(argv)
     check_flag_typos(parser, extra)
-    return config_from_args(args, list(extra)), args
+    cfg = config_from_args(args, list(extra))
+    exit_if_print_config(parser, args, cfg)
+    return cfg, args
 
 
 def check_flag_typos(parser: argparse.ArgumentParser, extra: Sequence[str]) -> None:
@@ -52,6 +87,116 @@ def check_flag_typos(parser: argparse.ArgumentParser, extra: Sequence[str]) -> N
         close = difflib.get_close_matches(token.split("=", 1)[0], flags, n=1)
         hint = f"; did you mean {close[0]}?" if close else f"; this script's flags: {', '.join(sorted(flags))}"
         parser.error(f"unrecognized argument {token}{hint} (config keys are written --section.key VALUE)")
+
+
+# ------------------------------------------------------------------------------------ config help
+@dataclasses.dataclass(frozen=True)
+class ConfigKey:
+    """One config field as ``--help`` lists it."""
+
+    key: str  # dotted: "env.image_size" ("seed" at the top level)
+    type: str  # "int", "str or null", "list[str]"...
+    default: Any
+    comment: str  # the comment lines above the field, then the one beside it ("" when none)
+
+
+def field_comments(cls: type) -> dict[str, str]:
+    """``{field name: comment}`` of a dataclass, read from its module's source: the ``#`` lines
+    directly above the field (no blank line between), then the ``#`` comment on the field's own
+    line(s), joined by "; ". Fields without a comment are absent."""
+    return _module_field_comments(cls.__module__).get(cls.__qualname__, {})
+
+
+@functools.lru_cache(maxsize=None)
+def _module_field_comments(module_name: str) -> dict[str, dict[str, str]]:
+    """``{class name: {field name: comment}}`` for the top-level classes of a module (one parse); {}
+    when its source is not available (help then lists types and defaults only)."""
+    try:
+        source = inspect.getsource(sys.modules[module_name])
+    except (OSError, TypeError):
+        return {}
+    lines = source.splitlines()
+    comments: dict[int, str] = {}  # line number -> comment text
+    full_line: set[int] = set()  # lines that hold only a comment
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            row = tok.start[0]
+            comments[row] = tok.string.lstrip("#").strip()
+            if not lines[row - 1][: tok.start[1]].strip():
+                full_line.add(row)
+    out: dict[str, dict[str, str]] = {}
+    for node in ast.parse(source).body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        fields = out.setdefault(node.name, {})
+        for stmt in node.body:
+            if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
+                continue
+            above = []
+            row = stmt.lineno - 1
+            while row in full_line:
+                above.append(comments[row])
+                row -= 1
+            beside = [comments[r] for r in range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1) if r in comments and r not in full_line]
+            text = "; ".join(t for t in (" ".join(reversed(above)), " ".join(beside)) if t)
+            if text:
+                fields[stmt.target.id] = text
+    return out
+
+
+def type_name(tp: Any) -> str:
+    """``int``, ``float``, ``str or null``, ``list[str]``... (how a YAML/CLI value must look)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        inner = [type_name(a) for a in args if a is not type(None)]
+        return " or ".join(inner) + (" or null" if type(None) in args else "")
+    if origin is list:
+        return f"list[{type_name(args[0])}]"
+    return getattr(tp, "__name__", str(tp))
+
+
+def format_value(value: Any) -> str:
+    """A value as it is written in YAML or on the command line (``null``, ``true``, ``[a, b]``)."""
+    import yaml
+
+    text = yaml.safe_dump(value, default_flow_style=True, width=1 << 30).strip()
+    return text[: -len("...")].rstrip() if text.endswith("\n...") else text
+
+
+def config_keys(cls: type = RunConfig, prefix: str = "") -> list[ConfigKey]:
+    """Every config field of ``cls`` (recursively into sections), in declaration order."""
+    hints = typing.get_type_hints(cls)
+    comments = field_comments(cls)
+    out: list[ConfigKey] = []
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            out += config_keys(tp, f"{prefix}{f.name}.")
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        out.append(ConfigKey(prefix + f.name, type_name(tp), default, comments.get(f.name, "")))
+    return out
+
+
+def config_keys_help(width: int = 100) -> str:
+    """The config part of ``--help``: every key grouped by section, ``--section.key  TYPE = DEFAULT``
+    and the field's comment from ``arguments.py`` below it."""
+    hints = typing.get_type_hints(RunConfig)
+    sections = [(None, RunConfig)] + [(f.name, hints[f.name]) for f in dataclasses.fields(RunConfig) if dataclasses.is_dataclass(hints[f.name])]
+    out = [
+        "config keys (set any of them with --section.key VALUE or section.key=VALUE; a preset or --config YAML",
+        "sets them per section; precedence: command line > --config > --preset > the defaults shown here):",
+    ]
+    for name, cls in sections:
+        doc = inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0].replace("\n", " ").replace("``", "")
+        out.append("")
+        out.append(f"{name}: {doc}" if name else f"top level: {doc}")
+        keys = config_keys(cls, f"{name}.") if name else [k for k in config_keys() if "." not in k.key]
+        for k in keys:
+            out.append(f"  --{k.key}  {k.type} = {format_value(k.default)}")
+            if k.comment:
+                out += textwrap.wrap(k.comment, width=width, initial_indent=" " * 6, subsequent_indent=" " * 6, break_on_hyphens=False)
+    return "\n".join(out) + "\n"
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

@@ -512,11 +512,22 @@ def evaluate(
 
 
 # ------------------------------------------------------------------------------------------- CLI
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
+def _checkpoint_run_data(checkpoint: str | Path) -> tuple[dict[str, Any], Optional[Path]]:
+    """The resolved config (as a dict) of the run that wrote ``checkpoint``, and the file it came from.
+
+    The config is looked for in the checkpoint directory (``main_vsi.py`` writes one into every
+    checkpoint), then in the run directory two levels up (``<run>/checkpoints/checkpoint-N``), then
+    one level up (``<run>/best``). ``({}, None)`` when none is found.
+    """
+    from a2c_ppo_acktr.arguments import load_yaml
+
+    ckpt = Path(checkpoint)
+    if not ckpt.is_dir():
+        raise FileNotFoundError(f"checkpoint {str(ckpt)!r} is not a directory; pass a checkpoint-<N> directory written by main_vsi.py")
+    for candidate in (ckpt / "config.yaml", ckpt.parent.parent / "config.yaml", ckpt.parent / "config.yaml"):
+        if candidate.is_file():
+            return load_yaml(candidate), candidate
+    return {}, None
 
 
 def checkpoint_model_config(checkpoint: str | Path) -> dict[str, Any]:
@@ -524,33 +535,72 @@ def checkpoint_model_config(checkpoint: str | Path) -> dict[str, Any]:
 
     The heads and the adapter only fit the model they were trained on, so an evaluation of a
     checkpoint starts from that run's model settings (command-line overrides still win). The
-    config is looked for in the checkpoint directory, then in the run directory two levels up
-    (``<run>/checkpoints/checkpoint-N``).
+    checkpoint's own adapter replaces the SFT warm start the run began from (``sft_adapter`` dropped).
     """
-    import yaml
+    data, _ = _checkpoint_run_data(checkpoint)
+    model = dict(data.get("model") or {})
+    model.pop("sft_adapter", None)
+    return model
 
-    ckpt = Path(checkpoint)
-    if not ckpt.is_dir():
-        raise FileNotFoundError(f"checkpoint {str(ckpt)!r} is not a directory; pass a checkpoint-<N> directory written by main_vsi.py")
-    for candidate in (ckpt / "config.yaml", ckpt.parent.parent / "config.yaml", ckpt.parent / "config.yaml"):
-        if candidate.is_file():
-            data = yaml.safe_load(candidate.read_text(encoding="utf-8")) or {}
-            model = dict(data.get("model") or {})
-            # The checkpoint's own adapter replaces the SFT warm start the run began from.
-            model.pop("sft_adapter", None)
-            return model
-    return {}
+
+def checkpoint_config(checkpoint: str | Path) -> RunConfig:
+    """The run config of the training run that wrote ``checkpoint`` (its model, env, ... sections),
+    ready for :func:`load_policy` and for making the env it was trained on.
+
+    The SFT adapter the run warm-started from is dropped (the checkpoint holds its own adapter).
+
+    Raises:
+        FileNotFoundError: ``checkpoint`` is not a directory, or no ``config.yaml`` belongs to it.
+    """
+    data, path = _checkpoint_run_data(checkpoint)
+    if path is None:
+        raise FileNotFoundError(
+            f"no config.yaml found for checkpoint {str(checkpoint)!r} (looked in it and in its run directory); "
+            "build the config with arguments.load_config(preset=...) instead"
+        )
+    data = dict(data)
+    data["model"] = checkpoint_model_config(checkpoint)
+    return RunConfig.from_dict(data)
+
+
+# What eval_vsi.py's own flags set in the env section (named in the override warning).
+_ENV_FLAGS = {"scene_source": "--vsibench", "vsibench_path": "--vsibench", "data_root": "--data-root"}
 
 
 def resolve_config(args: Any, extra: Sequence[str]) -> RunConfig:
-    """The run config: preset/config, then the checkpoint's model section, then the flags and overrides."""
-    from a2c_ppo_acktr.arguments import load_config, parse_overrides
+    """The run config of an evaluation, from lowest to highest precedence:
 
-    over: dict[str, Any] = {}
+    * the defaults;
+    * with ``--checkpoint``: the env section of the run that wrote it (an agent is evaluated on the
+      env it was trained on: image size, turns, sweep frames...);
+    * ``--preset``, then ``--config``;
+    * with ``--checkpoint``: its model section (the adapter and heads only fit that model);
+    * the flags (``--model-path``, ``--blind``, ``--vsibench``, ``--data-root``), then the
+      ``--section.key`` overrides.
+
+    Each env field that the preset, the config file, a flag or an override changes relative to the
+    checkpoint's env is logged in one warning (``env.image_size: checkpoint 112 -> 224 (override)``).
+    """
+    from a2c_ppo_acktr.arguments import _merge as merge_sections
+    from a2c_ppo_acktr.arguments import load_yaml, parse_overrides, preset_path
+
+    ckpt_env: dict[str, Any] = {}
+    ckpt_model: dict[str, Any] = {}
+    ckpt_source: Optional[Path] = None
     if getattr(args, "checkpoint", None):
-        model = checkpoint_model_config(args.checkpoint)
-        if model:
-            over["model"] = model
+        data, ckpt_source = _checkpoint_run_data(args.checkpoint)
+        if ckpt_source is None:
+            logger.warning(
+                "checkpoint %s has no config.yaml (nor its run directory): evaluating on the env of the preset/config/defaults, "
+                "which may not be the one it was trained on", args.checkpoint,
+            )
+        ckpt_env = dict(data.get("env") or {})
+        ckpt_model = checkpoint_model_config(args.checkpoint) if ckpt_source is not None else {}
+    preset_data: dict[str, Any] = {}
+    if args.preset is not None:
+        preset_data = load_yaml(preset_path(args.preset))
+        preset_data.setdefault("preset", args.preset)
+    config_data = load_yaml(args.config) if args.config is not None else {}
     flags: dict[str, Any] = {}
     if args.model_path:
         flags.setdefault("model", {})["model_path"] = args.model_path
@@ -560,8 +610,42 @@ def resolve_config(args: Any, extra: Sequence[str]) -> RunConfig:
         flags.setdefault("env", {}).update(scene_source="vsibench", vsibench_path=args.vsibench)
     if args.data_root:
         flags.setdefault("env", {})["data_root"] = args.data_root
-    over = _merge(_merge(over, flags), parse_overrides(extra))
-    return load_config(config=args.config, preset=args.preset, overrides=over)
+    over = parse_overrides(extra)
+
+    merged: dict[str, Any] = {"env": ckpt_env} if ckpt_env else {}
+    for layer in (preset_data, config_data, {"model": ckpt_model} if ckpt_model else {}, flags, over):
+        merged = merge_sections(merged, layer)
+    cfg = RunConfig.from_dict(merged)
+    if ckpt_env:
+        layers = [
+            ("override", over),
+            *[(flag, {"env": {k: v}}) for k, v in flags.get("env", {}).items() for flag in [_ENV_FLAGS[k]]],
+            (f"--config {args.config}", config_data),
+            (f"preset {args.preset}", preset_data),
+        ]
+        _warn_env_changes(args.checkpoint, ckpt_source, RunConfig.from_dict({"env": ckpt_env}).env, cfg.env, layers)
+    return cfg
+
+
+def _warn_env_changes(checkpoint: Any, source: Optional[Path], trained: EnvConfig, now: EnvConfig, layers: Sequence[tuple[str, dict]]) -> list[str]:
+    """Log (and return) one line per env field that differs from the checkpoint's, naming the layer that set it."""
+    from a2c_ppo_acktr.cli import format_value
+
+    lines = []
+    for f in dataclasses.fields(EnvConfig):
+        old, new = getattr(trained, f.name), getattr(now, f.name)
+        if old == new:
+            continue
+        by = next((name for name, layer in layers if f.name in (layer.get("env") or {})), "?")
+        lines.append(f"env.{f.name}: checkpoint {format_value(old)} -> {format_value(new)} ({by})")
+    if lines:
+        logger.warning(
+            "evaluating checkpoint %s on an env that differs from the one it was trained on (%s):\n  %s",
+            checkpoint, source, "\n  ".join(lines),
+        )
+    else:
+        logger.info("evaluating checkpoint %s on the env it was trained on (%s)", checkpoint, source)
+    return lines
 
 
 def load_policy(cfg: RunConfig, adapter: Optional[str] = None, checkpoint: Optional[str] = None) -> Any:

@@ -1,6 +1,7 @@
 """Evaluation runs end to end: oracle and dummy references, batching, VSI-Bench rows, checkpoints, CLI."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from PIL import Image
 
 import eval_vsi
 from a2c_ppo_acktr import evaluation, reports
-from a2c_ppo_acktr.arguments import QUESTION_TYPES, load_config
+from a2c_ppo_acktr.arguments import QUESTION_TYPES, EnvConfig, RunConfig, load_config
 from a2c_ppo_acktr.scoring import score_prediction
 from a2c_ppo_acktr.teachers import OracleTeacher
 
@@ -219,12 +220,75 @@ def test_checkpoint_loads_adapter_and_heads_and_evaluates(tmp_path):
 
     out = tmp_path / "eval"
     # One short episode (the first generate on CPU costs seconds of warm-up; this test proves loading, not quality).
-    fast = ["--eval.num_episodes", "1", "--eval.batch_size", "1", "--env.max_turns", "2", "--model.max_new_tokens", "8"]
-    assert eval_vsi.main([*SMALL, "--checkpoint", str(ckpt), *fast, "--out", str(out)]) == 0
+    # No preset and no env flags: the checkpoint's own env (32 px, 4 sweep frames, 3 turns), not the defaults'.
+    fast = ["--eval.num_episodes", "1", "--eval.batch_size", "1", "--log.progress_bar", "false", "--model.max_new_tokens", "8"]
+    assert eval_vsi.main(["--checkpoint", str(ckpt), *fast, "--out", str(out)]) == 0
     rep = json.loads((out / "report.json").read_text())
     assert rep["name"] == "checkpoint-000002" and rep["meta"]["checkpoint"] == str(ckpt)
-    assert len(rep["records"]) == 1 and 1 <= rep["records"][0]["turns"] <= 2
+    assert len(rep["records"]) == 1 and 1 <= rep["records"][0]["turns"] <= cfg.env.max_turns
     assert (out / "trajectories" / "proc-0000.png").is_file()
+    assert RunConfig.from_yaml(out / "config.yaml").env == cfg.env  # the config the evaluation ran with
+
+
+def test_a_checkpoint_is_evaluated_on_its_own_env_and_each_override_is_warned(tmp_path, caplog, capsys):
+    """Without --preset the env is the checkpoint's; a preset, a config file, --vsibench/--data-root
+    and --env.* overrides change it, and one warning names each changed field and what changed it."""
+    import yaml
+
+    ckpt = tmp_path / "run" / "checkpoints" / "checkpoint-000003"
+    ckpt.mkdir(parents=True)
+    trained = load_config(
+        preset="debug",
+        overrides=["--env.image_size", "48", "--env.max_turns", "4", "--env.num_sweep_frames", "4", "--env.fov_deg", "75", "--model.lora_r", "2"],
+    )
+    trained.save(ckpt / "config.yaml")
+
+    def resolve(*argv):
+        args, extra = eval_vsi.build_parser().parse_known_args([*argv, "--checkpoint", str(ckpt), "--out", "o"])
+        caplog.clear()
+        with caplog.at_level("INFO", logger="a2c_ppo_acktr.evaluation"):
+            cfg = evaluation.resolve_config(args, extra)
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) <= 1
+        return cfg, [line.strip() for line in warnings[0].splitlines()[1:]] if warnings else []
+
+    # Nothing given: the checkpoint's env whole (not the defaults' 224 px and 10 turns), its model, no warning.
+    cfg, changed = resolve()
+    assert cfg.env == trained.env and cfg.model.lora_r == 2 and changed == []
+    assert "on the env it was trained on" in caplog.text
+    # The preset's env keys and the overrides win over the checkpoint's; the other keys stay the checkpoint's.
+    cfg, changed = resolve("--preset", "debug", "--env.image_size", "64", "env.look=flat")
+    assert (cfg.env.image_size, cfg.env.fov_deg, cfg.env.num_sweep_frames, cfg.env.max_turns, cfg.env.look) == (64, 75.0, 2, 3, "flat")
+    assert changed == [
+        "env.image_size: checkpoint 48 -> 64 (override)",
+        "env.num_sweep_frames: checkpoint 4 -> 2 (preset debug)",
+        "env.max_turns: checkpoint 4 -> 3 (preset debug)",
+        "env.look: checkpoint shaded -> flat (override)",
+    ]
+    (tmp_path / "c.yaml").write_text("env:\n  eye_height: 1.2\n")
+    cfg, changed = resolve("--config", str(tmp_path / "c.yaml"), "--vsibench", "rows.jsonl", "--data-root", "scans")
+    assert changed == [
+        "env.scene_source: checkpoint procedural -> vsibench (--vsibench)",
+        "env.data_root: checkpoint null -> scans (--data-root)",
+        "env.vsibench_path: checkpoint null -> rows.jsonl (--vsibench)",
+        f"env.eye_height: checkpoint 1.5 -> 1.2 (--config {tmp_path / 'c.yaml'})",
+    ]
+    # The same resolution through the command line: --print-config shows the env that would be evaluated.
+    with pytest.raises(SystemExit) as exit_info:
+        eval_vsi.main(["--checkpoint", str(ckpt), "--print-config"])
+    assert exit_info.value.code == 0
+    assert RunConfig.from_dict(yaml.safe_load(capsys.readouterr().out)).env == trained.env
+    # A checkpoint without any config.yaml: the preset/defaults, with a warning that says so.
+    bare = tmp_path / "bare" / "checkpoint-000001"
+    bare.mkdir(parents=True)
+    args, extra = eval_vsi.build_parser().parse_known_args(["--checkpoint", str(bare), "--out", "o"])
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="a2c_ppo_acktr.evaluation"):
+        assert evaluation.resolve_config(args, extra).env == EnvConfig()
+    assert "has no config.yaml" in caplog.text
+    with pytest.raises(FileNotFoundError, match="no config.yaml found"):
+        evaluation.checkpoint_config(bare)
+    assert evaluation.checkpoint_config(ckpt) == dataclasses.replace(trained, model=dataclasses.replace(trained.model, sft_adapter=None))
 
 
 def test_flags_and_checkpoint_config_resolve_into_the_run_config(tmp_path):

@@ -1,12 +1,30 @@
 """Scenes, renderer, questions and the gymnasium env.
 
-Importing this package registers the versioned gymnasium id ``VSI-v0`` (entry point
-:class:`a2c_ppo_acktr.envs.vsi_env.VSIEnv`) and does nothing else; the env module itself (and open3d)
-is imported only when an env is made.
+Importing this package registers the gymnasium ids of :data:`ENV_IDS` (``VSI-v0``, entry point
+:class:`a2c_ppo_acktr.envs.vsi_env.VSIEnv`) and does nothing else: it imports gymnasium only; the env
+module (and open3d) is imported when an env is made.
+
+In a fresh interpreter, without importing this package first::
+
+    import gymnasium as gym
+    env = gym.make("a2c_ppo_acktr.envs:VSI-v0", image_size=64, max_turns=4)
+
+gymnasium imports the module named before the colon, which registers the ids. Gymnasium >= 1.0
+discovers no plugin packages (its ``gymnasium.envs`` entry-point group was removed in 1.0.0), so
+the bare ``gym.make("VSI-v0")`` works once this package has been imported by anything, for example
+``gym.register_envs(a2c_ppo_acktr.envs)`` after ``import a2c_ppo_acktr.envs``.
 """
 import gymnasium as gym
 
 ENV_IDS = ("VSI-v0",)
+_ENTRY_POINTS = {"VSI-v0": "a2c_ppo_acktr.envs.vsi_env:VSIEnv"}
 
-if "VSI-v0" not in gym.registry:
-    gym.register(id="VSI-v0", entry_point="a2c_ppo_acktr.envs.vsi_env:VSIEnv")
+
+def register_envs() -> None:
+    """Register every id of :data:`ENV_IDS` with gymnasium (idempotent)."""
+    for env_id in ENV_IDS:
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point=_ENTRY_POINTS[env_id])
+
+
+register_envs()
