@@ -1,13 +1,36 @@
-"""ScanNet and ARKitScenes loaders on tiny files written in the real formats (ASCII and binary PLY)."""
+"""ScanNet and ARKitScenes loaders on tiny files written in the real formats (ASCII and binary PLY), and the
+raw label -> VSI-Bench category tables they apply (``envs/data/``, ``scripts/make_label_maps.py``)."""
 
+import ast
+import fnmatch
+import importlib.util
 import json
+import logging
+import re
+from importlib import resources
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from a2c_ppo_acktr.envs.real_scans import SceneLoadError, find_scene, load_arkitscenes_scene, load_scannet_scene, read_ply_mesh
+from a2c_ppo_acktr.envs.real_scans import (
+    LABEL_TABLES,
+    VOCABULARY_TABLE,
+    LabelMapError,
+    SceneLoadError,
+    benchmark_categories,
+    find_scene,
+    label_map,
+    load_arkitscenes_scene,
+    load_scannet_scene,
+    parse_label_table,
+    read_ply_mesh,
+)
 from a2c_ppo_acktr.envs.scene import yaw_rotation
 
+# ARKitScenes 3DOD class_names (apple/ARKitScenes threedod/benchmark_scripts/utils/taxonomy.py).
+ARKIT_CLASSES = ["cabinet", "refrigerator", "shelf", "stove", "bed", "sink", "washer", "toilet", "bathtub", "oven",
+                 "dishwasher", "fireplace", "stool", "chair", "table", "tv_monitor", "sofa"]
 UNIT_BOX = np.array([[x, y, z] for z in (-0.5, 0.5) for y in (-0.5, 0.5) for x in (-0.5, 0.5)])
 BOX_FACES = np.array([[0, 2, 1], [1, 2, 3], [4, 5, 6], [5, 7, 6], [0, 1, 4], [1, 5, 4],
                       [2, 6, 3], [3, 6, 7], [0, 4, 2], [2, 4, 6], [1, 3, 5], [3, 7, 5]])
@@ -121,21 +144,23 @@ def test_scannet_loader(tmp_path, binary):
     np.testing.assert_allclose(red[0], np.array([200, 30, 30]) / 255.0, atol=1e-6)
 
 
-def make_arkit(tmp_path, vid="41069042"):
+def make_arkit(tmp_path, vid="41069042", labels=("sofa", "stool")):
+    """An ARKitScenes scan: a 30-degree-turned box (``labels[0]``) and a small upright one (``labels[1]``),
+    both real 3DOD class names by default."""
     d = tmp_path / vid
     d.mkdir()
     floor = -1.3
     m = room(floor, 0.0, 4.0, 0.0, 3.0)
     rot = yaw_rotation(30.0)
-    m.box((1.5, 1.5, floor + 0.45), (1.0, 0.6, 0.9), (10, 200, 10), "cabinet", rot)
-    m.box((3.0, 2.0, floor + 0.2), (0.3, 0.3, 0.4), (10, 10, 200), "bin")
+    m.box((1.5, 1.5, floor + 0.45), (1.0, 0.6, 0.9), (10, 200, 10), "big", rot)
+    m.box((3.0, 2.0, floor + 0.2), (0.3, 0.3, 0.4), (10, 10, 200), "small")
     v, f, c = m.arrays()
     write_ply(d / f"{vid}_3dod_mesh.ply", v, f, c, binary=True)
     ann = {"data": [
-        {"label": "cabinet", "segments": {"obbAligned": {"centroid": [1.5, 1.5, floor + 0.45], "axesLengths": [1.0, 0.6, 0.9],
+        {"label": labels[0], "segments": {"obbAligned": {"centroid": [1.5, 1.5, floor + 0.45], "axesLengths": [1.0, 0.6, 0.9],
                                                           "normalizedAxes": rot.T.ravel().tolist()}}},
-        {"label": "trash_can", "segments": {"obbAligned": {"centroid": [3.0, 2.0, floor + 0.2], "axesLengths": [0.3, 0.3, 0.4],
-                                                            "normalizedAxes": np.eye(3).ravel().tolist()}}},
+        {"label": labels[1], "segments": {"obbAligned": {"centroid": [3.0, 2.0, floor + 0.2], "axesLengths": [0.3, 0.3, 0.4],
+                                                          "normalizedAxes": np.eye(3).ravel().tolist()}}},
     ]}
     (d / f"{vid}_3dod_annotation.json").write_text(json.dumps(ann))
     return d, m
@@ -145,15 +170,15 @@ def test_arkitscenes_loader(tmp_path):
     d, m = make_arkit(tmp_path)
     s = load_arkitscenes_scene(d)
     assert s.scene_id == "41069042" and s.dataset == "arkitscenes"
-    assert s.label_counts() == {"cabinet": 1, "trash can": 1}
-    cab = s.objects_by_label("cabinet")[0]
+    assert s.label_counts() == {"sofa": 1, "stool": 1} and s.excluded_labels == {}
+    cab = s.objects_by_label("sofa")[0]
     # normalizedAxes rows are the box axes: the object's rotation columns are the yawed axes.
     np.testing.assert_allclose(cab.rotation, yaw_rotation(30.0), atol=1e-9)
     np.testing.assert_allclose(cab.center, [1.5, 1.5, 0.45], atol=1e-5)
     assert cab.yaw_deg == pytest.approx(30.0)
     assert cab.longest_side == pytest.approx(1.0)
     parts = np.array(m.face_part)
-    expected = np.select([parts == "cabinet", parts == "bin"], [0, 1], -1)
+    expected = np.select([parts == "big", parts == "small"], [0, 1], -1)
     np.testing.assert_array_equal(s.triangle_object_ids, expected)
     assert s.vertices[:, 2].min() == pytest.approx(0.0, abs=1e-5)
     assert s.room_area == pytest.approx(12.0, abs=1e-4)
@@ -283,3 +308,177 @@ def test_scan_annotation_faults_are_scene_load_errors(tmp_path):
     (a / "41069042_3dod_annotation.json").write_text(json.dumps(ann))
     with pytest.raises(SceneLoadError, match="annotation.json.*non-finite box"):
         load_arkitscenes_scene(a)
+
+
+# ---------------------------------------------------------------------------- benchmark categories
+# Raw labels as ScanNet annotators typed them (aggregation.json), with the benchmark category each becomes
+# (None: no VSI-Bench category, so excluded). The room is 6 x 5 m, floor at z = 0, axis alignment identity.
+REAL_SCANNET_OBJECTS = [
+    ("office chair", (1.0, 1.0, 0.45), (0.5, 0.5, 0.9), "chair"),
+    ("Office Chair", (2.0, 1.0, 0.45), (0.5, 0.5, 0.9), "chair"),
+    ("kitchen cabinets", (5.0, 4.0, 0.45), (1.2, 0.6, 0.9), "cabinet"),
+    ("trash can", (0.5, 4.3, 0.3), (0.3, 0.3, 0.6), "trash bin"),  # VSI-Bench's ScanNet rows say "trash bin"
+    ("tv", (3.0, 4.7, 1.2), (1.0, 0.1, 0.6), "tv"),
+    ("bookshelf", (5.6, 1.5, 1.0), (0.4, 1.0, 2.0), "bookshelf"),
+    ("nightstand", (1.0, 3.0, 0.3), (0.5, 0.4, 0.6), None),  # no evidence that the benchmark asks about it
+    ("paper towel dispenser", (4.0, 0.2, 1.3), (0.3, 0.15, 0.35), None),
+    ("zorbulator", (3.0, 3.0, 0.2), (0.3, 0.3, 0.4), None),  # not in ScanNet's label table at all
+]
+
+
+def make_scannet_objects(root, name, objects, binary=True):
+    """A ScanNet scan of a 6 x 5 m room (floor and wall groups) with one box and one segment per object."""
+    d = root / name
+    d.mkdir(parents=True)
+    m = room(0.0, 0.0, 6.0, 0.0, 5.0)
+    for i, (_, center, extent, *_) in enumerate(objects):
+        m.box(center, extent, (20 * i, 100, 200), f"obj{i}")
+    v, f, c = m.arrays()
+    write_ply(d / f"{name}_vh_clean_2.ply", v, f, c, binary)
+    seg = {"floor": 1, "wall": 2, **{f"obj{i}": 10 + i for i in range(len(objects))}}
+    (d / f"{name}_vh_clean_2.0.010000.segs.json").write_text(json.dumps({"segIndices": [seg[p] for p in m.vert_part]}))
+    labels = ["floor", "wall"] + [o[0] for o in objects]
+    groups = [{"id": k, "objectId": k, "label": lab, "segments": [seg[["floor", "wall"][k] if k < 2 else f"obj{k - 2}"]]}
+              for k, lab in enumerate(labels)]
+    (d / f"{name}.aggregation.json").write_text(json.dumps({"sceneId": name, "segGroups": groups}))
+    (d / f"{name}.txt").write_text("axisAlignment = " + " ".join(str(x) for x in np.eye(4).ravel()) + "\n")
+    return d, m
+
+
+def test_scannet_raw_labels_become_benchmark_categories_and_exclusions_are_counted(tmp_path, caplog):
+    from a2c_ppo_acktr.envs.navigation import is_free
+
+    d, m = make_scannet_objects(tmp_path, "scene0100_00", REAL_SCANNET_OBJECTS)
+    with caplog.at_level(logging.INFO, logger="a2c_ppo_acktr.envs.real_scans"):
+        s = load_scannet_scene(d)
+    assert s.label_counts() == {"chair": 2, "cabinet": 1, "trash bin": 1, "tv": 1, "bookshelf": 1}
+    # Per scene, by raw label (normalised); walls and floors are structure, not exclusions.
+    assert s.excluded_labels == {"nightstand": 1, "paper towel dispenser": 1, "zorbulator": 1}
+    ids = {o.object_id: o.label for o in s.objects}
+    assert ids == {2: "chair", 3: "chair", 4: "cabinet", 5: "trash bin", 6: "tv", 7: "bookshelf"}
+    parts = np.array(m.face_part)
+    expected = np.full(len(parts), -1)
+    for i, (*_, category) in enumerate(REAL_SCANNET_OBJECTS):
+        if category is not None:
+            expected[parts == f"obj{i}"] = i + 2
+    np.testing.assert_array_equal(s.triangle_object_ids, expected)  # excluded boxes: geometry kept, id -1
+    assert not is_free(s, 1.0, 3.0, 0.1)  # the excluded nightstand still blocks walking
+    assert is_free(s, 3.0, 2.0, 0.1)
+    lines = [r.getMessage() for r in caplog.records if r.name == "a2c_ppo_acktr.envs.real_scans"]
+    assert len(lines) == 1
+    assert "scene0100_00" in lines[0] and "6 objects" in lines[0] and "3 excluded" in lines[0]
+    assert "nightstand x1" in lines[0] and "paper towel dispenser x1" in lines[0]
+
+
+def test_excluded_objects_are_never_named_in_questions(tmp_path):
+    from a2c_ppo_acktr.envs.questions import GENERATORS, QuestionUnavailable, generate_question, unique_objects
+
+    d, _ = make_scannet_objects(tmp_path, "scene0101_00", REAL_SCANNET_OBJECTS, binary=False)
+    s = load_scannet_scene(d)
+    vocab = benchmark_categories()
+    # The candidates for "the <category>" are the single-instance benchmark categories only.
+    assert sorted(o.label for o in unique_objects(s)) == ["bookshelf", "cabinet", "trash bin", "tv"]
+    kept = [o.object_id for o in s.objects]
+    texts, asked = [], 0
+    for qtype in GENERATORS:
+        for seed in range(8):
+            try:
+                q = generate_question(s, qtype, np.random.default_rng(seed), appearance_order=kept)
+            except QuestionUnavailable:
+                continue
+            asked += 1
+            texts.append(" ".join([q.question, *(q.options or [])]).lower())
+            assert set(q.object_ids) <= set(kept)
+            assert all(s.object(i).label in vocab for i in q.object_ids)
+    assert asked >= 40
+    joined = "\n".join(texts)
+    assert "how many chair(s) are in this room?" in joined
+    for raw in ("nightstand", "paper towel", "zorbulator", "office chair", "kitchen cabinets", "trash can"):
+        assert raw not in joined
+
+
+def test_arkitscenes_tv_monitor_is_tv_and_left_out_classes_are_excluded(tmp_path):
+    d, m = make_arkit(tmp_path, labels=("cabinet", "tv_monitor"))
+    s = load_arkitscenes_scene(d)
+    # VSI-Bench calls tv_monitor "tv" and never asks about ARKitScenes cabinets, shelves, sinks, ovens.
+    assert s.label_counts() == {"tv": 1} and s.object(1).label == "tv"
+    assert s.excluded_labels == {"cabinet": 1}
+    parts = np.array(m.face_part)
+    np.testing.assert_array_equal(s.triangle_object_ids, np.where(parts == "small", 1, -1))
+    table = label_map("arkitscenes")
+    assert table.lookup("tv_monitor") == ("mapped", "tv")
+    # Labels outside the table: kept when already a benchmark category, else excluded.
+    assert table.lookup("Pillow") == ("mapped", "pillow") and table.lookup("desk") == ("excluded", None)
+    assert [c for c in ARKIT_CLASSES if table.lookup(c)[0] == "excluded"] == ["cabinet", "shelf", "sink", "oven"]
+
+
+def test_vsibench_rows_name_objects_the_scan_now_has(tmp_path):
+    """A real VSI-Bench ScanNet row (scene0664_02) names mirror, door and trash bin; the loaded scan
+    (raw labels mirror, door, trash can) must have exactly those categories."""
+    from a2c_ppo_acktr.envs.vsibench import scene_for_row
+
+    objects = [("mirror", (1.0, 0.1, 1.4), (0.6, 0.05, 0.9)), ("door", (5.9, 2.5, 1.0), (0.05, 0.9, 2.0)),
+               ("trash can", (3.0, 4.6, 0.3), (0.3, 0.3, 0.6))]
+    make_scannet_objects(tmp_path / "scans", "scene0664_02", objects)
+    row = {"id": 1, "dataset": "scannet", "scene_name": "scene0664_02", "question_type": "object_rel_direction_hard",
+           "question": "If I am standing by the mirror and facing the door, is the trash bin to my front-left, front-right, "
+                       "back-left, or back-right?", "options": ["A. front-left", "B. front-right", "C. back-left", "D. back-right"],
+           "ground_truth": "A"}
+    s = scene_for_row(row, tmp_path)
+    named = re.search(r"standing by the (.*?) and facing the (.*?), is the (.*?) to", row["question"]).groups()
+    assert sorted(named) == sorted(s.label_counts()) == ["door", "mirror", "trash bin"]
+
+
+def test_label_tables_are_installed_package_data_and_well_formed():
+    data = resources.files("a2c_ppo_acktr.envs").joinpath("data")
+    files = sorted(p.name for p in data.iterdir() if p.name.endswith(".tsv"))
+    assert files == sorted([VOCABULARY_TABLE, *LABEL_TABLES.values()])
+    vocab = benchmark_categories()
+    assert {"chair", "table", "tv", "trash bin", "trash can", "ceiling light"} <= set(vocab)
+    assert all(c == c.strip().lower() and vocab[c] for c in vocab)
+    for dataset, name in LABEL_TABLES.items():
+        lines = [ln.split("\t") for ln in data.joinpath(name).read_text(encoding="utf-8").splitlines() if ln and not ln.startswith("#")]
+        header, rows = lines[0], lines[1:]
+        keys = [" ".join(r[0].replace("_", " ").lower().split()) for r in rows]
+        assert len(keys) == len(set(keys)), f"{name}: duplicate raw labels"
+        status, target = header.index("status"), header.index("vsibench_category")
+        assert {r[status] for r in rows} <= {"mapped", "excluded", "structure"}
+        assert all((r[target] in vocab) if r[status] == "mapped" else r[target] == "" for r in rows)
+        assert set(label_map(dataset).categories.values()) <= set(vocab)
+    scannet = [ln for ln in data.joinpath(LABEL_TABLES["scannet"]).read_text().splitlines() if ln and not ln.startswith("#")]
+    assert scannet[0].split("\t")[:4] == ["raw_category", "category", "nyu40class", "count"] and len(scannet) == 1 + 607
+    assert len(label_map("arkitscenes").categories) + len(label_map("arkitscenes").excluded) == len(ARKIT_CLASSES)
+    # Installs carry the tables: setup.py's package_data covers every file, MANIFEST.in does for sdists.
+    root = Path(__file__).resolve().parents[1]
+    call = next(n for n in ast.walk(ast.parse((root / "setup.py").read_text())) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "setup")
+    package_data = ast.literal_eval(next(k.value for k in call.keywords if k.arg == "package_data"))
+    assert all(any(fnmatch.fnmatch(f"data/{f}", pat) for pat in package_data["a2c_ppo_acktr.envs"]) for f in files)
+    assert "recursive-include a2c_ppo_acktr/envs/data *.tsv" in (root / "MANIFEST.in").read_text()
+
+
+def test_committed_tables_match_the_generator():
+    """scripts/make_label_maps.py regenerates the committed tables from ScanNet's public label table."""
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("make_label_maps", root / "scripts" / "make_label_maps.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    if gen.default_table() is None:
+        pytest.skip("open3d's copy of scannetv2-labels.combined.tsv is not installed")
+    assert gen.main(["--check"]) == 0
+    assert [r["raw_label"] for r in gen.arkit_rows()] == ARKIT_CLASSES
+
+
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        (["chair\tmapped\tchair", "Chair\tmapped\tchair"], r"test.tsv line 4 \(raw 'Chair'\).*already on line 3"),
+        (["office chair\tmapped\toffice chair"], "'office chair' is not in"),
+        (["nightstand\texcluded\tnightstand"], "excluded label must have no category"),
+        (["chair\tkept\tchair"], "status 'kept'"),
+        (["chair\tmapped"], "2 fields, the header has 3"),
+    ],
+)
+def test_malformed_label_tables_name_the_line(rows, message):
+    text = "\n".join(["# comment", "raw\tstatus\tvsibench_category", *rows]) + "\n"
+    with pytest.raises(LabelMapError, match=message):
+        parse_label_table("scannet", text, {"chair": "test"}, "test.tsv")

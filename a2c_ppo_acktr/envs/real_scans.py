@@ -22,8 +22,8 @@ ARKitScenes 3DOD (``<scene_dir>/``):
 
 A triangle whose centroid lies inside an object's box (grown by ``BOX_MARGIN`` = 2 cm, since surface
 triangles lie on the box faces) gets that object's id (the smallest box wins where boxes overlap,
-since small objects sit on or in large ones). Object ids are the annotation's
-order (0, 1, ...). Labels are lower-cased with ``_`` replaced by a space.
+since small objects sit on or in large ones; an excluded object's box claims its triangles for -1).
+Object ids are the annotation's order (0, 1, ...; excluded objects leave gaps).
 
 Both: the floor height is a low percentile of vertex z and the scene is shifted so the floor is at
 z = 0; the ceiling height is a high percentile of z; the floor polygon is the 2-D convex hull of the
@@ -32,18 +32,40 @@ the mean of their vertices' colors. Because a convex hull can span several rooms
 raster (:func:`build_occupancy`: scanned floor, minus cells with surface between 0.2 and 1.8 m) is
 attached as ``Scene.occupancy`` and keeps the agent off walls and out of unscanned space. Missing or unreadable files raise :class:`SceneLoadError` naming
 the file.
+
+Labels speak the benchmark's vocabulary. Each raw label is looked up (lower case, ``_`` as a space,
+single spaces) in the dataset's table in ``envs/data/`` (``scannet_labels.tsv``,
+``arkitscenes_labels.tsv``, written by ``scripts/make_label_maps.py`` from ScanNet's
+``scannetv2-labels.combined.tsv`` and the benchmark authors' category lists) and the object's
+``label`` is the VSI-Bench category it maps to (``office chair`` -> ``chair``, ``kitchen cabinets`` ->
+``cabinet``, ScanNet ``trash can`` -> ``trash bin``, ARKitScenes ``tv_monitor`` -> ``tv``). Every such
+category is in ``vsibench_categories.tsv`` (:func:`benchmark_categories`). An object whose label has no
+benchmark category (``paper towel dispenser``, a label missing from the table, and the ARKitScenes
+classes the benchmark leaves out: cabinet, shelf, sink, oven) is **excluded** (a label the table does
+not list but which already is a benchmark category is kept as is): it is not in
+``Scene.objects`` and its triangles get id -1, so it is still rendered and still blocks walking but
+no question names it. ``Scene.excluded_labels`` (raw label -> number of objects) records the
+exclusions and one INFO line per loaded scan logs them.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import re
+from collections import Counter
+from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
-from typing import Any, Optional
+from types import MappingProxyType
+from typing import Any, Mapping, Optional
 
 import numpy as np
 
 from .scene import OccupancyGrid, Scene, SceneObject
+
+logger = logging.getLogger(__name__)
 
 STRUCTURE_LABELS = frozenset({"wall", "floor", "ceiling", "remove", "unknown", "object", "otherstructure"})
 FLOOR_PERCENTILE = 1.0
@@ -57,6 +79,157 @@ BOX_MARGIN = 0.02  # ARKit: triangle centroids this far outside a box still belo
 
 class SceneLoadError(ValueError):
     """A scan could not be loaded; the message names the file or scene and what was wrong."""
+
+
+# ---------------------------------------------------------------------------- benchmark labels
+LABEL_TABLES = {"scannet": "scannet_labels.tsv", "arkitscenes": "arkitscenes_labels.tsv"}
+VOCABULARY_TABLE = "vsibench_categories.tsv"
+LABEL_STATUSES = ("mapped", "excluded", "structure")
+
+
+class LabelMapError(ValueError):
+    """A label table in ``envs/data/`` is malformed; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class LabelMap:
+    """Raw label -> VSI-Bench category for one dataset (see the module docstring).
+
+    Attributes:
+        dataset: ``"scannet"`` or ``"arkitscenes"``.
+        categories: Normalised raw label -> benchmark category, for labels with status ``mapped``.
+        structure: Normalised raw labels of structure (walls, floors, ceilings, "object").
+        excluded: Normalised raw labels the table lists without a benchmark category.
+        vocabulary: The benchmark's categories (:func:`benchmark_categories`).
+    """
+
+    dataset: str
+    categories: Mapping[str, str]
+    structure: frozenset
+    excluded: frozenset
+    vocabulary: frozenset = frozenset()
+
+    def lookup(self, raw_label: Any) -> tuple[str, Optional[str]]:
+        """``("mapped", category)``, ``("structure", None)`` or ``("excluded", None)``.
+
+        The table decides for the labels it lists; a label it does not list is kept as itself when it
+        already is a benchmark category (scans converted from other sources, test fixtures) and
+        excluded otherwise.
+        """
+        key = _clean_label(raw_label)
+        if key in STRUCTURE_LABELS or key in self.structure:
+            return "structure", None
+        if key in self.categories:
+            return "mapped", self.categories[key]
+        if key not in self.excluded and key in self.vocabulary:
+            return "mapped", key
+        return "excluded", None
+
+
+def read_data_file(name: str) -> str:
+    """Text of ``envs/data/<name>`` from the installed package (``importlib.resources``)."""
+    try:
+        return resources.files(__package__).joinpath("data").joinpath(name).read_text(encoding="utf-8")
+    except (FileNotFoundError, OSError) as e:
+        raise LabelMapError(f"package data file envs/data/{name} is missing ({e}); reinstall the package or run scripts/make_label_maps.py") from e
+
+
+def _parse_table(text: str, name: str) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+    """(columns, [(line number, row)]) of a tab-separated table; ``#`` lines are comments."""
+    header: Optional[list[str]] = None
+    rows: list[tuple[int, dict[str, str]]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        cells = line.split("\t")
+        if header is None:
+            header = cells
+            continue
+        if len(cells) != len(header):
+            raise LabelMapError(f"{name} line {number}: {len(cells)} fields, the header has {len(header)}: {line!r}")
+        rows.append((number, dict(zip(header, cells))))
+    if header is None:
+        raise LabelMapError(f"{name} has no header row")
+    return header, rows
+
+
+@functools.lru_cache(maxsize=None)
+def benchmark_categories() -> Mapping[str, str]:
+    """The categories VSI-Bench questions name -> the evidence for each (``envs/data/vsibench_categories.tsv``;
+    read-only, loaded once)."""
+    header, rows = _parse_table(read_data_file(VOCABULARY_TABLE), f"envs/data/{VOCABULARY_TABLE}")
+    if header[:2] != ["category", "evidence"]:
+        raise LabelMapError(f"envs/data/{VOCABULARY_TABLE}: expected columns category, evidence; got {header}")
+    out: dict[str, str] = {}
+    for number, row in rows:
+        name = row["category"]
+        if not name or name != _clean_label(name) or name in out:
+            raise LabelMapError(f"envs/data/{VOCABULARY_TABLE} line {number}: category {name!r} is empty, not normalised or repeated")
+        out[name] = row["evidence"]
+    return MappingProxyType(out)
+
+
+@functools.lru_cache(maxsize=None)
+def label_map(dataset: str) -> LabelMap:
+    """The raw-label table of ``dataset`` (``envs/data/<dataset>_labels.tsv``), checked on load: one row per
+    normalised raw label, a known status, and every mapped category a :func:`benchmark_categories` name."""
+    if dataset not in LABEL_TABLES:
+        raise LabelMapError(f"no label table for dataset {dataset!r}; known: {sorted(LABEL_TABLES)}")
+    return parse_label_table(dataset, read_data_file(LABEL_TABLES[dataset]), benchmark_categories(), f"envs/data/{LABEL_TABLES[dataset]}")
+
+
+def parse_label_table(dataset: str, text: str, vocabulary: Mapping[str, str], name: str = "label table") -> LabelMap:
+    """A :class:`LabelMap` from a table's text (see :func:`label_map`); errors name ``name`` and the line.
+
+    Args:
+        dataset: Dataset the table is for.
+        text: Tab-separated: ``#`` comment lines, a header whose first column is the raw label, then
+            ``status`` and ``vsibench_category`` columns (others are for the reader).
+        vocabulary: The allowed categories (:func:`benchmark_categories`).
+        name: How errors refer to the table.
+
+    Raises:
+        LabelMapError: A repeated raw label (after normalising), an unknown status, a mapped label whose
+            category is not in ``vocabulary``, or an excluded/structure label with a category.
+    """
+    header, rows = _parse_table(text, name)
+    missing = [c for c in ("status", "vsibench_category") if c not in header]
+    if missing:
+        raise LabelMapError(f"{name}: columns {missing} missing; got {header}")
+    key_column = header[0]
+    seen: dict[str, int] = {}
+    categories: dict[str, str] = {}
+    structure: set[str] = set()
+    excluded: set[str] = set()
+    for number, row in rows:
+        key = _clean_label(row[key_column])
+        status, target = row["status"], row["vsibench_category"]
+        where = f"{name} line {number} ({key_column} {row[key_column]!r})"
+        if not key:
+            raise LabelMapError(f"{where}: empty raw label")
+        if key in seen:
+            raise LabelMapError(f"{where}: raw label {key!r} already on line {seen[key]}")
+        seen[key] = number
+        if status not in LABEL_STATUSES:
+            raise LabelMapError(f"{where}: status {status!r} is not one of {list(LABEL_STATUSES)}")
+        if status == "mapped":
+            if target not in vocabulary:
+                raise LabelMapError(f"{where}: category {target!r} is not in envs/data/{VOCABULARY_TABLE}")
+            categories[key] = target
+        elif target:
+            raise LabelMapError(f"{where}: a {status} label must have no category, got {target!r}")
+        else:
+            (structure if status == "structure" else excluded).add(key)
+    return LabelMap(dataset, categories, frozenset(structure), frozenset(excluded), frozenset(vocabulary))
+
+
+def _log_exclusions(scene: Scene, excluded: Counter) -> None:
+    if excluded:
+        detail = ", ".join(f"{label} x{n}" for label, n in sorted(excluded.items(), key=lambda kv: (-kv[1], kv[0])))
+        logger.info("%s scan %s: %d objects with VSI-Bench categories; %d excluded (no VSI-Bench category, geometry kept): %s",
+                    scene.dataset, scene.scene_id, len(scene.objects), sum(excluded.values()), detail)
+    else:
+        logger.info("%s scan %s: %d objects with VSI-Bench categories; none excluded", scene.dataset, scene.scene_id, len(scene.objects))
 
 
 # ---------------------------------------------------------------------------- PLY
@@ -302,8 +475,9 @@ def _finish_scene(
     triangle_object_ids: np.ndarray,
     objects: list[SceneObject],
     source: Path,
+    excluded: Optional[Counter] = None,
 ) -> Scene:
-    """Shift the floor to z = 0, outline the floor and assemble the Scene."""
+    """Shift the floor to z = 0, outline the floor and assemble the Scene (with ``excluded_labels``)."""
     if len(vertices) < 3 or len(triangles) == 0:
         raise SceneLoadError(f"{str(source)!r}: mesh is empty ({len(vertices)} vertices, {len(triangles)} faces)")
     floor_z = float(np.percentile(vertices[:, 2], FLOOR_PERCENTILE))
@@ -323,7 +497,12 @@ def _finish_scene(
         tri_colors = np.full((len(triangles), 3), 0.7)
     else:
         tri_colors = vertex_colors[triangles].mean(axis=1)
-    return Scene(scene_id, dataset, vertices, triangles, tri_colors, triangle_object_ids, objects, polygon, ceiling, occupancy)
+    scene = Scene(scene_id, dataset, vertices, triangles, tri_colors, triangle_object_ids, objects, polygon, ceiling, occupancy)
+    excluded = excluded if excluded is not None else Counter()
+    # Not a Scene field: only scans have exclusions; readers use getattr(scene, "excluded_labels", {}).
+    scene.excluded_labels = dict(sorted(excluded.items()))
+    _log_exclusions(scene, excluded)
+    return scene
 
 
 def surface_points(vertices: np.ndarray, triangles: np.ndarray, spacing: float) -> np.ndarray:
@@ -390,7 +569,8 @@ def build_occupancy(vertices: np.ndarray, triangles: np.ndarray, polygon: np.nda
 
 
 def _clean_label(label: Any) -> str:
-    return str(label).strip().lower().replace("_", " ")
+    """Lower case, ``_`` as a space, single spaces: the key of the label tables."""
+    return " ".join(str(label).replace("_", " ").lower().split())
 
 
 def _load_json(path: Path) -> Any:
@@ -457,11 +637,19 @@ def load_scannet_scene(scene_dir: str | Path, scene_name: Optional[str] = None) 
         raise SceneLoadError(f"{str(agg_path)!r}: objectId {dup} appears in more than one segGroup")
 
     vertices = vertices @ align[:3, :3].T + align[:3, 3]
+    # Benchmark categories; structure and excluded groups keep their segments unassigned (-1).
+    labels = label_map("scannet")
+    excluded: Counter = Counter()
+    kept: list[tuple[int, str, list[int]]] = []
+    for oid, raw, segments in groups:
+        status, category = labels.lookup(raw)
+        if status == "mapped":
+            kept.append((oid, category, segments))
+        elif status == "excluded":
+            excluded[raw] += 1
     # Per-vertex object id via a segment -> object lookup table.
     seg_to_obj: dict[int, int] = {}
-    for oid, label, segments in groups:
-        if label in STRUCTURE_LABELS:
-            continue
+    for oid, _, segments in kept:
         for s in segments:
             seg_to_obj[s] = oid
     uniq, inverse = np.unique(seg_indices, return_inverse=True)
@@ -470,9 +658,7 @@ def load_scannet_scene(scene_dir: str | Path, scene_name: Optional[str] = None) 
     tri_obj = np.where((t[:, 0] == t[:, 1]) | (t[:, 0] == t[:, 2]), t[:, 0], np.where(t[:, 1] == t[:, 2], t[:, 1], -1))
 
     objects: list[SceneObject] = []
-    for oid, label, _ in groups:
-        if label in STRUCTURE_LABELS:
-            continue
+    for oid, label, _ in kept:
         pts = vertices[vertex_obj == oid]
         if len(pts) == 0:
             continue  # documented: objects without vertices are dropped
@@ -480,7 +666,7 @@ def load_scannet_scene(scene_dir: str | Path, scene_name: Optional[str] = None) 
         objects.append(SceneObject(oid, label, (lo + hi) / 2.0, hi - lo, np.eye(3)))
     kept = {o.object_id for o in objects}
     tri_obj = np.where(np.isin(tri_obj, list(kept)), tri_obj, -1) if kept else np.full(len(tri_obj), -1)
-    return _finish_scene(name, "scannet", vertices, triangles, colors, tri_obj, objects, ply)
+    return _finish_scene(name, "scannet", vertices, triangles, colors, tri_obj, objects, ply, excluded)
 
 
 # ---------------------------------------------------------------------------- ARKitScenes
@@ -514,14 +700,31 @@ def load_arkitscenes_scene(scene_dir: str | Path, video_id: Optional[str] = None
     for o in objects:
         if not (np.isfinite(o.center).all() and np.isfinite(o.extent).all() and np.isfinite(o.rotation).all()):
             raise SceneLoadError(f"{str(ann_path)!r}: object {o.object_id} ({o.label}) has a non-finite box (centroid {o.center.tolist()})")
+    labels = label_map("arkitscenes")
+    excluded: Counter = Counter()
+    boxes: list[SceneObject] = []  # kept and excluded: an excluded box still claims its own triangles
+    excluded_ids: list[int] = []
+    for o in objects:
+        status, category = labels.lookup(o.label)
+        if status == "structure":
+            continue
+        if status == "excluded":
+            excluded[o.label] += 1
+            excluded_ids.append(o.object_id)
+        else:
+            o.label = category
+        boxes.append(o)
     centroids = vertices[triangles].mean(axis=1)
     tri_obj = np.full(len(triangles), -1, dtype=np.int64)
     # Largest boxes first so that smaller boxes inside them overwrite: the smallest box wins.
-    for o in sorted(objects, key=lambda o: -float(np.prod(o.extent))):
+    for o in sorted(boxes, key=lambda o: -float(np.prod(o.extent))):
         local = (centroids - o.center) @ o.rotation
         inside = np.all(np.abs(local) <= o.extent / 2.0 + BOX_MARGIN, axis=1)
         tri_obj[inside] = o.object_id
-    return _finish_scene(vid, "arkitscenes", vertices, triangles, colors, tri_obj, objects, ply)
+    tri_obj[np.isin(tri_obj, excluded_ids)] = -1
+    dropped = set(excluded_ids)
+    kept = [o for o in boxes if o.object_id not in dropped]
+    return _finish_scene(vid, "arkitscenes", vertices, triangles, colors, tri_obj, kept, ply, excluded)
 
 
 # ---------------------------------------------------------------------------- lookup
