@@ -115,3 +115,75 @@ def test_occupancy_grid_disk_query():
     g = OccupancyGrid(np.zeros(2), 0.1, blocked)
     pts = np.array([[1.05, 1.05], [1.05 + 0.22, 1.05], [1.05 + 0.35, 1.05], [1.05, 1.05 - 0.35], [-0.5, 1.0], [5.0, 5.0]])
     np.testing.assert_array_equal(g.blocked_within(pts, 0.2), [True, True, False, False, True, True])
+
+
+def _random_rotation(rng):
+    q, r = np.linalg.qr(rng.normal(size=(3, 3)))
+    q = q * np.sign(np.diag(r))
+    return q if np.linalg.det(q) > 0 else -q
+
+
+def test_closed_primitives_are_wound_outward_and_inscribed_in_their_box():
+    """Boxes, cylinders and frusta along each axis, (super)ellipsoids: each triangle's normal points
+    away from the primitive's center, and the vertices fill the given box exactly (touch all faces)."""
+    rng = np.random.default_rng(5)
+    mb = MeshBuilder()
+    specs = []
+    for k in range(12):
+        center, extent, rot = rng.uniform(-3, 3, 3), rng.uniform(0.02, 1.5, 3), _random_rotation(rng)
+        kind = ["box", "cylinder", "frustum", "ellipsoid"][k % 4]
+        if kind == "box":
+            mb.add_box(center, extent, (1, 0, 0), 1, rot)
+        elif kind == "cylinder":
+            mb.add_cylinder(center, extent, (1, 0, 0), 1, rot, axis=k % 3, segments=16)
+        elif kind == "frustum":
+            mb.add_frustum(center, extent, (1, 0, 0), 1, rot, axis=k % 3, scales=(1.0, 0.4), segments=12)
+        else:
+            mb.add_ellipsoid(center, extent, (1, 0, 0), 1, rot, squareness=(1.0, 1.0) if k % 8 == 3 else (0.3, 0.5))
+        specs.append((center, extent, rot))
+    v, t, _, _ = mb.build()
+    v = v.astype(np.float64)
+    assert len(mb.primitives) == len(specs) and sum(n for _, n, _ in mb.primitives) == len(t)
+    for (first, n, center), (c, extent, rot) in zip(mb.primitives, specs):
+        np.testing.assert_allclose(center, c)
+        tri = t[first:first + n]
+        a, b, cc = v[tri[:, 0]], v[tri[:, 1]], v[tri[:, 2]]
+        normal = np.cross(b - a, cc - a)
+        assert np.all(np.einsum("ij,ij->i", normal, (a + b + cc) / 3 - center) > 0)
+        assert np.all(np.linalg.norm(normal, axis=1) > 0)  # no degenerate triangles
+        local = (v[np.unique(tri)] - c) @ rot
+        np.testing.assert_allclose(local.max(axis=0), extent / 2, atol=1e-5)
+        np.testing.assert_allclose(local.min(axis=0), -extent / 2, atol=1e-5)
+
+
+def test_primitive_triangle_counts_and_bad_arguments():
+    mb = MeshBuilder()
+    mb.add_cylinder((0, 0, 0), (1, 1, 1), (1, 1, 1), segments=16)
+    mb.add_ellipsoid((0, 0, 0), (1, 1, 1), (1, 1, 1), segments=12, rings=6)
+    assert [n for _, n, _ in mb.primitives] == [4 * 16 - 4, 2 * 12 * 5]
+    assert mb.num_triangles == 60 + 120
+    with pytest.raises(ValueError, match="scales"):
+        mb.add_frustum((0, 0, 0), (1, 1, 1), (1, 1, 1), scales=(0.0, 1.0))
+    with pytest.raises(ValueError, match="squareness"):
+        mb.add_ellipsoid((0, 0, 0), (1, 1, 1), (1, 1, 1), squareness=(2.0, 1.0))
+    with pytest.raises(ValueError, match="facing"):
+        mb.add_flat_polygon(RECT, 0.0, (1, 1, 1), facing="sideways")
+
+
+def test_structure_faces_into_the_room():
+    """Floor normals +z, ceiling -z (``facing="down"``), walls along a counter-clockwise outline
+    toward the inside (a point 1 cm along each wall's normal is in the room)."""
+    mb = MeshBuilder()
+    mb.add_flat_polygon(L_SHAPE, 0.0, (0.5, 0.5, 0.5))
+    mb.add_flat_polygon(L_SHAPE[::-1], 2.5, (0.9, 0.9, 0.9), facing="down")  # either orientation in
+    for k in range(len(L_SHAPE)):
+        mb.add_wall(L_SHAPE[k], L_SHAPE[(k + 1) % len(L_SHAPE)], 2.5, (0.8, 0.8, 0.8))
+    scene = _scene(L_SHAPE, builder=mb)
+    n = scene.triangle_normals()
+    z = scene.vertices[scene.triangles][:, :, 2]
+    floor, ceiling = np.all(z == 0.0, axis=1), np.all(z == 2.5, axis=1)
+    walls = ~floor & ~ceiling
+    assert floor.sum() == 4 and ceiling.sum() == 4 and walls.sum() == 12
+    assert np.all(n[floor, 2] > 0.999) and np.all(n[ceiling, 2] < -0.999)
+    probe = scene.vertices[scene.triangles[walls]].mean(axis=1)[:, :2] + 0.01 * n[walls, :2]
+    assert scene.contains_xy(probe[:, 0], probe[:, 1]).all()

@@ -16,18 +16,23 @@ walls, and objects placed by rejection sampling:
 Two objects may not intersect: their footprints overlapping (with a 5 cm gap for floor objects) and
 their height intervals overlapping is a collision. Every footprint lies inside the floor polygon.
 The floor area covered by floor objects is capped so that an agent of radius 0.2 m can walk.
-Objects are boxes or cheap composites (legs and tops, backrests, headboards, pots and foliage); the
-object's oriented box is the envelope of its parts. Each object gets its own hue (golden-ratio hue
-steps) so instances can be told apart. All randomness comes from ``numpy.random.default_rng(seed)``.
+Objects are built from parts by the category templates of :mod:`.furniture` (a sofa's cushions,
+arms and feet; a TV's screen and stand; ...); the object's oriented box is exactly the envelope of
+its parts. Every triangle has a material (:mod:`.materials`): floors ``floor_tiles`` in kitchens and
+bathrooms, ``carpet`` or ``parquet`` in offices, ``parquet`` elsewhere; walls ``paint``; the ceiling
+``ceiling``. The layout (theme, room, objects) comes from ``numpy.random.default_rng(seed)``; the
+appearance (colors, part proportions, books on shelves, ...) from a separate
+``numpy.random.default_rng([seed, 7])``, so restyling furniture never moves an object.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 
+from .furniture import build_object, hsv
 from .scene import MeshBuilder, Scene, SceneObject, convex_polygons_overlap, polygon_area, polygon_inside_polygon
 
 Range = tuple[float, float]
@@ -44,8 +49,9 @@ class Variant:
         placement: ``door`` | ``wall`` | ``floor`` | ``near`` | ``on`` | ``mounted``.
         supports: Categories it may rest on (``on``) or stand beside (``near``).
         bottom: Height range of the bottom for ``mounted`` objects.
-        shape: Mesh builder name (``box``, ``table``, ``chair``, ``bed``, ``sofa``, ``desk``, ``plant``,
-            ``lamp``, ``toilet``).
+        shape: Support-surface rule for ``on`` placement: ``bed`` and ``sofa`` rest things on the
+            mattress / seat (see ``_Placer._commit``), anything else on its top. The mesh comes from
+            the category's template in :mod:`.furniture`.
     """
 
     width: Range
@@ -212,6 +218,12 @@ def make_procedural_scene(seed: int, min_side: float = 3.0, max_side: float = 10
         A :class:`Scene` with ``dataset="procedural"`` and ``scene_id="proc_<seed:06d>"``; its extra
         attribute ``theme`` names the room type (informational, for reports).
     """
+    placer, theme = _layout(seed, min_side, max_side)
+    return placer.build(f"proc_{seed:06d}", theme, np.random.default_rng([seed, 7]))
+
+
+def _layout(seed: int, min_side: float = 3.0, max_side: float = 10.0) -> tuple["_Placer", str]:
+    """The layout alone (theme, room, placed objects) from the layout generator of ``seed``."""
     if not 2.5 <= min_side <= max_side:
         raise ValueError(f"need 2.5 <= min_side <= max_side, got min_side={min_side}, max_side={max_side}")
     rng = np.random.default_rng(seed)
@@ -229,7 +241,7 @@ def make_procedural_scene(seed: int, min_side: float = 3.0, max_side: float = 10
             count += int(rng.integers(0, 2))  # big rooms get a few more of the repeatable things
         for _ in range(count):
             placer.place(label)
-    return placer.build(f"proc_{seed:06d}", theme)
+    return placer, theme
 
 
 def _room_polygon(rng: np.random.Generator, min_side: float, max_side: float) -> np.ndarray:
@@ -254,13 +266,6 @@ def _room_polygon(rng: np.random.Generator, min_side: float, max_side: float) ->
     return poly
 
 
-def _hsv_to_rgb(h: float, s: float, v: float) -> np.ndarray:
-    i = int(h * 6.0) % 6
-    f = h * 6.0 - int(h * 6.0)
-    p, q, t = v * (1 - s), v * (1 - s * f), v * (1 - s * (1 - f))
-    return np.array([(v, t, p), (q, v, p), (p, v, t), (p, q, v), (t, p, v), (v, p, q)][i])
-
-
 class _Placer:
     """Places objects one by one and keeps what is needed for collision checks."""
 
@@ -274,7 +279,7 @@ class _Placer:
         self.area = abs(polygon_area(polygon))
         edges = np.roll(polygon, -1, axis=0) - polygon
         self.edge_len = np.linalg.norm(edges, axis=1)
-        self.hue = float(rng.random())
+        rng.random()  # kept so that layouts stay what they were (this draw was the first object's hue)
 
     # ------------------------------------------------------------------ sampling helpers
     def _size(self, v: Variant) -> np.ndarray:
@@ -379,6 +384,8 @@ class _Placer:
 
     def _commit(self, label: str, v: Variant, obj: SceneObject, fp: np.ndarray, z0: float, on: Optional[_Placed]) -> None:
         w, d, h = obj.extent
+        # Must agree with the furniture templates (furniture.bed / furniture.sofa build the mattress
+        # and seat cushions to these heights and keep headboard, arms and back out of these rects).
         support_z, local = z0 + h, (-w / 2 + 0.03, w / 2 - 0.03, -d / 2 + 0.03, d / 2 - 0.03)
         if v.shape == "bed":
             support_z = z0 + min(0.55, h * 0.5)
@@ -396,142 +403,44 @@ class _Placer:
             self.keepout.append(zone.footprint)
 
     # ------------------------------------------------------------------ mesh
-    def _distinct_color(self, used: list[np.ndarray], window: bool) -> np.ndarray:
-        """Next golden-ratio hue (pale blue glass for windows), redrawn until it is >= 0.15 away
-        (RGB distance) from every color already used, so instances can be told apart."""
-        color = np.zeros(3)
-        for _ in range(30):
-            if window:
-                color = _hsv_to_rgb(float(self.rng.uniform(0.45, 0.7)), float(self.rng.uniform(0.15, 0.5)), float(self.rng.uniform(0.85, 1.0)))
-            else:
-                self.hue = (self.hue + 0.61803398875) % 1.0
-                color = _hsv_to_rgb(self.hue, float(self.rng.uniform(0.45, 0.85)), float(self.rng.uniform(0.5, 0.95)))
-            if not used or min(float(np.linalg.norm(color - u)) for u in used) >= 0.15:
-                break
-        return color
+    def build(self, scene_id: str, theme: str, look: np.random.Generator) -> Scene:
+        """The scene's mesh: structure, then every placed object from its furniture template.
 
-    def build(self, scene_id: str, theme: str) -> Scene:
+        ``look`` is the appearance generator (colors, proportions); the layout generator is not
+        used here, so appearance changes never move objects.
+        """
         mb = MeshBuilder()
-        rng = self.rng
-        floor_color = _hsv_to_rgb(float(rng.uniform(0.05, 0.12)), float(rng.uniform(0.2, 0.5)), float(rng.uniform(0.45, 0.7)))
-        wall_base = (float(rng.uniform(0.0, 1.0)), float(rng.uniform(0.05, 0.2)), float(rng.uniform(0.8, 0.92)))
-        mb.add_flat_polygon(self.polygon, 0.0, floor_color)
-        mb.add_flat_polygon(self.polygon, self.height, (0.93, 0.93, 0.9))
+        floor_material = _floor_material(theme, look)
+        mb.add_flat_polygon(self.polygon, 0.0, _floor_color(floor_material, look), material=floor_material)
+        mb.add_flat_polygon(self.polygon, self.height, (0.93, 0.93, 0.9), material="ceiling", facing="down")
+        wall_h, wall_s, wall_v = float(look.uniform(0.0, 1.0)), float(look.uniform(0.03, 0.2)), float(look.uniform(0.8, 0.92))
         for k in range(len(self.polygon)):
             # alternate wall brightness a little so corners read in flat shading
-            shade = wall_base[2] * (1.0 - 0.05 * (k % 2))
-            mb.add_wall(self.polygon[k], self.polygon[(k + 1) % len(self.polygon)], self.height, _hsv_to_rgb(wall_base[0], wall_base[1], shade))
-        objects = []
-        used: list[np.ndarray] = []
+            color = hsv(wall_h, wall_s, wall_v * (1.0 - 0.05 * (k % 2)))
+            mb.add_wall(self.polygon[k], self.polygon[(k + 1) % len(self.polygon)], self.height, color, material="paint")
+        used: dict[str, list[np.ndarray]] = {}
         for p in self.placed:
-            color = self._distinct_color(used, window=p.obj.label == "window")
-            used.append(color)
-            _SHAPES.get(p.variant.shape, _box_shape)(mb, p.obj, color)
-            objects.append(p.obj)
+            mains = used.setdefault(p.obj.label, [])
+            mains.append(build_object(mb, p.obj, look, p.variant.placement, avoid=mains))
         v, t, c, ids = mb.build()
-        scene = Scene(scene_id, "procedural", v, t, c, ids, objects, self.polygon, self.height)
+        objects = [p.obj for p in self.placed]
+        scene = Scene(scene_id, "procedural", v, t, c, ids, objects, self.polygon, self.height, triangle_materials=mb.triangle_materials())
         scene.theme = theme  # informational; not part of the contract
         return scene
 
 
-# ---------------------------------------------------------------------- composite shapes
-def _part(mb: MeshBuilder, obj: SceneObject, local_center, local_extent, color) -> None:
-    """Add a box given in the object's local frame (origin at the box center)."""
-    c = obj.center + obj.rotation @ np.asarray(local_center, dtype=np.float64)
-    mb.add_box(c, local_extent, color, obj.object_id, obj.rotation)
+def _floor_material(theme: str, look: np.random.Generator) -> str:
+    if theme in ("kitchen", "bathroom"):
+        return "floor_tiles"
+    if theme == "office":
+        return "carpet" if look.random() < 0.5 else "parquet"
+    return "parquet"
 
 
-def _box_shape(mb: MeshBuilder, obj: SceneObject, color) -> None:
-    mb.add_object_box(obj, color)
-
-
-def _table_shape(mb: MeshBuilder, obj: SceneObject, color) -> None:
-    w, d, h = obj.extent
-    top = 0.04
-    _part(mb, obj, (0, 0, h / 2 - top / 2), (w, d, top), color)
-    leg = 0.05
-    dark = np.asarray(color) * 0.6
-    for sx in (-1, 1):
-        for sy in (-1, 1):
-            _part(mb, obj, (sx * (w / 2 - leg), sy * (d / 2 - leg), -top / 2), (leg, leg, h - top), dark)
-
-
-def _desk_shape(mb: MeshBuilder, obj: SceneObject, color) -> None:
-    w, d, h = obj.extent
-    top, side = 0.04, 0.04
-    _part(mb, obj, (0, 0, h / 2 - top / 2), (w, d, top), color)
-    dark = np.asarray(color) * 0.7
-    for sx in (-1, 1):
-        _part(mb, obj, (sx * (w / 2 - side / 2), 0, -top / 2), (side, d, h - top), dark)
-
-
-def _chair_shape(mb: MeshBuilder, obj: SceneObject, color) -> None:
-    w, d, h = obj.extent
-    seat_h, seat_t, leg, back_t = 0.45, 0.05, 0.04, 0.05
-    zb = -h / 2
-    _part(mb, obj, (0, 0, zb + seat_h - seat_t / 2), (w, d, seat_t), color)
-    _part(mb, obj, (0, -d / 2 + back_t / 2, zb + (seat_h + h) / 2), (w, back_t, h - seat_h), color)
-    dark = np.asarray(color) * 0.55
-    for sx in (-1, 1):
-        for sy in (-1, 1):
-            _part(mb, obj, (sx * (w / 2 - leg / 2), sy * (d / 2 - leg / 2), zb + (seat_h - seat_t) / 2), (leg, leg, seat_h - seat_t), dark)
-
-
-def _bed_shape(mb: MeshBuilder, obj: SceneObject, color) -> None:
-    w, d, h = obj.extent
-    mattress = min(0.55, h * 0.5)
-    head_t = 0.08
-    zb = -h / 2
-    _part(mb, obj, (0, head_t / 2, zb + mattress / 2), (w, d - head_t, mattress), (0.92, 0.92, 0.9))
-    _part(mb, obj, (0, -d / 2 + head_t / 2, 0), (w, head_t, h), color)
-    _part(mb, obj, (0, head_t / 2 + 0.15 * d, zb + mattress + 0.02), (w, 0.7 * (d - head_t), 0.04), color)  # blanket
-
-
-def _sofa_shape(mb: MeshBuilder, obj: SceneObject, color) -> None:
-    w, d, h = obj.extent
-    seat, back_t, arm_w, arm_h = 0.45, 0.2, 0.18, 0.62
-    zb = -h / 2
-    _part(mb, obj, (0, back_t / 2, zb + seat / 2), (w - 2 * arm_w, d - back_t, seat), color)
-    _part(mb, obj, (0, -d / 2 + back_t / 2, 0), (w, back_t, h), np.asarray(color) * 0.8)
-    for sx in (-1, 1):
-        _part(mb, obj, (sx * (w / 2 - arm_w / 2), back_t / 2, zb + arm_h / 2), (arm_w, d - back_t, arm_h), np.asarray(color) * 0.8)
-
-
-def _plant_shape(mb: MeshBuilder, obj: SceneObject, color) -> None:
-    w, d, h = obj.extent
-    pot = 0.35 * h
-    zb = -h / 2
-    # The pot carries the object's own color (so two plants differ); the foliage is green tinted by it.
-    _part(mb, obj, (0, 0, zb + pot / 2), (0.6 * w, 0.6 * d, pot), color)
-    green = 0.7 * np.array([0.25, 0.55, 0.2]) + 0.3 * np.asarray(color)
-    _part(mb, obj, (0, 0, zb + pot + (h - pot) / 2), (w, d, h - pot), green)
-
-
-def _lamp_shape(mb: MeshBuilder, obj: SceneObject, color) -> None:
-    w, d, h = obj.extent
-    shade = 0.3 * h
-    zb = -h / 2
-    _part(mb, obj, (0, 0, zb + 0.01), (0.6 * w, 0.6 * d, 0.02), np.asarray(color) * 0.5)
-    _part(mb, obj, (0, 0, zb + (h - shade) / 2), (0.08 * w + 0.02, 0.08 * d + 0.02, h - shade), np.asarray(color) * 0.5)
-    _part(mb, obj, (0, 0, h / 2 - shade / 2), (w, d, shade), color)
-
-
-def _toilet_shape(mb: MeshBuilder, obj: SceneObject, color) -> None:
-    w, d, h = obj.extent
-    tank_d = 0.2
-    zb = -h / 2
-    _part(mb, obj, (0, tank_d / 2, zb + 0.2), (w * 0.9, d - tank_d, 0.4), color)
-    _part(mb, obj, (0, -d / 2 + tank_d / 2, 0), (w, tank_d, h), color)
-
-
-_SHAPES: dict[str, Callable[[MeshBuilder, SceneObject, np.ndarray], None]] = {
-    "box": _box_shape,
-    "table": _table_shape,
-    "desk": _desk_shape,
-    "chair": _chair_shape,
-    "bed": _bed_shape,
-    "sofa": _sofa_shape,
-    "plant": _plant_shape,
-    "lamp": _lamp_shape,
-    "toilet": _toilet_shape,
-}
+def _floor_color(material: str, look: np.random.Generator) -> np.ndarray:
+    u = look.uniform
+    if material == "parquet":
+        return hsv(float(u(0.06, 0.1)), float(u(0.35, 0.6)), float(u(0.45, 0.8)))
+    if material == "floor_tiles":
+        return hsv(float(u(0.05, 0.12)), float(u(0.0, 0.3)), float(u(0.5, 0.9)))
+    return hsv(float(u(0.0, 1.0)), float(u(0.05, 0.3)), float(u(0.3, 0.6)))  # carpet

@@ -413,7 +413,19 @@ class Scene:
 
 
 class MeshBuilder:
-    """Collects boxes and flat polygons into triangle arrays for a :class:`Scene`."""
+    """Collects closed primitives (boxes, cylinders, frusta, ellipsoids) and room structure
+    (floor, ceiling, walls) into triangle arrays for a :class:`Scene`.
+
+    Winding: every closed primitive has outward-facing triangle normals (right-hand rule,
+    ``(b - a) x (c - a)`` points out of the solid); ``add_flat_polygon`` faces +z (``facing="up"``,
+    a floor) or -z (``facing="down"``, a ceiling); ``add_wall`` faces the left side of ``p0 -> p1``,
+    which is the inside of a counter-clockwise room. ``primitives`` records, for every closed
+    primitive, its triangle range and its center, so tests can check the winding part by part.
+
+    Round primitives are inscribed in a box given like :meth:`add_box` (center, full extent,
+    rotation); with ``segments`` a multiple of 4 their polygon touches the box's four side faces, so
+    the box stays the primitive's exact envelope.
+    """
 
     def __init__(self) -> None:
         self._vertices: list[np.ndarray] = []
@@ -422,6 +434,14 @@ class MeshBuilder:
         self._ids: list[np.ndarray] = []
         self._materials: list[np.ndarray] = []
         self._count = 0
+        self._num_triangles = 0
+        # (first triangle, number of triangles, center (3,)) of every closed primitive.
+        self.primitives: list[tuple[int, int, np.ndarray]] = []
+
+    @property
+    def num_triangles(self) -> int:
+        """Triangles added so far."""
+        return self._num_triangles
 
     def _add(self, vertices: np.ndarray, triangles: np.ndarray, color: Sequence[float], object_id: int, material: str = "plain") -> None:
         color = np.clip(np.asarray(color, dtype=np.float32).reshape(3), 0.0, 1.0)
@@ -431,6 +451,11 @@ class MeshBuilder:
         self._ids.append(np.full(len(triangles), object_id, dtype=np.int32))
         self._materials.append(np.full(len(triangles), material_id(material), dtype=np.int16))
         self._count += len(vertices)
+        self._num_triangles += len(triangles)
+
+    def _add_closed(self, center: np.ndarray, vertices: np.ndarray, triangles: np.ndarray, color, object_id: int, material: str) -> None:
+        self.primitives.append((self._num_triangles, len(triangles), np.asarray(center, dtype=np.float64).copy()))
+        self._add(vertices, triangles, color, object_id, material)
 
     def add_box(
         self,
@@ -443,29 +468,148 @@ class MeshBuilder:
     ) -> None:
         """Add a closed box (12 triangles, normals outward)."""
         rot = np.eye(3) if rotation is None else np.asarray(rotation, dtype=np.float64)
-        corners = np.asarray(center, dtype=np.float64) + (_BOX_SIGNS * (np.asarray(extent, dtype=np.float64) / 2.0)) @ rot.T
-        self._add(corners, _BOX_TRIANGLES, color, object_id, material)
+        center = np.asarray(center, dtype=np.float64)
+        corners = center + (_BOX_SIGNS * (np.asarray(extent, dtype=np.float64) / 2.0)) @ rot.T
+        self._add_closed(center, corners, _BOX_TRIANGLES, color, object_id, material)
 
     def add_object_box(self, obj: SceneObject, color: Sequence[float], material: str = "plain") -> None:
         """Add the full oriented box of ``obj`` with its id."""
         self.add_box(obj.center, obj.extent, color, obj.object_id, obj.rotation, material)
 
-    def add_flat_polygon(self, polygon: np.ndarray, z: float, color: Sequence[float], object_id: int = -1, material: str = "plain") -> None:
-        """Add a horizontal polygon at height ``z`` (ear-clipping triangulation; simple polygons)."""
+    def add_frustum(
+        self,
+        center: Sequence[float],
+        extent: Sequence[float],
+        color: Sequence[float],
+        object_id: int = -1,
+        rotation: np.ndarray | None = None,
+        axis: int = 2,
+        scales: tuple[float, float] = (1.0, 1.0),
+        segments: int = 16,
+        material: str = "plain",
+    ) -> None:
+        """Add a closed (elliptic) frustum running along the box's local ``axis``.
+
+        The cross-section is the ellipse inscribed in the box's other two sides, scaled by
+        ``scales[0]`` at the ``-axis`` end and ``scales[1]`` at the ``+axis`` end (each in (0, 1]);
+        ``4 * segments - 4`` triangles (side quads plus two fan caps).
+        """
+        s0, s1 = (float(v) for v in scales)
+        if not (0.0 < s0 <= 1.0 and 0.0 < s1 <= 1.0) or segments < 3 or axis not in (0, 1, 2):
+            raise ValueError(f"add_frustum: need scales in (0, 1], segments >= 3, axis in 0..2; got {scales}, {segments}, {axis}")
+        ext = np.asarray(extent, dtype=np.float64) / 2.0
+        u_ax, v_ax = (axis + 1) % 3, (axis + 2) % 3  # cyclic, so (u, v, axis) is right-handed
+        ang = 2.0 * np.pi * np.arange(segments) / segments
+        local = np.zeros((2 * segments, 3))
+        for k, (sign, s) in enumerate(((-1.0, s0), (1.0, s1))):
+            ring = local[k * segments:(k + 1) * segments]
+            ring[:, axis] = sign * ext[axis]
+            ring[:, u_ax] = s * ext[u_ax] * np.cos(ang)
+            ring[:, v_ax] = s * ext[v_ax] * np.sin(ang)
+        k = np.arange(segments)
+        kn = (k + 1) % segments
+        b, t = k, k + segments
+        bn, tn = kn, kn + segments
+        side = np.concatenate([np.stack([b, bn, tn], 1), np.stack([b, tn, t], 1)])
+        j = np.arange(1, segments - 1)
+        bottom = np.stack([np.zeros_like(j), j + 1, j], 1)
+        top = np.stack([np.full_like(j, segments), j + segments, j + 1 + segments], 1)
+        self._add_rotated(center, local, np.concatenate([side, bottom, top]), rotation, color, object_id, material)
+
+    def add_cylinder(
+        self,
+        center: Sequence[float],
+        extent: Sequence[float],
+        color: Sequence[float],
+        object_id: int = -1,
+        rotation: np.ndarray | None = None,
+        axis: int = 2,
+        segments: int = 16,
+        material: str = "plain",
+    ) -> None:
+        """Add a closed (elliptic) cylinder inscribed in a box, running along its local ``axis``."""
+        self.add_frustum(center, extent, color, object_id, rotation, axis, (1.0, 1.0), segments, material)
+
+    def add_ellipsoid(
+        self,
+        center: Sequence[float],
+        extent: Sequence[float],
+        color: Sequence[float],
+        object_id: int = -1,
+        rotation: np.ndarray | None = None,
+        segments: int = 12,
+        rings: int = 6,
+        squareness: tuple[float, float] = (1.0, 1.0),
+        material: str = "plain",
+    ) -> None:
+        """Add a closed low-poly (super)ellipsoid inscribed in a box (axis z is the pole axis).
+
+        ``squareness = (horizontal, vertical)`` exponents: 1 gives an ellipsoid, smaller values a
+        rounded box (pillows, cushions; convex for exponents in (0, 1]). ``2 * segments * (rings - 1)``
+        triangles; with ``rings`` even and ``segments`` a multiple of 4 it touches all six box faces.
+        """
+        eh, ev = (float(v) for v in squareness)
+        if not (0.0 < eh <= 1.0 and 0.0 < ev <= 1.0) or segments < 3 or rings < 2:
+            raise ValueError(f"add_ellipsoid: need squareness in (0, 1], segments >= 3, rings >= 2; got {squareness}, {segments}, {rings}")
+
+        def spow(x: np.ndarray, e: float) -> np.ndarray:
+            return np.sign(x) * np.abs(x) ** e
+
+        ext = np.asarray(extent, dtype=np.float64) / 2.0
+        lat = -np.pi / 2 + np.pi * np.arange(1, rings) / rings  # ring latitudes, poles excluded
+        lon = 2.0 * np.pi * np.arange(segments) / segments
+        cl = np.where(np.abs(np.cos(lat)) < 1e-12, 0.0, np.cos(lat))
+        scale = spow(cl, ev)[:, None]
+        ring_pts = np.zeros((rings - 1, segments, 3))
+        ring_pts[..., 0] = scale * ext[0] * spow(np.round(np.cos(lon), 12), eh)[None]
+        ring_pts[..., 1] = scale * ext[1] * spow(np.round(np.sin(lon), 12), eh)[None]
+        ring_pts[..., 2] = (ext[2] * spow(np.round(np.sin(lat), 12), ev))[:, None]
+        local = np.concatenate([ring_pts.reshape(-1, 3), [[0.0, 0.0, -ext[2]], [0.0, 0.0, ext[2]]]])
+        south, north = len(local) - 2, len(local) - 1
+        k = np.arange(segments)
+        kn = (k + 1) % segments
+        tris = [np.stack([np.full_like(k, south), kn, k], 1)]
+        for r in range(rings - 2):
+            a, b = r * segments, (r + 1) * segments
+            tris += [np.stack([a + k, a + kn, b + kn], 1), np.stack([a + k, b + kn, b + k], 1)]
+        top = (rings - 2) * segments
+        tris.append(np.stack([top + k, top + kn, np.full_like(k, north)], 1))
+        self._add_rotated(center, local, np.concatenate(tris), rotation, color, object_id, material)
+
+    def _add_rotated(self, center, local: np.ndarray, triangles: np.ndarray, rotation, color, object_id: int, material: str) -> None:
+        rot = np.eye(3) if rotation is None else np.asarray(rotation, dtype=np.float64)
+        center = np.asarray(center, dtype=np.float64)
+        self._add_closed(center, center + local @ rot.T, triangles, color, object_id, material)
+
+    def add_flat_polygon(
+        self, polygon: np.ndarray, z: float, color: Sequence[float], object_id: int = -1, material: str = "plain", facing: str = "up"
+    ) -> None:
+        """Add a horizontal polygon at height ``z`` (ear-clipping triangulation; simple polygons).
+
+        ``facing="up"`` gives normals +z (a floor), ``"down"`` normals -z (a ceiling).
+        """
+        if facing not in ("up", "down"):
+            raise ValueError(f"add_flat_polygon: facing must be 'up' or 'down', got {facing!r}")
         poly = np.asarray(polygon, dtype=np.float64)
         if polygon_area(poly) < 0:
             poly = poly[::-1]
         tris = triangulate_polygon(poly)
+        if facing == "down":
+            tris = tris[:, ::-1]
         verts = np.concatenate([poly, np.full((len(poly), 1), z)], axis=1)
         self._add(verts, tris, color, object_id, material)
 
     def add_wall(
         self, p0: Sequence[float], p1: Sequence[float], height: float, color: Sequence[float], z0: float = 0.0, object_id: int = -1, material: str = "plain"
     ) -> None:
-        """Add a vertical rectangle from floor point ``p0`` to ``p1`` between ``z0`` and ``z0 + height``."""
+        """Add a vertical rectangle from floor point ``p0`` to ``p1`` between ``z0`` and ``z0 + height``.
+
+        It faces left of ``p0 -> p1`` (normal ``(-dy, dx, 0)``): walls built along a counter-clockwise
+        floor polygon face into the room.
+        """
         (x0, y0), (x1, y1) = p0, p1
         verts = np.array([[x0, y0, z0], [x1, y1, z0], [x1, y1, z0 + height], [x0, y0, z0 + height]])
-        self._add(verts, np.array([[0, 1, 2], [0, 2, 3]]), color, object_id, material)
+        self._add(verts, np.array([[0, 2, 1], [0, 3, 2]]), color, object_id, material)
 
     def triangle_materials(self) -> np.ndarray:
         """Material id per triangle (F,) int16, in the order of :meth:`build`'s triangles."""
