@@ -499,7 +499,6 @@ def _finish_scene(
         tri_colors = vertex_colors[triangles].mean(axis=1)
     scene = Scene(scene_id, dataset, vertices, triangles, tri_colors, triangle_object_ids, objects, polygon, ceiling, occupancy)
     excluded = excluded if excluded is not None else Counter()
-    # Not a Scene field: only scans have exclusions; readers use getattr(scene, "excluded_labels", {}).
     scene.excluded_labels = dict(sorted(excluded.items()))
     _log_exclusions(scene, excluded)
     return scene

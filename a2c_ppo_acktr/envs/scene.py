@@ -309,6 +309,8 @@ class Scene:
         occupancy: Optional walkability raster (real scans), also consulted by navigation.
         triangle_materials: (F,) int16 material id per triangle (index into
             ``materials.MATERIALS``); None means ``plain`` everywhere (stored as zeros).
+        excluded_labels: Raw annotation label -> number of objects left out of ``objects`` because the
+            label has no VSI-Bench category (real scans; their geometry stays, with id -1).
     """
 
     scene_id: str
@@ -322,6 +324,7 @@ class Scene:
     ceiling_height: float
     occupancy: Optional[OccupancyGrid] = None
     triangle_materials: Optional[np.ndarray] = None
+    excluded_labels: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.vertices = np.ascontiguousarray(self.vertices, dtype=np.float32)
