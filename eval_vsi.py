@@ -11,6 +11,11 @@ What to evaluate (exactly one):
                                bootstrap 95% interval (A, B: row names; repeat for more pairs)
 Questions: the fixed procedural set (eval.num_episodes, eval.seed), or VSI-Bench rows with
 --vsibench ROWS --data-root SCANS. --blind withholds images. --metrics PATH adds learning curves.
+Protocol: --protocol interactive (default) re-renders each scan and lets the agent move; --protocol
+video is the benchmark's own on its videos: --vsibench ROWS --video-root VIDEOS (<dataset>/<scene>.mp4),
+N frames per video (--num-frames, --frame-sampling; default the reference's for the model family),
+the reference prompt, greedy decoding of 16 tokens in batches (--batch-size); it also writes
+records.jsonl, which --score-file scores to the same numbers (a2c_ppo_acktr/video_protocol.py).
 Any config key can be overridden: --eval.num_episodes 20, env.image_size=64, --preset cpu-demo
 (every key is listed at the end of this help). A --checkpoint is evaluated on the env of the run
 that wrote it (its config.yaml) and with its model settings; --preset/--config/--env.* change the
@@ -20,6 +25,7 @@ Examples:
   python eval_vsi.py --preset cpu-demo --dummy --out outputs/eval/dummy
   python eval_vsi.py --model-path Qwen/Qwen2.5-VL-3B-Instruct --model.dtype bfloat16 --out outputs/eval/base
   python eval_vsi.py --checkpoint outputs/run/checkpoints/checkpoint-000010 --out outputs/eval/ppo
+  python eval_vsi.py --protocol video --vsibench test.parquet --video-root VIDEOS --model-path Qwen/Qwen2.5-VL-3B-Instruct --out outputs/eval/video
   python eval_vsi.py --score-file preds.jsonl --out outputs/eval/preds
   python eval_vsi.py --compare outputs/eval/*/report.json --out outputs/eval
   python eval_vsi.py --compare outputs/eval/{sft,ppo}/report.json --names sft ppo --paired ppo sft --out outputs/eval
@@ -47,6 +53,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vsibench", default=None, help="VSI-Bench rows (parquet/JSON): evaluate them instead of procedural questions")
     p.add_argument("--data-root", default=None, help="directory with the scans of the VSI-Bench rows")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N VSI-Bench rows")
+    p.add_argument(
+        "--protocol", choices=("interactive", "video"), default="interactive",
+        help="interactive: re-render the scans and let the agent move; video: the benchmark's own protocol on its videos",
+    )
+    p.add_argument("--video-root", default=None, help="--protocol video: directory of the videos (<dataset>/<scene_name>.mp4)")
+    p.add_argument("--num-frames", type=int, default=None, help="--protocol video: frames per video (default: the reference's, 32)")
+    p.add_argument(
+        "--frame-sampling", default=None, metavar="NAME",
+        help="--protocol video: which frames, a name of video_protocol.FRAME_SAMPLERS (default: the reference's for the model family)",
+    )
+    p.add_argument("--batch-size", type=int, default=None, help="--protocol video: questions per generate call (default eval.batch_size)")
     p.add_argument("--blind", action="store_true", help="withhold images (sets eval.blind): answers from text alone")
     p.add_argument("--metrics", default=None, help="training metrics.jsonl: also write learning_curves.png")
     p.add_argument("--name", default=None, help="row name in tables (default: what was evaluated)")
@@ -69,13 +86,41 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("--paired compares rows of a comparison: pass the reports with --compare too")
     if args.out is None and not args.print_config:
         parser.error("the following arguments are required: --out")
+    _check_protocol(parser, args)
     # Imported after parsing: --help and argument errors do not wait for numpy/matplotlib.
     from a2c_ppo_acktr.evaluation import resolve_config, run_cli
 
+    if args.protocol == "video":
+        from a2c_ppo_acktr import video_protocol
+
+        if args.print_config:
+            exit_if_print_config(parser, args, video_protocol.resolve_config(args, list(extra)))
+        video_protocol.run_cli(args, list(extra))
+        return 0
     if args.print_config:
         exit_if_print_config(parser, args, resolve_config(args, list(extra)))
     run_cli(args, list(extra))
     return 0
+
+
+def _check_protocol(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Reject flag combinations that belong to the other protocol (the message says which to use)."""
+    video_flags = [f for f, v in (("--video-root", args.video_root), ("--num-frames", args.num_frames),
+                                  ("--frame-sampling", args.frame_sampling), ("--batch-size", args.batch_size)) if v is not None]
+    if args.protocol == "interactive":
+        if video_flags:
+            parser.error(f"{', '.join(video_flags)} belong to --protocol video; add it (the interactive protocol uses --data-root)")
+        return
+    if args.compare or args.score_file:
+        parser.error("--protocol video evaluates a model on videos; --compare and --score-file take finished reports/predictions")
+    if args.vsibench is None or args.video_root is None:
+        parser.error("--protocol video needs --vsibench ROWS and --video-root VIDEOS (<dataset>/<scene_name>.mp4)")
+    other = [f for f, v in (("--data-root", args.data_root), ("--blind", args.blind), ("--metrics", args.metrics)) if v]
+    if other:
+        parser.error(f"{', '.join(other)} belong to the interactive protocol; the video protocol reads frames from --video-root")
+    for flag, value in (("--num-frames", args.num_frames), ("--batch-size", args.batch_size), ("--limit", args.limit)):
+        if value is not None and value < 1:
+            parser.error(f"{flag}={value} must be >= 1")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ setup(
         "accelerate>=1.6",
         "gymnasium>=1.0,<2",
         "open3d>=0.18",
-        "qwen-vl-utils>=0.0.10",
+        "qwen-vl-utils>=0.0.14",  # video_protocol.py uses its 0.0.14 names (VIDEO_MAX_TOKEN_NUM, MODEL_SEQ_LEN)
+        "av>=12",  # PyAV: video decoding for eval_vsi.py --protocol video and scripts/make_mini_vsibench.py
         "wandb>=0.18",
         "tensorboard>=2.15",
         "numpy>=1.24",

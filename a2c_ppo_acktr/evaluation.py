@@ -678,7 +678,9 @@ def load_checkpoint_into(policy: Any, checkpoint: str | Path) -> None:
     policy.load_pretrained(str(policy_dir))
 
 
-def _default_name(args: Any, cfg: RunConfig) -> str:
+def default_name(args: Any, model_path: str, suffix: str = "") -> str:
+    """A report's row name: ``--name``, else what was evaluated (oracle, dummy, checkpoint or
+    adapter directory name, model path) plus ``suffix`` (`` (blind)``, `` (video)``)."""
     if args.name:
         return args.name
     if args.dummy:
@@ -690,8 +692,8 @@ def _default_name(args: Any, cfg: RunConfig) -> str:
     elif args.adapter:
         base = f"sft:{Path(args.adapter).name}"
     else:
-        base = Path(cfg.model.model_path).name or cfg.model.model_path
-    return base + (" (blind)" if cfg.eval.blind else "")
+        base = Path(model_path).name or model_path
+    return base + suffix
 
 
 def run_cli(args: Any, extra: Sequence[str]) -> Optional[dict[str, Any]]:
@@ -736,7 +738,7 @@ def run_cli(args: Any, extra: Sequence[str]) -> Optional[dict[str, Any]]:
         policy = load_policy(cfg, adapter=args.adapter, checkpoint=args.checkpoint)
         agent = PolicyAgent(policy, greedy=cfg.eval.greedy, temperature=cfg.eval.temperature, blind=cfg.eval.blind)
         meta.update(agent="policy", model_path=cfg.model.model_path, adapter=args.adapter, checkpoint=args.checkpoint, dtype=cfg.model.dtype)
-    report = evaluate(cfg, agent, name=_default_name(args, cfg), out_dir=out, meta=meta, vsibench_limit=args.limit)
+    report = evaluate(cfg, agent, name=default_name(args, cfg.model.model_path, " (blind)" if cfg.eval.blind else ""), out_dir=out, meta=meta, vsibench_limit=args.limit)
     _print_summary(report, out)
     return report
 

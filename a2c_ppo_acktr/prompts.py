@@ -2,7 +2,9 @@
 
 Every prompt the project builds (PPO rollouts, SFT samples, evaluation, teachers) goes through
 :func:`build_messages` and :func:`render_prompt`, and every model output is read by
-:func:`parse_action`, so an SFT sample and an RL prompt tokenize identically.
+:func:`parse_action`, so an SFT sample and an RL prompt tokenize identically. The one other prompt,
+the benchmark's own single-turn prompt on its videos (``eval_vsi.py --protocol video``), lives here
+too: :func:`benchmark_prompt` and :func:`benchmark_messages`.
 
 The agent writes ONE JSON object per turn::
 
@@ -20,6 +22,8 @@ import math
 import re
 from dataclasses import dataclass
 from typing import Any, Sequence, Union
+
+from a2c_ppo_acktr.scoring import is_multiple_choice
 
 MAX_ROTATION_DEG = 180.0  # a turn in [-180, 180] reaches every heading
 DEFAULT_MAX_FORWARD = 3.0  # meters; the env passes its own EnvConfig.max_forward
@@ -198,6 +202,52 @@ def assistant_message(response: str) -> dict:
 def render_prompt(processor: Any, messages: list[dict]) -> str:
     """The prompt string: the processor's chat template with the generation prompt appended."""
     return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The benchmark's own prompt (the reference protocol on videos, a2c_ppo_acktr/video_protocol.py)
+# ---------------------------------------------------------------------------------------------
+# VSI-Bench's reference evaluation, /work/shared/VSI_BENCH.md "Prompts used by the reference
+# evaluation"; the code it follows is vsibench_doc_to_text in lmms_eval/tasks/vsibench/utils.py of
+# vision-x-nyu/thinking-in-space (the same task ships in EvolvingLMMs-Lab/lmms-eval). The system
+# prompt is the system_prompt default of lmms-eval's Qwen2/2.5/3-VL wrappers. The agent's multi-turn
+# format above never uses these; a model answers them with a bare word, read by scoring.extract_answer.
+BENCHMARK_SYSTEM_PROMPT = "You are a helpful assistant."
+BENCHMARK_PRE_PROMPT = "These are frames of a video."
+BENCHMARK_NUMERICAL_POST_PROMPT = "Please answer the question using a single word or phrase."
+BENCHMARK_MC_POST_PROMPT = "Answer with the option's letter from the given choices directly."
+
+
+def benchmark_prompt(question_type: str, question: str, options: Sequence[str] | None) -> str:
+    """The reference evaluation's user text for one VSI-Bench row.
+
+    Numerical: ``pre \\n question \\n post``; multiple choice: ``pre \\n question \\n Options: \\n
+    one option per line \\n post``. The question is used as stored (the reference does not strip it).
+
+    Raises:
+        ValueError: On an unknown question type, or a multiple-choice type without options.
+    """
+    if not is_multiple_choice(question_type):
+        return "\n".join([BENCHMARK_PRE_PROMPT, question, BENCHMARK_NUMERICAL_POST_PROMPT])
+    if not options:
+        raise ValueError(f"a {question_type} question needs its options for the benchmark prompt, got {options!r}")
+    return "\n".join([BENCHMARK_PRE_PROMPT, question, "Options:\n" + "\n".join(options), BENCHMARK_MC_POST_PROMPT])
+
+
+def benchmark_messages(text: str, num_images: int = 0) -> list[dict]:
+    """Chat messages of the reference protocol: the system prompt, then the visual input and ``text``.
+
+    Args:
+        text: :func:`benchmark_prompt`'s text.
+        num_images: 0: one ``{"type": "video"}`` placeholder (the frames go to the processor as one
+            video, as the reference's Qwen wrappers do); N > 0: N ``{"type": "image"}`` placeholders
+            (models without video input see the frames as images).
+    """
+    visual: list[dict[str, Any]] = [{"type": "image"} for _ in range(num_images)] if num_images else [{"type": "video"}]
+    return [
+        {"role": "system", "content": [{"type": "text", "text": BENCHMARK_SYSTEM_PROMPT}]},
+        {"role": "user", "content": [*visual, {"type": "text", "text": text}]},
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
