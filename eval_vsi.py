@@ -10,7 +10,8 @@ What to evaluate (exactly one):
       [--paired A B]           ... plus Overall(A) - Overall(B) on the same questions with a paired
                                bootstrap 95% interval (A, B: row names; repeat for more pairs)
 Questions: the fixed procedural set (eval.num_episodes, eval.seed), or VSI-Bench rows with
---vsibench ROWS --data-root SCANS. --blind withholds images. --metrics PATH adds learning curves.
+--vsibench ROWS --data-root SCANS. --blind withholds images. --metrics PATH adds learning curves
+(--smooth W draws an exponential moving average over them).
 Protocol: --protocol interactive (default) re-renders each scan and lets the agent move; --protocol
 video is the benchmark's own on its videos: --vsibench ROWS --video-root VIDEOS (<dataset>/<scene>.mp4),
 N frames per video (--num-frames, --frame-sampling; default the reference's for the model family),
@@ -66,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=None, help="--protocol video: questions per generate call (default eval.batch_size)")
     p.add_argument("--blind", action="store_true", help="withhold images (sets eval.blind): answers from text alone")
     p.add_argument("--metrics", default=None, help="training metrics.jsonl: also write learning_curves.png")
+    p.add_argument(
+        "--smooth", type=float, default=0.0, metavar="W",
+        help="with --metrics: draw an exponential moving average of weight W in [0, 1) over each raw curve (0 = raw only; 0.6 mild, 0.9 strong)",
+    )
     p.add_argument("--name", default=None, help="row name in tables (default: what was evaluated)")
     p.add_argument("--names", nargs="+", default=None, help="row names for --compare, one per report")
     p.add_argument(
@@ -82,6 +87,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     check_flag_typos(parser, extra)
+    if not 0.0 <= args.smooth < 1.0:
+        parser.error(f"--smooth={args.smooth} must be in [0, 1) (0 = raw curves, 0.9 = strong smoothing)")
+    if args.smooth and not args.metrics:
+        parser.error("--smooth smooths the learning curves of --metrics METRICS.jsonl; pass --metrics too")
     if args.paired and not args.compare:
         parser.error("--paired compares rows of a comparison: pass the reports with --compare too")
     if args.out is None and not args.print_config:

@@ -705,7 +705,7 @@ def run_cli(args: Any, extra: Sequence[str]) -> Optional[dict[str, Any]]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.metrics:
-        path = reports.plot_learning_curves(args.metrics, out / "learning_curves.png")
+        path = reports.plot_learning_curves(args.metrics, out / "learning_curves.png", smoothing=args.smooth)
         print(f"learning curves: {path}")
     if args.compare:
         paths = reports.compare_reports(args.compare, out, names=args.names, paired=args.paired)

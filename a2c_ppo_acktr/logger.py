@@ -3,6 +3,10 @@
 Metrics are flat dicts with namespaced keys (``charts/``, ``losses/``, ``rollout/``, ``time/``,
 ``debug/``), one dict per iteration. Only the main process writes; other processes get a logger whose
 methods do nothing, so the training loop needs no ``if is_main`` around every call.
+
+Beside scalars, :meth:`RunLogger.log_images` and :meth:`RunLogger.log_text_table` send pictures (e.g.
+a trajectory picture) and tables (question, reply, reward) to tensorboard (``add_image``, ``add_text``
+with a markdown table) and wandb (``wandb.Image``, ``wandb.Table``); ``metrics.jsonl`` keeps numbers only.
 """
 from __future__ import annotations
 
@@ -10,7 +14,9 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
 
 from .arguments import RunConfig
 from .jsonl import read_log
@@ -39,6 +45,18 @@ def _json_value(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return str(v)
     return v
+
+
+def _md_cell(value: Any) -> str:
+    # One line, no pipe or backtick breaking the table (tensorboard renders the text as markdown).
+    return " ".join(str(value).split()).replace("|", "\\|").replace("`", "'")
+
+
+def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """``columns`` and ``rows`` as a markdown table (what :meth:`RunLogger.log_text_table` sends to tensorboard)."""
+    lines = ["| " + " | ".join(_md_cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_md_cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
 
 
 class RunLogger:
@@ -125,6 +143,53 @@ class RunLogger:
             self._tb.flush()
         if self._wandb_run is not None:
             self._wandb_run.log(scalars, step=iteration)
+
+    @property
+    def wants_media(self) -> bool:
+        """Whether images and tables go anywhere (tensorboard or wandb on, main process): callers
+        skip drawing them otherwise."""
+        return self._tb is not None or self._wandb_run is not None
+
+    def log_images(self, tag: str, images: Sequence[np.ndarray], step: int) -> None:
+        """Log pictures (``uint8`` RGB arrays, ``(H, W, 3)``) under ``tag`` at ``step``.
+
+        Tensorboard gets one image per tag (``tag/0``, ``tag/1``, ... when there are several, since
+        their sizes may differ); wandb gets the list under ``tag``.
+        """
+        if not self.wants_media or not images:
+            return
+        arrays = [np.ascontiguousarray(np.asarray(im, dtype=np.uint8)) for im in images]
+        for im in arrays:
+            if im.ndim != 3 or im.shape[2] != 3:
+                raise ValueError(f"log_images({tag!r}) takes (H, W, 3) uint8 RGB arrays, got shape {im.shape}")
+        if self._tb is not None:
+            for i, im in enumerate(arrays):
+                self._tb.add_image(tag if len(arrays) == 1 else f"{tag}/{i}", im, global_step=step, dataformats="HWC")
+            self._tb.flush()
+        if self._wandb_run is not None:
+            import wandb
+
+            self._wandb_run.log({tag: [wandb.Image(im) for im in arrays]}, step=step)
+
+    def log_text_table(self, tag: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], step: int) -> None:
+        """Log a table (e.g. question, reply, reward per episode) under ``tag`` at ``step``.
+
+        Tensorboard gets it as a markdown table (``add_text``; cells on one line, pipes escaped);
+        wandb as a ``wandb.Table``.
+        """
+        if not self.wants_media:
+            return
+        columns = [str(c) for c in columns]
+        for row in rows:
+            if len(row) != len(columns):
+                raise ValueError(f"log_text_table({tag!r}): a row has {len(row)} cells for {len(columns)} columns {columns}")
+        if self._tb is not None:
+            self._tb.add_text(tag, markdown_table(columns, rows), global_step=step)
+            self._tb.flush()
+        if self._wandb_run is not None:
+            import wandb
+
+            self._wandb_run.log({tag: wandb.Table(columns=columns, data=[list(r) for r in rows])}, step=step)
 
     def close(self) -> None:
         """Flush and close the sinks (idempotent)."""

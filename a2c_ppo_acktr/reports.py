@@ -8,7 +8,12 @@ Report layout (``report.json``):
 * ``name``, ``mode`` (``"episodes"`` or ``"score_file"``), ``meta`` (what was evaluated and how);
 * the benchmark aggregation from :func:`scoring.aggregate`: ``overall`` (x100), ``per_type`` and
   ``per_task`` (in [0, 1]), ``counts``, ``tasks_present``, ``tasks_missing``; plus ``table``: the
-  8 task columns in the benchmark's order, x100, ``null`` for a task with no questions;
+  8 task columns in the benchmark's order, x100, ``null`` for a task with no questions; ``table_n``:
+  the number of questions of each column (0 for a task with none);
+* ``ci95``: bootstrap 95% intervals of ``overall`` and of each ``table`` column (:func:`score_intervals`:
+  ``overall`` and ``table`` as ``[low, high]`` in points, ``null`` for a task without questions, plus
+  ``confidence``, ``n_boot``, ``seed``, ``scheme``, ``single_question_types``). Reports written before
+  it existed get it computed from their ``records`` when loaded (:func:`load_report`);
 * ``agent`` (episode mode): the agent metrics of :func:`agent_metrics`;
 * ``malformed`` (score-file mode): lines that could not be scored, with their line numbers;
 * ``records``: one entry per episode (or per scored line). ``episode_id`` (score files: ``id``) names
@@ -33,9 +38,9 @@ import numpy as np
 
 from a2c_ppo_acktr import scoring, stats
 from a2c_ppo_acktr.jsonl import JsonlError, decode_line
+from a2c_ppo_acktr.logger import read_metrics
 
 logger = logging.getLogger(__name__)
-from a2c_ppo_acktr.logger import read_metrics
 
 # Short column labels of the benchmark's table, keyed by scoring's task names, in table order.
 SHORT_TASK_NAMES: dict[str, str] = {
@@ -56,6 +61,13 @@ SUCCESS_THRESHOLD = 0.5
 
 # Score-file lines whose question type is unknown belong to no task; they are counted here.
 MALFORMED_KEY = "malformed"
+
+# A report's intervals (``ci95``): resamples and seed are fixed, as :func:`paired_overall_ci`'s
+# defaults, so the intervals follow from the records alone and a report loaded later recomputes
+# the very same numbers.
+CI_RESAMPLES = 10000
+CI_SEED = 0
+CI_CONFIDENCE = 0.95
 
 
 # ----------------------------------------------------------------------------------------- records
@@ -166,6 +178,73 @@ def task_table(agg: dict[str, Any]) -> dict[str, Optional[float]]:
     }
 
 
+def table_counts(counts: dict[str, int]) -> dict[str, int]:
+    """Questions per table column (short task name), 0 for a task without questions.
+
+    Args:
+        counts: Questions per raw question type (``report["counts"]``; other keys are ignored).
+    """
+    n = {short: 0 for short in SHORT_TASK_NAMES.values()}
+    for qtype, count in counts.items():
+        if qtype in scoring.TASKS:
+            n[SHORT_TASK_NAMES[scoring.TASKS[qtype]]] += int(count)
+    return n
+
+
+def score_intervals(
+    scored: Sequence[tuple[str, float]],
+    *,
+    n_boot: int = CI_RESAMPLES,
+    seed: int = CI_SEED,
+    confidence: float = CI_CONFIDENCE,
+) -> dict[str, Any]:
+    """Percentile bootstrap intervals of a report's Overall and task scores (points, x100).
+
+    The scheme of :func:`paired_overall_ci`: each resample draws every question type's questions
+    with replacement within that type (the number per type is fixed by the question set's design),
+    and aggregates the resample as :func:`scoring.aggregate` does (mean per type, Relative Direction
+    the mean of its types, Overall the mean of the tasks present). All intervals come from the same
+    resamples. A type with a single question adds no spread (``single_question_types``).
+
+    Args:
+        scored: ``(question_type, score)`` of every question, scores in [0, 1].
+        n_boot: Resamples; ``seed`` seeds them; ``confidence`` is the coverage.
+
+    Returns:
+        ``{"confidence", "n_boot", "seed", "scheme", "overall": [low, high], "table": {column: [low, high]
+        or None}, "single_question_types"}``.
+
+    Raises:
+        ValueError: If ``scored`` is empty or holds an unknown question type.
+    """
+    scored = list(scored)
+    if not scored:
+        raise ValueError("score_intervals needs at least one (question_type, score) pair")
+    types = [str(t) for t, _ in scored]
+    unknown = sorted(set(types) - set(scoring.TASKS))
+    if unknown:
+        raise ValueError(f"unknown question types {unknown}; known types: {list(scoring.TASKS)}")
+    sums = stats.stratified_bootstrap_sums([100.0 * float(s) for _, s in scored], types, n_boot=n_boot, seed=seed)
+    counts = {t: types.count(t) for t in sums}
+    by_task: dict[str, list[np.ndarray]] = {}
+    for qtype, type_sums in sums.items():
+        by_task.setdefault(scoring.TASKS[qtype], []).append(type_sums / counts[qtype])
+    task_samples = {task: np.mean(by_task[task], axis=0) for task in scoring.TASK_NAMES if task in by_task}
+    overall = np.mean(list(task_samples.values()), axis=0)
+    return {
+        "confidence": confidence,
+        "n_boot": n_boot,
+        "seed": seed,
+        "scheme": "percentile bootstrap; questions resampled with replacement within each question type",
+        "overall": list(stats.percentile_interval(overall, confidence)),
+        "table": {
+            SHORT_TASK_NAMES[task]: (list(stats.percentile_interval(task_samples[task], confidence)) if task in task_samples else None)
+            for task in scoring.TASK_NAMES
+        },
+        "single_question_types": sum(1 for c in counts.values() if c == 1),
+    }
+
+
 def build_report(
     records: Sequence[EpisodeRecord], *, name: str, meta: Optional[dict[str, Any]] = None
 ) -> dict[str, Any]:
@@ -176,14 +255,18 @@ def build_report(
         name: Row name in tables (e.g. ``sft`` or ``oracle``).
         meta: What was evaluated and how (model, adapter, config...), stored as is.
     """
-    agg = scoring.aggregate((r.question_type, r.score) for r in records)
+    agent = agent_metrics(records)  # first: it says what to do about an empty evaluation
+    scored = [(r.question_type, r.score) for r in records]
+    agg = scoring.aggregate(scored)
     return {
         "name": name,
         "mode": "episodes",
         "meta": dict(meta or {}),
         **agg,
         "table": task_table(agg),
-        "agent": agent_metrics(records),
+        "table_n": table_counts(agg["counts"]),
+        "ci95": score_intervals(scored),
+        "agent": agent,
         "records": [r.to_dict() for r in records],
     }
 
@@ -284,6 +367,8 @@ def score_file(path: str | os.PathLike, *, name: Optional[str] = None) -> dict[s
         **agg,
         "counts": counts,
         "table": task_table(agg),
+        "table_n": table_counts(agg["counts"]),
+        "ci95": score_intervals(scored),
         "malformed": {
             "count": len(bad),
             "unknown_type": unknown_type,
@@ -317,6 +402,54 @@ def table_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
+def report_counts(report: dict[str, Any]) -> dict[str, int]:
+    """Questions per table column of a report (``table_n``, or from ``counts`` for reports written before it)."""
+    return dict(report.get("table_n") or table_counts(report.get("counts") or {}))
+
+
+def _ci_cell(value: Optional[float], interval: Optional[Sequence[float]], n: int) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return f"- n={n}"
+    text = _fmt(value)
+    if interval is not None and None not in interval:
+        text += f" [{interval[0]:.1f}, {interval[1]:.1f}]"
+    return f"{text} n={n}"
+
+
+def ci_table_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    """Scores (x100) with their bootstrap intervals and question counts, one row per report.
+
+    Cells read ``34.6 [24.1, 45.0] n=12`` (score, ``ci95`` interval, questions); ``- n=0`` for a task
+    without questions; a report without ``ci95`` (and no records to compute it) shows no interval.
+    A line above the table says how the intervals were computed; one below names the reports with
+    single-question types (whose intervals are too narrow).
+
+    Args:
+        rows: ``(row name, report)`` pairs.
+    """
+    ci = next((r["ci95"] for _, r in rows if r.get("ci95")), None)
+    if ci is not None:
+        intro = (f"Score (x100) [{100 * ci['confidence']:g}% percentile bootstrap interval, {ci['n_boot']} resamples of the "
+                 "questions within each question type] and n, the number of questions.")
+    else:
+        intro = "Score (x100) and n, the number of questions (these reports hold no intervals)."
+    header = ["Method", "Overall", *SHORT_TASK_NAMES.values()]
+    lines = [intro, "", "| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    single = []
+    for name, report in rows:
+        n = report_counts(report)
+        interval = report.get("ci95") or {}
+        cells = [_cell(name), _ci_cell(report["overall"], interval.get("overall"), sum(n.values()))]
+        cells += [_ci_cell(report["table"].get(c), (interval.get("table") or {}).get(c), n[c]) for c in SHORT_TASK_NAMES.values()]
+        lines.append("| " + " | ".join(cells) + " |")
+        if interval.get("single_question_types"):
+            single.append(f"{name} ({interval['single_question_types']})")
+    if single:
+        lines += ["", f"**Question types with a single question** (no spread, so the intervals are too narrow): {', '.join(single)}; "
+                  "evaluate more episodes (eval.num_episodes) for honest ones."]
+    return "\n".join(lines)
+
+
 _AGENT_METRIC_LABELS = {
     "success_rate": "success rate (score >= 0.5)",
     "answer_rate": "answer rate",
@@ -344,6 +477,7 @@ def agent_metrics_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
 def report_markdown(report: dict[str, Any]) -> str:
     """``report.md``: the benchmark table, per-type scores, agent metrics and warnings."""
     out = [f"# VSI evaluation: {report['name']}", "", table_markdown([(report["name"], report)]), ""]
+    out += ["## Scores with 95% intervals", "", ci_table_markdown([(report["name"], report)]), ""]
     if report.get("tasks_missing"):
         out += [
             f"**Tasks without questions:** {', '.join(report['tasks_missing'])}. Overall is the mean over the "
@@ -405,19 +539,20 @@ def _new_figure(width_px: int, height_px: int, dpi: int):
     return fig
 
 
-def plot_task_bars(
+def task_bars_figure(
     rows: Sequence[tuple[str, dict[str, Any]]],
-    path: str | os.PathLike,
     *,
     width_px: int = 1000,
     height_px: int = 450,
     dpi: int = 100,
-) -> Path:
-    """Grouped bar chart of Overall and the 8 task scores (x100), one bar colour per report.
+):
+    """The bar chart of :func:`plot_task_bars` as a matplotlib Figure (tests read its Axes).
 
-    Args:
-        rows: ``(name, report)`` pairs; several give side-by-side bars.
-        path: Output PNG; written at exactly ``width_px x height_px``.
+    Every bar carries its value as text above it (above its error bar when it has one), so a
+    score of 0 still shows as ``0.0`` and a short stroke in the bar's colour at the baseline; a
+    task without questions shows ``n/a``. Error bars are the report's ``ci95`` intervals (none for
+    a report without them). Tick labels give each column's number of questions, ``n=12``, or one
+    per report, ``n=12/10``, when the reports differ.
     """
     if not rows:
         raise ValueError("plot_task_bars needs at least one (name, report) row")
@@ -426,18 +561,71 @@ def plot_task_bars(
     ax = fig.add_subplot(1, 1, 1)
     x = np.arange(len(columns))
     width = 0.8 / len(rows)
+    # Side by side, more than two value labels per group would overlap unless turned upright.
+    rotation = 90 if len(rows) > 2 else 0
+    label_size = 7 if len(rows) > 1 else 8
+    counts = []
     for i, (name, report) in enumerate(rows):
         values = [report["overall"], *[report["table"].get(c) for c in SHORT_TASK_NAMES.values()]]
-        values = [np.nan if v is None else v for v in values]
-        ax.bar(x - 0.4 + width * (i + 0.5), values, width, label=name)
+        values = [np.nan if v is None else float(v) for v in values]
+        ci = report.get("ci95") or {}
+        intervals = [ci.get("overall"), *[(ci.get("table") or {}).get(c) for c in SHORT_TASK_NAMES.values()]]
+        n = report_counts(report)
+        counts.append([sum(n.values()), *[n[c] for c in SHORT_TASK_NAMES.values()]])
+        xs = x - 0.4 + width * (i + 0.5)
+        bars = ax.bar(xs, values, width, label=name)
+        colour = bars.patches[0].get_facecolor()
+        for xi, v, iv in zip(xs, values, intervals):
+            if math.isnan(v):
+                ax.text(xi, 1.0, "n/a", ha="center", va="bottom", fontsize=label_size, color="gray", rotation=rotation)
+                continue
+            top = v
+            if iv is not None and None not in iv:
+                ax.errorbar([xi], [v], yerr=[[max(v - iv[0], 0.0)], [max(iv[1] - v, 0.0)]], fmt="none", ecolor="black",
+                            elinewidth=0.8, capsize=min(3.0, 60.0 * width), zorder=3)
+                top = max(v, iv[1])
+            if v == 0.0:
+                # A zero-height bar is invisible: a stroke at the baseline shows the bar is there.
+                ax.plot([xi - width / 2, xi + width / 2], [0.0, 0.0], color=colour, linewidth=3, solid_capstyle="butt",
+                        clip_on=False, zorder=4)
+            ax.text(xi, top + 1.0, f"{v:.1f}", ha="center", va="bottom", fontsize=label_size, rotation=rotation)
+    ticks = []
+    for j, col in enumerate(columns):
+        ns = [row[j] for row in counts]
+        ticks.append(f"{col}\nn={ns[0]}" if len(set(ns)) == 1 else f"{col}\nn={'/'.join(str(k) for k in ns)}")
     ax.set_xticks(x)
-    ax.set_xticklabels(columns, fontsize=8)
+    ax.set_xticklabels(ticks, fontsize=8)
     ax.set_ylabel("score (x100)")
-    ax.set_ylim(0, 100)
+    # Room above 100 for the value labels of bars that reach it.
+    ax.set_ylim(0, 100 + (18 if rotation else 8))
+    ax.set_yticks(np.arange(0, 101, 20))
     ax.grid(axis="y", alpha=0.3)
+    if any(r.get("ci95") for _, r in rows):
+        level = next(r["ci95"]["confidence"] for _, r in rows if r.get("ci95"))
+        ax.set_title(f"error bars: {100 * level:g}% bootstrap interval (questions resampled within each type)", fontsize=8)
     # Outside the axes: bars reach 100 and a legend inside would hide them.
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
+    return fig
+
+
+def plot_task_bars(
+    rows: Sequence[tuple[str, dict[str, Any]]],
+    path: str | os.PathLike,
+    *,
+    width_px: int = 1000,
+    height_px: int = 450,
+    dpi: int = 100,
+) -> Path:
+    """Grouped bar chart of Overall and the 8 task scores (x100), one bar colour per report, with
+    value labels, 95% interval error bars and the number of questions per task
+    (:func:`task_bars_figure`).
+
+    Args:
+        rows: ``(name, report)`` pairs; several give side-by-side bars.
+        path: Output PNG; written at exactly ``width_px x height_px``.
+    """
+    fig = task_bars_figure(rows, width_px=width_px, height_px=height_px, dpi=dpi)
     path = Path(path)
     fig.savefig(path, dpi=dpi)
     return path
@@ -473,28 +661,58 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def plot_learning_curves(
-    metrics_path: str | os.PathLike,
-    path: str | os.PathLike,
+def ema_smooth(values: Sequence[float], weight: float) -> np.ndarray:
+    """Debiased exponential moving average, TensorBoard's "smoothing" slider.
+
+    ``m_t = weight * m_{t-1} + (1 - weight) * x_t`` from ``m_{-1} = 0``, divided by
+    ``1 - weight^(t+1)`` so the first points are not pulled toward 0 (Kingma and Ba 2015, Adam's
+    bias correction). ``weight = 0`` returns the values; a constant series stays constant.
+
+    Args:
+        values: The raw curve, shape ``(T,)``.
+        weight: Smoothing in [0, 1); larger is smoother.
+
+    Returns:
+        The smoothed curve, shape ``(T,)``.
+    """
+    if not 0.0 <= weight < 1.0:
+        raise ValueError(f"smoothing weight={weight!r} must be in [0, 1) (0 = raw curve, 0.9 = strong smoothing)")
+    x = np.asarray(values, dtype=np.float64).reshape(-1)
+    out = np.empty_like(x)
+    m = 0.0
+    for t, v in enumerate(x):
+        m = weight * m + (1.0 - weight) * v
+        out[t] = m / (1.0 - weight ** (t + 1))
+    return out
+
+
+def learning_curves_figure(
+    rows: Sequence[dict[str, Any]],
     *,
+    smoothing: float = 0.0,
     width_px: int = 1200,
     height_px: int = 900,
     dpi: int = 100,
-) -> Path:
-    """Learning curves from a training ``metrics.jsonl``: one panel per metric, x = iteration.
+    source: str = "metrics",
+):
+    """The panels of :func:`plot_learning_curves` as a matplotlib Figure (tests read its Axes).
 
     Args:
-        metrics_path: The JSONL written by training (``iteration``/``global_step``/``step`` is the x
-            axis when present, else the line index).
-        path: Output PNG, exactly ``width_px x height_px``.
+        rows: Rows of a training ``metrics.jsonl``.
+        smoothing: :func:`ema_smooth` weight; above 0 the smoothed curve is drawn over the raw one
+            (kept, faded, so nothing is hidden).
+        source: Names the rows in the error message.
 
     Raises:
-        ValueError: If the file holds no numeric metric.
+        ValueError: If the rows hold no numeric metric, or ``smoothing`` is outside [0, 1).
     """
-    rows = read_metrics(metrics_path)
+    from matplotlib.ticker import MaxNLocator
+
+    if not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"smoothing={smoothing!r} must be in [0, 1) (0 = raw curves, 0.9 = strong smoothing)")
     keys = curve_keys(rows)
     if not keys:
-        raise ValueError(f"{metrics_path} holds no numeric metrics to plot")
+        raise ValueError(f"{source} holds no numeric metrics to plot")
     step_key = next((k for k in _STEP_KEYS if any(_is_number(r.get(k)) for r in rows)), None)
     ncols = 3
     nrows = math.ceil(len(keys) / ncols)
@@ -503,13 +721,48 @@ def plot_learning_curves(
         ax = fig.add_subplot(nrows, ncols, i + 1)
         pts = [((r.get(step_key) if step_key else j), r[key]) for j, r in enumerate(rows) if _is_number(r.get(key))]
         xs, ys = zip(*pts)
-        ax.plot(xs, ys, marker="o", markersize=2, linewidth=1)
+        if smoothing > 0:
+            ax.plot(xs, ys, marker="o", markersize=2, linewidth=1, alpha=0.3, color="C0", label="raw")
+            ax.plot(xs, ema_smooth(ys, smoothing), linewidth=1.5, color="C0", label=f"EMA {smoothing:g}")
+        else:
+            ax.plot(xs, ys, marker="o", markersize=2, linewidth=1, color="C0")
+        if all(_is_number(v) and float(v).is_integer() for v in xs):
+            # Iterations are whole numbers: no 0.5 ticks on a short run.
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(key, fontsize=9)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
         if i >= len(keys) - ncols:
             ax.set_xlabel(step_key or "log line", fontsize=8)
+        if smoothing > 0 and i == 0:
+            ax.legend(fontsize=7)
     fig.tight_layout()
+    return fig
+
+
+def plot_learning_curves(
+    metrics_path: str | os.PathLike,
+    path: str | os.PathLike,
+    *,
+    smoothing: float = 0.0,
+    width_px: int = 1200,
+    height_px: int = 900,
+    dpi: int = 100,
+) -> Path:
+    """Learning curves from a training ``metrics.jsonl``: one panel per metric, x = iteration
+    (integer ticks), optionally smoothed (:func:`learning_curves_figure`).
+
+    Args:
+        metrics_path: The JSONL written by training (``iteration``/``global_step``/``step`` is the x
+            axis when present, else the line index).
+        path: Output PNG, exactly ``width_px x height_px``.
+        smoothing: :func:`ema_smooth` weight in [0, 1) (``eval_vsi.py --smooth``); 0 draws the raw curves only.
+
+    Raises:
+        ValueError: If the file holds no numeric metric.
+    """
+    rows = read_metrics(metrics_path)
+    fig = learning_curves_figure(rows, smoothing=smoothing, width_px=width_px, height_px=height_px, dpi=dpi, source=str(metrics_path))
     path = Path(path)
     fig.savefig(path, dpi=dpi)
     return path
@@ -523,13 +776,15 @@ class PictureLayout:
     The picture is ``header`` pixels of question text on top; below it, left to right, one tile per
     turn (``tile`` square, with ``caption`` pixels of text under it) and the top-down map
     (``map_size`` square). Width = ``max(turns, 1) * tile + map_size``; height = ``header +
-    max(tile + caption, map_size)``.
+    max(tile + caption, map_size)``. An invalid turn's caption shows at most ``raw_chars``
+    characters of the model's raw output (JSON-escaped, so newlines and quotes are visible).
     """
 
     tile: int = 192
     caption: int = 150
     map_size: int = 384
     header: int = 56
+    raw_chars: int = 240
 
     def size(self, num_turns: int) -> tuple[int, int]:
         """``(width, height)`` of the picture of an episode with ``num_turns`` turns."""
@@ -562,6 +817,33 @@ def _to_tile(image: np.ndarray, tile: int):
     return img.resize(new, Image.NEAREST)
 
 
+def _caption_geometry(layout: PictureLayout) -> tuple[int, int]:
+    """``(characters per line, lines)`` of a turn's caption under its tile."""
+    return max(8, layout.tile // 6), max(1, (layout.caption - 4) // 13)
+
+
+def turn_caption(step: TurnRecord, layout: PictureLayout = PictureLayout()) -> list[str]:
+    """The lines drawn under a turn's tile: ``turn: action``, then the thoughts.
+
+    An invalid turn shows, after its parse reason (at most 3 lines), the model's raw output as
+    ``raw: "..."``: JSON-escaped (a newline reads ``\\n``; the default bitmap font has no glyph for
+    control or non-ASCII characters), cut at ``layout.raw_chars`` characters and wrapped; the
+    thoughts follow if lines are left.
+    """
+    chars, max_lines = _caption_geometry(layout)
+    if step.valid:
+        return _wrap(f"{step.turn}: {step.action}\n{step.thoughts}", chars, max_lines)
+    lines = _wrap(f"{step.turn}: {step.action}", chars, min(3, max_lines))
+    raw = json.dumps(step.text)
+    if len(raw) > layout.raw_chars:
+        raw = raw[: max(layout.raw_chars - 3, 0)] + "..."
+    if max_lines > len(lines):
+        lines += _wrap(f"raw: {raw}", chars, max_lines - len(lines))
+    if step.thoughts and max_lines > len(lines):
+        lines += _wrap(step.thoughts, chars, max_lines - len(lines))
+    return lines
+
+
 def trajectory_picture(
     record: EpisodeRecord,
     frames: Sequence[np.ndarray],
@@ -569,7 +851,8 @@ def trajectory_picture(
     path: str | os.PathLike,
     layout: PictureLayout = PictureLayout(),
 ) -> Path:
-    """Draw one episode: question header, per-turn frames captioned with thoughts and action, map.
+    """Draw one episode: question header, per-turn frames captioned with thoughts and action
+    (:func:`turn_caption`; an invalid turn in red with the model's raw output), map.
 
     Args:
         record: The evaluated episode (its ``steps`` give the captions).
@@ -595,15 +878,12 @@ def trajectory_picture(
     for i, line in enumerate(head_lines):
         draw.text((6, 3 + 17 * i), line, fill="black", font=small)
     top = layout.header
-    chars = max(8, layout.tile // 6)
-    max_lines = max(1, (layout.caption - 4) // 13)
     for i, (step, frame) in enumerate(zip(record.steps, frames)):
         x0 = i * layout.tile
         tile = _to_tile(frame, layout.tile)
         canvas.paste(tile, (x0 + (layout.tile - tile.size[0]) // 2, top + (layout.tile - tile.size[1]) // 2))
         colour = "black" if step.valid else "firebrick"
-        caption = f"{step.turn}: {step.action}\n{step.thoughts}"
-        for j, line in enumerate(_wrap(caption, chars, max_lines)):
+        for j, line in enumerate(turn_caption(step, layout)):
             draw.text((x0 + 3, top + layout.tile + 2 + 13 * j), line, fill=colour, font=tiny)
     tmap = Image.fromarray(np.ascontiguousarray(topdown, dtype=np.uint8)).convert("RGB")
     tmap = tmap.resize((layout.map_size, layout.map_size), Image.BILINEAR)
@@ -611,6 +891,31 @@ def trajectory_picture(
     path = Path(path)
     canvas.save(path, format="PNG")
     return path
+
+
+# ------------------------------------------------------------------------------ logged samples
+SAMPLE_COLUMNS = ("episode", "question_type", "question", "reply", "answer", "ground_truth", "score", "reward", "turns")
+
+
+def sample_table(records: Sequence[EpisodeRecord], reply_chars: int = 300) -> tuple[list[str], list[list[Any]]]:
+    """Episodes as a text table for TensorBoard/wandb (:meth:`RunLogger.log_text_table`).
+
+    One row per episode: its id, type, question (with options), the model's last reply (raw text,
+    cut at ``reply_chars``), the answer read from it (``None`` without one), the ground truth, the
+    score, the episode reward and the number of turns.
+
+    Returns:
+        ``(columns, rows)``; ``columns`` is :data:`SAMPLE_COLUMNS`.
+    """
+    rows = []
+    for r in records:
+        reply = r.steps[-1].text if r.steps else ""
+        if len(reply) > reply_chars:
+            reply = reply[: max(reply_chars - 3, 0)] + "..."
+        question = r.question + (" " + " ".join(r.options) if r.options else "")
+        rows.append([r.episode_id, r.question_type, question, reply, r.answer, r.ground_truth, round(float(r.score), 4),
+                     round(float(r.reward), 4), r.turns])
+    return list(SAMPLE_COLUMNS), rows
 
 
 # ------------------------------------------------------------------------------------ writing
@@ -667,7 +972,23 @@ def load_report(path: str | os.PathLike) -> dict[str, Any]:
             raise JsonlError(f"{path} has no {key!r}: it is not a report.json written by eval_vsi.py")
     if report["overall"] is None:
         report["overall"] = float("nan")
+    if not report.get("ci95"):
+        # Written before reports held intervals: the records give the same numbers (fixed seed).
+        scored = _records_scored(report.get("records") or [])
+        if scored:
+            report["ci95"] = score_intervals(scored)
     return report
+
+
+def _records_scored(records: Sequence[dict[str, Any]]) -> list[tuple[str, float]]:
+    """``(question_type, score)`` of every record; [] when a record lacks either (no interval then)."""
+    scored = []
+    for r in records:
+        qtype, score = r.get("question_type"), r.get("score")
+        if qtype not in scoring.TASKS or not _is_number(score):
+            return []
+        scored.append((qtype, float(score)))
+    return scored
 
 
 def compare_reports(
@@ -707,6 +1028,7 @@ def compare_reports(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     md = ["# VSI evaluation: comparison", "", table_markdown(rows), ""]
+    md += ["## Scores with 95% intervals", "", ci_table_markdown(rows), ""]
     if differences:
         md += ["## Paired differences", "", paired_markdown(differences), ""]
     agent = agent_metrics_markdown(rows)

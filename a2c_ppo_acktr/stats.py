@@ -6,6 +6,8 @@
 * :func:`paired_bootstrap_ci`: the mean difference of two systems scored on the same questions, with a
   percentile bootstrap interval that resamples question pairs (optionally within strata, such as
   question types), so per-question difficulty cancels.
+* :func:`stratified_bootstrap_sums` and :func:`percentile_interval`: the resampling both use, for
+  intervals of other statistics of the same resamples (a report's per-task and Overall scores).
 
 Pure numpy and the standard library: scipy is not a dependency of this project. The t quantile is
 computed from the exact closed form of the t CDF for integer degrees of freedom (Abramowitz and
@@ -167,22 +169,80 @@ def paired_bootstrap_ci(
     if not np.isfinite(d).all():
         raise ValueError("paired_bootstrap_ci got non-finite scores; every pair must hold two finite numbers")
     n = d.size
+    if strata is not None and len(strata) != n:
+        raise ValueError(f"strata has {len(strata)} labels for {n} pairs; give one label per pair")
+    sums = np.zeros(n_boot)
+    for group_sums in stratified_bootstrap_sums(d, strata, n_boot=n_boot, seed=seed).values():
+        sums += group_sums
+    low, high = percentile_interval(sums / n, confidence)
+    return {"diff": float(d.mean()), "low": float(low), "high": float(high), "n": int(n)}
+
+
+def stratified_bootstrap_sums(
+    values: Sequence[float],
+    strata: Optional[Sequence[Hashable]] = None,
+    n_boot: int = 10000,
+    seed: int = 0,
+) -> dict[Hashable, np.ndarray]:
+    """Per stratum, the sum of each bootstrap resample drawn with replacement within that stratum.
+
+    Every stratum keeps its size in every resample (the stratified design of
+    :func:`paired_bootstrap_ci`). Strata are drawn in the order of their first label in ``strata``
+    from one generator seeded by ``seed``, so the same inputs give the same resamples; dividing a
+    stratum's sums by its size gives its resampled means.
+
+    Args:
+        values: One finite value per item, shape ``(n,)``.
+        strata: Stratum label of each item, shape ``(n,)``; None puts every item in one stratum
+            (key ``None``).
+        n_boot: Number of resamples.
+        seed: Seed of the resampling.
+
+    Returns:
+        ``{label: sums}``, each ``sums`` of shape ``(n_boot,)``, in first-appearance order of the labels.
+
+    Raises:
+        ValueError: If ``values`` is empty or non-finite, ``strata`` has another length, or ``n_boot < 1``.
+    """
+    if n_boot < 1:
+        raise ValueError(f"n_boot={n_boot} must be >= 1")
+    x = np.asarray(values, dtype=np.float64).reshape(-1)
+    if x.size == 0:
+        raise ValueError("stratified_bootstrap_sums got no values to resample")
+    if not np.isfinite(x).all():
+        raise ValueError("stratified_bootstrap_sums got non-finite values; every item must hold a finite number")
     groups: dict[Hashable, list[int]] = {}
     if strata is None:
-        groups[None] = list(range(n))
+        groups[None] = list(range(x.size))
     else:
-        if len(strata) != n:
-            raise ValueError(f"strata has {len(strata)} labels for {n} pairs; give one label per pair")
+        if len(strata) != x.size:
+            raise ValueError(f"strata has {len(strata)} labels for {x.size} values; give one label per value")
         for i, label in enumerate(strata):
             groups.setdefault(label, []).append(i)
     rng = np.random.default_rng(seed)
-    sums = np.zeros(n_boot)
-    for members in groups.values():
-        dg = d[members]
-        block = max(1, _BOOT_BLOCK_ELEMENTS // dg.size)
+    out: dict[Hashable, np.ndarray] = {}
+    for label, members in groups.items():
+        xg = x[members]
+        sums = np.zeros(n_boot)
+        block = max(1, _BOOT_BLOCK_ELEMENTS // xg.size)
         for start in range(0, n_boot, block):
             stop = min(start + block, n_boot)
-            sums[start:stop] += dg[rng.integers(0, dg.size, size=(stop - start, dg.size))].sum(axis=1)
+            sums[start:stop] = xg[rng.integers(0, xg.size, size=(stop - start, xg.size))].sum(axis=1)
+        out[label] = sums
+    return out
+
+
+def percentile_interval(samples: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+    """The central ``confidence`` percentile interval of bootstrap samples (Efron and Tibshirani 1993, ch. 13).
+
+    Args:
+        samples: Bootstrap replicates of a statistic, shape ``(n_boot,)``.
+        confidence: Coverage, in (0, 1).
+
+    Returns:
+        ``(low, high)``: the ``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` quantiles.
+    """
+    _check_confidence(confidence)
     alpha = 1.0 - confidence
-    low, high = np.quantile(sums / n, [alpha / 2, 1.0 - alpha / 2])
-    return {"diff": float(d.mean()), "low": float(low), "high": float(high), "n": int(n)}
+    low, high = np.quantile(np.asarray(samples, dtype=np.float64), [alpha / 2, 1.0 - alpha / 2])
+    return float(low), float(high)

@@ -19,6 +19,7 @@ import logging
 import math
 import os
 import random
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -539,17 +540,31 @@ def apply_perception_weighting(run: "_Run", iteration: int) -> dict[str, float]:
     return perception.apply(run.module, run.storage, run.cfg.ppo, seed=run.cfg.seed * 1_000_003 + iteration)
 
 
-def validate(run: "_Run", iteration: int) -> dict[str, float]:
+def validate(run: "_Run", iteration: int, log: Optional[RunLogger] = None) -> dict[str, float]:
     """Validation after iteration ``iteration`` (1-based) when ``log.val_interval`` says so, and the
-    best policy kept; ``val/*`` metrics ({} when no validation is due)."""
+    best policy kept; ``val/*`` metrics ({} when no validation is due).
+
+    With a ``log`` that sends media (tensorboard or wandb on), the trajectory picture of the first
+    validation question (``val/trajectory``) and a table of this process's validation episodes
+    (``val/samples``: question, reply, answer, score, reward) are logged too."""
     interval = run.cfg.log.val_interval
     if interval <= 0 or iteration % interval != 0:
         return {}
     acc = run.accelerator
-    result = run_validation(
-        run.module, run.cfg, acc.process_index, acc.num_processes,
-        gather_lists=functools.partial(gather_lists, acc), gather_weights=functools.partial(gathered_for_rollout, run.policy),
-    )
+    with tempfile.TemporaryDirectory() as tmp:
+        result = run_validation(
+            run.module, run.cfg, acc.process_index, acc.num_processes,
+            gather_lists=functools.partial(gather_lists, acc), gather_weights=functools.partial(gathered_for_rollout, run.policy),
+            picture_dir=Path(tmp) if log is not None and log.wants_media else None,
+        )
+        records, pictures = result.pop("records"), result.pop("pictures")
+        if log is not None and log.wants_media:
+            from PIL import Image
+
+            from .reports import sample_table
+
+            log.log_images("val/trajectory", [np.asarray(Image.open(p).convert("RGB")) for p in pictures], iteration)
+            log.log_text_table("val/samples", *sample_table(records), iteration)
 
     def save_policy(target: Path) -> None:
         with full_trainable(run.module):
@@ -639,7 +654,7 @@ def run_training(cfg: RunConfig) -> Path:
             timings["time/collect_values"] = stats.value_seconds
             metrics = {**iteration_metrics(run, stats, update_metrics, lrs, it), **(reduce_mean(accelerator, extra_metrics) if extra_metrics else {})}
             with _timed(timings, "validation"):
-                metrics.update(validate(run, it + 1))
+                metrics.update(validate(run, it + 1, log))
             log.log({**metrics, **timings}, iteration=it + 1)
             bar.set_postfix(score=f"{metrics['rollout/episode_score_mean']:.3f}", kl=f"{metrics['losses/approx_kl']:.2e}")
             checkpoint_seconds = 0.0

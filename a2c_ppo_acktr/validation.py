@@ -57,11 +57,18 @@ def run_validation(
     num_processes: int = 1,
     gather_lists: Callable[[list], list] = lambda items: list(items),
     gather_weights: Callable[[], ContextManager] = contextlib.nullcontext,
+    picture_dir: Optional[Path] = None,
 ) -> dict[str, Any]:
     """Answer the validation questions with ``module`` (a :class:`~a2c_ppo_acktr.model.VLMPolicy`).
 
+    Args:
+        picture_dir: Where to draw the trajectory picture of this process's first question (for
+            the run's logger); None draws none.
+
     Returns:
-        ``{"score", "valid_rate", "answered", "episodes", "seconds", "per_type"}`` over all processes.
+        ``{"score", "valid_rate", "answered", "episodes", "seconds", "per_type"}`` over all processes,
+        plus this process's ``records`` (:class:`~a2c_ppo_acktr.reports.EpisodeRecord`) and
+        ``pictures`` (paths), which are not JSON: drop them before writing the result.
     """
     from .evaluation import PolicyAgent, procedural_specs, run_episodes
 
@@ -73,7 +80,8 @@ def run_validation(
     module.eval()
     try:
         with gather_weights():
-            result = run_episodes(PolicyAgent(module, greedy=True), specs, vcfg.env, vcfg.eval.batch_size, progress=False)
+            result = run_episodes(PolicyAgent(module, greedy=True), specs, vcfg.env, vcfg.eval.batch_size, progress=False,
+                                  picture_dir=picture_dir, num_pictures=int(picture_dir is not None))
     finally:
         module.train(was_training)
         restore_rng_state(rng)
@@ -92,6 +100,8 @@ def run_validation(
         "episodes": len(rows),
         "seconds": time.perf_counter() - t0,
         "per_type": {k: float(np.mean(v)) for k, v in sorted(per_type.items())},
+        "records": result.records,
+        "pictures": result.pictures,
     }
 
 

@@ -331,3 +331,101 @@ def test_score_file_integrity_bom_encoding_duplicates_and_raw_ground_truth(tmp_p
     latin.write_bytes((json.dumps(rows[0]) + "\n").encode() + '{"question_type": "caf\xe9"}\n'.encode("latin-1"))
     with pytest.raises(JsonlError, match=r"latin\.jsonl:2 is not UTF-8 \(invalid"):
         reports.score_file(latin)
+
+
+# ------------------------------------------------------------------------------- report intervals
+def _exact_quantile(atoms: dict, p: float) -> float:
+    """Smallest value whose probability mass at or below it reaches p (a discrete distribution's quantile)."""
+    total = 0.0
+    for v in sorted(atoms):
+        total += atoms[v]
+        if total >= p - 1e-12:
+            return v
+    return max(atoms)
+
+
+def test_ci_matches_the_exact_bootstrap_distribution():
+    """A question set small enough to enumerate every resample: 3 counting x 2 route x 2 easy x 1 hard
+    questions give 27 * 4 * 4 * 1 = 432 equally likely resamples, each aggregated by scoring.aggregate
+    (not the code under test). The seeded Monte Carlo interval must sit within the exact 2-3% and
+    97-98% quantiles, for Overall and for every task."""
+    import itertools
+
+    from a2c_ppo_acktr import scoring
+
+    by_type = {"object_counting": [0.0, 0.5, 1.0], "route_planning": [0.0, 1.0],
+               "object_rel_direction_easy": [1.0, 0.0], "object_rel_direction_hard": [0.0]}
+    recs = [_scored(i, t, s) for i, (t, s) in enumerate((t, s) for t, ss in by_type.items() for s in ss)]
+    recs = recs[::2] + recs[1::2]  # interleave the types: grouping must not depend on record order
+    rep = reports.build_report(recs, name="x")
+    types = list(by_type)
+    draws = [list(itertools.product(by_type[t], repeat=len(by_type[t]))) for t in types]
+    dist: dict[str, dict[float, float]] = {}
+    for combo in itertools.product(*draws):
+        agg = scoring.aggregate((t, s) for t, sample in zip(types, combo) for s in sample)
+        values = {"overall": agg["overall"], **{reports.SHORT_TASK_NAMES[k]: 100 * v for k, v in agg["per_task"].items()}}
+        for key, v in values.items():
+            atoms = dist.setdefault(key, {})
+            atoms[round(v, 9)] = atoms.get(round(v, 9), 0.0) + 1 / 432
+    ci = rep["ci95"]
+    assert ci["n_boot"] == 10000 and ci["seed"] == 0 and ci["confidence"] == 0.95
+    got = {"overall": ci["overall"], **{k: v for k, v in ci["table"].items() if v is not None}}
+    assert set(got) == set(dist) == {"overall", "Obj. Count", "Route Plan", "Rel. Dir."}
+    for key, (low, high) in got.items():
+        atoms = dist[key]
+        assert _exact_quantile(atoms, 0.02) - 1e-9 <= low <= _exact_quantile(atoms, 0.03) + 1e-9, (key, low)
+        assert _exact_quantile(atoms, 0.97) - 1e-9 <= high <= _exact_quantile(atoms, 0.98) + 1e-9, (key, high)
+    assert ci["table"]["Abs. Dist."] is None and ci["single_question_types"] == 1
+    assert rep["table_n"] == {"Obj. Count": 3, "Abs. Dist.": 0, "Obj. Size": 0, "Room Size": 0, "Rel. Dist.": 0,
+                              "Rel. Dir.": 3, "Route Plan": 2, "Appr. Order": 0}
+
+
+def test_ci_of_equal_scores_has_zero_width_and_overall_matches_the_paired_interval():
+    # Closed form: every question of every type scores the same, so every resample gives the same numbers.
+    flat = reports.build_report([_scored(i, t, 0.3) for i, t in enumerate(_TYPES)], name="flat")
+    assert flat["ci95"]["overall"] == pytest.approx([30.0, 30.0])
+    assert all(v == pytest.approx([30.0, 30.0]) for v in flat["ci95"]["table"].values() if v is not None)
+    # Two implementations of one scheme: the report's Overall interval is the paired interval
+    # against a system that scores 0 everywhere (same resamples: same seed, same strata order).
+    rng = np.random.default_rng(5)
+    scores = rng.random(len(_TYPES))
+    a = reports.build_report([_scored(i, t, s) for i, (t, s) in enumerate(zip(_TYPES, scores))], name="a")
+    zero = reports.build_report([_scored(i, t, 0.0) for i, t in enumerate(_TYPES)], name="zero")
+    paired = reports.paired_overall_ci(a, zero)
+    assert a["ci95"]["overall"] == pytest.approx([paired["low"], paired["high"]], abs=1e-9)
+    assert a["ci95"]["overall"][0] < a["overall"] < a["ci95"]["overall"][1]
+    # Deterministic: the same records give the same intervals.
+    again = reports.build_report([_scored(i, t, s) for i, (t, s) in enumerate(zip(_TYPES, scores))], name="a")
+    assert again["ci95"] == a["ci95"]
+
+
+def test_ci_in_markdown_and_old_reports_still_load_and_compare(tmp_path):
+    rng = np.random.default_rng(2)
+    new = reports.build_report([_scored(i, t, s) for i, (t, s) in enumerate(zip(_TYPES, rng.random(len(_TYPES))))], name="new")
+    reports.write_report(new, tmp_path / "new", plots=False)
+    md = (tmp_path / "new" / "report.md").read_text()
+    lo, hi = new["ci95"]["overall"]
+    assert f"| new | {new['overall']:.1f} [{lo:.1f}, {hi:.1f}] n=8 |" in md
+    cnt = new["ci95"]["table"]["Obj. Count"]
+    assert f"| {new['table']['Obj. Count']:.1f} [{cnt[0]:.1f}, {cnt[1]:.1f}] n=3 |" in md and "| - n=0 |" in md
+    # The main table keeps its format (docs/EVAL.md and the tests above read it).
+    assert f"| new | {new['overall']:.1f} | " in md
+    # A report written before intervals existed: no ci95, no table_n.
+    old = json.loads((tmp_path / "new" / "report.json").read_text())
+    old["name"] = "old"
+    for key in ("ci95", "table_n"):
+        del old[key]
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "report.json").write_text(json.dumps(old))
+    loaded = reports.load_report(tmp_path / "old")
+    assert loaded["ci95"] == new["ci95"] and reports.report_counts(loaded) == new["table_n"]
+    # ... and one without records: it compares, without intervals.
+    del old["records"]
+    old["name"] = "bare"
+    (tmp_path / "bare").mkdir()
+    (tmp_path / "bare" / "report.json").write_text(json.dumps(old))
+    out = reports.compare_reports([tmp_path / "old", tmp_path / "new" / "report.json", tmp_path / "bare"], tmp_path / "cmp")
+    cmp_md = out["md"].read_text()
+    assert f"| old | {new['overall']:.1f} [{lo:.1f}, {hi:.1f}] n=8 |" in cmp_md
+    assert f"| bare | {new['overall']:.1f} n=8 |" in cmp_md
+    assert "**Question types with a single question**" in cmp_md

@@ -138,3 +138,23 @@ def test_stratified_bootstrap_spread_matches_the_stratified_standard_error():
     # Var(mean) = sum_h (n_h/n)^2 s_h^2 / n_h over strata.
     se = math.sqrt(sum((len(d[[l == h for l in labels]]) / d.size) ** 2 * d[[l == h for l in labels]].var(ddof=1) / n for h, n in sizes.items()))
     assert (ci["high"] - ci["low"]) / 2 == pytest.approx(1.96 * se, rel=0.1)
+
+
+def test_stratified_bootstrap_sums_keep_stratum_sizes_and_are_seeded():
+    # Stratum "a" (values 0 and 1, two items): a resample's sum is 0, 1 or 2 with probability 1/4, 1/2, 1/4.
+    # Stratum "b" holds one value: every resample draws it, so its sum never moves.
+    values, strata = [0.0, 1.0, 7.0], ["a", "a", "b"]
+    sums = stats.stratified_bootstrap_sums(values, strata, n_boot=40000, seed=3)
+    assert list(sums) == ["a", "b"] and sums["a"].shape == (40000,)
+    assert (sums["b"] == 7.0).all()
+    freq = [float(np.mean(sums["a"] == k)) for k in (0, 1, 2)]
+    assert freq == pytest.approx([0.25, 0.5, 0.25], abs=0.01)
+    again = stats.stratified_bootstrap_sums(values, strata, n_boot=40000, seed=3)
+    assert all(np.array_equal(sums[k], again[k]) for k in sums)
+    assert not np.array_equal(sums["a"], stats.stratified_bootstrap_sums(values, strata, n_boot=40000, seed=4)["a"])
+    # The percentile interval of that three-point distribution is its whole support at 95%.
+    assert stats.percentile_interval(sums["a"] / 2, 0.95) == (0.0, 1.0)
+    with pytest.raises(ValueError, match="one label per value"):
+        stats.stratified_bootstrap_sums(values, ["a"], n_boot=10)
+    with pytest.raises(ValueError, match="non-finite"):
+        stats.stratified_bootstrap_sums([1.0, float("nan")], n_boot=10)
