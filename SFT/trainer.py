@@ -21,6 +21,7 @@ from typing import Any, Optional
 from transformers import Trainer, TrainingArguments, set_seed
 
 from a2c_ppo_acktr.arguments import ConfigError, RunConfig
+from a2c_ppo_acktr.loading import record_base_model
 from a2c_ppo_acktr.model import build_lora_config
 from SFT.data import ModalityGroupedBatchSampler, SFTCollator, SFTDataset, resolve_data_files
 
@@ -195,5 +196,6 @@ def run_sft(cfg: RunConfig, loaded: Any = None) -> Path:
     adapter = out / ADAPTER_DIR
     trainer.save_model(str(adapter))  # PeftModel.save_pretrained: adapter weights and config only
     if trainer.is_world_process_zero():
+        record_base_model(adapter)  # an absolute base path, so the adapter loads from any directory
         (out / TRAIN_LOG).write_text(json.dumps(trainer.state.log_history, indent=1), encoding="utf-8")
     return adapter

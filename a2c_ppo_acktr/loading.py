@@ -119,6 +119,28 @@ def resolve_model_path(path: str) -> str:
     return path
 
 
+def record_base_model(adapter_dir: str | os.PathLike) -> None:
+    """Make a saved peft adapter name its base model by an absolute path when that is a local directory.
+
+    peft records ``base_model_name_or_path`` as given at load time; a relative path
+    (``outputs/quickstart/model``) breaks ``AutoPeftModel*.from_pretrained`` and vLLM from any other
+    working directory. Hub ids are kept as they are. Rewritten atomically; no-op without the file.
+    """
+    import json
+
+    config = Path(adapter_dir) / "adapter_config.json"
+    if not config.is_file():
+        return
+    data = json.loads(config.read_text(encoding="utf-8"))
+    base = data.get("base_model_name_or_path")
+    if not base or os.path.isabs(base) or not Path(base).is_dir():
+        return
+    data["base_model_name_or_path"] = str(Path(base).resolve())
+    tmp = config.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    os.replace(tmp, config)
+
+
 def detect_family(model_type: str) -> str:
     """Map a config's ``model_type`` to a supported family.
 

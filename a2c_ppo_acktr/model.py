@@ -68,7 +68,7 @@ from a2c_ppo_acktr.distributions import (
     token_log_probs,
 )
 from a2c_ppo_acktr.encoding import TurnEncoding, collate, split_rows
-from a2c_ppo_acktr.loading import LoadedVLM, ModelLoadError, forbidden_token_ids, load_vlm
+from a2c_ppo_acktr.loading import LoadedVLM, ModelLoadError, forbidden_token_ids, load_vlm, record_base_model
 from a2c_ppo_acktr.temp_predictor import TempPredictor
 
 logger = logging.getLogger(__name__)
@@ -806,6 +806,7 @@ class VLMPolicy(nn.Module):
         out.mkdir(parents=True, exist_ok=True)
         if self.cfg.use_lora:
             self.model.save_pretrained(str(out))
+            record_base_model(out)
         else:
             state = {n: p.detach().cpu().contiguous() for n, p in self.model.named_parameters() if p.requires_grad}
             save_file(state, str(out / FULL_WEIGHTS_FILE))

@@ -48,3 +48,26 @@ def test_export_errors_are_one_line(tmp_path):
     res = subprocess.run([sys.executable, "-m", "a2c_ppo_acktr.export", "--adapter", str(tmp_path / "empty"), "--out", str(tmp_path / "o")],
                          cwd=REPO, capture_output=True, text=True, timeout=120, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
     assert res.returncode == 2 and "holds no adapter_config.json" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_saved_adapters_name_their_local_base_model_by_absolute_path(tmp_path, tiny_model_path, monkeypatch):
+    # peft records the base model as given; a relative local path would not load from elsewhere.
+    import os
+    import shutil
+
+    from a2c_ppo_acktr.loading import record_base_model
+
+    local = tmp_path / "work" / "models" / "tiny"
+    shutil.copytree(tiny_model_path, local)
+    monkeypatch.chdir(tmp_path / "work")
+    cfg = ModelConfig(model_path="models/tiny", device="cpu", lora_r=2, lora_alpha=4, lora_target_modules=TARGETS,
+                      value_head_hidden=8, temp_head_hidden=8)
+    VLMPolicy(cfg).save_pretrained("policy")
+    recorded = json.loads(Path("policy/adapter_config.json").read_text())["base_model_name_or_path"]
+    assert os.path.isabs(recorded) and Path(recorded) == local.resolve()
+    # A hub id (no such local directory) is kept as it is.
+    hub = tmp_path / "hub_adapter"
+    hub.mkdir()
+    (hub / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "Qwen/Qwen2.5-VL-3B-Instruct"}))
+    record_base_model(hub)
+    assert json.loads((hub / "adapter_config.json").read_text())["base_model_name_or_path"] == "Qwen/Qwen2.5-VL-3B-Instruct"

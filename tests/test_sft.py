@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -237,6 +238,8 @@ def test_label_preprocess_sft_teaches_the_action_format_and_warm_starts_the_poli
     ckpt = tmp_path / "sft" / f"checkpoint-{steps}"
     assert (ckpt / "adapter_model.safetensors").is_file() and not list(ckpt.glob("model*.safetensors"))
     assert (adapter / "adapter_config.json").is_file() and (adapter / "adapter_model.safetensors").is_file()
+    base = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert os.path.isabs(base) and os.path.isdir(base)  # loads from any working directory
 
     # Warm start: the policy with the adapter decodes exactly as the SFT model does.
     from a2c_ppo_acktr.model import VLMPolicy
