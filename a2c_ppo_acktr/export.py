@@ -24,7 +24,8 @@ EXPORT_FILE = "export.json"
 
 def resolve_adapter(path: str | Path) -> tuple[Path, Optional[str]]:
     """``(adapter directory, base model path recorded by the run or None)`` for an adapter, a
-    ``policy/`` directory or a checkpoint directory (verified against its checksums).
+    ``policy/`` directory or a checkpoint directory (verified against its checksums). The base is the
+    checkpoint's ``model.model_path``, else the adapter's own absolute (or existing) local base path.
 
     Raises:
         FileNotFoundError: no ``adapter_config.json`` there.
@@ -41,6 +42,14 @@ def resolve_adapter(path: str | Path) -> tuple[Path, Optional[str]]:
         path = path / "policy"
     if not (path / "adapter_config.json").is_file():
         raise FileNotFoundError(f"{path} holds no adapter_config.json; pass an SFT adapter, a checkpoint's policy/ or a checkpoint directory")
+    if base is None:
+        # Adapters saved by this package record a local base model by its absolute path
+        # (loading.record_base_model); a relative one (older adapters) is trusted only if it exists.
+        import json
+
+        recorded = json.loads((path / "adapter_config.json").read_text(encoding="utf-8")).get("base_model_name_or_path")
+        if recorded and (Path(recorded).is_absolute() or Path(recorded).is_dir()):
+            base = str(recorded)
     return path, base
 
 

@@ -327,7 +327,7 @@ def _skip_ws(text: str, i: int) -> int:
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
 
 
-def _scan_object(text: str) -> _Scan | None:
+def scan_reply_object(text: str) -> _Scan | None:
     """The reply's JSON object: the first ``{`` outside ``<think>...</think>`` blocks that opens a
     complete object with an ``action`` member; when none does, the first ``{`` outside them (whose
     error then explains the reply). A brace in free text before the object (``I think {the sofa}``)
@@ -407,7 +407,7 @@ def response_spans(text: str) -> tuple[tuple[int, int] | None, tuple[int, int] |
     """
     if not isinstance(text, str):
         return None, None
-    scan = _scan_object(text)
+    scan = scan_reply_object(text)
     if scan is None:
         return None, None
     thoughts = scan.members.get("thoughts")
@@ -483,7 +483,7 @@ def _parse_action(text: str, max_forward: float) -> Action:
         return Invalid(f"the output must be a string, got {type(text).__name__}")
     if not text.strip():
         return Invalid("the output is empty; reply with one JSON object")
-    scan = _scan_object(text)
+    scan = scan_reply_object(text)
     fullwidth = "\uff5b" in text or "\uff5d" in text
     if (scan is None or scan.error is not None or "action" not in scan.members) and fullwidth:
         return Invalid("full-width braces \uff5b \uff5d are not JSON; write the object with ASCII { and }")

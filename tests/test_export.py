@@ -65,6 +65,11 @@ def test_saved_adapters_name_their_local_base_model_by_absolute_path(tmp_path, t
     VLMPolicy(cfg).save_pretrained("policy")
     recorded = json.loads(Path("policy/adapter_config.json").read_text())["base_model_name_or_path"]
     assert os.path.isabs(recorded) and Path(recorded) == local.resolve()
+    # So an adapter alone (no checkpoint config, no --model-path) exports from another directory.
+    from a2c_ppo_acktr.export import resolve_adapter
+
+    monkeypatch.chdir(tmp_path)
+    assert resolve_adapter(tmp_path / "work" / "policy") == (tmp_path / "work" / "policy", recorded)
     # A hub id (no such local directory) is kept as it is.
     hub = tmp_path / "hub_adapter"
     hub.mkdir()

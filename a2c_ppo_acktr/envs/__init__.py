@@ -21,10 +21,16 @@ _ENTRY_POINTS = {"VSI-v0": "a2c_ppo_acktr.envs.vsi_env:VSIEnv"}
 
 
 def register_envs() -> None:
-    """Register every id of :data:`ENV_IDS` with gymnasium (idempotent)."""
+    """Register every id of :data:`ENV_IDS` with gymnasium, and the gym-cards games
+    (``gym_cards/NumberLine-v0``, ...) and ``Sokoban-v0`` (idempotent). Training, labelling and
+    evaluation are still wired to ``VSI-v0`` only (issue 14); the other ids are gymnasium envs."""
     for env_id in ENV_IDS:
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=_ENTRY_POINTS[env_id])
+    from . import cards, sokoban  # gymnasium-only imports; a game's module loads when it is made
+
+    cards.register()
+    sokoban.register()
 
 
 register_envs()
