@@ -327,7 +327,7 @@ def _skip_ws(text: str, i: int) -> int:
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
 
 
-def scan_reply_object(text: str) -> _Scan | None:
+def _scan_object(text: str) -> _Scan | None:
     """The reply's JSON object: the first ``{`` outside ``<think>...</think>`` blocks that opens a
     complete object with an ``action`` member; when none does, the first ``{`` outside them (whose
     error then explains the reply). A brace in free text before the object (``I think {the sofa}``)
@@ -407,7 +407,7 @@ def response_spans(text: str) -> tuple[tuple[int, int] | None, tuple[int, int] |
     """
     if not isinstance(text, str):
         return None, None
-    scan = scan_reply_object(text)
+    scan = _scan_object(text)
     if scan is None:
         return None, None
     thoughts = scan.members.get("thoughts")
@@ -478,12 +478,16 @@ def parse_action(text: str, max_forward: float = DEFAULT_MAX_FORWARD) -> Action:
         return Invalid(f"could not read the output ({type(e).__name__}: {e})")
 
 
-def _parse_action(text: str, max_forward: float) -> Action:
+def reply_action_value(text: Any) -> Any:
+    """The ``action`` member's value of a reply in the one format ``{"thoughts": str, "action": ...}``,
+    or :class:`Invalid` saying why the reply is not in it. Every env's parser starts here and then
+    reads the value with its own action vocabulary (VSI moves/answers, gym-cards tokens, Sokoban words).
+    """
     if not isinstance(text, str):
         return Invalid(f"the output must be a string, got {type(text).__name__}")
     if not text.strip():
         return Invalid("the output is empty; reply with one JSON object")
-    scan = scan_reply_object(text)
+    scan = _scan_object(text)
     fullwidth = "\uff5b" in text or "\uff5d" in text
     if (scan is None or scan.error is not None or "action" not in scan.members) and fullwidth:
         return Invalid("full-width braces \uff5b \uff5d are not JSON; write the object with ASCII { and }")
@@ -498,7 +502,13 @@ def _parse_action(text: str, max_forward: float) -> Action:
         return Invalid("'thoughts' must be a string")
     if "action" not in scan.members:
         return Invalid("the object has no 'action'")
-    action = scan.members["action"][0]
+    return scan.members["action"][0]
+
+
+def _parse_action(text: str, max_forward: float) -> Action:
+    action = reply_action_value(text)
+    if isinstance(action, Invalid):
+        return action
     if not isinstance(action, dict):
         return Invalid(f"'action' must be an object, got {type(action).__name__}")
     keys = set(action)

@@ -5,7 +5,7 @@ Reply format
     the token is one word of the game's action vocabulary (``"+"``, ``"hit"``, ``"10"``, ``"up"``).
     :func:`parse_reply` reads it and never raises: it returns the vocabulary token or an
     :class:`~a2c_ppo_acktr.prompts.Invalid` whose reason is shown to the agent next turn. The object
-    is found by the same scanner as the VSI reply (``prompts.scan_reply_object``: the first complete
+    is found by the same scanner as the VSI reply (``prompts.reply_action_value``: the first complete
     object with an ``action`` member, outside ``<think>`` blocks, keys given twice refused), so the
     two formats agree on everything but the type of ``action``. RL4VLM instead searched the text
     after ``"action":`` for vocabulary substrings and played a RANDOM action when it found none or
@@ -33,7 +33,7 @@ from gymnasium import spaces
 
 # The reply scanner is the VSI format's own (one home for reading a reply object); prompts.py keeps
 # it private today. TODO(issue: other envs): expose it there as a public name and import that.
-from a2c_ppo_acktr.prompts import Invalid, scan_reply_object
+from a2c_ppo_acktr.prompts import Invalid, reply_action_value
 
 MAX_TEXT_LENGTH = 4096  # observation text bound (the longest prompt is ~1 kB)
 MAX_ACTION_LENGTH = 4096  # action text bound of the declared space; step() accepts any string
@@ -85,26 +85,9 @@ def parse_reply(text: Any, vocabulary: Sequence[str]) -> Reply:
 
 
 def _parse_reply(text: Any, vocabulary: tuple[str, ...]) -> Reply:
-    if not isinstance(text, str):
-        return Invalid(f"the output must be a string, got {type(text).__name__}")
-    if not text.strip():
-        return Invalid("the output is empty; reply with one JSON object")
-    scan = scan_reply_object(text)
-    fullwidth = "\uff5b" in text or "\uff5d" in text
-    if (scan is None or scan.error is not None or "action" not in scan.members) and fullwidth:
-        return Invalid("full-width braces \uff5b \uff5d are not JSON; write the object with ASCII { and }")
-    if scan is None:
-        return Invalid("no JSON object found; reply with one JSON object")
-    if scan.error is not None:
-        return Invalid(f"the JSON object is malformed: {scan.error}")
-    extra = sorted(k for k in scan.members if k not in ("thoughts", "action"))
-    if extra:
-        return Invalid(f"unexpected keys {extra}; use only 'thoughts' and 'action'")
-    if "thoughts" in scan.members and not isinstance(scan.members["thoughts"][0], str):
-        return Invalid("'thoughts' must be a string")
-    if "action" not in scan.members:
-        return Invalid("the object has no 'action'")
-    value = scan.members["action"][0]
+    value = reply_action_value(text)
+    if isinstance(value, Invalid):
+        return value
     choices = ", ".join(repr(v) for v in vocabulary)
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         return Invalid(f"'action' must be one of {choices} as a string, got {_short(value)}")
