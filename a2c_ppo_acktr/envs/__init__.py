@@ -20,13 +20,26 @@ ENV_IDS = ("VSI-v0",)
 _ENTRY_POINTS = {"VSI-v0": "a2c_ppo_acktr.envs.vsi_env:VSIEnv"}
 
 
+def register_entry_points(entry_points: dict[str, str], conflict_hint: str) -> None:
+    """Register ``{id: entry point}`` with gymnasium (idempotent).
+
+    Raises:
+        ValueError: An id is already registered with another entry point (``conflict_hint`` says
+            which other package to keep out of the process).
+    """
+    for env_id, entry_point in entry_points.items():
+        spec = gym.registry.get(env_id)
+        if spec is None:
+            gym.register(id=env_id, entry_point=entry_point)
+        elif spec.entry_point != entry_point:
+            raise ValueError(f"{env_id} is already registered with entry point {spec.entry_point!r}, not {entry_point!r}; {conflict_hint}")
+
+
 def register_envs() -> None:
     """Register every id of :data:`ENV_IDS` with gymnasium, and the gym-cards games
     (``gym_cards/NumberLine-v0``, ...) and ``Sokoban-v0`` (idempotent). Training, labelling and
     evaluation are still wired to ``VSI-v0`` only (issue 14); the other ids are gymnasium envs."""
-    for env_id in ENV_IDS:
-        if env_id not in gym.registry:
-            gym.register(id=env_id, entry_point=_ENTRY_POINTS[env_id])
+    register_entry_points(_ENTRY_POINTS, "another package registered a VSI id")
     from . import cards, sokoban  # gymnasium-only imports; a game's module loads when it is made
 
     cards.register()

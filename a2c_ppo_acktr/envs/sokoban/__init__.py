@@ -23,13 +23,6 @@ def register() -> None:
         ValueError: If an id is already registered with another entry point (for example by the
             ``gym_sokoban`` package imported in the same process).
     """
-    for env_id in ENV_IDS:
-        entry_point = ENTRY_POINTS[env_id]
-        spec = gym.registry.get(env_id)
-        if spec is None:
-            gym.register(id=env_id, entry_point=entry_point)
-        elif spec.entry_point != entry_point:
-            raise ValueError(
-                f"{env_id} is already registered with entry point {spec.entry_point!r}, not {entry_point!r}; "
-                "do not import gym_sokoban in the same process as a2c_ppo_acktr's Sokoban"
-            )
+    from a2c_ppo_acktr.envs import register_entry_points
+
+    register_entry_points({env_id: ENTRY_POINTS[env_id] for env_id in ENV_IDS}, "do not import gym_sokoban in the same process as a2c_ppo_acktr's Sokoban")
