@@ -184,6 +184,8 @@ def build_messages(observation: dict, blind: bool = False) -> list[dict]:
     """
     text = observation["text"]
     if blind:
+        for sentence in filter(None, LABEL_SENTENCES.values()):  # the marks are on images not shown
+            text = text.replace(sentence + "\n", "")
         content: list[dict[str, Any]] = [{"type": "text", "text": "(No images are shown in this evaluation.)\n" + text}]
     else:
         content = [{"type": "image"} for _ in observation["images"]]

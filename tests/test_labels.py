@@ -16,7 +16,7 @@ from a2c_ppo_acktr.envs.navigation import sample_free_pose
 from a2c_ppo_acktr.envs.procedural import make_procedural_scene
 from a2c_ppo_acktr.envs.renderer import Camera, Frame, Pose, Renderer, visible_objects
 from a2c_ppo_acktr.envs.vsi_env import VSIEnv
-from a2c_ppo_acktr.prompts import LABEL_SENTENCES, Move, feedback_text, format_response, observation_text
+from a2c_ppo_acktr.prompts import LABEL_SENTENCES, Move, build_messages, feedback_text, format_response, observation_text
 
 SIZE = 160
 MIN_PIXELS = 30
@@ -179,6 +179,9 @@ def test_prompt_mentions_labels_iff_they_are_shown():
         assert LABEL_SENTENCES[mode] == sentence and text.count(sentence) == 1
         assert text.replace(sentence + "\n", "") == plain
         assert text.index(sentence) > text.index("Images:") and text.index(sentence) < text.index("Last turn:")
+        # A blind evaluation shows no images, so it does not mention marks on them either.
+        blind = build_messages({"images": [], "text": text}, blind=True)[1]["content"][0]["text"]
+        assert blind == build_messages({"images": [], "text": plain}, blind=True)[1]["content"][0]["text"]
     assert "marked" not in plain
     with pytest.raises(ValueError, match="object_labels='boxes'"):
         observation_text(*args, turns_left=5, object_labels="boxes")
