@@ -352,7 +352,10 @@ def run_episodes(
     failed_scans: dict[tuple[str, str], str] = {}
     pending = list(enumerate(specs))
     pending.reverse()  # pop() from the end takes specs in order
+    from a2c_ppo_acktr.envs.vsi_env import share_scene_cache
+
     envs = [make_env(env_cfg) for _ in range(min(batch_size, len(specs)))]
+    share_scene_cache(envs)
     slots: list[Optional[_Slot]] = [None] * len(envs)
     done: dict[int, EpisodeRecord] = {}
     result = EvalResult(records=[])

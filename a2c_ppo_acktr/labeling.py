@@ -194,7 +194,10 @@ def label_trajectories(cfg: RunConfig, teacher: Optional[Teacher] = None, envs: 
     todo = [i for i in range(lab.num_episodes) if episode_id(lab.seed, i) not in done]
     skipped = lab.num_episodes - len(todo)
     if envs is None:
+        from a2c_ppo_acktr.envs.vsi_env import share_scene_cache
+
         envs = [make_env(cfg) for _ in range(min(lab.batch_size, max(len(todo), 1)))]
+        share_scene_cache(envs)
     max_forward = cfg.env.max_forward
     max_turns = cfg.env.max_turns
     slots: list[Optional[_Running]] = [None] * len(envs)

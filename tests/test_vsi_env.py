@@ -259,3 +259,22 @@ def test_vsibench_source_uses_rows_and_names_missing_scenes(scan_root, tmp_path)
     rows.write_text(json.dumps(missing) + "\n")
     with pytest.raises(ValueError, match="99999999"):
         VSIEnv(cfg).reset(seed=0)
+
+
+def test_envs_sharing_a_scene_cache_build_each_scene_once(monkeypatch):
+    # Evaluation, labelling and the batch env give their envs one cache: a scene (a real scan takes
+    # about a second to load) is built once per process, not once per env.
+    from a2c_ppo_acktr.envs import procedural
+    from a2c_ppo_acktr.envs.vsi_env import share_scene_cache
+
+    builds = []
+    real = procedural.make_procedural_scene
+    monkeypatch.setattr(procedural, "make_procedural_scene", lambda *a, **k: builds.append(a) or real(*a, **k))
+    a, b = VSIEnv(image_size=32, num_sweep_frames=2), VSIEnv(image_size=32, num_sweep_frames=2)
+    share_scene_cache([a, b, object()])  # non-VSI envs are skipped
+    a.reset(seed=0, options={"scene_index": 3})
+    b.reset(seed=1, options={"scene_index": 3})
+    assert len(builds) == 1 and a.scene is b.scene and a.renderer is b.renderer
+    c = VSIEnv(image_size=32, num_sweep_frames=2)  # not sharing: builds its own
+    c.reset(seed=0, options={"scene_index": 3})
+    assert len(builds) == 2 and c.scene is not a.scene

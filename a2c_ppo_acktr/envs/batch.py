@@ -23,13 +23,12 @@ episodes share one). The counters
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Optional, Sequence
 
 import numpy as np
 
 from ..arguments import EnvConfig
-from .vsi_env import VSIEnv
+from .vsi_env import VSIEnv, share_scene_cache
 
 
 GROUP_ID_STRIDE = 2**32  # group_id = group * GROUP_ID_STRIDE + episode index within the group
@@ -61,10 +60,8 @@ class VSIBatchEnv:
         self.seed = int(seed)
         self.group_size = int(group_size)
         self.episode_counts = [0] * self.num_envs  # episodes started by each env (k of the current one + 1)
-        shared: OrderedDict = OrderedDict()
         self.envs = [VSIEnv(cfg) for _ in range(self.num_envs)]
-        for env in self.envs:
-            env._cache = shared  # one cache: each scene is built and indexed for ray casting once
+        share_scene_cache(self.envs)
         self.reset_infos: list[dict] = []
         self._started = False
         self._fresh = False  # every env is at the first turn of its group's common episode

@@ -29,7 +29,7 @@ import dataclasses
 import string
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -349,3 +349,14 @@ class VSIEnv(gym.Env):
         if self.render_mode != "rgb_array" or not self.view_images:
             return None
         return self.view_images[-1].copy()
+
+
+def share_scene_cache(envs: Sequence[Any]) -> None:
+    """Give VSI envs of one process one scene cache, so each scene (a real scan takes about a second
+    to load) is built and indexed for ray casting once, not once per env. Envs that are not
+    :class:`VSIEnv` (test doubles) are left alone. Scenes and renderers are read-only once built."""
+    shared: OrderedDict = OrderedDict()
+    for env in envs:
+        env = getattr(env, "unwrapped", env)
+        if isinstance(env, VSIEnv):
+            env._cache = shared
