@@ -14,10 +14,32 @@ discovers no plugin packages (its ``gymnasium.envs`` entry-point group was remov
 the bare ``gym.make("VSI-v0")`` works once this package has been imported by anything, for example
 ``gym.register_envs(a2c_ppo_acktr.envs)`` after ``import a2c_ppo_acktr.envs``.
 """
+import dataclasses
+from typing import Any, Optional, Sequence
+
 import gymnasium as gym
 
 ENV_IDS = ("VSI-v0",)
 _ENTRY_POINTS = {"VSI-v0": "a2c_ppo_acktr.envs.vsi_env:VSIEnv"}
+
+
+def env_config(cfg: Any, overrides: dict[str, Any], render_mode: Optional[str], render_modes: Sequence[str]) -> Any:
+    """The config an env runs with: ``cfg`` with ``overrides`` applied (``dataclasses.replace``, so
+    the config validates the values), after checking ``render_mode`` is None or one of ``render_modes``.
+
+    Raises:
+        TypeError: An override names no field of ``cfg`` (the message lists the known fields).
+        ValueError: An unsupported ``render_mode``.
+    """
+    if overrides:
+        known = {f.name for f in dataclasses.fields(cfg)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise TypeError(f"unknown {type(cfg).__name__} fields {unknown}; known fields: {sorted(known)}")
+        cfg = dataclasses.replace(cfg, **overrides)
+    if render_mode is not None and render_mode not in render_modes:
+        raise ValueError(f"render_mode={render_mode!r} is not supported; use None or {', '.join(repr(m) for m in render_modes)}")
+    return cfg
 
 
 def register_entry_points(entry_points: dict[str, str], conflict_hint: str) -> None:

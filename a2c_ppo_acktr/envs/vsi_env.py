@@ -25,7 +25,6 @@ All randomness comes from ``self.np_random``; scenes and their renderers are cac
 """
 from __future__ import annotations
 
-import dataclasses
 import string
 from collections import OrderedDict
 from pathlib import Path
@@ -38,6 +37,7 @@ from gymnasium import spaces
 from ..arguments import EnvConfig
 from ..prompts import Answer, Invalid, Move, feedback_text, observation_text, parse_action
 from ..scoring import score_prediction
+from . import env_config
 from .labels import draw_labels
 from .navigation import sample_free_pose, try_move
 from .questions import Question, QuestionUnavailable, appearance_from_frames, generate_question
@@ -82,15 +82,7 @@ class VSIEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 2}
 
     def __init__(self, cfg: Optional[EnvConfig] = None, render_mode: Optional[str] = None, **overrides: Any) -> None:
-        cfg = cfg if cfg is not None else EnvConfig()
-        if overrides:
-            known = {f.name for f in dataclasses.fields(EnvConfig)}
-            unknown = sorted(set(overrides) - known)
-            if unknown:
-                raise TypeError(f"unknown EnvConfig fields {unknown}; known fields: {sorted(known)}")
-            cfg = dataclasses.replace(cfg, **overrides)
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
+        cfg = env_config(cfg if cfg is not None else EnvConfig(), overrides, render_mode, self.metadata["render_modes"])
         self.cfg = cfg
         self.render_mode = render_mode
         self.camera = Camera.from_env_config(cfg)

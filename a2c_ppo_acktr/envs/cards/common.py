@@ -20,7 +20,6 @@ Observations
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import string
@@ -33,6 +32,7 @@ from gymnasium import spaces
 
 # The reply scanner is the VSI format's own (one home for reading a reply object); prompts.py keeps
 # it private today. TODO(issue: other envs): expose it there as a public name and import that.
+from a2c_ppo_acktr.envs import env_config
 from a2c_ppo_acktr.prompts import Invalid, reply_action_value
 
 MAX_TEXT_LENGTH = 4096  # observation text bound (the longest prompt is ~1 kB)
@@ -170,15 +170,7 @@ class TokenGameEnv(gym.Env):
         cfg = cfg if cfg is not None else self.config_class()
         if not isinstance(cfg, self.config_class):
             raise TypeError(f"{type(self).__name__} needs a {self.config_class.__name__}, got {type(cfg).__name__}")
-        if overrides:
-            known = {f.name for f in dataclasses.fields(cfg)}
-            unknown = sorted(set(overrides) - known)
-            if unknown:
-                raise TypeError(f"unknown {type(cfg).__name__} fields {unknown}; known fields: {sorted(known)}")
-            cfg = dataclasses.replace(cfg, **overrides)
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
-        self.cfg = cfg
+        self.cfg = cfg = env_config(cfg, overrides, render_mode, self.metadata["render_modes"])
         self.render_mode = render_mode
         self.vocabulary: tuple[str, ...] = self._vocabulary()
         size = self._image_shape()
