@@ -23,7 +23,7 @@ from typing import Any, Optional
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from .renderer import Frame
+from .renderer import Frame, visible_objects
 from .scene import Scene
 
 MODES = ("none", "names", "ids")  # the values of EnvConfig.object_labels
@@ -138,11 +138,7 @@ def layout_labels(frame: Frame, scene: Scene, mode: str, min_pixels: int, render
         return []
     ids_map = frame.object_ids
     height, width = ids_map.shape
-    vals = ids_map[ids_map >= 0]
-    if vals.size == 0:
-        return []
-    counts = np.bincount(vals)
-    visible = [int(i) for i in np.flatnonzero(counts >= max(1, int(min_pixels)))]
+    visible = visible_objects(frame, int(min_pixels))
     if not visible:
         return []
     projected: dict[int, tuple[int, int]] = {}

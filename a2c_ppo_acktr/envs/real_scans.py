@@ -497,9 +497,9 @@ def _finish_scene(
         tri_colors = np.full((len(triangles), 3), 0.7)
     else:
         tri_colors = vertex_colors[triangles].mean(axis=1)
-    scene = Scene(scene_id, dataset, vertices, triangles, tri_colors, triangle_object_ids, objects, polygon, ceiling, occupancy)
     excluded = excluded if excluded is not None else Counter()
-    scene.excluded_labels = dict(sorted(excluded.items()))
+    scene = Scene(scene_id, dataset, vertices, triangles, tri_colors, triangle_object_ids, objects, polygon, ceiling, occupancy,
+                  excluded_labels=dict(sorted(excluded.items())))
     _log_exclusions(scene, excluded)
     return scene
 

@@ -309,7 +309,7 @@ class Renderer:
         if work is None:
             if len(self._workspaces) >= 4:  # a sweep batch and a single view are the usual two shapes
                 self._workspaces.clear()
-            f32 = ("px", "py", "pz", "qx", "qy", "qz", "d2", "lamp", "shade", "scale", "a", "b")
+            f32 = ("t", "px", "py", "pz", "qx", "qy", "qz", "d2", "lamp", "shade", "scale")
             work = {k: np.empty(shape, np.float32) for k in f32}
             work.update(texel=np.empty(shape, np.int32), tmp=np.empty(shape, np.int32), rgb=np.empty(shape + (3,), np.float32))
             self._workspaces[shape] = work
@@ -324,7 +324,7 @@ class Renderer:
         """
         w = self._workspace(t_hit.shape)
         px, py, pz, qx, qy, qz, d2, lamp, shade = (w[k] for k in ("px", "py", "pz", "qx", "qy", "qz", "d2", "lamp", "shade"))
-        t = np.minimum(t_hit, np.float32(1e4), out=w["a"])  # misses (inf) read every table's background row
+        t = np.minimum(t_hit, np.float32(1e4), out=w["t"])  # misses (inf) read every table's background row
         for k, p in enumerate((px, py, pz)):  # hit point p = origin + t * direction
             np.multiply(t, rays[..., 3 + k], out=p)
             p += rays[..., k]
