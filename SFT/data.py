@@ -27,7 +27,7 @@ from typing import Any, Iterator, Optional, Sequence
 import numpy as np
 
 from a2c_ppo_acktr.arguments import LabelConfig
-from a2c_ppo_acktr.jsonl import JsonlError, iter_jsonl
+from a2c_ppo_acktr.jsonl import JsonlError, iter_jsonl, write_jsonl
 from a2c_ppo_acktr.prompts import Invalid, assistant_message, build_messages, parse_action, render_prompt
 
 logger = logging.getLogger(__name__)
@@ -155,11 +155,7 @@ def build_sft_dataset(trajectories: str | os.PathLike, out_dir: str | os.PathLik
             sample["images"] = [os.path.relpath(label_dir / p, out_dir) for p in sample["images"]]
             splits[VAL_FILE if ep["scene_id"] in val_scenes else TRAIN_FILE].append(sample)
     for name, rows in splits.items():
-        tmp = out_dir / (name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        os.replace(tmp, out_dir / name)
+        write_jsonl(rows, out_dir / name)
     stats = {
         "episodes": len(episodes),
         "episodes_kept": len(kept),

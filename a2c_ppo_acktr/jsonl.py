@@ -1,4 +1,4 @@
-"""Reading JSON Lines files, with errors that name the file and the line.
+"""Reading JSON Lines files, with errors that name the file and the line; writing them atomically.
 
 Two kinds of file, two readers:
 
@@ -8,6 +8,9 @@ Two kinds of file, two readers:
   ``trajectories.jsonl``): a run killed in the middle of a write leaves a torn last line, which is
   ignored with a warning (and cut off with ``repair=True`` before appending again); a bad line
   anywhere else is corruption and raises.
+
+:func:`write_jsonl` writes a whole file at once (SFT splits, video-protocol records): a temp file
+renamed into place, so a reader never sees half of it.
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterable, Iterator
 
 logger = logging.getLogger(__name__)
 
@@ -88,3 +91,14 @@ def read_log(path: str | os.PathLike, repair: bool = False, fix: str = "") -> li
                 f.flush()
                 os.fsync(f.fileno())
     return rows
+
+
+def write_jsonl(rows: Iterable[Any], path: str | os.PathLike) -> Path:
+    """Write one JSON value per line (non-ASCII kept), atomically (temp file then rename)."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+    return path

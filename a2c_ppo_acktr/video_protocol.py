@@ -60,7 +60,6 @@ named ``vsibench-<id>`` like the interactive protocol's, so the two reports of t
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import time
 import zlib
@@ -72,6 +71,7 @@ import numpy as np
 
 from a2c_ppo_acktr import prompts, reports, scoring
 from a2c_ppo_acktr.envs.vsibench import VSIBenchRowError
+from a2c_ppo_acktr.jsonl import write_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -574,12 +574,8 @@ def run_video_protocol(questions: Sequence[VideoQuestion], answerer: Any, cfg: V
 
 def write_records(records: Sequence[dict], path: str | Path) -> Path:
     """``records.jsonl``: one JSON object per line (``eval_vsi.py --score-file`` reads it)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return write_jsonl(records, path)
 
 
 def build_video_report(records: Sequence[dict], rows: Sequence[dict], *, name: str, meta: dict[str, Any]) -> dict[str, Any]:
