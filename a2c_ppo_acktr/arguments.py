@@ -808,13 +808,13 @@ def parse_overrides(tokens: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def merge_dicts(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in over.items():
         if v is None and isinstance(out.get(k), dict):
             continue  # an empty section (``ppo:``) adds nothing; it does not reset the preset's section
         if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
+            out[k] = merge_dicts(out[k], v)
         else:
             out[k] = v
     return out
@@ -831,9 +831,9 @@ def load_config(
         data = load_yaml(preset_path(preset))
         data.setdefault("preset", preset)
     if config is not None:
-        data = _merge(data, load_yaml(config))
+        data = merge_dicts(data, load_yaml(config))
     over = overrides if isinstance(overrides, dict) else parse_overrides(overrides)
-    return RunConfig.from_dict(_merge(data, over))
+    return RunConfig.from_dict(merge_dicts(data, over))
 
 
 def add_config_args(parser) -> None:

@@ -584,7 +584,7 @@ def resolve_config(args: Any, extra: Sequence[str]) -> RunConfig:
     Each env field that the preset, the config file, a flag or an override changes relative to the
     checkpoint's env is logged in one warning (``env.image_size: checkpoint 112 -> 224 (override)``).
     """
-    from a2c_ppo_acktr.arguments import _merge as merge_sections
+    from a2c_ppo_acktr.arguments import merge_dicts as merge_sections
     from a2c_ppo_acktr.arguments import load_yaml, parse_overrides, preset_path
 
     ckpt_env: dict[str, Any] = {}
