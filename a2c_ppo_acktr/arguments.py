@@ -809,6 +809,7 @@ def parse_overrides(tokens: Sequence[str]) -> dict[str, Any]:
 
 
 def merge_dicts(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` updated by ``over``, nested dicts (config sections) merged key by key."""
     out = dict(base)
     for k, v in over.items():
         if v is None and isinstance(out.get(k), dict):
