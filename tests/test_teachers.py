@@ -176,6 +176,12 @@ class FakeServer(_Loopback):
                         payload, status = json.dumps({"choices": [{"message": {"role": "assistant", "content": server.reply}}]}).encode(), 200
                     else:
                         payload, status = json.dumps({"error": {"message": f"scripted {step}"}}).encode(), step
+                finally:
+                    # Done before the reply is sent: once the client has its answer it may send the
+                    # next request, which this handler must no longer count as in flight.
+                    with server.lock:
+                        server.in_flight -= 1
+                try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(payload)))
@@ -183,9 +189,6 @@ class FakeServer(_Loopback):
                     self.wfile.write(payload)
                 except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
                     pass
-                finally:
-                    with server.lock:
-                        server.in_flight -= 1
 
         self.serve(Handler)
 
