@@ -33,6 +33,7 @@ setup(
         "tqdm>=4.66",
         "matplotlib>=3.8",
         "pyarrow>=15",
+        "minigrid>=3.0,<4",  # MiniGrid-* env ids (envs/minigrid_text.py); gymnasium-native
     ],
     extras_require={
         "deepspeed": ["deepspeed>=0.15,<1"],

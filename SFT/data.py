@@ -41,23 +41,30 @@ VAL_FILE = "val.jsonl"
 # Trajectories -> samples
 # ---------------------------------------------------------------------------------------------
 def usable_label(turn: dict) -> bool:
-    """Whether a labelled turn can be a training target: the teacher answered and it parses."""
-    return turn.get("teacher_error") is None and not isinstance(parse_action(turn.get("teacher_output", "")), Invalid)
+    """Whether a labelled turn can be a training target: the teacher answered and its output is a
+    legal action of the env it was labelled in (the labeller's ``valid``, parsed by that env; a
+    file without it, from before other envs, is parsed as a VSI reply)."""
+    if turn.get("teacher_error") is not None:
+        return False
+    if "valid" in turn:
+        return bool(turn["valid"])
+    return not isinstance(parse_action(turn.get("teacher_output", "")), Invalid)
 
 
-def _messages_for(turns: Sequence[dict], target: dict) -> tuple[list[dict], list[str]]:
+def _messages_for(turns: Sequence[dict], target: dict, system: str | None = None) -> tuple[list[dict], list[str]]:
     """Messages ``[system, (user, assistant)* for context turns, user, assistant(target label)]``.
 
     Context turns show what was actually executed (that is what the next observation's feedback
-    describes); the last assistant message is the teacher's label for the last observation.
+    describes); the last assistant message is the teacher's label for the last observation. The
+    system message is the episode's own ``system`` (a game's) or VSI's.
     """
     messages: list[dict] = []
     images: list[str] = []
     for i, turn in enumerate(list(turns) + [target]):
-        obs = {"images": turn["images"], "text": turn["observation_text"]}
-        system, user = build_messages(obs)
+        obs = {"images": turn["images"], "text": turn["observation_text"], "system": system}
+        system_message, user = build_messages(obs)
         if i == 0:
-            messages.append(system)
+            messages.append(system_message)
         messages.append(user)
         images.extend(turn["images"])
         reply = turn["teacher_output"] if turn is target else turn["executed"]
@@ -85,7 +92,7 @@ def episode_samples(episode: dict, cfg: LabelConfig) -> list[dict]:
         contexts = {last: turns[:last]}
     out = []
     for t in targets:
-        messages, images = _messages_for(contexts[t], turns[t])
+        messages, images = _messages_for(contexts[t], turns[t], episode.get("system"))
         out.append(
             {
                 "messages": messages,

@@ -54,9 +54,11 @@ def _choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
 
 @dataclass
 class EnvConfig:
-    """The VSI environment (``a2c_ppo_acktr/envs``)."""
+    """The environment (``a2c_ppo_acktr/envs``): ``env_id`` picks it (``envs/registry.py``). The
+    fields below ``game`` are VSI's; image_size, max_turns and invalid_penalty apply to every env."""
 
-    env_id: str = "VSI-v0"
+    env_id: str = "VSI-v0"  # VSI-v0 | NumberLine-v0 | EZPoints-v0 | Points24-v0 | Blackjack-v0 | Sokoban-v0 | MiniGrid-<...> (any minigrid id)
+    game: dict[str, Any] = field(default_factory=dict)  # settings of a game env's own config, e.g. {max_position: 7} or {dim_room: [7, 7], num_boxes: 2}
     scene_source: str = "procedural"  # procedural | scannet | arkitscenes | vsibench
     data_root: Optional[str] = None  # directory with real scans (scannet/arkitscenes) or VSI-Bench rows
     vsibench_path: Optional[str] = None  # parquet/JSON of VSI-Bench rows (scene_source=vsibench)
@@ -83,6 +85,13 @@ class EnvConfig:
     object_labels: str = "none"  # none | names | ids: draw each visible object's category name or object id on the observed frames (set-of-marks)
 
     def __post_init__(self) -> None:
+        from a2c_ppo_acktr.env_ids import UnknownEnvError, canonical_id
+
+        try:
+            canonical_id(self.env_id)
+        except UnknownEnvError as e:
+            raise ConfigError(str(e)) from None
+        _check(isinstance(self.game, dict), f"env.game must be a mapping of a game's settings, got {self.game!r}")
         _choice("env.scene_source", self.scene_source, ["procedural", "scannet", "arkitscenes", "vsibench"])
         for q in self.question_types:
             _check(q in QUESTION_TYPES, f"env.question_types contains unknown type {q!r}; known: {list(QUESTION_TYPES)}")
@@ -726,6 +735,18 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
             except ConfigError as e:
                 errors.append(str(e))
         raise ConfigError(errors[0])
+    if origin is dict:
+        if isinstance(value, str):
+            try:
+                value = yaml.safe_load(value) if value.strip() else {}
+            except yaml.YAMLError as e:
+                raise ConfigError(f"{name} must be a mapping such as {{key: value}}, got {value!r} ({e})") from None
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise ConfigError(f"{name} must be a mapping such as {{key: value}}, got {value!r} ({type(value).__name__})")
+        # Values set one by one on the command line (--env.game.max_position 7) arrive as strings.
+        return {str(k): (yaml.safe_load(v) if isinstance(v, str) else v) for k, v in value.items()}
     if origin is list:
         (item_tp,) = args
         if isinstance(value, str):

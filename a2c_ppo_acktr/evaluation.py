@@ -128,13 +128,16 @@ class DummyAgent:
     def _stream(self, env: Any) -> np.random.Generator:
         base = env.unwrapped
         if base.turn == 0 or id(env) not in self._streams:
-            key = zlib.crc32(f"{base.scene.scene_id}|{base.question.question_type}|{base.question.question}".encode("utf-8"))
+            fields = base.episode_fields()
+            key = zlib.crc32(f"{fields['scene_id']}|{fields['question_type']}|{fields['question']}".encode("utf-8"))
             self._streams[id(env)] = np.random.default_rng([self.seed, key])
         return self._streams[id(env)]
 
     def respond(self, env: Any) -> str:
-        """The dummy's response for one env's current state."""
+        """The dummy's response for one env's current state (a game's: a random action token)."""
         base = env.unwrapped
+        if not hasattr(base, "question"):  # a game (envs/registry.py): its own chance reply
+            return base.random_reply(self._stream(env))
         rng = self._stream(env)
         last_turn = base.turn >= base.cfg.max_turns - 1
         if last_turn or rng.random() < self.answer_prob:
@@ -161,6 +164,7 @@ class EpisodeSpec:
             env, whose ``scene_seed`` is ``eval.seed``). VSI-Bench: index of the row in the env's
             row list (the file's rows of the configured types, in file order).
         scene_key: VSI-Bench: ``(dataset, scene_name)`` of the row's scan; None for procedural.
+        game: A game of :mod:`~a2c_ppo_acktr.envs.registry` (not VSI): the env is reset with ``seed`` only.
     """
 
     episode_id: str
@@ -168,6 +172,7 @@ class EpisodeSpec:
     question_type: str
     scene_index: int
     scene_key: Optional[tuple[str, str]] = None
+    game: bool = False
 
 
 def procedural_specs(cfg: RunConfig) -> list[EpisodeSpec]:
@@ -177,6 +182,31 @@ def procedural_specs(cfg: RunConfig) -> list[EpisodeSpec]:
         EpisodeSpec(episode_id=f"proc-{i:04d}", seed=cfg.eval.seed + i, question_type=types[i % len(types)], scene_index=i)
         for i in range(cfg.eval.num_episodes)
     ]
+
+
+def game_specs(cfg: RunConfig) -> list[EpisodeSpec]:
+    """The fixed, seeded episode set of a game env: ``eval.num_episodes`` deals, episode ``i`` reset
+    with seed ``eval.seed + i`` (training envs are seeded from ``seed``; the default eval seed is
+    far from them)."""
+    from a2c_ppo_acktr.envs.registry import task_name
+
+    task = task_name(cfg.env.env_id)
+    return [
+        EpisodeSpec(episode_id=f"{task}-{i:04d}", seed=cfg.eval.seed + i, question_type=task, scene_index=i, game=True)
+        for i in range(cfg.eval.num_episodes)
+    ]
+
+
+def eval_specs(cfg: RunConfig, vsibench_limit: Optional[int] = None) -> list[EpisodeSpec]:
+    """The evaluation set ``cfg`` asks for: a game's deals, the VSI-Bench rows
+    (``env.scene_source == "vsibench"``) or the procedural questions."""
+    from a2c_ppo_acktr.envs.registry import is_vsi
+
+    if not is_vsi(cfg.env.env_id):
+        return game_specs(cfg)
+    if cfg.env.scene_source == "vsibench":
+        return vsibench_specs(cfg, vsibench_limit)
+    return procedural_specs(cfg)
 
 
 def vsibench_specs(cfg: RunConfig, limit: Optional[int] = None) -> list[EpisodeSpec]:
@@ -210,7 +240,9 @@ def vsibench_specs(cfg: RunConfig, limit: Optional[int] = None) -> list[EpisodeS
 def eval_env_config(cfg: RunConfig) -> EnvConfig:
     """The env config of evaluation: procedural scenes seeded from ``eval.seed`` (held out from
     training, whose scenes are ``env.scene_seed + k`` for ``k < env.num_scenes``)."""
-    if cfg.env.scene_source == "vsibench":
+    from a2c_ppo_acktr.envs.registry import is_vsi
+
+    if cfg.env.scene_source == "vsibench" or not is_vsi(cfg.env.env_id):
         return cfg.env
     return dataclasses.replace(cfg.env, scene_source="procedural", scene_seed=cfg.eval.seed)
 
@@ -223,6 +255,9 @@ _REDRAW_STRIDE = 1_000_003
 
 def _reset(env: Any, spec: EpisodeSpec, failed_scans: dict[tuple[str, str], str]) -> tuple[dict, Optional[str]]:
     """Reset ``env`` to pose ``spec``'s question. Returns ``(observation, skip reason or None)``."""
+    if spec.game:
+        obs, _ = env.reset(seed=spec.seed)
+        return obs, None
     if spec.scene_key is not None:
         from a2c_ppo_acktr.envs.real_scans import SceneLoadError
 
@@ -293,6 +328,12 @@ def thoughts_of(text: str) -> str:
     return json.loads(text[span[0]:span[1]])
 
 
+def _pose_of(env: Any) -> Optional[tuple[float, float, float]]:
+    """The env's pose (VSI), or None for a game, which has none."""
+    pose = getattr(env, "pose", None)
+    return None if pose is None else _pose_tuple(pose)
+
+
 def _pose_tuple(pose: Any) -> tuple[float, float, float]:
     if hasattr(pose, "yaw_deg"):
         return float(pose.x), float(pose.y), float(pose.yaw_deg)
@@ -312,10 +353,10 @@ class _Slot:
 
 
 def make_eval_env(env_cfg: EnvConfig) -> Any:
-    """One VSI env for evaluation (the package's own class, no wrappers)."""
-    from a2c_ppo_acktr.envs.vsi_env import VSIEnv
+    """One env of ``env_cfg.env_id`` for evaluation (the package's own class, no wrappers)."""
+    from a2c_ppo_acktr.envs.registry import make_env
 
-    return VSIEnv(env_cfg)
+    return make_env(env_cfg)
 
 
 def run_episodes(
@@ -372,18 +413,7 @@ def run_episodes(
                 result.skipped.append({"episode_id": spec.episode_id, "reason": skip})
                 bar.update(1)
                 continue
-            base = envs[k].unwrapped
-            q = base.question
-            record = EpisodeRecord(
-                episode_id=spec.episode_id,
-                scene_id=str(base.scene.scene_id),
-                dataset=str(base.scene.dataset),
-                question_type=q.question_type,
-                question=q.question,
-                options=list(q.options) if q.options else None,
-                ground_truth=str(q.ground_truth),
-                object_ids=[int(i) for i in q.object_ids],
-            )
+            record = EpisodeRecord(episode_id=spec.episode_id, **envs[k].unwrapped.episode_fields())
             want_picture = picture_dir is not None and pictured < num_pictures
             pictured += int(want_picture)
             slots[k] = _Slot(index=index, spec=spec, obs=obs, record=record, frames=[] if want_picture else None)
@@ -414,12 +444,13 @@ def run_episodes(
                     action=describe_action(action),
                     valid=bool(info.get("valid", True)),
                     reward=float(reward),
-                    pose=_pose_tuple(info["pose"]) if "pose" in info else _pose_tuple(envs[k].unwrapped.pose),
+                    pose=_pose_tuple(info["pose"]) if "pose" in info else _pose_of(envs[k].unwrapped),
                 )
             )
             slot.obs = obs
             if isinstance(action, Answer) and terminated:
                 rec.answer = action.text
+            if (terminated or truncated) and "score" in info:  # VSI: the answer's score; a game: 1 when won
                 rec.score = float(info["score"])
             if terminated or truncated:
                 rec.truncated = bool(truncated and not terminated)
@@ -437,12 +468,13 @@ def run_episodes(
 
 
 def _picture(env: Any, record: EpisodeRecord, frames: list[np.ndarray], out_dir: Path, layout: PictureLayout) -> Path:
-    from a2c_ppo_acktr.envs.topdown import render_topdown
-
     base = env.unwrapped
-    answer = record.answer if record.answer is not None else "none"
-    caption = f"answer {answer} | truth {record.ground_truth} | score {record.score:.2f}"
-    topdown = render_topdown(base.scene, path=list(base.path), highlight_ids=record.object_ids, caption=caption, size=layout.map_size)
+    if hasattr(base, "question"):
+        answer = record.answer if record.answer is not None else "none"
+        caption = f"answer {answer} | truth {record.ground_truth} | score {record.score:.2f}"
+    else:
+        caption = f"{'won' if record.score >= 1.0 else 'not won'} | return {record.reward:.2f}"
+    topdown = base.overview_image(caption=caption, highlight_ids=record.object_ids, size=layout.map_size)
     out_dir.mkdir(parents=True, exist_ok=True)
     return reports.trajectory_picture(record, frames, topdown, out_dir / f"{record.episode_id}.png", layout)
 
@@ -478,8 +510,11 @@ def evaluate(
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    vsibench = cfg.env.scene_source == "vsibench"
-    specs = vsibench_specs(cfg, vsibench_limit) if vsibench else procedural_specs(cfg)
+    from a2c_ppo_acktr.envs.registry import is_vsi
+
+    game = not is_vsi(cfg.env.env_id)
+    vsibench = cfg.env.scene_source == "vsibench" and not game
+    specs = eval_specs(cfg, vsibench_limit)
     env_cfg = eval_env_config(cfg)
     result = run_episodes(
         agent,
@@ -496,7 +531,8 @@ def evaluate(
             f"(first: {result.skipped[0]['reason'] if result.skipped else 'no questions'}); check --data-root"
         )
     full_meta = {
-        "question_set": "vsibench" if vsibench else "procedural",
+        "question_set": "game" if game else "vsibench" if vsibench else "procedural",
+        "env_id": cfg.env.env_id,
         "num_questions": len(specs),
         "num_skipped": len(result.skipped),
         "skipped": result.skipped,

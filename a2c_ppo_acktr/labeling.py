@@ -7,11 +7,13 @@ Output folder (``label.out_dir``)::
     label_meta.json        env config, teacher and seed the file was made with (resume checks it)
 
 An episode line holds ``episode_id`` (deterministic: ``ep<seed+index>``), ``index``, ``seed``,
-``scene_id``, ``dataset``, ``question``, ``question_type``, ``options``, ``ground_truth``,
-``object_ids``, ``score`` (the benchmark score; 0 without an answer), ``return``, ``terminated``,
+``env_id``, ``system`` (the env's system prompt when it has its own, else None: VSI's), the env's
+``episode_fields()`` (``scene_id``, ``dataset``, ``question``, ``question_type``, ``options``,
+``ground_truth``, ``object_ids``; a game's deal is its ``question``), ``score`` (the benchmark
+score, 0 without an answer; a game's: 1 when won), ``return``, ``terminated``,
 ``truncated``, ``teacher`` and ``turns``; each turn holds ``observation_text``, ``images`` (paths
 relative to the folder), ``teacher_output``, ``teacher_error`` (None unless the teacher failed),
-``action`` (repr of the parsed teacher output), ``valid``, ``explore`` (a random move was executed
+``action`` (repr of the parsed teacher output), ``valid``, ``explore`` (a random action was executed
 instead), ``executed`` (the text sent to the env), ``reward``, ``collided`` and ``pose``.
 
 Resuming: a rerun skips the episode ids already in the file. A run killed mid-write leaves at most
@@ -33,7 +35,7 @@ import numpy as np
 
 from a2c_ppo_acktr.arguments import ConfigError, RunConfig
 from a2c_ppo_acktr.jsonl import read_log
-from a2c_ppo_acktr.prompts import Invalid, Move, format_response, parse_action
+from a2c_ppo_acktr.prompts import Invalid
 from a2c_ppo_acktr.teachers import Teacher, make_teacher
 
 logger = logging.getLogger(__name__)
@@ -104,6 +106,7 @@ class _Running:
     ep_id: str
     obs: dict
     rng: np.random.Generator
+    system: Optional[str] = None  # the observation's own system prompt (a game's); None: VSI's
     turns: list = field(default_factory=list)
     ret: float = 0.0
 
@@ -122,17 +125,11 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
-def _random_move(rng: np.random.Generator, max_forward: float) -> str:
-    rotation = float(round(rng.uniform(-180.0, 180.0)))
-    forward = float(round(rng.uniform(0.0, min(1.0, max_forward)), 2))
-    return format_response("Exploring to see more of the room.", Move(rotation_deg=rotation, forward_m=forward))
-
-
 def make_env(cfg: RunConfig) -> Any:
-    """One VSI environment from ``cfg.env``."""
-    from a2c_ppo_acktr.envs.vsi_env import VSIEnv
+    """One environment of ``cfg.env.env_id`` (:func:`a2c_ppo_acktr.envs.registry.make_env`)."""
+    from a2c_ppo_acktr.envs.registry import make_env as make_registered_env
 
-    return VSIEnv(cfg.env)
+    return make_registered_env(cfg.env)
 
 
 def _run_meta(cfg: RunConfig, teacher: Teacher) -> dict:
@@ -198,7 +195,6 @@ def label_trajectories(cfg: RunConfig, teacher: Optional[Teacher] = None, envs: 
 
         envs = [make_env(cfg) for _ in range(min(lab.batch_size, max(len(todo), 1)))]
         share_scene_cache(envs)
-    max_forward = cfg.env.max_forward
     max_turns = cfg.env.max_turns
     slots: list[Optional[_Running]] = [None] * len(envs)
     queue = list(reversed(todo))
@@ -211,7 +207,7 @@ def label_trajectories(cfg: RunConfig, teacher: Optional[Teacher] = None, envs: 
             return
         index = queue.pop()
         obs, _ = envs[slot].reset(seed=lab.seed + index)
-        slots[slot] = _Running(index, episode_id(lab.seed, index), obs, np.random.default_rng([lab.seed, index, 7]))
+        slots[slot] = _Running(index, episode_id(lab.seed, index), obs, np.random.default_rng([lab.seed, index, 7]), obs.get("system"))
 
     for s in range(len(envs)):
         start(s)
@@ -221,11 +217,11 @@ def label_trajectories(cfg: RunConfig, teacher: Optional[Teacher] = None, envs: 
         for s, reply in zip(active, replies):
             run = slots[s]
             env = envs[s]
-            label_action = parse_action(reply.text, max_forward=max_forward)
-            # Exploration executes a random move but keeps the teacher's label (DAgger-style states);
+            label_action = env.unwrapped.parse(reply.text)
+            # Exploration executes a random action but keeps the teacher's label (DAgger-style states);
             # never on the last turn, where only an answer scores.
             explore = len(run.turns) < max_turns - 1 and bool(run.rng.random() < lab.epsilon)
-            executed = _random_move(run.rng, max_forward) if explore else reply.text
+            executed = env.unwrapped.random_reply(run.rng) if explore else reply.text
             images = [save_image(out_dir, run.ep_id, img) for img in run.obs["images"]]
             obs, reward, terminated, truncated, info = env.step(executed)
             run.turns.append(
@@ -263,20 +259,15 @@ def label_trajectories(cfg: RunConfig, teacher: Optional[Teacher] = None, envs: 
 
 
 def _episode_record(cfg: RunConfig, teacher: Teacher, env: Any, run: _Running, info: dict, terminated: bool, truncated: bool) -> dict:
-    base = env.unwrapped
-    q = base.question
+    fields = env.unwrapped.episode_fields()
     score = info.get("score")
     return {
         "episode_id": run.ep_id,
         "index": run.index,
         "seed": cfg.label.seed + run.index,
-        "scene_id": base.scene.scene_id,
-        "dataset": getattr(base.scene, "dataset", None),
-        "question": q.question,
-        "question_type": q.question_type,
-        "options": q.options,
-        "ground_truth": q.ground_truth,
-        "object_ids": _jsonable(list(q.object_ids)),
+        "env_id": cfg.env.env_id,
+        "system": run.system,
+        **_jsonable(fields),
         "score": float(score) if score is not None else 0.0,
         "return": run.ret,
         "terminated": bool(terminated),

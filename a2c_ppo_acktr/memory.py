@@ -343,7 +343,7 @@ def preset_shapes(run: Any, dims: ModelDims) -> Shapes:
         text_tokens, exact = prompt - n_image_tokens, True
     else:
         per_image = _qwen_image_tokens(run.env.image_size, dims, run.model.min_pixels, run.model.max_pixels)
-        chars = len(prompts.SYSTEM_PROMPT) + len(obs["text"])
+        chars = len(prompts.system_prompt(obs)) + len(obs["text"])
         text_tokens = math.ceil(chars / CHARS_PER_TOKEN) + CHAT_TEMPLATE_TOKENS + 2 * n_img  # + vision start/end per image
         prompt, exact = text_tokens + per_image * n_img, False
         # Qwen-VL: 3 channels x 2 frames (an image is repeated to the temporal patch) per resized pixel

@@ -175,7 +175,8 @@ def build_messages(observation: dict, blind: bool = False) -> list[dict]:
     """Chat messages (HF format) for one observation.
 
     Args:
-        observation: ``{"images": [uint8 HxWx3, ...], "text": str}`` from the env.
+        observation: ``{"images": [uint8 HxWx3, ...], "text": str}`` from the env, optionally with
+            ``"system"`` (see :func:`system_prompt`).
         blind: Withhold the images (a text-only baseline); the text then says so.
 
     Returns:
@@ -191,9 +192,15 @@ def build_messages(observation: dict, blind: bool = False) -> list[dict]:
         content = [{"type": "image"} for _ in observation["images"]]
         content.append({"type": "text", "text": text})
     return [
-        {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
+        {"role": "system", "content": [{"type": "text", "text": system_prompt(observation)}]},
         {"role": "user", "content": content},
     ]
+
+
+def system_prompt(observation: dict) -> str:
+    """The system message of an observation: its env's own (``observation["system"]``, the games of
+    :mod:`a2c_ppo_acktr.envs.registry`) or, when it has none, the VSI agent's :data:`SYSTEM_PROMPT`."""
+    return observation.get("system") or SYSTEM_PROMPT
 
 
 def assistant_message(response: str) -> dict:

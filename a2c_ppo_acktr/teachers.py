@@ -241,8 +241,12 @@ class OracleTeacher(Teacher):
         return [TeacherReply(self.respond(env)) for env in envs]
 
     def respond(self, env: Any) -> str:
-        """The oracle's response for one env's current state."""
+        """The oracle's response for one env's current state. A game env (envs/registry.py) has its
+        own oracle (``oracle_reply``: NumberLine's step toward the target, Blackjack's basic
+        strategy, the Points solvers, MiniGrid's BFS planner, Sokoban's A*)."""
         base = env.unwrapped
+        if hasattr(base, "oracle_reply"):
+            return base.oracle_reply()
         scene, question, pose = base.scene, base.question, base.pose
         moves_made = _moves_made(base)
         turns_left = _turns_left(base)

@@ -261,18 +261,18 @@ def param_rank_max_dev(accelerator, module: torch.nn.Module) -> float:
 
 
 # ------------------------------------------------------------------------------------ env state
-# VSIEnv attributes that are configuration, caches or objects rebuilt from others - not episode
+# Env attributes (VSIEnv's and the games') that are configuration, caches or objects rebuilt from others - not episode
 # state. Everything else (np_random, scene, question, pose, path, turn, frames, feedback, ...) is
 # saved, so a restored env continues its episode and its random stream exactly.
 _ENV_NOT_STATE = frozenset({"cfg", "render_mode", "camera", "observation_space", "action_space", "_cache", "_rows", "_scan_names", "renderer", "spec"})
 
 
 def env_state(envs) -> dict[str, Any]:
-    """Everything that makes a :class:`~a2c_ppo_acktr.envs.batch.VSIBatchEnv`'s future
+    """Everything that makes a :class:`~a2c_ppo_acktr.envs.batch.BatchEnv`'s future
     deterministic: each env's generator, its current episode (scene, question, pose, path, turn,
     frames) and the batch's own counters. Picklable.
 
-    VSIBatchEnv has no state API, so this reads the env's attributes (all but those in
+    BatchEnv has no state API, so this reads the env's attributes (all but those in
     ``_ENV_NOT_STATE``); an env attribute that cannot be pickled fails the checkpoint loudly.
     """
     if hasattr(envs, "get_state"):  # the env's own API, when it has one, knows best
@@ -301,7 +301,8 @@ def restore_env_state(envs, state: dict[str, Any]) -> None:
     vars(envs).update(state["batch"])
     for env, saved in zip(envs.envs, state["envs"]):
         vars(env).update(saved)
-        env.renderer = Renderer.for_env(env.scene, env.cfg) if env.scene is not None else None
+        if hasattr(env, "renderer"):  # a VSI env; the games hold no rebuilt objects
+            env.renderer = Renderer.for_env(env.scene, env.cfg) if env.scene is not None else None
 
 
 # ------------------------------------------------------------------------------------ the run
@@ -333,7 +334,7 @@ class _Run:
 
 def _build_run(cfg: RunConfig, accelerator) -> _Run:
     from .algo.ppo import PPO
-    from .envs.batch import VSIBatchEnv
+    from .envs.batch import BatchEnv
     from .model import VLMPolicy
     from .storage import RolloutStorage
 
@@ -351,7 +352,7 @@ def _build_run(cfg: RunConfig, accelerator) -> _Run:
         module.init_ema_reference()
     # From here on ranks must differ (sampling, shuffles): offset by rank.
     seed_everything(cfg.seed + rank)
-    envs = VSIBatchEnv(cfg.env, cfg.rollout.num_envs, seed=cfg.seed + rank * RANK_SEED_STRIDE, group_size=cfg.rollout.group_size)
+    envs = BatchEnv(cfg.env, cfg.rollout.num_envs, seed=cfg.seed + rank * RANK_SEED_STRIDE, group_size=cfg.rollout.group_size)
     observations = envs.reset()
     ppo = PPO(policy, prepared_optimizer, cfg.ppo, accelerator, seed=cfg.seed + rank, kl_ref_interval=cfg.log.kl_ref_interval)
     storage = RolloutStorage(cfg.rollout.num_steps, cfg.rollout.num_envs)

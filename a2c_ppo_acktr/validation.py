@@ -1,7 +1,8 @@
 """Validation during PPO (``log.val_interval``) and the ``best`` policy kept by validation score.
 
 Every ``log.val_interval`` iterations the policy answers ``log.val_episodes`` fixed questions
-greedily: the evaluation's own question set (:func:`~a2c_ppo_acktr.evaluation.procedural_specs`, the
+greedily: the evaluation's own question set (:func:`~a2c_ppo_acktr.evaluation.eval_specs`: the
+deals of a game env, or for VSI :func:`~a2c_ppo_acktr.evaluation.procedural_specs`, the
 question types of ``env.question_types`` in turn) in procedural scenes seeded from ``log.val_seed``,
 apart from the training scenes and from the eval set, with the training env's settings (image size,
 turns, frames). The same questions every time, so validation scores of a run are comparable with
@@ -70,10 +71,10 @@ def run_validation(
         plus this process's ``records`` (:class:`~a2c_ppo_acktr.reports.EpisodeRecord`) and
         ``pictures`` (paths), which are not JSON: drop them before writing the result.
     """
-    from .evaluation import PolicyAgent, procedural_specs, run_episodes
+    from .evaluation import PolicyAgent, eval_specs, run_episodes
 
     vcfg = validation_config(cfg)
-    specs = procedural_specs(vcfg)[rank::num_processes]
+    specs = eval_specs(vcfg)[rank::num_processes]
     rng = capture_rng_state()
     t0 = time.perf_counter()
     was_training = module.training

@@ -1,10 +1,11 @@
-"""N VSI envs stepped together in one process, with automatic reset.
+"""N envs of any registered id (:mod:`.registry`) stepped together in one process, with automatic reset.
 
 The policy generates for all N envs in one batched call, so stepping the envs in-process is enough
-(rendering is a few milliseconds); the envs share one scene/renderer cache. An env whose episode
+(rendering is a few milliseconds); VSI envs share one scene/renderer cache. An env whose episode
 ended is reset at once: its ``info`` then carries ``final_observation`` (the last observation of the
 finished episode) and ``episode`` (``{"score", "reward", "turns", "question_type"}``; ``score`` is 0
-when the episode was truncated without an answer), and the returned observation is the first of
+when a VSI episode was truncated without an answer, a game's is 1 when won; ``question_type`` is the
+env's ``task_type``), and the returned observation is the first of
 the next episode. Env ``i`` is seeded with ``seed + i`` at the first reset and then continues its
 own random stream, so a batch is deterministic given ``seed``.
 
@@ -13,7 +14,7 @@ of a group plays the same sequence of episode *specs*: its k-th episode is reset
 :func:`episode_seed` ``(seed, g, k)``, which fixes the scene, the question and the start pose (all of
 a reset's randomness comes from the env's generator). The envs of a group sample their own responses,
 so their k-th episodes differ only by what the policy did. Within a rollout they drift apart in time
-(one answers at turn 1, another walks for 4 turns); :meth:`VSIBatchEnv.resync`, called at the start of
+(one answers at turn 1, another walks for 4 turns); :meth:`BatchEnv.resync`, called at the start of
 every rollout, restarts every group on one fresh episode index, so siblings' episodes land in the
 same rollout (without it the drift grows without bound and siblings are soon never compared: measured
 0-38% of turns with a baseline after 40 iterations, 70-94% with it). Every step's info carries
@@ -28,7 +29,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..arguments import EnvConfig
-from .vsi_env import VSIEnv, share_scene_cache
+from .registry import make_env
+from .vsi_env import share_scene_cache
 
 
 GROUP_ID_STRIDE = 2**32  # group_id = group * GROUP_ID_STRIDE + episode index within the group
@@ -39,8 +41,8 @@ def episode_seed(seed: int, group: int, episode: int) -> int:
     return int(np.random.SeedSequence([int(seed), int(group), int(episode)]).generate_state(1)[0])
 
 
-class VSIBatchEnv:
-    """``num_envs`` :class:`VSIEnv` instances with auto-reset.
+class BatchEnv:
+    """``num_envs`` envs of ``cfg.env_id`` with auto-reset.
 
     Args:
         cfg: The env config shared by all envs.
@@ -60,7 +62,7 @@ class VSIBatchEnv:
         self.seed = int(seed)
         self.group_size = int(group_size)
         self.episode_counts = [0] * self.num_envs  # episodes started by each env (k of the current one + 1)
-        self.envs = [VSIEnv(cfg) for _ in range(self.num_envs)]
+        self.envs = [make_env(cfg) for _ in range(self.num_envs)]
         share_scene_cache(self.envs)
         self.reset_infos: list[dict] = []
         self._started = False
@@ -148,7 +150,7 @@ class VSIBatchEnv:
                     "score": float(info.get("score", 0.0)),
                     "reward": float(env.episode_reward),
                     "turns": int(env.turn),
-                    "question_type": env.question.question_type,
+                    "question_type": env.task_type,
                 }
                 o, reset_info = self._reset_env(i)
                 info["reset_info"] = reset_info
@@ -160,3 +162,6 @@ class VSIBatchEnv:
         """Close every env."""
         for env in self.envs:
             env.close()
+
+
+VSIBatchEnv = BatchEnv  # the name before other envs joined (issue 14)

@@ -35,7 +35,7 @@ import numpy as np
 from gymnasium import spaces
 
 from ..arguments import EnvConfig
-from ..prompts import Answer, Invalid, Move, feedback_text, observation_text, parse_action
+from ..prompts import Answer, Invalid, Move, feedback_text, format_response, observation_text, parse_action
 from ..scoring import score_prediction
 from . import env_config
 from .labels import draw_labels
@@ -334,6 +334,41 @@ class VSIEnv(gym.Env):
     def episode_reward(self) -> float:
         """Sum of rewards so far this episode."""
         return self._episode_reward
+
+    # ------------------------------------------------------------------ what the pipeline asks (envs/registry.py)
+    @property
+    def task_type(self) -> str:
+        """The report category of the current episode: its question type."""
+        return self.question.question_type
+
+    def parse(self, text: Any) -> Any:
+        """The :class:`Move`/:class:`Answer` ``text`` asks for, or an :class:`Invalid` (never raises)."""
+        return parse_action(text, max_forward=self.cfg.max_forward)
+
+    def random_reply(self, rng: np.random.Generator) -> str:
+        """A random move (labelling's exploration): a turn in [-180, 180] degrees, then up to 1 m."""
+        rotation = float(round(rng.uniform(-180.0, 180.0)))
+        forward = float(round(rng.uniform(0.0, min(1.0, self.cfg.max_forward)), 2))
+        return format_response("Exploring to see more of the room.", Move(rotation_deg=rotation, forward_m=forward))
+
+    def episode_fields(self) -> dict:
+        """What a report or a labelled episode records about the current question."""
+        q = self.question
+        return {
+            "scene_id": str(self.scene.scene_id),
+            "dataset": str(getattr(self.scene, "dataset", None)),
+            "question_type": q.question_type,
+            "question": q.question,
+            "options": list(q.options) if q.options else None,
+            "ground_truth": str(q.ground_truth),
+            "object_ids": [int(i) for i in q.object_ids],
+        }
+
+    def overview_image(self, *, caption: str = "", highlight_ids: Sequence[int] = (), size: int = 512) -> np.ndarray:
+        """The top-down map of the scene with the path walked so far and the question's objects."""
+        from .topdown import render_topdown
+
+        return render_topdown(self.scene, path=list(self.path), highlight_ids=list(highlight_ids), caption=caption, size=size)
 
     def render(self) -> Optional[np.ndarray]:
         """The current view (H, W, 3) uint8 as the agent sees it (labelled per ``cfg.object_labels``)

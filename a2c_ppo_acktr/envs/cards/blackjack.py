@@ -138,6 +138,8 @@ class BlackjackEnv(TokenGameEnv):
     Privileged state: ``player`` and ``dealer`` (lists of :class:`Card`, dealer's first card face up).
     """
 
+    task_type_name = "blackjack"
+
     config_class = BlackjackConfig
 
     def __init__(self, cfg: BlackjackConfig | None = None, render_mode: str | None = None, **overrides) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import string
+import zlib
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, Optional, Sequence, Union
 
@@ -35,6 +36,9 @@ from gymnasium import spaces
 from a2c_ppo_acktr.envs import env_config
 from a2c_ppo_acktr.prompts import Invalid, reply_action_value
 
+# The system message of every game (each game's own instructions open its observation text, as in
+# RL4VLM, where the whole prompt was one user message).
+GAME_SYSTEM_PROMPT = "You are an agent playing a game shown in the image. Follow the instructions in each message and reply with ONE JSON object."
 MAX_TEXT_LENGTH = 4096  # observation text bound (the longest prompt is ~1 kB)
 MAX_ACTION_LENGTH = 4096  # action text bound of the declared space; step() accepts any string
 _PRINTABLE = frozenset(string.printable)
@@ -165,6 +169,7 @@ class TokenGameEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 2}
     config_class: ClassVar[type] = CardGameConfig
+    task_type_name: ClassVar[str] = ""  # the report category (``numberline``, ``sokoban``, ...)
 
     def __init__(self, cfg: Optional[Any] = None, render_mode: Optional[str] = None, **overrides: Any) -> None:
         cfg = cfg if cfg is not None else self.config_class()
@@ -178,10 +183,12 @@ class TokenGameEnv(gym.Env):
             {
                 "images": spaces.Sequence(spaces.Box(0, 255, size, np.uint8), stack=False),
                 "text": spaces.Text(MAX_TEXT_LENGTH, charset=string.printable),
+                "system": spaces.Text(MAX_TEXT_LENGTH, charset=string.printable),
             }
         )
         self.action_space = spaces.Text(MAX_ACTION_LENGTH, charset=string.printable)
         self.turn = 0
+        self._deal_info: dict = {}
         self._feedback = ""
         self._done = True
         self._success = False
@@ -238,6 +245,7 @@ class TokenGameEnv(gym.Env):
         self._episode_reward = 0.0
         self._feedback = "none yet (this is the start)."
         self._image = self._draw()
+        self._deal_info = self._game_info()
         return self._observation(), self._info(action=None)
 
     def step(self, action: str) -> tuple[dict, float, bool, bool, dict]:
@@ -264,7 +272,7 @@ class TokenGameEnv(gym.Env):
     def _observation(self) -> dict:
         text = f"{self._prompt()}\nLast turn: {self._feedback}"
         # A fresh array every call: callers keep observations.
-        return {"images": (self._image.copy(),), "text": printable(text)}
+        return {"images": (self._image.copy(),), "text": printable(text), "system": GAME_SYSTEM_PROMPT}
 
     def _info(self, action: Optional[Reply]) -> dict:
         return {
@@ -272,8 +280,42 @@ class TokenGameEnv(gym.Env):
             "valid": not isinstance(action, Invalid),
             "turn": self.turn,
             "success": self._success,
+            "score": float(self._success),
             **self._game_info(),
         }
+
+    # ------------------------------------------------------------------ what the pipeline asks (envs/registry.py)
+    @property
+    def task_type(self) -> str:
+        """The report category of every episode (the game's name)."""
+        return self.task_type_name
+
+    def parse(self, text: Any) -> Reply:
+        """The vocabulary token ``text`` plays, or an :class:`Invalid` (never raises)."""
+        return parse_reply(text, self.vocabulary)
+
+    def random_reply(self, rng: np.random.Generator) -> str:
+        """A reply with a uniformly random token of the vocabulary (the chance agent, labelling's exploration)."""
+        return format_reply("A random action.", self.vocabulary[int(rng.integers(len(self.vocabulary)))])
+
+    def episode_fields(self) -> dict:
+        """What a report or a labelled episode records about the current game: the deal (as
+        ``question``, the game state when it was dealt) under a ``scene_id`` that names it, so equal
+        deals share an id (SFT's split keeps them on one side)."""
+        deal = repr(sorted(self._deal_info.items()))
+        return {
+            "scene_id": f"{self.task_type}-{zlib.crc32(deal.encode('utf-8')):08x}",
+            "dataset": self.task_type,
+            "question_type": self.task_type,
+            "question": printable(deal),
+            "options": None,
+            "ground_truth": "",
+            "object_ids": [],
+        }
+
+    def overview_image(self, **_: Any) -> np.ndarray:
+        """The picture beside a trajectory: the game's current image (the whole board or table)."""
+        return self._image.copy()
 
     @property
     def episode_reward(self) -> float:

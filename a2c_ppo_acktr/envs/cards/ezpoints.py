@@ -46,6 +46,8 @@ class EZPointsConfig(CardGameConfig):
 class EZPointsEnv(FormulaGameEnv):
     """Gymnasium env ``gym_cards/EZPoints-v0`` (see the module docstring)."""
 
+    task_type_name = "ezpoints"
+
     config_class = EZPointsConfig
     FORMULA_LIMIT = 5
     OPERATORS = ("+", "*")

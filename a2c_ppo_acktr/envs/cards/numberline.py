@@ -59,6 +59,8 @@ class NumberLineEnv(TokenGameEnv):
     Privileged state: ``position``, ``target``, ``start``.
     """
 
+    task_type_name = "numberline"
+
     config_class = NumberLineConfig
 
     def __init__(self, cfg: NumberLineConfig | None = None, render_mode: str | None = None, **overrides) -> None:

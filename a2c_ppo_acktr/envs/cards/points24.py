@@ -72,6 +72,8 @@ class Points24Config(CardGameConfig):
 class Points24Env(FormulaGameEnv):
     """Gymnasium env ``gym_cards/Points24-v0`` (see the module docstring)."""
 
+    task_type_name = "points24"
+
     config_class = Points24Config
     FORMULA_LIMIT = 20
     OPERATORS = ("+", "-", "*", "/")

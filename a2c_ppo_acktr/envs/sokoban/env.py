@@ -137,6 +137,7 @@ class SokobanEnv(TokenGameEnv):
     """
 
     config_class = SokobanConfig
+    task_type_name = "sokoban"
 
     def __init__(self, cfg: SokobanConfig | None = None, render_mode: str | None = None, **overrides) -> None:
         super().__init__(cfg, render_mode, **overrides)

@@ -1,0 +1,128 @@
+"""One registry for every task the pipeline runs: ``env.env_id`` -> an env.
+
+Training (:class:`~a2c_ppo_acktr.envs.batch.BatchEnv`), labelling, SFT preprocessing and evaluation
+build their envs with :func:`make_env` and talk to them through the few methods below, so no loop
+branches on the env.
+
+==================================== ================================================ ==============
+``env.env_id``                       env                                              task name
+==================================== ================================================ ==============
+``VSI-v0``                           spatial questions in indoor scenes (:mod:`.vsi_env`) question type
+``NumberLine-v0``                    gym-cards NumberLine (:mod:`.cards.numberline`)   ``numberline``
+``EZPoints-v0``                      gym-cards EZPoints (:mod:`.cards.ezpoints`)       ``ezpoints``
+``Points24-v0``                      gym-cards Points24 (:mod:`.cards.points24`)       ``points24``
+``Blackjack-v0``                     gym-cards Blackjack (:mod:`.cards.blackjack`)     ``blackjack``
+``MiniGrid-<...>``, ``BabyAI-<...>`` any ``minigrid`` id (:mod:`.minigrid_text`)      ``minigrid``
+``Sokoban-v0``                       Sokoban (:mod:`.sokoban`)                         ``sokoban``
+==================================== ================================================ ==============
+
+The card ids may also be written with RL4VLM's namespace (``gym_cards/NumberLine-v0``).
+
+Settings: ``env.image_size``, ``env.max_turns`` and ``env.invalid_penalty`` apply to every env that
+has them (a game's config field of the same name; Sokoban sizes its image by ``tile_size``); the
+game's own settings go in ``env.game`` (``{"max_position": 7}``, ``{"dim_room": [7, 7],
+"num_boxes": 2}``, ``{"view": "full"}``), validated by the game's config class. Every other ``env.*``
+field is VSI's.
+
+What the pipeline asks of an env (``env.unwrapped``), besides gymnasium's ``reset``/``step``:
+
+* ``parse(text)``: the parsed action, or :class:`~a2c_ppo_acktr.prompts.Invalid`;
+* ``random_reply(rng)``: a random legal reply (labelling's exploration; the games' chance agent);
+* ``episode_fields()``: what a report or a labelled episode records about the current episode
+  (``scene_id``, ``dataset``, ``question_type``, ``question``, ``options``, ``ground_truth``,
+  ``object_ids``);
+* ``task_type``: the report category of the current episode; ``turn`` and ``episode_reward``;
+* ``overview_image(...)``: the picture of the whole state beside a trajectory (VSI: the top-down map;
+  a game: the full board);
+* observations ``{"images", "text"}`` plus, for the games, ``"system"``: the system prompt
+  (:func:`a2c_ppo_acktr.prompts.build_messages` uses VSI's when it is absent);
+* at the end of an episode ``info["score"]`` in [0, 1] (VSI: the benchmark's score of the answer; a
+  game: 1 when won or solved, else 0).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from ..env_ids import CARD_IDS, MINIGRID_PREFIXES, SOKOBAN_ID, TESTED_IDS, VSI_ID, UnknownEnvError, canonical_id, is_vsi  # noqa: F401 (re-exported)
+
+_SHARED_FIELDS = ("image_size", "max_turns", "invalid_penalty")
+
+
+def _load(entry_point: str) -> type:
+    import importlib
+
+    module, _, name = entry_point.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def env_class(env_id: str) -> type:
+    """The env class behind ``env_id`` (imports its module)."""
+    name = canonical_id(env_id)
+    if name == VSI_ID:
+        from .vsi_env import VSIEnv
+
+        return VSIEnv
+    if name in CARD_IDS:
+        return _load(CARD_IDS[name])
+    if name == SOKOBAN_ID:
+        from .sokoban.env import SokobanEnv
+
+        return SokobanEnv
+    from .minigrid_text import MiniGridTextEnv
+
+    return MiniGridTextEnv
+
+
+def game_config(env_cfg: Any) -> Any:
+    """The game config an ``EnvConfig`` asks for (None for VSI): the game's config class with the
+    shared fields it has and ``env.game`` applied (``env.game`` wins where both set a field).
+
+    Raises:
+        ValueError: ``env.game`` names a field the game does not have, or a value it refuses (the
+            message names the env and the known fields).
+    """
+    name = canonical_id(env_cfg.env_id)
+    if name == VSI_ID:
+        if env_cfg.game:
+            raise ValueError(f"env.game={env_cfg.game!r} is set but env.env_id={name!r} takes its settings from the other env.* fields; leave env.game empty")
+        return None
+    cls = env_class(name).config_class
+    known = {f.name for f in dataclasses.fields(cls)}
+    values = {k: getattr(env_cfg, k) for k in _SHARED_FIELDS if k in known}
+    if name.startswith(MINIGRID_PREFIXES):
+        values["minigrid_id"] = name
+    unknown = sorted(set(env_cfg.game) - known)
+    if unknown:
+        raise ValueError(f"env.game has {unknown}, which {name} does not take; its settings are {sorted(known - {'minigrid_id'})}")
+    values.update(env_cfg.game)
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name}: {e} (set in env.game or env.{'/'.join(_SHARED_FIELDS)})") from e
+
+
+def make_env(env_cfg: Any) -> Any:
+    """One env (the package's own class, no wrappers) for ``env_cfg.env_id``.
+
+    Raises:
+        UnknownEnvError: Unknown ``env.env_id``.
+        ValueError: Bad ``env.game`` settings.
+    """
+    cls = env_class(env_cfg.env_id)
+    cfg = game_config(env_cfg)
+    return cls(env_cfg) if cfg is None else cls(cfg)
+
+
+def reply_parser(env_cfg: Any) -> Callable[[Any], Any]:
+    """``parse(text)`` of the env ``env_cfg`` makes (for code without an env at hand, like SFT's
+    label filter): the parsed action or :class:`~a2c_ppo_acktr.prompts.Invalid`."""
+    return make_env(env_cfg).parse
+
+
+def task_name(env_id: str) -> str:
+    """The report category of a game (``numberline``, ``minigrid``, ...); VSI's are question types."""
+    name = canonical_id(env_id)
+    if name == VSI_ID:
+        raise ValueError("VSI-v0 episodes are reported by question type, not by one task name")
+    return env_class(name).task_type_name
