@@ -1,11 +1,15 @@
 """Evaluation reports: ``report.json``, ``report.md``, comparison tables, plots and trajectory pictures.
 
-Every number here comes from :mod:`a2c_ppo_acktr.scoring` (the one scorer the env reward also uses);
-this module only arranges records into the benchmark's table and draws them.
+Every VSI number here comes from :mod:`a2c_ppo_acktr.scoring` (the one scorer the env reward also
+uses); this module only arranges records into the benchmark's table and draws them. Reports come in
+two kinds (``kind``): ``"vsi"`` (VSI-Bench questions, below) and ``"game"`` (episodes of a game env:
+gym-cards, MiniGrid, Sokoban; see "Game reports" below). A record whose ``question_type`` is not a
+VSI-Bench type (:data:`scoring.TASKS`) is a game episode, its ``question_type`` the game's task name.
 
-Report layout (``report.json``):
+Report layout (``report.json``) of a VSI report (``kind`` ``"vsi"``; a report without ``kind``,
+written before games existed, is one):
 
-* ``name``, ``mode`` (``"episodes"`` or ``"score_file"``), ``meta`` (what was evaluated and how);
+* ``name``, ``mode`` (``"episodes"`` or ``"score_file"``), ``kind``, ``meta`` (what was evaluated and how);
 * the benchmark aggregation from :func:`scoring.aggregate`: ``overall`` (x100), ``per_type`` and
   ``per_task`` (in [0, 1]), ``counts``, ``tasks_present``, ``tasks_missing``; plus ``table``: the
   8 task columns in the benchmark's order, x100, ``null`` for a task with no questions; ``table_n``:
@@ -20,6 +24,21 @@ Report layout (``report.json``):
   the question, so two reports of the same question set can be compared question by question
   (:func:`paired_overall_ci`).
 
+Game reports (``kind`` ``"game"``, :func:`build_game_report`; episode mode only) keep the same keys
+with game meanings, so the comparison tooling that reads ``overall``/``table``/``ci95`` works on them:
+
+* ``overall``: 100 x the success rate over all episodes (pooled: episodes won or solved / episodes,
+  a win being ``score >= SUCCESS_THRESHOLD``, i.e. score 1; equal to ``100 * agent["success_rate"]``);
+* ``per_type`` = ``per_task`` (task -> success rate in [0, 1]), ``counts`` (task -> episodes),
+  ``tasks_present`` (the tasks, :data:`GAME_TASKS` order first), ``tasks_missing`` (always ``[]``);
+* ``table``: task -> success x100; ``table_n``: task -> episodes;
+* ``ci95``: Wilson score intervals of the success rates in points (:func:`game_intervals`):
+  ``overall`` and ``table`` as ``[low, high]``, plus ``confidence`` and ``scheme``;
+* ``agent``: :func:`agent_metrics` of all episodes (``answer_rate`` is 0 for games: they end without
+  an answer); ``task_metrics``: task -> :func:`game_metrics` (success rate, mean return, mean episode
+  length, invalid-output rate, truncation rate, episodes);
+* ``records``: as for VSI (``answer``/``options`` null, ``ground_truth`` ``""``, turn ``pose`` null).
+
 Plots use matplotlib's object-oriented API on the Agg canvas (no pyplot, no global backend switch),
 so they work headless and leave the caller's matplotlib state alone.
 """
@@ -32,6 +51,7 @@ import os
 import textwrap
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -59,6 +79,14 @@ SHORT_TASK_NAMES: dict[str, str] = {
 # (error <= 0.25). A reporting convention, documented in docs/EVAL.md, not a training signal.
 SUCCESS_THRESHOLD = 0.5
 
+# Task names of the game envs (the ``question_type`` of their records), in the order reports list
+# them; a task not named here follows them, in the order of first appearance.
+GAME_TASKS: tuple[str, ...] = ("numberline", "ezpoints", "points24", "blackjack", "minigrid", "sokoban")
+
+# ``report["kind"]`` values.
+VSI_KIND = "vsi"
+GAME_KIND = "game"
+
 # Score-file lines whose question type is unknown belong to no task; they are counted here.
 MALFORMED_KEY = "malformed"
 
@@ -83,7 +111,8 @@ class TurnRecord:
             ``invalid(reason)``).
         valid: Whether the text parsed as a legal action.
         reward: The env's reward for this turn.
-        pose: The agent's pose ``(x, y, yaw_deg)`` after the turn.
+        pose: The agent's pose ``(x, y, yaw_deg)`` after the turn; ``None`` where the env has no
+            pose (the game envs).
     """
 
     turn: int
@@ -92,7 +121,7 @@ class TurnRecord:
     action: str
     valid: bool
     reward: float
-    pose: tuple[float, float, float]
+    pose: Optional[tuple[float, float, float]] = None
 
 
 @dataclass
@@ -102,12 +131,16 @@ class EpisodeRecord:
     Attributes:
         episode_id: Stable id (``proc-<index>`` or ``vsibench-<row id>``).
         scene_id: The scene's id; ``dataset`` its source (``procedural``, ``scannet``, ...).
-        question_type: Raw VSI-Bench type; ``question``, ``options``, ``ground_truth`` as asked.
-        answer: The final answer text, or ``None`` when the episode ended without one (truncated).
-        score: Benchmark score of the answer in [0, 1] (0 without an answer).
+        question_type: Raw VSI-Bench type; ``question``, ``options``, ``ground_truth`` as asked. For a
+            game episode, the game's task name (:data:`GAME_TASKS`; any type not in
+            :data:`scoring.TASKS` is one), with ``options`` None and ``ground_truth`` ``""``.
+        answer: The final answer text, or ``None`` when the episode ended without one (truncated;
+            always for games).
+        score: Benchmark score of the answer in [0, 1] (0 without an answer); for a game, 1.0 if the
+            episode was won or solved, else 0.0.
         turns: Turns taken; ``num_invalid`` of them did not parse as an action.
-        reward: Sum of the env's rewards (score plus shaping).
-        truncated: Whether the episode hit the turn limit without an answer.
+        reward: Sum of the env's rewards (score plus shaping; for a game, the episode return).
+        truncated: Whether the episode hit the turn limit without an answer (games: without ending).
         object_ids: Objects the question is about (highlighted in trajectory pictures).
         steps: Per-turn records.
     """
@@ -250,23 +283,182 @@ def build_report(
 ) -> dict[str, Any]:
     """Aggregate evaluated episodes into the report dict (see the module docstring).
 
+    Records whose types are all VSI-Bench types (:data:`scoring.TASKS`) give a VSI report (``kind``
+    ``"vsi"``); any other type makes it a game report (:func:`build_game_report`).
+
     Args:
         records: Evaluated episodes (at least one).
         name: Row name in tables (e.g. ``sft`` or ``oracle``).
         meta: What was evaluated and how (model, adapter, config...), stored as is.
     """
     agent = agent_metrics(records)  # first: it says what to do about an empty evaluation
+    if any(is_game_type(r.question_type) for r in records):
+        return build_game_report(records, name=name, meta=meta)
     scored = [(r.question_type, r.score) for r in records]
     agg = scoring.aggregate(scored)
     return {
         "name": name,
         "mode": "episodes",
+        "kind": VSI_KIND,
         "meta": dict(meta or {}),
         **agg,
         "table": task_table(agg),
         "table_n": table_counts(agg["counts"]),
         "ci95": score_intervals(scored),
         "agent": agent,
+        "records": [r.to_dict() for r in records],
+    }
+
+
+# ------------------------------------------------------------------------------------------ games
+def is_game_type(question_type: Any) -> bool:
+    """Whether a record's ``question_type`` names a game task (anything not a VSI-Bench type)."""
+    return question_type not in scoring.TASKS
+
+
+def report_kind(report: dict[str, Any]) -> str:
+    """``"game"`` for a game report, else ``"vsi"`` (also for reports written before ``kind`` existed)."""
+    return GAME_KIND if report.get("kind") == GAME_KIND else VSI_KIND
+
+
+def game_task_order(tasks: Sequence[str]) -> list[str]:
+    """Distinct task names: those of :data:`GAME_TASKS` in its order, then the others as first seen."""
+    seen = list(dict.fromkeys(str(t) for t in tasks))
+    return [t for t in GAME_TASKS if t in seen] + [t for t in seen if t not in GAME_TASKS]
+
+
+def is_success(score: float) -> bool:
+    """Whether an episode counts as won/solved: ``score >= SUCCESS_THRESHOLD`` (a game's score is 1 or 0)."""
+    return float(score) >= SUCCESS_THRESHOLD
+
+
+def wilson_interval(successes: int, n: int, confidence: float = CI_CONFIDENCE) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (Wilson 1927), as fractions in [0, 1].
+
+    ``(p + z^2/(2n) -+ z * sqrt(p(1-p)/n + z^2/(4n^2))) / (1 + z^2/n)`` with ``p = successes / n``
+    and ``z`` the normal ``(1 + confidence) / 2`` quantile (1.95996 for 95%). Unlike a bootstrap of
+    0/1 outcomes it is not empty when every episode is won (or lost): 10 of 10 gives [0.722, 1].
+
+    Raises:
+        ValueError: If ``n < 1``, ``successes`` is outside ``[0, n]``, or ``confidence`` outside (0, 1).
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence={confidence!r} must be in (0, 1), e.g. 0.95 for a 95% interval")
+    if n < 1 or not 0 <= successes <= n:
+        raise ValueError(f"wilson_interval needs 0 <= successes <= n and n >= 1 (got {successes} of {n})")
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    p = successes / n
+    denom = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1.0 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def game_metrics(records: Sequence[EpisodeRecord]) -> dict[str, float]:
+    """What a game report shows per task (definitions in docs/EVAL.md).
+
+    Returns:
+        ``num_episodes``; ``success_rate`` (episodes won or solved, :func:`is_success`, / episodes);
+        ``mean_reward`` (mean episode return); ``mean_turns`` (mean episode length in turns);
+        ``invalid_output_rate`` (invalid turns / all turns, 0 without turns); ``truncation_rate``
+        (episodes that hit the turn limit / episodes).
+
+    Raises:
+        ValueError: If ``records`` is empty.
+    """
+    if not records:
+        raise ValueError("game_metrics needs at least one episode record; evaluate with eval.num_episodes >= 1")
+    n = len(records)
+    total_turns = sum(r.turns for r in records)
+    return {
+        "num_episodes": n,
+        "success_rate": sum(is_success(r.score) for r in records) / n,
+        "mean_reward": float(np.mean([r.reward for r in records])),
+        "mean_turns": total_turns / n,
+        "invalid_output_rate": (sum(r.num_invalid for r in records) / total_turns) if total_turns else 0.0,
+        "truncation_rate": sum(bool(r.truncated) for r in records) / n,
+    }
+
+
+def game_intervals(outcomes: Sequence[tuple[str, bool]], *, confidence: float = CI_CONFIDENCE) -> dict[str, Any]:
+    """Wilson score intervals (:func:`wilson_interval`) of a game report's success rates, in points (x100).
+
+    Args:
+        outcomes: ``(task, won)`` of every episode.
+
+    Returns:
+        ``{"confidence", "scheme", "overall": [low, high], "table": {task: [low, high]}}``: ``overall``
+        over all episodes pooled (as the report's ``overall``), ``table`` per task.
+
+    Raises:
+        ValueError: If ``outcomes`` is empty.
+    """
+    outcomes = [(str(t), bool(w)) for t, w in outcomes]
+    if not outcomes:
+        raise ValueError("game_intervals needs at least one (task, won) pair")
+
+    def points(wins: int, n: int) -> list[float]:
+        low, high = wilson_interval(wins, n, confidence)
+        return [100.0 * low, 100.0 * high]
+
+    table = {}
+    for task in game_task_order([t for t, _ in outcomes]):
+        won = [w for t, w in outcomes if t == task]
+        table[task] = points(sum(won), len(won))
+    return {
+        "confidence": confidence,
+        "scheme": "Wilson score interval of the success rate (binomial), per task and over all episodes",
+        "overall": points(sum(w for _, w in outcomes), len(outcomes)),
+        "table": table,
+    }
+
+
+def build_game_report(
+    records: Sequence[EpisodeRecord], *, name: str, meta: Optional[dict[str, Any]] = None
+) -> dict[str, Any]:
+    """The report of game episodes (``kind`` ``"game"``; layout in the module docstring).
+
+    Every ``question_type`` is a task, VSI-Bench types included if mixed in (then their success is
+    ``score >= SUCCESS_THRESHOLD``, and a warning says the report mixes them). ``overall`` is the
+    success rate of all episodes pooled, x100; ``table`` the success rate of each task, x100.
+
+    Args:
+        records: Evaluated episodes (at least one); ``score`` 1 for a won/solved episode, else 0.
+        name: Row name in tables.
+        meta: What was evaluated and how, stored as is.
+
+    Raises:
+        ValueError: If ``records`` is empty or a score is outside [0, 1].
+    """
+    agent = agent_metrics(records)
+    for r in records:
+        if not 0.0 <= float(r.score) <= 1.0:
+            raise ValueError(f"score {r.score!r} of episode {r.episode_id} ({r.question_type}) is outside [0, 1]; "
+                             "a game episode scores 1.0 when won or solved, else 0.0")
+    tasks = game_task_order([r.question_type for r in records])
+    vsi = [t for t in tasks if not is_game_type(t)]
+    if vsi:
+        logger.warning("report %s mixes VSI-Bench question types %s with game tasks; each type is reported as a task "
+                       "by its success rate (score >= %s)", name, vsi, SUCCESS_THRESHOLD)
+    by_task = {t: [r for r in records if str(r.question_type) == t] for t in tasks}
+    task_metrics = {t: game_metrics(rs) for t, rs in by_task.items()}
+    per_task = {t: m["success_rate"] for t, m in task_metrics.items()}
+    return {
+        "name": name,
+        "mode": "episodes",
+        "kind": GAME_KIND,
+        "meta": dict(meta or {}),
+        "per_type": dict(per_task),
+        "per_task": per_task,
+        "overall": 100.0 * agent["success_rate"],
+        "counts": {t: len(rs) for t, rs in by_task.items()},
+        "tasks_present": list(tasks),
+        "tasks_missing": [],
+        "table": {t: 100.0 * v for t, v in per_task.items()},
+        "table_n": {t: len(rs) for t, rs in by_task.items()},
+        "ci95": game_intervals([(r.question_type, is_success(r.score)) for r in records]),
+        "agent": agent,
+        "task_metrics": task_metrics,
         "records": [r.to_dict() for r in records],
     }
 
@@ -363,6 +555,7 @@ def score_file(path: str | os.PathLike, *, name: Optional[str] = None) -> dict[s
     return {
         "name": name or path.stem,
         "mode": "score_file",
+        "kind": VSI_KIND,
         "meta": {"score_file": str(path)},
         **agg,
         "counts": counts,
@@ -388,12 +581,25 @@ def _fmt(value: Optional[float], digits: int = 1) -> str:
     return f"{value:.{digits}f}"
 
 
+def _split_kinds(rows: Sequence[tuple[str, dict[str, Any]]]) -> tuple[list, list]:
+    """``(VSI rows, game rows)`` of ``(name, report)`` pairs, each in the given order."""
+    vsi = [(n, r) for n, r in rows if report_kind(r) == VSI_KIND]
+    games = [(n, r) for n, r in rows if report_kind(r) == GAME_KIND]
+    return vsi, games
+
+
 def table_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
     """The benchmark's table: one row per report, Overall first, then the 8 task columns (x100).
+
+    Game reports get the game table instead (:func:`game_table_markdown`); rows of both kinds give
+    the VSI table of the VSI rows, a blank line, then the game table of the game rows.
 
     Args:
         rows: ``(row name, report)`` pairs.
     """
+    vsi, games = _split_kinds(rows)
+    if games:
+        return "\n\n".join(([table_markdown(vsi)] if vsi else []) + [game_table_markdown(games)])
     header = ["Method", "Overall", *SHORT_TASK_NAMES.values()]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
     for name, report in rows:
@@ -403,7 +609,10 @@ def table_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
 
 
 def report_counts(report: dict[str, Any]) -> dict[str, int]:
-    """Questions per table column of a report (``table_n``, or from ``counts`` for reports written before it)."""
+    """Questions per table column of a report (``table_n``, or from ``counts`` for reports written before it;
+    a game report's: episodes per task)."""
+    if report_kind(report) == GAME_KIND:
+        return {str(k): int(v) for k, v in (report.get("table_n") or report.get("counts") or {}).items()}
     return dict(report.get("table_n") or table_counts(report.get("counts") or {}))
 
 
@@ -424,9 +633,15 @@ def ci_table_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
     A line above the table says how the intervals were computed; one below names the reports with
     single-question types (whose intervals are too narrow).
 
+    Game reports show their game table (:func:`game_table_markdown`, whose success rates carry their
+    intervals), after the VSI rows' table when both kinds are given.
+
     Args:
         rows: ``(row name, report)`` pairs.
     """
+    vsi, games = _split_kinds(rows)
+    if games:
+        return "\n\n".join(([ci_table_markdown(vsi)] if vsi else []) + [game_table_markdown(games)])
     ci = next((r["ci95"] for _, r in rows if r.get("ci95")), None)
     if ci is not None:
         intro = (f"Score (x100) [{100 * ci['confidence']:g}% percentile bootstrap interval, {ci['n_boot']} resamples of the "
@@ -462,8 +677,11 @@ _AGENT_METRIC_LABELS = {
 
 
 def agent_metrics_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
-    """A table of agent metrics, one row per report that has them ("" when none has)."""
-    rows = [(n, r) for n, r in rows if "agent" in r]
+    """A table of agent metrics, one row per VSI report that has them ("" when none has).
+
+    Game reports are left out: their game table (:func:`game_table_markdown`) holds their metrics.
+    """
+    rows = [(n, r) for n, r in rows if "agent" in r and report_kind(r) == VSI_KIND]
     if not rows:
         return ""
     keys = list(_AGENT_METRIC_LABELS)
@@ -474,8 +692,115 @@ def agent_metrics_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
+# The game table's header; :func:`game_table_note` says what each column is.
+GAME_TABLE_HEADER = ("Method", "Task", "n", "Success (%) [95% CI]", "Mean return", "Mean length (turns)",
+                     "Invalid outputs (%)", "Truncated (%)")
+
+
+def _game_task_rows(report: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """``(task, figures)`` of a game report: one per task, then ``all`` when it has several tasks.
+
+    ``figures``: ``n``, ``success`` (x100), ``interval`` ([low, high] or None), ``mean_reward``,
+    ``mean_turns``, ``invalid`` and ``truncated`` (x100); None where the report lacks the number.
+    """
+    metrics = report.get("task_metrics") or {}
+    ci = report.get("ci95") or {}
+    table = report.get("table") or {}
+    counts = report_counts(report)
+    tasks = list(table) or list(metrics)
+    out = []
+    for task in tasks:
+        m = metrics.get(task) or {}
+        out.append((task, {
+            "n": counts.get(task, m.get("num_episodes", 0)),
+            "success": table.get(task),
+            "interval": (ci.get("table") or {}).get(task),
+            "mean_reward": m.get("mean_reward"),
+            "mean_turns": m.get("mean_turns"),
+            "invalid": None if m.get("invalid_output_rate") is None else 100.0 * m["invalid_output_rate"],
+            "truncated": None if m.get("truncation_rate") is None else 100.0 * m["truncation_rate"],
+        }))
+    if len(tasks) > 1:
+        agent = report.get("agent") or {}
+        n_all = sum(f["n"] for _, f in out)
+        truncated = None
+        if n_all and all(f["truncated"] is not None for _, f in out):
+            truncated = sum(f["truncated"] * f["n"] for _, f in out) / n_all
+        out.append(("all", {
+            "n": n_all,
+            "success": report.get("overall"),
+            "interval": ci.get("overall"),
+            "mean_reward": agent.get("mean_reward"),
+            "mean_turns": agent.get("mean_turns"),
+            "invalid": None if agent.get("invalid_output_rate") is None else 100.0 * agent["invalid_output_rate"],
+            "truncated": truncated,
+        }))
+    return out
+
+
+def game_table_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    """The game table: one line per report and task (plus an ``all`` line for a report of several tasks).
+
+    Columns (:data:`GAME_TABLE_HEADER`): method, task, episodes, success rate x100 with its 95% Wilson
+    interval (``70.0 [39.7, 89.2]``), mean return, mean episode length in turns, invalid-output rate
+    (invalid turns / all turns, x100) and truncation rate (episodes that hit the turn limit, x100).
+    ``-`` for a number the report lacks.
+
+    Args:
+        rows: ``(row name, game report)`` pairs.
+    """
+    header = list(GAME_TABLE_HEADER)
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---", "---"] + ["---:"] * (len(header) - 2)) + "|"]
+    for name, report in rows:
+        for task, f in _game_task_rows(report):
+            success = _fmt(f["success"])
+            iv = f["interval"]
+            if success != "-" and iv is not None and None not in iv:
+                success += f" [{iv[0]:.1f}, {iv[1]:.1f}]"
+            cells = [_cell(name), _cell(task), str(f["n"]), success, _fmt(f["mean_reward"], 2), _fmt(f["mean_turns"], 2),
+                     _fmt(f["invalid"]), _fmt(f["truncated"])]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def game_table_note(rows: Sequence[tuple[str, dict[str, Any]]] = ()) -> str:
+    """The line under a game table that says what its columns are."""
+    ci = next((r["ci95"] for _, r in rows if r.get("ci95")), None)
+    level = f"{100 * ci['confidence']:g}%" if ci and "confidence" in ci else "95%"
+    return (f"Success: episodes won or solved / episodes (x100), with its {level} Wilson score interval. "
+            "Mean return: the episode's summed rewards, averaged over episodes. Mean length: turns per episode. "
+            "Invalid outputs: turns whose text did not parse as an action / all turns (x100). "
+            "Truncated: episodes that hit the turn limit (x100).")
+
+
+def game_report_markdown(report: dict[str, Any]) -> str:
+    """``report.md`` of a game report: the game table, the most frequent invalid outputs, the setup."""
+    rows = [(report["name"], report)]
+    out = [f"# Game evaluation: {report['name']}", "", game_table_markdown(rows), "", game_table_note(rows), ""]
+    skipped = report.get("meta", {}).get("num_skipped")
+    if skipped:
+        out += [f"**{skipped} episode(s) skipped**; see `meta.skipped` in report.json.", ""]
+    out += _invalid_markdown(report)
+    if report.get("meta"):
+        out += ["## Setup", "", "```json", json.dumps(report["meta"], indent=2, default=str), "```", ""]
+    return "\n".join(out)
+
+
+def _invalid_markdown(report: dict[str, Any]) -> list[str]:
+    invalid = invalid_summary(report.get("records", []))
+    if not invalid:
+        return []
+    out = ["## Most frequent invalid outputs", "", "| turns | reason | example output |", "|---:|---|---|"]
+    out += [f"| {n} | {_cell(reason)} | `{_cell(example[:120])}` |" for reason, n, example in invalid]
+    out.append("")
+    return out
+
+
 def report_markdown(report: dict[str, Any]) -> str:
-    """``report.md``: the benchmark table, per-type scores, agent metrics and warnings."""
+    """``report.md``: the benchmark table, per-type scores, agent metrics and warnings
+    (a game report's: :func:`game_report_markdown`)."""
+    if report_kind(report) == GAME_KIND:
+        return game_report_markdown(report)
     out = [f"# VSI evaluation: {report['name']}", "", table_markdown([(report["name"], report)]), ""]
     out += ["## Scores with 95% intervals", "", ci_table_markdown([(report["name"], report)]), ""]
     if report.get("tasks_missing"):
@@ -494,11 +819,7 @@ def report_markdown(report: dict[str, Any]) -> str:
     agent = agent_metrics_markdown([(report["name"], report)])
     if agent:
         out += ["## Agent metrics", "", agent, ""]
-    invalid = invalid_summary(report.get("records", []))
-    if invalid:
-        out += ["## Most frequent invalid outputs", "", "| turns | reason | example output |", "|---:|---|---|"]
-        out += [f"| {n} | {_cell(reason)} | `{_cell(example[:120])}` |" for reason, n, example in invalid]
-        out.append("")
+    out += _invalid_markdown(report)
     mal = report.get("malformed")
     if mal and mal["count"]:
         out += ["## Malformed lines", "", f"{mal['count']} line(s) could not be scored ({mal['overall_treatment']}):", ""]
@@ -553,10 +874,14 @@ def task_bars_figure(
     task without questions shows ``n/a``. Error bars are the report's ``ci95`` intervals (none for
     a report without them). Tick labels give each column's number of questions, ``n=12``, or one
     per report, ``n=12/10``, when the reports differ.
+
+    Game reports (:func:`_bar_columns`) have one column per task, success rate x100, with Wilson
+    error bars (and an ``All`` column first when a report has several tasks); with reports of both
+    kinds the game columns follow the VSI ones, and a report shows ``n/a`` in the other kind's columns.
     """
     if not rows:
         raise ValueError("plot_task_bars needs at least one (name, report) row")
-    columns = ["Overall", *SHORT_TASK_NAMES.values()]
+    columns, ylabel, title = _bar_columns(rows)
     fig = _new_figure(width_px, height_px, dpi)
     ax = fig.add_subplot(1, 1, 1)
     x = np.arange(len(columns))
@@ -566,12 +891,10 @@ def task_bars_figure(
     label_size = 7 if len(rows) > 1 else 8
     counts = []
     for i, (name, report) in enumerate(rows):
-        values = [report["overall"], *[report["table"].get(c) for c in SHORT_TASK_NAMES.values()]]
-        values = [np.nan if v is None else float(v) for v in values]
-        ci = report.get("ci95") or {}
-        intervals = [ci.get("overall"), *[(ci.get("table") or {}).get(c) for c in SHORT_TASK_NAMES.values()]]
-        n = report_counts(report)
-        counts.append([sum(n.values()), *[n[c] for c in SHORT_TASK_NAMES.values()]])
+        bars_of = _report_bars(report, columns)
+        values = [np.nan if v is None else float(v) for v, _, _ in bars_of]
+        intervals = [iv for _, iv, _ in bars_of]
+        counts.append([k for _, _, k in bars_of])
         xs = x - 0.4 + width * (i + 0.5)
         bars = ax.bar(xs, values, width, label=name)
         colour = bars.patches[0].get_facecolor()
@@ -595,18 +918,62 @@ def task_bars_figure(
         ticks.append(f"{col}\nn={ns[0]}" if len(set(ns)) == 1 else f"{col}\nn={'/'.join(str(k) for k in ns)}")
     ax.set_xticks(x)
     ax.set_xticklabels(ticks, fontsize=8)
-    ax.set_ylabel("score (x100)")
+    ax.set_ylabel(ylabel)
     # Room above 100 for the value labels of bars that reach it.
     ax.set_ylim(0, 100 + (18 if rotation else 8))
     ax.set_yticks(np.arange(0, 101, 20))
     ax.grid(axis="y", alpha=0.3)
     if any(r.get("ci95") for _, r in rows):
-        level = next(r["ci95"]["confidence"] for _, r in rows if r.get("ci95"))
-        ax.set_title(f"error bars: {100 * level:g}% bootstrap interval (questions resampled within each type)", fontsize=8)
+        level = next(r["ci95"].get("confidence", CI_CONFIDENCE) for _, r in rows if r.get("ci95"))
+        ax.set_title(f"error bars: {100 * level:g}% {title}", fontsize=8)
     # Outside the axes: bars reach 100 and a legend inside would hide them.
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return fig
+
+
+_VSI_BAR_COLUMNS = ("Overall", *SHORT_TASK_NAMES.values())
+_VSI_ERRORBAR_TITLE = "bootstrap interval (questions resampled within each type)"
+_GAME_ERRORBAR_TITLE = "Wilson score interval of the success rate"
+# The column of a game report's pooled success rate, shown when a report has several tasks.
+_GAME_ALL_COLUMN = "All"
+
+
+def _bar_columns(rows: Sequence[tuple[str, dict[str, Any]]]) -> tuple[list[str], str, str]:
+    """``(columns, y label, error-bar title)`` of the bar chart of ``rows``.
+
+    VSI reports only: Overall and the 8 tasks, "score (x100)". Game reports only: ``All`` (when a
+    report has several tasks) and the tasks of all reports (:func:`game_task_order`), "success rate
+    (%)". Both kinds: the VSI columns, then the game columns.
+    """
+    vsi, games = _split_kinds(rows)
+    if not games:
+        return list(_VSI_BAR_COLUMNS), "score (x100)", _VSI_ERRORBAR_TITLE
+    tasks = game_task_order([t for _, r in games for t in (r.get("table") or {})])
+    several = any(len(r.get("table") or {}) > 1 for _, r in games)
+    game_columns = ([_GAME_ALL_COLUMN] if several else []) + [t for t in tasks if t not in _VSI_BAR_COLUMNS]
+    if not vsi:
+        return game_columns, "success rate (%)", _GAME_ERRORBAR_TITLE
+    return ([*_VSI_BAR_COLUMNS, *[c for c in game_columns if c != _GAME_ALL_COLUMN]], "VSI score / game success (x100)",
+            "interval (VSI: bootstrap; games: Wilson)")
+
+
+def _report_bars(report: dict[str, Any], columns: Sequence[str]) -> list[tuple[Optional[float], Optional[Sequence[float]], int]]:
+    """``(value x100 or None, interval or None, n)`` of each of ``columns`` for one report (None, None, 0
+    for a column the report does not have)."""
+    ci = report.get("ci95") or {}
+    ci_table = ci.get("table") or {}
+    table = report.get("table") or {}
+    n = report_counts(report)
+    if report_kind(report) == VSI_KIND:
+        own = {"Overall": (report["overall"], ci.get("overall"), sum(n.values()))}
+        own.update({c: (table.get(c), ci_table.get(c), n[c]) for c in SHORT_TASK_NAMES.values()})
+    else:
+        own = {t: (v, ci_table.get(t), n.get(t, 0)) for t, v in table.items()}
+        # A game report's overall is its success rate: the "All" column (or "Overall" beside VSI reports).
+        for column in (_GAME_ALL_COLUMN, "Overall"):
+            own[column] = (report["overall"], ci.get("overall"), sum(n.values()))
+    return [own.get(c, (None, None, 0)) for c in columns]
 
 
 def plot_task_bars(
@@ -844,6 +1211,23 @@ def turn_caption(step: TurnRecord, layout: PictureLayout = PictureLayout()) -> l
     return lines
 
 
+def picture_header(record: EpisodeRecord) -> tuple[str, str]:
+    """``(heading, status line)`` on top of a trajectory picture.
+
+    VSI: ``[type] question options`` and ``answer: ...   ground truth: ...   score: ...   turns: ...``.
+    Game: ``[task] question`` and ``won``/``lost``/``lost (turn limit)``, ``return``, ``turns`` and
+    ``invalid`` (turns); answers, options and ground truth are not shown.
+    """
+    if is_game_type(record.question_type):
+        outcome = "won" if is_success(record.score) else ("lost (turn limit)" if record.truncated else "lost")
+        return (f"[{record.question_type}] {record.question or ''}".rstrip(),
+                f"{outcome}   return: {record.reward:.2f}   turns: {record.turns}   invalid: {record.num_invalid}")
+    answer = record.answer if record.answer is not None else "(no answer)"
+    opts = "  ".join(record.options) if record.options else ""
+    return (f"[{record.question_type}] {record.question} {opts}",
+            f"answer: {answer}   ground truth: {record.ground_truth}   score: {record.score:.2f}   turns: {record.turns}")
+
+
 def trajectory_picture(
     record: EpisodeRecord,
     frames: Sequence[np.ndarray],
@@ -854,11 +1238,18 @@ def trajectory_picture(
     """Draw one episode: question header, per-turn frames captioned with thoughts and action
     (:func:`turn_caption`; an invalid turn in red with the model's raw output), map.
 
+    A game episode (``question_type`` a game task) gets the header ``[task] <question>`` and
+    ``won``/``lost`` (``lost (turn limit)`` when truncated) with its return, turns and invalid
+    turns; no answer, ground truth or options are shown, and no turn's ``pose`` is read. Its
+    ``topdown`` is the game's full-state image at the end of the episode; a picture that is not
+    square is fitted into the map square keeping its aspect ratio (pixel art scaled up by nearest
+    neighbour, so it stays crisp).
+
     Args:
         record: The evaluated episode (its ``steps`` give the captions).
         frames: The view the agent had when deciding each turn, one per step (uint8 HxWx3).
         topdown: The top-down map (uint8 HxWx3), e.g. from ``topdown.render_topdown`` with the path,
-            the objects asked about and the answer.
+            the objects asked about and the answer; for a game, its full-state image.
         path: Output PNG; its size is ``layout.size(len(record.steps))``.
     """
     from PIL import Image, ImageDraw
@@ -869,12 +1260,9 @@ def trajectory_picture(
     canvas = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(canvas)
     small, tiny = _font(13), _font(11)
-    answer = record.answer if record.answer is not None else "(no answer)"
-    opts = "  ".join(record.options) if record.options else ""
-    head = f"[{record.question_type}] {record.question} {opts}"
-    head_lines = _wrap(head, max(20, width // 7), 2) + [
-        f"answer: {answer}   ground truth: {record.ground_truth}   score: {record.score:.2f}   turns: {record.turns}"
-    ]
+    game = is_game_type(record.question_type)
+    head, status = picture_header(record)
+    head_lines = _wrap(head, max(20, width // 7), 2) + [status]
     for i, line in enumerate(head_lines):
         draw.text((6, 3 + 17 * i), line, fill="black", font=small)
     top = layout.header
@@ -886,8 +1274,14 @@ def trajectory_picture(
         for j, line in enumerate(turn_caption(step, layout)):
             draw.text((x0 + 3, top + layout.tile + 2 + 13 * j), line, fill=colour, font=tiny)
     tmap = Image.fromarray(np.ascontiguousarray(topdown, dtype=np.uint8)).convert("RGB")
-    tmap = tmap.resize((layout.map_size, layout.map_size), Image.BILINEAR)
-    canvas.paste(tmap, (width - layout.map_size, top))
+    if game:
+        scale = layout.map_size / max(tmap.size)
+        size = (max(1, round(tmap.size[0] * scale)), max(1, round(tmap.size[1] * scale)))
+        tmap = tmap.resize(size, Image.NEAREST if scale >= 1 else Image.BILINEAR)
+        canvas.paste(tmap, (width - layout.map_size + (layout.map_size - size[0]) // 2, top + (layout.map_size - size[1]) // 2))
+    else:
+        tmap = tmap.resize((layout.map_size, layout.map_size), Image.BILINEAR)
+        canvas.paste(tmap, (width - layout.map_size, top))
     path = Path(path)
     canvas.save(path, format="PNG")
     return path
@@ -973,11 +1367,26 @@ def load_report(path: str | os.PathLike) -> dict[str, Any]:
     if report["overall"] is None:
         report["overall"] = float("nan")
     if not report.get("ci95"):
+        if report_kind(report) == GAME_KIND:
+            outcomes = _records_outcomes(report.get("records") or [])
+            if outcomes:
+                report["ci95"] = game_intervals(outcomes)
+            return report
         # Written before reports held intervals: the records give the same numbers (fixed seed).
         scored = _records_scored(report.get("records") or [])
         if scored:
             report["ci95"] = score_intervals(scored)
     return report
+
+
+def _records_outcomes(records: Sequence[dict[str, Any]]) -> list[tuple[str, bool]]:
+    """``(task, won)`` of every game record; [] when a record lacks either (no interval then)."""
+    outcomes = []
+    for r in records:
+        if not isinstance(r, dict) or not isinstance(r.get("question_type"), str) or not _is_number(r.get("score")):
+            return []
+        outcomes.append((r["question_type"], is_success(r["score"])))
+    return outcomes
 
 
 def _records_scored(records: Sequence[dict[str, Any]]) -> list[tuple[str, float]]:
@@ -998,6 +1407,11 @@ def compare_reports(
     paired: Optional[Sequence[tuple[str, str]]] = None,
 ) -> dict[str, Path]:
     """Side-by-side comparison of several reports: ``compare.md`` and ``compare.png`` in ``out_dir``.
+
+    VSI reports get the benchmark table, the intervals table and the agent metrics; game reports the
+    game table (:func:`game_table_markdown`: success rate with its interval, mean return, mean
+    episode length, invalid-output and truncation rates), under "## Games" when both kinds are given.
+    ``--paired`` rows of game reports compare success rates on the same episodes.
 
     Args:
         paths: ``report.json`` files (or directories holding one).
@@ -1027,8 +1441,14 @@ def compare_reports(
         differences.append(paired_overall_ci(by_name[a], by_name[b], names=(a, b)))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    md = ["# VSI evaluation: comparison", "", table_markdown(rows), ""]
-    md += ["## Scores with 95% intervals", "", ci_table_markdown(rows), ""]
+    vsi, games = _split_kinds(rows)
+    title = "# VSI evaluation: comparison" if not games else "# Game evaluation: comparison" if not vsi else "# Evaluation: comparison"
+    md = [title, ""]
+    if vsi:
+        md += [table_markdown(vsi), ""]
+        md += ["## Scores with 95% intervals", "", ci_table_markdown(vsi), ""]
+    if games:
+        md += (["## Games", ""] if vsi else []) + [game_table_markdown(games), "", game_table_note(games), ""]
     if differences:
         md += ["## Paired differences", "", paired_markdown(differences), ""]
     agent = agent_metrics_markdown(rows)
@@ -1110,12 +1530,17 @@ def overall_weights(question_types: Sequence[str]) -> np.ndarray:
     a type's questions, so a question of type ``t`` in task ``T`` weighs
     ``1 / (num tasks * num types of T present * num questions of t)``.
 
+    With a game task among the types (a game report, whose ``overall`` is the pooled success
+    rate) every episode weighs ``1 / n``.
+
     Args:
         question_types: The type of each question, shape ``(n,)``.
 
     Returns:
         Weights, shape ``(n,)``, summing to 1.
     """
+    if any(is_game_type(t) for t in question_types):
+        return np.full(len(question_types), 1.0 / max(len(question_types), 1))
     counts: dict[str, int] = {}
     for t in question_types:
         counts[t] = counts.get(t, 0) + 1
@@ -1144,6 +1569,10 @@ def paired_overall_ci(
     difference of the two reports' Overall). A type with a single question adds no spread
     (``single_question_types`` counts them): evaluate more episodes for an honest interval.
 
+    Game reports (their records' types are game tasks): the difference of success rates (x100, each
+    episode won when :func:`is_success`) on the same episodes, paired by episode id, resampled within
+    each task; the result then also holds ``"measure": "success"``.
+
     Args:
         a: Report of system A; ``b`` of system B, on the same questions (:func:`paired_records`).
         names: Row names ``(A, B)``, kept in the result and used in error messages.
@@ -1155,16 +1584,26 @@ def paired_overall_ci(
     """
     pairs = paired_records(a, b, names)
     types = [ra["question_type"] for ra, _ in pairs]
+    game = any(is_game_type(t) for t in types)
     weights = len(pairs) * overall_weights(types)
-    score_a = 100.0 * weights * np.array([float(ra["score"]) for ra, _ in pairs])
-    score_b = 100.0 * weights * np.array([float(rb["score"]) for _, rb in pairs])
+    value = (lambda r: float(is_success(r["score"]))) if game else (lambda r: float(r["score"]))
+    score_a = 100.0 * weights * np.array([value(ra) for ra, _ in pairs])
+    score_b = 100.0 * weights * np.array([value(rb) for _, rb in pairs])
     ci = stats.paired_bootstrap_ci(score_a, score_b, n_boot=n_boot, seed=seed, confidence=confidence, strata=types)
     single = sum(1 for t in set(types) if types.count(t) == 1)
-    return {"a": names[0], "b": names[1], **ci, "confidence": confidence, "n_boot": n_boot, "single_question_types": single}
+    out = {"a": names[0], "b": names[1], **ci, "confidence": confidence, "n_boot": n_boot, "single_question_types": single}
+    if game:
+        out["measure"] = "success"
+    return out
 
 
 def paired_markdown(differences: Sequence[dict[str, Any]]) -> str:
-    """A table of :func:`paired_overall_ci` results, with a line saying how they were computed."""
+    """A table of :func:`paired_overall_ci` results, with a line saying how they were computed (one
+    table for VSI differences, one for game success-rate differences)."""
+    vsi = [d for d in differences if d.get("measure") != "success"]
+    games = [d for d in differences if d.get("measure") == "success"]
+    if games:
+        return "\n\n".join(([paired_markdown(vsi)] if vsi else []) + [_paired_game_markdown(games)])
     first = differences[0]
     level = f"{100 * first['confidence']:g}%"
     lines = [
@@ -1181,4 +1620,21 @@ def paired_markdown(differences: Sequence[dict[str, Any]]) -> str:
     if single:
         lines += ["", f"**{single} question type(s) have a single question**: they add no spread, so the interval is too "
                   "narrow; evaluate more episodes (eval.num_episodes) for an honest one."]
+    return "\n".join(lines)
+
+
+def _paired_game_markdown(differences: Sequence[dict[str, Any]]) -> str:
+    """:func:`paired_markdown`'s table of game success-rate differences."""
+    first = differences[0]
+    level = f"{100 * first['confidence']:g}%"
+    lines = [
+        f"Success rate (%) of A minus B on the same episodes, paired by episode id, with a {level} percentile "
+        f"bootstrap interval ({first['n_boot']} resamples of the episodes within each task). An interval that "
+        "excludes 0 is a difference these episodes resolve.",
+        "",
+        f"| A - B | episodes | Success diff | {level} CI |",
+        "|---|---:|---:|---|",
+    ]
+    for d in differences:
+        lines.append(f"| {_cell(d['a'])} - {_cell(d['b'])} | {d['n']} | {d['diff']:+.1f} | [{d['low']:+.1f}, {d['high']:+.1f}] |")
     return "\n".join(lines)

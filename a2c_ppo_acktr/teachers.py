@@ -189,6 +189,8 @@ BRIEF_THOUGHTS = {
     "route_planning": "I plan the route.",
     "obj_appearance_order": "I recall the order.",
 }
+# The one reason of a game oracle's replies with thoughts="brief" (the action is the oracle's own).
+BRIEF_GAME_THOUGHTS = "I choose the action that brings me closer to winning."
 BRIEF_MOVE_THOUGHTS = "I turn to face it."
 THOUGHT_STYLES = ("full", "brief")
 
@@ -246,7 +248,12 @@ class OracleTeacher(Teacher):
         strategy, the Points solvers, MiniGrid's BFS planner, Sokoban's A*)."""
         base = env.unwrapped
         if hasattr(base, "oracle_reply"):
-            return base.oracle_reply()
+            reply = base.oracle_reply()
+            if self.thoughts == "brief":  # the game oracle's action under one fixed reason
+                from a2c_ppo_acktr.envs.cards.common import format_reply
+
+                return format_reply(BRIEF_GAME_THOUGHTS, base.parse(reply))
+            return reply
         scene, question, pose = base.scene, base.question, base.pose
         moves_made = _moves_made(base)
         turns_left = _turns_left(base)

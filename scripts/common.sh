@@ -29,13 +29,35 @@ vsi_num_gpus() {
   fi
 }
 
-# Append the overrides every training launcher takes to the array `args`: MODEL_PATH
+# Append the overrides every launcher takes to the array `args`: ENV_CONFIG (an env overlay such
+# as configs/envs/numberline.yaml, passed as --config on top of the preset), MODEL_PATH
 # (model.model_path) and EXTRA_ARGS (more --section.key value pairs, word-split).
 vsi_append_overrides() {
+  vsi_append_env_config
   if [ -n "${MODEL_PATH:-}" ]; then args+=(--model.model_path "$MODEL_PATH"); fi
   if [ -n "${EXTRA_ARGS:-}" ]; then
     local extra
     read -r -a extra <<< "$EXTRA_ARGS"
     args+=("${extra[@]}")
   fi
+}
+
+# ENV_CONFIG: an env overlay (configs/envs/<env>.yaml) appended to `args` as --config; it must exist.
+vsi_append_env_config() {
+  if [ -n "${ENV_CONFIG:-}" ]; then
+    if [ ! -f "$ENV_CONFIG" ]; then
+      echo "ENV_CONFIG=$ENV_CONFIG does not exist; env overlays: $(ls configs/envs/*.yaml 2>/dev/null | tr '\n' ' ')" >&2
+      exit 2
+    fi
+    args+=(--config "$ENV_CONFIG")
+  fi
+}
+
+# vsi_env_launcher OVERLAY SCRIPT ARGS...: run a launcher (run_vsi_qwen.sh, run_vsi_sft.sh,
+# eval_vsi_qwen.sh) on another env: ENV_CONFIG=configs/envs/OVERLAY.yaml unless already set.
+vsi_env_launcher() {
+  local overlay=$1 script=$2
+  shift 2
+  export ENV_CONFIG=${ENV_CONFIG:-configs/envs/$overlay.yaml}
+  exec bash "scripts/$script" "$@"
 }

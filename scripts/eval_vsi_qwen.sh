@@ -17,6 +17,7 @@
 #   BLIND=1     withhold images (text-only baseline)
 #   DTYPE       bfloat16 (default) | float16 | float32
 #   DEVICE      cuda (default) | auto | cpu
+#   ENV_CONFIG  env overlay under configs/envs/ (another env than VSI; scripts/eval_<env>_qwen.sh set it)
 #   PYTHON      interpreter (default .venv/bin/python when present, else python)
 # Examples:
 #   MODEL_PATH=Qwen/Qwen2.5-VL-7B-Instruct PRESET=qwen2.5-vl-7b bash scripts/eval_vsi_qwen.sh
@@ -28,7 +29,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
-  sed -n '2,26p' "$0"
+  sed -n '2,27p' "$0"
   exit 0
 fi
 # shellcheck source=scripts/common.sh
@@ -61,6 +62,7 @@ if [ -n "${VSIBENCH:-}" ]; then args+=(--vsibench "$VSIBENCH" --data-root "$DATA
 if [ -n "${NUM_EPISODES:-}" ]; then args+=(--eval.num_episodes "$NUM_EPISODES"); fi
 if [ -n "${BATCH_SIZE:-}" ]; then args+=(--eval.batch_size "$BATCH_SIZE"); fi
 if [ "${BLIND:-0}" = "1" ]; then args+=(--blind); fi
+vsi_append_env_config
 
 export TOKENIZERS_PARALLELISM=false
 echo "[eval_vsi_qwen] $PYTHON ${args[*]} $*" >&2

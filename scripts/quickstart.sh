@@ -7,6 +7,8 @@
 #
 # Environment variables (all optional):
 #   PRESET     config preset under configs/ (default cpu-demo); every step uses it
+#   ENV_CONFIG env overlay for another env than VSI, e.g. configs/envs/numberline.yaml (the oracle
+#              teacher is then the game's own: see README "Environments")
 #   FAMILY     tiny model family: qwen2_5_vl (default) | qwen2_vl | qwen3_vl
 #   OVERWRITE  1 = delete an existing OUTDIR first (otherwise a non-empty OUTDIR is an error)
 #   PYTHON     interpreter (default: .venv/bin/python, created by scripts/setup.sh)
@@ -18,13 +20,17 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
-  sed -n '2,17p' "$0"
+  sed -n '2,19p' "$0"
   exit 0
 fi
 OUT=${1:-outputs/quickstart}
 PRESET=${PRESET:-cpu-demo}
 FAMILY=${FAMILY:-qwen2_5_vl}
 PY=${PYTHON:-.venv/bin/python}
+if [ -n "${ENV_CONFIG:-}" ] && [ ! -f "$ENV_CONFIG" ]; then
+  echo "[quickstart] ENV_CONFIG=$ENV_CONFIG does not exist; env overlays: $(ls configs/envs/*.yaml | tr '\n' ' ')" >&2
+  exit 2
+fi
 if [ ! -f "configs/$PRESET.yaml" ]; then
   echo "[quickstart] PRESET=$PRESET: no configs/$PRESET.yaml; known presets: $(cd configs && ls *.yaml | sed 's/\.yaml$//' | tr '\n' ' ')" >&2
   exit 2
@@ -79,6 +85,7 @@ fi
 MODEL=$OUT/model
 step tiny-model "$PY" -m a2c_ppo_acktr.tiny --family "$FAMILY" --out "$MODEL"
 COMMON=(--preset "$PRESET" --model.model_path "$MODEL" --log.progress_bar false)
+if [ -n "${ENV_CONFIG:-}" ]; then COMMON+=(--config "$ENV_CONFIG"); fi
 
 step label "$PY" vlm_traj_label.py "${COMMON[@]}" --label.teacher oracle --label.out_dir "$OUT/labels"
 step preprocess "$PY" vlm_traj_preprocess.py "${COMMON[@]}" --label.out_dir "$OUT/labels" --label.dataset_dir "$OUT/sft_data"

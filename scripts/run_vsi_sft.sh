@@ -18,6 +18,7 @@
 #   PORT         main process port (default 29511)
 #   RESUME       auto (default: continue from the latest OUTDIR/checkpoint-*) | none | PATH
 #   EXTRA_ARGS   more overrides, word-split, e.g. "--sft.lr 1e-4 --sft.num_epochs 2"
+#   ENV_CONFIG    env overlay under configs/envs/ (another env than VSI; scripts/<run|sft>_<env>_qwen.sh set it)
 #   PYTHON       interpreter (default .venv/bin/python when present, else python)
 #
 # Pipeline:  python vlm_traj_label.py --preset P --label.teacher openai --label.model M --label.out_dir LABELS
@@ -26,7 +27,7 @@
 set -euo pipefail
 
 if [ "$#" -ne 1 ]; then
-  sed -n '2,24p' "$0" >&2
+  sed -n '2,26p' "$0" >&2
   exit 2
 fi
 OUTDIR=$1

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Evaluation on gym-cards NumberLine: scripts/eval_vsi_qwen.sh with the env overlay
+# configs/envs/numberline.yaml (ENV_CONFIG); every argument and environment variable of
+# scripts/eval_vsi_qwen.sh applies (PRESET picks the model: qwen2.5-vl-3b by default, cpu-demo on CPU).
+#
+# Usage:  bash scripts/eval_nl_qwen.sh [EXTRA eval_vsi.py ARGS...]
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/common.sh
+. scripts/common.sh
+vsi_env_launcher numberline eval_vsi_qwen.sh "$@"

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# SFT warm start on gym-cards EZPoints: scripts/run_vsi_sft.sh with the env overlay
+# configs/envs/ezpoints.yaml (ENV_CONFIG); every argument and environment variable of
+# scripts/run_vsi_sft.sh applies (PRESET picks the model: qwen2.5-vl-3b by default, cpu-demo on CPU).
+#
+# Usage:  DATA_PATH=DATA bash scripts/run_ezp_sft.sh OUTDIR
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/common.sh
+. scripts/common.sh
+vsi_env_launcher ezpoints run_vsi_sft.sh "$@"

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# PPO training on MiniGrid (DoorKey-6x6; ENV_CONFIG=configs/envs/minigrid-empty.yaml for Empty-Random-6x6): scripts/run_vsi_qwen.sh with the env overlay
+# configs/envs/minigrid-doorkey.yaml (ENV_CONFIG); every argument and environment variable of
+# scripts/run_vsi_qwen.sh applies (PRESET picks the model: qwen2.5-vl-3b by default, cpu-demo on CPU).
+#
+# Usage:  bash scripts/run_minigrid_qwen.sh SEED NAME OUTDIR PORT
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/common.sh
+. scripts/common.sh
+vsi_env_launcher minigrid-doorkey run_vsi_qwen.sh "$@"

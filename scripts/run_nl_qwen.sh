@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# PPO training on gym-cards NumberLine: scripts/run_vsi_qwen.sh with the env overlay
+# configs/envs/numberline.yaml (ENV_CONFIG); every argument and environment variable of
+# scripts/run_vsi_qwen.sh applies (PRESET picks the model: qwen2.5-vl-3b by default, cpu-demo on CPU).
+#
+# Usage:  bash scripts/run_nl_qwen.sh SEED NAME OUTDIR PORT
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/common.sh
+. scripts/common.sh
+vsi_env_launcher numberline run_vsi_qwen.sh "$@"

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# SFT warm start on Sokoban (6x6, one box): scripts/run_vsi_sft.sh with the env overlay
+# configs/envs/sokoban.yaml (ENV_CONFIG); every argument and environment variable of
+# scripts/run_vsi_sft.sh applies (PRESET picks the model: qwen2.5-vl-3b by default, cpu-demo on CPU).
+#
+# Usage:  DATA_PATH=DATA bash scripts/run_sokoban_sft.sh OUTDIR
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/common.sh
+. scripts/common.sh
+vsi_env_launcher sokoban run_vsi_sft.sh "$@"

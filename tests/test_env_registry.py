@@ -1,0 +1,231 @@
+"""Every env of the registry through the one pipeline (issue 14): config, batched stepping, exact
+resume, oracle labelling, SFT samples and evaluation, and end to end from the tiny model
+(label -> SFT -> 2 PPO iterations -> eval) for every id."""
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+from a2c_ppo_acktr.arguments import ConfigError, load_config
+from a2c_ppo_acktr.envs import registry
+
+GAME_IDS = [i for i in registry.TESTED_IDS if i != registry.VSI_ID]
+OVERLAYS = {
+    "NumberLine-v0": "numberline",
+    "EZPoints-v0": "ezpoints",
+    "Points24-v0": "points24",
+    "Blackjack-v0": "blackjack",
+    "MiniGrid-DoorKey-6x6-v0": "minigrid-doorkey",
+    "MiniGrid-Empty-Random-6x6-v0": "minigrid-empty",
+    "Sokoban-v0": "sokoban",
+}
+
+
+def game_cfg(env_id: str, **over):
+    """The debug preset on ``env_id`` with its overlay (64 px: the card drawings' minimum)."""
+    overrides = {"env": {"image_size": 64}, "log": {"progress_bar": False}}
+    for dotted, value in over.items():
+        section, key = dotted.split("__")
+        overrides.setdefault(section, {})[key] = value
+    return load_config(preset="debug", config=f"configs/envs/{OVERLAYS[env_id]}.yaml", overrides=overrides)
+
+
+# ------------------------------------------------------------------------------------ the config
+def test_every_overlay_names_its_env_and_every_tested_id_has_one():
+    assert set(OVERLAYS) == set(GAME_IDS)
+    for env_id in GAME_IDS:
+        assert game_cfg(env_id).env.env_id == env_id
+
+
+def test_unknown_env_id_and_unknown_game_setting_are_clear_errors():
+    with pytest.raises(ConfigError, match="env.env_id='Pong-v0' is not a known env.*MiniGrid-DoorKey-6x6-v0"):
+        load_config(preset="debug", overrides=["--env.env_id", "Pong-v0"])
+    cfg = load_config(preset="debug", overrides=["--env.env_id", "NumberLine-v0", "--env.image_size", "64", "--env.game.max_postion", "7"])
+    with pytest.raises(ValueError, match=r"env.game has \['max_postion'\].*max_position"):
+        registry.make_env(cfg.env)
+    cfg = load_config(preset="debug", overrides=["--env.env_id", "NumberLine-v0", "--env.image_size", "64", "--env.game.max_position", "1"])
+    with pytest.raises(ValueError, match="NumberLine-v0: max_position=1 must be >= 2"):
+        registry.make_env(cfg.env)
+    with pytest.raises(ValueError, match="leave env.game empty"):
+        registry.make_env(load_config(preset="debug", overrides=["--env.game.max_position", "7"]).env)
+
+
+def test_shared_fields_and_game_settings_reach_the_game_config():
+    cfg = load_config(preset="debug", overrides=["--env.env_id", "gym_cards/NumberLine-v0", "--env.image_size", "96", "--env.max_turns", "7",
+                                                 "--env.invalid_penalty", "-0.5", "--env.game.max_position", "9"])
+    env = registry.make_env(cfg.env)
+    assert (env.cfg.image_size, env.cfg.max_turns, env.cfg.invalid_penalty, env.cfg.max_position) == (96, 7, -0.5, 9)
+    obs, _ = env.reset(seed=0)
+    assert obs["images"][0].shape == (96, 96, 3)
+    sok = registry.make_env(game_cfg("Sokoban-v0", env__max_turns=11).env)
+    assert (sok.cfg.dim_room, sok.cfg.tile_size, sok.cfg.max_turns) == ((6, 6), 16, 11)
+
+
+# ------------------------------------------------------------------------------- batched stepping
+@pytest.mark.parametrize("env_id", GAME_IDS)
+def test_batch_env_is_seeded_auto_resets_and_penalises_malformed_replies(env_id):
+    """Two batches with one seed play identically; finished episodes report score/turns/task and
+    reset; a malformed reply costs env.invalid_penalty."""
+    from a2c_ppo_acktr.envs.batch import BatchEnv
+
+    cfg = game_cfg(env_id, env__max_turns=4)
+    rng = np.random.default_rng(0)
+    a, b = BatchEnv(cfg.env, 3, seed=5), BatchEnv(cfg.env, 3, seed=5)
+    oa, ob = a.reset(), b.reset()
+    assert all(np.array_equal(x["images"][0], y["images"][0]) and x["text"] == y["text"] for x, y in zip(oa, ob))
+    episodes = []
+    for _ in range(6):
+        texts = ["not json"] + [e.random_reply(rng) for e in a.envs[1:]]
+        ra, rb = a.step(texts), b.step(texts)
+        assert np.array_equal(ra[1], rb[1]) and [o["text"] for o in ra[0]] == [o["text"] for o in rb[0]]
+        assert ra[1][0] == pytest.approx(cfg.env.invalid_penalty) and not ra[4][0]["valid"]
+        episodes += [i["episode"] for i in ra[4] if "episode" in i]
+    task = registry.task_name(env_id)
+    assert episodes and all(e["question_type"] == task and e["score"] in (0.0, 1.0) and 1 <= e["turns"] <= 4 for e in episodes)
+    # Another seed deals other games.
+    other = BatchEnv(cfg.env, 3, seed=6).reset()
+    assert any(not np.array_equal(x["images"][0], y["images"][0]) for x, y in zip(oa, other))
+
+
+@pytest.mark.parametrize("env_id", GAME_IDS)
+def test_restored_batch_matches_the_uninterrupted_one(env_id):
+    """The state saved after step k (pickled, as a checkpoint does), restored into a fresh batch,
+    gives exactly the steps k+1.. of the batch that was never interrupted."""
+    from a2c_ppo_acktr.envs.batch import BatchEnv
+    from a2c_ppo_acktr.train import env_state, restore_env_state
+
+    cfg = game_cfg(env_id, env__max_turns=5)
+    rng = np.random.default_rng(1)
+    a = BatchEnv(cfg.env, 2, seed=9)
+    a.reset()
+    for _ in range(3):
+        a.step([e.random_reply(rng) for e in a.envs])
+    saved = pickle.loads(pickle.dumps(env_state(a)))
+    texts = [[e.random_reply(rng) for e in a.envs] for _ in range(6)]
+    straight = [a.step(t) for t in texts]
+    b = BatchEnv(cfg.env, 2, seed=0)
+    b.reset()
+    restore_env_state(b, saved)
+    resumed = [b.step(t) for t in texts]
+    for x, y in zip(straight, resumed):
+        assert np.array_equal(x[1], y[1]) and np.array_equal(x[2], y[2])
+        assert [o["text"] for o in x[0]] == [o["text"] for o in y[0]]
+        assert all(np.array_equal(p["images"][0], q["images"][0]) for p, q in zip(x[0], y[0]))
+
+
+def test_games_bring_their_own_system_prompt_and_vsi_keeps_its_own():
+    from a2c_ppo_acktr.envs.cards.common import GAME_SYSTEM_PROMPT
+    from a2c_ppo_acktr.prompts import SYSTEM_PROMPT, build_messages
+
+    obs, _ = registry.make_env(game_cfg("Blackjack-v0").env).reset(seed=0)
+    assert build_messages(obs)[0]["content"][0]["text"] == GAME_SYSTEM_PROMPT
+    assert "blackjack" in build_messages(obs)[1]["content"][-1]["text"]
+    vsi, _ = registry.make_env(load_config(preset="debug").env).reset(seed=0)
+    assert "system" not in vsi and build_messages(vsi)[0]["content"][0]["text"] == SYSTEM_PROMPT
+
+
+# ------------------------------------------------------------------- oracle labels, SFT, evaluation
+@pytest.mark.parametrize("env_id", ["NumberLine-v0", "MiniGrid-Empty-Random-6x6-v0", "Sokoban-v0"])
+def test_oracle_labels_become_sft_samples_with_the_games_prompt(tmp_path, env_id):
+    from a2c_ppo_acktr.envs.cards.common import GAME_SYSTEM_PROMPT
+    from a2c_ppo_acktr.labeling import TRAJECTORIES, label_trajectories, read_episodes
+    from a2c_ppo_acktr.teachers import BRIEF_GAME_THOUGHTS
+    from SFT.data import build_sft_dataset
+
+    cfg = game_cfg(env_id, label__out_dir=str(tmp_path / "lab"), label__num_episodes=6, label__val_fraction=0.0,
+                   label__oracle_thoughts="brief", label__epsilon=0.0)
+    summary = label_trajectories(cfg)
+    assert summary["written"] == 6 and summary["mean_score"] == 1.0 and summary["invalid_turns"] == 0
+    episodes = read_episodes(tmp_path / "lab" / TRAJECTORIES)
+    assert {e["env_id"] for e in episodes} == {env_id} and {e["question_type"] for e in episodes} == {registry.task_name(env_id)}
+    first = json.loads(episodes[0]["turns"][0]["teacher_output"])
+    assert first["thoughts"] == BRIEF_GAME_THOUGHTS
+    stats = build_sft_dataset(tmp_path / "lab" / TRAJECTORIES, tmp_path / "data", cfg.label)
+    assert stats["train_samples"] == sum(len(e["turns"]) for e in episodes)
+    sample = json.loads((tmp_path / "data" / "train.jsonl").read_text().splitlines()[0])
+    assert sample["messages"][0]["content"][0]["text"] == GAME_SYSTEM_PROMPT
+
+
+def test_labelling_exploration_executes_random_game_actions(tmp_path):
+    from a2c_ppo_acktr.labeling import TRAJECTORIES, label_trajectories, read_episodes
+
+    cfg = game_cfg("NumberLine-v0", label__out_dir=str(tmp_path / "lab"), label__num_episodes=8, label__epsilon=0.5)
+    assert label_trajectories(cfg)["explore_turns"] > 0
+    turns = [t for e in read_episodes(tmp_path / "lab" / TRAJECTORIES) for t in e["turns"] if t["explore"]]
+    assert turns and all(json.loads(t["executed"])["action"] in ("+", "-") for t in turns)
+
+
+@pytest.mark.parametrize(
+    "env_id, oracle_at_least",
+    [("NumberLine-v0", 1.0), ("EZPoints-v0", 1.0), ("Sokoban-v0", 1.0), ("MiniGrid-Empty-Random-6x6-v0", 1.0), ("MiniGrid-DoorKey-6x6-v0", 0.95)],
+)
+def test_evaluation_of_oracle_and_chance_on_games(env_id, oracle_at_least):
+    """The oracle's success through the evaluation loop (the issue's figures), the chance agent's
+    below it, and game reports carry success, return, length and invalid rate."""
+    from a2c_ppo_acktr import evaluation, reports
+    from a2c_ppo_acktr.teachers import OracleTeacher
+
+    cfg = game_cfg(env_id, eval__num_episodes=20, env__max_turns=60)
+    specs = evaluation.eval_specs(cfg)
+    assert [s.seed for s in specs] == [cfg.eval.seed + i for i in range(20)]
+    oracle = evaluation.run_episodes(OracleTeacher(), specs, evaluation.eval_env_config(cfg), 5, progress=False)
+    chance = evaluation.run_episodes(evaluation.DummyAgent(0), specs, evaluation.eval_env_config(cfg), 5, progress=False)
+    success = np.mean([r.score for r in oracle.records])
+    assert success >= oracle_at_least, success
+    assert np.mean([r.score for r in chance.records]) < success
+    report = reports.build_report(oracle.records, name="oracle")
+    assert report["agent"]["success_rate"] == pytest.approx(success)
+    assert report["agent"]["invalid_output_rate"] == 0.0
+    assert report["agent"]["mean_reward"] == pytest.approx(np.mean([r.reward for r in oracle.records]))
+
+
+# --------------------------------------------------------------------------- end to end, every env
+@pytest.mark.parametrize("env_id", GAME_IDS)
+def test_label_sft_ppo_eval_end_to_end_from_the_tiny_model(tmp_path, tiny_model_path, env_id):
+    """Oracle labels -> SFT dataset -> SFT (2 steps) -> 2 PPO iterations from the adapter ->
+    evaluation of the checkpoint: every stage runs on the env, and the report is the game's."""
+    import eval_vsi
+    from a2c_ppo_acktr.labeling import TRAJECTORIES, label_trajectories
+    from a2c_ppo_acktr.train import run_training
+    from SFT.data import build_sft_dataset
+    from SFT.trainer import run_sft
+
+    cfg = game_cfg(
+        env_id,
+        env__max_turns=3,
+        model__model_path=tiny_model_path,
+        model__max_new_tokens=16,
+        label__out_dir=str(tmp_path / "lab"),
+        label__num_episodes=3,
+        label__oracle_thoughts="brief",
+        label__val_fraction=0.0,
+        sft__data_path=str(tmp_path / "data"),
+        sft__output_dir=str(tmp_path / "sft"),
+        sft__max_steps=2,
+        sft__per_device_batch_size=2,
+        sft__save_steps=2,
+        log__output_dir=str(tmp_path / "ppo"),
+        log__tensorboard=False,
+        ppo__num_iterations=2,
+    )
+    assert label_trajectories(cfg)["written"] == 3
+    assert build_sft_dataset(tmp_path / "lab" / TRAJECTORIES, tmp_path / "data", cfg.label)["train_samples"] >= 3
+    adapter = run_sft(cfg)
+    import dataclasses
+
+    run_training(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, sft_adapter=str(adapter))))
+    metrics = [json.loads(line) for line in (tmp_path / "ppo" / "metrics.jsonl").read_text().splitlines()]
+    assert len([m for m in metrics if "iteration" in m]) >= 2
+    ckpt = sorted((tmp_path / "ppo" / "checkpoints").glob("checkpoint-*"))[-1]
+    out = tmp_path / "eval"
+    rc = eval_vsi.main(["--preset", "debug", "--config", f"configs/envs/{OVERLAYS[env_id]}.yaml", "--checkpoint", str(ckpt),
+                        "--out", str(out), "--env.image_size", "64", "--env.max_turns", "3", "--eval.num_episodes", "2", "--eval.batch_size", "2", "--log.progress_bar", "false"])
+    assert rc == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["meta"]["env_id"] == env_id and report["meta"]["question_set"] == "game"
+    assert {r["question_type"] for r in report["records"]} == {registry.task_name(env_id)}
+    assert set(report["agent"]) >= {"success_rate", "mean_reward", "mean_turns", "invalid_output_rate"}
+    assert (out / "report.md").is_file()
