@@ -22,6 +22,12 @@ Tasks (:data:`TASKS`) and their targets:
                best constant scored on the same questions (``Greedy held-out`` lines)
   mix          all 10 types: PPO minus SFT Overall on held-out questions (eval_vsi.py's seeded set,
                paired by question) above 0
+  numberline   gym-cards NumberLine (configs/envs/numberline.yaml) from its own SFT adapter
+               (ENV_CONFIG=configs/envs/numberline.yaml bash scripts/quickstart.sh outputs/quickstart_numberline):
+               greedy success on the held-out deals of each run's last checkpoint, runs minus their
+               lr~0 controls (paired by seed) above 0
+  minigrid_empty  the same on MiniGrid-Empty-Random-6x6 (configs/envs/minigrid-empty.yaml,
+               outputs/quickstart_minigrid_empty)
 The best constant answer is found on the training distribution (the same scenes, the env's own
 questions) unless ``--best-constant TASK=SCORE`` gives its score.
 
@@ -98,12 +104,17 @@ class Task:
             constant's score), ``beat_best_constant`` (last-10 CI lower bound > it) or ``held_out``
             (PPO minus SFT Overall on eval_vsi.py's held-out questions > 0).
         level: The score ``level`` targets need.
+        env_config: An env overlay (``configs/envs/*.yaml``) passed as ``--config``; None: VSI.
+        adapter: The task's own SFT adapter (a game's quickstart) instead of ``--sft-adapter``;
+            ``--adapter TASK=PATH`` overrides it.
     """
 
     name: str
     overrides: tuple[str, ...]
     target: str
     level: Optional[float] = None
+    env_config: Optional[str] = None
+    adapter: Optional[str] = None
 
 
 TASKS: dict[str, Task] = {
@@ -113,6 +124,10 @@ TASKS: dict[str, Task] = {
         Task("room_size", ("env.question_types=[room_size_estimation]", "env.num_scenes=32"), "best_constant"),
         Task("object_size", ("env.question_types=[object_size_estimation]",), "beat_best_constant"),
         Task("mix", (), "held_out"),
+        Task("numberline", ("env.max_turns=10",), "game_success", env_config="configs/envs/numberline.yaml",
+             adapter="outputs/quickstart_numberline/sft/adapter"),
+        Task("minigrid_empty", ("env.max_turns=20",), "game_success", env_config="configs/envs/minigrid-empty.yaml",
+             adapter="outputs/quickstart_minigrid_empty/sft/adapter"),
     )
 }
 
@@ -251,6 +266,8 @@ def target_cell(task: Task, group: dict[str, Any], constant_score: Optional[floa
         if n < 2:
             return label, "n/a (needs 2+ seeds)"
         return label, "yes" if mean - half > constant_score else "no"
+    if task.target == "game_success":
+        return "greedy success: run - control > 0 (see its line)", "see below"
     if task.target == "held_out":
         if not held_out or held_out["n"] == 0:
             return "PPO - SFT held-out > 0", "n/a (no eval)"
@@ -435,13 +452,21 @@ def run_all(named: Sequence[tuple[Path, list[str]]], jobs: int, rerun: bool, com
 
 # ------------------------------------------------------------------------------ main
 def _config_args(args: argparse.Namespace, task: Task) -> list[str]:
-    return ["--preset", PRESET, "--model.model_path", str(args.model_path), "--log.progress_bar", "false",
+    overlay = ["--config", str(REPO / task.env_config)] if task.env_config else []
+    return ["--preset", PRESET, *overlay, "--model.model_path", str(args.model_path), "--log.progress_bar", "false",
             *COMMON_OVERRIDES, *task.overrides, *args.extra]
+
+
+def task_adapter(args: argparse.Namespace, task: Task) -> Path:
+    """The SFT adapter a task's runs start from: ``--adapter TASK=PATH``, the task's own, or ``--sft-adapter``."""
+    if task.name in args.adapters:
+        return args.adapters[task.name]
+    return (REPO / task.adapter).resolve() if task.adapter else args.sft_adapter
 
 
 def train_argv(spec: RunSpec, args: argparse.Namespace) -> list[str]:
     """The ``main_vsi.py`` command of a run."""
-    argv = [sys.executable, "main_vsi.py", *_config_args(args, TASKS[spec.task]), "--sft-adapter", str(args.sft_adapter),
+    argv = [sys.executable, "main_vsi.py", *_config_args(args, TASKS[spec.task]), "--sft-adapter", str(task_adapter(args, TASKS[spec.task])),
             "--ppo.num_iterations", str(args.iterations), "--ppo.advantage_estimator", spec.estimator,
             *ESTIMATOR_OVERRIDES[spec.estimator], "--seed", str(spec.seed), "--log.output_dir", str(spec.directory(args.out))]
     if spec.control:
@@ -545,6 +570,51 @@ def evaluate_greedy(args: argparse.Namespace, results: list[RunResult], best: di
     return out
 
 
+def evaluate_games(args: argparse.Namespace, results: list[RunResult]) -> list[dict[str, Any]]:
+    """``game_success`` tasks: each finished run's last checkpoint plays the held-out deals greedily
+    (eval_vsi.py's seeded set, ``--eval-episodes``), and so does the task's SFT adapter. Runs and
+    controls are paired by seed; the claim is that the mean run - control difference is above 0
+    (its t interval over seeds).
+
+    Returns:
+        One line per (task, estimator): ``{"task", "estimator", "sft", "run", "control", "diff", "met", "text"}``.
+    """
+    from a2c_ppo_acktr import reports
+
+    runs = [r for r in results if TASKS[r.spec.task].target == "game_success" and r.status == "ok"]
+    jobs = []
+    for name in sorted({r.spec.task for r in runs}):
+        d = args.out / name / "sft_eval"
+        jobs.append((d, eval_argv(args, TASKS[name], ["--adapter", str(task_adapter(args, TASKS[name]))], "sft", d)))
+    for r in runs:
+        ckpt = latest_checkpoint(r.spec.directory(args.out) / "checkpoints")
+        if ckpt is None:
+            raise FileNotFoundError(f"{r.spec.directory(args.out)} finished without a checkpoint; see its bench.log")
+        d = r.spec.directory(args.out) / "eval_greedy"
+        jobs.append((d, eval_argv(args, TASKS[r.spec.task], ["--checkpoint", str(ckpt)], f"{r.spec.estimator}-{r.spec.lr_label}-seed{r.spec.seed}", d)))
+    markers = run_all(jobs, args.jobs, args.rerun, lambda d: (d / "report.json").is_file())
+    failed = [str(d) for d, m in markers.items() if m["returncode"] != 0]
+    if failed:
+        raise RuntimeError(f"greedy game evaluation failed in {failed}; see bench.log there")
+    success = {d: reports.load_report(d)["agent"]["success_rate"] for d, _ in jobs}
+    out = []
+    for task, estimator in sorted({(r.spec.task, r.spec.estimator) for r in runs}):
+        sft = success[args.out / task / "sft_eval"]
+        by = {lr: {r.spec.seed: success[r.spec.directory(args.out) / "eval_greedy"] for r in runs
+                   if (r.spec.task, r.spec.estimator, r.spec.lr_label) == (task, estimator, lr)} for lr in ("run", "control")}
+        seeds = sorted(set(by["run"]) & set(by["control"]))
+        run_ci, control_ci = _ci(list(by["run"].values())), _ci(list(by["control"].values()))
+        diff_ci = _ci([by["run"][s] - by["control"][s] for s in seeds])
+        met = "n/a (needs 2+ paired seeds)" if diff_ci[2] < 2 else ("yes" if diff_ci[0] - diff_ci[1] > 0 else "no")
+        text = (f"{task} {estimator}: greedy success on {args.eval_episodes} held-out deals: runs {_fmt_ci(run_ci)} "
+                f"(per seed {', '.join(f'{v:.2f}' for v in by['run'].values())}), controls {_fmt_ci(control_ci)} "
+                f"(per seed {', '.join(f'{v:.2f}' for v in by['control'].values())}), SFT adapter {sft:.2f}; "
+                f"run - control {_fmt_ci(diff_ci)} over {diff_ci[2]} paired seed(s): above 0: {met}")
+        out.append({"task": task, "estimator": estimator, "sft": sft, "run": by["run"], "control": by["control"],
+                    "diff": diff_ci, "met": met, "text": text})
+    return out
+
+
 def top_answer_share(records: Sequence[dict[str, Any]]) -> float:
     """Fraction of the questions given the most common answer (no answer counts as one answer)."""
     from collections import Counter
@@ -597,7 +667,8 @@ def plot_curves(results: Sequence[RunResult], tasks: Sequence[str], estimators: 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    p.add_argument("--tasks", nargs="+", default=[t for t, task in TASKS.items() if task.env_config is None], choices=list(TASKS),
+                   help="default: the VSI tasks; the game tasks (numberline, minigrid_empty) need their quickstart's adapter")
     p.add_argument("--estimators", nargs="+", default=list(ESTIMATOR_OVERRIDES), choices=list(ESTIMATOR_OVERRIDES))
     p.add_argument("--seeds", type=int, default=3, help="seeds per configuration (1..N)")
     p.add_argument("--iterations", type=int, default=100, help="PPO iterations per run (ppo.num_iterations)")
@@ -605,6 +676,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=1, help="training processes at a time (2 fill a 2-core machine)")
     p.add_argument("--sft-adapter", type=Path, default=Path("outputs/quickstart/sft/adapter"))
     p.add_argument("--model-path", type=Path, default=Path("outputs/quickstart/model"))
+    p.add_argument("--adapter", dest="adapters", nargs="+", default=[], metavar="TASK=PATH",
+                   help="SFT adapter of a task instead of its default (game tasks: outputs/quickstart_<task>/sft/adapter)")
     p.add_argument("--best-constant", nargs="+", default=[], metavar="TASK=SCORE",
                    help="score of the best constant answer of a task, instead of finding it on the training distribution")
     p.add_argument("--eval-episodes", type=int, default=100, help="held-out questions of the mix task's evaluations")
@@ -618,10 +691,23 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The command line, checked: inputs exist, counts are positive, ``--best-constant`` parsed into a dict."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    for path, what in ((args.sft_adapter, "SFT adapter"), (args.model_path, "tiny model")):
+    adapters: dict[str, Path] = {}
+    for item in args.adapters:
+        name, _, value = item.partition("=")
+        if name not in TASKS or not value:
+            parser.error(f"--adapter takes TASK=PATH with TASK in {list(TASKS)}, got {item!r}")
+        adapters[name] = Path(value).resolve()
+    args.adapters = adapters
+    needed = [(args.model_path, "tiny model")]
+    for name in args.tasks:
+        task = TASKS[name]
+        path = adapters.get(name) or ((REPO / task.adapter) if task.adapter else args.sft_adapter)
+        needed.append((path, f"SFT adapter of task {name}"))
+    for path, what in needed:
         if not path.exists():
             parser.error(f"the {what} {str(path)!r} does not exist; run `bash scripts/quickstart.sh` first "
-                         "(or pass --sft-adapter/--model-path)")
+                         "(a game task: `ENV_CONFIG=configs/envs/<env>.yaml bash scripts/quickstart.sh outputs/quickstart_<task>`; "
+                         "or pass --sft-adapter/--adapter/--model-path)")
     if args.seeds < 1 or args.iterations < 1 or args.jobs < 1:
         parser.error("--seeds, --iterations and --jobs must be >= 1")
     given: dict[str, float] = {}
@@ -694,6 +780,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     results = train_all(args)
     held = evaluate_held_out(args, results)
     greedy = evaluate_greedy(args, results, best)
+    games = evaluate_games(args, results)
     groups = summarize(results)
     targets, held_rows = all_targets(groups, best, held)
 
@@ -704,6 +791,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         table_markdown(groups, targets),
         "",
         *[f"Greedy held-out: {g['text']}" for g in greedy],
+        *[f"Game: {g['text']}" for g in games],
         "",
         "Best constant answers: " + (", ".join(f"{k}: {v['score']:.3f} (answer {v['answer']}, {v['source']})" for k, v in best.items()) or "n/a"),
         f"Machine: {machine}",
@@ -725,6 +813,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         "best_constant": best,
         "groups": groups,
         "greedy_held_out": greedy,
+        "games": [{**g, "diff": list(g["diff"])} for g in games],
         "targets": {"/".join(k): list(v) for k, v in targets.items()},
         "held_out": {"sft_report": held["sft"], "per_seed": {"/".join(k): v for k, v in held["diffs"].items()},
                      "summary": {"/".join(k): v for k, v in held_rows.items()}},

@@ -213,3 +213,22 @@ def test_image_draws_every_tile_kind_where_it_belongs():
     obs, *_ = env.step(act("right"))  # player onto the target the box left
     img = obs["images"][0]
     assert has(1, 2, sokoban_env._PLAYER_RGB) and has(1, 2, sokoban_env._TARGET_RGB) and has(1, 3, sokoban_env._BOX_RGB)
+
+
+def test_token_budget_truncates_the_episode_when_used_up():
+    """max_episode_tokens: replies' words and punctuation add up; the turn reaching the budget ends
+    the episode truncated (not terminated), and without a budget the same replies go on."""
+    from a2c_ppo_acktr.envs.cards.common import count_tokens
+    from a2c_ppo_acktr.envs.sokoban.env import SokobanEnv
+
+    reply = '{"thoughts": "I look around the room first.", "action": "up"}'
+    per_turn = count_tokens(reply)
+    assert per_turn == 23  # 9 words; 2 braces, 8 quotes, 2 colons, a comma and a period
+    env = SokobanEnv(max_episode_tokens=3 * per_turn, max_turns=50)
+    env.reset(seed=0)
+    ends = [env.step(reply)[2:4] for _ in range(3)]
+    assert ends[:2] == [(False, False), (False, False)] and ends[2] == (False, True)
+    assert env.tokens_used == 3 * per_turn
+    free = SokobanEnv(max_turns=50)
+    free.reset(seed=0)
+    assert [free.step(reply)[3] for _ in range(3)] == [False, False, False]

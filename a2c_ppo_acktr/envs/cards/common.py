@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import string
 import zlib
 from dataclasses import dataclass
@@ -54,6 +55,16 @@ def printable(text: str) -> str:
 def _short(value: Any, limit: int = 40) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_TOKEN_PIECES = re.compile(r"\w+|[^\w\s]")
+
+
+def count_tokens(text: Any) -> int:
+    """An approximate token count of a reply: its words and punctuation marks. The env has no
+    tokenizer; BPE tokenizers split words further, so this undercounts long words a little and is
+    the same for every model (a budget means the same thing whatever the policy)."""
+    return len(_TOKEN_PIECES.findall(text)) if isinstance(text, str) else 0
 
 
 def format_reply(thoughts: str, token: str) -> str:
@@ -188,6 +199,7 @@ class TokenGameEnv(gym.Env):
         )
         self.action_space = spaces.Text(MAX_ACTION_LENGTH, charset=string.printable)
         self.turn = 0
+        self.tokens_used = 0  # reply tokens (count_tokens) this episode
         self._deal_info: dict = {}
         self._feedback = ""
         self._done = True
@@ -201,6 +213,10 @@ class TokenGameEnv(gym.Env):
 
     def _image_shape(self) -> tuple[int, int, int]:
         return (self.cfg.image_size, self.cfg.image_size, 3)
+
+    def _token_budget(self) -> Optional[int]:
+        """Reply tokens (:func:`count_tokens`) an episode may use before ``truncated``; None: no budget."""
+        return None
 
     def _turn_cap(self) -> int:
         """Turns before ``truncated``: ``max_turns``, or less where the game has its own cap."""
@@ -243,6 +259,7 @@ class TokenGameEnv(gym.Env):
         self._done = False
         self._success = False
         self._episode_reward = 0.0
+        self.tokens_used = 0
         self._feedback = "none yet (this is the start)."
         self._image = self._draw()
         self._deal_info = self._game_info()
@@ -263,7 +280,12 @@ class TokenGameEnv(gym.Env):
             self._success = outcome.success
             self._feedback = outcome.feedback
             self._image = self._draw()
-        truncated = not terminated and (game_truncated or self.turn >= self._turn_cap())
+        self.tokens_used += count_tokens(action)
+        budget = self._token_budget()
+        over_budget = budget is not None and self.tokens_used >= budget
+        if over_budget and not terminated:
+            self._feedback += f" The episode's budget of {budget} reply tokens is used up."
+        truncated = not terminated and (game_truncated or self.turn >= self._turn_cap() or over_budget)
         reward = float(self._end_step(reward, parsed, terminated, truncated))
         self._done = terminated or truncated
         self._episode_reward += reward
@@ -279,6 +301,7 @@ class TokenGameEnv(gym.Env):
             "action": action,
             "valid": not isinstance(action, Invalid),
             "turn": self.turn,
+            "tokens_used": self.tokens_used,
             "success": self._success,
             "score": float(self._success),
             **self._game_info(),

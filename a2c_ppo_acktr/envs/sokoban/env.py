@@ -8,7 +8,10 @@ Rules, from ``mpSchrader/gym-sokoban`` (``gym_sokoban/envs/sokoban_env.py``):
   are not offered.)
 * classic reward per turn: -0.1, +1 when a box reaches a target, -1 when a box leaves one, +10 when
   the last box reaches its target, which ends the episode (``terminated``);
-* the turn cap (gym-sokoban's ``max_steps``, 120) ends it ``truncated``;
+* the turn cap (gym-sokoban's ``max_steps``, 120) ends it ``truncated``, and so does an optional
+  per-episode budget of reply tokens (``max_episode_tokens``, counted by
+  :func:`~a2c_ppo_acktr.envs.cards.common.count_tokens`: words and punctuation marks), which stops a
+  policy that thinks at length on every move;
 * levels: :mod:`.generation` (default 6x6 with one box, a small start for a VLM agent; the
   original's default is 10x10 with 4 boxes);
 * the image: a top view, one tile a cell: wall, floor, target, box, box on target, player and player
@@ -77,6 +80,8 @@ class SokobanConfig:
         level_seed: ``reset(options={"level_index": k})`` generates level ``k`` from the seed
             ``(level_seed, k)``, the same level in every env and run (held-out evaluation sets).
         solver_max_expansions: A* budget of the oracle.
+        max_episode_tokens: Reply tokens an episode may use (None: no budget); the turn that reaches
+            it ends the episode ``truncated``.
     """
 
     dim_room: tuple[int, int] = (6, 6)
@@ -99,6 +104,7 @@ class SokobanConfig:
     max_generation_attempts: int = 100
     level_seed: int = 0
     solver_max_expansions: int = 200_000
+    max_episode_tokens: Optional[int] = None
 
     def __post_init__(self) -> None:
         dim = tuple(int(v) for v in self.dim_room)
@@ -121,6 +127,8 @@ class SokobanConfig:
             raise ValueError(f"num_gen_steps={self.num_gen_steps} must be >= 1, or None for int(1.7 * (height + width))")
         if not 0.0 <= self.p_change_directions <= 1.0:
             raise ValueError(f"p_change_directions={self.p_change_directions} must lie in [0, 1]")
+        if self.max_episode_tokens is not None and self.max_episode_tokens < 1:
+            raise ValueError(f"max_episode_tokens={self.max_episode_tokens} must be >= 1, or None for no budget")
         if min(self.gen_max_states, self.gen_max_depth, self.max_generation_attempts, self.solver_max_expansions) < 1:
             raise ValueError("gen_max_states, gen_max_depth, max_generation_attempts and solver_max_expansions must be >= 1")
 
@@ -148,6 +156,9 @@ class SokobanEnv(TokenGameEnv):
 
     def _vocabulary(self) -> tuple[str, ...]:
         return VOCABULARY
+
+    def _token_budget(self) -> Optional[int]:
+        return self.cfg.max_episode_tokens
 
     def _image_shape(self) -> tuple[int, int, int]:
         h, w = self.cfg.dim_room
