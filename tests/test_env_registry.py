@@ -88,6 +88,10 @@ def test_batch_env_is_seeded_auto_resets_and_penalises_malformed_replies(env_id)
     # Another seed deals other games.
     other = BatchEnv(cfg.env, 3, seed=6).reset()
     assert any(not np.array_equal(x["images"][0], y["images"][0]) for x, y in zip(oa, other))
+    # Grouped rollouts (RLOO/GRPO): the envs of a group are dealt the same game.
+    grouped = BatchEnv(cfg.env, 4, seed=5, group_size=2).reset()
+    assert grouped[0]["text"] == grouped[1]["text"] and np.array_equal(grouped[0]["images"][0], grouped[1]["images"][0])
+    assert np.array_equal(grouped[2]["images"][0], grouped[3]["images"][0])
 
 
 @pytest.mark.parametrize("env_id", GAME_IDS)
