@@ -37,3 +37,15 @@ def canonical_id(env_id: str) -> str:
 def is_vsi(env_id: str) -> bool:
     """Whether ``env_id`` is the VSI env (scenes, questions, benchmark scoring)."""
     return canonical_id(env_id) == VSI_ID
+
+
+# The env overlay (configs/envs/<name>.yaml) of every tested id: its settings on top of a model preset.
+OVERLAYS = {
+    "NumberLine-v0": "numberline",
+    "EZPoints-v0": "ezpoints",
+    "Points24-v0": "points24",
+    "Blackjack-v0": "blackjack",
+    "MiniGrid-DoorKey-6x6-v0": "minigrid-doorkey",
+    "MiniGrid-Empty-Random-6x6-v0": "minigrid-empty",
+    "Sokoban-v0": "sokoban",
+}

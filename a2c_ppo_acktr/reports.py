@@ -366,18 +366,9 @@ def game_metrics(records: Sequence[EpisodeRecord]) -> dict[str, float]:
     Raises:
         ValueError: If ``records`` is empty.
     """
-    if not records:
-        raise ValueError("game_metrics needs at least one episode record; evaluate with eval.num_episodes >= 1")
-    n = len(records)
-    total_turns = sum(r.turns for r in records)
-    return {
-        "num_episodes": n,
-        "success_rate": sum(is_success(r.score) for r in records) / n,
-        "mean_reward": float(np.mean([r.reward for r in records])),
-        "mean_turns": total_turns / n,
-        "invalid_output_rate": (sum(r.num_invalid for r in records) / total_turns) if total_turns else 0.0,
-        "truncation_rate": sum(bool(r.truncated) for r in records) / n,
-    }
+    agent = agent_metrics(records)  # success is is_success(score): the same threshold
+    keys = ("num_episodes", "success_rate", "mean_reward", "mean_turns", "invalid_output_rate")
+    return {**{k: agent[k] for k in keys}, "truncation_rate": sum(bool(r.truncated) for r in records) / len(records)}
 
 
 def game_intervals(outcomes: Sequence[tuple[str, bool]], *, confidence: float = CI_CONFIDENCE) -> dict[str, Any]:

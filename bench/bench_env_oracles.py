@@ -20,17 +20,8 @@ from typing import Optional, Sequence
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from a2c_ppo_acktr.envs.registry import TESTED_IDS, VSI_ID  # noqa: E402
+from a2c_ppo_acktr.envs.registry import OVERLAYS, TESTED_IDS, VSI_ID  # noqa: E402
 
-OVERLAYS = {
-    "NumberLine-v0": "numberline",
-    "EZPoints-v0": "ezpoints",
-    "Points24-v0": "points24",
-    "Blackjack-v0": "blackjack",
-    "MiniGrid-DoorKey-6x6-v0": "minigrid-doorkey",
-    "MiniGrid-Empty-Random-6x6-v0": "minigrid-empty",
-    "Sokoban-v0": "sokoban",
-}
 
 
 def measure(env_id: str, episodes: int) -> dict:

@@ -516,6 +516,18 @@ def evaluate_held_out(args: argparse.Namespace, results: list[RunResult]) -> dic
     return {"sft": str(sft_dir / "report.json"), "diffs": diffs}
 
 
+def greedy_eval_jobs(args: argparse.Namespace, runs: Sequence[RunResult]) -> list[tuple[Path, list[str]]]:
+    """``(directory, eval_vsi.py command)`` evaluating each run's last checkpoint greedily into ``<run>/eval_greedy``."""
+    jobs = []
+    for r in runs:
+        ckpt = latest_checkpoint(r.spec.directory(args.out) / "checkpoints")
+        if ckpt is None:
+            raise FileNotFoundError(f"{r.spec.directory(args.out)} finished without a checkpoint; see its bench.log")
+        d = r.spec.directory(args.out) / "eval_greedy"
+        jobs.append((d, eval_argv(args, TASKS[r.spec.task], ["--checkpoint", str(ckpt)], f"{r.spec.estimator}-{r.spec.lr_label}-seed{r.spec.seed}", d)))
+    return jobs
+
+
 def evaluate_greedy(args: argparse.Namespace, results: list[RunResult], best: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """``best_constant`` and ``beat_best_constant`` tasks: each finished run's last checkpoint answers the task's held-out
     questions (eval_vsi.py's seeded set, greedy), and the best constant answer (found on the training
@@ -529,13 +541,7 @@ def evaluate_greedy(args: argparse.Namespace, results: list[RunResult], best: di
     from a2c_ppo_acktr.scoring import score_prediction
 
     runs = [r for r in results if TASKS[r.spec.task].target in ("best_constant", "beat_best_constant") and r.status == "ok"]
-    jobs = []
-    for r in runs:
-        ckpt = latest_checkpoint(r.spec.directory(args.out) / "checkpoints")
-        if ckpt is None:
-            raise FileNotFoundError(f"{r.spec.directory(args.out)} finished without a checkpoint; see its bench.log")
-        d = r.spec.directory(args.out) / "eval_greedy"
-        jobs.append((d, eval_argv(args, TASKS[r.spec.task], ["--checkpoint", str(ckpt)], f"{r.spec.estimator}-{r.spec.lr_label}-seed{r.spec.seed}", d)))
+    jobs = greedy_eval_jobs(args, runs)
     markers = run_all(jobs, args.jobs, args.rerun, lambda d: (d / "report.json").is_file())
     failed = [str(d) for d, m in markers.items() if m["returncode"] != 0]
     if failed:
@@ -586,12 +592,7 @@ def evaluate_games(args: argparse.Namespace, results: list[RunResult]) -> list[d
     for name in sorted({r.spec.task for r in runs}):
         d = args.out / name / "sft_eval"
         jobs.append((d, eval_argv(args, TASKS[name], ["--adapter", str(task_adapter(args, TASKS[name]))], "sft", d)))
-    for r in runs:
-        ckpt = latest_checkpoint(r.spec.directory(args.out) / "checkpoints")
-        if ckpt is None:
-            raise FileNotFoundError(f"{r.spec.directory(args.out)} finished without a checkpoint; see its bench.log")
-        d = r.spec.directory(args.out) / "eval_greedy"
-        jobs.append((d, eval_argv(args, TASKS[r.spec.task], ["--checkpoint", str(ckpt)], f"{r.spec.estimator}-{r.spec.lr_label}-seed{r.spec.seed}", d)))
+    jobs += greedy_eval_jobs(args, runs)
     markers = run_all(jobs, args.jobs, args.rerun, lambda d: (d / "report.json").is_file())
     failed = [str(d) for d, m in markers.items() if m["returncode"] != 0]
     if failed:

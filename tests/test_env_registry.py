@@ -13,15 +13,7 @@ from a2c_ppo_acktr.arguments import ConfigError, load_config
 from a2c_ppo_acktr.envs import registry
 
 GAME_IDS = [i for i in registry.TESTED_IDS if i != registry.VSI_ID]
-OVERLAYS = {
-    "NumberLine-v0": "numberline",
-    "EZPoints-v0": "ezpoints",
-    "Points24-v0": "points24",
-    "Blackjack-v0": "blackjack",
-    "MiniGrid-DoorKey-6x6-v0": "minigrid-doorkey",
-    "MiniGrid-Empty-Random-6x6-v0": "minigrid-empty",
-    "Sokoban-v0": "sokoban",
-}
+OVERLAYS = registry.OVERLAYS
 
 
 def game_cfg(env_id: str, **over):

@@ -44,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from ..env_ids import CARD_IDS, MINIGRID_PREFIXES, SOKOBAN_ID, TESTED_IDS, VSI_ID, UnknownEnvError, canonical_id, is_vsi  # noqa: F401 (re-exported)
+from ..env_ids import CARD_IDS, MINIGRID_PREFIXES, OVERLAYS, SOKOBAN_ID, TESTED_IDS, VSI_ID, UnknownEnvError, canonical_id, is_vsi  # noqa: F401 (re-exported)
 
 _SHARED_FIELDS = ("image_size", "max_turns", "invalid_penalty")
 
