@@ -2,13 +2,12 @@
 and must stay light; :mod:`a2c_ppo_acktr.envs.registry` builds the envs)."""
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Optional
+
 VSI_ID = "VSI-v0"
-CARD_IDS = {
-    "NumberLine-v0": "a2c_ppo_acktr.envs.cards.numberline:NumberLineEnv",
-    "EZPoints-v0": "a2c_ppo_acktr.envs.cards.ezpoints:EZPointsEnv",
-    "Points24-v0": "a2c_ppo_acktr.envs.cards.points24:Points24Env",
-    "Blackjack-v0": "a2c_ppo_acktr.envs.cards.blackjack:BlackjackEnv",
-}
+CARD_NAMESPACE = "gym_cards/"  # RL4VLM's; the gymnasium ids of the card games carry it
+CARD_IDS = ("NumberLine-v0", "EZPoints-v0", "Points24-v0", "Blackjack-v0")
 SOKOBAN_ID = "Sokoban-v0"
 MINIGRID_PREFIXES = ("MiniGrid-", "BabyAI-")
 # The ids the issue names and the tests and presets exercise (any minigrid id works).
@@ -25,7 +24,7 @@ def canonical_id(env_id: str) -> str:
     Raises:
         UnknownEnvError: The id names no env (the message lists the known ones).
     """
-    name = env_id[len("gym_cards/"):] if env_id.startswith("gym_cards/") else env_id
+    name = env_id[len(CARD_NAMESPACE):] if env_id.startswith(CARD_NAMESPACE) else env_id
     if name == VSI_ID or name in CARD_IDS or name == SOKOBAN_ID or name.startswith(MINIGRID_PREFIXES):
         return name
     raise UnknownEnvError(
@@ -40,6 +39,7 @@ def is_vsi(env_id: str) -> bool:
 
 
 # The env overlay (configs/envs/<name>.yaml) of every tested id: its settings on top of a model preset.
+OVERLAY_DIR = Path(__file__).resolve().parent.parent / "configs" / "envs"
 OVERLAYS = {
     "NumberLine-v0": "numberline",
     "EZPoints-v0": "ezpoints",
@@ -49,3 +49,10 @@ OVERLAYS = {
     "MiniGrid-Empty-Random-6x6-v0": "minigrid-empty",
     "Sokoban-v0": "sokoban",
 }
+
+
+def overlay_path(env_id: str) -> Optional[Path]:
+    """The overlay file of ``env_id`` (namespaces ignored), or None for an id without one (VSI-v0, an
+    untested minigrid id: the preset alone)."""
+    name = OVERLAYS.get(canonical_id(env_id))
+    return None if name is None else OVERLAY_DIR / f"{name}.yaml"

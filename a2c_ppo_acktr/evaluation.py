@@ -468,13 +468,11 @@ def run_episodes(
 
 
 def _picture(env: Any, record: EpisodeRecord, frames: list[np.ndarray], out_dir: Path, layout: PictureLayout) -> Path:
-    base = env.unwrapped
-    if hasattr(base, "question"):
-        answer = record.answer if record.answer is not None else "none"
-        caption = f"answer {answer} | truth {record.ground_truth} | score {record.score:.2f}"
-    else:
-        caption = f"{'won' if record.score >= 1.0 else 'not won'} | return {record.reward:.2f}"
-    topdown = base.overview_image(caption=caption, highlight_ids=record.object_ids, size=layout.map_size)
+    # The map's caption is VSI's (a game's overview is its board, which takes no caption; the
+    # picture's header says won/lost for games, reports.picture_header).
+    answer = record.answer if record.answer is not None else "none"
+    caption = f"answer {answer} | truth {record.ground_truth} | score {record.score:.2f}"
+    topdown = env.unwrapped.overview_image(caption=caption, highlight_ids=record.object_ids, size=layout.map_size)
     out_dir.mkdir(parents=True, exist_ok=True)
     return reports.trajectory_picture(record, frames, topdown, out_dir / f"{record.episode_id}.png", layout)
 

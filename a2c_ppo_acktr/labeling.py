@@ -106,7 +106,6 @@ class _Running:
     ep_id: str
     obs: dict
     rng: np.random.Generator
-    system: Optional[str] = None  # the observation's own system prompt (a game's); None: VSI's
     turns: list = field(default_factory=list)
     ret: float = 0.0
 
@@ -207,7 +206,7 @@ def label_trajectories(cfg: RunConfig, teacher: Optional[Teacher] = None, envs: 
             return
         index = queue.pop()
         obs, _ = envs[slot].reset(seed=lab.seed + index)
-        slots[slot] = _Running(index, episode_id(lab.seed, index), obs, np.random.default_rng([lab.seed, index, 7]), obs.get("system"))
+        slots[slot] = _Running(index, episode_id(lab.seed, index), obs, np.random.default_rng([lab.seed, index, 7]))
 
     for s in range(len(envs)):
         start(s)
@@ -266,7 +265,7 @@ def _episode_record(cfg: RunConfig, teacher: Teacher, env: Any, run: _Running, i
         "index": run.index,
         "seed": cfg.label.seed + run.index,
         "env_id": cfg.env.env_id,
-        "system": run.system,
+        "system": run.obs.get("system"),  # the env's own system prompt (a game's), the same every turn; None: VSI's
         **_jsonable(fields),
         "score": float(score) if score is not None else 0.0,
         "return": run.ret,

@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from a2c_ppo_acktr.envs.registry import OVERLAYS, TESTED_IDS, VSI_ID  # noqa: E402
+from a2c_ppo_acktr.envs.registry import TESTED_IDS, VSI_ID, overlay_path  # noqa: E402
 
 
 
@@ -30,7 +30,8 @@ def measure(env_id: str, episodes: int) -> dict:
     from a2c_ppo_acktr.arguments import load_config
     from a2c_ppo_acktr.teachers import OracleTeacher
 
-    config = str(REPO / "configs" / "envs" / f"{OVERLAYS[env_id]}.yaml") if env_id != VSI_ID else None
+    overlay = overlay_path(env_id)
+    config = None if overlay is None else str(overlay)
     cfg = load_config(preset="cpu-demo", config=config, overrides={"eval": {"num_episodes": episodes}})
     specs = evaluation.eval_specs(cfg)
     env_cfg = evaluation.eval_env_config(cfg)

@@ -43,8 +43,8 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from a2c_ppo_acktr.arguments import CONFIG_DIR, EnvConfig, load_config, load_yaml
-from a2c_ppo_acktr.env_ids import TESTED_IDS, VSI_ID, canonical_id
+from a2c_ppo_acktr.arguments import CONFIG_DIR, EnvConfig, load_config
+from a2c_ppo_acktr.env_ids import TESTED_IDS, VSI_ID, canonical_id, overlay_path
 from a2c_ppo_acktr.prompts import Answer, Move, format_response
 
 INVALID_REPLY = "not json"
@@ -69,14 +69,9 @@ def fmt_ms(stats: Sequence[float]) -> str:
     return " / ".join(f"{x:.3f}" if x < 10 else f"{x:.1f}" for x in stats)
 
 
-def overlay_for(env_id: str, env_dir: Path = CONFIG_DIR / "envs") -> Optional[Path]:
-    """The overlay in ``env_dir`` whose ``env.env_id`` is ``env_id`` (namespaces ignored), or None."""
-    name = canonical_id(env_id)
-    for path in sorted(env_dir.glob("*.yaml")):
-        overlay_id = (load_yaml(path).get("env") or {}).get("env_id")
-        if overlay_id is not None and canonical_id(overlay_id) == name:
-            return path
-    return None
+def overlay_for(env_id: str) -> Optional[Path]:
+    """The overlay ``env_id`` is built with (:func:`a2c_ppo_acktr.env_ids.overlay_path`), or None."""
+    return overlay_path(env_id)
 
 
 def env_config(env_id: str, preset: str = "cpu-demo", image_size: Optional[int] = None) -> tuple[EnvConfig, Optional[Path]]:

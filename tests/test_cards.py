@@ -23,24 +23,13 @@ from a2c_ppo_acktr.envs.cards.formula import BLANK, evaluate, is_solvable, solut
 from a2c_ppo_acktr.envs.cards.numberline import NumberLineEnv
 from a2c_ppo_acktr.envs.cards.points24 import Points24Env
 from a2c_ppo_acktr.prompts import Invalid
+from game_helpers import run_oracle
 
 cards.register()
 
 
 def act(token: str) -> str:
     return format_reply("", token)
-
-
-def run_oracle(env, seed: int, max_steps: int = 100):
-    """Play one episode with the env's oracle; returns (rewards, terminated, truncated, last info)."""
-    env.reset(seed=seed)
-    rewards = []
-    for _ in range(max_steps):
-        _, reward, terminated, truncated, info = env.step(env.oracle_reply())
-        rewards.append(reward)
-        if terminated or truncated:
-            return rewards, terminated, truncated, info
-    raise AssertionError(f"the oracle did not finish an episode in {max_steps} steps")
 
 
 # ---------------------------------------------------------------------------------------------

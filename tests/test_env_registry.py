@@ -22,7 +22,7 @@ def game_cfg(env_id: str, **over):
     for dotted, value in over.items():
         section, key = dotted.split("__")
         overrides.setdefault(section, {})[key] = value
-    return load_config(preset="debug", config=f"configs/envs/{OVERLAYS[env_id]}.yaml", overrides=overrides)
+    return load_config(preset="debug", config=str(registry.overlay_path(env_id)), overrides=overrides)
 
 
 # ------------------------------------------------------------------------------------ the config
@@ -217,7 +217,7 @@ def test_label_sft_ppo_eval_end_to_end_from_the_tiny_model(tmp_path, tiny_model_
     assert len([m for m in metrics if "iteration" in m]) >= 2
     ckpt = sorted((tmp_path / "ppo" / "checkpoints").glob("checkpoint-*"))[-1]
     out = tmp_path / "eval"
-    rc = eval_vsi.main(["--preset", "debug", "--config", f"configs/envs/{OVERLAYS[env_id]}.yaml", "--checkpoint", str(ckpt),
+    rc = eval_vsi.main(["--preset", "debug", "--config", str(registry.overlay_path(env_id)), "--checkpoint", str(ckpt),
                         "--out", str(out), "--env.image_size", "64", "--env.max_turns", "3", "--eval.num_episodes", "2", "--eval.batch_size", "2", "--log.progress_bar", "false"])
     assert rc == 0
     report = json.loads((out / "report.json").read_text())

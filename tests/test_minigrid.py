@@ -25,24 +25,13 @@ from a2c_ppo_acktr.envs.minigrid_text import (  # noqa: E402
     oracle_reply,
 )
 from a2c_ppo_acktr.prompts import Invalid  # noqa: E402
+from game_helpers import run_oracle  # noqa: E402
 
 EMPTY, DOORKEY = "MiniGrid-Empty-Random-6x6-v0", "MiniGrid-DoorKey-6x6-v0"
 
 
 def act(word: str) -> str:
     return format_reply("", word)
-
-
-def run_oracle(env: MiniGridTextEnv, seed: int, max_steps: int = 200):
-    """One episode played by the env's oracle: (rewards, terminated, truncated, last info)."""
-    env.reset(seed=seed)
-    rewards = []
-    for _ in range(max_steps):
-        _, reward, terminated, truncated, info = env.step(env.oracle_reply())
-        rewards.append(reward)
-        if terminated or truncated:
-            return rewards, terminated, truncated, info
-    raise AssertionError(f"the oracle did not finish an episode in {max_steps} steps")
 
 
 def place(env: MiniGridTextEnv, pos: tuple[int, int], direction: int) -> None:
@@ -337,7 +326,7 @@ def test_oracle_solves_every_empty_random_layout_by_a_shortest_plan():
     for seed in range(50):
         env.reset(seed=seed)
         shortest = _shortest_by_simulation(env)
-        rewards, terminated, _, info = run_oracle(env, seed)
+        rewards, terminated, _, info = run_oracle(env, seed, max_steps=200)
         assert terminated and info["success"] and len(rewards) == shortest, (seed, len(rewards), shortest)
         assert rewards[-1] == pytest.approx(1 - 0.9 * shortest / 144) and sum(rewards[:-1]) == 0.0
 
@@ -346,7 +335,7 @@ def test_oracle_solves_doorkey_6x6():
     env = make_minigrid_text_env(DOORKEY, image_size=64)
     episodes, solved, lengths = 50, 0, []
     for seed in range(episodes):
-        rewards, terminated, _, info = run_oracle(env, seed)
+        rewards, terminated, _, info = run_oracle(env, seed, max_steps=200)
         solved += bool(terminated and info["success"])
         lengths.append(len(rewards))
     assert solved / episodes >= 0.95, f"the oracle solved {solved} of {episodes} DoorKey-6x6 layouts"
@@ -360,7 +349,7 @@ def test_oracle_reply_is_a_pure_reply_and_says_when_it_cannot_plan():
     reply = env.oracle_reply()
     assert parse_reply(reply, VOCABULARY) == "pick up" and "yellow key" in reply
     assert env._game_info() == before and oracle_reply(env.inner) == reply  # planning changes nothing
-    run_oracle(env, 3)
+    run_oracle(env, 3, max_steps=200)
     with pytest.raises(ValueError, match="on the goal"):
         env.oracle_reply()
     env = make_minigrid_text_env("MiniGrid-KeyCorridorS3R1-v0", image_size=64)  # "pick up the ball": no goal square
@@ -380,5 +369,5 @@ def test_lava_ends_the_episode_without_success_and_the_oracle_walks_around_it():
     assert (reward, terminated, truncated, info["success"]) == (0.0, True, False, False)
     assert obs["text"].endswith("Last turn: you moved forward onto lava. The episode ended without success.")
     for seed in range(20):  # a lava wall with one gap: the shortest way often skirts the lava
-        rewards, terminated, _, info = run_oracle(env, seed)
+        rewards, terminated, _, info = run_oracle(env, seed, max_steps=200)
         assert terminated and info["success"], seed

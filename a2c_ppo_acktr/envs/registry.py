@@ -42,9 +42,11 @@ What the pipeline asks of an env (``env.unwrapped``), besides gymnasium's ``rese
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any
 
-from ..env_ids import CARD_IDS, MINIGRID_PREFIXES, OVERLAYS, SOKOBAN_ID, TESTED_IDS, VSI_ID, UnknownEnvError, canonical_id, is_vsi  # noqa: F401 (re-exported)
+from ..env_ids import (  # noqa: F401 (re-exported)
+    CARD_IDS, CARD_NAMESPACE, MINIGRID_PREFIXES, OVERLAYS, SOKOBAN_ID, TESTED_IDS, VSI_ID, UnknownEnvError, canonical_id, is_vsi, overlay_path,
+)
 
 _SHARED_FIELDS = ("image_size", "max_turns", "invalid_penalty")
 
@@ -63,12 +65,14 @@ def env_class(env_id: str) -> type:
         from .vsi_env import VSIEnv
 
         return VSIEnv
-    if name in CARD_IDS:
-        return _load(CARD_IDS[name])
-    if name == SOKOBAN_ID:
-        from .sokoban.env import SokobanEnv
+    if name in CARD_IDS:  # the entry points the card games register with gymnasium
+        from .cards import ENTRY_POINTS
 
-        return SokobanEnv
+        return _load(ENTRY_POINTS[CARD_NAMESPACE + name])
+    if name == SOKOBAN_ID:
+        from .sokoban import ENTRY_POINTS
+
+        return _load(ENTRY_POINTS[name])
     from .minigrid_text import MiniGridTextEnv
 
     return MiniGridTextEnv
@@ -112,12 +116,6 @@ def make_env(env_cfg: Any) -> Any:
     cls = env_class(env_cfg.env_id)
     cfg = game_config(env_cfg)
     return cls(env_cfg) if cfg is None else cls(cfg)
-
-
-def reply_parser(env_cfg: Any) -> Callable[[Any], Any]:
-    """``parse(text)`` of the env ``env_cfg`` makes (for code without an env at hand, like SFT's
-    label filter): the parsed action or :class:`~a2c_ppo_acktr.prompts.Invalid`."""
-    return make_env(env_cfg).parse
 
 
 def task_name(env_id: str) -> str:
