@@ -1,5 +1,29 @@
 """Packaging for VSI-PPO: PPO for vision-language agents on VSI-Bench-style spatial questions."""
+import os
+
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
+
+# gymnasium.make("VSI-v0") without importing this package first (a2c_ppo_acktr/gymnasium_plugin.py):
+# gymnasium >= 1.0 has no plugin discovery, so site-packages gets a .pth whose line installs an
+# import hook that registers the ids when gymnasium is imported.
+GYMNASIUM_PTH = ("vsi_ppo_gymnasium.pth", "import a2c_ppo_acktr.gymnasium_plugin\n")
+
+
+class BuildPyWithGymnasiumHook(build_py):
+    """build_py that also writes GYMNASIUM_PTH at the root of what is installed into site-packages:
+    the build directory for a wheel, the unpacked editable wheel for ``pip install -e``."""
+
+    def run(self):
+        super().run()
+        root = self.build_lib
+        if getattr(self, "editable_mode", False):  # PEP 660: build_lib is not installed, the wheel root is
+            root = self.get_finalized_command("install").install_lib
+        name, line = GYMNASIUM_PTH
+        os.makedirs(root, exist_ok=True)
+        with open(os.path.join(root, name), "w", encoding="utf-8") as f:
+            f.write(line)
+
 
 setup(
     name="vsi-ppo",
@@ -47,5 +71,10 @@ setup(
         "console_scripts": [
             "vsi-tiny=a2c_ppo_acktr.tiny:main",
         ],
+        # gymnasium 0.26-0.29's plugin group (1.x dropped it; the .pth above does the job there).
+        "gymnasium.envs": [
+            "vsi_ppo=a2c_ppo_acktr.envs:register_envs",
+        ],
     },
+    cmdclass={"build_py": BuildPyWithGymnasiumHook},
 )

@@ -33,7 +33,7 @@ fi
 VPY="$VENV/bin/python"
 STAMP="$VENV/.vsi_setup_stamp"
 WANT="$(cat setup.py | sha256sum | cut -c1-16) $TORCH_PINS"
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && "$VPY" -c "import torch, torchvision, transformers, open3d, a2c_ppo_acktr" 2>/dev/null; then
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && "$VPY" -c "import torch, torchvision, transformers, open3d, a2c_ppo_acktr, gymnasium; assert 'VSI-v0' in gymnasium.registry" 2>/dev/null; then
   log "environment up to date ($VENV)"
   exit 0
 fi

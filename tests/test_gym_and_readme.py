@@ -1,5 +1,6 @@
-"""The installed package from outside: gymnasium makes every registered env in a fresh interpreter
-that never imported a2c_ppo_acktr, registration imports nothing heavy, and the README's Python
+"""The installed package from outside: gymnasium makes every registered env by its bare id in a fresh
+interpreter that never imported a2c_ppo_acktr.envs (the installed import hook,
+a2c_ppo_acktr/gymnasium_plugin.py), registration imports nothing heavy, and the README's Python
 snippets (found by their ``<!-- snippet: NAME -->`` markers) run as written."""
 from __future__ import annotations
 
@@ -11,16 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from a2c_ppo_acktr.envs import ENV_IDS
+from a2c_ppo_acktr import gymnasium_plugin
+from a2c_ppo_acktr.envs import ENV_IDS, GYMNASIUM_IDS
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
 
 
-def _run(code: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+def _run(code: str, cwd: Path, timeout: int = 300, **extra_env: str) -> subprocess.CompletedProcess:
     """``python -c code`` in ``cwd`` (not the checkout: the installed package is what gets imported)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
     env.pop("PYTHONPATH", None)
+    env.pop(gymnasium_plugin.DISABLE_ENV, None)
+    env.update(extra_env)
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -32,22 +36,110 @@ def readme_snippet(name: str) -> str:
     return m.group(1)
 
 
+HEAVY = ("torch", "transformers", "open3d", "a2c_ppo_acktr.envs.vsi_env")
+
+
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_gymnasium_makes_the_env_in_a_fresh_interpreter(env_id, tmp_path):
     code = (
         "import sys\n"
         "import gymnasium as gym\n"
-        "assert 'a2c_ppo_acktr' not in sys.modules\n"
+        "assert 'a2c_ppo_acktr.envs' not in sys.modules\n"
         f"env = gym.make('a2c_ppo_acktr.envs:{env_id}', image_size=32, num_sweep_frames=4, num_scenes=1, max_turns=2)\n"
         "obs, info = env.reset(seed=0)\n"
         "assert obs['images'][0].shape == (32, 32, 3) and obs['text']\n"
         f"assert env.spec.id == {env_id!r}\n"
-        # Once registered, the bare id works too.
         f"gym.make({env_id!r}, image_size=32).close()\n"
         "print('ok')\n"
     )
-    res = _run(code, tmp_path)
+    # Without the hook the module-qualified id still works (a checkout on sys.path, not installed).
+    res = _run(code, tmp_path, **{gymnasium_plugin.DISABLE_ENV: "1"})
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-3000:]
+
+
+def test_import_gymnasium_registers_every_id_and_nothing_heavy(tmp_path):
+    """The installed hook: `import gymnasium` alone registers every id, imports no env module, torch or
+    open3d, and takes itself out of sys.meta_path; with VSI_PPO_NO_GYMNASIUM_PLUGIN=1 nothing is
+    registered (so it is the hook that registers them, not some other import)."""
+    code = (
+        "import sys\n"
+        "import gymnasium as gym\n"
+        f"print(sorted(i for i in {GYMNASIUM_IDS!r} if i in gym.registry))\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+        "print(sum(type(f).__name__ == 'GymnasiumImportHook' for f in sys.meta_path))\n"
+        "print(gym.__spec__.loader is gym.__loader__ and type(gym.__loader__).__name__ != '_RegisterAfterLoad')\n"
+    )
+    res = _run(code, tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.split("\n")[:4] == [str(sorted(GYMNASIUM_IDS)), "[]", "0", "True"]
+    assert "could not register" not in res.stderr
+    off = _run(code, tmp_path, **{gymnasium_plugin.DISABLE_ENV: "1"})
+    assert off.returncode == 0, off.stderr[-3000:]
+    assert off.stdout.split("\n")[0] == "[]"
+
+
+@pytest.mark.parametrize("env_id", GYMNASIUM_IDS)
+def test_bare_id_in_a_fresh_interpreter(env_id, tmp_path):
+    """The README's promise: gymnasium.make with the bare id, nothing of this package imported by hand."""
+    kwargs = "image_size=32, num_sweep_frames=4, num_scenes=1, max_turns=2" if env_id == "VSI-v0" else ""
+    code = (
+        "import numpy as np\n"
+        "import gymnasium as gym\n"
+        f"env = gym.make({env_id!r}, {kwargs})\n"
+        "obs, info = env.reset(seed=0)\n"
+        "obs, reward, terminated, truncated, info = env.step(env.unwrapped.random_reply(np.random.default_rng(0)))\n"
+        f"assert env.spec.id == {env_id!r} and isinstance(reward, float), (env.spec.id, reward)\n"
+        "print('ok', info['valid'])\n"
+    )
+    res = _run(code, tmp_path)
+    assert res.returncode == 0 and res.stdout.strip() == "ok True", res.stderr[-3000:]
+
+
+def test_a_failing_registration_warns_and_gymnasium_still_imports(tmp_path):
+    code = (
+        "import sys, warnings\n"
+        "import builtins\n"
+        "real_import = builtins.__import__\n"
+        "def broken(name, *a, **k):\n"
+        "    if name == 'a2c_ppo_acktr.envs':  # the hook's import of register_envs\n"
+        "        raise ImportError('simulated')\n"
+        "    return real_import(name, *a, **k)\n"
+        "builtins.__import__ = broken\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import gymnasium as gym\n"
+        "builtins.__import__ = real_import\n"
+        "print('VSI-v0' in gym.registry, any('could not register' in str(w.message) for w in caught))\n"
+    )
+    res = _run(code, tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.strip() == "False True"
+
+
+def test_the_installation_put_the_hook_in_site_packages():
+    """setup.py's build_py wrote the .pth beside the installed packages (scripts/setup.sh installs
+    editable, the wheel path is tested below)."""
+    import site
+
+    found = [Path(d) / "vsi_ppo_gymnasium.pth" for d in site.getsitepackages() if (Path(d) / "vsi_ppo_gymnasium.pth").is_file()]
+    assert found, f"no vsi_ppo_gymnasium.pth in {site.getsitepackages()}: run scripts/setup.sh (pip install -e .)"
+    assert found[0].read_text().strip() == "import a2c_ppo_acktr.gymnasium_plugin"
+
+
+@pytest.mark.slow
+def test_a_built_wheel_ships_the_hook(tmp_path):
+    """`pip install .` (a regular wheel) installs the .pth at the root of site-packages too."""
+    import zipfile
+
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(REPO)],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (wheel,) = tmp_path.glob("vsi_ppo-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        assert z.read("vsi_ppo_gymnasium.pth").decode().strip() == "import a2c_ppo_acktr.gymnasium_plugin"
+        assert "a2c_ppo_acktr/gymnasium_plugin.py" in z.namelist()
+        entry_points = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/entry_points.txt"))).decode()
+    assert "[gymnasium.envs]" in entry_points and "a2c_ppo_acktr.envs:register_envs" in entry_points
 
 
 def test_registration_is_side_effect_light(tmp_path):

@@ -1,18 +1,20 @@
 """Scenes, renderer, questions and the gymnasium env.
 
-Importing this package registers the gymnasium ids of :data:`ENV_IDS` (``VSI-v0``, entry point
-:class:`a2c_ppo_acktr.envs.vsi_env.VSIEnv`) and does nothing else: it imports gymnasium only; the env
-module (and open3d) is imported when an env is made.
+Importing this package registers the gymnasium ids of :data:`GYMNASIUM_IDS` (``VSI-v0``, entry point
+:class:`a2c_ppo_acktr.envs.vsi_env.VSIEnv`; the gym-cards games ``gym_cards/*`` and ``Sokoban-v0``)
+and does nothing else: it imports gymnasium only; an env's module (and open3d) is imported when the
+env is made.
 
-In a fresh interpreter, without importing this package first::
+In an environment where vsi-ppo is installed, ``import gymnasium`` registers them too, without this
+package being imported first (:mod:`a2c_ppo_acktr.gymnasium_plugin`: gymnasium >= 1.0 has no plugin
+discovery, so the installation adds an import hook)::
 
     import gymnasium as gym
-    env = gym.make("a2c_ppo_acktr.envs:VSI-v0", image_size=64, max_turns=4)
+    env = gym.make("VSI-v0", image_size=64, max_turns=4)
 
-gymnasium imports the module named before the colon, which registers the ids. Gymnasium >= 1.0
-discovers no plugin packages (its ``gymnasium.envs`` entry-point group was removed in 1.0.0), so
-the bare ``gym.make("VSI-v0")`` works once this package has been imported by anything, for example
-``gym.register_envs(a2c_ppo_acktr.envs)`` after ``import a2c_ppo_acktr.envs``.
+Without the hook (``VSI_PPO_NO_GYMNASIUM_PLUGIN=1``, or the checkout on ``sys.path`` but not
+installed), name the module before the id, ``gym.make("a2c_ppo_acktr.envs:VSI-v0")``: gymnasium
+imports it, which registers the ids.
 """
 import dataclasses
 from typing import Any, Optional, Sequence
@@ -58,9 +60,9 @@ def register_entry_points(entry_points: dict[str, str], conflict_hint: str) -> N
 
 
 def register_envs() -> None:
-    """Register every id of :data:`ENV_IDS` with gymnasium, and the gym-cards games
-    (``gym_cards/NumberLine-v0``, ...) and ``Sokoban-v0`` (idempotent). Training, labelling and
-    evaluation are still wired to ``VSI-v0`` only (issue 14); the other ids are gymnasium envs."""
+    """Register every id of :data:`GYMNASIUM_IDS` with gymnasium (idempotent). Training, labelling
+    and evaluation build envs through :mod:`.registry` (``env.env_id``), which also takes the
+    MiniGrid ids; these are the ids ``gymnasium.make`` knows."""
     register_entry_points(_ENTRY_POINTS, "another package registered a VSI id")
     from . import cards, sokoban  # gymnasium-only imports; a game's module loads when it is made
 
@@ -69,3 +71,6 @@ def register_envs() -> None:
 
 
 register_envs()
+from . import cards as _cards, sokoban as _sokoban  # noqa: E402 - already imported by register_envs()
+
+GYMNASIUM_IDS = ENV_IDS + tuple(_cards.ENV_IDS) + tuple(_sokoban.ENV_IDS)  # every id register_envs() registers
