@@ -129,9 +129,17 @@ def test_the_installation_put_the_hook_in_site_packages():
 @pytest.mark.slow
 def test_a_built_wheel_ships_the_hook(tmp_path):
     """`pip install .` (a regular wheel) installs the .pth at the root of site-packages too."""
+    import shutil
     import zipfile
 
-    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(REPO)],
+    # Built from a copy: an in-tree build would leave build/ and *.egg-info in the checkout.
+    src = tmp_path / "src"
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in ("a2c_ppo_acktr", "SFT"):
+        shutil.copytree(REPO / name, src / name, ignore=skip)
+    for path in [REPO / "setup.py", REPO / "README.md", *REPO.glob("*.py")]:
+        shutil.copy2(path, src / path.name)
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(src)],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     (wheel,) = tmp_path.glob("vsi_ppo-*.whl")
