@@ -73,9 +73,11 @@ def test_import_gymnasium_registers_every_id_and_nothing_heavy(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.split("\n")[:4] == [str(sorted(GYMNASIUM_IDS)), "[]", "0", "True"]
     assert "could not register" not in res.stderr
-    off = _run(code, tmp_path, **{gymnasium_plugin.DISABLE_ENV: "1"})
+    # Off, importing the package registers them (idempotently), still without anything heavy.
+    explicit = "import a2c_ppo_acktr.envs as envs\nenvs.register_envs()\n"
+    off = _run(code + explicit + code.split("\n", 2)[2], tmp_path, **{gymnasium_plugin.DISABLE_ENV: "1"})
     assert off.returncode == 0, off.stderr[-3000:]
-    assert off.stdout.split("\n")[0] == "[]"
+    assert off.stdout.split("\n")[:6] == ["[]", "[]", "0", "True", str(sorted(GYMNASIUM_IDS)), "[]"]
 
 
 @pytest.mark.parametrize("env_id", GYMNASIUM_IDS)
@@ -148,20 +150,6 @@ def test_a_built_wheel_ships_the_hook(tmp_path):
         assert "a2c_ppo_acktr/gymnasium_plugin.py" in z.namelist()
         entry_points = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/entry_points.txt"))).decode()
     assert "[gymnasium.envs]" in entry_points and "a2c_ppo_acktr.envs:register_envs" in entry_points
-
-
-def test_registration_is_side_effect_light(tmp_path):
-    code = (
-        "import sys\n"
-        "import gymnasium as gym\n"
-        "import a2c_ppo_acktr.envs as envs\n"
-        "assert all(i in gym.registry for i in envs.ENV_IDS)\n"
-        "envs.register_envs()  # idempotent\n"
-        "print(sorted(m for m in ('torch', 'transformers', 'open3d', 'a2c_ppo_acktr.envs.vsi_env') if m in sys.modules))\n"
-    )
-    res = _run(code, tmp_path)
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert res.stdout.strip() == "[]"
 
 
 def test_readme_gymnasium_snippet_runs(tmp_path):
