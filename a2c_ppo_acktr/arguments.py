@@ -583,6 +583,13 @@ class RunConfig:
                 f"ppo.advantage_estimator={self.ppo.advantage_estimator!r} compares episodes of the same question: set "
                 f"rollout.group_size >= 2 (envs per group; it must divide rollout.num_envs={self.rollout.num_envs})",
             )
+            _check(
+                self.rollout.num_steps >= self.env.max_turns,
+                f"ppo.advantage_estimator={self.ppo.advantage_estimator!r} compares whole episodes, and only those bound to end "
+                f"inside the rollout (begun at least env.max_turns steps before its end; any other choice favours short "
+                f"episodes): rollout.num_steps={self.rollout.num_steps} must be >= env.max_turns={self.env.max_turns}, "
+                f"ideally a few times it",
+            )
         if self.ppo.adv_norm == "group":
             _check(
                 self.rollout.group_size >= 2,

@@ -515,10 +515,12 @@ def prepare_output_dir(cfg: RunConfig, resume_from: Optional[Path], accelerator)
     accelerator.wait_for_everyone()
 
 
-def compute_advantages(storage, next_value: Optional[torch.Tensor], cfg: PPOConfig) -> None:
+def compute_advantages(storage, next_value: Optional[torch.Tensor], cfg: PPOConfig, horizon: Optional[int] = None) -> None:
     """Fill advantages/returns from the rollout and its bootstrap ``V(s_T)`` (``(N,)``, read only
-    for envs still mid-episode; None when the estimator reads none: see :func:`collect_rollout`)."""
-    storage.compute_returns(next_value, cfg.advantage_estimator, cfg.gamma, cfg.gae_lambda, std_floor=cfg.adv_std_floor)
+    for envs still mid-episode; None when the estimator reads none: see :func:`collect_rollout`).
+    ``horizon`` (``env.max_turns``): rloo/grpo compare only episodes bound to end inside the rollout
+    (:func:`a2c_ppo_acktr.storage.episode_ids`)."""
+    storage.compute_returns(next_value, cfg.advantage_estimator, cfg.gamma, cfg.gae_lambda, std_floor=cfg.adv_std_floor, horizon=horizon)
 
 
 def apply_kl_reward(run: "_Run") -> dict[str, float]:
@@ -646,7 +648,7 @@ def run_training(cfg: RunConfig) -> Path:
                 )
             with _timed(timings, "advantages"):  # no forward here (but the KL reward's): the rollout made the one batched value pass
                 extra_metrics = apply_kl_reward(run)
-                compute_advantages(run.storage, stats.next_value, cfg.ppo)
+                compute_advantages(run.storage, stats.next_value, cfg.ppo, horizon=cfg.env.max_turns)
                 extra_metrics.update(apply_perception_weighting(run, it))
             with _timed(timings, "update"):
                 update_metrics = update_policy(run, it)

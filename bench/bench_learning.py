@@ -40,7 +40,8 @@ per task, mean over seeds per estimator with its CI shaded, controls dashed).
 
 Unlike the speed benchmarks this one takes hours at the defaults (4 tasks x 3 estimators x 3 seeds x 2
 runs of 100 iterations): start small (``--tasks one_scene --estimators gae --seeds 1 --iterations 2``).
-rloo and grpo runs add ``rollout.group_size=4`` (envs per group of the same question).
+rloo and grpo runs add ``rollout.group_size=4`` (envs per group of the same question) and make the
+rollout as long as the task's ``env.max_turns`` (they compare only episodes bound to end inside it).
 """
 from __future__ import annotations
 
@@ -469,9 +470,18 @@ def train_argv(spec: RunSpec, args: argparse.Namespace) -> list[str]:
     argv = [sys.executable, "main_vsi.py", *_config_args(args, TASKS[spec.task]), "--sft-adapter", str(task_adapter(args, TASKS[spec.task])),
             "--ppo.num_iterations", str(args.iterations), "--ppo.advantage_estimator", spec.estimator,
             *ESTIMATOR_OVERRIDES[spec.estimator], "--seed", str(spec.seed), "--log.output_dir", str(spec.directory(args.out))]
+    if ESTIMATOR_OVERRIDES[spec.estimator] and not any(e.startswith("rollout.num_steps=") for e in args.extra):
+        # rloo/grpo compare only episodes bound to end inside the rollout: at least env.max_turns steps
+        argv += ["--rollout.num_steps", str(max(4, _max_turns(TASKS[spec.task])))]
     if spec.control:
         argv += ["--ppo.lr", CONTROL_LR]
     return argv
+
+
+def _max_turns(task: Task) -> int:
+    """The task's env.max_turns (its override, else the common one)."""
+    values = [o.split("=", 1)[1] for o in (*COMMON_OVERRIDES, *task.overrides) if o.startswith("env.max_turns=")]
+    return int(values[-1])
 
 
 def eval_argv(args: argparse.Namespace, task: Task, what: list[str], name: str, out: Path) -> list[str]:

@@ -97,6 +97,8 @@ def test_derived_batch_size_is_not_a_flag():
         (["dist.zero_stage=3", "model.train_vision=tower"], r"zero_stage=3 is supported only with LoRA"),
         (["ppo.advantage_estimator=grpo", "rollout.num_envs=1", "ppo.mini_batch_size=1"], r"set rollout.group_size >= 2"),
         (["ppo.advantage_estimator=rloo"], r"compares episodes of the same question: set rollout.group_size >= 2"),
+        (["ppo.advantage_estimator=grpo", "rollout.group_size=2", "rollout.num_steps=4", "env.max_turns=5", "ppo.mini_batch_size=4"],
+         r"only those bound to end inside the rollout .*rollout.num_steps=4 must be >= env.max_turns=5"),
         (["rollout.group_size=3"], r"rollout.group_size=3 must be >= 1 and divide rollout.num_envs=4 \(e.g. one of \[1, 2, 4\]\)"),
         (["ppo.adv_norm=group"], r"ppo.adv_norm=group normalises within groups"),
         (["ppo.adv_norm=std"], r"ppo.adv_norm='std' is not allowed"),

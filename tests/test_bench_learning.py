@@ -115,6 +115,11 @@ def test_commands_add_groups_for_rloo_and_the_control_lr(bl, tmp_path):
     run = bl.train_argv(bl.RunSpec("one_scene", "gae", 2, False), args)
     assert "--ppo.lr" not in run and "rollout.group_size=4" not in run
     assert ctrl[ctrl.index("--log.output_dir") + 1] == str(tmp_path / "one_scene" / "rloo" / "control" / "seed2")
+    # rloo/grpo rollouts hold whole episodes: as many steps as the task's env.max_turns (NumberLine 10)
+    game = bl.train_argv(bl.RunSpec("numberline", "grpo", 1, False), args)
+    assert game[game.index("--rollout.num_steps") + 1] == "10" and "--rollout.num_steps" not in run
+    mine = bl.build_parser().parse_args(["--out", str(tmp_path), "--extra", "rollout.num_steps=20"])
+    assert "--rollout.num_steps" not in bl.train_argv(bl.RunSpec("numberline", "grpo", 1, False), mine)
 
 
 def test_missing_adapter_says_to_run_the_quickstart(bl, tmp_path, capsys):

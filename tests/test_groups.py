@@ -174,13 +174,24 @@ def _grouped_overrides(out, estimator, **extra):
 
 
 @pytest.mark.parametrize("estimator", ["rloo", "grpo"])
-def test_grouped_estimators_train_end_to_end_and_resume_exactly(tmp_path, estimator):
-    """main_vsi.py's path with rloo/grpo: 3 iterations equal 2 + resume + 1, groups included."""
+def test_grouped_estimators_train_end_to_end_and_resume_exactly(tmp_path, estimator, monkeypatch):
+    """main_vsi.py's path with rloo/grpo: 3 iterations equal 2 + resume + 1, groups included; the
+    advantages are computed with horizon env.max_turns (only episodes bound to end are compared)."""
     from a2c_ppo_acktr.arguments import load_config
     from a2c_ppo_acktr.logger import read_metrics
+    from a2c_ppo_acktr.storage import RolloutStorage
     from a2c_ppo_acktr.train import run_training
 
+    horizons = []
+    real = RolloutStorage.compute_returns
+
+    def spy(self, *args, **kwargs):
+        horizons.append(kwargs.get("horizon"))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(RolloutStorage, "compute_returns", spy)
     full = run_training(load_config(preset="debug", overrides=_grouped_overrides(tmp_path / "full", estimator)))
+    assert horizons == [2, 2, 2]
     run_training(load_config(preset="debug", overrides=_grouped_overrides(tmp_path / "split", estimator, **{"log.stop_after_iterations": "2"})))
     resumed = run_training(load_config(preset="debug", overrides=_grouped_overrides(tmp_path / "split", estimator, **{"log.resume": "auto"})))
     a, b = torch.load(full / "trainable.pt"), torch.load(resumed / "trainable.pt")

@@ -10,6 +10,7 @@ from a2c_ppo_acktr.arguments import ADVANTAGE_ESTIMATORS as CONFIG_ESTIMATORS
 from a2c_ppo_acktr.storage import (
     ADVANTAGE_ESTIMATORS,
     RolloutStorage,
+    advantage_mask,
     compute_gae,
     episode_ids,
     get_advantage_estimator,
@@ -431,3 +432,62 @@ def test_registry_names_and_unknown_name():
     # each registered episode estimator documents itself with its per-episode formula
     assert get_advantage_estimator("rloo").__doc__ == rloo_advantages.__doc__
     assert get_advantage_estimator("grpo").__doc__ == grpo_advantages.__doc__
+
+
+def test_horizon_counts_only_episodes_bound_to_end_inside_the_rollout():
+    """T=4, horizon 2: an episode counts only if its first turn is at step <= 2. env0: a 1-turn
+    episode at 0 (counts), one at 1 (counts), one at 2 (counts), one at 3 (ends, but began too late).
+    env1: a 2-turn episode at 0-1 (counts), a 1-turn one at 2 (counts), then one at 3 left open."""
+    ended = torch.tensor([[True, False], [True, True], [True, True], [True, False]])
+    ids, complete = episode_ids(ended)
+    assert complete.tolist() == [True, True, True, True, True, True, False]
+    ids_h, complete_h = episode_ids(ended, horizon=2)
+    assert torch.equal(ids_h, ids)
+    assert complete_h.tolist() == [True, True, True, False, True, True, False]
+    # horizon = T: only the episodes that began at step 0; starts_episode false still excludes env0's first.
+    _, first_only = episode_ids(ended, starts_episode=torch.tensor([False, True]), horizon=4)
+    assert first_only.tolist() == [False, False, False, False, True, False, False]
+
+
+def test_horizon_removes_the_short_episode_bias_of_rloo():
+    """A policy whose episodes are a 1-turn win (return 1) or a 3-turn loss (return -1), each with
+    probability 1/2, in 4-step rollouts, groups of 8 envs on the same deal. The expected advantage of
+    the win under the true 50/50 mix is +1 (1 minus the mean of the others, which is 0 in
+    expectation). Without a horizon, late-starting losses are cut and never compared, so the
+    baseline is inflated toward the win and the win's advantage shrinks (the losses mostly vanish
+    from the gradient); with horizon 3 only the episodes that began at step 0 or 1 count and the mean
+    advantage of the compared wins is +1 as it should be (Monte Carlo, 1500 rollouts)."""
+    rng = np.random.default_rng(0)
+    T, N = 4, 8
+    est = get_advantage_estimator("rloo")
+    win_adv = {None: [], 3: []}
+    losses_compared = {None: 0, 3: 0}
+    for _ in range(1500):
+        ended = torch.zeros(T, N, dtype=torch.bool)
+        rewards = torch.zeros(T, N)
+        episode_slot = torch.zeros(T, N, dtype=torch.long)
+        for n in range(N):
+            t, k = 0, 0
+            while t < T:
+                win = rng.random() < 0.5
+                length = 1 if win else 3
+                for s in range(t, min(t + length, T)):
+                    episode_slot[s, n] = k
+                end = t + length - 1
+                if end < T:
+                    ended[end, n] = True
+                    rewards[end, n] = 1.0 if win else -1.0
+                t, k = t + length, k + 1
+        group_ids = episode_slot  # the k-th episodes of the group share a deal (one group)
+        for horizon in (None, 3):
+            none = torch.zeros_like(ended)
+            adv, ret = est(rewards=rewards, terminated=ended, truncated=none, group_ids=group_ids, horizon=horizon)
+            compared = ended & advantage_mask("rloo", ended, none, group_ids, horizon=horizon)  # one turn per episode
+            win_adv[horizon] += adv[compared & (ret > 0)].tolist()
+            losses_compared[horizon] += int((compared & (ret < 0)).sum())
+    unbiased = float(np.mean(win_adv[3]))
+    biased = float(np.mean(win_adv[None]))
+    print(f"mean advantage of a compared win: horizon 3 {unbiased:.3f}, none {biased:.3f}")
+    assert abs(unbiased - 1.0) < 0.05, unbiased
+    assert biased < 0.85, biased  # the cut losses pull the baseline up: the win looks less good
+    assert losses_compared[3] > 0
