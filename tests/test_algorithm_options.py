@@ -163,6 +163,23 @@ def test_temperature_loss_moves_temperature_toward_the_target_entropy():
     assert m["temperature_loss"].item() == pytest.approx(math.log(2.0) * 0.2, rel=1e-6)
 
 
+@pytest.mark.parametrize("estimator, value_in_loss", [("gae", True), ("rloo", False), ("grpo", False)])
+def test_value_loss_only_for_an_estimator_that_reads_values(estimator, value_in_loss):
+    """Zero advantages, returns of -10 against values of 0: under gae the loss is vf_coef * 50 and
+    its gradient reaches the values (hence, through the value head, the shared trunk); under rloo and
+    grpo nothing reads a value, the loss is 0 and the values get no gradient (value_loss still logged)."""
+    mb = _minibatch([0.0] * 2, [0.0] * 2, [0.0] * 2, [-10.0] * 2)
+    values = torch.zeros(2, requires_grad=True)
+    cfg = PPOConfig(advantage_estimator=estimator, vf_coef=0.5, clip_vloss=False)
+    total, m = ppo_loss(torch.zeros(2), values, torch.zeros(2), None, mb, cfg, 0.0)
+    total.backward()
+    assert m["value_loss"].item() == pytest.approx(50.0)  # 0.5 * (0 - (-10))^2
+    if value_in_loss:
+        assert total.item() == pytest.approx(25.0) and values.grad.abs().sum().item() > 0
+    else:
+        assert total.item() == 0.0 and (values.grad is None or values.grad.abs().sum().item() == 0.0)
+
+
 def test_forward_options_reach_the_policy_only_when_not_default():
     policy = KLToyPolicy()
     st = _storage(T=1, N=2)

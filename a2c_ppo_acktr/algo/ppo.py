@@ -37,7 +37,7 @@ from torch import Tensor
 
 from a2c_ppo_acktr.algo.accumulation import AccumulationWindow
 from a2c_ppo_acktr.arguments import PPOConfig
-from a2c_ppo_acktr.storage import Minibatch, RolloutStorage
+from a2c_ppo_acktr.storage import BOOTSTRAPPING_ESTIMATORS, Minibatch, RolloutStorage
 
 # The adaptive KL controller moves kl_coef by at most this fraction per update (Ziegler et al. 2019).
 KL_CONTROLLER_MAX_STEP = 0.2
@@ -113,6 +113,12 @@ def ppo_loss(
     """Total loss ``pg + vf_coef * v - ent_coef * H + kl_coef * KL (+ temp_coef * temperature loss)``
     and its parts (all ``(B,)`` in).
 
+    The value term is left out (``v`` still logged) for an estimator that reads no value
+    (``rloo``, ``grpo``: not in :data:`~a2c_ppo_acktr.storage.BOOTSTRAPPING_ESTIMATORS`). The value
+    head sits on the policy's hidden states, so its regression onto episode returns would move the
+    shared LoRA weights for nothing: on NumberLine (returns down to -10) it did, by approx_kl 3.4 in
+    an update whose advantages were all 0, and the reply format broke.
+
     ``H`` is the mean per-token entropy (``ppo.entropy_bonus=token``) or the response's entropy
     (``sequence``: ``out.seq_entropy``). The KL is in the loss only with ``ppo.kl_penalty=loss``.
     ``out`` is the policy's :class:`~a2c_ppo_acktr.model.EvalOutput` (read for ``seq_entropy`` and
@@ -128,7 +134,8 @@ def ppo_loss(
         if seq is None:
             raise ValueError("ppo.entropy_bonus=sequence needs the policy's seq_entropy (EvalOutput.seq_entropy)")
         bonus = seq.mean()
-    loss = pg + cfg.vf_coef * v - cfg.ent_coef * bonus
+    vf_coef = cfg.vf_coef if cfg.advantage_estimator in BOOTSTRAPPING_ESTIMATORS else 0.0
+    loss = pg + vf_coef * v - cfg.ent_coef * bonus
     kl_mean = kl.mean() if kl is not None else None
     if kl_coef > 0 and cfg.kl_penalty == "loss":
         if kl_mean is None:
