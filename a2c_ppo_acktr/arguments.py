@@ -213,7 +213,9 @@ class RolloutConfig:
     num_envs: int = 4  # envs stepped together; one batched generate per step
     num_steps: int = 8  # turns collected per env per iteration
     # Envs per group: the envs of a group play every episode on the same scene, question and start
-    # pose (rloo/grpo compare them; ppo.adv_norm=group normalises within them). 1 = no groups.
+    # pose (rloo/grpo compare them, counting only episodes begun >= env.max_turns steps before the
+    # rollout's end, so they need num_steps >= env.max_turns; ppo.adv_norm=group normalises within
+    # them). 1 = no groups.
     group_size: int = 1
 
     def __post_init__(self) -> None:
