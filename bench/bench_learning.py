@@ -472,16 +472,18 @@ def train_argv(spec: RunSpec, args: argparse.Namespace) -> list[str]:
             *ESTIMATOR_OVERRIDES[spec.estimator], "--seed", str(spec.seed), "--log.output_dir", str(spec.directory(args.out))]
     if ESTIMATOR_OVERRIDES[spec.estimator] and not any(e.startswith("rollout.num_steps=") for e in args.extra):
         # rloo/grpo compare only episodes bound to end inside the rollout: at least env.max_turns steps
-        argv += ["--rollout.num_steps", str(max(4, _max_turns(TASKS[spec.task])))]
+        task = TASKS[spec.task]
+        steps = max(int(_setting(task, "rollout.num_steps")), int(_setting(task, "env.max_turns")))
+        argv += ["--rollout.num_steps", str(steps)]
     if spec.control:
         argv += ["--ppo.lr", CONTROL_LR]
     return argv
 
 
-def _max_turns(task: Task) -> int:
-    """The task's env.max_turns (its override, else the common one)."""
-    values = [o.split("=", 1)[1] for o in (*COMMON_OVERRIDES, *task.overrides) if o.startswith("env.max_turns=")]
-    return int(values[-1])
+def _setting(task: Task, key: str) -> str:
+    """The value a task's runs give ``key`` (its override, else :data:`COMMON_OVERRIDES`')."""
+    values = [o.split("=", 1)[1] for o in (*COMMON_OVERRIDES, *task.overrides) if o.startswith(f"{key}=")]
+    return values[-1]
 
 
 def eval_argv(args: argparse.Namespace, task: Task, what: list[str], name: str, out: Path) -> list[str]:

@@ -21,8 +21,11 @@ from typing import Any, Optional, Sequence
 
 import gymnasium as gym
 
+from . import cards, sokoban  # gymnasium-only imports; a game's module loads when it is made
+
 ENV_IDS = ("VSI-v0",)
 _ENTRY_POINTS = {"VSI-v0": "a2c_ppo_acktr.envs.vsi_env:VSIEnv"}
+GYMNASIUM_IDS = ENV_IDS + tuple(cards.ENV_IDS) + tuple(sokoban.ENV_IDS)  # every id register_envs() registers
 
 
 def env_config(cfg: Any, overrides: dict[str, Any], render_mode: Optional[str], render_modes: Sequence[str]) -> Any:
@@ -64,13 +67,8 @@ def register_envs() -> None:
     and evaluation build envs through :mod:`.registry` (``env.env_id``), which also takes the
     MiniGrid ids; these are the ids ``gymnasium.make`` knows."""
     register_entry_points(_ENTRY_POINTS, "another package registered a VSI id")
-    from . import cards, sokoban  # gymnasium-only imports; a game's module loads when it is made
-
     cards.register()
     sokoban.register()
 
 
 register_envs()
-from . import cards as _cards, sokoban as _sokoban  # noqa: E402 - already imported by register_envs()
-
-GYMNASIUM_IDS = ENV_IDS + tuple(_cards.ENV_IDS) + tuple(_sokoban.ENV_IDS)  # every id register_envs() registers
