@@ -12,6 +12,7 @@ trainer state; ``sft.resume=auto`` continues from the latest), ``adapter/`` (the
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -62,6 +63,24 @@ class VLMTrainer(Trainer):
         )
         # accelerate shards whole batches across processes, so every batch keeps one image count.
         return self.accelerator.prepare(loader)
+
+    def _save(self, output_dir: Optional[str] = None, state_dict: Optional[dict] = None) -> None:
+        """As the Trainer's, but a LoRA adapter never carries a copy of the base embedding matrix.
+
+        peft's ``save_embedding_layers="auto"`` copies the whole (unchanged) embedding into the adapter
+        when ``embed_tokens`` is a LoRA target; the Trainer cannot pass ``False`` through, so the
+        unwrapped model's ``save_pretrained`` gets it for the duration of the save.
+        """
+        from peft import PeftModel
+
+        model = self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
+        if not isinstance(model, PeftModel):
+            return super()._save(output_dir, state_dict)
+        model.save_pretrained = functools.partial(PeftModel.save_pretrained, model, save_embedding_layers=False)
+        try:
+            return super()._save(output_dir, state_dict)
+        finally:
+            del model.save_pretrained
 
 
 def deepspeed_config(cfg: RunConfig) -> dict:

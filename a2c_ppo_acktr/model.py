@@ -805,7 +805,9 @@ class VLMPolicy(nn.Module):
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         if self.cfg.use_lora:
-            self.model.save_pretrained(str(out))
+            # LoRA on embed_tokens leaves the base embedding as it was: peft's "auto" would still copy the
+            # whole matrix into every checkpoint (1 GB for a 7B model's vocabulary).
+            self.model.save_pretrained(str(out), save_embedding_layers=False)
             record_base_model(out)
         else:
             state = {n: p.detach().cpu().contiguous() for n, p in self.model.named_parameters() if p.requires_grad}

@@ -108,6 +108,9 @@ class Task:
         env_config: An env overlay (``configs/envs/*.yaml``) passed as ``--config``; None: VSI.
         adapter: The task's own SFT adapter (a game's quickstart) instead of ``--sft-adapter``;
             ``--adapter TASK=PATH`` overrides it.
+        sft: The task's own SFT stage, built by the bench (:func:`build_task_adapters`) instead of
+            ``--sft-adapter``: oracle labels of the task's questions, then ``train_sft.py``, with the
+            task's overrides and these (``label.*``, ``sft.*``); empty: no own stage.
     """
 
     name: str
@@ -116,14 +119,25 @@ class Task:
     level: Optional[float] = None
     env_config: Optional[str] = None
     adapter: Optional[str] = None
+    sft: tuple[str, ...] = ()
 
+
+# LoRA on the input embeddings too: the tiny model's embeddings of the prompt's words are nearly
+# collinear (category names at cosine 0.3-0.7), so an adapter on the layers alone cannot read which
+# object a question names; with embed_tokens a target, supervised training learns the category sizes
+# (docs/TRAINING.md, "Text-conditional answers"). The same regex as cpu-demo's, plus embed_tokens.
+EMBEDDING_LORA = (
+    "model.lora_target_modules=.*language_model.*\\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)|lm_head"
+    "|.*language_model\\.embed_tokens"
+)
 
 TASKS: dict[str, Task] = {
     t.name: t
     for t in (
         Task("one_scene", ("env.num_scenes=1", "env.question_types=[room_size_estimation]"), "level", 0.95),
         Task("room_size", ("env.question_types=[room_size_estimation]", "env.num_scenes=32"), "best_constant"),
-        Task("object_size", ("env.question_types=[object_size_estimation]",), "beat_best_constant"),
+        Task("object_size", ("env.question_types=[object_size_estimation]", EMBEDDING_LORA), "beat_best_constant",
+             sft=("label.num_episodes=400", "sft.lr=1e-3")),
         Task("mix", (), "held_out"),
         Task("numberline", ("env.max_turns=10",), "game_success", env_config="configs/envs/numberline.yaml",
              adapter="outputs/quickstart_numberline/sft/adapter"),
@@ -459,10 +473,39 @@ def _config_args(args: argparse.Namespace, task: Task) -> list[str]:
 
 
 def task_adapter(args: argparse.Namespace, task: Task) -> Path:
-    """The SFT adapter a task's runs start from: ``--adapter TASK=PATH``, the task's own, or ``--sft-adapter``."""
+    """The SFT adapter a task's runs start from: ``--adapter TASK=PATH``, the task's own (a path, or
+    the one its ``sft`` stage builds under ``OUT/<task>/sft``), or ``--sft-adapter``."""
     if task.name in args.adapters:
         return args.adapters[task.name]
-    return (REPO / task.adapter).resolve() if task.adapter else args.sft_adapter
+    if task.adapter:
+        return (REPO / task.adapter).resolve()
+    return args.out / task.name / "sft" / "train" / "adapter" if task.sft else args.sft_adapter
+
+
+def sft_stage_argv(args: argparse.Namespace, task: Task) -> list[str]:
+    """One process that labels the task's questions with the oracle, preprocesses and trains its adapter."""
+    import shlex
+
+    d = args.out / task.name / "sft"
+    common = _config_args(args, task)
+    own = list(task.sft)  # section.key=value overrides, as the task's own
+    steps = [
+        [sys.executable, "vlm_traj_label.py", *common, *own, "--label.teacher", "oracle", "--label.out_dir", str(d / "labels")],
+        [sys.executable, "vlm_traj_preprocess.py", *common, *own, "--label.out_dir", str(d / "labels"), "--label.dataset_dir", str(d / "data")],
+        [sys.executable, "train_sft.py", *common, *own, "--sft.data_path", str(d / "data"), "--sft.output_dir", str(d / "train")],
+    ]
+    return ["bash", "-c", "set -e; " + "; ".join(shlex.join(step) for step in steps)]
+
+
+def build_task_adapters(args: argparse.Namespace) -> None:
+    """Build (or reuse) the SFT adapter of every chosen task that has its own ``sft`` stage."""
+    tasks = [TASKS[t] for t in args.tasks if TASKS[t].sft and t not in args.adapters]
+    jobs = [(args.out / t.name / "sft", sft_stage_argv(args, t)) for t in tasks]
+    done = lambda d: (d / "train" / "adapter" / "adapter_config.json").is_file()  # noqa: E731
+    markers = run_all(jobs, args.jobs, args.rerun, done)
+    failed = [str(d) for d, m in markers.items() if m["returncode"] != 0 or not done(d)]
+    if failed:
+        raise RuntimeError(f"the SFT stage failed in {failed}; see bench.log there")
 
 
 def train_argv(spec: RunSpec, args: argparse.Namespace) -> list[str]:
@@ -714,6 +757,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     needed = [(args.model_path, "tiny model")]
     for name in args.tasks:
         task = TASKS[name]
+        if task.sft and name not in adapters:
+            continue  # the bench builds it
         path = adapters.get(name) or ((REPO / task.adapter) if task.adapter else args.sft_adapter)
         needed.append((path, f"SFT adapter of task {name}"))
     for path, what in needed:
@@ -790,6 +835,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     """Run the suite (see the module docstring); returns what ``bench_learning.json`` holds."""
     args = parse_args(argv)
     best = find_best_constants(args)
+    build_task_adapters(args)
     results = train_all(args)
     held = evaluate_held_out(args, results)
     greedy = evaluate_greedy(args, results, best)

@@ -179,3 +179,41 @@ def test_greedy_held_out_scores_the_constant_on_the_same_questions(bl, tmp_path,
     assert line["met"] == ("yes" if mean - half > const else "no") and "vs the best constant 100.0" in line["text"]
     assert line["top_answer_share"] == [1.0, 1.0] and "near-constant policy" in line["text"]
     assert bl.top_answer_share([{"answer": "1"}, {"answer": "2"}, {"answer": "2"}, {"answer": None}]) == 0.5
+
+
+def test_object_size_builds_its_own_embedding_lora_sft_adapter(bl, tmp_path, monkeypatch):
+    """object_size (target c) starts from an adapter the bench trains on its own questions, with LoRA on
+    the input embeddings (cpu-demo's targets + embed_tokens); ``--adapter`` skips the stage."""
+    import shlex
+
+    from a2c_ppo_acktr.arguments import load_config
+
+    targets = load_config(preset=bl.PRESET).model.lora_target_modules
+    assert bl.EMBEDDING_LORA == f"model.lora_target_modules={targets}|.*language_model\\.embed_tokens"
+    args = bl.parse_args(["--tasks", "object_size", "--sft-adapter", str(tmp_path / "none"), "--model-path", str(tmp_path), "--out", str(tmp_path / "o")])
+    task = bl.TASKS["object_size"]
+    adapter = tmp_path / "o" / "object_size" / "sft" / "train" / "adapter"
+    assert bl.task_adapter(args, task) == adapter
+    run = bl.train_argv(bl.RunSpec("object_size", "gae", 1, False), args)
+    assert run[run.index("--sft-adapter") + 1] == str(adapter) and bl.EMBEDDING_LORA in run
+    stage = bl.sft_stage_argv(args, task)
+    assert stage[:2] == ["bash", "-c"]
+    steps = [shlex.split(s) for s in stage[2].removeprefix("set -e; ").split("; ")]
+    assert [s[1] for s in steps] == ["vlm_traj_label.py", "vlm_traj_preprocess.py", "train_sft.py"]
+    for s in steps:  # every step sees the task's questions, its LoRA targets and its own recipe
+        assert {"env.question_types=[object_size_estimation]", bl.EMBEDDING_LORA, "label.num_episodes=400", "sft.lr=1e-3"} <= set(s)
+    assert steps[2][steps[2].index("--sft.output_dir") + 1] == str(adapter.parent)
+
+    calls = tmp_path / "calls"
+    fake = [sys.executable, "-c", f"import pathlib; open({str(calls)!r}, 'a').write('x'); p = pathlib.Path({str(adapter)!r}); "
+            "p.mkdir(parents=True, exist_ok=True); (p / 'adapter_config.json').write_text('{}')"]
+    monkeypatch.setattr(bl, "sft_stage_argv", lambda a, t: fake)
+    bl.build_task_adapters(args)
+    bl.build_task_adapters(args)
+    assert calls.read_text() == "x"  # built once, then reused
+    given = bl.parse_args(["--tasks", "object_size", "--adapter", f"object_size={tmp_path}", "--model-path", str(tmp_path), "--out", str(tmp_path / "g")])
+    bl.build_task_adapters(given)
+    assert calls.read_text() == "x" and bl.task_adapter(given, task) == tmp_path
+    monkeypatch.setattr(bl, "sft_stage_argv", lambda a, t: [sys.executable, "-c", "raise SystemExit(2)"])
+    with pytest.raises(RuntimeError, match="SFT stage failed"):
+        bl.build_task_adapters(bl.parse_args(["--tasks", "object_size", "--model-path", str(tmp_path), "--out", str(tmp_path / "f")]))

@@ -367,3 +367,42 @@ def test_gradient_checkpointing_keeps_ratio_one_and_trains_lora(loaded, tiny_mod
     opt = torch.optim.Adam(fresh.trainable_parameters(), lr=1e-2)
     metrics = PPO(fresh, opt, PPOConfig(ppo_epochs=1, mini_batch_size=3), seed=0).update(storage)
     assert metrics["debug/first_minibatch_ratio_max_dev"] < 1e-4
+
+
+EMBED_TARGETS = ModelConfig.lora_target_modules + r"|.*language_model\.embed_tokens"
+
+
+def test_embedding_lora_trains_the_prompt_words_and_checkpoints_only_the_adapter(loaded, tiny_model_path, storage, tmp_path):
+    """LoRA on ``embed_tokens`` (what lets the tiny model tell prompt words apart, docs/TRAINING.md):
+    ratio 1 and KL 0 before the first step, its weights move, the base embedding does not, the
+    reference (adapter off) still sees the base embedding, and a checkpoint holds the LoRA factors
+    only (peft's default would copy the whole embedding matrix into every checkpoint)."""
+    from safetensors import safe_open
+
+    policy = _policy(loaded, tiny_model_path, lora_target_modules=EMBED_TARGETS)
+    embed_lora = {n: p.detach().clone() for n, p in policy.named_parameters() if "lora_embedding" in n}
+    assert len(embed_lora) == 2 and all(p.requires_grad for n, p in policy.named_parameters() if "lora_embedding" in n)
+    base = policy.model.get_input_embeddings().base_layer.weight.detach().clone()
+    opt = torch.optim.Adam(policy.trainable_parameters(), lr=1e-2)
+    out = PPO(policy, opt, PPOConfig(ppo_epochs=2, mini_batch_size=3), seed=0).update(storage)
+    assert out["debug/first_minibatch_ratio_max_dev"] < 1e-4 and out["losses/kl_ref"] < 1e-6
+    moved = [n for n, p in policy.named_parameters() if "lora_embedding" in n and not torch.equal(p.detach(), embed_lora[n])]
+    assert len(moved) == 2  # A moves on step one (B starts random), B from step two
+    assert torch.equal(policy.model.get_input_embeddings().base_layer.weight, base)
+    ids = torch.as_tensor(storage.prompt_ids[0][-8:]).reshape(1, -1)  # words the update saw
+    with torch.no_grad():
+        adapted = policy.model.get_input_embeddings()(ids)
+        with policy.model.disable_adapter():
+            reference = policy.model.get_input_embeddings()(ids)
+    torch.testing.assert_close(reference, base[ids])
+    assert not torch.allclose(adapted, reference)
+
+    policy.save_pretrained(tmp_path / "ckpt")
+    with safe_open(str(tmp_path / "ckpt" / "adapter_model.safetensors"), "pt") as f:
+        keys = list(f.keys())
+    assert any("lora_embedding_A" in k for k in keys) and all("lora_" in k for k in keys), keys
+    other = _policy(loaded, tiny_model_path, lora_target_modules=EMBED_TARGETS)
+    other.load_pretrained(tmp_path / "ckpt")
+    mb = next(storage.minibatches(NUM_ENVS, torch.Generator().manual_seed(0)))
+    with torch.no_grad():
+        torch.testing.assert_close(policy.evaluate_actions(mb).log_probs, other.evaluate_actions(mb).log_probs)

@@ -371,3 +371,30 @@ def test_sft_clips_gradients_at_its_own_max_grad_norm(zero_stage, tmp_path):
         assert gpu.sft.max_grad_norm == 1.0 and gpu.ppo.max_grad_norm == 0.01
     with pytest.raises(ConfigError, match=r"sft\.max_grad_norm=0"):
         load_config(preset="debug", overrides={"sft": {"max_grad_norm": 0}})
+
+
+@pytest.mark.slow
+def test_sft_adapter_with_embedding_lora_holds_only_the_lora_factors(tmp_path, tiny_model_path):
+    """LoRA on ``embed_tokens``: the saved adapter (and its checkpoints) hold the LoRA factors, not a
+    copy of the base embedding matrix (peft's default when an embedding is a target)."""
+    from safetensors import safe_open
+
+    from a2c_ppo_acktr.arguments import ModelConfig, load_config
+    from a2c_ppo_acktr.loading import load_vlm
+    from SFT.trainer import run_sft
+
+    rng = np.random.default_rng(7)
+    (tmp_path / "data").mkdir()
+    _write_rows(tmp_path / "data", [(_obs(rng, 1), format_response("Three chairs.", Answer("3"))) for _ in range(2)])
+    targets = ModelConfig.lora_target_modules + r"|.*language_model\.embed_tokens"
+    cfg = load_config(preset="debug", overrides={
+        "model": {"model_path": tiny_model_path, "device": "cpu", "lora_target_modules": targets},
+        "sft": {"data_path": str(tmp_path / "data" / "train.jsonl"), "output_dir": str(tmp_path / "sft"), "max_steps": 1,
+                "per_device_batch_size": 2, "save_steps": 1, "logging_steps": 1},
+        "log": {"progress_bar": False},
+    })
+    adapter = run_sft(cfg, loaded=load_vlm(cfg.model))
+    for path in (adapter, tmp_path / "sft" / "checkpoint-1"):
+        with safe_open(str(path / "adapter_model.safetensors"), "pt") as f:
+            keys = list(f.keys())
+        assert any("lora_embedding_A" in k for k in keys) and all("lora_" in k for k in keys), (path, keys)
