@@ -19,7 +19,11 @@ Tasks (:data:`TASKS`) and their targets:
                greedy held-out line, as for object_size)
   object_size  object size: last-10 score's 95% CI over seeds above the best constant answer's score;
                also each run's last checkpoint answers the held-out questions greedily, against the
-               best constant scored on the same questions (``Greedy held-out`` lines)
+               best constant scored on the same questions (``Greedy held-out`` lines). Its runs start
+               from their own SFT adapter, which the bench builds first (OUT/object_size/sft: 400
+               oracle-labelled object-size episodes, train_sft.py at lr 1e-3), with LoRA on the input
+               embeddings too (:data:`EMBEDDING_LORA`: without it the tiny model cannot tell the
+               category names apart; bench/bench_text_conditional.py measures that)
   mix          all 10 types: PPO minus SFT Overall on held-out questions (eval_vsi.py's seeded set,
                paired by question) above 0
   numberline   gym-cards NumberLine (configs/envs/numberline.yaml) from its own SFT adapter

@@ -119,7 +119,8 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     tok = loaded.processor.tokenizer
 
     def prompt(q: Question) -> str:
-        text = observation_text(q.question, None, "none yet (this is the start).", 1)
+        # the first turn's text of a cpu-demo episode (4 turns, 4 sweep frames and the current view named)
+        text = observation_text(q.question, None, "none yet (this is the start).", 4, num_sweep_frames=4, num_views=1)
         messages = [{"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
                     {"role": "user", "content": [{"type": "text", "text": text}]}]
         return loaded.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

@@ -1,0 +1,54 @@
+"""bench/bench_text_conditional.py: its references by hand and one tiny end-to-end run (2 steps)."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from a2c_ppo_acktr.scoring import mean_relative_accuracy
+
+_PATH = Path(__file__).resolve().parent.parent / "bench" / "bench_text_conditional.py"
+
+
+@pytest.fixture(scope="module")
+def tc():
+    spec = importlib.util.spec_from_file_location("bench_text_conditional", _PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_text_conditional"] = module
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("bench_text_conditional", None)
+
+
+def test_best_answer_and_mean_mra_by_hand(tc):
+    assert mean_relative_accuracy(tc.best_answer([100.0, 100.0, 100.0]), 100.0) == 1.0  # 95-105 all score 1
+    # 20 cm and 200 cm: no answer is near both, so the best scores MRA 1 on one and 0 on the other
+    best = tc.best_answer([20.0, 200.0])
+    assert sorted([mean_relative_accuracy(best, 20.0), mean_relative_accuracy(best, 200.0)]) == [0.0, 1.0]
+    qs = tc.questions([0], 2)
+    assert len(qs) == 2 and all(q.question_type == tc.QTYPE for q in qs)
+    assert tc.mean_mra([float(qs[0].ground_truth), None], qs) == 0.5  # exact, then no answer
+
+
+def test_trainable_sets(tc, tiny_model_path):
+    from a2c_ppo_acktr.arguments import ModelConfig
+    from a2c_ppo_acktr.loading import load_vlm
+
+    base = load_vlm(ModelConfig(model_path=tiny_model_path, device="cpu")).model
+    before = {n: (p.requires_grad, p.detach().clone()) for n, p in base.named_parameters()}
+    names = {s: [n for n, p in tc.trainable_model(base, s).named_parameters() if p.requires_grad] for s in tc.SETTINGS}
+    assert names["lora"] and all("lora_" in n for n in names["lora"]) and not any("embed" in n for n in names["lora"])
+    assert any("lora_embedding_A" in n for n in names["lora+embed"])
+    assert any("embed_tokens" in n for n in names["full"]) and not any("visual" in n for n in names["full"])
+    assert set(names["full-embed"]) == {n for n in names["full"] if "embed_tokens" not in n}
+    for n, p in base.named_parameters():  # each setting works on a copy: the loaded model is untouched
+        assert p.requires_grad == before[n][0] and torch.equal(p, before[n][1]), n
+
+
+def test_two_steps_end_to_end(tc, tiny_model_path, capsys):
+    text = tc.main(["--settings", "lora", "--steps", "2", "--eval-every", "2", "--model-path", tiny_model_path, "--train-scenes", "4"])
+    assert "| lora |" in text and "step 2" in text
+    assert "Best constant answer" in text and "per-category oracle" in text
