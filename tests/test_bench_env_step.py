@@ -2,26 +2,18 @@
 timed step loop's auto-reset) and one tiny end-to-end run on NumberLine: no numbers are checked."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from a2c_ppo_acktr.env_ids import TESTED_IDS, VSI_ID
 
-_PATH = Path(__file__).resolve().parent.parent / "bench" / "bench_env_step.py"
+from bench_helpers import bench_module
 
 
 @pytest.fixture(scope="module")
 def be():
-    spec = importlib.util.spec_from_file_location("bench_env_step", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_env_step"] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("bench_env_step", None)
+    yield from bench_module("bench_env_step")
 
 
 def test_markdown_table_and_stats(be):

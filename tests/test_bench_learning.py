@@ -2,7 +2,6 @@
 synthetic metrics rows: nothing here trains."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import sys
@@ -14,17 +13,12 @@ from PIL import Image
 
 from a2c_ppo_acktr import stats
 
-_PATH = Path(__file__).resolve().parent.parent / "bench" / "bench_learning.py"
+from bench_helpers import bench_module
 
 
 @pytest.fixture(scope="module")
 def bl():
-    spec = importlib.util.spec_from_file_location("bench_learning", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_learning"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("bench_learning", None)
+    yield from bench_module("bench_learning")
 
 
 def _rows(scores, valid=None, seconds=2.0):

@@ -1,26 +1,18 @@
 """bench/bench_text_conditional.py: its references by hand and one tiny end-to-end run (2 steps)."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from a2c_ppo_acktr.scoring import mean_relative_accuracy
 
-_PATH = Path(__file__).resolve().parent.parent / "bench" / "bench_text_conditional.py"
+from bench_helpers import bench_module
 
 
 @pytest.fixture(scope="module")
 def tc():
-    spec = importlib.util.spec_from_file_location("bench_text_conditional", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_text_conditional"] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("bench_text_conditional", None)
+    yield from bench_module("bench_text_conditional")
 
 
 def test_best_answer_and_mean_mra_by_hand(tc):
