@@ -76,6 +76,16 @@ def mean_mra(answers: Sequence[Optional[float]], qs: Sequence[Question]) -> floa
     return float(np.mean([0.0 if a is None else mean_relative_accuracy(a, float(q.ground_truth)) for a, q in zip(answers, qs)]))
 
 
+def category_cosines(model: torch.nn.Module, tokenizer, labels: Sequence[str]) -> tuple[float, float, float]:
+    """Mean, min and max pairwise cosine of the input embeddings of ``labels`` (each label's last
+    token, with its leading space as in the question): how far apart the model sees the names."""
+    table = model.get_input_embeddings().weight.detach()
+    ids = sorted({tokenizer(" " + label, add_special_tokens=False).input_ids[-1] for label in labels})
+    unit = torch.nn.functional.normalize(table[ids].float(), dim=1)
+    cos = (unit @ unit.T)[~torch.eye(len(ids), dtype=torch.bool)]
+    return float(cos.mean()), float(cos.min()), float(cos.max())
+
+
 def trainable_model(base: torch.nn.Module, setting: str) -> torch.nn.Module:
     """``base`` (deep-copied) with the weights of ``setting`` trainable."""
     from peft import LoraConfig, get_peft_model
@@ -117,6 +127,7 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
 
     loaded = load_vlm(ModelConfig(model_path=args.model_path, dtype="float32", device="cpu"))
     tok = loaded.processor.tokenizer
+    cos = category_cosines(loaded.model, tok, sorted(by_cat))
 
     def prompt(q: Question) -> str:
         # the first turn's text of a cpu-demo episode (4 turns, 4 sweep frames and the current view named)
@@ -187,6 +198,8 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
         "",
         f"Best constant answer {const:g} cm: {mean_mra([const] * len(test), test):.3f}; per-category oracle "
         f"({len(per_cat)} categories): {oracle:.3f}.",
+        f"Input embeddings of the category names (last token each): pairwise cosine mean {cos[0]:.2f}, "
+        f"min {cos[1]:.2f}, max {cos[2]:.2f}.",
     ])
     print(text)
     return text

@@ -44,3 +44,22 @@ def test_two_steps_end_to_end(tc, tiny_model_path, capsys):
     text = tc.main(["--settings", "lora", "--steps", "2", "--eval-every", "2", "--model-path", tiny_model_path, "--train-scenes", "4"])
     assert "| lora |" in text and "step 2" in text
     assert "Best constant answer" in text and "per-category oracle" in text
+
+
+def test_category_cosines_by_hand(tc):
+    class Tok:
+        def __call__(self, text, add_special_tokens=False):
+            return type("Enc", (), {"input_ids": [9, {" a": 0, " b": 1, " c": 2}[text]]})()
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.e = torch.nn.Embedding(3, 2)
+            self.e.weight.data = torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 3.0]])
+
+        def get_input_embeddings(self):
+            return self.e
+
+    mean, low, high = tc.category_cosines(Model(), Tok(), ["a", "b", "c"])
+    s = 2 ** -0.5  # a.b = 0, a.c = b.c = cos 45 degrees
+    assert (mean, low, high) == pytest.approx(((0 + s + s) / 3, 0.0, s))
