@@ -38,6 +38,7 @@ from typing import Optional, Sequence
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench scripts (as under `python bench/...`)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -48,10 +49,10 @@ from a2c_ppo_acktr.envs.questions import Question, QuestionUnavailable, generate
 from a2c_ppo_acktr.prompts import SYSTEM_PROMPT, Answer, format_response, observation_text, parse_action  # noqa: E402
 from a2c_ppo_acktr.scoring import mean_relative_accuracy  # noqa: E402
 from a2c_ppo_acktr.teachers import brief_thoughts  # noqa: E402
+from bench_learning import best_constant  # noqa: E402
 
 SETTINGS = ("lora", "lora+embed", "full", "full-embed")
 QTYPE = "object_size_estimation"
-CANDIDATES = np.arange(5.0, 300.0, 1.0)  # cm, for the best constant and the per-category oracle
 
 
 def questions(seeds: Sequence[int], per_scene: int) -> list[Question]:
@@ -65,11 +66,6 @@ def questions(seeds: Sequence[int], per_scene: int) -> list[Question]:
             except QuestionUnavailable:
                 break
     return out
-
-
-def best_answer(truths: Sequence[float]) -> float:
-    """The single answer with the highest mean MRA over ``truths``."""
-    return float(max(CANDIDATES, key=lambda c: np.mean([mean_relative_accuracy(c, g) for g in truths])))
 
 
 def mean_mra(answers: Sequence[Optional[float]], qs: Sequence[Question]) -> float:
@@ -118,11 +114,11 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     from a2c_ppo_acktr.loading import load_vlm
 
     train, test = questions(range(args.train_scenes), 8), questions(range(5000, 5100), 2)
-    const = best_answer([float(q.ground_truth) for q in train])
+    const = best_constant(QTYPE, [q.ground_truth for q in train])[0]
     by_cat = collections.defaultdict(list)
     for q in train:
-        by_cat[q.meta["label"]].append(float(q.ground_truth))
-    per_cat = {k: best_answer(v) for k, v in by_cat.items()}
+        by_cat[q.meta["label"]].append(q.ground_truth)
+    per_cat = {k: best_constant(QTYPE, v)[0] for k, v in by_cat.items()}
     oracle = mean_mra([per_cat.get(q.meta["label"], const) for q in test], test)
 
     loaded = load_vlm(ModelConfig(model_path=args.model_path, dtype="float32", device="cpu"))
