@@ -122,6 +122,12 @@ class EnvConfig:
             )
 
 
+# The alternative to append (with "|") to model.lora_target_modules for LoRA on the language model's
+# input embeddings: what lets the tiny model tell the prompt's words apart (docs/TRAINING.md,
+# "Text-conditional answers and LoRA on the embeddings"); a real checkpoint's embeddings need no adapter.
+EMBEDDING_LORA_TARGET = r".*language_model\.embed_tokens"
+
+
 @dataclass
 class ModelConfig:
     """The policy VLM, its LoRA adapter and its heads (``a2c_ppo_acktr/model.py``)."""

@@ -54,6 +54,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -65,6 +66,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from a2c_ppo_acktr import stats
+from a2c_ppo_acktr.arguments import EMBEDDING_LORA_TARGET, load_config
 from a2c_ppo_acktr.checkpoint import latest_checkpoint
 
 REPO = Path(__file__).resolve().parent.parent  # the entry scripts run from here
@@ -129,11 +131,8 @@ class Task:
 # LoRA on the input embeddings too: the tiny model's embeddings of the prompt's words crowd together
 # (category names at mean pairwise cosine 0.42), so an adapter on the layers alone cannot read which
 # object a question names; with embed_tokens a target, supervised training learns the category sizes
-# (docs/TRAINING.md, "Text-conditional answers"). The same regex as cpu-demo's, plus embed_tokens.
-EMBEDDING_LORA = (
-    "model.lora_target_modules=.*language_model.*\\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)|lm_head"
-    "|.*language_model\\.embed_tokens"
-)
+# (docs/TRAINING.md, "Text-conditional answers"). cpu-demo's targets plus embed_tokens.
+EMBEDDING_LORA = f"model.lora_target_modules={load_config(preset=PRESET).model.lora_target_modules}|{EMBEDDING_LORA_TARGET}"
 
 TASKS: dict[str, Task] = {
     t.name: t
@@ -486,13 +485,16 @@ def task_adapter(args: argparse.Namespace, task: Task) -> Path:
     return args.out / task.name / "sft" / "train" / "adapter" if task.sft else args.sft_adapter
 
 
+def builds_adapter(args: argparse.Namespace, task: Task) -> bool:
+    """Whether the bench trains ``task``'s adapter itself (its ``sft`` stage, unless ``--adapter`` gives one)."""
+    return bool(task.sft) and task.name not in args.adapters
+
+
 def sft_stage_argv(args: argparse.Namespace, task: Task) -> list[str]:
     """One process that labels the task's questions with the oracle, preprocesses and trains its adapter."""
-    import shlex
-
     d = args.out / task.name / "sft"
     common = _config_args(args, task)
-    own = list(task.sft)  # section.key=value overrides, as the task's own
+    own = list(task.sft)  # section.key=value overrides, like the task's own
     steps = [
         [sys.executable, "vlm_traj_label.py", *common, *own, "--label.teacher", "oracle", "--label.out_dir", str(d / "labels")],
         [sys.executable, "vlm_traj_preprocess.py", *common, *own, "--label.out_dir", str(d / "labels"), "--label.dataset_dir", str(d / "data")],
@@ -503,9 +505,10 @@ def sft_stage_argv(args: argparse.Namespace, task: Task) -> list[str]:
 
 def build_task_adapters(args: argparse.Namespace) -> None:
     """Build (or reuse) the SFT adapter of every chosen task that has its own ``sft`` stage."""
-    tasks = [TASKS[t] for t in args.tasks if TASKS[t].sft and t not in args.adapters]
-    jobs = [(args.out / t.name / "sft", sft_stage_argv(args, t)) for t in tasks]
-    done = lambda d: (d / "train" / "adapter" / "adapter_config.json").is_file()  # noqa: E731
+    def done(d: Path) -> bool:
+        return (d / "train" / "adapter" / "adapter_config.json").is_file()
+
+    jobs = [(args.out / t / "sft", sft_stage_argv(args, TASKS[t])) for t in args.tasks if builds_adapter(args, TASKS[t])]
     markers = run_all(jobs, args.jobs, args.rerun, done)
     failed = [str(d) for d, m in markers.items() if m["returncode"] != 0 or not done(d)]
     if failed:
@@ -758,13 +761,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
             parser.error(f"--adapter takes TASK=PATH with TASK in {list(TASKS)}, got {item!r}")
         adapters[name] = Path(value).resolve()
     args.adapters = adapters
+    args.out, args.sft_adapter, args.model_path = args.out.resolve(), args.sft_adapter.resolve(), args.model_path.resolve()
     needed = [(args.model_path, "tiny model")]
-    for name in args.tasks:
-        task = TASKS[name]
-        if task.sft and name not in adapters:
-            continue  # the bench builds it
-        path = adapters.get(name) or ((REPO / task.adapter) if task.adapter else args.sft_adapter)
-        needed.append((path, f"SFT adapter of task {name}"))
+    needed += [(task_adapter(args, TASKS[name]), f"SFT adapter of task {name}") for name in args.tasks if not builds_adapter(args, TASKS[name])]
     for path, what in needed:
         if not path.exists():
             parser.error(f"the {what} {str(path)!r} does not exist; run `bash scripts/quickstart.sh` first "
@@ -779,7 +778,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
             parser.error(f"--best-constant takes TASK=SCORE with TASK in {list(TASKS)}, got {item!r}")
         given[name] = float(value)
     args.best_constant = given
-    args.out, args.sft_adapter, args.model_path = args.out.resolve(), args.sft_adapter.resolve(), args.model_path.resolve()
     return args
 
 

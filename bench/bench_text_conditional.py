@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench sc
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from a2c_ppo_acktr.arguments import ModelConfig, load_config  # noqa: E402
+from a2c_ppo_acktr.arguments import EMBEDDING_LORA_TARGET, ModelConfig, load_config  # noqa: E402
 from a2c_ppo_acktr.envs.procedural import make_procedural_scene  # noqa: E402
 from a2c_ppo_acktr.envs.questions import Question, QuestionUnavailable, generate_question  # noqa: E402
 from a2c_ppo_acktr.prompts import SYSTEM_PROMPT, Answer, format_response, observation_text, parse_action  # noqa: E402
@@ -89,7 +89,7 @@ def trainable_model(base: torch.nn.Module, setting: str) -> torch.nn.Module:
     model = copy.deepcopy(base)
     demo = load_config(preset="cpu-demo").model
     if setting.startswith("lora"):
-        targets = demo.lora_target_modules + (r"|.*language_model\.embed_tokens" if setting == "lora+embed" else "")
+        targets = demo.lora_target_modules + (f"|{EMBEDDING_LORA_TARGET}" if setting == "lora+embed" else "")
         return get_peft_model(model, LoraConfig(r=demo.lora_r, lora_alpha=demo.lora_alpha, target_modules=targets))
     for name, p in model.named_parameters():
         p.requires_grad_("language_model" in name or "lm_head" in name)

@@ -8,7 +8,7 @@ import torch
 
 import a2c_ppo_acktr.distributions as dist
 from a2c_ppo_acktr.algo.ppo import PPO
-from a2c_ppo_acktr.arguments import ModelConfig, PPOConfig
+from a2c_ppo_acktr.arguments import EMBEDDING_LORA_TARGET, ModelConfig, PPOConfig
 from a2c_ppo_acktr.loading import LoadedVLM, load_vlm
 from a2c_ppo_acktr.model import VLMPolicy
 from a2c_ppo_acktr.storage import RolloutStorage
@@ -369,7 +369,7 @@ def test_gradient_checkpointing_keeps_ratio_one_and_trains_lora(loaded, tiny_mod
     assert metrics["debug/first_minibatch_ratio_max_dev"] < 1e-4
 
 
-EMBED_TARGETS = ModelConfig.lora_target_modules + r"|.*language_model\.embed_tokens"
+EMBED_TARGETS = f"{ModelConfig.lora_target_modules}|{EMBEDDING_LORA_TARGET}"
 
 
 def test_embedding_lora_trains_the_prompt_words_and_checkpoints_only_the_adapter(loaded, tiny_model_path, storage, tmp_path):

@@ -379,14 +379,14 @@ def test_sft_adapter_with_embedding_lora_holds_only_the_lora_factors(tmp_path, t
     copy of the base embedding matrix (peft's default when an embedding is a target)."""
     from safetensors import safe_open
 
-    from a2c_ppo_acktr.arguments import ModelConfig, load_config
+    from a2c_ppo_acktr.arguments import EMBEDDING_LORA_TARGET, ModelConfig, load_config
     from a2c_ppo_acktr.loading import load_vlm
     from SFT.trainer import run_sft
 
     rng = np.random.default_rng(7)
     (tmp_path / "data").mkdir()
     _write_rows(tmp_path / "data", [(_obs(rng, 1), format_response("Three chairs.", Answer("3"))) for _ in range(2)])
-    targets = ModelConfig.lora_target_modules + r"|.*language_model\.embed_tokens"
+    targets = f"{ModelConfig.lora_target_modules}|{EMBEDDING_LORA_TARGET}"
     cfg = load_config(preset="debug", overrides={
         "model": {"model_path": tiny_model_path, "device": "cpu", "lora_target_modules": targets},
         "sft": {"data_path": str(tmp_path / "data" / "train.jsonl"), "output_dir": str(tmp_path / "sft"), "max_steps": 1,
