@@ -9,9 +9,13 @@ but builds in seconds without a hub. This module makes one per family (:data:`FA
   answer vocabulary, so a tiny model can write the JSON action format in few tokens, carrying
   the Qwen special tokens at the end of the vocabulary (as the real checkpoints do) and a Qwen
   chat template (LLaVA: plus ``<image>``, which its template uses as the image placeholder);
-- the family's processor with a very small pixel budget (a 224x224 frame becomes 4 image
-  tokens; LLaVA's CLIP processor crops every frame to 28x28, also 4 tokens), so a forward pass
-  takes milliseconds.
+- the family's processor with a very small pixel budget (the other families: a 224x224 frame
+  becomes 4 image tokens; LLaVA's CLIP processor crops every frame to 28x28, also 4 tokens), so a
+  forward pass takes milliseconds;
+- for the default family (``qwen2_5_vl``) a model that sees: every frame is 16 visual tokens,
+  white maps to 0 in the processor's normalisation, and after the reply-format pretraining the
+  whole model is trained on questions about this project's own renders
+  (:mod:`a2c_ppo_acktr.tiny_vision`), so its visual tokens carry what the frame shows.
 
 ``tiny_model_dir(family, seed)`` builds once into a cache directory whose name carries a hash
 of everything that defines the model, so editing the corpus or sizes invalidates old builds.
@@ -40,7 +44,7 @@ LLAVA_FAMILIES = ("llava",)  # CLIP vision tower + MLP projector + Llama text mo
 FAMILIES = QWEN_FAMILIES + LLAVA_FAMILIES
 
 # Bump when the build procedure changes in a way the spec hash below does not capture.
-TINY_VERSION = "2"
+TINY_VERSION = "3"
 
 # Qwen2/2.5/3-VL special tokens in the order the real tokenizers list them (ids follow the base
 # vocabulary, as in the real checkpoints, so code never assumes special ids are small or large).
@@ -120,6 +124,21 @@ class TinySpec:
     pretrain_steps: int = 300
     pretrain_batch_size: int = 16
     pretrain_lr: float = 3e-3
+    # The processor's pixel normalisation. None: the family's default (CLIP's mean and std), which
+    # maps a white background to a large constant, so the part of a visual token that differs
+    # between two game frames is a few percent of it; (1, 1, 1) / (0.5, 0.5, 0.5) maps white to 0.
+    image_mean: Optional[tuple[float, float, float]] = None
+    image_std: Optional[tuple[float, float, float]] = None
+    # Vision pre-training (:mod:`a2c_ppo_acktr.tiny_vision`): full-parameter next-token training on
+    # questions about this project's renders whose answers the generators know (0 steps: none; the
+    # tower then stays a random projection). Frames are drawn at ``vision_image_size`` pixels.
+    vision_pretrain_steps: int = 0
+    vision_pretrain_tasks: tuple[str, ...] = ()
+    vision_pretrain_batch_size: int = 16
+    vision_pretrain_lr: float = 3e-4
+    vision_pretrain_scenes: int = 0  # procedural training scenes for the room tasks
+    vision_text_per_batch: int = 4  # reply-format documents replayed in every batch (keeps the JSON grammar)
+    vision_image_size: int = 64
 
     @property
     def head_dim(self) -> int:
@@ -138,7 +157,17 @@ def tiny_spec(family: str) -> TinySpec:
     if family == "qwen2_vl":
         return TinySpec(family=family, vision_depth=1)
     if family == "qwen2_5_vl":
-        return TinySpec(family=family)
+        # The embedded default sees: 16 visual tokens per frame (112 x 112 pixels, 4 x 4 merged
+        # patches), white mapped to 0, and a vision tower pre-trained on the project's renders.
+        return TinySpec(
+            family=family,
+            min_pixels=112 * 112,
+            max_pixels=112 * 112,
+            image_mean=(1.0, 1.0, 1.0),
+            image_std=(0.5, 0.5, 0.5),
+            vision_pretrain_steps=1000,
+            vision_pretrain_tasks=("numberline",),
+        )
     # Qwen3-VL: 16-pixel patches (factor 32) and interleaved M-RoPE, whose H and W sections
     # index every third frequency, hence the T-heavy split like the real [24, 20, 20] / 64.
     return TinySpec(family=family, patch_size=16, mrope_section=(4, 2, 2), min_pixels=32 * 32, max_pixels=64 * 64)
@@ -483,6 +512,40 @@ def pretrain_reply_format(model, tokenizer, spec: TinySpec, corpus: Sequence[str
     return losses
 
 
+def pretrain_vision_stage(model, processor, tokenizer, spec: TinySpec, seed: int) -> dict:
+    """Run the vision pre-training ``spec`` asks for (:mod:`a2c_ppo_acktr.tiny_vision`); its build record.
+
+    Returns:
+        ``{}`` when ``spec.vision_pretrain_steps`` is 0, else the tasks, sample count, steps and the
+        mean loss of the first and the last 20 steps (for ``tiny_build.json``).
+    """
+    if spec.vision_pretrain_steps <= 0:
+        return {}
+    from a2c_ppo_acktr import tiny_vision
+
+    samples = tiny_vision.training_samples(spec.vision_image_size, spec.vision_pretrain_scenes, spec.vision_pretrain_tasks)
+    losses = tiny_vision.pretrain_vision(
+        model,
+        processor,
+        samples,
+        steps=spec.vision_pretrain_steps,
+        batch_size=spec.vision_pretrain_batch_size,
+        lr=spec.vision_pretrain_lr,
+        seed=seed,
+        text_docs=reply_documents(tokenizer, training_corpus()),
+        text_per_batch=spec.vision_text_per_batch,
+    )
+    window = min(20, len(losses))
+    return {
+        "vision_pretrain": {
+            "tasks": list(spec.vision_pretrain_tasks),
+            "samples": len(samples),
+            "steps": spec.vision_pretrain_steps,
+            "loss_first_last": [round(sum(losses[:window]) / window, 4), round(sum(losses[-window:]) / window, 4)],
+        }
+    }
+
+
 def build_processor(spec: TinySpec, tokenizer):
     """The family's processor with the tiny pixel budget."""
     if spec.family in LLAVA_FAMILIES:
@@ -500,8 +563,9 @@ def build_processor(spec: TinySpec, tokenizer):
         return Qwen3VLProcessor(image_processor=image, tokenizer=tokenizer, video_processor=video, chat_template=CHAT_TEMPLATE)
     from transformers import Qwen2VLVideoProcessor
 
-    image = Qwen2VLImageProcessor(size=size, **pix)
-    video = Qwen2VLVideoProcessor(size=size, **pix)
+    norm = {} if spec.image_mean is None else dict(image_mean=list(spec.image_mean), image_std=list(spec.image_std))
+    image = Qwen2VLImageProcessor(size=size, **pix, **norm)
+    video = Qwen2VLVideoProcessor(size=size, **pix, **norm)
     if spec.family == "qwen2_vl":
         from transformers import Qwen2VLProcessor as proc_cls
     else:
@@ -609,12 +673,20 @@ def spec_hash(family: str, seed: int) -> str:
             "template": CHAT_TEMPLATE,
             "special": SPECIAL_TOKENS,
             "source": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+            # The vision pre-training's samples come from these modules: editing them changes the weights.
+            "vision_sources": [hashlib.sha256(p.read_bytes()).hexdigest() for p in _vision_sources()],
             "transformers": version("transformers"),
             "tokenizers": version("tokenizers"),
         },
         sort_keys=True,
     )
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:10]
+
+
+def _vision_sources() -> list[Path]:
+    """The modules that draw and word the vision pre-training samples."""
+    here = Path(__file__).resolve().parent
+    return [here / "tiny_vision.py", here / "envs" / "cards" / "numberline.py", here / "envs" / "cards" / "drawing.py"]
 
 
 def build_tiny_model(family: str, out_dir: str | os.PathLike, seed: int = 0) -> Path:
@@ -641,6 +713,7 @@ def build_tiny_model(family: str, out_dir: str | os.PathLike, seed: int = 0) -> 
         torch.manual_seed(seed)
         model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
         losses = pretrain_reply_format(model, tokenizer, spec, training_corpus(), seed)
+        vision = pretrain_vision_stage(model, processor, tokenizer, spec, seed)
     ids = _token_ids(tokenizer)
     model.generation_config = GenerationConfig(
         bos_token_id=ids["<|endoftext|>"],
@@ -659,6 +732,7 @@ def build_tiny_model(family: str, out_dir: str | os.PathLike, seed: int = 0) -> 
         "tokenizer_size": len(tokenizer),
         "pretrain_steps": spec.pretrain_steps,
         "pretrain_loss_first_last": [round(losses[0], 4), round(losses[-1], 4)] if losses else None,
+        **vision,
         "build_seconds": round(time.perf_counter() - t0, 3),
     }
     missing = [name for name in ("config.json", "model.safetensors") if not (out / name).is_file()]

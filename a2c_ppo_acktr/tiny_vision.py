@@ -1,0 +1,378 @@
+"""Vision pre-training of the tiny model on this project's own renders.
+
+A randomly initialised vision tower is a frozen random projection: LoRA on the language model then
+learns nothing from the frames (measured: policies trained on it answer the same with every frame
+zeroed). A real checkpoint's tower was trained on captions; the tiny one is trained here on facts
+that this project's generators know exactly about every frame they draw:
+
+* ``numberline``: a NumberLine frame (``gym_cards`` drawing, numbers 0..9): "what is the current
+  number?" / "what is the target number?" -> one digit (chance 10%);
+* ``left_right``: a rendered procedural room: "which is further left in the picture, the A or the B?"
+  for two visible objects of different categories, far enough apart -> a category name (chance 50%);
+* ``present``: a rendered procedural room: "is there a C in the picture?" -> ``yes`` / ``no`` for a
+  category of the room that is or is not visible (chance 50%).
+
+Each sample is one user turn (the frame, then the question) and one assistant turn (the answer),
+trained by next-token prediction on the answer only, with the whole model (tower, merger, language
+model) trainable. :func:`probe` asks the same questions greedily about renders the pre-training never
+saw (other NumberLine (target, current) pairs, other procedural scenes) and scores exact answers.
+
+Everything is seeded: the same seed gives the same samples, hence the same weights on one thread.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional, Sequence
+
+import numpy as np
+
+TASKS = ("numberline", "left_right", "present")
+# NumberLine frames are drawn with numbers 0..MAX_DIGIT; the probe holds out whole (target, current) pairs.
+MAX_DIGIT = 9
+# Procedural scene seeds: pre-training draws from [SCENE_SEED_TRAIN, +n), the probe from SCENE_SEED_PROBE
+# on, both apart from the envs' training (env.scene_seed = 0..) and evaluation (eval.seed = 12345..) scenes.
+SCENE_SEED_TRAIN = 500_000
+SCENE_SEED_PROBE = 600_000
+# An object counts as visible with this many pixels in a frame of side S: fraction * S^2.
+VISIBLE_FRACTION = 0.01
+# Two objects are "left" of each other only when their pixel centroids are this fraction of the width apart.
+LEFT_RIGHT_MARGIN = 0.15
+
+
+@dataclass(frozen=True)
+class VisionSample:
+    """One pre-training or probe sample.
+
+    Attributes:
+        image: (H, W, 3) uint8 frame.
+        question: The user's text after the frame.
+        answer: The exact expected reply.
+        task: One of :data:`TASKS`.
+    """
+
+    image: np.ndarray
+    question: str
+    answer: str
+    task: str
+
+
+# ------------------------------------------------------------------------------------ NumberLine
+def numberline_pairs(held_out: bool) -> list[tuple[int, int]]:
+    """(target, current) pairs, ``target != current``, split 4:1 by a fixed rule (held out: ``(t + 2c) % 5 == 0``)."""
+    pairs = [(t, c) for t in range(MAX_DIGIT + 1) for c in range(MAX_DIGIT + 1) if t != c]
+    return [p for p in pairs if ((p[0] + 2 * p[1]) % 5 == 0) == held_out]
+
+
+def numberline_frame(target: int, current: int, image_size: int) -> np.ndarray:
+    """The NumberLine env's own frame for this state."""
+    from a2c_ppo_acktr.envs.cards.numberline import NumberLineEnv
+
+    env = NumberLineEnv(max_position=MAX_DIGIT, image_size=image_size)
+    obs, _ = env.reset(seed=0, options={"start": current, "target": target})
+    return np.asarray(obs["images"][0])
+
+
+def numberline_samples(pairs: Sequence[tuple[int, int]], image_size: int) -> list[VisionSample]:
+    """Two samples per pair: its current and its target number."""
+    out = []
+    for target, current in pairs:
+        image = numberline_frame(target, current, image_size)
+        out.append(VisionSample(image, "What is the current number in the picture?", str(current), "numberline"))
+        out.append(VisionSample(image, "What is the target number in the picture?", str(target), "numberline"))
+    return out
+
+
+# ------------------------------------------------------------------------------------ rooms
+def _scene_frames(seed: int, image_size: int, num_frames: int) -> tuple[Any, list[Any]]:
+    """A procedural scene and ``num_frames`` frames of a sweep from a random free pose in it."""
+    from a2c_ppo_acktr.arguments import EnvConfig
+    from a2c_ppo_acktr.envs.navigation import sample_free_pose
+    from a2c_ppo_acktr.envs.procedural import make_procedural_scene
+    from a2c_ppo_acktr.envs.renderer import Pose, Renderer
+
+    cfg = EnvConfig(image_size=image_size)
+    scene = make_procedural_scene(seed, cfg.procedural_min_room, cfg.procedural_max_room)
+    renderer = Renderer.for_env(scene, cfg)
+    rng = np.random.default_rng(seed)
+    start = sample_free_pose(scene, rng, cfg.agent_radius)
+    poses = [Pose(start.x, start.y, (start.yaw_deg + k * 360.0 / num_frames) % 360.0) for k in range(num_frames)]
+    return scene, renderer.render_many(poses)
+
+
+def room_samples(seeds: Iterable[int], image_size: int, frames_per_scene: int = 8) -> list[VisionSample]:
+    """``left_right`` and ``present`` samples from sweeps of the procedural scenes ``seeds``.
+
+    Per frame at most one of each, so every frame counts alike; categories are compared by name, so
+    two chairs never make a left/right question and "is there a chair" means any chair.
+    """
+    out: list[VisionSample] = []
+    min_pixels = max(1, int(round(VISIBLE_FRACTION * image_size * image_size)))
+    for seed in seeds:
+        scene, frames = _scene_frames(seed, image_size, frames_per_scene)
+        rng = np.random.default_rng([seed, 1])
+        labels = {o.object_id: o.label for o in scene.objects}
+        room_labels = sorted(set(labels.values()))
+        for frame in frames:
+            ids = frame.object_ids
+            counts = np.bincount(ids[ids >= 0], minlength=max(labels, default=0) + 1)
+            visible = [i for i in np.flatnonzero(counts >= min_pixels) if int(i) in labels]
+            # Per category: pixel count and the mean column of its pixels.
+            seen: dict[str, tuple[int, float]] = {}
+            for i in visible:
+                cols = np.nonzero(ids == i)[1]
+                lab = labels[int(i)]
+                n, x = seen.get(lab, (0, 0.0))
+                seen[lab] = (n + cols.size, (n * x + cols.sum()) / (n + cols.size))
+            names = sorted(seen)
+            pairs = [
+                (a, b) for k, a in enumerate(names) for b in names[k + 1:]
+                if abs(seen[a][1] - seen[b][1]) >= LEFT_RIGHT_MARGIN * image_size
+            ]
+            if pairs:
+                a, b = pairs[int(rng.integers(len(pairs)))]
+                if rng.random() < 0.5:
+                    a, b = b, a
+                left = a if seen[a][1] < seen[b][1] else b
+                out.append(VisionSample(frame.rgb, f"Which is further left in the picture, the {a} or the {b}?", left, "left_right"))
+            # Visible: at least min_pixels; absent: no pixel at all (a sliver is neither).
+            any_pixel = {labels[int(i)] for i in np.flatnonzero(counts > 0) if int(i) in labels}
+            absent = [lab for lab in room_labels if lab not in any_pixel]
+            if names and absent:
+                want = rng.random() < 0.5
+                pool = names if want else absent
+                lab = pool[int(rng.integers(len(pool)))]
+                out.append(VisionSample(frame.rgb, f"Is there a {lab} in the picture?", "yes" if want else "no", "present"))
+    return out
+
+
+# ------------------------------------------------------------------------------------ data sets
+def _samples(image_size: int, num_scenes: int, tasks: Sequence[str], held_out: bool) -> list[VisionSample]:
+    unknown = sorted(set(tasks) - set(TASKS))
+    if unknown:
+        raise ValueError(f"unknown vision pre-training task(s) {unknown}; choose from {list(TASKS)}")
+    out = numberline_samples(numberline_pairs(held_out=held_out), image_size) if "numberline" in tasks else []
+    if {"left_right", "present"} & set(tasks) and num_scenes > 0:
+        first = SCENE_SEED_PROBE if held_out else SCENE_SEED_TRAIN
+        out += [s for s in room_samples(range(first, first + num_scenes), image_size) if s.task in tasks]
+    return out
+
+
+def training_samples(image_size: int, num_scenes: int, tasks: Sequence[str] = TASKS) -> list[VisionSample]:
+    """The pre-training set: the training NumberLine pairs and ``num_scenes`` training scenes, for ``tasks``."""
+    return _samples(image_size, num_scenes, tasks, held_out=False)
+
+
+def probe_samples(image_size: int, num_scenes: int, tasks: Sequence[str] = TASKS) -> list[VisionSample]:
+    """Renders the pre-training never saw: the held-out NumberLine pairs and other scenes, for ``tasks``."""
+    return _samples(image_size, num_scenes, tasks, held_out=True)
+
+
+# ------------------------------------------------------------------------------------ encoding
+def _user_text(question: str, with_image: bool) -> str:
+    image = "<|vision_start|><|image_pad|><|vision_end|>" if with_image else ""
+    return f"<|im_start|>user\n{image}{question}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def encode_batch(processor: Any, samples: Sequence[VisionSample], zero_images: bool = False) -> dict:
+    """Processor inputs and labels (loss on the answer and its ``<|im_end|>`` only), right-padded.
+
+    Args:
+        processor: The tiny model's processor.
+        samples: The batch.
+        zero_images: Replace every frame by zeros of its shape (the blind control of :func:`probe`).
+
+    Raises:
+        RuntimeError: The answer's tokens are not the end of the row's tokens (the chat text changed).
+    """
+    import torch
+
+    tok = processor.tokenizer
+    texts = [_user_text(s.question, True) + f"{s.answer}<|im_end|>\n" for s in samples]
+    images = [np.zeros_like(s.image) if zero_images else s.image for s in samples]
+    side = tok.padding_side
+    tok.padding_side = "right"
+    try:
+        batch = processor(text=texts, images=images, padding=True, return_tensors="pt")
+    finally:
+        tok.padding_side = side
+    labels = torch.full_like(batch["input_ids"], -100)
+    for k, s in enumerate(samples):
+        answer = tok(f"{s.answer}<|im_end|>\n", add_special_tokens=False)["input_ids"]
+        end = int(batch["attention_mask"][k].sum())
+        if batch["input_ids"][k, end - len(answer):end].tolist() != answer:
+            raise RuntimeError(f"the answer {s.answer!r} does not tokenize alone at the end of its row; the chat text changed")
+        labels[k, end - len(answer):end] = batch["input_ids"][k, end - len(answer):end]
+    batch["labels"] = labels
+    return dict(batch)
+
+
+def pretrain_vision(
+    model: Any,
+    processor: Any,
+    samples: Sequence[VisionSample],
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    text_docs: Sequence[Sequence[int]] = (),
+    text_per_batch: int = 0,
+) -> list[float]:
+    """Full-parameter next-token training on ``samples``' answers (plus ``text_docs`` replayed).
+
+    ``text_docs`` (token ids of reply-format documents, see ``tiny.reply_documents``) keep the reply
+    grammar the text pre-training taught: ``text_per_batch`` of them join every batch as rows
+    without an image. One thread, seeded: the same inputs give the same weights.
+
+    Returns:
+        The loss of every step.
+    """
+    import torch
+
+    if steps <= 0:
+        return []
+    if not samples:
+        raise ValueError("vision pre-training got no samples")
+    tok = processor.tokenizer
+    pad = tok.pad_token_id
+    rng = np.random.default_rng(seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    warmup = max(1, steps // 10)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) * (1.0 - s / steps))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    losses: list[float] = []
+    model.train()
+    try:
+        for _ in range(steps):
+            picked = [samples[i] for i in rng.choice(len(samples), size=min(batch_size, len(samples)), replace=False)]
+            batch = encode_batch(processor, picked)
+            if text_docs and text_per_batch > 0:
+                docs = [text_docs[i] for i in rng.choice(len(text_docs), size=min(text_per_batch, len(text_docs)), replace=False)]
+                batch = _append_text_rows(batch, docs, pad)
+            loss = model(**batch).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(float(loss.detach()))
+    finally:
+        torch.set_num_threads(threads)
+        model.eval()
+    return losses
+
+
+def _append_text_rows(batch: dict, docs: Sequence[Sequence[int]], pad: int) -> dict:
+    """``batch`` with image-free rows of token ids appended (loss on every token of them)."""
+    import torch
+
+    width = max(batch["input_ids"].shape[1], max(len(d) for d in docs))
+
+    def widen(t: torch.Tensor, fill: int) -> torch.Tensor:
+        return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=fill)
+
+    ids = torch.full((len(docs), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(docs), width), dtype=torch.long)
+    for k, d in enumerate(docs):
+        ids[k, : len(d)] = torch.tensor(d)
+        mask[k, : len(d)] = 1
+    shape = tuple(batch["input_ids"].shape)
+    out = dict(batch)
+    out["input_ids"] = torch.cat([widen(batch["input_ids"], pad), ids])
+    out["attention_mask"] = torch.cat([widen(batch["attention_mask"], 0), mask])
+    out["labels"] = torch.cat([widen(batch["labels"], -100), ids.masked_fill(mask == 0, -100)])
+    # Per-token side inputs of the processor (mm_token_type_ids): text rows are all text (0).
+    for key, value in batch.items():
+        if key not in out or key in ("input_ids", "attention_mask", "labels"):
+            continue
+        if isinstance(value, torch.Tensor) and tuple(value.shape) == shape:
+            out[key] = torch.cat([widen(value, 0), torch.zeros((len(docs), width), dtype=value.dtype)])
+    return out
+
+
+# ------------------------------------------------------------------------------------ probe
+def probe(model: Any, processor: Any, samples: Sequence[VisionSample], batch_size: int = 16, zero_images: bool = False) -> dict[str, float]:
+    """Greedy answers to ``samples``' questions; exact-match accuracy per task.
+
+    Args:
+        zero_images: Ask about zeroed frames instead (same tokens): what the text alone gives.
+    """
+    import torch
+
+    tok = processor.tokenizer
+    side = tok.padding_side
+    correct: dict[str, list[bool]] = {}
+    for start in range(0, len(samples), batch_size):
+        chunk = samples[start:start + batch_size]
+        texts = [_user_text(s.question, True) for s in chunk]
+        images = [np.zeros_like(s.image) if zero_images else s.image for s in chunk]
+        tok.padding_side = "left"
+        try:
+            batch = processor(text=texts, images=images, padding=True, return_tensors="pt")
+        finally:
+            tok.padding_side = side
+        with torch.no_grad():
+            out = model.generate(**batch, max_new_tokens=6, do_sample=False)
+        replies = tok.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+        for s, reply in zip(chunk, replies):
+            correct.setdefault(s.task, []).append(reply.strip() == s.answer)
+    return {task: float(np.mean(v)) for task, v in correct.items()}
+
+
+def chance_levels(samples: Sequence[VisionSample]) -> dict[str, float]:
+    """The best constant answer's accuracy per task (what a policy blind to the frame can reach
+    without reading the question; ``left_right`` questions name both answers, so 0.5 there)."""
+    out: dict[str, float] = {}
+    for task in sorted({s.task for s in samples}):
+        answers = [s.answer for s in samples if s.task == task]
+        if task == "left_right":
+            out[task] = 0.5
+        else:
+            out[task] = max(answers.count(a) for a in set(answers)) / len(answers)
+    return out
+
+
+def probe_table(model_path: str, tasks: Sequence[str] = TASKS, num_scenes: int = 20, image_size: int = 64) -> list[dict[str, Any]]:
+    """The probe of the model at ``model_path`` (any ``model.model_path``, ``tiny:<family>`` included)
+    on held-out renders: per task the count, the best constant's accuracy, and the greedy exact-answer
+    accuracy with the frames and with every frame zeroed (the same tokens)."""
+    import torch
+
+    from a2c_ppo_acktr.arguments import ModelConfig
+    from a2c_ppo_acktr.loading import load_vlm
+
+    loaded = load_vlm(ModelConfig(model_path=model_path, device="cpu", dtype="float32"))
+    samples = probe_samples(image_size, num_scenes, tasks)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        sighted = probe(loaded.model, loaded.processor, samples)
+        zeroed = probe(loaded.model, loaded.processor, samples, zero_images=True)
+    finally:
+        torch.set_num_threads(threads)
+    chance = chance_levels(samples)
+    return [
+        {"task": t, "n": sum(s.task == t for s in samples), "chance": chance[t], "accuracy": sighted[t], "zeroed": zeroed[t]}
+        for t in sorted(sighted)
+    ]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    """CLI: the vision probe of a model, as a Markdown table."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Probe what a VLM reads from this project's renders (held-out frames, greedy, exact answers).")
+    parser.add_argument("--model", default="tiny:qwen2_5_vl", help="model path (default: the embedded default, built on first use)")
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
+    parser.add_argument("--scenes", type=int, default=20, help="held-out procedural scenes for the room tasks")
+    args = parser.parse_args(argv)
+    rows = probe_table(args.model, args.tasks, args.scenes)
+    print("| task | held-out samples | best constant | accuracy | zeroed frames |")
+    print("|---|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['task']} | {r['n']} | {r['chance']:.3f} | {r['accuracy']:.3f} | {r['zeroed']:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
