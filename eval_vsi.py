@@ -10,7 +10,8 @@ What to evaluate (exactly one):
       [--paired A B]           ... plus Overall(A) - Overall(B) on the same questions with a paired
                                bootstrap 95% interval (A, B: row names; repeat for more pairs)
 Questions: the fixed procedural set (eval.num_episodes, eval.seed), or VSI-Bench rows with
---vsibench ROWS --data-root SCANS. --blind withholds images. --metrics PATH adds learning curves
+--vsibench ROWS --data-root SCANS. --blind withholds images; --zero-images keeps the prompt and
+zeroes every frame (the blind twin of a trained policy). --metrics PATH adds learning curves
 (--smooth W draws an exponential moving average over them).
 Protocol: --protocol interactive (default) re-renders each scan and lets the agent move; --protocol
 video is the benchmark's own on its videos: --vsibench ROWS --video-root VIDEOS (<dataset>/<scene>.mp4),
@@ -66,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--batch-size", type=int, default=None, help="--protocol video: questions per generate call (default eval.batch_size)")
     p.add_argument("--blind", action="store_true", help="withhold images (sets eval.blind): answers from text alone")
+    p.add_argument(
+        "--zero-images", action="store_true",
+        help="the blind twin (sets eval.zero_images): the same prompts and tokens with every frame zeroed; "
+        "compare it with the sighted row (--paired) to see what the pixels add",
+    )
     p.add_argument("--metrics", default=None, help="training metrics.jsonl: also write learning_curves.png")
     p.add_argument(
         "--smooth", type=float, default=0.0, metavar="W",
@@ -124,7 +130,7 @@ def _check_protocol(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error("--protocol video evaluates a model on videos; --compare and --score-file take finished reports/predictions")
     if args.vsibench is None or args.video_root is None:
         parser.error("--protocol video needs --vsibench ROWS and --video-root VIDEOS (<dataset>/<scene_name>.mp4)")
-    other = [f for f, v in (("--data-root", args.data_root), ("--blind", args.blind), ("--metrics", args.metrics)) if v]
+    other = [f for f, v in (("--data-root", args.data_root), ("--blind", args.blind), ("--zero-images", args.zero_images), ("--metrics", args.metrics)) if v]
     if other:
         parser.error(f"{', '.join(other)} belong to the interactive protocol; the video protocol reads frames from --video-root")
     for flag, value in (("--num-frames", args.num_frames), ("--batch-size", args.batch_size), ("--limit", args.limit)):

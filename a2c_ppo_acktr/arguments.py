@@ -473,10 +473,18 @@ class EvalConfig:
     temperature: float = 1.0  # used when greedy is false
     batch_size: int = 8  # episodes stepped together
     blind: bool = False  # withhold images: exposes answers guessed from text alone
+    # The blind twin of a trained policy: every frame replaced by zeros of its shape, so the prompt's
+    # tokens (image placeholders included) are exactly the sighted run's and only the pixels differ.
+    zero_images: bool = False
     num_trajectory_pictures: int = 4
 
     def __post_init__(self) -> None:
         _check(self.num_episodes >= 1, f"eval.num_episodes={self.num_episodes} must be >= 1")
+        _check(
+            not (self.blind and self.zero_images),
+            "eval.blind and eval.zero_images are two different blind baselines (no images in the prompt vs. the same "
+            "prompt with black frames); set one",
+        )
         _check(self.temperature > 0, f"eval.temperature={self.temperature} must be > 0")
         _check(self.batch_size >= 1, f"eval.batch_size={self.batch_size} must be >= 1")
 

@@ -71,20 +71,32 @@ class PolicyAgent:
             temperature head's per-row value so that runs sample alike.
         blind: Withhold the images (``eval.blind``); the policy builds the prompt with
             ``prompts.build_messages(obs, blind=True)``.
+        zero_images: The blind twin (``eval.zero_images``): every frame is replaced by zeros of
+            its shape before the policy sees it, so prompts and tokens are the sighted run's.
     """
 
-    def __init__(self, policy: Any, greedy: bool = True, temperature: float = 1.0, blind: bool = False) -> None:
+    def __init__(self, policy: Any, greedy: bool = True, temperature: float = 1.0, blind: bool = False, zero_images: bool = False) -> None:
+        if blind and zero_images:
+            raise ValueError("blind (no images in the prompt) and zero_images (black frames in the same prompt) exclude each other")
         self.policy = policy
         self.greedy = greedy
         self.temperature = temperature
         self.blind = blind
+        self.zero_images = zero_images
 
     def act(self, observations: Sequence[dict], envs: Sequence[Any]) -> list[str]:
+        if self.zero_images:
+            observations = [zeroed_images(o) for o in observations]
         if self.greedy:
             out = self.policy.act(list(observations), greedy=True, blind=self.blind)
         else:
             out = self.policy.act(list(observations), greedy=False, blind=self.blind, temperature=self.temperature)
         return list(out.texts)
+
+
+def zeroed_images(observation: dict) -> dict:
+    """``observation`` with every image replaced by zeros of the same shape and dtype (a new dict)."""
+    return {**observation, "images": tuple(np.zeros_like(np.asarray(im)) for im in observation["images"])}
 
 
 class DummyAgent:
@@ -537,6 +549,7 @@ def evaluate(
         "greedy": cfg.eval.greedy,
         "temperature": None if cfg.eval.greedy else cfg.eval.temperature,
         "blind": cfg.eval.blind,
+        "zero_images": cfg.eval.zero_images,
         "eval_seed": cfg.eval.seed,
         "seconds": round(result.seconds, 2),
         "trajectory_pictures": [str(p) for p in result.pictures],
@@ -643,6 +656,8 @@ def resolve_config(args: Any, extra: Sequence[str]) -> RunConfig:
         flags.setdefault("model", {})["model_path"] = args.model_path
     if args.blind:
         flags.setdefault("eval", {})["blind"] = True
+    if getattr(args, "zero_images", False):
+        flags.setdefault("eval", {})["zero_images"] = True
     if args.vsibench:
         flags.setdefault("env", {}).update(scene_source="vsibench", vsibench_path=args.vsibench)
     if args.data_root:
@@ -773,9 +788,12 @@ def run_cli(args: Any, extra: Sequence[str]) -> Optional[dict[str, Any]]:
         meta.update(agent="oracle", **agent.describe())
     else:
         policy = load_policy(cfg, adapter=args.adapter, checkpoint=args.checkpoint)
-        agent = PolicyAgent(policy, greedy=cfg.eval.greedy, temperature=cfg.eval.temperature, blind=cfg.eval.blind)
+        agent = PolicyAgent(
+            policy, greedy=cfg.eval.greedy, temperature=cfg.eval.temperature, blind=cfg.eval.blind, zero_images=cfg.eval.zero_images
+        )
         meta.update(agent="policy", model_path=cfg.model.model_path, adapter=args.adapter, checkpoint=args.checkpoint, dtype=cfg.model.dtype)
-    report = evaluate(cfg, agent, name=default_name(args, cfg.model.model_path, " (blind)" if cfg.eval.blind else ""), out_dir=out, meta=meta, vsibench_limit=args.limit)
+    suffix = " (blind)" if cfg.eval.blind else " (zeroed images)" if cfg.eval.zero_images else ""
+    report = evaluate(cfg, agent, name=default_name(args, cfg.model.model_path, suffix), out_dir=out, meta=meta, vsibench_limit=args.limit)
     _print_summary(report, out)
     return report
 

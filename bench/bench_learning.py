@@ -84,6 +84,8 @@ COMMON_OVERRIDES = (
 ESTIMATOR_OVERRIDES = {"gae": (), "rloo": ("rollout.group_size=4",), "grpo": ("rollout.group_size=4",)}
 CONTROL_LR = "1e-12"  # > 0 (ppo.lr must be), small enough that no weight moves in float32
 SCORE_KEY = "rollout/episode_score_mean"
+# Targets whose runs are evaluated greedily on held-out questions (each with its blind twin).
+GREEDY_TARGETS = ("best_constant", "beat_best_constant", "game_success")
 VALID_KEY = "rollout/valid_action_rate"
 # Kept per run in the JSON (last-10 means) to explain a score: format, exploration, sampling temperature.
 DIAGNOSTIC_KEYS = (VALID_KEY, "losses/entropy", "charts/temperature_mean", "time/iteration")
@@ -578,16 +580,53 @@ def evaluate_held_out(args: argparse.Namespace, results: list[RunResult]) -> dic
     return {"sft": str(sft_dir / "report.json"), "diffs": diffs}
 
 
+SIGHTED, ZEROED = "eval_greedy", "eval_greedy_zeroed"  # per-run directories of the greedy evals
+ZEROED_SUFFIX = " (zeroed images)"
+
+
+def sighted_and_twin(args: argparse.Namespace, task: Task, what: list[str], name: str, sighted: Path, zeroed: Path) -> list[tuple[Path, list[str]]]:
+    """Two greedy ``eval_vsi.py`` jobs on the task's held-out set: the policy, and its blind twin (the
+    same prompts and tokens with every frame zeroed, ``--zero-images``)."""
+    return [(sighted, eval_argv(args, task, what, name, sighted)),
+            (zeroed, eval_argv(args, task, [*what, "--zero-images"], name + ZEROED_SUFFIX, zeroed))]
+
+
 def greedy_eval_jobs(args: argparse.Namespace, runs: Sequence[RunResult]) -> list[tuple[Path, list[str]]]:
-    """``(directory, eval_vsi.py command)`` evaluating each run's last checkpoint greedily into ``<run>/eval_greedy``."""
+    """``(directory, eval_vsi.py command)`` evaluating each run's last checkpoint greedily into
+    ``<run>/eval_greedy``, and its blind twin into ``<run>/eval_greedy_zeroed``."""
     jobs = []
     for r in runs:
         ckpt = latest_checkpoint(r.spec.directory(args.out) / "checkpoints")
         if ckpt is None:
             raise FileNotFoundError(f"{r.spec.directory(args.out)} finished without a checkpoint; see its bench.log")
-        d = r.spec.directory(args.out) / "eval_greedy"
-        jobs.append((d, eval_argv(args, TASKS[r.spec.task], ["--checkpoint", str(ckpt)], f"{r.spec.estimator}-{r.spec.lr_label}-seed{r.spec.seed}", d)))
+        d = r.spec.directory(args.out)
+        jobs += sighted_and_twin(args, TASKS[r.spec.task], ["--checkpoint", str(ckpt)], f"{r.spec.estimator}-{r.spec.lr_label}-seed{r.spec.seed}",
+                                 d / SIGHTED, d / ZEROED)
     return jobs
+
+
+def twin_difference(sighted: Path, zeroed: Path) -> dict[str, Any]:
+    """Sighted minus blind twin on the same questions (VSI Overall or game success, points), paired bootstrap 95% CI."""
+    from a2c_ppo_acktr import reports
+
+    a, b = reports.load_report(sighted), reports.load_report(zeroed)
+    return reports.paired_overall_ci(a, b, names=(a.get("name", "sighted"), b.get("name", "zeroed")))
+
+
+def blind_twin_lines(args: argparse.Namespace, runs: Sequence[RunResult]) -> list[dict[str, Any]]:
+    """Per (task, estimator, lr): each seed's sighted - blind twin difference with its CI, and in how
+    many seeds that CI excludes 0 (a policy whose score a blind twin matches does not use the frames)."""
+    groups: dict[tuple[str, str, str], list[tuple[int, dict[str, Any]]]] = {}
+    for r in runs:
+        d = r.spec.directory(args.out)
+        groups.setdefault((r.spec.task, r.spec.estimator, r.spec.lr_label), []).append((r.spec.seed, twin_difference(d / SIGHTED, d / ZEROED)))
+    out = []
+    for (task, estimator, lr), per_seed in sorted(groups.items()):
+        above = sum(1 for _, c in per_seed if c["low"] > 0)
+        cells = ", ".join(f"seed {s} {c['diff']:+.1f} [{c['low']:+.1f}, {c['high']:+.1f}]" for s, c in per_seed)
+        text = f"{task} {estimator} {lr}: sighted - zeroed images, greedy on {args.eval_episodes} held-out: {cells}; CI above 0 in {above} of {len(per_seed)} seed(s)"
+        out.append({"task": task, "estimator": estimator, "lr": lr, "per_seed": {s: c for s, c in per_seed}, "above_zero": above, "text": text})
+    return out
 
 
 def evaluate_greedy(args: argparse.Namespace, results: list[RunResult], best: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -609,8 +648,8 @@ def evaluate_greedy(args: argparse.Namespace, results: list[RunResult], best: di
     if failed:
         raise RuntimeError(f"greedy held-out evaluation failed in {failed}; see bench.log there")
     groups: dict[tuple[str, str, str], list[tuple[float, float, float]]] = {}
-    for r, (d, _) in zip(runs, jobs):
-        report = reports.load_report(d)
+    for r in runs:
+        report = reports.load_report(r.spec.directory(args.out) / SIGHTED)
         recs = report["records"]
         answer = best.get(r.spec.task, {}).get("answer")
         const = float(np.mean([score_prediction(x["question_type"], f"{answer:.6g}", x["ground_truth"]) for x in recs])) if answer is not None else float("nan")
@@ -652,8 +691,8 @@ def evaluate_games(args: argparse.Namespace, results: list[RunResult]) -> list[d
     runs = [r for r in results if TASKS[r.spec.task].target == "game_success" and r.status == "ok"]
     jobs = []
     for name in sorted({r.spec.task for r in runs}):
-        d = args.out / name / "sft_eval"
-        jobs.append((d, eval_argv(args, TASKS[name], ["--adapter", str(task_adapter(args, TASKS[name]))], "sft", d)))
+        jobs += sighted_and_twin(args, TASKS[name], ["--adapter", str(task_adapter(args, TASKS[name]))], "sft",
+                                 args.out / name / "sft_eval", args.out / name / "sft_eval_zeroed")
     jobs += greedy_eval_jobs(args, runs)
     markers = run_all(jobs, args.jobs, args.rerun, lambda d: (d / "report.json").is_file())
     failed = [str(d) for d, m in markers.items() if m["returncode"] != 0]
@@ -663,17 +702,19 @@ def evaluate_games(args: argparse.Namespace, results: list[RunResult]) -> list[d
     out = []
     for task, estimator in sorted({(r.spec.task, r.spec.estimator) for r in runs}):
         sft = success[args.out / task / "sft_eval"]
-        by = {lr: {r.spec.seed: success[r.spec.directory(args.out) / "eval_greedy"] for r in runs
+        by = {lr: {r.spec.seed: success[r.spec.directory(args.out) / SIGHTED] for r in runs
                    if (r.spec.task, r.spec.estimator, r.spec.lr_label) == (task, estimator, lr)} for lr in ("run", "control")}
         seeds = sorted(set(by["run"]) & set(by["control"]))
         run_ci, control_ci = _ci(list(by["run"].values())), _ci(list(by["control"].values()))
         diff_ci = _ci([by["run"][s] - by["control"][s] for s in seeds])
         met = "n/a (needs 2+ paired seeds)" if diff_ci[2] < 2 else ("yes" if diff_ci[0] - diff_ci[1] > 0 else "no")
+        sft_twin = twin_difference(args.out / task / "sft_eval", args.out / task / "sft_eval_zeroed")
         text = (f"{task} {estimator}: greedy success on {args.eval_episodes} held-out deals: runs {_fmt_ci(run_ci)} "
                 f"(per seed {', '.join(f'{v:.2f}' for v in by['run'].values())}), controls {_fmt_ci(control_ci)} "
-                f"(per seed {', '.join(f'{v:.2f}' for v in by['control'].values())}), SFT adapter {sft:.2f}; "
+                f"(per seed {', '.join(f'{v:.2f}' for v in by['control'].values())}), SFT adapter {sft:.2f} "
+                f"(minus its zeroed-image twin {sft_twin['diff']:+.1f} [{sft_twin['low']:+.1f}, {sft_twin['high']:+.1f}] points); "
                 f"run - control {_fmt_ci(diff_ci)} over {diff_ci[2]} paired seed(s): above 0: {met}")
-        out.append({"task": task, "estimator": estimator, "sft": sft, "run": by["run"], "control": by["control"],
+        out.append({"task": task, "estimator": estimator, "sft": sft, "sft_twin": sft_twin, "run": by["run"], "control": by["control"],
                     "diff": diff_ci, "met": met, "text": text})
     return out
 
@@ -842,6 +883,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     held = evaluate_held_out(args, results)
     greedy = evaluate_greedy(args, results, best)
     games = evaluate_games(args, results)
+    twins = blind_twin_lines(args, [r for r in results if r.status == "ok" and TASKS[r.spec.task].target in GREEDY_TARGETS])
     groups = summarize(results)
     targets, held_rows = all_targets(groups, best, held)
 
@@ -853,6 +895,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         "",
         *[f"Greedy held-out: {g['text']}" for g in greedy],
         *[f"Game: {g['text']}" for g in games],
+        *[f"Blind twin: {t['text']}" for t in twins],
         "",
         "Best constant answers: " + (", ".join(f"{k}: {v['score']:.3f} (answer {v['answer']}, {v['source']})" for k, v in best.items()) or "n/a"),
         f"Machine: {machine}",
@@ -875,6 +918,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         "groups": groups,
         "greedy_held_out": greedy,
         "games": [{**g, "diff": list(g["diff"])} for g in games],
+        "blind_twin": twins,
         "targets": {"/".join(k): list(v) for k, v in targets.items()},
         "held_out": {"sft_report": held["sft"], "per_seed": {"/".join(k): v for k, v in held["diffs"].items()},
                      "summary": {"/".join(k): v for k, v in held_rows.items()}},

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole pipeline on a laptop-class CPU, offline, in minutes: set-up, tiny model, oracle labels,
 # SFT, PPO from the SFT adapter, and evaluation before SFT / after SFT / after PPO next to the oracle
-# (upper reference) and random legal actions (chance reference).
+# (upper reference), random legal actions (chance reference) and the blind twins of the SFT and PPO
+# policies (the same prompts with every frame zeroed), with paired differences between them.
 #
 # Usage:  bash scripts/quickstart.sh [OUTDIR]        (default OUTDIR: outputs/quickstart)
 #
@@ -56,7 +57,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-
 
 T0=$SECONDS
 STEP=0
-NSTEPS=11
+NSTEPS=13
 # step NAME COMMAND...: run one step, its output into $LOGS/NAME.log; stop with the log's tail on failure.
 step() {
   local name=$1
@@ -108,8 +109,15 @@ step eval-oracle "$PY" eval_vsi.py "${COMMON[@]}" --oracle --name oracle --out "
 step eval-base "$PY" eval_vsi.py "${COMMON[@]}" --name "tiny base" --out "$EVAL/base"
 step eval-sft "$PY" eval_vsi.py "${COMMON[@]}" --adapter "$ADAPTER" --name "tiny + SFT" --out "$EVAL/sft"
 step eval-ppo "$PY" eval_vsi.py "${COMMON[@]}" --checkpoint "$CKPT" --name "tiny + SFT + PPO" --out "$EVAL/ppo"
+# The blind twins: the same prompts and tokens with every frame zeroed. What a trained row scores
+# above its twin is what it reads from the pixels.
+step eval-sft-zero "$PY" eval_vsi.py "${COMMON[@]}" --adapter "$ADAPTER" --zero-images --name "tiny + SFT (zeroed images)" --out "$EVAL/sft_zeroed"
+step eval-ppo-zero "$PY" eval_vsi.py "${COMMON[@]}" --checkpoint "$CKPT" --zero-images --name "tiny + SFT + PPO (zeroed images)" --out "$EVAL/ppo_zeroed"
 
-"$PY" eval_vsi.py --compare "$EVAL"/{dummy,base,sft,ppo,oracle}/report.json --paired "tiny + SFT + PPO" "tiny + SFT" \
+"$PY" eval_vsi.py --compare "$EVAL"/{dummy,base,sft,sft_zeroed,ppo,ppo_zeroed,oracle}/report.json \
+  --paired "tiny + SFT + PPO" "tiny + SFT" \
+  --paired "tiny + SFT" "tiny + SFT (zeroed images)" \
+  --paired "tiny + SFT + PPO" "tiny + SFT + PPO (zeroed images)" \
   --metrics "$OUT/ppo/metrics.jsonl" --out "$EVAL" \
   > "$LOGS/compare.log" 2>&1 || { echo "[quickstart] the comparison failed:" >&2; tail -n 40 "$LOGS/compare.log" >&2; exit 1; }
 echo
@@ -118,6 +126,6 @@ echo
 echo "[quickstart] done in $((SECONDS - T0))s. Reports:"
 echo "  comparison:      $EVAL/compare.md, $EVAL/compare.png"
 echo "  PPO curves:      $EVAL/learning_curves.png (metrics: $OUT/ppo/metrics.jsonl)"
-echo "  per row:         $EVAL/<dummy|base|sft|ppo|oracle>/report.md, tasks.png, trajectories/"
+echo "  per row:         $EVAL/<dummy|base|sft|sft_zeroed|ppo|ppo_zeroed|oracle>/report.md, tasks.png, trajectories/"
 echo "  logs:            $LOGS/"
 echo "The tiny model is random and tiny: its rows show the pipeline works, not what a real VLM scores."

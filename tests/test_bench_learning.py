@@ -165,7 +165,9 @@ def test_greedy_held_out_scores_the_constant_on_the_same_questions(bl, tmp_path,
     calls = []
     monkeypatch.setattr(bl, "run_all", lambda jobs, *a, **k: calls.append(jobs) or {d: {"returncode": 0} for d, _ in jobs})
     (line,) = bl.evaluate_greedy(args, results, {"object_size": {"answer": 100.0, "score": 0.7}})
-    assert len(calls[0]) == 2 and all("--checkpoint" in argv for _, argv in calls[0])
+    # Each run is evaluated twice: sighted, and its blind twin with the frames zeroed.
+    assert len(calls[0]) == 4 and all("--checkpoint" in argv for _, argv in calls[0])
+    assert [("--zero-images" in argv, d.name) for d, argv in calls[0]] == [(False, bl.SIGHTED), (True, bl.ZEROED)] * 2
     const = (score_prediction("object_size_estimation", "100", "100") + score_prediction("object_size_estimation", "100", "200")) / 2
     assert line["constant"] == pytest.approx(const) and line["scores"] == [0.4, 0.5]
     mean, half = stats.mean_ci([0.4, 0.5])
@@ -211,3 +213,26 @@ def test_object_size_builds_its_own_embedding_lora_sft_adapter(bl, tmp_path, mon
     monkeypatch.setattr(bl, "sft_stage_argv", lambda a, t: [sys.executable, "-c", "raise SystemExit(2)"])
     with pytest.raises(RuntimeError, match="SFT stage failed"):
         bl.build_task_adapters(bl.parse_args(["--tasks", "object_size", "--model-path", str(tmp_path), "--out", str(tmp_path / "f")]))
+
+
+def test_blind_twin_lines_pair_each_seed_with_its_zeroed_twin(bl, tmp_path):
+    """Seed 1 wins 4 of 4 deals sighted and 0 blind (+100 points, CI above 0); seed 2 plays the same
+    with and without frames (+0, CI [0, 0]): the line counts 1 of 2 seeds."""
+    args = bl.parse_args(["--tasks", "numberline", "--estimators", "gae", "--seeds", "2", "--out", str(tmp_path),
+                          "--model-path", str(tmp_path), "--adapter", f"numberline={tmp_path}", "--eval-episodes", "4"])
+    runs = [bl.RunResult(bl.RunSpec("numberline", "gae", s, False), "ok") for s in (1, 2)]
+
+    def report(name, wins):
+        recs = [{"episode_id": f"e{k}", "question_type": "numberline", "question": "q", "ground_truth": "", "score": float(w)}
+                for k, w in enumerate(wins)]
+        return {"name": name, "overall": 100.0 * sum(wins) / len(wins), "table": [], "records": recs}
+
+    for r, (sighted, zeroed) in zip(runs, [([1, 1, 1, 1], [0, 0, 0, 0]), ([1, 0, 1, 0], [1, 0, 1, 0])]):
+        d = r.spec.directory(tmp_path)
+        for sub, wins in ((bl.SIGHTED, sighted), (bl.ZEROED, zeroed)):
+            (d / sub).mkdir(parents=True)
+            (d / sub / "report.json").write_text(json.dumps(report(sub, wins)))
+    (line,) = bl.blind_twin_lines(args, runs)
+    assert line["per_seed"][1]["diff"] == pytest.approx(100.0) and line["per_seed"][1]["low"] > 0
+    assert (line["per_seed"][2]["diff"], line["per_seed"][2]["low"], line["per_seed"][2]["high"]) == (0.0, 0.0, 0.0)
+    assert line["above_zero"] == 1 and "CI above 0 in 1 of 2 seed(s)" in line["text"]

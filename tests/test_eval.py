@@ -345,3 +345,66 @@ def test_a_scan_that_fails_to_load_in_any_way_is_skipped_and_reported(caplog):
         again = _reset(Broken(), spec, failed)
     assert obs == {} and "scannet/scene0001_00 failed to load (IndexError: index 7 is out of bounds)" in reason
     assert again == ({}, reason) and Broken.calls == 1 and "questions are skipped" in caplog.text
+
+
+class _RecordingPolicy:
+    """Keeps the observations it is asked about."""
+
+    def __init__(self):
+        self.seen = []
+
+    def act(self, observations, greedy=False, blind=False, temperature=None):
+        self.seen.append(list(observations))
+        return type("Out", (), {"texts": ["x"] * len(observations)})()
+
+
+def _game_frames(n: int = 2) -> list[dict]:
+    rng = np.random.default_rng(0)
+    return [{"images": (rng.integers(1, 255, (32, 32, 3), dtype=np.uint8), rng.integers(1, 255, (32, 48, 3), dtype=np.uint8)), "text": f"q{k}"} for k in range(n)]
+
+
+def test_zero_images_twin_sees_zero_pixels_of_the_same_shapes_and_text():
+    obs = _game_frames()
+    before = [[im.copy() for im in o["images"]] for o in obs]
+    policy = _RecordingPolicy()
+    evaluation.PolicyAgent(policy, zero_images=True).act(obs, [None, None])
+    (seen,) = policy.seen
+    for o, s, kept in zip(obs, seen, before):
+        assert s["text"] == o["text"]
+        assert [im.shape for im in s["images"]] == [im.shape for im in o["images"]]
+        assert all(im.dtype == np.uint8 and not im.any() for im in s["images"])
+        # The env's own observation is not modified (trajectory pictures still show the frames).
+        assert all(np.array_equal(a, b) for a, b in zip(o["images"], kept))
+    with pytest.raises(ValueError, match="exclude each other"):
+        evaluation.PolicyAgent(policy, blind=True, zero_images=True)
+
+
+def test_zero_images_twin_has_the_sighted_prompt_tokens_and_only_zero_pixels(tiny_model_path):
+    """The twin's processor inputs: the same input ids (placeholders included) and pixel values that
+    are the processor's encoding of a black frame, while the sighted pixels differ."""
+    import torch
+
+    from a2c_ppo_acktr.arguments import ModelConfig
+    from a2c_ppo_acktr.model import VLMPolicy
+
+    policy = VLMPolicy(ModelConfig(model_path=tiny_model_path, device="cpu", dtype="float32"))
+    obs = _game_frames()
+    sighted = policy._process(*policy._prompts_and_images(obs, blind=False))
+    twin = policy._process(*policy._prompts_and_images([evaluation.zeroed_images(o) for o in obs], blind=False))
+    assert torch.equal(sighted["input_ids"], twin["input_ids"])
+    assert torch.equal(sighted["image_grid_thw"], twin["image_grid_thw"])
+    proc = policy.processor.image_processor
+    black = (0.0 - torch.tensor(proc.image_mean)) / torch.tensor(proc.image_std)  # per channel
+    pixels = twin["pixel_values"].reshape(twin["pixel_values"].shape[0], 3, -1)
+    assert torch.allclose(pixels, black.view(1, 3, 1).expand_as(pixels))
+    assert not torch.equal(sighted["pixel_values"], twin["pixel_values"])
+
+
+def test_zero_images_flag_sets_the_config_names_the_row_and_excludes_blind(tmp_path):
+    args = eval_vsi.build_parser().parse_args(["--preset", "debug", "--zero-images", "--out", "o"])
+    cfg = evaluation.resolve_config(args, [])
+    assert cfg.eval.zero_images and not cfg.eval.blind
+    assert evaluation.default_name(args, "m", " (zeroed images)") == "m (zeroed images)"
+    args = eval_vsi.build_parser().parse_args(["--preset", "debug", "--zero-images", "--blind", "--out", "o"])
+    with pytest.raises(Exception, match="eval.blind and eval.zero_images"):
+        evaluation.resolve_config(args, [])
