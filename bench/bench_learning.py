@@ -10,7 +10,10 @@ Every run is one ``main_vsi.py`` process (``--preset cpu-demo``, the SFT adapter
 ``bash scripts/quickstart.sh``, :data:`COMMON_OVERRIDES`, the task's overrides, then ``--extra``) writing
 into ``OUT/<task>/<estimator>/<lr>/seed<k>/``. Each trained run has a control: the same command with
 ``ppo.lr=1e-12``, which measures what the rollouts score without learning (sampling noise, the SFT
-policy's level). A run whose ``metrics.jsonl`` is complete for the same command is reused, so an
+policy's level); ``--temperature-controls`` adds a second one that trains only the value and
+temperature heads (at the run's rate), so a run's gap over it is not a change of sampling temperature.
+Every greedy evaluation of a trained run has a blind twin (``eval_vsi.py --zero-images``: the same
+prompts and tokens with every frame zeroed) and the ``Blind twin`` lines give sighted - twin per seed. A run whose ``metrics.jsonl`` is complete for the same command is reused, so an
 interrupted bench continues where it stopped; ``--rerun`` trains everything again.
 
 Tasks (:data:`TASKS`) and their targets:
@@ -154,15 +157,24 @@ TASKS: dict[str, Task] = {
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One training process: a task, an estimator, a seed, trained or the lr~0 control."""
+    """One training process: a task, an estimator, a seed, trained or a control.
+
+    A control trains nothing of the policy (``ppo.lr`` ~0). The plain control freezes the heads too;
+    ``temperature_only`` trains the value and temperature heads at the run's rate, so the difference
+    run - temperature control is what the policy's own weights learned, not a change of sampling
+    temperature.
+    """
 
     task: str
     estimator: str
     seed: int
     control: bool
+    temperature_only: bool = False
 
     @property
     def lr_label(self) -> str:
+        if self.temperature_only:
+            return "temp_control"
         return "control" if self.control else "run"
 
     def directory(self, out: Path) -> Path:
@@ -328,7 +340,7 @@ def table_markdown(groups: Sequence[dict[str, Any]], targets: dict[tuple[str, st
               "wall/run (s)", "target", "met"]
     lines = ["| " + " | ".join(header) + " |", "|---|---|---|---:|---:|---:|---:|---:|---|---|"]
     for g in groups:
-        lr = "run" if g["lr"] == "run" else f"control ({CONTROL_LR})"
+        lr = {"run": "run", "temp_control": f"temperature-only control ({CONTROL_LR}, heads trained)"}.get(g["lr"], f"control ({CONTROL_LR})")
         target, met = targets.get((g["task"], g["estimator"], g["lr"]), ("-", "-"))
         wall = "-" if not math.isfinite(g["wall_s"]) else f"{g['wall_s']:.0f}"
         cells = [g["task"], g["estimator"], lr, f"{g['ok']}/{g['runs']}", _fmt_ci(g["first_ci"]), _fmt_ci(g["last_ci"]),
@@ -527,9 +539,29 @@ def train_argv(spec: RunSpec, args: argparse.Namespace) -> list[str]:
         task = TASKS[spec.task]
         steps = max(int(_setting(task, "rollout.num_steps")), int(_setting(task, "env.max_turns")))
         argv += ["--rollout.num_steps", str(steps)]
-    if spec.control:
+    if spec.temperature_only:
+        argv += ["--ppo.head_lr", str(run_head_lr(argv))]
+    if spec.control or spec.temperature_only:
         argv += ["--ppo.lr", CONTROL_LR]
     return argv
+
+
+def run_head_lr(argv: Sequence[str]) -> float:
+    """The heads' learning rate of the trained run whose ``main_vsi.py`` command is ``argv`` (``ppo.head_lr``,
+    else ``ppo.lr``), read through the project's own config resolution."""
+    from a2c_ppo_acktr.arguments import parse_overrides
+
+    args = list(argv[2:])
+    config = args[args.index("--config") + 1] if "--config" in args else None
+    keep, k = [], 0
+    while k < len(args):  # drop the flags that are not section overrides
+        if args[k] in ("--preset", "--config", "--sft-adapter", "--seed"):
+            k += 2
+            continue
+        keep.append(args[k])
+        k += 1
+    cfg = load_config(config=config, preset=PRESET, overrides=parse_overrides(keep))
+    return cfg.ppo.head_lr if cfg.ppo.head_lr is not None else cfg.ppo.lr
 
 
 def _setting(task: Task, key: str) -> str:
@@ -703,7 +735,7 @@ def evaluate_games(args: argparse.Namespace, results: list[RunResult]) -> list[d
     for task, estimator in sorted({(r.spec.task, r.spec.estimator) for r in runs}):
         sft = success[args.out / task / "sft_eval"]
         by = {lr: {r.spec.seed: success[r.spec.directory(args.out) / SIGHTED] for r in runs
-                   if (r.spec.task, r.spec.estimator, r.spec.lr_label) == (task, estimator, lr)} for lr in ("run", "control")}
+                   if (r.spec.task, r.spec.estimator, r.spec.lr_label) == (task, estimator, lr)} for lr in ("run", "control", "temp_control")}
         seeds = sorted(set(by["run"]) & set(by["control"]))
         run_ci, control_ci = _ci(list(by["run"].values())), _ci(list(by["control"].values()))
         diff_ci = _ci([by["run"][s] - by["control"][s] for s in seeds])
@@ -713,8 +745,11 @@ def evaluate_games(args: argparse.Namespace, results: list[RunResult]) -> list[d
                 f"(per seed {', '.join(f'{v:.2f}' for v in by['run'].values())}), controls {_fmt_ci(control_ci)} "
                 f"(per seed {', '.join(f'{v:.2f}' for v in by['control'].values())}), SFT adapter {sft:.2f} "
                 f"(minus its zeroed-image twin {sft_twin['diff']:+.1f} [{sft_twin['low']:+.1f}, {sft_twin['high']:+.1f}] points); "
-                f"run - control {_fmt_ci(diff_ci)} over {diff_ci[2]} paired seed(s): above 0: {met}")
+                f"run - control {_fmt_ci(diff_ci)} over {diff_ci[2]} paired seed(s): above 0: {met}"
+                + (f"; temperature-only controls {_fmt_ci(_ci(list(by['temp_control'].values())))} "
+                   f"(per seed {', '.join(f'{v:.2f}' for v in by['temp_control'].values())})" if by["temp_control"] else ""))
         out.append({"task": task, "estimator": estimator, "sft": sft, "sft_twin": sft_twin, "run": by["run"], "control": by["control"],
+                    "temp_control": by["temp_control"],
                     "diff": diff_ci, "met": met, "text": text})
     return out
 
@@ -740,9 +775,10 @@ def plot_curves(results: Sequence[RunResult], tasks: Sequence[str], estimators: 
     for p, task in enumerate(tasks):
         ax = fig.add_subplot(nrows, ncols, p + 1)
         for e, estimator in enumerate(estimators):
-            for control in (False, True):
+            for label, style in (("run", "-"), ("control", "--"), ("temp_control", ":")):
+                control = label != "run"
                 curves = [series(r.rows, SCORE_KEY) for r in results
-                          if r.status == "ok" and (r.spec.task, r.spec.estimator, r.spec.control) == (task, estimator, control)]
+                          if r.status == "ok" and (r.spec.task, r.spec.estimator, r.spec.lr_label) == (task, estimator, label)]
                 if not curves:
                     continue
                 length = min(len(c) for c in curves)
@@ -752,8 +788,7 @@ def plot_curves(results: Sequence[RunResult], tasks: Sequence[str], estimators: 
                 mean = np.array([c[0] for c in cis])
                 half = np.array([c[1] for c in cis])
                 colour = f"C{e}"
-                ax.plot(x, mean, color=colour, linestyle="--" if control else "-", linewidth=1.2,
-                        label=f"{estimator} ({'control' if control else 'run'}, {len(curves)} seeds)")
+                ax.plot(x, mean, color=colour, linestyle=style, linewidth=1.2, label=f"{estimator} ({label}, {len(curves)} seeds)")
                 if np.isfinite(half).any():
                     ax.fill_between(x, mean - half, mean + half, color=colour, alpha=0.08 if control else 0.2, linewidth=0)
         if task in levels:
@@ -777,6 +812,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=3, help="seeds per configuration (1..N)")
     p.add_argument("--iterations", type=int, default=100, help="PPO iterations per run (ppo.num_iterations)")
     p.add_argument("--no-controls", action="store_true", help=f"skip the ppo.lr={CONTROL_LR} control of every run")
+    p.add_argument("--temperature-controls", action="store_true",
+                   help=f"also run a temperature-only control per run: ppo.lr={CONTROL_LR} with the heads trained at the run's rate")
     p.add_argument("--jobs", type=int, default=1, help="training processes at a time (2 fill a 2-core machine)")
     p.add_argument("--sft-adapter", type=Path, default=Path("outputs/quickstart/sft/adapter"))
     p.add_argument("--model-path", type=Path, default=Path("outputs/quickstart/model"))
@@ -844,6 +881,8 @@ def train_all(args: argparse.Namespace) -> list[RunResult]:
 
     controls = (False,) if args.no_controls else (False, True)
     specs = [RunSpec(t, e, s, c) for t in args.tasks for e in args.estimators for c in controls for s in range(1, args.seeds + 1)]
+    if args.temperature_controls:
+        specs += [RunSpec(t, e, s, True, temperature_only=True) for t in args.tasks for e in args.estimators for s in range(1, args.seeds + 1)]
     markers = run_all([(s.directory(args.out), train_argv(s, args)) for s in specs], args.jobs, args.rerun,
                       lambda d: _metrics_complete(d, args.iterations))
     results = []

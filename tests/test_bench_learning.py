@@ -236,3 +236,20 @@ def test_blind_twin_lines_pair_each_seed_with_its_zeroed_twin(bl, tmp_path):
     assert line["per_seed"][1]["diff"] == pytest.approx(100.0) and line["per_seed"][1]["low"] > 0
     assert (line["per_seed"][2]["diff"], line["per_seed"][2]["low"], line["per_seed"][2]["high"]) == (0.0, 0.0, 0.0)
     assert line["above_zero"] == 1 and "CI above 0 in 1 of 2 seed(s)" in line["text"]
+
+
+def test_temperature_only_control_trains_the_heads_at_the_runs_rate(bl, tmp_path):
+    args = bl.parse_args(["--tasks", "one_scene", "--estimators", "gae", "--out", str(tmp_path), "--sft-adapter", str(tmp_path),
+                          "--model-path", str(tmp_path), "--extra", "ppo.lr=3e-4"])
+    run = bl.train_argv(bl.RunSpec("one_scene", "gae", 1, False), args)
+    plain = bl.train_argv(bl.RunSpec("one_scene", "gae", 1, True), args)
+    temp = bl.train_argv(bl.RunSpec("one_scene", "gae", 1, True, temperature_only=True), args)
+    assert "--ppo.head_lr" not in run and "--ppo.lr" not in run
+    assert plain[-2:] == ["--ppo.lr", bl.CONTROL_LR] and "--ppo.head_lr" not in plain
+    assert temp[temp.index("--ppo.head_lr") + 1] == "0.0003" and temp[-2:] == ["--ppo.lr", bl.CONTROL_LR]
+    assert bl.RunSpec("one_scene", "gae", 1, True, temperature_only=True).directory(tmp_path).parts[-2] == "temp_control"
+    # A run's own head_lr wins over its lr.
+    args = bl.parse_args(["--tasks", "one_scene", "--out", str(tmp_path), "--sft-adapter", str(tmp_path), "--model-path", str(tmp_path),
+                          "--extra", "ppo.head_lr=2e-3"])
+    temp = bl.train_argv(bl.RunSpec("one_scene", "gae", 1, True, temperature_only=True), args)
+    assert temp[temp.index("--ppo.head_lr") + 1] == "0.002"
