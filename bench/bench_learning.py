@@ -139,6 +139,8 @@ class Task:
 # (docs/TRAINING.md, "Text-conditional answers"). cpu-demo's targets plus embed_tokens.
 EMBEDDING_LORA = f"model.lora_target_modules={load_config(preset=PRESET).model.lora_target_modules}|{EMBEDDING_LORA_TARGET}"
 
+NUMBERLINE_HEADROOM_SFT_STEPS = 150
+
 TASKS: dict[str, Task] = {
     t.name: t
     for t in (
@@ -149,6 +151,10 @@ TASKS: dict[str, Task] = {
         Task("mix", (), "held_out"),
         Task("numberline", ("env.max_turns=10",), "game_success", env_config="configs/envs/numberline.yaml",
              adapter="outputs/quickstart_numberline/sft/adapter"),
+        # PPO needs headroom: the quickstart's SFT adapter already wins every deal with the seeing
+        # model. This one is trained on the same oracle labels for NUMBERLINE_HEADROOM_SFT_STEPS only.
+        Task("numberline_headroom", ("env.max_turns=10",), "game_success", 0.95, env_config="configs/envs/numberline.yaml",
+             sft=(f"sft.max_steps={NUMBERLINE_HEADROOM_SFT_STEPS}",)),
         Task("minigrid_empty", ("env.max_turns=20",), "game_success", env_config="configs/envs/minigrid-empty.yaml",
              adapter="outputs/quickstart_minigrid_empty/sft/adapter"),
     )
@@ -325,6 +331,11 @@ def held_out_summary(diffs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     mean, half = stats.mean_ci([d["diff"] for d in diffs])
     return {"n": len(diffs), "diff": mean, "low": mean - half, "high": mean + half,
             "text": f"{mean:+.1f} ± {half:.1f} ({len(diffs)} seeds, t over seeds)"}
+
+
+def _fmt_paired(c: dict[str, Any]) -> str:
+    """A paired difference and its interval, ``+12.5 [+4.0, +21.0]``."""
+    return f"{c['diff']:+.1f} [{c['low']:+.1f}, {c['high']:+.1f}]"
 
 
 def _fmt_ci(ci: tuple[float, float, int]) -> str:
@@ -655,7 +666,7 @@ def blind_twin_lines(args: argparse.Namespace, runs: Sequence[RunResult]) -> lis
     out = []
     for (task, estimator, lr), per_seed in sorted(groups.items()):
         above = sum(1 for _, c in per_seed if c["low"] > 0)
-        cells = ", ".join(f"seed {s} {c['diff']:+.1f} [{c['low']:+.1f}, {c['high']:+.1f}]" for s, c in per_seed)
+        cells = ", ".join(f"seed {s} {_fmt_paired(c)}" for s, c in per_seed)
         text = f"{task} {estimator} {lr}: sighted - zeroed images, greedy on {args.eval_episodes} held-out: {cells}; CI above 0 in {above} of {len(per_seed)} seed(s)"
         out.append({"task": task, "estimator": estimator, "lr": lr, "per_seed": {s: c for s, c in per_seed}, "above_zero": above, "text": text})
     return out
@@ -741,15 +752,25 @@ def evaluate_games(args: argparse.Namespace, results: list[RunResult]) -> list[d
         diff_ci = _ci([by["run"][s] - by["control"][s] for s in seeds])
         met = "n/a (needs 2+ paired seeds)" if diff_ci[2] < 2 else ("yes" if diff_ci[0] - diff_ci[1] > 0 else "no")
         sft_twin = twin_difference(args.out / task / "sft_eval", args.out / task / "sft_eval_zeroed")
+        # Per seed, the trained run against the SFT adapter it started from, on the same deals.
+        sft_report = reports.load_report(args.out / task / "sft_eval")
+        vs_sft = {r.spec.seed: reports.paired_overall_ci(reports.load_report(r.spec.directory(args.out) / SIGHTED), sft_report, names=("run", "sft"))
+                  for r in runs if (r.spec.task, r.spec.estimator, r.spec.lr_label) == (task, estimator, "run")}
+        above_sft = sum(1 for c in vs_sft.values() if c["low"] > 0)
+        level = TASKS[task].level
+        level_met = None if level is None or not by["run"] else sum(1 for v in by["run"].values() if v >= level)
         text = (f"{task} {estimator}: greedy success on {args.eval_episodes} held-out deals: runs {_fmt_ci(run_ci)} "
                 f"(per seed {', '.join(f'{v:.2f}' for v in by['run'].values())}), controls {_fmt_ci(control_ci)} "
                 f"(per seed {', '.join(f'{v:.2f}' for v in by['control'].values())}), SFT adapter {sft:.2f} "
-                f"(minus its zeroed-image twin {sft_twin['diff']:+.1f} [{sft_twin['low']:+.1f}, {sft_twin['high']:+.1f}] points); "
-                f"run - control {_fmt_ci(diff_ci)} over {diff_ci[2]} paired seed(s): above 0: {met}"
+                f"(minus its zeroed-image twin {_fmt_paired(sft_twin)} points); "
+                f"run - control {_fmt_ci(diff_ci)} over {diff_ci[2]} paired seed(s): above 0: {met}; "
+                f"run - SFT per seed {', '.join(_fmt_paired(c) for c in vs_sft.values())} points, "
+                f"CI above 0 in {above_sft} of {len(vs_sft)} seed(s)"
+                + (f"; greedy success >= {level:.2f} in {level_met} of {len(by['run'])} seed(s)" if level_met is not None else "")
                 + (f"; temperature-only controls {_fmt_ci(_ci(list(by['temp_control'].values())))} "
                    f"(per seed {', '.join(f'{v:.2f}' for v in by['temp_control'].values())})" if by["temp_control"] else ""))
         out.append({"task": task, "estimator": estimator, "sft": sft, "sft_twin": sft_twin, "run": by["run"], "control": by["control"],
-                    "temp_control": by["temp_control"],
+                    "temp_control": by["temp_control"], "vs_sft": vs_sft, "vs_sft_above_zero": above_sft, "level_met": level_met,
                     "diff": diff_ci, "met": met, "text": text})
     return out
 

@@ -253,3 +253,36 @@ def test_temperature_only_control_trains_the_heads_at_the_runs_rate(bl, tmp_path
                           "--extra", "ppo.head_lr=2e-3"])
     temp = bl.train_argv(bl.RunSpec("one_scene", "gae", 1, True, temperature_only=True), args)
     assert temp[temp.index("--ppo.head_lr") + 1] == "0.002"
+
+
+def test_game_lines_pair_each_run_with_the_sft_adapter_and_count_the_level(bl, tmp_path, monkeypatch):
+    """numberline_headroom: seed 1 wins 4 of 4 where SFT won 1 (+75 points, CI above 0), seed 2 plays as
+    SFT (+0): one seed above SFT, and one of two at the 0.95 level."""
+    args = bl.parse_args(["--tasks", "numberline_headroom", "--estimators", "gae", "--seeds", "2", "--out", str(tmp_path),
+                          "--model-path", str(tmp_path), "--adapter", f"numberline_headroom={tmp_path}", "--eval-episodes", "4"])
+    results = [bl.RunResult(bl.RunSpec("numberline_headroom", "gae", s, c), "ok") for s in (1, 2) for c in (False, True)]
+
+    def write(d, wins):
+        recs = [{"episode_id": f"e{k}", "question_type": "numberline", "question": "q", "ground_truth": "", "score": float(w)}
+                for k, w in enumerate(wins)]
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "report.json").write_text(json.dumps({"name": d.name, "kind": "game", "overall": 0.0, "table": [], "records": recs,
+                                                   "agent": {"success_rate": sum(wins) / len(wins)}}))
+
+    sft = [0, 0, 0, 1]
+    write(tmp_path / "numberline_headroom" / "sft_eval", sft)
+    write(tmp_path / "numberline_headroom" / "sft_eval_zeroed", [0, 0, 0, 0])
+    for r in results:
+        d = r.spec.directory(tmp_path)
+        (d / "checkpoints" / "checkpoint-000002").mkdir(parents=True)
+        (d / "checkpoints" / "checkpoint-000002" / "COMPLETE").write_text("{}")
+        wins = sft if r.spec.control else {1: [1, 1, 1, 1], 2: sft}[r.spec.seed]
+        write(d / bl.SIGHTED, wins)
+        write(d / bl.ZEROED, [0, 0, 0, 0])
+    monkeypatch.setattr(bl, "run_all", lambda jobs, *a, **k: {d: {"returncode": 0} for d, _ in jobs})
+    (line,) = bl.evaluate_games(args, results)
+    assert line["run"] == {1: 1.0, 2: 0.25} and line["control"] == {1: 0.25, 2: 0.25} and line["sft"] == 0.25
+    assert line["vs_sft"][1]["diff"] == pytest.approx(75.0) and line["vs_sft"][1]["low"] > 0
+    assert line["vs_sft"][2]["diff"] == 0.0 and line["vs_sft_above_zero"] == 1 and line["level_met"] == 1
+    assert line["sft_twin"]["diff"] == pytest.approx(25.0)
+    assert "CI above 0 in 1 of 2 seed(s)" in line["text"] and "greedy success >= 0.95 in 1 of 2 seed(s)" in line["text"]
