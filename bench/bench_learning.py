@@ -139,7 +139,7 @@ class Task:
 # (docs/TRAINING.md, "Text-conditional answers"). cpu-demo's targets plus embed_tokens.
 EMBEDDING_LORA = f"model.lora_target_modules={load_config(preset=PRESET).model.lora_target_modules}|{EMBEDDING_LORA_TARGET}"
 
-NUMBERLINE_HEADROOM_SFT_STEPS = 150
+NUMBERLINE_HEADROOM_SFT_STEPS = 200
 
 TASKS: dict[str, Task] = {
     t.name: t
