@@ -364,7 +364,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
     parser = argparse.ArgumentParser(description="Probe what a VLM reads from this project's renders (held-out frames, greedy, exact answers).")
     parser.add_argument("--model", default="tiny:qwen2_5_vl", help="model path (default: the embedded default, built on first use)")
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
+    parser.add_argument("--tasks", nargs="+", default=["numberline"], choices=TASKS,
+                        help="default: numberline, the default model's pre-training task (bench/bench_vision_pretrain.py tries the others)")
     parser.add_argument("--scenes", type=int, default=20, help="held-out procedural scenes for the room tasks")
     args = parser.parse_args(argv)
     rows = probe_table(args.model, args.tasks, args.scenes)

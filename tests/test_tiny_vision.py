@@ -111,3 +111,18 @@ def test_the_default_model_reads_numberline_frames_it_never_saw(tiny_model_path)
     zeroed = tiny_vision.probe(loaded.model, loaded.processor, samples, zero_images=True)["numberline"]
     assert sighted >= 0.9, f"the default model read {sighted:.0%} of held-out NumberLine frames (needs >= 90%)"
     assert zeroed <= chance + 0.15, f"with zeroed frames it still answered {zeroed:.0%}: the answers do not come from the pixels"
+
+
+@pytest.fixture(scope="module")
+def bvp():
+    from bench_helpers import bench_module
+
+    yield from bench_module("bench_vision_pretrain")
+
+
+def test_bench_vision_pretrain_reports_every_probed_task(bvp):
+    rows = bvp.run(["numberline"], steps=2, lr=1e-3, scenes=0, probe_scenes=0, reply_steps=2)
+    (row,) = rows
+    assert row["task"] == "numberline" and row["held_out"] == 2 * len(tiny_vision.numberline_pairs(held_out=True))
+    assert row["train_samples"] == 2 * len(tiny_vision.numberline_pairs(held_out=False))
+    assert 0.0 <= row["accuracy"] <= 1.0 and 0.0 <= row["zeroed"] <= 1.0 and row["chance"] == pytest.approx(4 / 36)
