@@ -88,7 +88,7 @@ ESTIMATOR_OVERRIDES = {"gae": (), "rloo": ("rollout.group_size=4",), "grpo": ("r
 CONTROL_LR = "1e-12"  # > 0 (ppo.lr must be), small enough that no weight moves in float32
 SCORE_KEY = "rollout/episode_score_mean"
 # Targets whose runs are evaluated greedily on held-out questions (each with its blind twin).
-GREEDY_TARGETS = ("best_constant", "beat_best_constant", "game_success")
+GREEDY_TARGETS = ("best_constant", "beat_best_constant", "game_success", "held_out")
 VALID_KEY = "rollout/valid_action_rate"
 # Kept per run in the JSON (last-10 means) to explain a score: format, exploration, sampling temperature.
 DIAGNOSTIC_KEYS = (VALID_KEY, "losses/entropy", "charts/temperature_mean", "time/iteration")
@@ -601,13 +601,14 @@ def evaluate_held_out(args: argparse.Namespace, results: list[RunResult]) -> dic
         return {"sft": None, "diffs": {}}
     task = TASKS[task_runs[0].spec.task]
     sft_dir = args.out / task.name / "sft_eval"
-    jobs.append((sft_dir, eval_argv(args, task, ["--adapter", str(args.sft_adapter)], "sft", sft_dir)))
+    jobs += sighted_and_twin(args, task, ["--adapter", str(args.sft_adapter)], "sft", sft_dir, args.out / task.name / "sft_eval_zeroed")
     for r in task_runs:
         ckpt = latest_checkpoint(r.spec.directory(args.out) / "checkpoints")
         if ckpt is None:
             raise FileNotFoundError(f"{r.spec.directory(args.out)} finished without a checkpoint; see its bench.log")
-        d = r.spec.directory(args.out) / "eval"
-        jobs.append((d, eval_argv(args, task, ["--checkpoint", str(ckpt)], f"{r.spec.estimator}-{r.spec.lr_label}-seed{r.spec.seed}", d)))
+        d = r.spec.directory(args.out)
+        jobs += sighted_and_twin(args, task, ["--checkpoint", str(ckpt)], f"{r.spec.estimator}-{r.spec.lr_label}-seed{r.spec.seed}",
+                                 d / HELD_OUT_SIGHTED, d / HELD_OUT_ZEROED)
     markers = run_all(jobs, args.jobs, args.rerun, lambda d: (d / "report.json").is_file())
     failed = [str(d) for d, m in markers.items() if m["returncode"] != 0]
     if failed:
@@ -615,7 +616,7 @@ def evaluate_held_out(args: argparse.Namespace, results: list[RunResult]) -> dic
     sft = reports.load_report(sft_dir)
     diffs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in task_runs:
-        r.eval_report = str(r.spec.directory(args.out) / "eval" / "report.json")
+        r.eval_report = str(r.spec.directory(args.out) / HELD_OUT_SIGHTED / "report.json")
         ppo = reports.load_report(r.eval_report)
         diffs.setdefault((r.spec.estimator, r.spec.lr_label), []).append(
             {"seed": r.spec.seed, **reports.paired_overall_ci(ppo, sft, names=(ppo["name"], "sft"))}
@@ -624,6 +625,7 @@ def evaluate_held_out(args: argparse.Namespace, results: list[RunResult]) -> dic
 
 
 SIGHTED, ZEROED = "eval_greedy", "eval_greedy_zeroed"  # per-run directories of the greedy evals
+HELD_OUT_SIGHTED, HELD_OUT_ZEROED = "eval", "eval_zeroed"  # the same for the held_out (mix) task
 ZEROED_SUFFIX = " (zeroed images)"
 
 
@@ -662,7 +664,8 @@ def blind_twin_lines(args: argparse.Namespace, runs: Sequence[RunResult]) -> lis
     groups: dict[tuple[str, str, str], list[tuple[int, dict[str, Any]]]] = {}
     for r in runs:
         d = r.spec.directory(args.out)
-        groups.setdefault((r.spec.task, r.spec.estimator, r.spec.lr_label), []).append((r.spec.seed, twin_difference(d / SIGHTED, d / ZEROED)))
+        sighted, zeroed = (HELD_OUT_SIGHTED, HELD_OUT_ZEROED) if TASKS[r.spec.task].target == "held_out" else (SIGHTED, ZEROED)
+        groups.setdefault((r.spec.task, r.spec.estimator, r.spec.lr_label), []).append((r.spec.seed, twin_difference(d / sighted, d / zeroed)))
     out = []
     for (task, estimator, lr), per_seed in sorted(groups.items()):
         above = sum(1 for _, c in per_seed if c["low"] > 0)

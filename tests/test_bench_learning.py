@@ -286,3 +286,26 @@ def test_game_lines_pair_each_run_with_the_sft_adapter_and_count_the_level(bl, t
     assert line["vs_sft"][2]["diff"] == 0.0 and line["vs_sft_above_zero"] == 1 and line["level_met"] == 1
     assert line["sft_twin"]["diff"] == pytest.approx(25.0)
     assert "CI above 0 in 1 of 2 seed(s)" in line["text"] and "greedy success >= 0.95 in 1 of 2 seed(s)" in line["text"]
+
+
+def test_mix_held_out_evaluates_a_zeroed_twin_of_the_sft_adapter_and_every_run(bl, tmp_path, monkeypatch):
+    args = bl.parse_args(["--tasks", "mix", "--estimators", "gae", "--seeds", "1", "--out", str(tmp_path),
+                          "--sft-adapter", str(tmp_path), "--model-path", str(tmp_path), "--eval-episodes", "2"])
+    run = bl.RunResult(bl.RunSpec("mix", "gae", 1, False), "ok")
+    d = run.spec.directory(tmp_path)
+    (d / "checkpoints" / "checkpoint-000002").mkdir(parents=True)
+    (d / "checkpoints" / "checkpoint-000002" / "COMPLETE").write_text("{}")
+    recs = [{"episode_id": f"e{k}", "question_type": "room_size_estimation", "question": "q", "ground_truth": "10", "score": s}
+            for k, s in enumerate((1.0, 0.5))]
+    for where in (tmp_path / "mix" / "sft_eval", tmp_path / "mix" / "sft_eval_zeroed", d / bl.HELD_OUT_SIGHTED, d / bl.HELD_OUT_ZEROED):
+        where.mkdir(parents=True)
+        blind = "zeroed" in where.name
+        (where / "report.json").write_text(json.dumps({"name": where.name, "overall": 0.0, "table": [],
+                                                       "records": [{**r, "score": 0.0 if blind else r["score"]} for r in recs]}))
+    calls = []
+    monkeypatch.setattr(bl, "run_all", lambda jobs, *a, **k: calls.append(jobs) or {p: {"returncode": 0} for p, _ in jobs})
+    bl.evaluate_held_out(args, [run])
+    assert sorted((p.name, "--zero-images" in argv) for p, argv in calls[0]) == [
+        ("eval", False), ("eval_zeroed", True), ("sft_eval", False), ("sft_eval_zeroed", True)]
+    (line,) = bl.blind_twin_lines(args, [run])
+    assert line["per_seed"][1]["diff"] == pytest.approx(75.0)  # Overall 75 sighted against 0 with zeroed frames
