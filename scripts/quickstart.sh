@@ -14,6 +14,9 @@
 #   OVERWRITE  1 = delete an existing OUTDIR first (otherwise a non-empty OUTDIR is an error)
 #   PYTHON     interpreter (default: .venv/bin/python, created by scripts/setup.sh)
 #   OMP_NUM_THREADS  torch CPU threads (default 1: fastest for the tiny model)
+#   NUMBERLINE 1 = after VSI, the NumberLine block (default when ENV_CONFIG is unset): labels, SFT
+#              stopped at NL_SFT_STEPS (200), PPO at NL_PPO_LR (5e-5) for NL_PPO_ITERATIONS (150),
+#              and the same rows with blind twins on NL_EVAL_DEALS (100) held-out deals
 # Every step logs to OUTDIR/logs/<step>.log; a failing step stops the script with its log's tail.
 # The result: OUTDIR/eval/compare.md (table), compare.png (bars), learning_curves.png (PPO), and
 # one report.json/report.md/tasks.png/trajectories/ per evaluated row under OUTDIR/eval/<row>/.
@@ -21,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
-  sed -n '2,19p' "$0"
+  sed -n '2,22p' "$0"
   exit 0
 fi
 OUT=${1:-outputs/quickstart}
@@ -58,6 +61,13 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-
 T0=$SECONDS
 STEP=0
 NSTEPS=13
+# The NumberLine block runs after a VSI quickstart (not beside another env overlay) unless NUMBERLINE=0.
+NUMBERLINE=${NUMBERLINE:-$([ -z "${ENV_CONFIG:-}" ] && echo 1 || echo 0)}
+NL_SFT_STEPS=${NL_SFT_STEPS:-200}
+NL_PPO_LR=${NL_PPO_LR:-5e-5}
+NL_PPO_ITERATIONS=${NL_PPO_ITERATIONS:-150}
+NL_EVAL_DEALS=${NL_EVAL_DEALS:-100}
+if [ "$NUMBERLINE" = "1" ]; then NSTEPS=$((NSTEPS + 11)); fi
 # step NAME COMMAND...: run one step, its output into $LOGS/NAME.log; stop with the log's tail on failure.
 step() {
   local name=$1
@@ -107,25 +117,63 @@ EVAL=$OUT/eval
 step eval-dummy "$PY" eval_vsi.py "${COMMON[@]}" --dummy --name dummy --out "$EVAL/dummy"
 step eval-oracle "$PY" eval_vsi.py "${COMMON[@]}" --oracle --name oracle --out "$EVAL/oracle"
 step eval-base "$PY" eval_vsi.py "${COMMON[@]}" --name "tiny base" --out "$EVAL/base"
-step eval-sft "$PY" eval_vsi.py "${COMMON[@]}" --adapter "$ADAPTER" --name "tiny + SFT" --out "$EVAL/sft"
-step eval-ppo "$PY" eval_vsi.py "${COMMON[@]}" --checkpoint "$CKPT" --name "tiny + SFT + PPO" --out "$EVAL/ppo"
-# The blind twins: the same prompts and tokens with every frame zeroed. What a trained row scores
-# above its twin is what it reads from the pixels.
-step eval-sft-zero "$PY" eval_vsi.py "${COMMON[@]}" --adapter "$ADAPTER" --zero-images --name "tiny + SFT (zeroed images)" --out "$EVAL/sft_zeroed"
-step eval-ppo-zero "$PY" eval_vsi.py "${COMMON[@]}" --checkpoint "$CKPT" --zero-images --name "tiny + SFT + PPO (zeroed images)" --out "$EVAL/ppo_zeroed"
+# trained_evals PREFIX EVAL_DIR ADAPTER CKPT ARGS...: the SFT and PPO policies and their blind twins
+# (the same prompts and tokens with every frame zeroed: what a row scores above its twin is what it
+# reads from the pixels), then the comparison with the paired differences, into EVAL_DIR/compare.md.
+trained_evals() {
+  local prefix=$1 dir=$2 adapter=$3 ckpt=$4
+  shift 4
+  step "${prefix}eval-sft" "$PY" eval_vsi.py "$@" --adapter "$adapter" --name "tiny + SFT" --out "$dir/sft"
+  step "${prefix}eval-ppo" "$PY" eval_vsi.py "$@" --checkpoint "$ckpt" --name "tiny + SFT + PPO" --out "$dir/ppo"
+  step "${prefix}eval-sft-zero" "$PY" eval_vsi.py "$@" --adapter "$adapter" --zero-images --name "tiny + SFT (zeroed images)" --out "$dir/sft_zeroed"
+  step "${prefix}eval-ppo-zero" "$PY" eval_vsi.py "$@" --checkpoint "$ckpt" --zero-images --name "tiny + SFT + PPO (zeroed images)" --out "$dir/ppo_zeroed"
+}
+compare() {
+  local dir=$1 metrics=$2 log=$3
+  "$PY" eval_vsi.py --compare "$dir"/{dummy,base,sft,sft_zeroed,ppo,ppo_zeroed,oracle}/report.json \
+    --paired "tiny + SFT + PPO" "tiny + SFT" \
+    --paired "tiny + SFT" "tiny + SFT (zeroed images)" \
+    --paired "tiny + SFT + PPO" "tiny + SFT + PPO (zeroed images)" \
+    --metrics "$metrics" --out "$dir" \
+    > "$log" 2>&1 || { echo "[quickstart] the comparison failed:" >&2; tail -n 40 "$log" >&2; exit 1; }
+}
+trained_evals "" "$EVAL" "$ADAPTER" "$CKPT" "${COMMON[@]}"
+compare "$EVAL" "$OUT/ppo/metrics.jsonl" "$LOGS/compare.log"
 
-"$PY" eval_vsi.py --compare "$EVAL"/{dummy,base,sft,sft_zeroed,ppo,ppo_zeroed,oracle}/report.json \
-  --paired "tiny + SFT + PPO" "tiny + SFT" \
-  --paired "tiny + SFT" "tiny + SFT (zeroed images)" \
-  --paired "tiny + SFT + PPO" "tiny + SFT + PPO (zeroed images)" \
-  --metrics "$OUT/ppo/metrics.jsonl" --out "$EVAL" \
-  > "$LOGS/compare.log" 2>&1 || { echo "[quickstart] the comparison failed:" >&2; tail -n 40 "$LOGS/compare.log" >&2; exit 1; }
+# The NumberLine block (VSI runs only): the tiny model's vision is pre-trained on NumberLine frames, so
+# there its policies read the image. SFT stops early (NL_SFT_STEPS) to leave PPO room to improve.
+if [ "$NUMBERLINE" = "1" ]; then
+  NL=$OUT/numberline
+  NLARGS=(--preset "$PRESET" --model.model_path "$MODEL" --log.progress_bar false --config configs/envs/numberline.yaml)
+  step nl-label "$PY" vlm_traj_label.py "${NLARGS[@]}" --label.teacher oracle --label.out_dir "$NL/labels"
+  step nl-preprocess "$PY" vlm_traj_preprocess.py "${NLARGS[@]}" --label.out_dir "$NL/labels" --label.dataset_dir "$NL/sft_data"
+  step nl-sft "$PY" train_sft.py "${NLARGS[@]}" --sft.data_path "$NL/sft_data" --sft.output_dir "$NL/sft" --sft.max_steps "$NL_SFT_STEPS"
+  step nl-ppo "$PY" main_vsi.py "${NLARGS[@]}" --sft-adapter "$NL/sft/adapter" --log.output_dir "$NL/ppo" \
+    --ppo.lr "$NL_PPO_LR" --ppo.num_iterations "$NL_PPO_ITERATIONS"
+  NLCKPT=$(ls -d "$NL"/ppo/checkpoints/checkpoint-* 2>/dev/null | sort | tail -n 1)
+  NLEVAL=$NL/eval
+  EVALN=(--eval.num_episodes "$NL_EVAL_DEALS")
+  step nl-eval-dummy "$PY" eval_vsi.py "${NLARGS[@]}" "${EVALN[@]}" --dummy --name dummy --out "$NLEVAL/dummy"
+  step nl-eval-oracle "$PY" eval_vsi.py "${NLARGS[@]}" "${EVALN[@]}" --oracle --name oracle --out "$NLEVAL/oracle"
+  step nl-eval-base "$PY" eval_vsi.py "${NLARGS[@]}" "${EVALN[@]}" --name "tiny base" --out "$NLEVAL/base"
+  trained_evals "nl-" "$NLEVAL" "$NL/sft/adapter" "$NLCKPT" "${NLARGS[@]}" "${EVALN[@]}"
+  compare "$NLEVAL" "$NL/ppo/metrics.jsonl" "$LOGS/nl-compare.log"
+fi
 echo
 cat "$EVAL/compare.md"
+if [ "$NUMBERLINE" = "1" ]; then
+  echo
+  echo "## NumberLine block"
+  echo
+  cat "$NLEVAL/compare.md"
+fi
 echo
 echo "[quickstart] done in $((SECONDS - T0))s. Reports:"
 echo "  comparison:      $EVAL/compare.md, $EVAL/compare.png"
 echo "  PPO curves:      $EVAL/learning_curves.png (metrics: $OUT/ppo/metrics.jsonl)"
 echo "  per row:         $EVAL/<dummy|base|sft|sft_zeroed|ppo|ppo_zeroed|oracle>/report.md, tasks.png, trajectories/"
+if [ "$NUMBERLINE" = "1" ]; then
+  echo "  NumberLine:      $NLEVAL/compare.md, $NLEVAL/compare.png, $NLEVAL/learning_curves.png"
+fi
 echo "  logs:            $LOGS/"
-echo "The tiny model is random and tiny: its rows show the pipeline works, not what a real VLM scores."
+echo "The tiny model is tiny: its rows show the pipeline works and whether a policy reads its frames, not what a real VLM scores."
