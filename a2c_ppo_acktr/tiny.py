@@ -472,34 +472,55 @@ def pretrain_reply_format(model, tokenizer, spec: TinySpec, corpus: Sequence[str
     Returns:
         The loss of every step (the build records the first and last).
     """
-    import numpy as np
-    import torch
-
     if spec.pretrain_steps <= 0:
         return []
     docs = reply_documents(tokenizer, corpus)
     pad = tokenizer.pad_token_id
+
+    def batch(rng) -> dict:
+        picked = [docs[i] for i in rng.choice(len(docs), size=min(spec.pretrain_batch_size, len(docs)), replace=False)]
+        ids, mask = text_rows(picked, pad)
+        return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
+
+    return next_token_training(model, batch, spec.pretrain_steps, spec.pretrain_lr, seed)
+
+
+def text_rows(docs: Sequence[Sequence[int]], pad: int, width: Optional[int] = None):
+    """Right-padded ``(input_ids, attention_mask)`` of token-id documents (``width``: at least the longest)."""
+    import torch
+
+    width = max([len(d) for d in docs] + [width or 0])
+    ids = torch.full((len(docs), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(docs), width), dtype=torch.long)
+    for k, d in enumerate(docs):
+        ids[k, : len(d)] = torch.tensor(d)
+        mask[k, : len(d)] = 1
+    return ids, mask
+
+
+def next_token_training(model, make_batch, steps: int, lr: float, seed: int) -> list[float]:
+    """``steps`` full-parameter AdamW steps on ``model(**make_batch(rng)).loss``: a short warm-up then a
+    linear decay to zero, gradients clipped at norm 1, on one CPU thread so the same seed gives
+    identical weights everywhere. ``make_batch`` draws from the seeded ``numpy`` generator it is given.
+
+    Returns:
+        The loss of every step.
+    """
+    import numpy as np
+    import torch
+
     rng = np.random.default_rng(seed)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=spec.pretrain_lr, weight_decay=0.0)
-    # Short warm-up, then linear decay to zero.
-    warmup = max(1, spec.pretrain_steps // 10)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) * (1.0 - s / spec.pretrain_steps))
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    warmup = max(1, steps // 10)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) * (1.0 - s / steps))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     losses: list[float] = []
     model.train()
     try:
-        for _ in range(spec.pretrain_steps):
-            batch = [docs[i] for i in rng.choice(len(docs), size=min(spec.pretrain_batch_size, len(docs)), replace=False)]
-            width = max(len(d) for d in batch)
-            ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for k, d in enumerate(batch):
-                ids[k, : len(d)] = torch.tensor(d)
-                mask[k, : len(d)] = 1
-            labels = ids.masked_fill(mask == 0, -100)
-            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        for _ in range(steps):
+            loss = model(**make_batch(rng)).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()

@@ -226,57 +226,37 @@ def pretrain_vision(
     Returns:
         The loss of every step.
     """
-    import torch
+    from a2c_ppo_acktr.tiny import next_token_training
 
     if steps <= 0:
         return []
     if not samples:
         raise ValueError("vision pre-training got no samples")
-    tok = processor.tokenizer
-    pad = tok.pad_token_id
-    rng = np.random.default_rng(seed)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    warmup = max(1, steps // 10)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) * (1.0 - s / steps))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    losses: list[float] = []
-    model.train()
-    try:
-        for _ in range(steps):
-            picked = [samples[i] for i in rng.choice(len(samples), size=min(batch_size, len(samples)), replace=False)]
-            batch = encode_batch(processor, picked)
-            if text_docs and text_per_batch > 0:
-                docs = [text_docs[i] for i in rng.choice(len(text_docs), size=min(text_per_batch, len(text_docs)), replace=False)]
-                batch = _append_text_rows(batch, docs, pad)
-            loss = model(**batch).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            losses.append(float(loss.detach()))
-    finally:
-        torch.set_num_threads(threads)
-        model.eval()
-    return losses
+    pad = processor.tokenizer.pad_token_id
+
+    def batch(rng) -> dict:
+        picked = [samples[i] for i in rng.choice(len(samples), size=min(batch_size, len(samples)), replace=False)]
+        out = encode_batch(processor, picked)
+        if text_docs and text_per_batch > 0:
+            docs = [text_docs[i] for i in rng.choice(len(text_docs), size=min(text_per_batch, len(text_docs)), replace=False)]
+            out = _append_text_rows(out, docs, pad)
+        return out
+
+    return next_token_training(model, batch, steps, lr, seed)
 
 
 def _append_text_rows(batch: dict, docs: Sequence[Sequence[int]], pad: int) -> dict:
     """``batch`` with image-free rows of token ids appended (loss on every token of them)."""
     import torch
 
-    width = max(batch["input_ids"].shape[1], max(len(d) for d in docs))
+    from a2c_ppo_acktr.tiny import text_rows
+
+    ids, mask = text_rows(docs, pad, width=batch["input_ids"].shape[1])
+    width = ids.shape[1]
 
     def widen(t: torch.Tensor, fill: int) -> torch.Tensor:
         return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=fill)
 
-    ids = torch.full((len(docs), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(docs), width), dtype=torch.long)
-    for k, d in enumerate(docs):
-        ids[k, : len(d)] = torch.tensor(d)
-        mask[k, : len(d)] = 1
     shape = tuple(batch["input_ids"].shape)
     out = dict(batch)
     out["input_ids"] = torch.cat([widen(batch["input_ids"], pad), ids])
