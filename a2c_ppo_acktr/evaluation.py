@@ -656,7 +656,7 @@ def resolve_config(args: Any, extra: Sequence[str]) -> RunConfig:
         flags.setdefault("model", {})["model_path"] = args.model_path
     if args.blind:
         flags.setdefault("eval", {})["blind"] = True
-    if getattr(args, "zero_images", False):
+    if args.zero_images:
         flags.setdefault("eval", {})["zero_images"] = True
     if args.vsibench:
         flags.setdefault("env", {}).update(scene_source="vsibench", vsibench_path=args.vsibench)
