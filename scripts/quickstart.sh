@@ -15,7 +15,7 @@
 #   PYTHON     interpreter (default: .venv/bin/python, created by scripts/setup.sh)
 #   OMP_NUM_THREADS  torch CPU threads (default 1: fastest for the tiny model)
 #   NUMBERLINE 1 = after VSI, the NumberLine block (default when ENV_CONFIG is unset): labels, SFT
-#              stopped at NL_SFT_STEPS (200), PPO at NL_PPO_LR (5e-5) for NL_PPO_ITERATIONS (150),
+#              stopped at NL_SFT_STEPS (200), PPO at NL_PPO_LR (1e-4) for NL_PPO_ITERATIONS (100),
 #              and the same rows with blind twins on NL_EVAL_DEALS (100) held-out deals
 # Every step logs to OUTDIR/logs/<step>.log; a failing step stops the script with its log's tail.
 # The result: OUTDIR/eval/compare.md (table), compare.png (bars), learning_curves.png (PPO), and
@@ -64,8 +64,8 @@ NSTEPS=13
 # The NumberLine block runs after a VSI quickstart (not beside another env overlay) unless NUMBERLINE=0.
 NUMBERLINE=${NUMBERLINE:-$([ -z "${ENV_CONFIG:-}" ] && echo 1 || echo 0)}
 NL_SFT_STEPS=${NL_SFT_STEPS:-200}
-NL_PPO_LR=${NL_PPO_LR:-5e-5}
-NL_PPO_ITERATIONS=${NL_PPO_ITERATIONS:-150}
+NL_PPO_LR=${NL_PPO_LR:-1e-4}
+NL_PPO_ITERATIONS=${NL_PPO_ITERATIONS:-100}
 NL_EVAL_DEALS=${NL_EVAL_DEALS:-100}
 if [ "$NUMBERLINE" = "1" ]; then NSTEPS=$((NSTEPS + 11)); fi
 # step NAME COMMAND...: run one step, its output into $LOGS/NAME.log; stop with the log's tail on failure.
