@@ -112,11 +112,16 @@ def test_family_loads_forwards_left_padded_and_generates(family, tiny_family_pat
     torch.testing.assert_close(refwd, torch.stack(out.logits, dim=1), atol=1e-4, rtol=1e-4)
 
 
-def test_same_seed_identical_different_seed_differs(tmp_path, tiny_model_path):
+def test_same_seed_identical_different_seed_differs(tmp_path, tiny_model_path, monkeypatch):
+    import dataclasses
+
     from safetensors.torch import load_file
 
     same = tmp_path / "same"
-    tiny.main(["--family", "qwen2_5_vl", "--out", str(same), "--seed", "0"])  # also exercises the CLI
+    tiny.main(["--family", "qwen2_5_vl", "--out", str(same), "--seed", "0"])  # the whole build again, through the CLI
+    # Another seed, without the pre-training stages (they only take time here: the initial weights differ).
+    spec = tiny.tiny_spec("qwen2_5_vl")
+    monkeypatch.setattr(tiny, "tiny_spec", lambda family: dataclasses.replace(spec, pretrain_steps=0, vision_pretrain_steps=0))
     other = tiny.build_tiny_model("qwen2_5_vl", tmp_path / "other", seed=1)
     ref = load_file(str(Path(tiny_model_path) / "model.safetensors"))
     rebuilt = load_file(str(same / "model.safetensors"))
