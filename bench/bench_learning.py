@@ -551,27 +551,17 @@ def train_argv(spec: RunSpec, args: argparse.Namespace) -> list[str]:
         steps = max(int(_setting(task, "rollout.num_steps")), int(_setting(task, "env.max_turns")))
         argv += ["--rollout.num_steps", str(steps)]
     if spec.temperature_only:
-        argv += ["--ppo.head_lr", str(run_head_lr(argv))]
+        argv += ["--ppo.head_lr", str(run_head_lr(args, TASKS[spec.task]))]
     if spec.control or spec.temperature_only:
         argv += ["--ppo.lr", CONTROL_LR]
     return argv
 
 
-def run_head_lr(argv: Sequence[str]) -> float:
-    """The heads' learning rate of the trained run whose ``main_vsi.py`` command is ``argv`` (``ppo.head_lr``,
-    else ``ppo.lr``), read through the project's own config resolution."""
-    from a2c_ppo_acktr.arguments import parse_overrides
-
-    args = list(argv[2:])
-    config = args[args.index("--config") + 1] if "--config" in args else None
-    keep, k = [], 0
-    while k < len(args):  # drop the flags that are not section overrides
-        if args[k] in ("--preset", "--config", "--sft-adapter", "--seed"):
-            k += 2
-            continue
-        keep.append(args[k])
-        k += 1
-    cfg = load_config(config=config, preset=PRESET, overrides=parse_overrides(keep))
+def run_head_lr(args: argparse.Namespace, task: Task) -> float:
+    """The heads' learning rate of a trained run of ``task`` (``ppo.head_lr``, else ``ppo.lr``), from the
+    same layers its command is built of: the preset, the task's overlay, the common and task overrides, ``--extra``."""
+    config = str(REPO / task.env_config) if task.env_config else None
+    cfg = load_config(config=config, preset=PRESET, overrides=[*COMMON_OVERRIDES, *task.overrides, *args.extra])
     return cfg.ppo.head_lr if cfg.ppo.head_lr is not None else cfg.ppo.lr
 
 
