@@ -168,9 +168,9 @@ def probe_samples(image_size: int, num_scenes: int, tasks: Sequence[str] = TASKS
 
 
 # ------------------------------------------------------------------------------------ encoding
-def _user_text(question: str, with_image: bool) -> str:
-    image = "<|vision_start|><|image_pad|><|vision_end|>" if with_image else ""
-    return f"<|im_start|>user\n{image}{question}<|im_end|>\n<|im_start|>assistant\n"
+def _user_text(question: str) -> str:
+    """A user turn of the chat template holding one frame, then the question, and the assistant's opening."""
+    return f"<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>{question}<|im_end|>\n<|im_start|>assistant\n"
 
 
 def encode_batch(processor: Any, samples: Sequence[VisionSample], zero_images: bool = False) -> dict:
@@ -187,7 +187,7 @@ def encode_batch(processor: Any, samples: Sequence[VisionSample], zero_images: b
     import torch
 
     tok = processor.tokenizer
-    texts = [_user_text(s.question, True) + f"{s.answer}<|im_end|>\n" for s in samples]
+    texts = [_user_text(s.question) + f"{s.answer}<|im_end|>\n" for s in samples]
     images = [np.zeros_like(s.image) if zero_images else s.image for s in samples]
     side = tok.padding_side
     tok.padding_side = "right"
@@ -285,7 +285,7 @@ def probe(model: Any, processor: Any, samples: Sequence[VisionSample], batch_siz
     correct: dict[str, list[bool]] = {}
     for start in range(0, len(samples), batch_size):
         chunk = samples[start:start + batch_size]
-        texts = [_user_text(s.question, True) for s in chunk]
+        texts = [_user_text(s.question) for s in chunk]
         images = [np.zeros_like(s.image) if zero_images else s.image for s in chunk]
         tok.padding_side = "left"
         try:
