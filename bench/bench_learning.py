@@ -13,7 +13,8 @@ into ``OUT/<task>/<estimator>/<lr>/seed<k>/``. Each trained run has a control: t
 policy's level); ``--temperature-controls`` adds a second one that trains only the value and
 temperature heads (at the run's rate), so a run's gap over it is not a change of sampling temperature.
 Every greedy evaluation of a trained run has a blind twin (``eval_vsi.py --zero-images``: the same
-prompts and tokens with every frame zeroed) and the ``Blind twin`` lines give sighted - twin per seed. A run whose ``metrics.jsonl`` is complete for the same command is reused, so an
+prompts and tokens with every frame zeroed) and the ``Blind twin`` lines give sighted - twin per seed.
+A run whose ``metrics.jsonl`` is complete for the same command is reused, so an
 interrupted bench continues where it stopped; ``--rerun`` trains everything again.
 
 Tasks (:data:`TASKS`) and their targets:
@@ -35,6 +36,10 @@ Tasks (:data:`TASKS`) and their targets:
                lr~0 controls (paired by seed) above 0
   minigrid_empty  the same on MiniGrid-Empty-Random-6x6 (configs/envs/minigrid-empty.yaml,
                outputs/quickstart_minigrid_empty)
+  numberline_headroom  NumberLine from an SFT adapter the bench trains itself on the quickstart's
+               oracle labels, stopped at NUMBERLINE_HEADROOM_SFT_STEPS so that PPO has room (the
+               quickstart's adapter already wins every deal with the seeing model): greedy success
+               >= 0.95 in every seed, and run - SFT per seed (paired CIs)
 The best constant answer is found on the training distribution (the same scenes, the env's own
 questions) unless ``--best-constant TASK=SCORE`` gives its score.
 
