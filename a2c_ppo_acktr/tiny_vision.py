@@ -173,13 +173,21 @@ def _user_text(question: str) -> str:
     return f"<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>{question}<|im_end|>\n<|im_start|>assistant\n"
 
 
-def encode_batch(processor: Any, samples: Sequence[VisionSample], zero_images: bool = False) -> dict:
-    """Processor inputs and labels (loss on the answer and its ``<|im_end|>`` only), right-padded.
+def _process(processor: Any, texts: Sequence[str], samples: Sequence[VisionSample], padding_side: str, zero_images: bool = False) -> Any:
+    """The processor's batch of ``texts`` with each sample's frame (zeros of its shape with
+    ``zero_images``), padded on ``padding_side``; the tokenizer's own side is restored after."""
+    tok = processor.tokenizer
+    images = [np.zeros_like(s.image) if zero_images else s.image for s in samples]
+    side = tok.padding_side
+    tok.padding_side = padding_side
+    try:
+        return processor(text=list(texts), images=images, padding=True, return_tensors="pt")
+    finally:
+        tok.padding_side = side
 
-    Args:
-        processor: The tiny model's processor.
-        samples: The batch.
-        zero_images: Replace every frame by zeros of its shape (the blind control of :func:`probe`).
+
+def encode_batch(processor: Any, samples: Sequence[VisionSample]) -> dict:
+    """Processor inputs and labels (loss on the answer and its ``<|im_end|>`` only), right-padded.
 
     Raises:
         RuntimeError: The answer's tokens are not the end of the row's tokens (the chat text changed).
@@ -187,14 +195,7 @@ def encode_batch(processor: Any, samples: Sequence[VisionSample], zero_images: b
     import torch
 
     tok = processor.tokenizer
-    texts = [_user_text(s.question) + f"{s.answer}<|im_end|>\n" for s in samples]
-    images = [np.zeros_like(s.image) if zero_images else s.image for s in samples]
-    side = tok.padding_side
-    tok.padding_side = "right"
-    try:
-        batch = processor(text=texts, images=images, padding=True, return_tensors="pt")
-    finally:
-        tok.padding_side = side
+    batch = _process(processor, [_user_text(s.question) + f"{s.answer}<|im_end|>\n" for s in samples], samples, "right")
     labels = torch.full_like(batch["input_ids"], -100)
     for k, s in enumerate(samples):
         answer = tok(f"{s.answer}<|im_end|>\n", add_special_tokens=False)["input_ids"]
@@ -281,17 +282,10 @@ def probe(model: Any, processor: Any, samples: Sequence[VisionSample], batch_siz
     import torch
 
     tok = processor.tokenizer
-    side = tok.padding_side
     correct: dict[str, list[bool]] = {}
     for start in range(0, len(samples), batch_size):
         chunk = samples[start:start + batch_size]
-        texts = [_user_text(s.question) for s in chunk]
-        images = [np.zeros_like(s.image) if zero_images else s.image for s in chunk]
-        tok.padding_side = "left"
-        try:
-            batch = processor(text=texts, images=images, padding=True, return_tensors="pt")
-        finally:
-            tok.padding_side = side
+        batch = _process(processor, [_user_text(s.question) for s in chunk], chunk, "left", zero_images)
         with torch.no_grad():
             out = model.generate(**batch, max_new_tokens=6, do_sample=False)
         replies = tok.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
