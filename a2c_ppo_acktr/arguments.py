@@ -280,7 +280,8 @@ class PPOConfig:
     # ema (an exponential moving average of the trainable weights, started from the weights the run
     # starts with, the SFT adapter's when warm-started; updated after every PPO update:
     # ema <- ema_decay * ema + (1 - ema_decay) * weights). The ema reference trails the policy
-    # instead of pinning it to the base model.
+    # instead of pinning it to the base model; ema_decay 1 freezes it at the starting weights (the
+    # SFT policy of a warm start: RLHF's usual reference).
     reference: str = "base"
     ema_decay: float = 0.95
     # Perception-aware token weighting (VPPO, Huang et al. 2025): after each rollout a no-grad pass
@@ -346,7 +347,10 @@ class PPOConfig:
         _check(self.target_entropy >= 0, f"ppo.target_entropy={self.target_entropy} must be >= 0 (nats per token)")
         _check(self.temp_coef >= 0, f"ppo.temp_coef={self.temp_coef} must be >= 0")
         _choice("ppo.reference", self.reference, ["base", "ema"])
-        _check(0.0 <= self.ema_decay < 1.0, f"ppo.ema_decay={self.ema_decay} must be in [0, 1) (0 = the reference is the last update's weights)")
+        _check(
+            0.0 <= self.ema_decay <= 1.0,
+            f"ppo.ema_decay={self.ema_decay} must be in [0, 1] (0 = the reference is the last update's weights, 1 = the starting weights)",
+        )
         _check(0.0 < self.perception_top_frac <= 1.0, f"ppo.perception_top_frac={self.perception_top_frac} must be in (0, 1]")
         _check(
             self.perception_top_weight >= 0 and self.perception_rest_weight >= 0 and self.perception_top_weight + self.perception_rest_weight > 0,

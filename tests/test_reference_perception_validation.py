@@ -52,7 +52,7 @@ def test_masked_images_replace_pixels_only():
     [
         (["ppo.reference=ema", "dist.zero_stage=3"], "ppo.reference=ema keeps a full copy"),
         (["ppo.reference=ema", "model.use_lora=false"], "averages the LoRA adapter"),
-        (["ppo.ema_decay=1.0"], "ppo.ema_decay=1.0 must be in"),
+        (["ppo.ema_decay=1.5"], "ppo.ema_decay=1.5 must be in"),
         (["ppo.perception_top_weight=0", "ppo.perception_rest_weight=0"], "not both 0"),
         (["ppo.perception_mask=blur"], "ppo.perception_mask='blur' is not allowed"),
         (["log.val_interval=1", "log.val_seed=0"], "overlap the training scenes"),
@@ -221,3 +221,19 @@ def test_ema_perception_and_validation_train_resume_exactly_and_validation_chang
     assert best["score"] == max(scores) and best["iteration"] == scores.index(max(scores)) + 1
     assert (tmp_path / "val" / BEST_DIR / "policy" / "adapter_config.json").is_file()
     assert json.loads((resumed / "trainer_state.json").read_text())["best_val"]["score"] == max(scores)
+
+
+def test_ema_decay_one_keeps_the_starting_weights_as_the_reference(tmp_path):
+    """ppo.ema_decay=1: the reference stays at the weights the run started with (a fresh adapter's
+    lora_B is zero) while the trained adapter moves away from it."""
+    from a2c_ppo_acktr.logger import read_metrics
+    from a2c_ppo_acktr.train import EMA_FILE, run_training
+
+    out = run_training(load_config(preset="debug", overrides=_overrides(
+        tmp_path / "frozen", **{"ppo.ema_decay": "1", "ppo.perception_weighting": "false"})))
+    ema, trained = torch.load(out / EMA_FILE), torch.load(out / "trainable.pt")
+    lora_b = [n for n in ema if "lora_B" in n]
+    assert lora_b and all(torch.count_nonzero(ema[n]) == 0 for n in lora_b)
+    assert any(torch.count_nonzero(trained[f"model.{n}"]) > 0 for n in lora_b)
+    rows = read_metrics(tmp_path / "frozen" / "metrics.jsonl")
+    assert all(r["losses/kl_ref"] > 0 for r in rows)

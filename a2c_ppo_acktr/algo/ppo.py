@@ -367,7 +367,7 @@ class PPO:
         first = host[-1] if first_dev is not None else float("nan")
         if cfg.kl_adaptive and kl_ref_count and self.kl_in_loss:
             self.kl_coef = adapt_kl_coef(self.kl_coef, self._mean_across(kl_ref), cfg.kl_target)
-        if cfg.reference == "ema":  # the reference trails the weights this update ended with
+        if cfg.reference == "ema" and cfg.ema_decay < 1.0:  # the reference trails the weights this update ended with
             self._module.update_ema_reference(cfg.ema_decay)
         self.num_updates += 1
         finite_norms = [g for g in grad_norms if math.isfinite(g)]
