@@ -84,7 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --compare: Overall(A) - Overall(B) with a paired bootstrap 95%% interval; A and B are row names "
         "evaluated on the same questions (repeatable)",
     )
-    p.add_argument("--out", default=None, help="output directory for the reports (required, except with --print-config)")
+    p.add_argument("--out", default=None, help="output directory for the reports (required, except with --print-config); "
+                   "a directory that holds an earlier report is refused unless --overwrite")
+    p.add_argument("--overwrite", action="store_true", help="move an --out holding an earlier report aside to OUT.old-<time> first (nothing is deleted)")
     return p
 
 

@@ -39,9 +39,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from a2c_ppo_acktr.distributed import shutdown
     from a2c_ppo_acktr.train import run_training
 
-    last = run_training(cfg)
+    try:
+        last = run_training(cfg)
+    finally:
+        shutdown()  # also after a signal's checkpoint (Preempted): every process leaves the group
     logging.getLogger("main_vsi").info("done; last checkpoint: %s", last)
-    shutdown()
     return 0
 
 

@@ -9,6 +9,9 @@ adapter only and ``main_vsi.py --sft-adapter OUTPUT_DIR/adapter`` continues from
 Outputs under ``sft.output_dir``: ``checkpoint-<step>/`` (adapter, optimizer, scheduler and
 trainer state; ``sft.resume=auto`` continues from the latest), ``adapter/`` (the final adapter:
 ``adapter_config.json`` + ``adapter_model.safetensors``), ``config.yaml`` and ``train_log.json``.
+A fresh start in a directory that holds an SFT run is refused unless ``sft.overwrite`` (the old run is
+moved aside, never deleted), and one process at a time trains in a directory (its lock,
+:class:`a2c_ppo_acktr.rundir.RunLock`).
 """
 from __future__ import annotations
 
@@ -206,15 +209,49 @@ def build_trainer(cfg: RunConfig, loaded: Any = None) -> VLMTrainer:
 
 def run_sft(cfg: RunConfig, loaded: Any = None) -> Path:
     """Train the SFT adapter and save it to ``sft.output_dir/adapter``; returns that path."""
+    from a2c_ppo_acktr.rundir import run_lock
+
     out = Path(cfg.sft.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    trainer = build_trainer(cfg, loaded=loaded)
-    if trainer.is_world_process_zero():
-        cfg.save(out / "config.yaml")
-    trainer.train(resume_from_checkpoint=resume_checkpoint(cfg))
-    adapter = out / ADAPTER_DIR
-    trainer.save_model(str(adapter))  # PeftModel.save_pretrained: adapter weights and config only
-    if trainer.is_world_process_zero():
-        record_base_model(adapter)  # an absolute base path, so the adapter loads from any directory
-        (out / TRAIN_LOG).write_text(json.dumps(trainer.state.log_history, indent=1), encoding="utf-8")
+    # The trainer sets up the process group later; the launcher's RANK says which process is the main
+    # one. When the main one stops here (a used or locked directory), the launcher ends the others.
+    is_main = int(os.environ.get("RANK", "0")) == 0
+    lock = run_lock(out, is_main)
+    try:
+        if is_main:
+            _claim_sft_dir(cfg)
+        trainer = build_trainer(cfg, loaded=loaded)
+        if trainer.is_world_process_zero():
+            cfg.save(out / "config.yaml")
+        trainer.train(resume_from_checkpoint=resume_checkpoint(cfg))
+        adapter = out / ADAPTER_DIR
+        trainer.save_model(str(adapter))  # PeftModel.save_pretrained: adapter weights and config only
+        if trainer.is_world_process_zero():
+            record_base_model(adapter)  # an absolute base path, so the adapter loads from any directory
+            (out / TRAIN_LOG).write_text(json.dumps(trainer.state.log_history, indent=1), encoding="utf-8")
+    finally:
+        lock.release()
     return adapter
+
+
+def _sft_run_files(out: Path) -> list[str]:
+    """What in ``out`` shows that an SFT run used it."""
+    if not out.is_dir():
+        return []
+    names = [n for n in (ADAPTER_DIR, "config.yaml", TRAIN_LOG) if (out / n).exists()]
+    return names + sorted(p.name for p in out.glob("checkpoint-*"))
+
+
+def _claim_sft_dir(cfg: RunConfig) -> None:
+    """A fresh start never writes over an earlier SFT run: refused, or moved aside with ``sft.overwrite``
+    (main process; the others write nothing before their first checkpoint)."""
+    from a2c_ppo_acktr.rundir import claim_output_dir
+
+    out = Path(cfg.sft.output_dir)
+    inputs = [cfg.sft.data_path] if cfg.sft.data_path else []
+    found = _sft_run_files(out) if cfg.sft.resume is None else []
+    if found and not cfg.sft.overwrite:
+        raise ConfigError(
+            f"sft.output_dir {out} already holds an SFT run ({', '.join(found[:4])}); continue it with --sft.resume auto, start over with "
+            f"--sft.overwrite true (moves it to {out.name}.old-<time>, nothing is deleted), or choose another sft.output_dir"
+        )
+    claim_output_dir(out, overwrite=True, inputs=inputs, option="sft.output_dir", overwrite_hint="sft.overwrite", used=lambda p: bool(found))

@@ -389,6 +389,9 @@ class SFTConfig:
     logging_steps: int = 10
     save_total_limit: int = 2  # adapter-only checkpoints kept under output_dir/checkpoint-*
     resume: Optional[str] = None  # None | auto (latest checkpoint in output_dir) | path to a checkpoint-* directory
+    # A fresh start (no sft.resume) in an output_dir that already holds an SFT run (adapter/,
+    # checkpoint-*, config.yaml) is refused; overwrite=true moves it aside to OUTPUT_DIR.old-<time>.
+    overwrite: bool = False
 
     def __post_init__(self) -> None:
         _check(self.max_steps == -1 or self.max_steps >= 1, f"sft.max_steps={self.max_steps} must be -1 (use num_epochs) or >= 1")
@@ -510,8 +513,9 @@ class LogConfig:
     # (nothing is deleted).
     overwrite: bool = False
     progress_bar: bool = True
-    # Stop this invocation after N iterations in total (the schedule still spans ppo.num_iterations);
-    # for time-limited jobs that continue with --resume auto. None runs to ppo.num_iterations.
+    # Stop this invocation after N iterations of its own, counted from where it starts or resumes (the
+    # schedule still spans ppo.num_iterations): a time-limited job repeats the same command with
+    # --resume auto. None runs to ppo.num_iterations.
     stop_after_iterations: Optional[int] = None
     # With ppo.kl_coef = 0 the KL to the reference is only a monitor (losses/kl_ref): measured (one
     # reference forward, on the first minibatch) every K updates, the first included; NaN in between.

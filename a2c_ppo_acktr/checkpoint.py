@@ -164,9 +164,13 @@ def verify_checkpoint(path: str | os.PathLike) -> Optional[str]:
         marker = json.loads((path / COMPLETE_MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         return f"{COMPLETE_MARKER} is unreadable ({e})"
-    expected = marker.get("files") if isinstance(marker, dict) else None
-    if not isinstance(expected, dict):
-        return None
+    if not isinstance(marker, dict):
+        return f"{COMPLETE_MARKER} is malformed (a JSON object was expected, found {type(marker).__name__})"
+    if "files" not in marker:
+        return None  # written before checksums existed
+    expected = marker["files"]
+    if not isinstance(expected, dict) or not all(isinstance(v, str) for v in expected.values()):
+        return f"{COMPLETE_MARKER} is malformed (its 'files' entry is not a map of file names to checksums)"
     try:
         actual = file_checksums(path)
     except OSError as e:
@@ -206,6 +210,11 @@ def publish_dir(tmp: Path, target: Path) -> None:
     else:
         os.rename(tmp, target)
     _fsync_dir(target.parent)
+
+
+def _torch_write_failure(e: BaseException) -> bool:
+    """``torch.save`` reports a failed write (a full disk, a quota) as a RuntimeError of its zip writer."""
+    return isinstance(e, RuntimeError) and ("PytorchStreamWriter" in str(e) or "file write failed" in str(e))
 
 
 class CheckpointManager:
@@ -262,12 +271,17 @@ class CheckpointManager:
                 (tmp / COMPLETE_MARKER).write_text(json.dumps(marker, indent=1, sort_keys=True), encoding="utf-8")
                 publish_dir(tmp, target)  # a re-save of the same iteration (final save after a periodic one) replaces it
                 self._prune()
-        except OSError as e:  # a full disk, a read-only or vanished directory: one line, no debris
+        except BaseException as e:  # never leave a half-written temporary directory behind
             if self.is_main:
                 shutil.rmtree(tmp, ignore_errors=True)
+            if not (isinstance(e, OSError) or _torch_write_failure(e)):
+                raise
+            # A full disk or quota, a read-only or vanished directory: one line naming the file.
+            what = getattr(e, "strerror", None) or str(e).splitlines()[0]
+            where = f" ({e.filename})" if getattr(e, "filename", None) else ""
             raise CheckpointError(
-                f"writing checkpoint {target.name} into {self.root} failed: {e.strerror or e} "
-                f"({type(e).__name__}{', errno ' + str(e.errno) if e.errno else ''}); free space or fix the directory's "
+                f"writing checkpoint {target.name} into {self.root} failed: {what}{where} "
+                f"({type(e).__name__}{', errno ' + str(e.errno) if getattr(e, 'errno', None) else ''}); free space or fix the directory's "
                 "permissions, then continue with --resume auto (the earlier checkpoints are intact)"
             ) from e
         self.barrier()
@@ -276,7 +290,10 @@ class CheckpointManager:
     def _prune(self) -> None:
         complete = list_checkpoints(self.root)
         for old in complete[: max(0, len(complete) - self.keep)]:
-            shutil.rmtree(old)
+            if old.is_symlink():  # a link a user made: remove the link, never what it points to
+                old.unlink()
+            else:
+                shutil.rmtree(old)
         # Temporary directories of other iterations are debris from crashed writes.
         for p in self.root.iterdir():
             if p.name.startswith(_TMP_PREFIX) and p.is_dir():

@@ -217,7 +217,15 @@ def run_main(main: Callable[[], object], prog: str) -> int:
         main()
     except ConfigError as e:
         return _report(prog, e)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
     except Exception as e:  # noqa: BLE001 - narrowed just below; everything else re-raises
+        from a2c_ppo_acktr.preemption import Preempted
+
+        if isinstance(e, Preempted):  # stopped on a signal with its state saved: not an error
+            print(f"{prog}: {e}", file=sys.stderr)
+            return e.exit_code
         if not isinstance(e, _user_errors()) and not _environment_error(e):
             raise
         return _report(prog, e)

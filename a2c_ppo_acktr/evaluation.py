@@ -754,8 +754,11 @@ def run_cli(args: Any, extra: Sequence[str]) -> Optional[dict[str, Any]]:
     Returns:
         The report written (None for ``--compare`` and metrics-only runs).
     """
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    from a2c_ppo_acktr.rundir import claim_report_dir
+
+    evaluates = args.model_path or args.adapter or args.checkpoint or args.oracle or args.dummy or args.config or args.preset or extra
+    writes_report = not args.compare and (bool(args.score_file) or bool(evaluates) or not args.metrics)
+    out = claim_report_dir(args.out, overwrite=args.overwrite, writes_report=writes_report)
     if args.metrics:
         path = reports.plot_learning_curves(args.metrics, out / "learning_curves.png", smoothing=args.smooth)
         print(f"learning curves: {path}")
@@ -773,7 +776,6 @@ def run_cli(args: Any, extra: Sequence[str]) -> Optional[dict[str, Any]]:
         if report["malformed"]["count"]:
             print(f"WARNING: {report['malformed']['count']} malformed line(s); see {out / 'report.md'}", file=sys.stderr)
         return report
-    evaluates = args.model_path or args.adapter or args.checkpoint or args.oracle or args.dummy or args.config or args.preset or extra
     if args.metrics and not evaluates:
         return None
     cfg = resolve_config(args, extra)

@@ -9,12 +9,18 @@ a plain Hugging Face model directory (weights, config, processor files) that ``f
 or this package (``--model.model_path MERGED``) load with no peft and no path back to the base model;
 ``export.json`` records where it came from. The value and temperature heads are not part of it (a
 served model samples at the temperature its server is given). Written to a temporary sibling and
-renamed into place, so ``--out`` is never half-written.
+renamed into place, so ``--out`` is never half-written; a failed export removes its temporary
+directory and nothing else.
+
+``--out`` must be a new directory: an existing one is refused unless ``--overwrite`` (it is then moved
+to ``OUT.old-<time>``, never deleted), and so are the current directory and any directory that is,
+holds or lies inside the adapter or the base model.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -53,37 +59,53 @@ def resolve_adapter(path: str | Path) -> tuple[Path, Optional[str]]:
     return path, base
 
 
-def merge_adapter(adapter: str | Path, out: str | Path, model_path: Optional[str] = None, dtype: str = "float32") -> Path:
+def merge_adapter(
+    adapter: str | Path, out: str | Path, model_path: Optional[str] = None, dtype: str = "float32", overwrite: bool = False
+) -> Path:
     """Merge ``adapter`` into its base model and save the result (and the processor) to ``out``.
 
     Returns:
         ``out``.
+
+    Raises:
+        ConfigError: ``out`` is used (without ``overwrite``), is the current directory, or overlaps
+            the adapter or the base model.
     """
     import shutil
+    import tempfile
 
     from peft import PeftModel
 
     from a2c_ppo_acktr.arguments import ConfigError, ModelConfig
-    from a2c_ppo_acktr.checkpoint import publish_dir
+    from a2c_ppo_acktr.checkpoint import _fsync_tree
     from a2c_ppo_acktr.loading import load_vlm
+    from a2c_ppo_acktr.rundir import check_output_path, claim_output_dir
 
     adapter_dir, recorded = resolve_adapter(adapter)
     base = model_path or recorded
     if base is None:
         raise ConfigError(f"cannot tell the base model of {adapter}; pass --model-path (the model the adapter was trained on)")
+    inputs = [adapter, adapter_dir, base]
+    check_output_path(out, inputs)  # before the minutes of loading and merging
     loaded = load_vlm(ModelConfig(model_path=base, device="cpu", dtype=dtype))
     merged = PeftModel.from_pretrained(loaded.model, str(adapter_dir)).merge_and_unload()
-    out = Path(out)
-    tmp = out.parent / f".tmp-{out.name}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    merged.save_pretrained(str(tmp))
-    loaded.processor.save_pretrained(str(tmp))
-    info = {"base_model": str(base), "adapter": str(adapter_dir.resolve()), "dtype": dtype}
-    (tmp / EXPORT_FILE).write_text(json.dumps(info, indent=1), encoding="utf-8")
-    publish_dir(tmp, out)
-    return out
+    target = Path(out).expanduser().resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-export-{target.name}-", dir=target.parent))
+    try:
+        merged.save_pretrained(str(tmp))
+        loaded.processor.save_pretrained(str(tmp))
+        info = {"base_model": str(base), "adapter": str(adapter_dir.resolve()), "dtype": dtype}
+        (tmp / EXPORT_FILE).write_text(json.dumps(info, indent=1), encoding="utf-8")
+        _fsync_tree(tmp)
+        claim_output_dir(out, overwrite=overwrite, inputs=inputs, create=False)
+        if target.exists():  # an empty directory the user made
+            target.rmdir()
+        os.rename(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return Path(out)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -92,8 +114,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--out", required=True, help="directory for the merged model")
     parser.add_argument("--model-path", default=None, help="base model (default: the checkpoint's run's model.model_path)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--overwrite", action="store_true", help="move an existing --out aside to OUT.old-<time> (nothing is deleted)")
     args = parser.parse_args(argv)
-    out = merge_adapter(args.adapter, args.out, args.model_path, args.dtype)
+    out = merge_adapter(args.adapter, args.out, args.model_path, args.dtype, overwrite=args.overwrite)
     print(f"merged model written to {out}")
     return 0
 

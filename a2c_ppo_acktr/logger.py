@@ -11,6 +11,7 @@ with a markdown table) and wandb (``wandb.Image``, ``wandb.Table``); ``metrics.j
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from pathlib import Path
@@ -20,6 +21,8 @@ import numpy as np
 
 from .arguments import RunConfig
 from .jsonl import read_log
+
+logger = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -115,14 +118,33 @@ class RunLogger:
             )
             self.wandb_run_id = self._wandb_run.id
 
+    def _set_aside_path(self) -> Path:
+        """The first free ``metrics.jsonl.old-<k>``: rows set aside are never overwritten."""
+        k = 1
+        while (candidate := self.metrics_path.with_name(f"{METRICS_FILE}.old-{k}")).exists():
+            k += 1
+        return candidate
+
     def _truncate_metrics(self, start_iteration: int) -> None:
+        """Rows of iterations this run redoes leave ``metrics.jsonl`` for a numbered
+        ``metrics.jsonl.old-<k>`` (all of them for a fresh start in place, those after the
+        checkpoint on resume: a crashed tail or an abandoned branch); nothing is deleted."""
         if not self.metrics_path.is_file():
             return
         if start_iteration == 0:
             # A fresh run in a used directory: keep the old rows apart rather than mixing runs.
-            os.replace(self.metrics_path, self.metrics_path.with_suffix(".jsonl.old"))
+            aside = self._set_aside_path()
+            os.replace(self.metrics_path, aside)
+            logger.warning("the rows already in %s were moved to %s", self.metrics_path, aside)
             return
-        keep = [r for r in read_metrics(self.metrics_path) if r.get("iteration", 0) <= start_iteration]
+        rows = read_metrics(self.metrics_path)
+        keep = [r for r in rows if r.get("iteration", 0) <= start_iteration]
+        dropped = [r for r in rows if r.get("iteration", 0) > start_iteration]
+        if dropped:
+            aside = self._set_aside_path()
+            with open(aside, "w", encoding="utf-8") as f:
+                f.writelines(json.dumps(r) + "\n" for r in dropped)
+            logger.warning("resuming at iteration %d: the %d later row(s) of %s were moved to %s", start_iteration, len(dropped), self.metrics_path, aside)
         tmp = self.metrics_path.with_suffix(".jsonl.tmp")
         with open(tmp, "w", encoding="utf-8") as f:
             for r in keep:

@@ -45,6 +45,8 @@ from .checkpoint import (
 )
 from .distributed import build_accelerator, full_trainable, gather_lists, gathered_for_rollout, is_deepspeed, reduce_mean
 from .logger import METRICS_FILE, RunLogger
+from .preemption import STOP_FILE, Preempted, StopOnSignal
+from .rundir import run_lock
 from .storage import BOOTSTRAPPING_ESTIMATORS
 from .validation import BestPolicy, run_validation
 
@@ -435,12 +437,18 @@ def _load_checkpoint(run: _Run, path: Path) -> int:
     run.storage.starts_episode = per_rank["storage_starts_episode"].clone()
     restore_rng_state(per_rank["rng"], _owned_generators(run))
     run.wandb_run_id = state.get("wandb_run_id")
-    _warn_config_changes(path, run.cfg)
+    _apply_resumed_rates(run)
     return int(state["iteration"])
 
 
 # Fields that may differ between a run and its resumption without changing the results.
 _RESUME_FREE_KEYS = {"log.resume", "log.overwrite", "log.val_interval", "log.val_episodes", "log.stop_after_iterations", "log.progress_bar", "log.wandb_mode", "log.output_dir", "model.sft_adapter"}
+# Fields that define the run: a resumption that changes one would continue another run's state, so it
+# is refused. (Everything else, e.g. ppo.lr or ppo.num_iterations, is applied and recorded.)
+_RUN_DEFINING_PREFIXES = ("model.", "env.", "rollout.")
+_RUN_DEFINING_KEYS = {"seed", "ppo.advantage_estimator", "ppo.reference"}
+_RUN_DEFINING_EXCEPT = {"model.sft_adapter", "model.device", "model.attn_implementation", "model.gradient_checkpointing"}
+RESUME_HISTORY = "resume_history.jsonl"
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
@@ -453,12 +461,50 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _warn_config_changes(path: Path, cfg: RunConfig) -> None:
+def _defines_run(key: str) -> bool:
+    return key not in _RUN_DEFINING_EXCEPT and (key in _RUN_DEFINING_KEYS or key.startswith(_RUN_DEFINING_PREFIXES))
+
+
+def config_changes(path: Path, cfg: RunConfig) -> dict[str, tuple[Any, Any]]:
+    """``{key: (checkpoint's value, this run's)}`` for every field that differs from checkpoint
+    ``path``'s config, logging fields aside.
+
+    Raises:
+        CheckpointError: a field that defines the run differs (all of them listed).
+    """
     old = _flatten(RunConfig.from_yaml(path / "config.yaml").to_dict())
     new = _flatten(cfg.to_dict())
     changed = {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k) and k not in _RESUME_FREE_KEYS}
+    defining = {k: v for k, v in changed.items() if _defines_run(k)}
+    if defining:
+        listed = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in defining.items())
+        raise CheckpointError(
+            f"cannot resume {path} with a different run definition ({listed}); resume with the checkpoint's values "
+            "(its config.yaml), or start a new run in another log.output_dir"
+        )
     if changed:
-        logger.warning("resuming %s with a changed config (old -> new): %s", path, changed)
+        logger.warning("resuming %s with changed settings, applied from here on (old -> new): %s", path, changed)
+    return changed
+
+
+def _record_resume(out: Path, path: Path, iteration: int, changed: dict[str, tuple[Any, Any]]) -> None:
+    """One line per resumption in ``RESUME_HISTORY``: when, from which checkpoint, what changed."""
+    row = {"time": time.strftime("%Y-%m-%d %H:%M:%S"), "checkpoint": str(path), "iteration": iteration,
+           "changed": {k: [a, b] for k, (a, b) in changed.items()}}
+    with open(out / RESUME_HISTORY, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row, default=str) + "\n")
+
+
+def _apply_resumed_rates(run: "_Run") -> None:
+    """The learning rates of this run's config from the restored schedule position: the scheduler's
+    state carries the checkpoint's base rates, which a changed ``ppo.lr``/``ppo.head_lr`` replaces."""
+    head_lr = run.cfg.ppo.head_lr if run.cfg.ppo.head_lr is not None else run.cfg.ppo.lr
+    bases = [run.cfg.ppo.lr if g.get("name") == "body" else head_lr for g in run.optimizer.param_groups]
+    run.scheduler.base_lrs = bases
+    factor = lr_factor(run.scheduler.last_epoch, run.cfg.ppo)
+    for group, base in zip(run.optimizer.param_groups, bases):
+        group["initial_lr"] = base
+        group["lr"] = base * factor
 
 
 def existing_run(out: Path) -> list[str]:
@@ -480,13 +526,23 @@ def prepare_output_dir(cfg: RunConfig, resume_from: Optional[Path], accelerator)
       :class:`CheckpointError` that names the fix, unless ``log.overwrite``: the old run is then
       renamed to ``OUTPUT_DIR.old-<time>``, never deleted.
     * ``log.resume=auto`` with nothing complete to resume starts afresh in place (what ``auto`` asks
-      for; the logger keeps the old rows as ``metrics.jsonl.old``).
+      for; the logger keeps the old rows as a numbered ``metrics.jsonl.old-<k>``).
     * Resuming from an explicit checkpoint older than the directory's newest moves the newer ones
       into ``checkpoints/abandoned-<time>/``: they belong to the branch being replaced, and pruning or a
       later ``--resume auto`` must not take them for this run's.
+    * A checkpoint of another run directory starts a new run only in a fresh directory (an import);
+      into a used one it is refused, so the two runs' metrics and checkpoints never mix.
     """
     out = Path(cfg.log.output_dir)
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    if resume_from is not None and Path(resume_from).resolve().parent != (out / CHECKPOINTS_SUBDIR).resolve():
+        found = existing_run(out)
+        if found:
+            raise CheckpointError(
+                f"{resume_from} is another run's checkpoint and {out} already holds a run ({', '.join(found[:4])}); "
+                "to continue from it, import it into a fresh log.output_dir (a new or empty directory)"
+            )
+        return
     if resume_from is not None:
         newer = [p for p in list_checkpoints(out / CHECKPOINTS_SUBDIR) if checkpoint_iteration(p) > checkpoint_iteration(resume_from)]
         if newer and accelerator.is_main_process:
@@ -613,24 +669,45 @@ def run_training(cfg: RunConfig) -> Path:
     """Train with PPO as configured; returns the last checkpoint directory.
 
     Writes into ``cfg.log.output_dir``: ``config.yaml`` (resolved config), ``metrics.jsonl`` (one
-    row per iteration), ``tensorboard/``, ``wandb/`` (unless disabled) and ``checkpoints/``.
+    row per iteration), ``tensorboard/``, ``wandb/`` (unless disabled) and ``checkpoints/``. One run
+    at a time holds the directory (:func:`a2c_ppo_acktr.rundir.run_lock`). SIGTERM, SIGINT or a
+    ``STOP`` file end the run after the current iteration with a checkpoint
+    (:class:`a2c_ppo_acktr.preemption.Preempted`).
     """
     cfg.validate()
-    out = Path(cfg.log.output_dir)
     accelerator = build_accelerator(cfg)
+    lock = run_lock(cfg.log.output_dir, accelerator.is_main_process, accelerator.num_processes)
+    try:
+        stop_file = Path(cfg.log.output_dir) / STOP_FILE
+        if accelerator.is_main_process and stop_file.exists():
+            logger.warning("removing %s, left by an earlier invocation (this one stops on a new one)", stop_file)
+            stop_file.unlink()
+        accelerator.wait_for_everyone()
+        with StopOnSignal(stop_file) as stop:
+            return _train(cfg, accelerator, stop)
+    finally:
+        lock.release()
+
+
+def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
+    """:func:`run_training` inside the run directory's lock; ``stop`` says when a signal asks to stop."""
+    out = Path(cfg.log.output_dir)
     ckpt_root = out / CHECKPOINTS_SUBDIR
     resume_from = resolve_resume(cfg.log.resume, ckpt_root)
+    changed = config_changes(resume_from, cfg) if resume_from is not None else {}  # before minutes of loading
     prepare_output_dir(cfg, resume_from, accelerator)
     run = _build_run(cfg, accelerator)
     start = _load_checkpoint(run, resume_from) if resume_from is not None else 0
     if resume_from is not None:
         logger.info("resumed from %s at iteration %d", resume_from, start)
+        if accelerator.is_main_process:
+            _record_resume(out, resume_from, start, changed)
     if accelerator.is_main_process:
         cfg.save(out / "config.yaml")
     log = RunLogger(cfg, out, is_main=accelerator.is_main_process, start_iteration=start, wandb_run_id=run.wandb_run_id)
     run.wandb_run_id = log.wandb_run_id
     checkpoints = CheckpointManager(ckpt_root, cfg.log.keep_checkpoints, accelerator.is_main_process, accelerator.wait_for_everyone)
-    end = cfg.ppo.num_iterations if cfg.log.stop_after_iterations is None else min(cfg.ppo.num_iterations, cfg.log.stop_after_iterations)
+    end = cfg.ppo.num_iterations if cfg.log.stop_after_iterations is None else min(cfg.ppo.num_iterations, start + cfg.log.stop_after_iterations)
     last: Optional[Path] = resume_from
     from tqdm.auto import tqdm
 
@@ -661,11 +738,16 @@ def run_training(cfg: RunConfig) -> Path:
             log.log({**metrics, **timings}, iteration=it + 1)
             bar.set_postfix(score=f"{metrics['rollout/episode_score_mean']:.3f}", kl=f"{metrics['losses/approx_kl']:.2e}")
             checkpoint_seconds = 0.0
-            if (it + 1) % cfg.log.save_interval == 0 or it + 1 == end:
+            stop_reason = stop.agreed(accelerator)
+            if (it + 1) % cfg.log.save_interval == 0 or it + 1 == end or stop_reason:
                 t0 = time.perf_counter()
                 last = checkpoints.save(it + 1, lambda tmp, it=it: _write_checkpoint(run, it + 1, tmp), meta={"num_processes": accelerator.num_processes})
                 checkpoint_seconds = time.perf_counter() - t0
                 logger.info("checkpoint %s written in %.2fs", last, checkpoint_seconds)
+            if stop_reason:
+                stop.consume(accelerator.is_main_process)
+                if it + 1 < end:
+                    raise Preempted(stop_reason, it + 1, last)
     finally:
         bar.close()
         log.close()

@@ -631,8 +631,9 @@ def run_cli(args: Any, extra: Sequence[str]) -> dict[str, Any]:
     """
     from a2c_ppo_acktr import evaluation
     from a2c_ppo_acktr.envs.vsibench import load_vsibench_rows
+    from a2c_ppo_acktr.rundir import claim_report_dir
 
-    out = Path(args.out)
+    out = claim_report_dir(args.out, overwrite=args.overwrite)
     cfg = resolve_config(args, extra)
     rows = [r for r in load_vsibench_rows(args.vsibench) if r["question_type"] in cfg.env.question_types][: args.limit]
     if not rows:

@@ -7,6 +7,7 @@
 #SBATCH --time=48:00:00
 #SBATCH --output=slurm-%x-%j.out
 #SBATCH --requeue
+#SBATCH --signal=B:TERM@900
 # PPO training on a SLURM cluster, one or many nodes: one task per node, each running
 # scripts/run_vsi_qwen.sh (accelerate launch with one process per GPU of its node).
 #
@@ -16,7 +17,10 @@
 # PRESET, MODEL_PATH, SFT_ADAPTER, EXTRA_ARGS, DS_STAGE, PYTHON are passed through to
 # run_vsi_qwen.sh (see its header). GPUS_PER_NODE overrides the GPU count (default: from
 # SLURM_GPUS_ON_NODE, else nvidia-smi on the first node; nodes are assumed identical).
-# The job requeues with --resume auto, so a preempted run continues from its last checkpoint.
+# Preemption and the time limit: SLURM signals this script 900 s before the end (--signal; raise it
+# if an iteration plus a checkpoint takes longer). The script writes OUTDIR/NAME/STOP; every process
+# finishes its iteration, the run writes a checkpoint and exits 75, and the script requeues the job,
+# which continues with --resume auto (run_vsi_qwen.sh's default).
 set -euo pipefail
 
 if [ "$#" -lt 3 ] || [ "$#" -gt 4 ]; then
@@ -58,6 +62,26 @@ echo "[batch_vsi] $NUM_MACHINES node(s) x $NUM_GPUS GPUs, main $MAIN_ADDR:$PORT"
 # One task per node; MACHINE_RANK must be read inside each task (SLURM_NODEID differs per node),
 # hence the single quotes: the variables expand in the task's shell, not here.
 # shellcheck disable=SC2016
+RUN_DIR="$OUTDIR/$NAME"
+stop_run() {
+  echo "[batch_vsi] SIGTERM: asking the run to checkpoint and stop ($RUN_DIR/STOP)" >&2
+  mkdir -p "$RUN_DIR" && touch "$RUN_DIR/STOP"
+}
+trap stop_run TERM
 srun --ntasks="$NUM_MACHINES" --ntasks-per-node=1 --kill-on-bad-exit=1 \
   bash -c 'MACHINE_RANK=$SLURM_NODEID exec bash scripts/run_vsi_qwen.sh "$0" "$1" "$2" "$3"' \
-  "$SEED" "$NAME" "$OUTDIR" "$PORT"
+  "$SEED" "$NAME" "$OUTDIR" "$PORT" &
+SRUN_PID=$!
+# A trapped signal interrupts `wait`: wait again until srun itself has ended.
+set +e
+while :; do
+  wait "$SRUN_PID"
+  rc=$?
+  kill -0 "$SRUN_PID" 2>/dev/null || break
+done
+set -e
+if [ "$rc" -eq 75 ]; then
+  echo "[batch_vsi] the run stopped with a checkpoint; requeueing job ${SLURM_JOB_ID:-?}" >&2
+  scontrol requeue "${SLURM_JOB_ID:?}"
+fi
+exit "$rc"

@@ -11,7 +11,7 @@
 #   ENV_CONFIG env overlay for another env than VSI, e.g. configs/envs/numberline.yaml (the oracle
 #              teacher is then the game's own: see README "Environments")
 #   FAMILY     tiny model family: qwen2_5_vl (default) | qwen2_vl | qwen3_vl
-#   OVERWRITE  1 = delete an existing OUTDIR first (otherwise a non-empty OUTDIR is an error)
+#   OVERWRITE  1 = move an existing OUTDIR aside to OUTDIR.old-<time> first (otherwise a non-empty OUTDIR is an error)
 #   PYTHON     interpreter (default: .venv/bin/python, created by scripts/setup.sh)
 #   OMP_NUM_THREADS  torch CPU threads (default 1: fastest for the tiny model)
 #   NUMBERLINE 1 = after VSI, the NumberLine block (default when ENV_CONFIG is unset): labels, SFT
@@ -42,9 +42,11 @@ fi
 
 if [ -d "$OUT" ] && [ -n "$(ls -A "$OUT" 2>/dev/null)" ]; then
   if [ "${OVERWRITE:-0}" = "1" ]; then
-    rm -rf -- "$OUT"
+    ASIDE="$OUT.old-$(date +%Y%m%d-%H%M%S)"
+    mv -- "$OUT" "$ASIDE"
+    echo "[quickstart] OVERWRITE=1: the run that was in $OUT was moved to $ASIDE" >&2
   else
-    echo "[quickstart] $OUT already holds a run; remove it, pick another OUTDIR, or set OVERWRITE=1" >&2
+    echo "[quickstart] $OUT already holds a run; pick another OUTDIR, or set OVERWRITE=1 (moves it to $OUT.old-<time>)" >&2
     exit 2
   fi
 fi

@@ -134,9 +134,15 @@ def test_logger_writes_rows_and_truncates_on_resume(tmp_path):
     assert [r["iteration"] for r in rows] == [1, 2, 3]
     assert rows[1]["losses/approx_kl"] == pytest.approx(0.2)
     assert rows[0]["charts/x"] == "nan"
-    # Resuming from the checkpoint of iteration 2 drops the row of iteration 3 (it will be redone).
+    # Resuming from the checkpoint of iteration 2 moves the row of iteration 3 (it will be redone)
+    # to a numbered file; two fresh starts in place keep both earlier files (none is overwritten).
     RunLogger(cfg, tmp_path, start_iteration=2).close()
     assert [r["iteration"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2]
+    assert [r["iteration"] for r in read_metrics(tmp_path / "metrics.jsonl.old-1")] == [3]
+    RunLogger(cfg, tmp_path).close()
+    assert not (tmp_path / "metrics.jsonl").exists()
+    assert [r["iteration"] for r in read_metrics(tmp_path / "metrics.jsonl.old-2")] == [1, 2]
+    (tmp_path / "metrics.jsonl.old-2").rename(tmp_path / "metrics.jsonl")  # back, for the cases below
     # A run killed while writing its row of iteration 3 leaves a torn line: resuming from
     # iteration 2 still works, and the rewritten file is well formed.
     with open(tmp_path / "metrics.jsonl", "a", encoding="utf-8") as f:

@@ -117,6 +117,37 @@ def test_batch_script_wires_slurm_into_accelerate(tmp_path):
             assert piece in line, (piece, line)
 
 
+def test_batch_script_turns_slurms_signal_into_a_checkpoint_and_a_requeue(tmp_path):
+    """batch_vsi.sh asks SLURM for an early SIGTERM; on it, it writes RUN/STOP, waits for the run
+    (here a fake launcher that exits 75 once STOP appears, as main_vsi.py does) and requeues the job."""
+    import signal
+    import time
+
+    assert "#SBATCH --signal=B:TERM@" in (REPO / "scripts" / "batch_vsi.sh").read_text()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "scontrol.log"
+    (bin_dir / "scontrol").write_text(f"#!/usr/bin/env bash\necho \"$*\" >> {calls}\n[ \"$1\" = show ] && echo node-a\nexit 0\n")
+    (bin_dir / "srun").write_text("#!/usr/bin/env bash\nwhile [ \"${1#--}\" != \"$1\" ]; do shift; done\nSLURM_NODEID=0 exec \"$@\"\n")
+    run_dir = tmp_path / "out" / "job"
+    (bin_dir / "fakepython").write_text(
+        f"#!/usr/bin/env bash\ntouch {tmp_path}/started\nwhile [ ! -f {run_dir}/STOP ]; do sleep 0.1; done\nexit 75\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "node-a", "SLURM_NNODES": "1", "SLURM_JOB_ID": "4242",
+           "SLURM_GPUS_ON_NODE": "8", "SLURM_SUBMIT_DIR": str(REPO), "PYTHON": str(bin_dir / "fakepython"), "PRESET": "debug"}
+    proc = subprocess.Popen(["bash", str(REPO / "scripts" / "batch_vsi.sh"), "3", "job", str(tmp_path / "out")], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0 = time.monotonic()
+    while not (tmp_path / "started").exists():
+        assert proc.poll() is None and time.monotonic() - t0 < 60, proc.communicate()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 75, err
+    assert "requeue 4242" in calls.read_text() and "STOP" in err
+
+
 # ------------------------------------------------------------------------------ multi-process runs
 DRIVER = r'''
 import hashlib, os, sys
@@ -289,7 +320,7 @@ def test_sbatch_two_nodes_is_one_job(tmp_path):
                          env=env, capture_output=True, text=True, timeout=400)
     node_logs = "\n".join(f"--- {p.name}\n{p.read_text()[-4000:]}" for p in sorted(logs.glob("*.log")))
     assert res.returncode == 0, f"{res.stderr[-2000:]}\n{node_logs}"
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["job"], "one run directory"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".job.lock", "job"], "one run directory (and its lock file)"
     run_dir = tmp_path / "out" / "job"
     rows = read_metrics(run_dir / "metrics.jsonl")
     # One world: 2 envs x 2 steps x 2 ranks per iteration, and ranks that agree on the weights.

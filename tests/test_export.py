@@ -1,6 +1,7 @@
 """Export: the LoRA adapter merged into the base weights gives the adapted model's logits, from a
 plain directory that loads without peft; checkpoints are verified first; errors are one line."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -76,3 +77,66 @@ def test_saved_adapters_name_their_local_base_model_by_absolute_path(tmp_path, t
     (hub / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "Qwen/Qwen2.5-VL-3B-Instruct"}))
     record_base_model(hub)
     assert json.loads((hub / "adapter_config.json").read_text())["base_model_name_or_path"] == "Qwen/Qwen2.5-VL-3B-Instruct"
+
+
+def _export(args, capsys, cwd=REPO):
+    """``(exit code, stderr)`` of the export command run in this process (as ``run_main`` runs it)."""
+    from a2c_ppo_acktr.cli import run_main
+    from a2c_ppo_acktr.export import main
+
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        capsys.readouterr()
+        code = run_main(lambda: main([str(a) for a in args]), "export")
+    finally:
+        os.chdir(here)
+    return code, capsys.readouterr().err
+
+
+def _adapter(tmp_path, tiny_model_path):
+    cfg = ModelConfig(model_path=tiny_model_path, device="cpu", lora_r=2, lora_alpha=4, lora_target_modules=TARGETS, value_head_hidden=8, temp_head_hidden=8)
+    run = tmp_path / "run"
+    VLMPolicy(cfg).save_pretrained(run / "checkpoints" / "policy")
+    (run / "metrics.jsonl").write_text("{}\n")
+    return run, run / "checkpoints" / "policy"
+
+
+def _tree(path):
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+def test_export_never_deletes_its_input_or_an_existing_directory(tmp_path, tiny_model_path, capsys):
+    """An --out that is or holds the adapter, or lies inside it, or is the current directory, is
+    refused before anything is written; an existing --out is refused, and with --overwrite moved
+    aside (nothing deleted); no temporary directory is left behind."""
+    run, policy = _adapter(tmp_path, tiny_model_path)
+    before = _tree(run)
+    for out, cwd in ((run, REPO), (policy, REPO), (policy / "merged", REPO), (".", run)):
+        code, err = _export(["--adapter", policy, "--out", out, "--model-path", tiny_model_path], capsys, cwd=cwd)
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert "overlaps the input" in err or "current directory" in err
+        assert _tree(run) == before
+    existing = tmp_path / "merged"
+    existing.mkdir()
+    (existing / "mine.txt").write_text("keep me")
+    code, err = _export(["--adapter", policy, "--out", existing, "--model-path", tiny_model_path], capsys)
+    assert code == 2 and "already holds output" in err and (existing / "mine.txt").read_text() == "keep me"
+    code, err = _export(["--adapter", policy, "--out", existing, "--model-path", tiny_model_path, "--overwrite"], capsys)
+    assert code == 0, err
+    assert (existing / EXPORT_FILE).is_file() and not (existing / "mine.txt").exists()
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("merged.old-")]
+    assert len(aside) == 1 and (aside[0] / "mine.txt").read_text() == "keep me"
+    assert not [p for p in tmp_path.rglob(".tmp-*")]
+
+
+def test_a_failed_export_leaves_no_temporary_directory(tmp_path, tiny_model_path, monkeypatch):
+    _, policy = _adapter(tmp_path, tiny_model_path)
+
+    def full_disk(self, *a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("transformers.PreTrainedModel.save_pretrained", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        merge_adapter(policy, tmp_path / "out", model_path=tiny_model_path)
+    assert not (tmp_path / "out").exists() and not [p for p in tmp_path.rglob(".tmp-*")]

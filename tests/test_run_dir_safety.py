@@ -149,6 +149,40 @@ def test_every_checkpoint_damaged_and_a_full_disk_give_one_line(tmp_path, monkey
         manager.save(2, full_disk)
     assert sorted(p.name for p in root.iterdir()) == ["checkpoint-000001"]  # no .tmp-* left behind
 
+    def torch_full_disk(tmp):  # what torch.save raises when the disk fills mid-write
+        (tmp / "half.bin").write_bytes(b"x")
+        raise RuntimeError("[enforce fail at inline_container.cc:664] . PytorchStreamWriter failed writing file data/0: file write failed")
+
+    def quota(tmp):
+        raise OSError(errno.EDQUOT, "Disk quota exceeded", str(tmp / "optimizer.pt"))
+
+    with pytest.raises(CheckpointError, match=r"checkpoint-000002 .* failed: \[enforce fail.*file write failed \(RuntimeError\)"):
+        manager.save(2, torch_full_disk)
+    with pytest.raises(CheckpointError, match=r"failed: Disk quota exceeded \(.*optimizer.pt\) \(OSError, errno"):
+        manager.save(2, quota)
+    with pytest.raises(ZeroDivisionError):  # a bug is not a disk problem: re-raised, but no debris either
+        manager.save(2, lambda tmp: 1 / 0)
+    assert sorted(p.name for p in root.iterdir()) == ["checkpoint-000001"]
+
+
+def test_a_symlinked_checkpoint_is_pruned_as_a_link_and_a_malformed_marker_is_damage(tmp_path):
+    import shutil
+
+    from a2c_ppo_acktr.checkpoint import COMPLETE_MARKER, CheckpointManager, verify_checkpoint
+
+    root = tmp_path / "checkpoints"
+    manager = CheckpointManager(root, keep=1)
+    manager.save(1, lambda tmp: (tmp / "a.bin").write_bytes(b"1"))
+    kept = tmp_path / "elsewhere" / "checkpoint-000001"
+    kept.parent.mkdir()
+    shutil.move(str(root / "checkpoint-000001"), kept)
+    (root / "checkpoint-000001").symlink_to(kept, target_is_directory=True)
+    manager.save(2, lambda tmp: (tmp / "a.bin").write_bytes(b"2"))  # prunes the link
+    assert sorted(p.name for p in root.iterdir()) == ["checkpoint-000002"] and (kept / "a.bin").read_bytes() == b"1"
+    for marker in ("[1, 2]", '"text"', '{"iteration": 2, "files": ["a.bin"]}', '{"files": {"a.bin": 5}}'):
+        (root / "checkpoint-000002" / COMPLETE_MARKER).write_text(marker)
+        assert "is malformed" in verify_checkpoint(root / "checkpoint-000002")
+
 
 # ------------------------------------------------------------------------ damaged model files
 @pytest.mark.parametrize("target", ["model", "adapter"])
@@ -179,3 +213,27 @@ def test_truncated_safetensors_are_one_line(tmp_path, tiny_model_path, target):
     (tmp_path / "adapter" / "heads.safetensors").write_bytes(b"garbage")
     with pytest.raises(ModelLoadError, match="heads.safetensors cannot be read"):
         policy.load_heads(tmp_path / "adapter")
+
+
+def test_resume_refuses_a_changed_run_definition_applies_a_changed_lr_and_records_it(tmp_path):
+    """Model, env, rollout, seed and estimator must match the checkpoint (all differences listed);
+    a changed ppo.lr is what the resumed iterations train with (metrics and optimizer), and
+    resume_history.jsonl says so; another run's checkpoint goes only into a fresh directory."""
+    from a2c_ppo_acktr.logger import read_metrics
+    from a2c_ppo_acktr.train import RESUME_HISTORY
+
+    out = tmp_path / "run"
+    run_training(_cfg(out, **{"ppo.num_iterations": "3", "log.stop_after_iterations": "2", "ppo.lr_schedule": "constant"}))
+    with pytest.raises(CheckpointError, match=r"different run definition \(env.max_turns: 3 -> 5; model.model_path: .* -> 'tiny:qwen2_vl'; seed: 1 -> 7\)"):
+        run_training(_cfg(out, **{"ppo.num_iterations": "3", "log.resume": "auto", "model.model_path": "tiny:qwen2_vl", "env.max_turns": "5", "seed": "7"}))
+    run_training(_cfg(out, **{"ppo.num_iterations": "3", "log.resume": "auto", "ppo.lr_schedule": "constant", "ppo.lr": "0.05"}))
+    rows = read_metrics(out / "metrics.jsonl")
+    assert [r["iteration"] for r in rows] == [1, 2, 3] and rows[1]["charts/learning_rate"] != 0.05 and rows[2]["charts/learning_rate"] == 0.05
+    (entry,) = [json.loads(line) for line in (out / RESUME_HISTORY).read_text().splitlines()]
+    assert entry["iteration"] == 2 and entry["changed"]["ppo.lr"][1] == 0.05
+    # another run's checkpoint: refused into a used directory, imported into a fresh one
+    other = tmp_path / "other"
+    run_training(_cfg(other, **{"ppo.num_iterations": "1"}))
+    theirs = list_checkpoints(out / "checkpoints")[0]
+    with pytest.raises(CheckpointError, match="another run's checkpoint.*fresh log.output_dir"):
+        run_training(_cfg(other, **{"ppo.num_iterations": "3", "log.resume": str(theirs), "ppo.lr_schedule": "constant", "ppo.lr": "0.05"}))

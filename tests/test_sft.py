@@ -294,6 +294,19 @@ def test_sft_resumes_from_an_adapter_checkpoint(tmp_path, tiny_model_path):
     assert [e["step"] for e in log] == [1, 2, 3]
     assert log[:2] == [e for e in first if "loss" in e]
     assert "checkpoint-3" in {p.name for p in (tmp_path / "sft").glob("checkpoint-*")}
+    # A fresh start into the used directory is refused before anything loads; sft.overwrite moves the
+    # first run aside whole (nothing deleted) and trains afresh.
+    from a2c_ppo_acktr.arguments import ConfigError
+
+    overrides["sft"].update(resume=None, max_steps=1)
+    with pytest.raises(ConfigError, match="already holds an SFT run.*--sft.overwrite true"):
+        run_sft(load_config(preset="debug", overrides=overrides))
+    overrides["sft"].update(overwrite=True)
+    cfg = load_config(preset="debug", overrides=overrides)
+    run_sft(cfg, loaded=load_vlm(cfg.model))
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("sft.old-")]
+    assert len(aside) == 1 and (aside[0] / "checkpoint-3" / "adapter_model.safetensors").is_file()
+    assert [e["step"] for e in json.loads((tmp_path / "sft" / TRAIN_LOG).read_text()) if "loss" in e] == [1]
 
 
 @pytest.mark.slow

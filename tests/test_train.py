@@ -227,7 +227,10 @@ def test_crash_during_checkpoint_write_then_resume_auto(tmp_path, monkeypatch):
             train.run_training(load_config(preset="debug", overrides=overrides))
         ckpts = tmp_path / "checkpoints"
         assert [p.name for p in list_checkpoints(ckpts)] == [checkpoint_name(1)]
-        assert (ckpts / f".tmp-{checkpoint_name(2)}" / "rank000.pkl").is_file()  # the torn write, never published
+        torn = ckpts / f".tmp-{checkpoint_name(2)}"
+        assert not torn.exists()  # an interrupt mid-write removes its own debris
+        torn.mkdir()  # what a SIGKILL mid-write leaves instead: a torn write, never published
+        (torn / "rank000.pkl").write_bytes(b"torn")
         rows_before = read_metrics(tmp_path / "metrics.jsonl")
         assert [r["iteration"] for r in rows_before] == [1, 2]
         monkeypatch.setattr(train, "save_pickle", real_save)

@@ -1,0 +1,87 @@
+"""Stopping a training run on SIGTERM (SLURM's preemption and time-limit signal), SIGINT (Ctrl-C) or a
+``STOP`` file in the run directory.
+
+The first signal only sets a flag: the run finishes the iteration it is in (rollout, update, metrics
+row), writes a checkpoint and exits with :data:`PREEMPTED_EXIT_CODE`, so ``--resume auto``
+continues exactly where it stopped. A ``STOP`` file (``touch RUN/STOP``) does the same and is removed
+when the run stops; it reaches every process of every node whatever the launcher does with signals
+(``scripts/batch_vsi.sh`` writes it when SLURM signals the job). A second signal stops at once (exit 130, nothing saved beyond
+the last checkpoint). In a multi-process run the processes agree on the flag after every iteration
+(a one-element all-reduce), so all of them stop after the same iteration.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Optional
+
+logger = logging.getLogger(__name__)
+
+# EX_TEMPFAIL ("try again later"): the run saved its state and asks to be continued.
+PREEMPTED_EXIT_CODE = 75
+STOP_FILE = "STOP"  # in the run directory
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Preempted(Exception):
+    """The run stopped on a signal after writing ``checkpoint``; ``exit_code`` is what the entry script returns."""
+
+    exit_code = PREEMPTED_EXIT_CODE
+
+    def __init__(self, what: str, iteration: int, checkpoint: Path) -> None:
+        super().__init__(f"stopped by {what} after iteration {iteration}; checkpoint {checkpoint} written; continue with --resume auto")
+        self.checkpoint = checkpoint
+
+
+class StopOnSignal:
+    """Context manager that turns SIGTERM/SIGINT into a stop request (see the module docstring).
+    Outside the main thread (where Python cannot install handlers) it does nothing."""
+
+    def __init__(self, stop_file: Optional[Path] = None) -> None:
+        self.signame: Optional[str] = None
+        self.stop_file = stop_file
+        self._previous: dict[int, object] = {}
+
+    def _handle(self, signum: int, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.signame is not None:
+            raise KeyboardInterrupt(f"a second signal ({name}) after {self.signame}: stopping now")
+        self.signame = name
+        logger.warning("%s received: finishing this iteration, then a checkpoint and exit %d (send it again to stop at once)", name, PREEMPTED_EXIT_CODE)
+
+    def __enter__(self) -> "StopOnSignal":
+        if threading.current_thread() is threading.main_thread():
+            for sig in _SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _local(self) -> Optional[str]:
+        if self.signame:
+            return self.signame
+        if self.stop_file is not None and self.stop_file.exists():
+            return f"the {self.stop_file.name} file"
+        return None
+
+    def agreed(self, accelerator) -> Optional[str]:
+        """What asks to stop, if anything does on any process (the same answer on every process), else None."""
+        local = self._local()
+        if accelerator.num_processes <= 1:
+            return local
+        import torch
+
+        flag = torch.tensor([1.0 if local else 0.0], device=accelerator.device)
+        if accelerator.reduce(flag, reduction="sum").item() == 0:
+            return None
+        return local or "a signal to another process"
+
+    def consume(self, is_main: bool) -> None:
+        """Remove the stop file (main process), so the resumed run does not stop at once."""
+        if is_main and self.stop_file is not None:
+            self.stop_file.unlink(missing_ok=True)
