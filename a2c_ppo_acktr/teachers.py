@@ -517,7 +517,16 @@ class _Fatal(Exception):
 
 def _origin(url: str) -> str:
     parts = urllib.parse.urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}"
+    return f"{parts.scheme}://{parts.hostname or ''}{':' + str(parts.port) if parts.port else ''}"
+
+
+def strip_credentials(url: str) -> str:
+    """``url`` without a ``user:password@`` part (what may be logged or written)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
 
 
 class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
@@ -526,14 +535,54 @@ class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001 - urllib's signature
         raise _Fatal(
-            f"HTTP {code} from {req.full_url} redirects to {_origin(newurl)}; redirects are not followed (the request "
+            f"HTTP {code} from {strip_credentials(req.full_url)} redirects to {_origin(newurl)}; redirects are not followed (the request "
             "carries the API key): set label.base_url to the server's final address"
         )
 
 
+# A run of this many characters of a secret (or of one of its encodings) is taken for an echo of it:
+# servers truncate what they echo, so a cut-off key is redacted too.
+MIN_ECHO = 8
+# How much of an error body is read before it is redacted and cut to ERROR_BODY_CHARS.
+_MAX_ERROR_BODY = 65536
+ERROR_BODY_CHARS = 200
+
+
+def _encodings(secret: str) -> list[str]:
+    """The forms in which a server may echo ``secret``: as sent, URL-encoded, JSON-escaped, base64."""
+    forms = {
+        secret,
+        urllib.parse.quote(secret, safe=""),
+        urllib.parse.quote_plus(secret),
+        json.dumps(secret)[1:-1],
+        base64.b64encode(secret.encode("utf-8")).decode("ascii"),
+        base64.b64encode(f"Bearer {secret}".encode("utf-8")).decode("ascii"),
+    }
+    return sorted(forms, key=len, reverse=True)
+
+
 def redact(text: str, secret: str) -> str:
-    """``text`` with every occurrence of ``secret`` replaced by ``***`` (no-op for an empty secret)."""
-    return text.replace(secret, "***") if secret else text
+    """``text`` with every echo of ``secret`` replaced by ``***``: whole or cut off after at least
+    :data:`MIN_ECHO` characters, as sent or in one of its encodings (no-op for an empty secret)."""
+    if not secret:
+        return text
+    for form in _encodings(secret):
+        head = form[:MIN_ECHO]
+        pieces, i = [], 0
+        while (j := text.find(head, i)) != -1:
+            k = j + len(head)
+            while k < len(text) and k - j < len(form) and text[k] == form[k - j]:
+                k += 1
+            pieces += [text[i:j], "***"]
+            i = k
+        text = "".join(pieces) + text[i:]
+    return text
+
+
+def redact_all(text: str, secrets: Sequence[str]) -> str:
+    for secret in secrets:
+        text = redact(text, secret)
+    return text
 
 
 class OpenAITeacher(Teacher):
@@ -574,6 +623,7 @@ class OpenAITeacher(Teacher):
             sleep: Injected for tests.
         """
         self.url = base_url.rstrip("/") + "/chat/completions"
+        self.display_url = strip_credentials(self.url)  # what messages and label files name
         self.model = model
         self.api_key_env = api_key_env
         self.timeout_s = timeout_s
@@ -586,7 +636,21 @@ class OpenAITeacher(Teacher):
 
     def describe(self) -> dict:
         # The key's variable name is fine to record; its value never is.
-        return {"teacher": self.name, "base_url": self.url, "model": self.model, "max_tokens": self.max_tokens, "temperature": self.temperature}
+        return {"teacher": self.name, "base_url": self.display_url, "model": self.model, "max_tokens": self.max_tokens, "temperature": self.temperature}
+
+    def _basic_auth(self) -> str:
+        """``base64(user:password)`` of a base_url with credentials, else ''."""
+        parts = urllib.parse.urlsplit(self.url)
+        if parts.username is None:
+            return ""
+        pair = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+        return base64.b64encode(pair.encode("utf-8")).decode("ascii")
+
+    def _secrets(self) -> list[str]:
+        """What no message, log line or label may contain: the key, and base_url's password and the
+        basic-auth value made of it."""
+        password = urllib.parse.urlsplit(self.url).password or ""
+        return [s for s in (os.environ.get(self.api_key_env, ""), password, urllib.parse.unquote(password), self._basic_auth()) if s]
 
     def generate(self, observations: Sequence[dict], envs: Sequence[Any] | None = None) -> list[TeacherReply]:
         if not observations:
@@ -604,14 +668,15 @@ class OpenAITeacher(Teacher):
             }
         ).encode("utf-8")
         error = "no attempt made"
-        key = os.environ.get(self.api_key_env, "")
+        secrets = self._secrets()
         for attempt in range(1, self.retries + 2):
             try:
-                return TeacherReply(self._post(body), attempts=attempt)
+                # A reply may echo the request's headers too: it is redacted like an error.
+                return TeacherReply(redact_all(self._post(body), secrets), attempts=attempt)
             except _Retryable as e:
-                error = redact(str(e), key)
+                error = redact_all(str(e), secrets)
             except _Fatal as e:
-                error = redact(str(e), key)
+                error = redact_all(str(e), secrets)
                 logger.warning("openai teacher: request failed without retry: %s", error)
                 return TeacherReply("", error=error, attempts=attempt)
             if attempt <= self.retries:
@@ -626,35 +691,42 @@ class OpenAITeacher(Teacher):
         key = os.environ.get(self.api_key_env, "")
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+        elif self._basic_auth():  # user:password in base_url: HTTP basic authentication
+            headers["Authorization"] = "Basic " + self._basic_auth()
+        request = urllib.request.Request(self.display_url, data=body, headers=headers, method="POST")
         opener = urllib.request.build_opener(_RefuseRedirects())
         try:
             with opener.open(request, timeout=self.timeout_s) as resp:
                 raw = resp.read()
         except urllib.error.HTTPError as e:
-            # Messages carry the status and a slice of the body only, never the request headers.
-            detail = _safe_body(e)
+            # Messages carry the status and a slice of the body only (redacted, then cut), never the request headers.
+            detail = self._cut(_safe_body(e))
             if e.code == 429 or e.code >= 500:
-                raise _Retryable(f"HTTP {e.code} from {self.url}: {detail}") from None
-            raise _Fatal(f"HTTP {e.code} from {self.url}: {detail} (not retried; check label.model and label.base_url)") from None
+                raise _Retryable(f"HTTP {e.code} from {self.display_url}: {detail}") from None
+            raise _Fatal(f"HTTP {e.code} from {self.display_url}: {detail} (not retried; check label.model and label.base_url)") from None
         except (urllib.error.URLError, http.client.HTTPException, OSError) as e:  # OSError covers timeouts and resets
             reason = getattr(e, "reason", e)
-            raise _Retryable(f"cannot reach {self.url}: {type(reason).__name__}: {reason}") from None
+            raise _Retryable(f"cannot reach {self.display_url}: {type(reason).__name__}: {reason}") from None
         try:
             data = json.loads(raw)
             content = data["choices"][0]["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError) as e:
-            raise _Retryable(f"unreadable response from {self.url} ({type(e).__name__}): {raw[:200]!r}") from None
+            raw_text = raw[:_MAX_ERROR_BODY].decode("utf-8", "replace")
+            raise _Retryable(f"unreadable response from {self.display_url} ({type(e).__name__}): {self._cut(raw_text)!r}") from None
         if isinstance(content, list):  # some servers return content parts
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
         if not isinstance(content, str):
-            raise _Retryable(f"response content from {self.url} is not text: {type(content).__name__}")
+            raise _Retryable(f"response content from {self.display_url} is not text: {type(content).__name__}")
         return content
+
+    def _cut(self, text: str) -> str:
+        """Redact first, then cut: a cut made first could leave a key's prefix that no longer matches it whole."""
+        return redact_all(text, self._secrets())[:ERROR_BODY_CHARS]
 
 
 def _safe_body(error: urllib.error.HTTPError) -> str:
     try:
-        return error.read()[:200].decode("utf-8", "replace")
+        return error.read(_MAX_ERROR_BODY).decode("utf-8", "replace")
     except Exception:  # noqa: BLE001 - the body is only decoration for the message
         return "<no body>"
 

@@ -509,3 +509,79 @@ def test_openai_teacher_redacts_an_echoed_key_everywhere(monkeypatch, caplog, ca
     captured = capsys.readouterr()
     assert reply.error and "***" in reply.error
     assert SECRET not in reply.error and SECRET not in caplog.text and SECRET not in captured.out + captured.err
+
+
+def test_redact_catches_cut_off_and_encoded_echoes_of_the_key():
+    import urllib.parse
+
+    from a2c_ppo_acktr.teachers import MIN_ECHO, redact
+
+    cases = {
+        f"echo {SECRET} end": "echo *** end",
+        f"cut: {SECRET[:12]}": "cut: ***",  # a server truncated its echo
+        f"url: {urllib.parse.quote('Bearer ' + SECRET)}": "url: Bearer%20***",
+        f"b64: {base64.b64encode(SECRET.encode()).decode()}": "b64: ***",
+        f"auth: {base64.b64encode(('Bearer ' + SECRET).encode()).decode()}": "auth: ***",
+        "sk-test is a prefix too short to be an echo": "sk-test is a prefix too short to be an echo",
+    }
+    for text, expected in cases.items():
+        assert redact(text, SECRET) == expected, text
+    assert len("sk-test") < MIN_ECHO
+    quoted = json.dumps('{"k": "a\\"b' + SECRET + '"}')
+    assert SECRET not in redact(quoted, SECRET) and redact("x", "") == "x"
+
+
+class HeaderEchoServer(_Loopback):
+    """Answers 200 with a chat reply that echoes the Authorization header (``status`` 200), or an
+    error whose body puts that header across the message's cut at 200 characters."""
+
+    def __init__(self, status: int = 200) -> None:
+        self.auth: list[str] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                auth = self.headers.get("Authorization") or ""
+                server.auth.append(auth)
+                if status == 200:
+                    payload = json.dumps({"choices": [{"message": {"content": f"your header was {auth}"}}]}).encode()
+                else:
+                    prefix = "x" * (200 - len("Bearer ") - 10)  # the key starts 10 characters before the cut
+                    payload = f"{prefix}{auth} and more".encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.serve(Handler)
+
+
+@pytest.mark.parametrize("status", [200, 400])
+def test_a_reply_or_a_cut_error_never_carries_the_key(monkeypatch, status):
+    monkeypatch.setenv("VSI_TEST_KEY", SECRET)
+    with HeaderEchoServer(status) as server:
+        (reply,) = _teacher(server, retries=0).generate(_observations(1))
+    assert server.auth == [f"Bearer {SECRET}"]
+    text = reply.text + (reply.error or "")
+    assert "***" in text and not any(SECRET[i:i + 8] in text for i in range(len(SECRET) - 7))
+
+
+def test_a_password_in_base_url_is_sent_as_basic_auth_and_written_nowhere(monkeypatch, tmp_path, caplog):
+    from a2c_ppo_acktr.teachers import OpenAITeacher
+
+    monkeypatch.delenv("VSI_TEST_KEY", raising=False)
+    password = "hunter2-Pa55word"
+    with caplog.at_level(logging.DEBUG), HeaderEchoServer(400) as server:
+        url = server.url.replace("http://", f"http://alice:{password}@")
+        teacher = OpenAITeacher(base_url=url, model="m", api_key_env="VSI_TEST_KEY", retries=0)
+        (reply,) = teacher.generate(_observations(1))
+    assert server.auth == ["Basic " + base64.b64encode(f"alice:{password}".encode()).decode()]
+    described = json.dumps(teacher.describe())
+    assert password not in described and "alice" not in described and server.url.split("//")[1] in described
+    basic = base64.b64encode(f"alice:{password}".encode()).decode()
+    assert reply.error and "Basic ***" in reply.error
+    assert password not in reply.error + caplog.text and basic[:8] not in reply.error + caplog.text
