@@ -130,7 +130,7 @@ def build_sft_dataset(trajectories: str | os.PathLike, out_dir: str | os.PathLik
     Returns:
         Counts: episodes read/kept, samples per split, turns skipped for unusable labels.
     """
-    from a2c_ppo_acktr.labeling import read_episodes
+    from a2c_ppo_acktr.labeling import latest_episodes, read_episodes
 
     from a2c_ppo_acktr.arguments import ConfigError
 
@@ -142,7 +142,8 @@ def build_sft_dataset(trajectories: str | os.PathLike, out_dir: str | os.PathLik
             f"{trajectories} does not exist: label.out_dir={str(label_dir)!r} holds no labelled trajectories; "
             "run vlm_traj_label.py into it first, or point --label.out_dir at the labeller's output"
         )
-    episodes = read_episodes(trajectories)
+    # An episode labelled again (after a teacher failure) appears twice: its last line counts.
+    episodes, superseded = latest_episodes(read_episodes(trajectories))
     kept = [e for e in episodes if e["score"] >= cfg.min_score]
     # Refused before anything is written: an existing dataset in out_dir is never replaced by an empty one.
     if not episodes:
@@ -165,6 +166,7 @@ def build_sft_dataset(trajectories: str | os.PathLike, out_dir: str | os.PathLik
         write_jsonl(rows, out_dir / name)
     stats = {
         "episodes": len(episodes),
+        "superseded_lines": superseded,
         "episodes_kept": len(kept),
         "train_samples": len(splits[TRAIN_FILE]),
         "val_samples": len(splits[VAL_FILE]),

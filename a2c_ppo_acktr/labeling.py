@@ -16,9 +16,11 @@ relative to the folder), ``teacher_output``, ``teacher_error`` (None unless the 
 ``action`` (repr of the parsed teacher output), ``valid``, ``explore`` (a random action was executed
 instead), ``executed`` (the text sent to the env), ``reward``, ``collided`` and ``pose``.
 
-Resuming: a rerun skips the episode ids already in the file. A run killed mid-write leaves at most
-one torn last line, which is cut off with a warning; images are content-addressed and rewritten
-identically, so nothing is duplicated.
+Resuming: a rerun skips the episode ids already in the file, except episodes in which the teacher
+failed (a turn with a ``teacher_error``: a server outage, a timeout): those are labelled again and
+the new line is appended; readers keep the last line of an episode id (:func:`latest_episodes`). A
+run killed mid-write leaves at most one torn last line, which is cut off with a warning; images are
+content-addressed and rewritten identically, so nothing is duplicated.
 """
 from __future__ import annotations
 
@@ -68,6 +70,20 @@ def read_episodes(path: str | os.PathLike, repair: bool = False) -> list[dict]:
         ValueError: A line other than the last is not a JSON object.
     """
     return read_log(path, repair=repair, fix="the file is corrupt beyond a torn last line")
+
+
+def teacher_failed(episode: dict) -> bool:
+    """Whether a turn of ``episode`` holds a teacher failure (labelled again on resume)."""
+    return any(t.get("teacher_error") for t in episode.get("turns", []))
+
+
+def latest_episodes(episodes: list[dict]) -> tuple[list[dict], int]:
+    """``(episodes, superseded)``: the last line of each episode id, in first-seen order, and how many
+    earlier lines a relabelling replaced."""
+    latest: dict[str, dict] = {}
+    for ep in episodes:
+        latest[ep["episode_id"]] = ep  # dict order stays that of the first line with this id
+    return list(latest.values()), len(episodes) - len(latest)
 
 
 def append_line(path: Path, record: dict) -> None:
@@ -186,7 +202,11 @@ def label_trajectories(cfg: RunConfig, teacher: Optional[Teacher] = None, envs: 
     teacher = teacher if teacher is not None else make_teacher(lab, cfg.model)
     _check_meta(out_dir, _run_meta(cfg, teacher))
     jsonl = out_dir / TRAJECTORIES
-    done = {ep["episode_id"] for ep in read_episodes(jsonl, repair=True)}
+    latest, _ = latest_episodes(read_episodes(jsonl, repair=True))
+    done = {ep["episode_id"] for ep in latest if not teacher_failed(ep)}
+    retry = sum(teacher_failed(ep) for ep in latest)
+    if retry:
+        logger.warning("%d episode(s) in %s had teacher failures: labelling them again", retry, jsonl)
     todo = [i for i in range(lab.num_episodes) if episode_id(lab.seed, i) not in done]
     skipped = lab.num_episodes - len(todo)
     if envs is None:

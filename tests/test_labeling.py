@@ -252,3 +252,40 @@ def test_preprocess_refuses_a_missing_or_empty_label_dir_and_keeps_the_dataset(t
         err = capsys.readouterr().err
         assert rc == 2 and message in err and "Traceback" not in err, err
         assert (tmp_path / "data" / "train.jsonl").read_bytes() == before
+
+
+class Outage(Teacher):
+    """The oracle, or (``fail``) a server that cannot be reached: every reply empty, with an error."""
+
+    name = "oracle"
+
+    def __init__(self, fail: bool) -> None:
+        self.inner = OracleTeacher()
+        self.fail = fail
+
+    def describe(self):
+        return self.inner.describe()
+
+    def generate(self, observations, envs=None):
+        replies = self.inner.generate(observations, envs)
+        if not self.fail:
+            return replies
+        return [TeacherReply("", error="cannot reach http://teacher/v1/chat/completions: timed out", attempts=4) for _ in replies]
+
+
+def test_episodes_labelled_during_an_outage_are_labelled_again_and_preprocessing_keeps_the_new_line(tmp_path, caplog):
+    from a2c_ppo_acktr.labeling import latest_episodes
+    from SFT.data import build_sft_dataset
+
+    cfg = _cfg(tmp_path / "lab")
+    label_trajectories(cfg, teacher=Outage(fail=True))
+    path = tmp_path / "lab" / TRAJECTORIES
+    assert all(t["teacher_error"] for e in read_episodes(path) for t in e["turns"])
+    with caplog.at_level(logging.WARNING):
+        summary = label_trajectories(cfg, teacher=Outage(fail=False))
+    assert summary["written"] == 6 and "6 episode(s)" in caplog.text and "labelling them again" in caplog.text
+    latest, superseded = latest_episodes(read_episodes(path))
+    assert superseded == 6 and len(latest) == 6 and not any(t["teacher_error"] for e in latest for t in e["turns"])
+    assert label_trajectories(cfg, teacher=Outage(fail=False))["written"] == 0  # now done
+    stats = build_sft_dataset(path, tmp_path / "data", cfg.label, seed=0)
+    assert stats["episodes"] == 6 and stats["superseded_lines"] == 6
