@@ -72,6 +72,44 @@ def _messages_for(turns: Sequence[dict], target: dict, system: str | None = None
     return messages, images
 
 
+_EPISODE_FIELDS = {"episode_id": str, "scene_id": str, "question_type": str, "turns": list}
+_TURN_FIELDS = {"images": list, "observation_text": str, "teacher_output": str, "executed": str}
+
+
+def check_episode(episode: dict, where: str) -> None:
+    """Refuse a labelled episode whose fields have the wrong types, or whose image paths leave the
+    label directory (absolute, or with ``..``), before anything is built from it.
+
+    Raises:
+        ConfigError: naming ``where`` (file and line), the field and what was expected.
+    """
+    from a2c_ppo_acktr.arguments import ConfigError
+
+    def bad(field: str, value: Any, expected: str) -> ConfigError:
+        return ConfigError(f"{where}: {field} is {type(value).__name__} {str(value)[:80]!r}, expected {expected}; the file is not a labeller's output")
+
+    for name, kind in _EPISODE_FIELDS.items():
+        if not isinstance(episode.get(name), kind):
+            raise bad(name, episode.get(name), kind.__name__)
+    score = episode.get("score")
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+        raise bad("score", score, "a finite number")
+    for t, turn in enumerate(episode["turns"]):
+        if not isinstance(turn, dict):
+            raise bad(f"turns[{t}]", turn, "an object")
+        for name, kind in _TURN_FIELDS.items():
+            if name == "executed" and name not in turn:
+                continue  # only context turns need it
+            if not isinstance(turn.get(name), kind):
+                raise bad(f"turns[{t}].{name}", turn.get(name), kind.__name__)
+        for image in turn["images"]:
+            if not isinstance(image, str):
+                raise bad(f"turns[{t}].images", image, "a list of relative paths")
+            parts = Path(image).parts
+            if not image or Path(image).is_absolute() or ".." in parts:
+                raise ConfigError(f"{where}: turns[{t}].images holds {image[:80]!r}; image paths must stay inside the label directory")
+
+
 def episode_samples(episode: dict, cfg: LabelConfig) -> list[dict]:
     """The SFT samples of one labelled episode (image paths still relative to the label folder).
 
@@ -143,7 +181,10 @@ def build_sft_dataset(trajectories: str | os.PathLike, out_dir: str | os.PathLik
             "run vlm_traj_label.py into it first, or point --label.out_dir at the labeller's output"
         )
     # An episode labelled again (after a teacher failure) appears twice: its last line counts.
-    episodes, superseded = latest_episodes(read_episodes(trajectories))
+    lines = read_episodes(trajectories)
+    for n, ep in enumerate(lines, 1):
+        check_episode(ep, f"{trajectories} (episode {n})")
+    episodes, superseded = latest_episodes(lines)
     kept = [e for e in episodes if e["score"] >= cfg.min_score]
     # Refused before anything is written: an existing dataset in out_dir is never replaced by an empty one.
     if not episodes:
@@ -185,11 +226,22 @@ def build_sft_dataset(trajectories: str | os.PathLike, out_dir: str | os.PathLik
 # ---------------------------------------------------------------------------------------------
 # Dataset
 # ---------------------------------------------------------------------------------------------
+# Frames of real VLM runs are at most a few megapixels; far more is a decompression bomb (a small PNG
+# that decodes to gigabytes). Checked from the header, before decoding.
+MAX_IMAGE_PIXELS = 4096 * 4096
+
+
 def load_image(path: str | os.PathLike) -> np.ndarray:
-    """A PNG/JPEG file as a uint8 HxWx3 array (what the env's observations hold)."""
+    """A PNG/JPEG file as a uint8 HxWx3 array (what the env's observations hold).
+
+    Raises:
+        ValueError: the image has more than :data:`MAX_IMAGE_PIXELS` pixels.
+    """
     from PIL import Image
 
     with Image.open(path) as img:
+        if img.width * img.height > MAX_IMAGE_PIXELS:
+            raise ValueError(f"{path} is {img.width}x{img.height} pixels, more than {MAX_IMAGE_PIXELS}: refused (a decompression bomb?)")
         return np.asarray(img.convert("RGB"), dtype=np.uint8).copy()
 
 
@@ -200,8 +252,10 @@ def _image_problem(path: Path) -> Optional[str]:
         return "missing"
     try:
         with Image.open(path) as img:
+            if img.width * img.height > MAX_IMAGE_PIXELS:  # read from the header: nothing is decompressed yet
+                return f"too large ({img.width}x{img.height} pixels, more than {MAX_IMAGE_PIXELS}; a decompression bomb?)"
             img.verify()
-    except (OSError, UnidentifiedImageError, SyntaxError) as e:
+    except (OSError, UnidentifiedImageError, SyntaxError, Image.DecompressionBombError) as e:
         return f"unreadable ({type(e).__name__}: {e})"
     return None
 

@@ -43,6 +43,10 @@ class ConfigError(ValueError):
     """A configuration value or combination is invalid; the message says how to fix it."""
 
 
+# Seeds stay far below 2**32 (numpy's limit) after the per-rank, per-scene and per-episode offsets.
+MAX_SEED = 2**31 - 1
+
+
 def _check(cond: bool, msg: str) -> None:
     if not cond:
         raise ConfigError(msg)
@@ -583,6 +587,9 @@ class RunConfig:
 
     def validate(self) -> None:
         """Cross-component rules; each message says the fix."""
+        for name, value in (("seed", self.seed), ("env.scene_seed", self.env.scene_seed), ("label.seed", self.label.seed),
+                            ("eval.seed", self.eval.seed), ("log.val_seed", self.log.val_seed)):
+            _check(0 <= value <= MAX_SEED, f"{name}={value} must be in [0, {MAX_SEED}] (seeds add offsets per rank, scene and episode)")
         bs = self.rollout.batch_size
         mb = self.ppo.mini_batch_size
         _check(
@@ -689,13 +696,50 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
+# A config is hundreds of values; YAML aliases (*name) can make a few hundred bytes expand to billions
+# (an alias bomb) once the value is copied or printed. The expanded size is counted before any value
+# is built.
+MAX_YAML_NODES = 100_000
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """yaml's SafeLoader refusing a key repeated in one mapping (plain YAML silently keeps the last)."""
+    """yaml's SafeLoader refusing a key repeated in one mapping (plain YAML silently keeps the last)
+    and a document that expands to more than :data:`MAX_YAML_NODES` values; merge keys
+    (``<<: *base``) work as in YAML."""
+
+    def get_single_data(self):  # noqa: ANN201 - yaml's signature
+        node = self.get_single_node()
+        if node is None:
+            return None
+        expanded = _expanded_size(node, {})
+        if expanded > MAX_YAML_NODES:
+            raise yaml.composer.ComposerError(
+                None, None, f"it expands to {expanded} values through its aliases (*name), more than {MAX_YAML_NODES}: refused as an alias bomb",
+                node.start_mark,
+            )
+        return self.construct_document(node)
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
+    """Values ``node`` stands for once every alias is expanded (each shared node counted once per use)."""
+    if id(node) in memo:
+        return memo[id(node)]
+    memo[id(node)] = 1  # a recursive alias counts once instead of looping
+    if isinstance(node, yaml.SequenceNode):
+        size = 1 + sum(_expanded_size(child, memo) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size = 1 + sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
+    else:
+        size = 1
+    memo[id(node)] = min(size, 10 * MAX_YAML_NODES)  # saturate: the count itself must stay cheap
+    return memo[id(node)]
 
 
 def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen: dict[Any, Any] = {}
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # "<<": merged by construct_mapping; its keys may be overridden
+            continue
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise yaml.constructor.ConstructorError(

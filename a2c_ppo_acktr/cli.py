@@ -241,8 +241,16 @@ def _environment_error(e: BaseException) -> bool:
     return isinstance(e, OSError) and e.errno in _ENVIRONMENT_ERRNOS
 
 
+# An error message quotes the user's value; a huge value (an expanded YAML alias, a pasted file) must
+# not become a gigabyte line.
+MAX_ERROR_CHARS = 2000
+
+
 def _report(prog: str, e: BaseException) -> int:
     if os.environ.get("VSI_DEBUG"):
         raise e
-    print(f"{prog}: error: {e}", file=sys.stderr)
+    text = str(e)
+    if len(text) > MAX_ERROR_CHARS:
+        text = f"{text[:MAX_ERROR_CHARS]} ... ({len(text) - MAX_ERROR_CHARS} more characters cut)"
+    print(f"{prog}: error: {text}", file=sys.stderr)
     return 2

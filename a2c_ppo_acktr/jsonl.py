@@ -48,6 +48,10 @@ def _parse(raw: str | bytes, path: Path, lineno: int, fix: str) -> dict:
         row = json.loads(raw)
     except json.JSONDecodeError as e:
         raise JsonlError(f"{path}:{lineno} is not valid JSON ({e.msg} at column {e.colno}){hint}") from e
+    except RecursionError:
+        raise JsonlError(f"{path}:{lineno} is not valid JSON here (nested too deeply){hint}") from None
+    except ValueError as e:  # e.g. an integer of more digits than Python converts
+        raise JsonlError(f"{path}:{lineno} is not valid JSON here ({str(e).split(';')[0]}){hint}") from None
     if not isinstance(row, dict):
         raise JsonlError(f"{path}:{lineno} is a JSON {type(row).__name__}, expected an object{hint}")
     return row

@@ -168,7 +168,13 @@ def _meta_diff(old: dict, new: dict, prefix: str = "") -> list[str]:
 def _check_meta(out_dir: Path, meta: dict) -> None:
     path = out_dir / META
     if path.is_file():
-        old = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            old = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, RecursionError) as e:  # not UTF-8, not JSON
+            raise ConfigError(
+                f"{path} is damaged ({str(e).splitlines()[0][:200]}); it records the setup of the episodes in {out_dir}: "
+                "restore it, or label into a new label.out_dir"
+            ) from None
         new = json.loads(json.dumps(meta))
         if old != new:
             raise ConfigError(

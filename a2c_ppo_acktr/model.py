@@ -298,7 +298,9 @@ class VLMPolicy(nn.Module):
         try:
             return get_peft_model(base, lora)
         except ValueError as e:
-            raise ValueError(f"LoRA could not be applied with model.lora_target_modules={cfg.lora_target_modules!r}: {e}") from e
+            from .arguments import ConfigError
+
+            raise ConfigError(f"LoRA could not be applied with model.lora_target_modules={cfg.lora_target_modules!r}: {e}") from e
 
     @staticmethod
     def _enable_gradient_checkpointing(base: nn.Module) -> None:

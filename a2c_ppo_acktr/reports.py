@@ -461,6 +461,10 @@ def _score_line(raw: str) -> tuple[Optional[str], Optional[float], Optional[str]
         row = json.loads(raw)
     except json.JSONDecodeError as e:
         return None, None, f"not valid JSON ({e.msg} at column {e.colno})", {}
+    except RecursionError:
+        return None, None, "not valid JSON here (nested too deeply)", {}
+    except ValueError as e:  # e.g. an integer of more digits than Python converts
+        return None, None, f"not valid JSON here ({str(e).split(';')[0]})", {}
     if not isinstance(row, dict):
         return None, None, f"expected a JSON object, got {type(row).__name__}", {}
     fields = {k: row.get(k) for k in ("id", "question_type", "prediction", "ground_truth")}

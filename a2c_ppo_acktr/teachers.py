@@ -695,9 +695,10 @@ class OpenAITeacher(Teacher):
             headers["Authorization"] = "Basic " + self._basic_auth()
         request = urllib.request.Request(self.display_url, data=body, headers=headers, method="POST")
         opener = urllib.request.build_opener(_RefuseRedirects())
+        deadline = time.monotonic() + self.timeout_s  # for the whole request, not per read
         try:
             with opener.open(request, timeout=self.timeout_s) as resp:
-                raw = resp.read()
+                raw = _read_bounded(resp, deadline, self.display_url)
         except urllib.error.HTTPError as e:
             # Messages carry the status and a slice of the body only (redacted, then cut), never the request headers.
             detail = self._cut(_safe_body(e))
@@ -710,7 +711,7 @@ class OpenAITeacher(Teacher):
         try:
             data = json.loads(raw)
             content = data["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError) as e:
+        except (ValueError, KeyError, IndexError, TypeError, RecursionError) as e:
             raw_text = raw[:_MAX_ERROR_BODY].decode("utf-8", "replace")
             raise _Retryable(f"unreadable response from {self.display_url} ({type(e).__name__}): {self._cut(raw_text)!r}") from None
         if isinstance(content, list):  # some servers return content parts
@@ -722,6 +723,27 @@ class OpenAITeacher(Teacher):
     def _cut(self, text: str) -> str:
         """Redact first, then cut: a cut made first could leave a key's prefix that no longer matches it whole."""
         return redact_all(text, self._secrets())[:ERROR_BODY_CHARS]
+
+
+# A chat reply of max_tokens is kilobytes; megabytes are a misbehaving server (stored per turn, per episode).
+MAX_REPLY_BYTES = 4 * 1024 * 1024
+
+
+def _read_bounded(resp: Any, deadline: float, url: str) -> bytes:
+    """The response body, read in pieces so that ``deadline`` bounds the whole read (a server that
+    drips a byte at a time never trips a per-read timeout) and at most :data:`MAX_REPLY_BYTES`."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        if time.monotonic() > deadline:
+            raise _Retryable(f"the reply from {url} took longer than label.timeout_s")
+        chunk = resp.read1(65536)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > MAX_REPLY_BYTES:
+            raise _Fatal(f"the reply from {url} is larger than {MAX_REPLY_BYTES} bytes: refused (not retried)")
+        chunks.append(chunk)
 
 
 def _safe_body(error: urllib.error.HTTPError) -> str:

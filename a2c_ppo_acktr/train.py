@@ -46,7 +46,7 @@ from .checkpoint import (
 from .distributed import build_accelerator, full_trainable, gather_lists, gathered_for_rollout, is_deepspeed, reduce_mean
 from .logger import METRICS_FILE, RunLogger
 from .preemption import STOP_FILE, Preempted, StopOnSignal
-from .rundir import run_lock
+from .rundir import check_output_path, run_lock
 from .storage import BOOTSTRAPPING_ESTIMATORS
 from .validation import BestPolicy, run_validation
 
@@ -675,6 +675,7 @@ def run_training(cfg: RunConfig) -> Path:
     (:class:`a2c_ppo_acktr.preemption.Preempted`).
     """
     cfg.validate()
+    check_output_path(cfg.log.output_dir, option="log.output_dir")  # not the current directory, not a file
     accelerator = build_accelerator(cfg)
     lock = run_lock(cfg.log.output_dir, accelerator.is_main_process, accelerator.num_processes)
     try:

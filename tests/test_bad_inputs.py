@@ -178,3 +178,125 @@ def test_rank_state_files(tmp_path):
             load_pickle(tmp_path / "r.pkl")
         except Exception as e:  # noqa: BLE001
             assert isinstance(e, allowed), f"rank state byte {pos}: {type(e).__name__}: {e}"
+
+
+# ------------------------------------------------------------------------ one line and exit 2, by entry script
+def _one_line(capsys, prog: str, main: Callable[[], object]) -> str:
+    """Run an entry script's ``main`` as its ``__main__`` does; the error must be one line, exit 2."""
+    from a2c_ppo_acktr.cli import run_main
+
+    capsys.readouterr()
+    code = run_main(main, prog)
+    err = capsys.readouterr().err.strip()
+    lines = [line for line in err.splitlines() if line.startswith(f"{prog}: error:")]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    return lines[0]
+
+
+def _labelled(tmp_path: Path, **changes) -> Path:
+    """A one-episode label directory; ``changes`` edit the episode (``turn.*`` keys edit its turn)."""
+    from PIL import Image
+
+    lab = tmp_path / "lab"
+    (lab / "images").mkdir(parents=True)
+    Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(lab / "images" / "a.png")
+    turn = {"images": ["images/a.png"], "observation_text": "How many chair(s)?", "teacher_output": '{"thoughts": "x", "action": "2"}',
+            "teacher_error": None, "valid": True, "executed": "2"}
+    ep = {"episode_id": "ep1", "scene_id": "s1", "question_type": "object_counting", "score": 1.0, "turns": [turn]}
+    for key, value in changes.items():
+        (turn if key.startswith("turn.") else ep)[key.removeprefix("turn.")] = value
+    (lab / "trajectories.jsonl").write_text(json.dumps(ep) + "\n")
+    return lab
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"turn.images": "images/a.png"}, "turns[0].images is str"),
+    ({"turns": "none"}, "turns is str"),
+    ({"score": "1.0"}, "score is str"),
+    ({"scene_id": 7}, "scene_id is int"),
+    ({"turn.teacher_output": {"action": 2}}, "turns[0].teacher_output is dict"),
+    ({"turn.observation_text": None}, "turns[0].observation_text is NoneType"),
+    ({"turn.images": ["../../etc/passwd"]}, "must stay inside the label directory"),
+    ({"turn.images": ["/etc/passwd"]}, "must stay inside the label directory"),
+])
+def test_preprocessing_refuses_mistyped_label_fields_in_one_line(tmp_path, capsys, change, message):
+    import vlm_traj_preprocess
+
+    lab = _labelled(tmp_path, **change)
+    line = _one_line(capsys, "vlm_traj_preprocess.py", lambda: vlm_traj_preprocess.main(
+        ["--preset", "debug", "--label.out_dir", str(lab), "--label.dataset_dir", str(tmp_path / "data")]))
+    assert message in line and not (tmp_path / "data").exists()
+
+
+def test_a_corrupt_label_meta_is_one_line(tmp_path, capsys):
+    import vlm_traj_label
+
+    lab = tmp_path / "lab"
+    lab.mkdir()
+    (lab / "label_meta.json").write_bytes(b'{"env": {"image_s\xff')
+    line = _one_line(capsys, "vlm_traj_label.py", lambda: vlm_traj_label.main(
+        ["--preset", "debug", "--label.out_dir", str(lab), "--label.num_episodes", "1"]))
+    assert "label_meta.json is damaged" in line
+
+
+@pytest.mark.parametrize("content, message", [
+    ("[" * 100000 + "]" * 100000, "nested too deeply"),
+    ('{"question_type": "object_counting", "prediction": "3", "ground_truth": ' + "9" * 5000 + "}", "digits"),
+])
+def test_score_file_lines_nested_deep_or_with_huge_integers_are_malformed_lines(tmp_path, capsys, content, message):
+    import eval_vsi
+
+    (tmp_path / "p.jsonl").write_text(content + "\n")
+    line = _one_line(capsys, "eval_vsi.py", lambda: eval_vsi.main(["--score-file", str(tmp_path / "p.jsonl"), "--out", str(tmp_path / "o")]))
+    assert message in line
+
+
+@pytest.mark.parametrize("data", [b"", b"not parquet at all"])
+def test_an_empty_or_non_parquet_vsibench_file_is_one_line(tmp_path, capsys, data):
+    import eval_vsi
+
+    (tmp_path / "rows.parquet").write_bytes(data)
+    line = _one_line(capsys, "eval_vsi.py", lambda: eval_vsi.main(
+        ["--preset", "debug", "--dummy", "--vsibench", str(tmp_path / "rows.parquet"), "--data-root", str(tmp_path), "--out", str(tmp_path / "o")]))
+    assert "is not a readable parquet file" in line
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--seed", "-1"], "seed=-1 must be in [0, 2147483647]"),
+    (["--seed", str(2**70)], "must be in [0, 2147483647]"),
+    (["--log.output_dir", "."], "is the current directory"),
+    (["--log.output_dir", "x/.."], "is the current directory"),
+    (["--log.output_dir", "afile"], "is a file"),
+    (["--model.lora_target_modules", "no_such_module"], "LoRA could not be applied"),
+])
+def test_training_arguments_that_cannot_run_are_one_line(tmp_path, capsys, monkeypatch, args, message):
+    import main_vsi
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    base = ["--preset", "debug", "--ppo.num_iterations", "1", "--log.progress_bar", "false", "--log.tensorboard", "false"]
+    if "--log.output_dir" not in args:
+        base += ["--log.output_dir", str(tmp_path / "run")]
+    line = _one_line(capsys, "main_vsi.py", lambda: main_vsi.main(base + args))
+    assert message in line
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["afile"]  # no run (a released lock file at most)
+
+
+def test_yaml_merge_keys_work_and_an_alias_bomb_is_one_short_line(tmp_path, capsys):
+    import main_vsi
+
+    from a2c_ppo_acktr.arguments import MAX_YAML_NODES, load_config
+    from a2c_ppo_acktr.cli import MAX_ERROR_CHARS
+
+    (tmp_path / "merge.yaml").write_text("ppo:\n  <<: {lr: 0.002, num_iterations: 3}\n  num_iterations: 4\n")
+    cfg = load_config(preset="debug", config=str(tmp_path / "merge.yaml"))
+    assert cfg.ppo.lr == 0.002 and cfg.ppo.num_iterations == 4  # merged, and the explicit key wins
+    levels = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi"))
+    (tmp_path / "bomb.yaml").write_text(levels + "log:\n  run_name: *i\n")  # 9**9 strings if expanded
+    line = _one_line(capsys, "main_vsi.py", lambda: main_vsi.main(["--preset", "debug", "--config", str(tmp_path / "bomb.yaml"), "--print-config"]))
+    assert f"more than {MAX_YAML_NODES}: refused as an alias bomb" in line and len(line) < MAX_ERROR_CHARS + 200
+    few = "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nlog:\n  run_name: *c\n"
+    (tmp_path / "few.yaml").write_text(few)  # under the limit, but a 729-item value in the message
+    line = _one_line(capsys, "main_vsi.py", lambda: main_vsi.main(["--preset", "debug", "--config", str(tmp_path / "few.yaml"), "--print-config"]))
+    assert len(line) <= MAX_ERROR_CHARS + 100

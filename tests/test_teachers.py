@@ -585,3 +585,47 @@ def test_a_password_in_base_url_is_sent_as_basic_auth_and_written_nowhere(monkey
     basic = base64.b64encode(f"alice:{password}".encode()).decode()
     assert reply.error and "Basic ***" in reply.error
     assert password not in reply.error + caplog.text and basic[:8] not in reply.error + caplog.text
+
+
+class BodyServer(_Loopback):
+    """Answers 200 with ``body``, all at once or one byte every ``drip_s`` seconds."""
+
+    def __init__(self, body: bytes, drip_s: float = 0.0) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                try:
+                    if not drip_s:
+                        self.wfile.write(body)
+                        return
+                    for b in body:
+                        self.wfile.write(bytes([b]))
+                        self.wfile.flush()
+                        time.sleep(drip_s)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up
+                    pass
+
+        self.serve(Handler)
+
+
+@pytest.mark.parametrize("case", ["deep", "huge", "drip"])
+def test_hostile_replies_are_bounded_failed_turns(case):
+    """A reply nested 50,000 deep, one larger than MAX_REPLY_BYTES, and one dripped a byte at a time
+    past label.timeout_s: each is a failed turn within its bound, never a crash or a stored blob."""
+    from a2c_ppo_acktr.teachers import MAX_REPLY_BYTES
+
+    body = {"deep": b"[" * 50000 + b"]" * 50000, "huge": b" " * (MAX_REPLY_BYTES + 10), "drip": b'{"choices": []}' * 4}[case]
+    with BodyServer(body, drip_s=0.2 if case == "drip" else 0.0) as server:
+        t0 = time.monotonic()
+        (reply,) = _teacher(server, retries=0, timeout_s=1.0).generate(_observations(1))
+        elapsed = time.monotonic() - t0
+    assert reply.text == "" and reply.error
+    expected = {"deep": "unreadable response", "huge": "larger than", "drip": "longer than label.timeout_s"}[case]
+    assert expected in reply.error and len(reply.error) < 600
+    assert elapsed < 5.0

@@ -129,6 +129,11 @@ def rooms_sheet(num_rooms: int, size: int, look: Optional[str], seed: int, frame
     return sheet
 
 
+# Bounds of the sheets' inputs: the largest sheet (every category x 4 views at MAX_TILE) stays a few
+# hundred megabytes, where --size 100000 asked for tens of gigabytes.
+MIN_TILE, MAX_TILE, MAX_ROOMS = 16, 1024, 64
+
+
 def main(argv: Optional[Sequence[str]] = None) -> dict[str, str]:
     """Command line entry; returns ``{"categories": path, "rooms": path}``."""
     parser = argparse.ArgumentParser(prog="python -m a2c_ppo_acktr.envs.gallery", description=__doc__.splitlines()[0])
@@ -143,6 +148,10 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, str]:
     unknown = [lab for lab in labels if lab not in CATEGORIES]
     if unknown:
         parser.error(f"unknown categories {unknown}; known: {sorted(CATEGORIES)}")
+    if not MIN_TILE <= args.size <= MAX_TILE:
+        parser.error(f"--size={args.size} must be in [{MIN_TILE}, {MAX_TILE}] pixels (a sheet holds dozens of tiles)")
+    if not 1 <= args.rooms <= MAX_ROOMS:
+        parser.error(f"--rooms={args.rooms} must be in [1, {MAX_ROOMS}]")
     os.makedirs(args.out, exist_ok=True)
     out = {"categories": os.path.join(args.out, "categories.png"), "rooms": os.path.join(args.out, "rooms.png")}
     categories_sheet(labels, args.size, args.look, args.seed).save(out["categories"])

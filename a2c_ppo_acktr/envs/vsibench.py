@@ -46,9 +46,19 @@ def load_vsibench_rows(path: str | Path) -> list[dict]:
     if suffix == ".parquet":
         import pyarrow.parquet as pq  # optional heavy import, only for parquet files
 
-        raw = pq.read_table(path).to_pylist()
+        import pyarrow as pa
+
+        try:
+            raw = pq.read_table(path).to_pylist()
+        except (pa.ArrowException, OSError) as e:
+            raise VSIBenchRowError(f"{path} is not a readable parquet file ({str(e).splitlines()[0]}); pass the benchmark's test parquet") from None
+        if not raw:
+            raise VSIBenchRowError(f"{path} holds no rows; pass the benchmark's test parquet")
     elif suffix == ".json":
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            raise VSIBenchRowError(f"{path} is not a JSON file of rows ({str(e).splitlines()[0][:200]})") from None
         if isinstance(raw, dict) and isinstance(raw.get("rows"), list):
             raw = raw["rows"]
         if not isinstance(raw, list):
