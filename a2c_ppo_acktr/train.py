@@ -44,7 +44,7 @@ from .checkpoint import (
     save_pickle,
 )
 from .distributed import build_accelerator, full_trainable, gather_lists, gathered_for_rollout, is_deepspeed, reduce_mean
-from .logger import METRICS_FILE, RunLogger
+from .logger import METRICS_FILE, RunLogger, read_metrics
 from .preemption import STOP_FILE, Preempted, StopOnSignal
 from .rundir import check_output_path, run_lock
 from .storage import BOOTSTRAPPING_ESTIMATORS
@@ -550,6 +550,10 @@ def prepare_output_dir(cfg: RunConfig, resume_from: Optional[Path], accelerator)
             aside.mkdir(parents=True, exist_ok=True)
             for p in newer:
                 os.rename(p, aside / p.name)
+            # The branch's metrics rows go with its checkpoints (the logger sets them aside too).
+            branch = [r for r in read_metrics(out / METRICS_FILE) if r.get("iteration", 0) > checkpoint_iteration(resume_from)]
+            if branch:
+                (aside / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in branch), encoding="utf-8")
             logger.warning("resuming from %s: the newer checkpoints %s were moved to %s", resume_from, [p.name for p in newer], aside)
         accelerator.wait_for_everyone()
         return

@@ -43,7 +43,11 @@ def test_resume_from_an_older_checkpoint_sets_the_newer_ones_aside(tmp_path, cap
     names = [p.name for p in list_checkpoints(out / "checkpoints")]
     assert names == ["checkpoint-000001", "checkpoint-000002", "checkpoint-000003"]  # the new branch, not the old 000004
     (abandoned,) = (out / "checkpoints").glob("abandoned-*")
-    assert sorted(p.name for p in abandoned.iterdir()) == ["checkpoint-000003", "checkpoint-000004"]
+    assert sorted(p.name for p in abandoned.iterdir()) == ["checkpoint-000003", "checkpoint-000004", "metrics.jsonl"]
+    from a2c_ppo_acktr.logger import read_metrics
+
+    assert [r["iteration"] for r in read_metrics(abandoned / "metrics.jsonl")] == [3, 4]  # the branch's rows, kept with it
+    assert [r["iteration"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3]
 
 
 # ------------------------------------------------------------------------ no code from files
