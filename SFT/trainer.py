@@ -209,9 +209,10 @@ def build_trainer(cfg: RunConfig, loaded: Any = None) -> VLMTrainer:
 
 def run_sft(cfg: RunConfig, loaded: Any = None) -> Path:
     """Train the SFT adapter and save it to ``sft.output_dir/adapter``; returns that path."""
-    from a2c_ppo_acktr.rundir import run_lock
+    from a2c_ppo_acktr.rundir import check_output_path, run_lock
 
     out = Path(cfg.sft.output_dir)
+    check_output_path(out, [cfg.sft.data_path] if cfg.sft.data_path else [], "sft.output_dir")  # before its lock file is made
     # The trainer sets up the process group later; the launcher's RANK says which process is the main
     # one. When the main one stops here (a used or locked directory), the launcher ends the others.
     is_main = int(os.environ.get("RANK", "0")) == 0
