@@ -531,11 +531,11 @@ def test_redact_catches_cut_off_and_encoded_echoes_of_the_key():
     assert SECRET not in redact(quoted, SECRET) and redact("x", "") == "x"
 
 
-class HeaderEchoServer(_Loopback):
-    """Answers 200 with a chat reply that echoes the Authorization header (``status`` 200), or an
-    error whose body puts that header across the message's cut at 200 characters."""
+class ReplyServer(_Loopback):
+    """Answers every POST with ``respond(authorization header)`` -> ``(status, body)``, all at once or
+    one byte every ``drip_s`` seconds; ``auth`` records the headers received."""
 
-    def __init__(self, status: int = 200) -> None:
+    def __init__(self, respond, drip_s: float = 0.0) -> None:
         self.auth: list[str] = []
         server = self
 
@@ -547,23 +547,38 @@ class HeaderEchoServer(_Loopback):
                 self.rfile.read(int(self.headers["Content-Length"]))
                 auth = self.headers.get("Authorization") or ""
                 server.auth.append(auth)
-                if status == 200:
-                    payload = json.dumps({"choices": [{"message": {"content": f"your header was {auth}"}}]}).encode()
-                else:
-                    prefix = "x" * (200 - len("Bearer ") - 10)  # the key starts 10 characters before the cut
-                    payload = f"{prefix}{auth} and more".encode()
+                status, body = respond(auth)
                 self.send_response(status)
-                self.send_header("Content-Length", str(len(payload)))
+                self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(payload)
+                try:
+                    for start in range(0, len(body), 1 if drip_s else max(1, len(body))):
+                        self.wfile.write(body[start:start + (1 if drip_s else len(body))])
+                        self.wfile.flush()
+                        time.sleep(drip_s)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up
+                    pass
 
         self.serve(Handler)
+
+
+def _header_echo(status: int):
+    """A server's reply that echoes the Authorization header: in a 200 chat reply, or in an error
+    body that puts the header across the message's cut at 200 characters."""
+
+    def respond(auth: str) -> tuple[int, bytes]:
+        if status == 200:
+            return 200, json.dumps({"choices": [{"message": {"content": f"your header was {auth}"}}]}).encode()
+        prefix = "x" * (200 - len("Bearer ") - 10)  # the key starts 10 characters before the cut
+        return status, f"{prefix}{auth} and more".encode()
+
+    return respond
 
 
 @pytest.mark.parametrize("status", [200, 400])
 def test_a_reply_or_a_cut_error_never_carries_the_key(monkeypatch, status):
     monkeypatch.setenv("VSI_TEST_KEY", SECRET)
-    with HeaderEchoServer(status) as server:
+    with ReplyServer(_header_echo(status)) as server:
         (reply,) = _teacher(server, retries=0).generate(_observations(1))
     assert server.auth == [f"Bearer {SECRET}"]
     text = reply.text + (reply.error or "")
@@ -575,7 +590,7 @@ def test_a_password_in_base_url_is_sent_as_basic_auth_and_written_nowhere(monkey
 
     monkeypatch.delenv("VSI_TEST_KEY", raising=False)
     password = "hunter2-Pa55word"
-    with caplog.at_level(logging.DEBUG), HeaderEchoServer(400) as server:
+    with caplog.at_level(logging.DEBUG), ReplyServer(_header_echo(400)) as server:
         url = server.url.replace("http://", f"http://alice:{password}@")
         teacher = OpenAITeacher(base_url=url, model="m", api_key_env="VSI_TEST_KEY", retries=0)
         (reply,) = teacher.generate(_observations(1))
@@ -587,33 +602,6 @@ def test_a_password_in_base_url_is_sent_as_basic_auth_and_written_nowhere(monkey
     assert password not in reply.error + caplog.text and basic[:8] not in reply.error + caplog.text
 
 
-class BodyServer(_Loopback):
-    """Answers 200 with ``body``, all at once or one byte every ``drip_s`` seconds."""
-
-    def __init__(self, body: bytes, drip_s: float = 0.0) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                self.rfile.read(int(self.headers["Content-Length"]))
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                try:
-                    if not drip_s:
-                        self.wfile.write(body)
-                        return
-                    for b in body:
-                        self.wfile.write(bytes([b]))
-                        self.wfile.flush()
-                        time.sleep(drip_s)
-                except (BrokenPipeError, ConnectionResetError):  # the client gave up
-                    pass
-
-        self.serve(Handler)
-
-
 @pytest.mark.parametrize("case", ["deep", "huge", "drip"])
 def test_hostile_replies_are_bounded_failed_turns(case):
     """A reply nested 50,000 deep, one larger than MAX_REPLY_BYTES, and one dripped a byte at a time
@@ -621,7 +609,7 @@ def test_hostile_replies_are_bounded_failed_turns(case):
     from a2c_ppo_acktr.teachers import MAX_REPLY_BYTES
 
     body = {"deep": b"[" * 50000 + b"]" * 50000, "huge": b" " * (MAX_REPLY_BYTES + 10), "drip": b'{"choices": []}' * 4}[case]
-    with BodyServer(body, drip_s=0.2 if case == "drip" else 0.0) as server:
+    with ReplyServer(lambda auth: (200, body), drip_s=0.2 if case == "drip" else 0.0) as server:
         t0 = time.monotonic()
         (reply,) = _teacher(server, retries=0, timeout_s=1.0).generate(_observations(1))
         elapsed = time.monotonic() - t0
