@@ -456,34 +456,16 @@ def test_hf_teacher_oom_retry_labels_in_halves_like_batch_size_one(tmp_path, tin
     assert any(t[1] for _, ts in turns("retry") for t in ts)  # the replies compared are real text
 
 
-class EchoServer(_Loopback):
+def EchoServer(status: int = 500, location: str | None = None) -> "ReplyServer":
     """Answers every POST with ``status`` and a body that echoes the request's Authorization header,
     or with a redirect to ``location``: what a hostile or misconfigured server may do."""
 
-    def __init__(self, status: int = 500, location: str | None = None) -> None:
-        self.requests: list[dict] = []
-        server = self
+    def respond(auth: str):
+        if location is not None:
+            return 302, b"", {"Location": location}
+        return status, f"error: bad header {auth}".encode()
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                self.rfile.read(int(self.headers["Content-Length"]))
-                server.requests.append({"auth": self.headers.get("Authorization")})
-                if location is not None:
-                    self.send_response(302)
-                    self.send_header("Location", location)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                payload = f"error: bad header {self.headers.get('Authorization')}".encode()
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self.serve(Handler)
+    return ReplyServer(respond)
 
 
 def test_openai_teacher_never_follows_a_redirect_with_the_key(monkeypatch, caplog):
@@ -532,11 +514,11 @@ def test_redact_catches_cut_off_and_encoded_echoes_of_the_key():
 
 
 class ReplyServer(_Loopback):
-    """Answers every POST with ``respond(authorization header)`` -> ``(status, body)``, all at once or
-    one byte every ``drip_s`` seconds; ``auth`` records the headers received."""
+    """Answers every POST with ``respond(authorization header)`` -> ``(status, body[, headers])``, all
+    at once or one byte every ``drip_s`` seconds; ``requests`` records each request's header."""
 
     def __init__(self, respond, drip_s: float = 0.0) -> None:
-        self.auth: list[str] = []
+        self.requests: list[dict] = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -545,10 +527,12 @@ class ReplyServer(_Loopback):
 
             def do_POST(self):
                 self.rfile.read(int(self.headers["Content-Length"]))
-                auth = self.headers.get("Authorization") or ""
-                server.auth.append(auth)
-                status, body = respond(auth)
+                auth = self.headers.get("Authorization")
+                server.requests.append({"auth": auth})
+                status, body, *headers = respond(auth or "")
                 self.send_response(status)
+                for name, value in (headers[0] if headers else {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 try:
@@ -580,7 +564,7 @@ def test_a_reply_or_a_cut_error_never_carries_the_key(monkeypatch, status):
     monkeypatch.setenv("VSI_TEST_KEY", SECRET)
     with ReplyServer(_header_echo(status)) as server:
         (reply,) = _teacher(server, retries=0).generate(_observations(1))
-    assert server.auth == [f"Bearer {SECRET}"]
+    assert [r["auth"] for r in server.requests] == [f"Bearer {SECRET}"]
     text = reply.text + (reply.error or "")
     assert "***" in text and not any(SECRET[i:i + 8] in text for i in range(len(SECRET) - 7))
 
@@ -594,7 +578,7 @@ def test_a_password_in_base_url_is_sent_as_basic_auth_and_written_nowhere(monkey
         url = server.url.replace("http://", f"http://alice:{password}@")
         teacher = OpenAITeacher(base_url=url, model="m", api_key_env="VSI_TEST_KEY", retries=0)
         (reply,) = teacher.generate(_observations(1))
-    assert server.auth == ["Basic " + base64.b64encode(f"alice:{password}".encode()).decode()]
+    assert [r["auth"] for r in server.requests] == ["Basic " + base64.b64encode(f"alice:{password}".encode()).decode()]
     described = json.dumps(teacher.describe())
     assert password not in described and "alice" not in described and server.url.split("//")[1] in described
     basic = base64.b64encode(f"alice:{password}".encode()).decode()
