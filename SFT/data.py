@@ -240,9 +240,17 @@ def load_image(path: str | os.PathLike) -> np.ndarray:
     from PIL import Image
 
     with Image.open(path) as img:
-        if img.width * img.height > MAX_IMAGE_PIXELS:
-            raise ValueError(f"{path} is {img.width}x{img.height} pixels, more than {MAX_IMAGE_PIXELS}: refused (a decompression bomb?)")
+        too_large = _too_large(img)
+        if too_large:
+            raise ValueError(f"{path} is {too_large}: refused")
         return np.asarray(img.convert("RGB"), dtype=np.uint8).copy()
+
+
+def _too_large(img: Any) -> Optional[str]:
+    """What is wrong with an opened image's size (from its header: nothing decoded yet), or None."""
+    if img.width * img.height > MAX_IMAGE_PIXELS:
+        return f"{img.width}x{img.height} pixels, more than {MAX_IMAGE_PIXELS} (a decompression bomb?)"
+    return None
 
 
 def _image_problem(path: Path) -> Optional[str]:
@@ -252,8 +260,9 @@ def _image_problem(path: Path) -> Optional[str]:
         return "missing"
     try:
         with Image.open(path) as img:
-            if img.width * img.height > MAX_IMAGE_PIXELS:  # read from the header: nothing is decompressed yet
-                return f"too large ({img.width}x{img.height} pixels, more than {MAX_IMAGE_PIXELS}; a decompression bomb?)"
+            too_large = _too_large(img)
+            if too_large:
+                return f"too large ({too_large})"
             img.verify()
     except (OSError, UnidentifiedImageError, SyntaxError, Image.DecompressionBombError) as e:
         return f"unreadable ({type(e).__name__}: {e})"

@@ -300,3 +300,23 @@ def test_yaml_merge_keys_work_and_an_alias_bomb_is_one_short_line(tmp_path, caps
     (tmp_path / "few.yaml").write_text(few)  # under the limit, but a 729-item value in the message
     line = _one_line(capsys, "main_vsi.py", lambda: main_vsi.main(["--preset", "debug", "--config", str(tmp_path / "few.yaml"), "--print-config"]))
     assert len(line) <= MAX_ERROR_CHARS + 100
+
+
+def test_an_image_past_the_pixel_bound_is_refused_from_its_header(tmp_path, monkeypatch):
+    """A PNG whose header claims more than MAX_IMAGE_PIXELS is reported (and refused by load_image)
+    without being decoded; one at the bound still loads."""
+    from PIL import Image
+
+    import SFT.data as data
+
+    monkeypatch.setattr(data, "MAX_IMAGE_PIXELS", 64 * 64)  # the bound's logic, on small files
+    Image.new("L", (64, 65)).save(tmp_path / "big.png")
+    Image.new("L", (64, 64)).save(tmp_path / "ok.png")
+    decoded = []
+    monkeypatch.setattr(Image.Image, "convert", lambda self, *a, **k: decoded.append(1) or self)
+    assert data._image_problem(tmp_path / "big.png") == "too large (64x65 pixels, more than 4096 (a decompression bomb?))"
+    with pytest.raises(ValueError, match="64x65 pixels, more than 4096"):
+        data.load_image(tmp_path / "big.png")
+    assert not decoded and data._image_problem(tmp_path / "ok.png") is None
+    data.load_image(tmp_path / "ok.png")
+    assert decoded == [1]
