@@ -209,10 +209,10 @@ def label_trajectories(cfg: RunConfig, teacher: Optional[Teacher] = None, envs: 
     _check_meta(out_dir, _run_meta(cfg, teacher))
     jsonl = out_dir / TRAJECTORIES
     latest, _ = latest_episodes(read_episodes(jsonl, repair=True))
-    done = {ep["episode_id"] for ep in latest if not teacher_failed(ep)}
-    retry = sum(teacher_failed(ep) for ep in latest)
-    if retry:
-        logger.warning("%d episode(s) in %s had teacher failures: labelling them again", retry, jsonl)
+    failed = [ep for ep in latest if teacher_failed(ep)]
+    done = {ep["episode_id"] for ep in latest} - {ep["episode_id"] for ep in failed}
+    if failed:
+        logger.warning("%d episode(s) in %s had teacher failures: labelling them again", len(failed), jsonl)
     todo = [i for i in range(lab.num_episodes) if episode_id(lab.seed, i) not in done]
     skipped = lab.num_episodes - len(todo)
     if envs is None:

@@ -137,10 +137,12 @@ class RunLock:
         return self._fd is not None
 
     def _holder(self) -> dict:
+        """The holder's record; {} when the file is empty or not a record (only decoration)."""
         try:
-            return json.loads(self.path.read_text(encoding="utf-8") or "{}")
+            data = json.loads(self.path.read_text(encoding="utf-8") or "{}")
         except (OSError, ValueError):
             return {}
+        return data if isinstance(data, dict) else {}
 
     def acquire(self) -> "RunLock":
         """Take the lock.
