@@ -30,17 +30,25 @@ class Interrupt(Exception):
     pass
 
 
-class StopAfter(Teacher):
-    """The oracle, but the run is killed (an exception) at the given call."""
+class OracleWrapper(Teacher):
+    """The oracle under its own name and description (the label meta stays the oracle's); subclasses
+    change what ``generate`` does."""
 
     name = "oracle"
 
-    def __init__(self, calls: int) -> None:
+    def __init__(self) -> None:
         self.inner = OracleTeacher()
-        self.calls = calls
 
     def describe(self):
         return self.inner.describe()
+
+
+class StopAfter(OracleWrapper):
+    """The oracle, but the run is killed (an exception) at the given call."""
+
+    def __init__(self, calls: int) -> None:
+        super().__init__()
+        self.calls = calls
 
     def generate(self, observations, envs=None):
         self.calls -= 1
@@ -254,17 +262,12 @@ def test_preprocess_refuses_a_missing_or_empty_label_dir_and_keeps_the_dataset(t
         assert (tmp_path / "data" / "train.jsonl").read_bytes() == before
 
 
-class Outage(Teacher):
+class Outage(OracleWrapper):
     """The oracle, or (``fail``) a server that cannot be reached: every reply empty, with an error."""
 
-    name = "oracle"
-
     def __init__(self, fail: bool) -> None:
-        self.inner = OracleTeacher()
+        super().__init__()
         self.fail = fail
-
-    def describe(self):
-        return self.inner.describe()
 
     def generate(self, observations, envs=None):
         replies = self.inner.generate(observations, envs)
