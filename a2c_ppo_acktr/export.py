@@ -89,6 +89,8 @@ def merge_adapter(
     check_output_path(out, inputs)  # before the minutes of loading and merging
     loaded = load_vlm(ModelConfig(model_path=base, device="cpu", dtype=dtype))
     merged = PeftModel.from_pretrained(loaded.model, str(adapter_dir)).merge_and_unload()
+    if loaded.shipped_generation_config is not None:  # the base checkpoint's decoding defaults travel with it
+        merged.generation_config = loaded.shipped_generation_config
     target = Path(out).expanduser().resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-export-{target.name}-", dir=target.parent))

@@ -8,9 +8,18 @@ the weights load straight onto the rank's GPU (:func:`placement_kwargs`), never 
 
 The processor's tokenizer is set to LEFT padding: the policy batches prompts of unequal length
 into one ``generate`` call, and new tokens must follow each prompt's last real token.
+
+The checkpoint's ``generation_config.json`` is set aside at load (``LoadedVLM.shipped_generation_config``)
+and the model keeps only its token ids. ``generate`` fills every knob a call leaves unset from the
+model's config (Qwen2.5-VL ships temperature 0.1, top_p 0.001, top_k 1, repetition_penalty 1.05;
+transformers 4.x also replaced knobs left at their default values), so the rollout would sample from
+a distribution other than the one whose log-probs are trained on. Sampling is what the run's config
+says, whatever the checkpoint ships; the benchmark's video protocol and ``export`` use the shipped one.
 """
 from __future__ import annotations
 
+import itertools
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +28,8 @@ from typing import Any, Iterable, Optional
 from safetensors import SafetensorError  # a truncated or garbage .safetensors file
 
 from a2c_ppo_acktr.arguments import ModelConfig
+
+log = logging.getLogger(__name__)
 
 TINY_PREFIX = "tiny:"
 
@@ -51,12 +62,15 @@ class LoadedVLM:
         processor: the family's processor; ``processor.tokenizer.padding_side == "left"``.
         family: a value of :data:`SUPPORTED_FAMILIES` (from ``config.model_type``).
         path: the resolved local directory or hub id it was loaded from.
+        shipped_generation_config: the checkpoint's own ``GenerationConfig``; ``model.generation_config``
+            holds only its token ids (:func:`neutral_generation_config`). None when built by hand.
     """
 
     model: Any
     processor: Any
     family: str
     path: str
+    shipped_generation_config: Any = None
 
 
 def is_offline() -> bool:
@@ -251,6 +265,60 @@ def set_pixel_budget(processor, min_pixels: Optional[int], max_pixels: Optional[
         sub.size = type(sub.size)(**size) if not isinstance(sub.size, dict) else size
 
 
+# [lowest, first untested) (major, minor) of the libraries whose behaviour the suite pins, as setup.py
+# pins them. Outside, load_vlm stops (VSI_PPO_ALLOW_UNTESTED_VERSIONS=1 makes it a warning).
+# deepspeed is checked only where it is installed.
+TESTED_VERSIONS: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
+    "transformers": ((5, 24), (6, 0)),
+    "peft": ((0, 21), (0, 22)),
+    "accelerate": ((1, 15), (1, 16)),
+    "deepspeed": ((0, 19), (0, 20)),
+}
+ALLOW_UNTESTED_ENV = "VSI_PPO_ALLOW_UNTESTED_VERSIONS"
+
+
+def _major_minor(version: str) -> tuple[int, int]:
+    parts = []
+    for piece in version.split(".")[:2]:
+        digits = "".join(itertools.takewhile(str.isdigit, piece))
+        parts.append(int(digits) if digits else 0)
+    return (parts + [0, 0])[0], (parts + [0, 0])[1]
+
+
+def untested_versions(installed: Optional[dict[str, str]] = None) -> list[str]:
+    """One phrase per installed library outside :data:`TESTED_VERSIONS` (``installed``: name -> version,
+    default: what is installed)."""
+    from importlib import metadata
+
+    if installed is None:
+        installed = {}
+        for name in TESTED_VERSIONS:
+            try:
+                installed[name] = metadata.version(name)
+            except metadata.PackageNotFoundError:
+                continue
+    bad = []
+    for name, version in installed.items():
+        low, high = TESTED_VERSIONS[name]
+        if not low <= _major_minor(version) < high:
+            bad.append(f"{name} {version} (tested: >={low[0]}.{low[1]},<{high[0]}.{high[1]})")
+    return bad
+
+
+def check_versions(installed: Optional[dict[str, str]] = None) -> None:
+    """Stop with one line when a pinned library is outside its tested range; a warning instead under
+    ``VSI_PPO_ALLOW_UNTESTED_VERSIONS=1``."""
+    bad = untested_versions(installed)
+    if not bad:
+        return
+    message = (f"untested library versions: {'; '.join(bad)}. Reinstall with 'bash scripts/setup.sh' "
+               f"(or pip install -e .), or set {ALLOW_UNTESTED_ENV}=1 to run anyway")
+    if os.environ.get(ALLOW_UNTESTED_ENV, "") == "1":
+        log.warning(message)
+        return
+    raise ModelLoadError(message)
+
+
 def load_vlm(cfg: ModelConfig) -> LoadedVLM:
     """Load the policy VLM and its processor as ``cfg`` says.
 
@@ -259,11 +327,13 @@ def load_vlm(cfg: ModelConfig) -> LoadedVLM:
         available) and the processor padding on the left.
 
     Raises:
-        ModelLoadError: the path cannot be resolved, the model type is unsupported, or loading fails.
+        ModelLoadError: the path cannot be resolved, the model type is unsupported, loading fails, or a
+            library is outside its tested versions (:func:`check_versions`).
     """
     import torch
     from transformers import AutoConfig, AutoModelForImageTextToText
 
+    check_versions()
     path = resolve_model_path(cfg.model_path)
     offline = is_offline()
     try:
@@ -289,8 +359,31 @@ def load_vlm(cfg: ModelConfig) -> LoadedVLM:
         ) from e
     model.to(device)  # a no-op when placement_kwargs already put it there
     model.eval()
+    shipped = model.generation_config
+    model.generation_config = neutral_generation_config(shipped)
+    dropped = sorted(set(shipped.to_diff_dict()) - set(model.generation_config.to_diff_dict()) - {"transformers_version"})
+    if dropped:
+        log.info("set aside the decoding defaults of %s's generation_config (%s); sampling follows the run's config",
+                 path, ", ".join(f"{k}={getattr(shipped, k)!r}" for k in dropped))
     processor = load_processor(path, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels)
-    return LoadedVLM(model=model, processor=processor, family=family, path=path)
+    return LoadedVLM(model=model, processor=processor, family=family, path=path, shipped_generation_config=shipped)
+
+
+# What a neutral generation config keeps from the checkpoint's: which ids start, end and pad a reply.
+GENERATION_TOKEN_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+
+
+def neutral_generation_config(shipped: Any) -> Any:
+    """A ``GenerationConfig`` with ``shipped``'s token ids and nothing else.
+
+    ``generate`` fills each knob a call leaves unset (``None``) from the model's config, so a
+    checkpoint's ``min_p``, ``suppress_tokens``, ``sequence_bias``, ``top_k``... would silently reshape
+    the sampled distribution. With this as the model's config, the unset knobs fall to transformers'
+    neutral defaults (temperature 1, no truncation, no penalty).
+    """
+    from transformers import GenerationConfig
+
+    return GenerationConfig(**{k: getattr(shipped, k, None) for k in GENERATION_TOKEN_FIELDS if getattr(shipped, k, None) is not None})
 
 
 def forbidden_token_ids(processor, vocab_size: Optional[int] = None, allowed: Iterable[int] = ()) -> list[int]:

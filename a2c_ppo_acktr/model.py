@@ -239,6 +239,8 @@ class VLMPolicy(nn.Module):
         loaded = loaded if loaded is not None else load_vlm(cfg)
         self.family = loaded.family
         self.processor = loaded.processor
+        # The checkpoint's own decoding defaults; generate never sees them (loading.neutral_generation_config).
+        self.shipped_generation_config = loaded.shipped_generation_config
         self.tokenizer = loaded.processor.tokenizer
         if self.tokenizer.padding_side != "left":
             raise ValueError(

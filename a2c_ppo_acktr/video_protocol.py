@@ -350,7 +350,9 @@ class ModelAnswerer:
     def _generation_config(self, max_new_tokens: int) -> Any:
         import copy
 
-        base = getattr(self.policy.model, "generation_config", None)
+        base = getattr(self.policy, "shipped_generation_config", None)  # the checkpoint's, set aside at load
+        if base is None:
+            base = getattr(self.policy.model, "generation_config", None)
         gen = copy.deepcopy(base) if base is not None else None
         if gen is None:
             from transformers import GenerationConfig

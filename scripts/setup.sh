@@ -42,7 +42,7 @@ log "installing $TORCH_PINS"
 "$VPY" -m pip install -q $TORCH_PINS
 # DeepSpeed's build imports torch: build it against the torch just installed, not an isolated copy.
 log "installing deepspeed"
-"$VPY" -m pip install -q --no-build-isolation "deepspeed>=0.15,<1"
+"$VPY" -m pip install -q --no-build-isolation "deepspeed>=0.19.8,<0.20"  # the pin of setup.py's deepspeed extra
 log "installing vsi-ppo[dev,deepspeed] (editable)"
 "$VPY" -m pip install -q -e ".[dev,deepspeed]"
 echo "$WANT" > "$STAMP"

@@ -140,3 +140,20 @@ def test_a_failed_export_leaves_no_temporary_directory(tmp_path, tiny_model_path
     with pytest.raises(OSError, match="No space"):
         merge_adapter(policy, tmp_path / "out", model_path=tiny_model_path)
     assert not (tmp_path / "out").exists() and not [p for p in tmp_path.rglob(".tmp-*")]
+
+
+def test_the_merged_model_keeps_its_base_checkpoints_generation_config(tmp_path, tiny_model_path):
+    """Loading sets the checkpoint's decoding defaults aside (sampling follows the run's config); the
+    exported model is a checkpoint again, so they travel with it."""
+    import shutil
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_model_path, base)
+    shipped = {"do_sample": True, "temperature": 0.1, "top_p": 0.001, "top_k": 1, "repetition_penalty": 1.05}
+    gc_file = base / "generation_config.json"
+    gc_file.write_text(json.dumps({**json.loads(gc_file.read_text()), **shipped}), encoding="utf-8")
+    _, adapter = _adapter(tmp_path, str(base))
+    out = merge_adapter(adapter, tmp_path / "merged", model_path=str(base))
+    written = json.loads((out / "generation_config.json").read_text())
+    assert {k: written.get(k) for k in shipped} == shipped
+    assert written["eos_token_id"] == json.loads(gc_file.read_text())["eos_token_id"]

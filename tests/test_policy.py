@@ -406,3 +406,48 @@ def test_embedding_lora_trains_the_prompt_words_and_checkpoints_only_the_adapter
     mb = next(storage.minibatches(NUM_ENVS, torch.Generator().manual_seed(0)))
     with torch.no_grad():
         torch.testing.assert_close(policy.evaluate_actions(mb).log_probs, other.evaluate_actions(mb).log_probs)
+
+
+# Qwen2.5-VL-Instruct's generation_config.json, plus knobs other checkpoints ship: all decoding
+# defaults that, if generate read them, would sample from another distribution than the trained one.
+SHIPPED_DECODING = {"do_sample": True, "temperature": 0.1, "top_p": 0.001, "top_k": 1, "repetition_penalty": 1.05, "min_p": 0.9}
+
+
+@pytest.fixture(scope="module")
+def shipped_path(tiny_model_path, tmp_path_factory):
+    """The tiny model with SHIPPED_DECODING in its generation_config.json."""
+    import json
+    import shutil
+
+    path = tmp_path_factory.mktemp("shipped") / "model"
+    shutil.copytree(tiny_model_path, path)
+    gc_file = path / "generation_config.json"
+    gc_file.write_text(json.dumps({**json.loads(gc_file.read_text()), **SHIPPED_DECODING}), encoding="utf-8")
+    return str(path)
+
+
+def test_a_checkpoints_decoding_defaults_never_reach_the_rollout(shipped_path):
+    """Sampling is the run's (temperature 1, no truncation, no penalty) whatever the checkpoint ships:
+    the rollout's log-probs equal the training forward's, and the draws are not the shipped top_k=1 /
+    min_p=0.9 argmax path (with them, 2 of the 9 replies leave it; without, 9)."""
+    loaded = load_vlm(_cfg(shipped_path))
+    for key, value in SHIPPED_DECODING.items():
+        assert getattr(loaded.shipped_generation_config, key) == value
+    kept = loaded.model.generation_config.to_diff_dict()
+    assert not set(SHIPPED_DECODING) & set(kept), kept
+    assert kept["eos_token_id"] == loaded.shipped_generation_config.eos_token_id
+    torch.manual_seed(0)
+    policy = VLMPolicy(_cfg(shipped_path, use_temp_predictor=False, temperature=1.0), loaded)
+    rng = np.random.default_rng(3)
+    observations = [_observations(rng, t) for t in range(3)]
+    greedy = [policy.act(obs, greedy=True).generated_ids for obs in observations]
+    torch.manual_seed(1)
+    sampled = [policy.act(obs) for obs in observations]
+    differ = sum(g.tolist() != s.tolist() for got, greedy_ids in zip(sampled, greedy) for g, s in zip(greedy_ids, got.generated_ids))
+    assert differ >= 6, f"only {differ} of 9 sampled replies left the greedy path"
+    for got in sampled:
+        assert torch.equal(got.temperatures, torch.ones(NUM_ENVS))
+        enc = policy._encode(got.prompts, got.images)
+        with torch.no_grad():
+            again = policy._forward_turns(enc, got.generated_ids, got.token_weights, with_kl=False)
+        torch.testing.assert_close(again.log_probs, got.log_probs, atol=1e-4, rtol=0)  # ratio 1 from the first step

@@ -325,3 +325,22 @@ def test_cache_build_writes_the_whole_model_on_a_nonzero_rank(tmp_path, monkeypa
     monkeypatch.undo()
     loaded = load_vlm(ModelConfig(model_path=str(path), device="cpu"))
     assert loaded.family == "qwen2_vl"
+
+
+def test_untested_library_versions_stop_the_load_in_one_line(tiny_model_path, monkeypatch):
+    from a2c_ppo_acktr import loading
+
+    assert loading.untested_versions() == []  # what the suite runs on is inside the pins
+    assert loading.untested_versions({"transformers": "5.24.0", "peft": "0.21.2", "accelerate": "1.15.0", "deepspeed": "0.19.8"}) == []
+    old = {"transformers": "4.57.1", "peft": "0.17.0", "accelerate": "1.15.0rc1", "deepspeed": "0.15.4"}
+    bad = loading.untested_versions(old)
+    assert [b.split()[0] for b in bad] == ["transformers", "peft", "deepspeed"], bad
+    assert bad[0] == "transformers 4.57.1 (tested: >=5.24,<6.0)"
+    assert loading.untested_versions({"transformers": "6.0.0.dev0"}) == ["transformers 6.0.0.dev0 (tested: >=5.24,<6.0)"]
+    monkeypatch.setattr(loading, "untested_versions", lambda installed=None: bad)
+    monkeypatch.delenv(loading.ALLOW_UNTESTED_ENV, raising=False)
+    with pytest.raises(ModelLoadError, match=r"untested library versions: transformers 4\.57\.1") as err:
+        load_vlm(ModelConfig(model_path=tiny_model_path, device="cpu"))
+    assert "\n" not in str(err.value) and loading.ALLOW_UNTESTED_ENV in str(err.value)
+    monkeypatch.setenv(loading.ALLOW_UNTESTED_ENV, "1")
+    assert load_vlm(ModelConfig(model_path=tiny_model_path, device="cpu")).family == "qwen2_5_vl"
