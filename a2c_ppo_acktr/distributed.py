@@ -199,6 +199,24 @@ def gathered_for_rollout(policy: Any) -> Iterator[None]:
         yield
 
 
+def agreed_chunk_count(needed: int, head: torch.nn.Module) -> int:
+    """How many logit chunks this process makes: ``needed``, or under ZeRO-3 (``head``'s weight
+    partitioned) the most any process needs.
+
+    A partitioned ``lm_head`` all-gathers its weight at every call, in the forward and again in the
+    checkpointed backward, so processes whose responses need different numbers of chunks would issue
+    different numbers of collectives and hang. With the agreed count the others make empty chunks.
+    One all-reduce of one integer per training forward; none without partitioning.
+    """
+    weight = getattr(head, "weight", None)
+    if weight is None or not hasattr(weight, "ds_id") or not torch.distributed.is_initialized() or torch.distributed.get_world_size() == 1:
+        return needed
+    on_gpu = torch.distributed.get_backend() == "nccl"
+    count = torch.tensor([needed], dtype=torch.long, device=torch.device("cuda", torch.cuda.current_device()) if on_gpu else "cpu")
+    torch.distributed.all_reduce(count, op=torch.distributed.ReduceOp.MAX)
+    return int(count.item())
+
+
 @contextlib.contextmanager
 def full_trainable(module: torch.nn.Module) -> Iterator[list[tuple[str, torch.nn.Parameter]]]:
     """The trainable parameters by name, whole on every rank while the block runs (gathered from

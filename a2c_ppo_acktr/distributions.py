@@ -200,6 +200,7 @@ def chunked_token_stats(
     chunk_tokens: Optional[int] = None,
     top_k: int = 0,
     top_p: float = 1.0,
+    num_chunks: Optional[int] = None,
 ) -> TokenStats:
     """Token log-probs, entropies and KLs of the masked positions, never holding a full ``(B, R, V)``.
 
@@ -222,6 +223,10 @@ def chunked_token_stats(
         chunk_tokens: positions per chunk; default :func:`logits_chunk_tokens` of the vocabulary
             (read from ``head.out_features`` or ``inputs.shape[-1]``).
         top_k, top_p: the sampling filters of :func:`process_logits` (the policy side only).
+        num_chunks: make exactly this many chunks (at least the number ``chunk_tokens`` needs); the
+            extra ones are empty but still call ``head`` and ``ref_head``, in the forward and in the
+            backward's recompute. Under ZeRO-3 each ``head`` call is a collective, so every process
+            must make the same number (:func:`a2c_ppo_acktr.distributed.agreed_chunk_count`).
 
     Returns:
         :class:`TokenStats` of ``(B, R)`` float32 tensors, 0 where ``mask`` is false.
@@ -239,8 +244,12 @@ def chunked_token_stats(
     rows, cols = mask.nonzero(as_tuple=True)
     tokens_sel = tokens[rows, cols]
     n_stats = 4 if ref_inputs is not None else 2
+    needed = -(-rows.numel() // chunk_tokens)
+    if num_chunks is not None and num_chunks < needed:
+        raise ValueError(f"num_chunks={num_chunks} is fewer than the {needed} chunks of {chunk_tokens} positions that {rows.numel()} positions need")
     parts = []
-    for start in range(0, rows.numel(), chunk_tokens):
+    for k in range(needed if num_chunks is None else num_chunks):
+        start = k * chunk_tokens  # past the end: an empty chunk
         args = (inputs, ref_inputs, temperatures, rows[start : start + chunk_tokens], cols[start : start + chunk_tokens],
                 tokens_sel[start : start + chunk_tokens], head, ref_head, forbidden_ids, top_k, top_p)
         if torch.is_grad_enabled():

@@ -56,6 +56,7 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from a2c_ppo_acktr import prompts
 from a2c_ppo_acktr.arguments import ModelConfig
+from a2c_ppo_acktr.distributed import agreed_chunk_count
 from a2c_ppo_acktr.distributions import (
     chunked_token_stats,
     logits_chunk_tokens,
@@ -467,6 +468,7 @@ class VLMPolicy(nn.Module):
             resp[i, : len(g)] = g.cpu()
             resp_mask[i, : len(g)] = True
             weights[i, : len(g)] = w.cpu()
+        num_positions = int(resp_mask.sum())
         resp, resp_mask, weights = resp.to(self.device), resp_mask.to(self.device), weights.to(self.device)
         inputs = dict(enc)
         inputs["input_ids"] = torch.cat([enc["input_ids"], resp], dim=1)
@@ -491,10 +493,11 @@ class VLMPolicy(nn.Module):
         hidden = final[:, 0]  # the last prompt token (left padding: index P-1 in every row)
         temps = self._temperatures(hidden, temperature, detach_input=detach_temperature)
         values = self._values(hidden)
+        chunk = logits_chunk_tokens(self.vocab_size)
         stats = chunked_token_stats(
             final[:, :R], resp, temps.detach() if detach_temperature else temps, self.forbidden_ids, resp_mask,
-            head=head, ref_inputs=ref_final, ref_head=ref_head,
-            chunk_tokens=logits_chunk_tokens(self.vocab_size), top_k=self.cfg.top_k, top_p=self.cfg.top_p,
+            head=head, ref_inputs=ref_final, ref_head=ref_head, chunk_tokens=chunk, top_k=self.cfg.top_k, top_p=self.cfg.top_p,
+            num_chunks=agreed_chunk_count(-(-num_positions // chunk), head),  # equal lm_head calls on every ZeRO-3 rank
         )
         log_probs = sequence_log_prob(stats.log_probs, weights, resp_mask)
         entropy = masked_mean(stats.entropy, resp_mask)
@@ -729,8 +732,12 @@ class VLMPolicy(nn.Module):
                     lambda: self._temperatures(caught[0][:, -1], temperature), self.forbidden_ids, record_log_probs=not recompute,
                     top_k=self.cfg.top_k, top_p=self.cfg.top_p,
                 )
+                # synced_gpus=False: under ZeRO-3 act runs inside gathered_for_rollout (local forwards), and
+                # transformers' default there (all-reduce every decoded token until every rank is done)
+                # would hang ranks that call generate different numbers of times (validation's episodes).
                 seqs = self.model.generate(
-                    **enc, generation_config=self._generation_config(greedy), logits_processor=LogitsProcessorList([proc])
+                    **enc, generation_config=self._generation_config(greedy), logits_processor=LogitsProcessorList([proc]),
+                    synced_gpus=False,
                 )
             # Trimmed on the CPU: one device-to-host copy instead of a sync per row.
             generated = [self._trim(row) for row in seqs[:, P:].cpu()]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -120,7 +121,6 @@ def test_batch_script_wires_slurm_into_accelerate(tmp_path):
 def test_batch_script_turns_slurms_signal_into_a_checkpoint_and_a_requeue(tmp_path):
     """batch_vsi.sh asks SLURM for an early SIGTERM; on it, it writes RUN/STOP, waits for the run
     (here a fake launcher that exits 75 once STOP appears, as main_vsi.py does) and requeues the job."""
-    import signal
     import time
 
     assert "#SBATCH --signal=B:TERM@" in (REPO / "scripts" / "batch_vsi.sh").read_text()
@@ -186,10 +186,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(launcher: list[str], out: Path, hashes: Path, extra: list[str], timeout: int = 240) -> None:
+def _launch(launcher: list[str], out: Path, hashes: Path, extra: list[str], timeout: int = 240, preamble: str = "") -> None:
     hashes.mkdir(parents=True, exist_ok=True)
     driver = out.parent / "driver.py"
-    driver.write_text(DRIVER)
+    driver.write_text(preamble + DRIVER)
     env = {
         **os.environ,
         "HASH_DIR": str(hashes),
@@ -204,9 +204,17 @@ def _launch(launcher: list[str], out: Path, hashes: Path, extra: list[str], time
         "--log.output_dir", str(out), "--log.progress_bar", "false", "--log.tensorboard", "false",
         "--model.max_new_tokens", "16", "--env.max_turns", "2",
     ] + extra
-    res = subprocess.run(launcher + args, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    assert res.returncode == 0, f"launch failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-6000:]}"
-    assert "terminate called" not in res.stderr
+    # Own session: a hang is ended by killing the launcher AND its workers (a killed torchrun leaves
+    # them waiting in a collective, holding a core and a GB each).
+    proc = subprocess.Popen(launcher + args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"launch still running after {timeout} s (a hang?):\n{stdout[-3000:]}\n{stderr[-6000:]}")
+    assert proc.returncode == 0, f"launch failed ({proc.returncode}):\n{stdout[-3000:]}\n{stderr[-6000:]}"
+    assert "terminate called" not in stderr
 
 
 def _hashes(d: Path, rank: int) -> list[str]:
@@ -270,6 +278,54 @@ def test_deepspeed_zero3_two_processes_identical_and_resumable(tmp_path):
 
     adapter = load_file(split_out / "checkpoints" / "checkpoint-000003" / "policy" / "adapter_model.safetensors")
     assert adapter and all(t.numel() > 0 for t in adapter.values()), "the exported adapter must hold whole (gathered) tensors"
+
+
+# The ZeRO-3 hazards: a few response tokens per logit chunk, so that ranks with different response
+# lengths need different numbers of lm_head calls; every call's (needed, made) count is recorded.
+CHUNK_SPY = r'''
+import json, os
+from pathlib import Path
+import a2c_ppo_acktr.model as M
+
+M.logits_chunk_tokens = lambda vocab: 4
+_stats = M.chunked_token_stats
+
+
+def _spy(inputs, tokens, temperatures, forbidden_ids, mask, **kw):
+    rank = os.environ.get("RANK", "0")
+    needed = -(-int(mask.sum()) // kw["chunk_tokens"])
+    with open(Path(os.environ["HASH_DIR"]) / f"chunks{rank}.jsonl", "a") as f:
+        f.write(json.dumps([needed, kw.get("num_chunks")]) + "\n")
+    return _stats(inputs, tokens, temperatures, forbidden_ids, mask, **kw)
+
+
+M.chunked_token_stats = _spy
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_zero3_ranks_with_unequal_chunks_and_validation_work_do_not_hang(tmp_path):
+    """ZeRO-3, every weight partitioned: ranks whose responses need different numbers of lm_head
+    chunks (update, KL to the reference) make the same number of calls, and validation with one
+    episode (the second rank has none) does not wait in generate's per-token all-reduce. A hang
+    fails at the launch's time bound instead of stalling the suite."""
+    ds_json = json.loads(DS3_JSON.read_text())
+    ds_json["zero_optimization"]["stage3_param_persistence_threshold"] = 0
+    path = tmp_path / "zero3.json"
+    path.write_text(json.dumps(ds_json))
+    ds = ["--dist.zero_stage", "3", "--dist.deepspeed_config", str(path), "--ppo.num_iterations", "2",
+          "--ppo.kl_coef", "0.05", "--log.val_interval", "1", "--log.val_episodes", "1"]
+    hashes = tmp_path / "h"
+    _launch(_torchrun(), tmp_path / "out", hashes, ds, timeout=300, preamble=CHUNK_SPY)
+    calls = [[json.loads(line) for line in (hashes / f"chunks{r}.jsonl").read_text().splitlines()] for r in (0, 1)]
+    assert len(calls[0]) == len(calls[1]) > 0
+    assert any(a[0] != b[0] for a, b in zip(*calls)), "the ranks never needed different chunk counts: the hazard was not exercised"
+    for (need0, made0), (need1, made1) in zip(*calls):
+        assert made0 == made1 == max(need0, need1)
+    rows = read_metrics(tmp_path / "out" / "metrics.jsonl")
+    assert [r["iteration"] for r in rows] == [1, 2] and all("val/score" in r for r in rows)
+    assert rows[0]["debug/first_minibatch_ratio_max_dev"] < 1e-4
 
 
 FAKE_SRUN = """#!/usr/bin/env bash

@@ -233,3 +233,29 @@ def test_chunked_token_stats_keep_no_vocabulary_sized_tensor_for_backward():
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         _naive_stats(hidden, tokens, temps, forbid, head, ref)
     assert (B, R, V) in saved
+
+
+def test_extra_empty_chunks_change_nothing_but_the_number_of_head_calls():
+    """``num_chunks`` (every ZeRO-3 rank the same number of lm_head collectives): the padded-out chunks
+    call the policy and reference heads in the forward and the backward's recompute like any other,
+    and the statistics and gradients are bit-identical to the unpadded ones."""
+    from a2c_ppo_acktr.distributions import chunked_token_stats
+
+    hidden, head, temps, forbid, tokens, mask, ref = _stats_case(seed=4)
+    chunk = 3
+    needed = -(-int(mask.sum()) // chunk)
+    calls = []
+    head.register_forward_hook(lambda _m, args, _o: calls.append(args[0].shape[0]))
+    results = []
+    for num_chunks in (None, needed + 2):
+        calls.clear()
+        stats = chunked_token_stats(hidden, tokens, temps, forbid, mask, head=head, ref_inputs=ref, chunk_tokens=chunk, num_chunks=num_chunks)
+        grads = torch.autograd.grad(stats.log_probs.sum() + stats.entropy.sum() + stats.kl.sum(), [hidden, temps, head.weight])
+        results.append((stats, grads, list(calls)))
+    (plain, plain_grads, plain_calls), (padded, padded_grads, padded_calls) = results
+    assert len(plain_calls) == 4 * needed  # policy + reference heads, forward + recompute
+    assert len(padded_calls) == 4 * (needed + 2) and padded_calls.count(0) == 4 * 2
+    for a, b in zip([*plain, *plain_grads], [*padded, *padded_grads]):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="fewer than"):
+        chunked_token_stats(hidden, tokens, temps, forbid, mask, head=head, chunk_tokens=chunk, num_chunks=needed - 1)
