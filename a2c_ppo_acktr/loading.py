@@ -359,9 +359,10 @@ def load_vlm(cfg: ModelConfig) -> LoadedVLM:
         ) from e
     model.to(device)  # a no-op when placement_kwargs already put it there
     model.eval()
-    shipped = model.generation_config
-    model.generation_config = neutral_generation_config(shipped)
-    dropped = sorted(set(shipped.to_diff_dict()) - set(model.generation_config.to_diff_dict()) - {"transformers_version"})
+    shipped = getattr(model, "generation_config", None)
+    if shipped is not None:
+        model.generation_config = neutral_generation_config(shipped)
+    dropped = sorted(set(shipped.to_diff_dict()) - set(model.generation_config.to_diff_dict()) - {"transformers_version"}) if shipped is not None else []
     if dropped:
         log.info("set aside the decoding defaults of %s's generation_config (%s); sampling follows the run's config",
                  path, ", ".join(f"{k}={getattr(shipped, k)!r}" for k in dropped))

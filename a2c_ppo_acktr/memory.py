@@ -456,9 +456,13 @@ def estimate(d: ModelDims, shapes: Shapes, s: Setup, heads: int = 0) -> list[Ter
     # The chunks' backward runs before the layers' (lm_head is last in the forward): its peak and
     # a layer's never coincide.
     c = chunk_tokens(d, shapes)
+    # Below float32, lm_head casts its weight to float32 for every call (model.float32_logits): a
+    # V x H float32 temporary beside the chunk's tensors (and once per decoded token in generate).
+    head_copy = V * H * 4 if b < 4 else 0
     terms.append(Term(
-        "logits chunk (chunked log-prob/entropy/KL)", c * V * (CHUNK_FP32_COPIES * 4 + b),
-        f"c x V x ({CHUNK_FP32_COPIES} x 4 + b); c = {c} tokens, V = {V}", "transient"))
+        "logits chunk (chunked log-prob/entropy/KL)", c * V * (CHUNK_FP32_COPIES * 4 + b) + head_copy,
+        f"c x V x ({CHUNK_FP32_COPIES} x 4 + b){' + V x H x 4 (float32 lm_head weight)' if head_copy else ''}; c = {c} tokens, V = {V}",
+        "transient"))
     E, P_len = shapes.num_envs, shapes.prompt_tokens
     kv_cache = E * (P_len + R) * L * 2 * d.kv_dim * b
     terms.append(Term("rollout: KV cache of generate", kv_cache,

@@ -70,7 +70,7 @@ from a2c_ppo_acktr.distributions import (
 )
 from a2c_ppo_acktr.encoding import TurnEncoding, collate, split_rows
 from a2c_ppo_acktr.loading import LoadedVLM, ModelLoadError, forbidden_token_ids, load_vlm, record_base_model
-from a2c_ppo_acktr.temp_predictor import TempPredictor
+from a2c_ppo_acktr.temp_predictor import TempPredictor, float32_forward
 
 logger = logging.getLogger(__name__)
 
@@ -226,6 +226,28 @@ def build_lora_config(cfg: ModelConfig, modules_to_save: Optional[Sequence[str]]
         bias="none",
     )
 
+def float32_logits(head: nn.Module) -> None:
+    """Make ``lm_head`` return float32 logits from low-precision weights and hidden states.
+
+    A bf16 ``lm_head`` rounds each logit to bf16: one step is 0.06-0.25 at real logit sizes (16-64),
+    the rounding differs between the rollout's and the update's batch layouts, and temperatures as
+    low as ``min_temperature`` divide it, so the first PPO ratio strays from 1. Here the Linear that
+    holds the weight computes ``x.float() @ W.float().T``: the exact product of the bf16 values in
+    float32. Its ``forward`` is replaced, not its call, so module hooks (ZeRO-3's gather, LoRA's
+    wrapper, which adds its own term) still run around it; the cast weight is a per-call temporary of
+    ``V x H`` floats (2.2 GB for a 7B Qwen, one chunk at a time). A float32 head is left as it is.
+    """
+    linear = getattr(head, "base_layer", head)  # peft's LoRA wrapper keeps the Linear as base_layer
+    if not isinstance(linear, nn.Linear) or linear.weight.dtype == torch.float32:
+        return
+
+    def forward(x: Tensor) -> Tensor:
+        bias = None if linear.bias is None else linear.bias.float()
+        return torch.nn.functional.linear(x.float(), linear.weight.float(), bias)
+
+    linear.forward = forward
+
+
 class VLMPolicy(nn.Module):
     """Actor-critic VLM policy.
 
@@ -256,6 +278,7 @@ class VLMPolicy(nn.Module):
         self.model = self._wrap(base, cfg, loaded.family)
         if cfg.gradient_checkpointing:
             self._enable_gradient_checkpointing(base)
+        float32_logits(self.model.get_output_embeddings())
         device = next(base.parameters()).device
         # Heads stay float32 whatever the base dtype: values and temperatures need the precision.
         self.value_head = nn.Sequential(
@@ -368,9 +391,7 @@ class VLMPolicy(nn.Module):
         return torch.full((hidden.shape[0],), value, device=hidden.device)
 
     def _values(self, hidden: Tensor) -> Tensor:
-        # Under DeepSpeed bf16 the engine casts every parameter, heads included: feed the head its own dtype.
-        head_dtype = next(self.value_head.parameters()).dtype
-        return self.value_head(hidden.to(head_dtype)).float().squeeze(-1)
+        return float32_forward(self.value_head, hidden).squeeze(-1)
 
     @contextlib.contextmanager
     def _eval_mode(self) -> Iterator[None]:

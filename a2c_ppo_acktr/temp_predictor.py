@@ -14,6 +14,20 @@ import torch
 from torch import Tensor, nn
 
 
+def float32_forward(mlp: nn.Sequential, x: Tensor) -> Tensor:
+    """``mlp(x)`` computed in float32 whatever the dtype of its parameters: under DeepSpeed bf16 the
+    engine casts every parameter, the heads' included (its optimizer keeps float32 masters), and a
+    value or a temperature computed in bf16 carries 2-3 significant digits. Gradients reach the
+    parameters in their own dtype through the casts."""
+    x = x.float()
+    for layer in mlp:
+        if isinstance(layer, nn.Linear):
+            x = nn.functional.linear(x, layer.weight.float(), None if layer.bias is None else layer.bias.float())
+        else:
+            x = layer(x)
+    return x
+
+
 class TempPredictor(nn.Module):
     """Per-state sampling temperature in ``[min_temperature, max_temperature]``.
 
@@ -42,6 +56,5 @@ class TempPredictor(nn.Module):
 
     def forward(self, hidden: Tensor) -> Tensor:
         """``(B, H)`` hidden states (any dtype) -> ``(B,)`` float32 temperatures."""
-        # Under DeepSpeed bf16 the engine casts every parameter, heads included: feed the head its own dtype.
-        x = self.mlp(hidden.to(self.mlp[0].weight.dtype)).float().squeeze(-1)
+        x = float32_forward(self.mlp, hidden).squeeze(-1)
         return self.min_temperature + (self.max_temperature - self.min_temperature) * torch.sigmoid(x)

@@ -4,7 +4,7 @@
 #   1. environment  torch/CUDA build, the GPUs, bf16 support, flash-attn, DeepSpeed
 #   2. ratio        tiny model in bf16 on CUDA, sdpa (and flash_attention_2 when flash_attn imports):
 #                   the first PPO minibatch's max |ratio - 1| stays under the bf16 bound
-#                   (a2c_ppo_acktr/gpu_smoke.py RATIO_BOUNDS; docs/TRAINING.md); peak GPU memory
+#                   (a2c_ppo_acktr/gpu_smoke.py ratio_bound: a fraction of ppo.clip_coef in bf16; docs/TRAINING.md); peak GPU memory
 #   3. PPO          2 iterations under accelerate + DeepSpeed ZeRO-2 on all visible GPUs through
 #                   scripts/run_vsi_qwen.sh (PRESET=debug): ratio deviation, debug/param_rank_max_dev
 #                   (must be 0), steps/s

@@ -40,7 +40,7 @@ def test_bf16_default_mode_keeps_the_first_minibatch_ratio_near_one():
     every turn's ``|ratio - 1|`` stays under the bf16 bound in the default mode, few turns exceed the
     typical level, and ``generate`` mode (cached decoding's logits) exceeds it on several times as
     many turns, which is why bf16 defaults to ``recompute`` (~25 s)."""
-    from a2c_ppo_acktr.gpu_smoke import RATIO_BOUNDS, TEMPERATURE_SETTINGS, TYPICAL_DEV, ratio_check
+    from a2c_ppo_acktr.gpu_smoke import TEMPERATURE_SETTINGS, TYPICAL_DEV, ratio_bound, ratio_check
 
     def run(mode: dict) -> list:
         return [
@@ -57,6 +57,69 @@ def test_bf16_default_mode_keeps_the_first_minibatch_ratio_near_one():
     worst = max(r.ratio_max_dev for r in default)
     print(f"bf16 default mode: max |ratio-1| {worst:.3g}, turns over {TYPICAL_DEV:g}: {share_over_typical(default):.1%} "
           f"(generate mode: {share_over_typical(generate):.1%})")
-    assert worst < RATIO_BOUNDS["bfloat16"]
+    assert worst < ratio_bound("bfloat16", 0.1)  # the GPU presets' clip range
     assert share_over_typical(default) <= 0.15
     assert share_over_typical(generate) >= 2 * share_over_typical(default)
+
+
+@pytest.mark.parametrize("lora_on_head", [False, True])
+def test_a_bf16_lm_head_gives_float32_logits_of_the_exact_product(tiny_model_path, lora_on_head):
+    """bf16 rounding of the logits (0.06-0.25 at real sizes, divided by the temperature) is gone: the
+    head returns the float32 product of the bf16 hidden states and weights, with LoRA's term when
+    lm_head is adapted, and the chunked log-probs see it."""
+    import torch
+
+    from a2c_ppo_acktr.model import VLMPolicy
+
+    targets = r".*language_model.*\.(q_proj|v_proj)" + (r"|lm_head" if lora_on_head else "")
+    cfg = ModelConfig(model_path=tiny_model_path, device="cpu", dtype="bfloat16", lora_r=2, lora_alpha=4,
+                      lora_target_modules=targets, value_head_hidden=8, temp_head_hidden=8)
+    torch.manual_seed(0)
+    policy = VLMPolicy(cfg)
+    head = policy.model.get_output_embeddings()
+    linear = getattr(head, "base_layer", head)
+    assert (linear is not head) == lora_on_head and linear.weight.dtype == torch.bfloat16
+    if lora_on_head:
+        with torch.no_grad():
+            head.lora_B["default"].weight.normal_(0.0, 0.5)  # an adapter term that is not zero
+    x = torch.randn(5, linear.in_features, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16) * 4
+    with torch.no_grad():
+        got = head(x)
+        exact = x.double() @ linear.weight.double().T
+        if lora_on_head:
+            a, b = head.lora_A["default"].weight.double(), head.lora_B["default"].weight.double()
+            exact = exact + (x.double() @ a.T @ b.T) * head.scaling["default"]
+        rounded = torch.nn.functional.linear(x, linear.weight)  # what a plain bf16 head returns
+    assert got.dtype == torch.float32
+    # float32 products of bf16 values are exact; only the H-term sums round (LoRA computes in float32)
+    tol = 1e-4 * float(exact.abs().max())
+    assert (got.double() - exact).abs().max() < tol
+    assert (rounded.double() - exact).abs().max() > 10 * (got.double() - exact).abs().max()
+
+
+def test_heads_compute_in_float32_when_deepspeed_casts_them_to_bf16(tiny_model_path):
+    """DeepSpeed's bf16 engine casts every parameter, the value and temperature heads' included; the
+    heads still compute in float32 (the bf16 weights' exact values), with gradients into them."""
+    import torch
+
+    from a2c_ppo_acktr.model import VLMPolicy
+    from a2c_ppo_acktr.temp_predictor import float32_forward
+
+    cfg = ModelConfig(model_path=tiny_model_path, device="cpu", lora_r=2, lora_alpha=4, value_head_hidden=8, temp_head_hidden=8)
+    torch.manual_seed(0)
+    policy = VLMPolicy(cfg)
+    with torch.no_grad():
+        policy.temp_predictor.mlp[-1].weight.normal_(0.0, 1.0)  # a head whose output depends on the input
+    policy.value_head.to(torch.bfloat16)
+    policy.temp_predictor.to(torch.bfloat16)
+    hidden = torch.randn(4, policy.value_head[0].in_features, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    values, temps = policy._values(hidden), policy.temp_predictor(hidden)
+    assert values.dtype == temps.dtype == torch.float32
+    wide = {k: v.double() for k, v in policy.value_head.state_dict().items()}
+    want = torch.tanh(hidden.double() @ wide["0.weight"].T + wide["0.bias"]) @ wide["2.weight"].T + wide["2.bias"]
+    assert (values.double() - want.squeeze(-1)).abs().max() < 1e-5
+    in_bf16 = policy.value_head(hidden).squeeze(-1)  # what the bf16 module itself computes
+    assert (in_bf16.double() - want.squeeze(-1)).abs().max() > 10 * (values.double() - want.squeeze(-1)).abs().max()
+    grads = torch.autograd.grad(values.sum() + temps.sum(), [policy.value_head[0].weight, policy.temp_predictor.mlp[0].weight])
+    assert all(g.dtype == torch.bfloat16 and g.abs().max() > 0 for g in grads)
+    assert torch.equal(float32_forward(policy.value_head, hidden), values[:, None])

@@ -48,6 +48,21 @@ def test_ds_config_auto_entries_follow_run_config():
     assert ds3["zero_optimization"]["stage"] == 3 and ds3["bf16"]["enabled"] is False
 
 
+def test_gradients_accumulate_and_travel_in_float32(tmp_path):
+    """bf16 sums of 16 micro-batches over 8 ranks keep 2-3 digits: the shipped JSONs, and any JSON
+    that says nothing, accumulate and reduce in fp32; an explicit choice is kept."""
+    for shipped in (DS_JSON, DS3_JSON):
+        on_disk = json.loads(shipped.read_text())
+        assert on_disk["data_types"]["grad_accum_dtype"] == "fp32" and on_disk["communication_data_type"] == "fp32"
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({"zero_optimization": {"stage": 2}}))
+    ds = deepspeed_config_dict(_cfg(model={"dtype": "bfloat16"}, dist={"zero_stage": 2, "deepspeed_config": str(bare)}))
+    assert ds["data_types"]["grad_accum_dtype"] == "fp32" and ds["communication_data_type"] == "fp32"
+    bare.write_text(json.dumps({"zero_optimization": {"stage": 2}, "communication_data_type": "bf16", "data_types": {"grad_accum_dtype": "bf16"}}))
+    ds = deepspeed_config_dict(_cfg(model={"dtype": "bfloat16"}, dist={"zero_stage": 2, "deepspeed_config": str(bare)}))
+    assert ds["data_types"]["grad_accum_dtype"] == "bf16" and ds["communication_data_type"] == "bf16"
+
+
 def test_ds_config_contradictions_are_refused(tmp_path):
     explicit = json.loads(DS_JSON.read_text())
     explicit["gradient_clipping"] = 1.0

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from a2c_ppo_acktr.arguments import load_config
-from a2c_ppo_acktr.gpu_smoke import FAILED, RATIO_BOUNDS, SmokeFailure, check_ppo_run, check_sft_run, main, summary_table
+from a2c_ppo_acktr.gpu_smoke import FAILED, RATIO_BOUNDS, SmokeFailure, ratio_bound, check_ppo_run, check_sft_run, main, summary_table
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,13 +37,21 @@ def test_check_ppo_run_passes_a_good_run_and_reports_speed(tmp_path):
     assert result["rollout_log_probs"] == "generate" and result["bound"] == RATIO_BOUNDS["float32"]
 
 
+def test_the_low_precision_bound_is_a_fraction_of_the_clip_range():
+    assert ratio_bound("float32", 0.1) == RATIO_BOUNDS["float32"] == 1e-4
+    assert ratio_bound("bfloat16", 0.1) == pytest.approx(0.08) and ratio_bound("float16", 0.2) == pytest.approx(0.16)
+    with pytest.raises(ValueError, match="int8"):
+        ratio_bound("int8", 0.1)
+
+
 @pytest.mark.parametrize(
     "rows, dtype, message",
     [
         ([_row(1), _row(2, rank=1e-7)], "float32", "param_rank_max_dev"),  # ranks' weights differ: must be exactly 0
         ([_row(1), _row(2, ratio=2e-4)], "float32", "first_minibatch_ratio_max_dev"),  # over fp32's 1e-4
         ([_row(1), _row(2, ratio=float("nan"))], "float32", "first_minibatch_ratio_max_dev"),
-        ([_row(1, ratio=RATIO_BOUNDS["bfloat16"] * 1.01), _row(2)], "bfloat16", "first_minibatch_ratio_max_dev"),
+        # bf16: a fraction of the run's clip range (the debug preset's ppo.clip_coef)
+        ([_row(1, ratio=ratio_bound("bfloat16", load_config(preset="debug").ppo.clip_coef) * 1.01), _row(2)], "bfloat16", "first_minibatch_ratio_max_dev"),
         ([_row(1)], "float32", "expected 2 iterations"),
     ],
 )
@@ -103,7 +111,7 @@ def test_script_cpu_mode_runs_every_stage(tmp_path):
     assert proc.stdout.rstrip().endswith("GPU SMOKE PASSED")
     work = tmp_path / "smoke"
     ratio = json.loads((work / "ratio.json").read_text())
-    assert {r["setting"] for r in ratio} == {"preset", "gpu-preset (T=0.2 in [0.05, 1])"}
+    assert {r["setting"] for r in ratio} == {"preset", "gpu-preset (T=0.2 in [0.1, 1])"}
     assert all(r["dtype"] == "float32" and r["ratio_max_dev"] < 1e-4 and r["peak_memory_gib"] is None for r in ratio)
     ppo = json.loads((work / "ppo.json").read_text())
     assert ppo["iterations"] == 2 and ppo["param_rank_max_dev"] == 0.0 and ppo["env_steps_per_s"] > 0
