@@ -205,9 +205,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from a2c_ppo_acktr.envs.real_scans import SceneLoadError
     from a2c_ppo_acktr.envs.vsibench import VSIBenchRowError
     from a2c_ppo_acktr.jsonl import JsonlError
-    from a2c_ppo_acktr.loading import ModelLoadError
+    from a2c_ppo_acktr.loading import ContextLengthError, ModelLoadError
 
-    return (ConfigError, ModelLoadError, SceneLoadError, VSIBenchRowError, CheckpointError, FileNotFoundError, JsonlError)
+    return (ConfigError, ModelLoadError, ContextLengthError, SceneLoadError, VSIBenchRowError, CheckpointError, FileNotFoundError, JsonlError)
 
 
 def run_main(main: Callable[[], object], prog: str) -> int:

@@ -34,14 +34,25 @@ log = logging.getLogger(__name__)
 TINY_PREFIX = "tiny:"
 
 # model_type -> family name used across the package. Qwen2/2.5/3-VL and LLaVA (``llava``) are tested
-# on tiny models on CPU (``tiny:<family>``); LLaVA-OneVision loads through the same Auto classes and
-# is allowed through untested. No real checkpoint of any family is tested here (no GPU, no downloads).
+# on tiny models on CPU (``tiny:<family>``). No real checkpoint of any family is tested here (no GPU,
+# no downloads).
 SUPPORTED_FAMILIES: dict[str, str] = {
     "qwen2_vl": "qwen2_vl",
     "qwen2_5_vl": "qwen2_5_vl",
     "qwen3_vl": "qwen3_vl",
     "llava": "llava",
-    "llava_onevision": "llava_onevision",
+}
+# Families that load through the same Auto classes but would run wrong: why, in one line each.
+REFUSED_FAMILIES: dict[str, str] = {
+    "llava_onevision": (
+        "LLaVA-OneVision is refused until its encoding is built: the policy hands the processor a flat image "
+        "list, so every frame takes the single-image anyres path (~3,700 tokens for a 448 px frame instead of "
+        "~730; 10 frames make a 37k-token prompt) and each minibatch re-processes its images"
+    ),
+    "llava_next": (
+        "LLaVA-1.6 (llava_next) is refused until it is tested like the other families (load, act, update at "
+        "ratio 1, adapter round trip on a tiny model of its class)"
+    ),
 }
 
 # Special tokens the processors insert for images/videos (Qwen's, then LLaVA's); generating one is
@@ -51,6 +62,9 @@ _VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|ima
 
 class ModelLoadError(RuntimeError):
     """A model or processor could not be found or loaded; the message says how to fix it."""
+class ContextLengthError(ValueError):
+    """A prompt plus the response budget does not fit the model's positions; the message names the
+    settings to lower."""
 
 
 @dataclass
@@ -161,10 +175,12 @@ def detect_family(model_type: str) -> str:
     Raises:
         ModelLoadError: ``model_type`` is not supported; the message lists what is.
     """
+    if model_type in REFUSED_FAMILIES:
+        raise ModelLoadError(f"model_type {model_type!r}: {REFUSED_FAMILIES[model_type]}; supported: {sorted(SUPPORTED_FAMILIES)}")
     if model_type not in SUPPORTED_FAMILIES:
         raise ModelLoadError(
             f"model_type {model_type!r} is not supported; supported model types: {sorted(SUPPORTED_FAMILIES)} "
-            "(Qwen2-VL, Qwen2.5-VL, Qwen3-VL and LLaVA are tested on tiny CPU models; LLaVA-OneVision is accepted untested)"
+            "(Qwen2-VL, Qwen2.5-VL, Qwen3-VL and LLaVA, each tested on a tiny CPU model)"
         )
     return SUPPORTED_FAMILIES[model_type]
 

@@ -69,7 +69,7 @@ from a2c_ppo_acktr.distributions import (
     token_log_probs,
 )
 from a2c_ppo_acktr.encoding import TurnEncoding, collate, split_rows
-from a2c_ppo_acktr.loading import LoadedVLM, ModelLoadError, forbidden_token_ids, load_vlm, record_base_model
+from a2c_ppo_acktr.loading import ContextLengthError, LoadedVLM, ModelLoadError, forbidden_token_ids, load_vlm, record_base_model
 from a2c_ppo_acktr.temp_predictor import TempPredictor, float32_forward
 
 logger = logging.getLogger(__name__)
@@ -300,6 +300,8 @@ class VLMPolicy(nn.Module):
         self.pad_id = int(pad)
         self._warned_split = False  # the processor output could not be kept with the rollout (warned once)
         self._ema: Optional[dict[str, Tensor]] = None  # ppo.reference=ema: float32 averages by name (init_ema_reference)
+        limit = getattr(text_cfg, "max_position_embeddings", None)
+        self.context_limit: Optional[int] = int(limit) if limit else None  # prompt + response positions (_check_context)
 
     # ------------------------------------------------------------------ construction
     @staticmethod
@@ -745,6 +747,7 @@ class VLMPolicy(nn.Module):
         with self._eval_mode():
             texts, images = self._prompts_and_images(observations, blind)
             cpu_enc = self._process(texts, images)
+            self._check_context(cpu_enc["input_ids"].shape[1])
             enc = self._to_device(cpu_enc)
             P = enc["input_ids"].shape[1]
             recompute = self.cfg.rollout_log_probs == "recompute"
@@ -791,6 +794,19 @@ class VLMPolicy(nn.Module):
             prompt_ids=[e.input_ids for e in encodings] if encodings is not None else self._unpadded(cpu_enc),
             token_weights=weights,
             encodings=encodings,
+        )
+
+    def _check_context(self, prompt_tokens: int) -> None:
+        """Stop with one line when the longest prompt plus ``model.max_new_tokens`` does not fit the
+        model's positions (``max_position_embeddings``): past them a model degrades without an error
+        (LLaVA-1.5 has 4,096; a 10-frame VSI prompt at 448 px is ~6k tokens)."""
+        limit = self.context_limit
+        if limit is None or prompt_tokens + self.cfg.max_new_tokens <= limit:
+            return
+        raise ContextLengthError(
+            f"a prompt of {prompt_tokens} tokens + model.max_new_tokens {self.cfg.max_new_tokens} exceeds the model's "
+            f"{limit} positions (max_position_embeddings); lower env.num_sweep_frames, env.image_history, "
+            f"model.max_pixels (visual tokens per frame) or model.max_new_tokens"
         )
 
     def _generation_config(self, greedy: bool) -> GenerationConfig:

@@ -344,3 +344,37 @@ def test_untested_library_versions_stop_the_load_in_one_line(tiny_model_path, mo
     assert "\n" not in str(err.value) and loading.ALLOW_UNTESTED_ENV in str(err.value)
     monkeypatch.setenv(loading.ALLOW_UNTESTED_ENV, "1")
     assert load_vlm(ModelConfig(model_path=tiny_model_path, device="cpu")).family == "qwen2_5_vl"
+
+
+def test_families_that_would_run_wrong_are_refused_with_the_reason():
+    from a2c_ppo_acktr.loading import REFUSED_FAMILIES
+
+    for model_type, fragment in (("llava_onevision", "anyres"), ("llava_next", "LLaVA-1.6")):
+        with pytest.raises(ModelLoadError, match=fragment) as err:
+            detect_family(model_type)
+        assert "\n" not in str(err.value) and model_type in REFUSED_FAMILIES
+    assert not set(REFUSED_FAMILIES) & set(SUPPORTED_FAMILIES)
+
+
+def test_a_prompt_past_the_models_positions_stops_in_one_line(tiny_model_path, tmp_path):
+    """prompt + max_new_tokens > max_position_embeddings: one line naming the settings to lower,
+    before any generation (a model past its positions degrades without an error)."""
+    import shutil
+
+    from a2c_ppo_acktr.loading import ContextLengthError
+    from a2c_ppo_acktr.model import VLMPolicy
+
+    path = tmp_path / "short"
+    shutil.copytree(tiny_model_path, path)
+    config = json.loads((path / "config.json").read_text())
+    config["text_config"]["max_position_embeddings"] = 300
+    (path / "config.json").write_text(json.dumps(config))
+    cfg = ModelConfig(model_path=str(path), device="cpu", max_new_tokens=16, lora_r=2, lora_alpha=4, value_head_hidden=8, temp_head_hidden=8)
+    policy = VLMPolicy(cfg)
+    assert policy.context_limit == 300
+    short = {"images": [], "text": "Hi"}
+    long = {"images": _frames(8), "text": "How many chairs are in the room? " * 4}
+    policy.act([short])  # fits
+    with pytest.raises(ContextLengthError, match=r"a prompt of \d+ tokens \+ model.max_new_tokens 16 exceeds the model's 300 positions") as err:
+        policy.act([short, long])
+    assert "env.num_sweep_frames" in str(err.value) and "\n" not in str(err.value)
