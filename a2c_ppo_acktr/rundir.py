@@ -248,3 +248,42 @@ def run_lock(directory: str | os.PathLike, is_main: bool, num_processes: int = 1
     if error:
         raise RunLockedError(error)
     return lock
+
+
+class SharedDirectoryError(ConfigError):
+    """Some processes of a run do not see the files another one writes beside the run directory."""
+
+
+def check_shared_directory(directory: str | os.PathLike, is_main: bool, num_processes: int) -> None:
+    """Every process must see a file the main process writes beside ``directory`` (a collective).
+
+    A multi-node run whose output directory is node-local (``/tmp``, a local scratch disk) would
+    otherwise fail at its first checkpoint, hours in, or worse, let each node write its own half.
+    The main process writes a probe file next to the run lock, every process looks for it, the main
+    process removes it. Nothing to check with one process.
+
+    Raises:
+        SharedDirectoryError: on every process, naming the processes (and hosts) that did not see it.
+    """
+    if num_processes <= 1:
+        return
+    from accelerate.utils import broadcast_object_list, gather_object
+
+    target = Path(directory).expanduser().resolve()
+    probe = None
+    if is_main:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        probe = target.parent / f".{target.name}.probe-{socket.gethostname()}-{os.getpid()}-{time.time_ns()}"
+        probe.write_text("shared-filesystem probe of a starting run; removed once every process has looked\n", encoding="utf-8")
+    name = broadcast_object_list([probe.name if probe is not None else None])[0]
+    seen = (target.parent / name).exists()
+    everyone = gather_object([(int(os.environ.get("RANK", "0")), socket.gethostname(), seen)])
+    if probe is not None:
+        probe.unlink(missing_ok=True)
+    blind = [(rank, host) for rank, host, ok in everyone if not ok]
+    if blind:
+        who = ", ".join(f"{rank} on {host}" for rank, host in blind)
+        raise SharedDirectoryError(
+            f"{target} is not on a filesystem every process sees: process(es) {who} do not see the file the main process "
+            f"wrote beside it; put the output directory on a shared filesystem (not /tmp or a node-local disk)"
+        )

@@ -46,7 +46,7 @@ from .checkpoint import (
 from .distributed import build_accelerator, full_trainable, gather_lists, gathered_for_rollout, is_deepspeed, reduce_mean
 from .logger import METRICS_FILE, RunLogger, read_metrics
 from .preemption import STOP_FILE, Preempted, StopOnSignal
-from .rundir import check_output_path, run_lock
+from .rundir import check_output_path, check_shared_directory, run_lock
 from .storage import BOOTSTRAPPING_ESTIMATORS
 from .validation import BestPolicy, run_validation
 
@@ -683,6 +683,7 @@ def run_training(cfg: RunConfig) -> Path:
     accelerator = build_accelerator(cfg)
     lock = run_lock(cfg.log.output_dir, accelerator.is_main_process, accelerator.num_processes)
     try:
+        check_shared_directory(cfg.log.output_dir, accelerator.is_main_process, accelerator.num_processes)
         stop_file = Path(cfg.log.output_dir) / STOP_FILE
         if accelerator.is_main_process and stop_file.exists():
             logger.warning("removing %s, left by an earlier invocation (this one stops on a new one)", stop_file)

@@ -343,6 +343,28 @@ def test_zero3_ranks_with_unequal_chunks_and_validation_work_do_not_hang(tmp_pat
     assert rows[0]["debug/first_minibatch_ratio_max_dev"] < 1e-4
 
 
+@pytest.mark.multiprocess
+def test_an_output_directory_some_processes_cannot_see_stops_every_process_in_one_line(tmp_path):
+    """A multi-node run on a node-local path: the second process is given another directory of the
+    same name (what a node-local /tmp looks like from another node). Both stop before loading the
+    model, with one line naming the process that could not see the probe; no probe file remains."""
+    shared, local = tmp_path / "shared" / "run", tmp_path / "node1" / "run"
+    preamble = (
+        "import os, sys\n"
+        "if os.environ.get('RANK') == '1':\n"
+        f"    sys.argv[sys.argv.index('--log.output_dir') + 1] = {str(local)!r}\n"
+    )
+    driver = tmp_path / "driver.py"
+    driver.write_text(preamble + DRIVER)
+    env = {**os.environ, "HASH_DIR": str(tmp_path), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    res = subprocess.run([*_torchrun(), str(driver), "--preset", "debug", "--log.output_dir", str(shared), "--log.progress_bar", "false"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode != 0
+    lines = [line for line in res.stderr.splitlines() if "is not on a filesystem every process sees" in line]
+    assert lines and "process(es) 1 on" in lines[0], res.stderr[-3000:]
+    assert not list(shared.parent.glob(".run.probe-*")) and not (shared / "metrics.jsonl").exists()
+
+
 FAKE_SRUN = """#!/usr/bin/env bash
 # Fake srun for tests: start the task once per "node" as a local background process with that
 # node's SLURM_NODEID/SLURM_PROCID/SLURM_LOCALID, wait for all, fail if any failed.
