@@ -62,6 +62,8 @@ _VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|ima
 
 class ModelLoadError(RuntimeError):
     """A model or processor could not be found or loaded; the message says how to fix it."""
+
+
 class ContextLengthError(ValueError):
     """A prompt plus the response budget does not fit the model's positions; the message names the
     settings to lower."""

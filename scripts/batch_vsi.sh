@@ -57,6 +57,14 @@ fi
 export MAIN_ADDR NUM_MACHINES
 export NUM_GPUS=$GPUS_PER_NODE
 mkdir -p "$OUTDIR"
+# The model once, from this (the first) node, into the shared HF cache; every task then runs offline.
+# shellcheck source=scripts/common.sh
+. scripts/common.sh
+vsi_python
+prefetch=(--preset "${PRESET:-qwen2.5-vl-3b}")
+if [ -n "${ENV_CONFIG:-}" ]; then prefetch+=(--config "$ENV_CONFIG"); fi
+if [ -n "${MODEL_PATH:-}" ]; then prefetch+=(--model-path "$MODEL_PATH"); fi
+vsi_prefetch_model "${prefetch[@]}"
 echo "[batch_vsi] $NUM_MACHINES node(s) x $NUM_GPUS GPUs, main $MAIN_ADDR:$PORT" >&2
 
 # One task per node; MACHINE_RANK must be read inside each task (SLURM_NODEID differs per node),

@@ -61,3 +61,33 @@ vsi_env_launcher() {
   export ENV_CONFIG=${ENV_CONFIG:-configs/envs/$overlay.yaml}
   exec bash "scripts/$script" "$@"
 }
+
+# Settings for GPU processes, each kept when the caller already set it:
+#   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  prompts of varying length fragment the caching
+#                                                    allocator; expandable segments avoid most such OOMs
+#   OMP_NUM_THREADS  CPU cores of this node / processes on it (at least 1): torch's default of all
+#                    cores per process oversubscribes the node (accelerate would set 1 with a warning)
+# NCCL on multi-node clusters (set them yourself; the right values are the cluster's):
+#   NCCL_SOCKET_IFNAME=<iface>  the interface NCCL bootstraps on (e.g. ib0, eth0; `ip addr`), and
+#   GLOO_SOCKET_IFNAME the same for gloo; NCCL_IB_HCA=<mlx5_0,...> the InfiniBand adapters;
+#   NCCL_DEBUG=INFO prints the transport NCCL chose (first thing to read when a launch hangs).
+# $1: processes on this node.
+vsi_gpu_env() {
+  export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
+  if [ -z "${OMP_NUM_THREADS:-}" ]; then
+    local cores
+    cores=$(nproc 2>/dev/null || echo 1)
+    OMP_NUM_THREADS=$(( cores / $1 ))
+    if [ "$OMP_NUM_THREADS" -lt 1 ]; then OMP_NUM_THREADS=1; fi
+    export OMP_NUM_THREADS
+  fi
+}
+
+# Fetch the run's model into the Hugging Face cache once, before the ranks start, then run them
+# offline (HF_HUB_OFFLINE=1): no rank races another to the hub. Skipped when already offline.
+# Arguments: the config options that pick the model (--preset P [--config F] [--model-path M]).
+vsi_prefetch_model() {
+  if [ "${HF_HUB_OFFLINE:-0}" = 1 ]; then return 0; fi
+  "$PYTHON" -m a2c_ppo_acktr.prefetch "$@" >&2
+  export HF_HUB_OFFLINE=1
+}

@@ -20,10 +20,13 @@
 #   ENV_CONFIG    env overlay under configs/envs/ (another env than VSI; scripts/<run|sft>_<env>_qwen.sh set it)
 #   PYTHON        interpreter (default .venv/bin/python when present, else python)
 #   RESUME        auto (default: continue from the latest complete checkpoint) | none | PATH
+# Before the ranks start, the model is fetched once into the HF cache and the ranks run with
+# HF_HUB_OFFLINE=1; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True and OMP_NUM_THREADS = cores /
+# processes unless set (scripts/common.sh, vsi_gpu_env, also lists the NCCL interface variables).
 set -euo pipefail
 
 if [ "$#" -ne 4 ]; then
-  sed -n '2,22p' "$0" >&2
+  sed -n '2,25p' "$0" >&2
   exit 2
 fi
 SEED=$1
@@ -75,6 +78,11 @@ args=(
 if [ -n "${SFT_ADAPTER:-}" ]; then args+=(--sft-adapter "$SFT_ADAPTER"); fi
 vsi_append_overrides
 
+prefetch=(--preset "$PRESET")
+if [ -n "${ENV_CONFIG:-}" ]; then prefetch+=(--config "$ENV_CONFIG"); fi
+if [ -n "${MODEL_PATH:-}" ]; then prefetch+=(--model-path "$MODEL_PATH"); fi
+vsi_prefetch_model "${prefetch[@]}"
+vsi_gpu_env "$NUM_GPUS"
 echo "[run_vsi_qwen] node $MACHINE_RANK/$NUM_MACHINES, $NUM_GPUS GPUs here, $NUM_PROCESSES processes, main $MAIN_ADDR:$PORT" >&2
 exec "$PYTHON" -m accelerate.commands.launch \
   --config_file "$ACCEL_CONFIG" \

@@ -472,3 +472,30 @@ def test_deepspeed_zero2_bf16_two_processes(tmp_path):
     assert len(h0) == 1 and h0 == h1, f"ranks must hold the same weights after the one update: {h0} vs {h1}"
     row = read_metrics(tmp_path / "out" / "metrics.jsonl")[0]
     assert row["debug/param_rank_max_dev"] == 0.0 and row["optim/steps"] == 2.0
+
+
+def test_launch_hygiene_fetches_the_model_once_then_runs_offline(tmp_path, tiny_model_path):
+    """scripts/common.sh: the model is made loadable offline before the ranks start (a local path needs
+    nothing, a hub id not in the cache while offline is one line), the ranks then get
+    HF_HUB_OFFLINE=1, expandable segments and OMP_NUM_THREADS = cores / processes; a caller's own
+    values are kept."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "OMP_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF")}
+    env["PYTHON"] = sys.executable
+    script = ('. scripts/common.sh; vsi_prefetch_model --model-path "$1"; vsi_gpu_env 2; '
+              'echo "offline=$HF_HUB_OFFLINE alloc=$PYTORCH_CUDA_ALLOC_CONF omp=$OMP_NUM_THREADS"')
+    res = subprocess.run(["bash", "-c", script, "x", tiny_model_path], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert f"{tiny_model_path}: local" in res.stderr
+    assert res.stdout.strip() == f"offline=1 alloc=expandable_segments:True omp={max(1, os.cpu_count() // 2)}"
+    mine = {**env, "OMP_NUM_THREADS": "3", "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128", "HF_HUB_OFFLINE": "1"}
+    res = subprocess.run(["bash", "-c", script, "x", "Org/not-cached-anywhere"], cwd=REPO, env=mine, capture_output=True, text=True, timeout=120)
+    assert res.stdout.strip() == "offline=1 alloc=max_split_size_mb:128 omp=3"  # already offline: nothing fetched
+    res = subprocess.run([sys.executable, "-m", "a2c_ppo_acktr.prefetch", "--model-path", "Org/not-cached-anywhere"],
+                         cwd=REPO, env=mine, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "is not in the local Hugging Face cache and HF_HUB_OFFLINE is set" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    for launcher in ("run_vsi_qwen.sh", "batch_vsi.sh"):
+        text = (REPO / "scripts" / launcher).read_text()
+        assert text.index("vsi_prefetch_model") < text.index("srun" if launcher == "batch_vsi.sh" else "accelerate.commands.launch")
+    run = (REPO / "scripts" / "run_vsi_qwen.sh").read_text()
+    assert run.index("vsi_gpu_env") < run.index("accelerate.commands.launch")
