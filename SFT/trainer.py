@@ -26,7 +26,7 @@ from transformers import Trainer, TrainingArguments, set_seed
 
 from a2c_ppo_acktr.arguments import ConfigError, RunConfig
 from a2c_ppo_acktr.loading import record_base_model
-from a2c_ppo_acktr.model import build_lora_config
+from a2c_ppo_acktr.model import build_lora_config, enable_gradient_checkpointing
 from SFT.data import ModalityGroupedBatchSampler, SFTCollator, SFTDataset, resolve_data_files
 
 logger = logging.getLogger(__name__)
@@ -134,8 +134,9 @@ def training_arguments(cfg: RunConfig, has_eval: bool) -> TrainingArguments:
         seed=cfg.seed,
         bf16=cfg.model.dtype == "bfloat16" and not on_cpu,
         fp16=cfg.model.dtype == "float16" and not on_cpu,
-        activation_checkpointing=cfg.model.gradient_checkpointing,
-        activation_checkpointing_kwargs={"use_reentrant": False} if cfg.model.gradient_checkpointing else None,
+        # model.gradient_checkpointing is enabled by build_trainer (enable_gradient_checkpointing), not by
+        # the Trainer: the Trainer's would hook every input embedding, the frozen vision tower's included.
+        activation_checkpointing=False,
         use_cpu=on_cpu,
         # gloo for multi-process CPU runs; naming a backend in a single process would make
         # accelerate look for a process group that does not exist.
@@ -195,7 +196,9 @@ def build_trainer(cfg: RunConfig, loaded: Any = None) -> VLMTrainer:
     set_seed(cfg.seed)
     model = get_peft_model(loaded.model, build_lora_config(cfg.model))
     if cfg.model.gradient_checkpointing:
-        model.enable_input_require_grads()  # frozen embeddings + checkpointing need grads on the inputs
+        # Non-reentrant: LoRA inside a checkpointed block gets its gradient without input hooks, so a
+        # frozen vision tower stays out of autograd (no recompute, no backward through it).
+        enable_gradient_checkpointing(loaded.model)
     collator = SFTCollator(loaded.processor, max_length=cfg.sft.max_length)
     return VLMTrainer(
         model=model,

@@ -226,6 +226,25 @@ def build_lora_config(cfg: ModelConfig, modules_to_save: Optional[Sequence[str]]
         bias="none",
     )
 
+def enable_gradient_checkpointing(base: nn.Module) -> None:
+    """Recompute each decoder (and vision) block in backward instead of storing its activations.
+
+    Non-reentrant checkpointing gives the LoRA weights inside a checkpointed block their gradients
+    whether or not the block's input requires grad, so the frozen embeddings need no
+    ``enable_input_require_grads``. transformers installs those hooks anyway, on every input
+    embedding it finds, the vision tower's patch embedding included: that would pull the frozen
+    tower into autograd (its blocks recomputed and back-propagated through for nothing), so they
+    are removed. PPO's policy and SFT both enable it here. Tested: LoRA weights of every layer get
+    gradients, the first ratio stays 1, and a frozen tower runs no backward.
+    """
+    kwargs = {"use_reentrant": False}
+    if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5 (the old name warns)
+        base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    base.disable_input_require_grads()
+
+
 def float32_logits(head: nn.Module) -> None:
     """Make ``lm_head`` return float32 logits from low-precision weights and hidden states.
 
@@ -277,7 +296,7 @@ class VLMPolicy(nn.Module):
             p.requires_grad_(False)
         self.model = self._wrap(base, cfg, loaded.family)
         if cfg.gradient_checkpointing:
-            self._enable_gradient_checkpointing(base)
+            enable_gradient_checkpointing(base)
         float32_logits(self.model.get_output_embeddings())
         device = next(base.parameters()).device
         # Heads stay float32 whatever the base dtype: values and temperatures need the precision.
@@ -329,24 +348,6 @@ class VLMPolicy(nn.Module):
             from .arguments import ConfigError
 
             raise ConfigError(f"LoRA could not be applied with model.lora_target_modules={cfg.lora_target_modules!r}: {e}") from e
-
-    @staticmethod
-    def _enable_gradient_checkpointing(base: nn.Module) -> None:
-        """Recompute each decoder (and vision) block in backward instead of storing its activations.
-
-        Non-reentrant checkpointing gives the LoRA weights inside a checkpointed block their gradients
-        whether or not the block's input requires grad, so the frozen embeddings need no
-        ``enable_input_require_grads``. transformers installs those hooks anyway, on every input
-        embedding it finds, the vision tower's patch embedding included: that would pull the frozen
-        tower into autograd (its blocks recomputed and back-propagated through for nothing), so they
-        are removed. Tested: LoRA weights of every layer get gradients and the first ratio stays 1.
-        """
-        kwargs = {"use_reentrant": False}
-        if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5 (the old name warns)
-            base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-        else:
-            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-        base.disable_input_require_grads()
 
     @staticmethod
     def _vision_module_names(base: nn.Module, suffixes: Sequence[str]) -> list[str]:

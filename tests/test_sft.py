@@ -411,3 +411,42 @@ def test_sft_adapter_with_embedding_lora_holds_only_the_lora_factors(tmp_path, t
         with safe_open(str(path / "adapter_model.safetensors"), "pt") as f:
             keys = list(f.keys())
         assert any("lora_embedding_A" in k for k in keys) and all("lora_" in k for k in keys), (path, keys)
+
+
+def test_sft_with_gradient_checkpointing_runs_no_backward_through_the_frozen_tower(tmp_path, tiny_model_path):
+    """The frozen vision tower runs once per step (no recompute, no backward: nothing in it needs a
+    gradient), while every decoder layer's LoRA weights get theirs, and the loss is the one
+    without checkpointing."""
+    from a2c_ppo_acktr.arguments import load_config
+    from a2c_ppo_acktr.loading import load_vlm
+    from SFT.trainer import build_trainer
+
+    rng = np.random.default_rng(0)
+    data = _write_rows(tmp_path, [(_obs(rng, 2), '{"thoughts": "look", "action": "A"}') for _ in range(2)])
+    losses = {}
+    for checkpointing in (True, False):
+        cfg = load_config(preset="debug", overrides={
+            "model": {"model_path": tiny_model_path, "device": "cpu", "gradient_checkpointing": checkpointing},
+            "sft": {"data_path": str(data), "output_dir": str(tmp_path / f"out{checkpointing}")}})
+        torch.manual_seed(0)
+        trainer = build_trainer(cfg, load_vlm(cfg.model))
+        model = trainer.model
+        model.train()
+        tower_blocks = model.base_model.model.model.visual.blocks
+        calls = []
+        outputs_need_grad = []
+        tower_blocks[0].register_forward_hook(lambda *_: calls.append(torch.is_grad_enabled()))
+        tower_blocks[-1].register_forward_hook(lambda _m, _a, out: outputs_need_grad.append((out[0] if isinstance(out, tuple) else out).requires_grad))
+        batch = trainer.data_collator([trainer.train_dataset[i] for i in range(2)])
+        loss = model(**batch).loss
+        loss.backward()
+        losses[checkpointing] = loss.item()
+        if checkpointing:
+            assert len(calls) == 1, f"the frozen tower's first block ran {len(calls)} times (a recompute means autograd went through it)"
+            assert outputs_need_grad == [False], "the frozen tower's activations are in autograd (input-embedding hooks)"
+            assert not any(p.requires_grad for p in model.base_model.model.model.visual.parameters())
+            layers = {n.split(".layers.")[1].split(".")[0] for n, p in model.named_parameters()
+                      if "lora_" in n and ".layers." in n and "visual" not in n and p.grad is not None and p.grad.abs().sum() > 0}
+            n_layers = model.base_model.model.config.get_text_config().num_hidden_layers
+            assert layers == {str(i) for i in range(n_layers)}
+    assert losses[True] == pytest.approx(losses[False], rel=1e-5)
