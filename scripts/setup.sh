@@ -8,13 +8,26 @@ ROOT=$(pwd)
 VENV=${VSI_VENV:-$ROOT/.venv}
 PY=${PYTHON:-python3}
 # torch pins per platform (DESIGN.md): on x86_64 these two lie on local disk and are the CUDA build.
+# TORCH_MIN_DRIVER: the oldest NVIDIA driver the default pin's CUDA build runs on (x86_64: CUDA 13.0,
+# driver >= 580); empty where unknown. A TORCH_PINS of your own skips the check.
+TORCH_MIN_DRIVER=""
 case "$(uname -m)" in
-  x86_64) TORCH_PINS=${TORCH_PINS:-"torch==2.14.1 torchvision==0.29.1"} ;;
+  x86_64) [ -z "${TORCH_PINS:-}" ] && TORCH_MIN_DRIVER=580; TORCH_PINS=${TORCH_PINS:-"torch==2.14.1 torchvision==0.29.1"} ;;
   aarch64) TORCH_PINS=${TORCH_PINS:-"torch==2.9.1 torchvision==0.24.1"} ;;
   *) TORCH_PINS=${TORCH_PINS:-"torch torchvision"} ;;
 esac
 
 log() { printf '[setup] %s\n' "$*" >&2; }
+
+# On a GPU node, the default torch build must be one the driver can run: otherwise
+# torch.cuda.is_available() is False and every run falls back to (or fails on) the CPU.
+if [ -n "$TORCH_MIN_DRIVER" ] && command -v nvidia-smi >/dev/null 2>&1; then
+  DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | sed -n 1p | tr -d ' ')
+  if [ -n "$DRIVER" ] && [ "${DRIVER%%.*}" -lt "$TORCH_MIN_DRIVER" ] 2>/dev/null; then
+    log "NVIDIA driver $DRIVER cannot run the default $TORCH_PINS (a CUDA 13.0 build, driver >= $TORCH_MIN_DRIVER): set TORCH_PINS to a build for this driver, e.g. TORCH_PINS='torch==2.9.1 torchvision==0.24.1 --index-url https://download.pytorch.org/whl/cu126' bash scripts/setup.sh, or update the driver"
+    exit 1
+  fi
+fi
 
 # open3d links libusb-1.0 at import time.
 if ! ldconfig -p 2>/dev/null | grep -q 'libusb-1.0.so.0'; then

@@ -5,6 +5,7 @@ snippets (found by their ``<!-- snippet: NAME -->`` markers) run as written."""
 from __future__ import annotations
 
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -182,3 +183,30 @@ def test_readme_policy_snippet_runs(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     turns = int(res.stdout.strip().splitlines()[-1].split()[-1])
     assert 1 <= turns <= 2
+
+
+def _fake_nvidia_smi(tmp_path, driver: str) -> dict:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    tool = bin_dir / "nvidia-smi"
+    tool.write_text(f"#!/usr/bin/env bash\necho '{driver}'\n")
+    tool.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the driver floor belongs to the x86_64 pin (a CUDA 13 build)")
+def test_setup_stops_on_a_gpu_node_whose_driver_cannot_run_the_pinned_torch(tmp_path):
+    """A driver older than the pinned build needs (CUDA 13: >= 580): one line naming the driver and
+    the build, before anything is installed; a recent driver, or a TORCH_PINS of one's own, goes on."""
+    repo = Path(__file__).resolve().parent.parent
+    venv = tmp_path / "venv"
+    env = {**_fake_nvidia_smi(tmp_path, "550.54.15"), "VSI_VENV": str(venv)}
+    env.pop("TORCH_PINS", None)
+    res = subprocess.run(["bash", "scripts/setup.sh"], cwd=repo, env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and not venv.exists()
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "NVIDIA driver 550.54.15 cannot run the default torch==2.14.1" in lines[0] and "TORCH_PINS" in lines[0]
+    ok = {**_fake_nvidia_smi(tmp_path, "580.65.06"), "VSI_VENV": str(repo / ".venv")}
+    ok.pop("TORCH_PINS", None)
+    res = subprocess.run(["bash", "scripts/setup.sh"], cwd=repo, env=ok, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0 and "cannot run" not in res.stderr
