@@ -171,6 +171,10 @@ class ModelConfig:
     # for bfloat16/float16, where generate's cached decoding puts ~20% of turns more than 1e-2 off
     # ratio 1 on the first PPO minibatch, against ~4% (docs/TRAINING.md, "bf16 and the ratio invariant").
     rollout_log_probs: str = "auto"
+    # Response positions per logit chunk of the training forward (each chunk is one lm_head call and a
+    # chunk x vocabulary float32 working set); null = 2**23 / vocabulary (55 at Qwen's 152k). A small
+    # value forces several chunks, which the GPU smoke test uses to exercise ZeRO-3's equal call counts.
+    logits_chunk_tokens: Optional[int] = None
 
     def __post_init__(self) -> None:
         _choice("model.dtype", self.dtype, ["float32", "bfloat16", "float16"])
@@ -180,6 +184,8 @@ class ModelConfig:
         _choice("model.rollout_log_probs", self.rollout_log_probs, ["auto", "generate", "recompute"])
         if self.rollout_log_probs == "auto":
             self.rollout_log_probs = "generate" if self.dtype == "float32" else "recompute"
+        _check(self.logits_chunk_tokens is None or self.logits_chunk_tokens >= 1,
+               f"model.logits_chunk_tokens={self.logits_chunk_tokens} must be >= 1 (or null for the default)")
         _check(self.lora_r >= 1, f"model.lora_r={self.lora_r} must be >= 1")
         _check(self.lora_alpha > 0, f"model.lora_alpha={self.lora_alpha} must be > 0")
         _check(0 <= self.lora_dropout < 1, f"model.lora_dropout={self.lora_dropout} must be in [0, 1)")

@@ -70,7 +70,7 @@ from a2c_ppo_acktr.distributions import (
 )
 from a2c_ppo_acktr.encoding import TurnEncoding, collate, split_rows
 from a2c_ppo_acktr.loading import ContextLengthError, LoadedVLM, ModelLoadError, forbidden_token_ids, load_vlm, record_base_model
-from a2c_ppo_acktr.temp_predictor import TempPredictor, float32_forward
+from a2c_ppo_acktr.temp_predictor import TempPredictor, compute_in_float32
 
 logger = logging.getLogger(__name__)
 
@@ -252,19 +252,14 @@ def float32_logits(head: nn.Module) -> None:
     the rounding differs between the rollout's and the update's batch layouts, and temperatures as
     low as ``min_temperature`` divide it, so the first PPO ratio strays from 1. Here the Linear that
     holds the weight computes ``x.float() @ W.float().T``: the exact product of the bf16 values in
-    float32. Its ``forward`` is replaced, not its call, so module hooks (ZeRO-3's gather, LoRA's
-    wrapper, which adds its own term) still run around it; the cast weight is a per-call temporary of
-    ``V x H`` floats (2.2 GB for a 7B Qwen, one chunk at a time). A float32 head is left as it is.
+    float32 (:func:`~a2c_ppo_acktr.temp_predictor.compute_in_float32`: its ``forward`` is replaced, not
+    its call, so ZeRO-3's gather and LoRA's wrapper, which adds its own term, still run around it).
+    The cast weight is a per-call temporary of ``V x H`` floats (2.2 GB for a 7B Qwen, one chunk at a
+    time). A float32 head is left as it is.
     """
     linear = getattr(head, "base_layer", head)  # peft's LoRA wrapper keeps the Linear as base_layer
-    if not isinstance(linear, nn.Linear) or linear.weight.dtype == torch.float32:
-        return
-
-    def forward(x: Tensor) -> Tensor:
-        bias = None if linear.bias is None else linear.bias.float()
-        return torch.nn.functional.linear(x.float(), linear.weight.float(), bias)
-
-    linear.forward = forward
+    if isinstance(linear, nn.Linear) and linear.weight.dtype != torch.float32:
+        compute_in_float32(linear)
 
 
 class VLMPolicy(nn.Module):
@@ -300,9 +295,9 @@ class VLMPolicy(nn.Module):
         float32_logits(self.model.get_output_embeddings())
         device = next(base.parameters()).device
         # Heads stay float32 whatever the base dtype: values and temperatures need the precision.
-        self.value_head = nn.Sequential(
+        self.value_head = compute_in_float32(nn.Sequential(
             nn.Linear(hidden, cfg.value_head_hidden), nn.Tanh(), nn.Linear(cfg.value_head_hidden, 1)
-        ).to(device=device, dtype=torch.float32)
+        )).to(device=device, dtype=torch.float32)
         self.temp_predictor: Optional[TempPredictor] = None
         if cfg.use_temp_predictor:
             self.temp_predictor = TempPredictor(
@@ -394,7 +389,7 @@ class VLMPolicy(nn.Module):
         return torch.full((hidden.shape[0],), value, device=hidden.device)
 
     def _values(self, hidden: Tensor) -> Tensor:
-        return float32_forward(self.value_head, hidden).squeeze(-1)
+        return self.value_head(hidden.float()).squeeze(-1)
 
     @contextlib.contextmanager
     def _eval_mode(self) -> Iterator[None]:
@@ -517,7 +512,7 @@ class VLMPolicy(nn.Module):
         hidden = final[:, 0]  # the last prompt token (left padding: index P-1 in every row)
         temps = self._temperatures(hidden, temperature, detach_input=detach_temperature)
         values = self._values(hidden)
-        chunk = logits_chunk_tokens(self.vocab_size)
+        chunk = self.cfg.logits_chunk_tokens or logits_chunk_tokens(self.vocab_size)
         stats = chunked_token_stats(
             final[:, :R], resp, temps.detach() if detach_temperature else temps, self.forbidden_ids, resp_mask,
             head=head, ref_inputs=ref_final, ref_head=ref_head, chunk_tokens=chunk, top_k=self.cfg.top_k, top_p=self.cfg.top_p,

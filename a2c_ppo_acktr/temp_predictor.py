@@ -9,23 +9,32 @@ the policy gradient trains it.
 from __future__ import annotations
 
 import math
+import types
 
 import torch
 from torch import Tensor, nn
 
 
-def float32_forward(mlp: nn.Sequential, x: Tensor) -> Tensor:
-    """``mlp(x)`` computed in float32 whatever the dtype of its parameters: under DeepSpeed bf16 the
-    engine casts every parameter, the heads' included (its optimizer keeps float32 masters), and a
-    value or a temperature computed in bf16 carries 2-3 significant digits. Gradients reach the
-    parameters in their own dtype through the casts."""
-    x = x.float()
-    for layer in mlp:
+def compute_in_float32(module: nn.Module) -> nn.Module:
+    """Make every ``nn.Linear`` in ``module`` compute in float32 whatever its parameters' dtype: under
+    DeepSpeed bf16 the engine casts every parameter, the heads' included (its optimizer keeps float32
+    masters), and a value or a temperature computed in bf16 carries 2-3 significant digits.
+
+    Each Linear's ``forward`` is replaced (its weight and input cast to float32 at every call), not its
+    call, so module hooks still run around it: ZeRO-3 gathers a partitioned weight before ``forward``
+    and for its backward. Gradients reach the parameters in their own dtype through the casts.
+    Returns ``module``.
+    """
+    for layer in module.modules():
         if isinstance(layer, nn.Linear):
-            x = nn.functional.linear(x, layer.weight.float(), None if layer.bias is None else layer.bias.float())
-        else:
-            x = layer(x)
-    return x
+            # A bound method, not a closure: a deep copy of the module then computes with its own weights.
+            layer.forward = types.MethodType(_float32_linear_forward, layer)
+    return module
+
+
+def _float32_linear_forward(self: nn.Linear, x: Tensor) -> Tensor:
+    bias = None if self.bias is None else self.bias.float()
+    return nn.functional.linear(x.float(), self.weight.float(), bias)
 
 
 class TempPredictor(nn.Module):
@@ -48,7 +57,7 @@ class TempPredictor(nn.Module):
             )
         self.min_temperature = float(min_temperature)
         self.max_temperature = float(max_temperature)
-        self.mlp = nn.Sequential(nn.Linear(hidden_size, head_hidden), nn.Tanh(), nn.Linear(head_hidden, 1))
+        self.mlp = compute_in_float32(nn.Sequential(nn.Linear(hidden_size, head_hidden), nn.Tanh(), nn.Linear(head_hidden, 1)))
         frac = (init_temperature - min_temperature) / (max_temperature - min_temperature)
         last = self.mlp[-1]
         nn.init.zeros_(last.weight)
@@ -56,5 +65,5 @@ class TempPredictor(nn.Module):
 
     def forward(self, hidden: Tensor) -> Tensor:
         """``(B, H)`` hidden states (any dtype) -> ``(B,)`` float32 temperatures."""
-        x = float32_forward(self.mlp, hidden).squeeze(-1)
+        x = self.mlp(hidden.float()).squeeze(-1)
         return self.min_temperature + (self.max_temperature - self.min_temperature) * torch.sigmoid(x)

@@ -103,7 +103,6 @@ def test_heads_compute_in_float32_when_deepspeed_casts_them_to_bf16(tiny_model_p
     import torch
 
     from a2c_ppo_acktr.model import VLMPolicy
-    from a2c_ppo_acktr.temp_predictor import float32_forward
 
     cfg = ModelConfig(model_path=tiny_model_path, device="cpu", lora_r=2, lora_alpha=4, value_head_hidden=8, temp_head_hidden=8)
     torch.manual_seed(0)
@@ -118,8 +117,25 @@ def test_heads_compute_in_float32_when_deepspeed_casts_them_to_bf16(tiny_model_p
     wide = {k: v.double() for k, v in policy.value_head.state_dict().items()}
     want = torch.tanh(hidden.double() @ wide["0.weight"].T + wide["0.bias"]) @ wide["2.weight"].T + wide["2.bias"]
     assert (values.double() - want.squeeze(-1)).abs().max() < 1e-5
-    in_bf16 = policy.value_head(hidden).squeeze(-1)  # what the bf16 module itself computes
+    lin0, lin2 = policy.value_head[0], policy.value_head[2]
+    in_bf16 = torch.nn.functional.linear(torch.tanh(torch.nn.functional.linear(hidden, lin0.weight, lin0.bias)), lin2.weight, lin2.bias).squeeze(-1)  # a plain bf16 head
     assert (in_bf16.double() - want.squeeze(-1)).abs().max() > 10 * (values.double() - want.squeeze(-1)).abs().max()
     grads = torch.autograd.grad(values.sum() + temps.sum(), [policy.value_head[0].weight, policy.temp_predictor.mlp[0].weight])
     assert all(g.dtype == torch.bfloat16 and g.abs().max() > 0 for g in grads)
-    assert torch.equal(float32_forward(policy.value_head, hidden), values[:, None])
+
+
+def test_a_copied_float32_head_computes_with_its_own_weights():
+    """The float32 forward is bound to its layer: a deep copy (a reference head, a snapshot) uses the
+    copy's weights, not the original's."""
+    import copy
+
+    import torch
+
+    from a2c_ppo_acktr.temp_predictor import compute_in_float32
+
+    head = compute_in_float32(torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Tanh(), torch.nn.Linear(2, 1)))
+    twin = copy.deepcopy(head).to(torch.bfloat16)
+    with torch.no_grad():
+        twin[2].bias.fill_(5.0)
+    x = torch.ones(4, 3)
+    assert (twin(x) - head(x)).abs().min() > 1.0 and twin(x).dtype == torch.float32

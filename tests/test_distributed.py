@@ -295,14 +295,14 @@ def test_deepspeed_zero3_two_processes_identical_and_resumable(tmp_path):
     assert adapter and all(t.numel() > 0 for t in adapter.values()), "the exported adapter must hold whole (gathered) tensors"
 
 
-# The ZeRO-3 hazards: a few response tokens per logit chunk, so that ranks with different response
-# lengths need different numbers of lm_head calls; every call's (needed, made) count is recorded.
+# The ZeRO-3 hazards: a few response tokens per logit chunk (model.logits_chunk_tokens 4), so that ranks
+# with different response lengths need different numbers of lm_head calls; every call's (needed, made)
+# count is recorded.
 CHUNK_SPY = r'''
 import json, os
 from pathlib import Path
 import a2c_ppo_acktr.model as M
 
-M.logits_chunk_tokens = lambda vocab: 4
 _stats = M.chunked_token_stats
 
 
@@ -330,7 +330,7 @@ def test_zero3_ranks_with_unequal_chunks_and_validation_work_do_not_hang(tmp_pat
     path = tmp_path / "zero3.json"
     path.write_text(json.dumps(ds_json))
     ds = ["--dist.zero_stage", "3", "--dist.deepspeed_config", str(path), "--ppo.num_iterations", "2",
-          "--ppo.kl_coef", "0.05", "--log.val_interval", "1", "--log.val_episodes", "1"]
+          "--ppo.kl_coef", "0.05", "--log.val_interval", "1", "--log.val_episodes", "1", "--model.logits_chunk_tokens", "4"]
     hashes = tmp_path / "h"
     _launch(_torchrun(), tmp_path / "out", hashes, ds, timeout=300, preamble=CHUNK_SPY)
     calls = [[json.loads(line) for line in (hashes / f"chunks{r}.jsonl").read_text().splitlines()] for r in (0, 1)]
