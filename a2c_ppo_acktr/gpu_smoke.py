@@ -13,6 +13,10 @@
 - ``check-ppo``: reads a short training run's ``metrics.jsonl``: the ratio deviation (same bound),
   ``debug/param_rank_max_dev`` (must be exactly 0: ranks hold the same weights) and steps/s.
 - ``check-sft``: one SFT step wrote a finite loss and the adapter.
+- ``real``: ``--model PATH --preset P``: the ratio check on a real local checkpoint with the preset's
+  settings; checks the share of turns outside the clip range, the prompt length against the model's
+  positions and (CUDA) peak reserved memory against ``python -m a2c_ppo_acktr.memory``; logs per-phase
+  seconds (:func:`real_checkpoint_check`).
 - ``summary``: one table of everything measured; ``free-port``: a free TCP port for a launch.
 
 Each stage writes its numbers to a JSON file for ``summary``, prints what it checked, and on a failed
@@ -154,6 +158,14 @@ class RatioResult:
     seconds: float
     turn_devs: list[float] = field(default_factory=list)  # |ratio - 1| of every turn (ratio_max_dev is their max)
     clip_coef: float = 0.2  # the run's ppo.clip_coef (the share of turns outside the clip range is reported)
+    prompt_tokens_max: int = 0  # the longest prompt of the rollout (images expanded)
+    context_limit: Optional[int] = None  # the model's max_position_embeddings
+    reserved_gib: Optional[float] = None  # torch.cuda.max_memory_reserved; None on CPU
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # load, collect, rescore
+
+    @property
+    def share_outside_clip(self) -> float:
+        return sum(d > self.clip_coef for d in self.turn_devs) / max(len(self.turn_devs), 1)
 
     @property
     def ok(self) -> bool:
@@ -251,15 +263,75 @@ def ratio_check(
         torch.cuda.reset_peak_memory_stats()
     torch.manual_seed(seed)
     policy = VLMPolicy(cfg.model, load_vlm(cfg.model))
+    t1 = time.perf_counter()
     storage = collect(policy, cfg.env, num_envs, num_steps, seed)
+    t2 = time.perf_counter()
     devs = turn_ratio_deviations(policy, storage, mini_batch_size, seed=seed, backward_first=True)
+    t3 = time.perf_counter()
     peak = torch.cuda.max_memory_allocated() / 2**30 if on_cuda else None
+    reserved = torch.cuda.max_memory_reserved() / 2**30 if on_cuda else None
     worst = max(devs) if all(math.isfinite(d) for d in devs) else math.nan  # max() alone may skip a NaN
     return RatioResult(
         device=device, dtype=dtype, attn_implementation=attn_implementation, rollout_log_probs=cfg.model.rollout_log_probs,
         setting=setting, seed=seed, ratio_max_dev=worst, bound=ratio_bound(dtype, cfg.ppo.clip_coef), peak_memory_gib=peak,
         seconds=time.perf_counter() - t0, turn_devs=devs, clip_coef=cfg.ppo.clip_coef,
+        prompt_tokens_max=max(len(p) for p in storage.prompt_ids), context_limit=policy.context_limit, reserved_gib=reserved,
+        phase_seconds={"load": t1 - t0, "collect": t2 - t1, "rescore": t3 - t2},
     )
+
+
+# A real checkpoint's first-minibatch turns may lie outside the clip range at most this often: turns
+# that start an epoch clipped give no gradient, and a few percent is where bf16 noise starts to cost.
+REAL_OUTSIDE_CLIP_LIMIT = 0.05
+# Measured peak reserved memory may exceed python -m a2c_ppo_acktr.memory's peak by this factor (the
+# estimate's assumed terms: allocator fragmentation, the CUDA context) before the check fails.
+REAL_MEMORY_SLACK = 1.15
+
+
+def real_checkpoint_check(device: str, model_path: str, preset: str, seed: int = 0) -> dict[str, Any]:
+    """The ratio check on a real local checkpoint with ``preset``'s settings (dtype, pixels, frames,
+    temperatures, clip), at the preset's rollout width (at most 4 envs) for 2 steps.
+
+    Checks: the ratio bound; the share of turns outside the clip range (:data:`REAL_OUTSIDE_CLIP_LIMIT`);
+    the longest prompt plus ``max_new_tokens`` against the model's positions; on CUDA, peak reserved
+    memory against ``python -m a2c_ppo_acktr.memory``'s peak for the preset on one GPU (times
+    :data:`REAL_MEMORY_SLACK`). Returns the numbers, per-phase seconds included.
+
+    Raises:
+        SmokeFailure: a check failed; the message has the numbers.
+    """
+    from a2c_ppo_acktr import memory
+    from a2c_ppo_acktr.arguments import load_config
+    from a2c_ppo_acktr.loading import ContextLengthError
+
+    run = load_config(preset=preset, overrides={"model": {"model_path": model_path, "device": device}})
+    envs = min(run.rollout.num_envs, 4)
+    try:
+        r = ratio_check(device, run.model.dtype, run.model.attn_implementation, model_overrides={"model_path": model_path},
+                        setting=f"{preset} @ {model_path}", seed=seed, num_envs=envs, num_steps=2, mini_batch_size=envs, preset=preset)
+    except ContextLengthError as e:
+        raise SmokeFailure(str(e)) from e
+    dims = memory.model_dims(run.model)
+    estimate_gib = memory.totals(memory.estimate(dims, memory.preset_shapes(run, dims), memory.setup_from_run(run, 1)))["peak"] / memory.GIB
+    result = {
+        "model_path": model_path, "preset": preset, "dtype": run.model.dtype, "turns": len(r.turn_devs), "ratio_max_dev": r.ratio_max_dev,
+        "bound": r.bound, "share_outside_clip": r.share_outside_clip, "clip_coef": r.clip_coef,
+        "prompt_tokens_max": r.prompt_tokens_max, "max_new_tokens": run.model.max_new_tokens, "context_limit": r.context_limit,
+        "reserved_gib": r.reserved_gib, "estimate_gib": estimate_gib, "phase_seconds": r.phase_seconds,
+    }
+    problems = []
+    if not r.ok:
+        problems.append(f"max |ratio - 1| {r.ratio_max_dev:.3g} is not below {r.bound:g}")
+    if r.share_outside_clip > REAL_OUTSIDE_CLIP_LIMIT:
+        problems.append(f"{r.share_outside_clip:.1%} of turns start outside the clip range {r.clip_coef:g} (limit {REAL_OUTSIDE_CLIP_LIMIT:.0%})")
+    if r.context_limit is not None and r.prompt_tokens_max + run.model.max_new_tokens > r.context_limit:
+        problems.append(f"prompts of {r.prompt_tokens_max} tokens + {run.model.max_new_tokens} new exceed the {r.context_limit} positions")
+    if r.reserved_gib is not None and r.reserved_gib > REAL_MEMORY_SLACK * estimate_gib:
+        problems.append(f"peak reserved {r.reserved_gib:.1f} GiB exceeds python -m a2c_ppo_acktr.memory's {estimate_gib:.1f} GiB "
+                        f"by more than {REAL_MEMORY_SLACK:g}x: the estimate misses a term")
+    if problems:
+        raise SmokeFailure(f"real checkpoint {model_path} ({preset}): " + "; ".join(problems))
+    return result
 
 
 def attention_implementations(device: str) -> list[str]:
@@ -440,9 +512,24 @@ def summary_table(work: str | os.PathLike, device: str) -> str:
         lines.append(f"| PPO ratio dev ({ppo['processes']} processes, {ppo['dtype']}, {ppo['rollout_log_probs']}) | {ppo['ratio_max_dev']:.3g} | < {ppo['bound']:g} |")
         lines.append(f"| PPO debug/param_rank_max_dev | {ppo['param_rank_max_dev']:g} | 0 |")
         lines.append(f"| PPO speed (time/iteration after the first) | {ppo['seconds_per_iteration']:.2f} s/it, {ppo['env_steps_per_s']:.1f} env steps/s | |")
+    zero3 = load("ppo_zero3.json")
+    if zero3:
+        lines.append(f"| PPO ZeRO-3 ({zero3['processes']} processes, {zero3['dtype']}, 4-token logit chunks, validation) ratio dev "
+                     f"| {zero3['ratio_max_dev']:.3g} | < {zero3['bound']:g} |")
     sft = load("sft.json")
     if sft:
         lines.append(f"| SFT loss after {sft['steps']} step(s) | {sft['loss']:.3f} | finite |")
+    real = load("real.json")
+    if real:
+        phases = ", ".join(f"{k} {v:.1f} s" for k, v in real["phase_seconds"].items())
+        lines.append(f"| real checkpoint {real['model_path']} ({real['preset']}): ratio dev | max {real['ratio_max_dev']:.3g}; "
+                     f"{real['share_outside_clip']:.1%} of {real['turns']} turns outside the clip {real['clip_coef']:g} | max < {real['bound']:g}; "
+                     f"<= {REAL_OUTSIDE_CLIP_LIMIT:.0%} outside |")
+        lines.append(f"| real checkpoint: longest prompt + new tokens | {real['prompt_tokens_max']} + {real['max_new_tokens']} "
+                     f"| <= {real['context_limit']} positions |")
+        reserved = "n/a (cpu)" if real["reserved_gib"] is None else f"{real['reserved_gib']:.1f} GiB"
+        lines.append(f"| real checkpoint: peak reserved memory (one GPU) | {reserved} | <= {REAL_MEMORY_SLACK:g} x estimate {real['estimate_gib']:.1f} GiB |")
+        lines.append(f"| real checkpoint: phases | {phases} | |")
     return "\n".join(lines)
 
 
@@ -461,7 +548,9 @@ def _write_json(path: Optional[str], data: Any) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m a2c_ppo_acktr.gpu_smoke", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("stage", choices=["info", "ratio", "check-ppo", "check-sft", "summary", "free-port"])
+    p.add_argument("stage", choices=["info", "ratio", "real", "check-ppo", "check-sft", "summary", "free-port"])
+    p.add_argument("--model", default=None, help="real: a local checkpoint directory (GPU_SMOKE_MODEL)")
+    p.add_argument("--preset", default="qwen2.5-vl-3b", help="real: the preset whose settings the checkpoint runs with")
     p.add_argument("--device", choices=["cuda", "cpu"], default=os.environ.get("GPU_SMOKE_DEVICE", "cuda"))
     p.add_argument("--out", default=None, help="JSON file for this stage's numbers")
     p.add_argument("--run-dir", default=None, help="check-ppo: the training run's directory (metrics.jsonl); check-sft: sft.output_dir")
@@ -491,6 +580,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             results = run_ratio_stage(args.device, args.seeds if args.seeds is not None else (4 if args.device == "cuda" else 1))
             _write_json(args.out, [asdict(r) for r in results])
             check_ratio_results(results)
+        elif args.stage == "real":
+            if not args.model:
+                raise SmokeFailure("real needs --model (a local checkpoint directory)")
+            result = real_checkpoint_check(args.device, args.model, args.preset)
+            _write_json(args.out, result)
+            print(json.dumps(result))
         elif args.stage == "check-ppo":
             if not args.run_dir:
                 raise SmokeFailure("check-ppo needs --run-dir (the run's output directory)")

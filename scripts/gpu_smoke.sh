@@ -9,6 +9,11 @@
 #                   scripts/run_vsi_qwen.sh (PRESET=debug): ratio deviation, debug/param_rank_max_dev
 #                   (must be 0), steps/s
 #   4. SFT          oracle labels -> SFT dataset -> one SFT step through scripts/run_vsi_sft.sh
+#   3b. ZeRO-3      (cuda, 2+ GPUs) 2 iterations under ZeRO-3 in bf16 on 2 GPUs with validation on and
+#                   4-token logit chunks, so ranks need different numbers of lm_head calls (no hang)
+#   4b. real        (GPU_SMOKE_MODEL=/path) the ratio check on a real local checkpoint with
+#                   GPU_SMOKE_PRESET's settings: turns outside the clip range, prompt length against the
+#                   model's positions, peak reserved memory against python -m a2c_ppo_acktr.memory, phases
 #   5. summary      one table of the numbers
 # Prints "GPU SMOKE PASSED" at the end; any failed stage prints "GPU SMOKE FAILED: ..." and exits 1.
 #
@@ -18,6 +23,8 @@
 #                     instead of the ZeRO-2 launches (what the test suite runs on a GPU-less machine)
 #   GPU_SMOKE_DIR     where outputs and logs go (default: a new temporary directory; kept on failure)
 #   NUM_GPUS          processes for the launches (default: all visible GPUs)
+#   GPU_SMOKE_MODEL   a local real checkpoint (e.g. Qwen2.5-VL-3B-Instruct) for stage 4b; unset: skipped
+#   GPU_SMOKE_PRESET  the preset stage 4b runs the checkpoint with (default qwen2.5-vl-3b)
 #   PYTHON            interpreter (default .venv/bin/python when present, else python)
 set -euo pipefail
 
@@ -78,6 +85,19 @@ else
 fi
 smoke check-ppo --run-dir "$WORK/ppo/smoke" --iterations 2 --out "$WORK/ppo.json" || fail "PPO run check (see above)"
 
+if [ "$DEVICE" = cuda ]; then
+  vsi_num_gpus "GPU_SMOKE_DEVICE=cpu bash scripts/gpu_smoke.sh"
+  if [ "$NUM_GPUS" -ge 2 ]; then
+    echo "== 3b/5 PPO under ZeRO-3 on 2 GPUs: bf16, validation on, 4-token logit chunks (unequal lm_head calls per rank)"
+    logged ppo_zero3 env PRESET=debug DS_STAGE=3 NUM_GPUS=2 \
+      EXTRA_ARGS="--model.device cuda --model.dtype bfloat16 --ppo.num_iterations 2 --log.progress_bar false --ppo.kl_coef 0.05 --log.val_interval 1 --log.val_episodes 3 --model.logits_chunk_tokens 4" \
+      timeout 900 bash scripts/run_vsi_qwen.sh 1 smoke3 "$WORK/ppo" "$(smoke free-port)"
+    smoke check-ppo --run-dir "$WORK/ppo/smoke3" --iterations 2 --out "$WORK/ppo_zero3.json" || fail "ZeRO-3 PPO run check (see above)"
+  else
+    echo "== 3b/5 skipped: ZeRO-3 with unequal chunks needs 2 GPUs (NUM_GPUS=$NUM_GPUS)"
+  fi
+fi
+
 echo "== 4/5 SFT: oracle labels, dataset, one step"
 logged label "$PYTHON" vlm_traj_label.py --preset debug --label.teacher oracle --label.num_episodes 8 \
   --label.out_dir "$WORK/labels" --log.progress_bar false
@@ -94,6 +114,11 @@ else
     --model.device cpu --model.dtype float32 $SFT_ARGS
 fi
 smoke check-sft --run-dir "$WORK/sft" --out "$WORK/sft.json" || fail "SFT check (see above)"
+
+if [ -n "${GPU_SMOKE_MODEL:-}" ]; then
+  echo "== 4b/5 real checkpoint $GPU_SMOKE_MODEL with preset ${GPU_SMOKE_PRESET:-qwen2.5-vl-3b}"
+  smoke real --model "$GPU_SMOKE_MODEL" --preset "${GPU_SMOKE_PRESET:-qwen2.5-vl-3b}" --out "$WORK/real.json" || fail "real checkpoint check (see above)"
+fi
 
 echo "== 5/5 summary"
 smoke summary --work "$WORK" || fail "summary"

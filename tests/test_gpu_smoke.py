@@ -83,8 +83,8 @@ def test_check_sft_run(tmp_path):
         check_sft_run(out)
 
 
-def _script(tmp_path: Path, device: str, timeout: int) -> subprocess.CompletedProcess:
-    env = dict(os.environ, GPU_SMOKE_DEVICE=device, GPU_SMOKE_DIR=str(tmp_path / "smoke"), OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu")
+def _script(tmp_path: Path, device: str, timeout: int, **extra: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, GPU_SMOKE_DEVICE=device, GPU_SMOKE_DIR=str(tmp_path / "smoke"), OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", **extra)
     return subprocess.run(["bash", "scripts/gpu_smoke.sh"], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -103,10 +103,11 @@ def test_script_is_valid_bash_and_fails_loudly_without_a_gpu(tmp_path):
 
 
 @pytest.mark.slow
-def test_script_cpu_mode_runs_every_stage(tmp_path):
+def test_script_cpu_mode_runs_every_stage(tmp_path, tiny_model_path):
     """GPU_SMOKE_DEVICE=cpu: info, the tiny model's ratio check, 2 PPO iterations, labels + one SFT
-    step, the summary table, PASSED (~30-60 s on the 2-core build box)."""
-    proc = _script(tmp_path, "cpu", timeout=300)
+    step, the real-checkpoint stage (the tiny model's directory standing in), the summary table,
+    PASSED (~30-60 s on the 2-core build box)."""
+    proc = _script(tmp_path, "cpu", timeout=300, GPU_SMOKE_MODEL=tiny_model_path, GPU_SMOKE_PRESET="debug")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.rstrip().endswith("GPU SMOKE PASSED")
     work = tmp_path / "smoke"
@@ -117,5 +118,23 @@ def test_script_cpu_mode_runs_every_stage(tmp_path):
     assert ppo["iterations"] == 2 and ppo["param_rank_max_dev"] == 0.0 and ppo["env_steps_per_s"] > 0
     sft = json.loads((work / "sft.json").read_text())
     assert sft["steps"] == 1 and math.isfinite(sft["loss"])
+    real = json.loads((work / "real.json").read_text())
+    assert real["turns"] == 4 and real["ratio_max_dev"] < 1e-4 and real["share_outside_clip"] == 0.0
+    assert 0 < real["prompt_tokens_max"] < real["context_limit"] and set(real["phase_seconds"]) == {"load", "collect", "rescore"}
     table = summary_table(work, "cpu")
     assert "| PPO debug/param_rank_max_dev | 0 | 0 |" in table and table in proc.stdout
+    assert "| real checkpoint: longest prompt + new tokens |" in table
+
+
+def test_real_checkpoint_stage_fails_on_a_prompt_past_the_models_positions(tmp_path, tiny_model_path, capsys):
+    import shutil
+
+    path = tmp_path / "short"
+    shutil.copytree(tiny_model_path, path)
+    config = json.loads((path / "config.json").read_text())
+    config["text_config"]["max_position_embeddings"] = 128
+    (path / "config.json").write_text(json.dumps(config))
+    assert main(["real", "--device", "cpu", "--model", str(path), "--preset", "debug"]) == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith(FAILED)]
+    assert len(lines) == 1 and lines[0].startswith(f"{FAILED}: real: a prompt of ") and "exceeds the model's 128 positions" in lines[0]
+    assert main(["real", "--device", "cpu"]) == 1 and "real needs --model" in capsys.readouterr().err
