@@ -92,6 +92,13 @@ CHAT_TEMPLATE_TOKENS = 16  # <|im_start|>/<|im_end|> pairs, role names and newli
 # log-probs, the reference's, a product and their gradients. Measured peak (CPU, RSS, V = 65536):
 # 9.5 copies with the KL, 6.3 without.
 CHUNK_FP32_COPIES = 10
+# Assumed GPU overheads beside the tensors (typical values; the GPU smoke test's real-checkpoint stage
+# checks the total against torch.cuda.max_memory_reserved): the CUDA context with the kernel images of
+# torch and its libraries, NCCL's communicator buffers (NCCL_BUFFSIZE 4 MiB x channels x peers), and
+# the caching allocator's fragmentation under prompts of varying length.
+CUDA_CONTEXT_BYTES = 0.75 * 1024**3
+NCCL_BUFFER_BYTES = 0.5 * 1024**3
+FRAGMENTATION_SHARE = 0.15
 
 
 @dataclass(frozen=True)
@@ -197,8 +204,12 @@ class Term:
     formula: str
     # "static": the whole run; "update": kept through a minibatch's forward+backward; "transient":
     # the update's short-lived peaks, one at a time (the largest counts); "rollout": act()'s own
-    # peak; "info": not in the peak (the other checkpointing setting, or not concurrent).
+    # peak; "info": not in the peak (the other checkpointing setting, or not concurrent); "overhead":
+    # what the GPU holds besides tensors (CUDA context, NCCL buffers, fragmentation), added on top.
     group: str
+    # "computed": from the model's dimensions and the run's shapes; "measured": a constant measured
+    # here (CPU peak RSS); "assumed": a typical value, not measured on this package.
+    basis: str = "computed"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -473,6 +484,14 @@ def estimate(d: ModelDims, shapes: Shapes, s: Setup, heads: int = 0) -> list[Ter
     vision = patches * b * (4 * d.vision_hidden + 3 * d.vision_intermediate)
     terms.append(Term("vision tower forward, no grad (before the language model)", vision,
                       f"patches x b(4Hv + 3Iv); {_n(patches)} patches, Hv={d.vision_hidden}, Iv={d.vision_intermediate}", "info"))
+    # What a GPU holds besides the tensors: assumed values, not measured here (no GPU in CI); the GPU
+    # smoke test's real-checkpoint stage compares the total with torch.cuda.max_memory_reserved.
+    base = totals(terms)
+    terms.append(Term("CUDA context and kernel images", CUDA_CONTEXT_BYTES, f"assumed {_gib(CUDA_CONTEXT_BYTES)} per process", "overhead", "assumed"))
+    if n > 1:
+        terms.append(Term("NCCL communicator buffers", NCCL_BUFFER_BYTES, f"assumed {_gib(NCCL_BUFFER_BYTES)} per process with 2+ GPUs", "overhead", "assumed"))
+    frag = FRAGMENTATION_SHARE * max(base["update"], base["rollout"])
+    terms.append(Term("caching allocator fragmentation", frag, f"assumed {FRAGMENTATION_SHARE:.0%} of max(update, rollout)", "overhead", "assumed"))
     return terms
 
 
@@ -485,11 +504,13 @@ def totals(terms: Sequence[Term]) -> dict[str, float]:
     """Bytes per group and the per-GPU peak.
 
     ``update`` is what a minibatch keeps plus its largest transient; ``peak`` is
-    ``static + max(update, rollout)``.
+    ``static + max(update, rollout)`` (tensors); ``peak_with_overhead`` adds the assumed
+    ``overhead`` terms (CUDA context, NCCL buffers, fragmentation).
     """
-    group = {g: sum(t.bytes for t in terms if t.group == g) for g in ("static", "update", "rollout")}
+    group = {g: sum(t.bytes for t in terms if t.group == g) for g in ("static", "update", "rollout", "overhead")}
     group["update"] += max((t.bytes for t in terms if t.group == "transient"), default=0.0)
     group["peak"] = group["static"] + max(group["update"], group["rollout"])
+    group["peak_with_overhead"] = group["peak"] + group["overhead"]
     return group
 
 
@@ -526,17 +547,21 @@ def format_table(title: str, d: ModelDims, shapes: Shapes, s: Setup, terms: Sequ
         f"b={s.dtype_bytes} B (dtype), a={s.lora_bytes} B (LoRA), ZeRO-{s.zero_stage} over {s.gpus} GPU(s), "
         f"gradient checkpointing {'on' if s.gradient_checkpointing else 'off'}.",
         "",
-        "| term | formula | size | in peak |",
-        "|---|---|---|---|",
+        "| term | formula | size | in peak | basis |",
+        "|---|---|---|---|---|",
     ]
-    where = {"static": "yes", "update": "update", "transient": "update (largest transient)", "rollout": "rollout", "info": "no"}
+    where = {"static": "yes", "update": "update", "transient": "update (largest transient)", "rollout": "rollout", "info": "no",
+             "overhead": "on top"}
     for t in terms:
-        lines.append(f"| {t.name} | `{t.formula}` | {_gib(t.bytes)} | {where[t.group]} |")
+        basis = "measured (CPU peak RSS)" if t.name.startswith("logits chunk") else t.basis
+        lines.append(f"| {t.name} | `{t.formula}` | {_gib(t.bytes)} | {where[t.group]} | {basis} |")
     lines += [
         "",
         f"Per GPU: static {_gib(tot['static'])} + max(update {_gib(tot['update'])}, rollout {_gib(tot['rollout'])}) "
-        f"= **{_gib(tot['peak'])}**, before the CUDA context (~0.5-1 GiB) and the caching allocator's "
-        "fragmentation (typically 10-20% of the transient part).",
+        f"= **{_gib(tot['peak'])}** of tensors; with the assumed overheads (CUDA context, NCCL buffers, allocator "
+        f"fragmentation) **{_gib(tot['peak_with_overhead'])}**. Computed terms follow from the model's dimensions and "
+        "the run's shapes; the logit chunk's copy count was measured on CPU; the overheads are typical values, "
+        "checked against a real GPU only by scripts/gpu_smoke.sh's real-checkpoint stage.",
     ]
     return "\n".join(lines)
 

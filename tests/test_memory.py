@@ -225,3 +225,20 @@ def test_load_vlm_places_weights_on_the_rank_gpu_without_a_host_copy(monkeypatch
     calls.clear()
     loading.load_vlm(ModelConfig(model_path=tiny_model_path, device="cpu"))
     assert "device_map" not in calls[0][1] and "low_cpu_mem_usage" not in calls[0][1]
+
+
+def test_the_estimate_adds_the_assumed_gpu_overheads_and_says_which_terms_are_assumed():
+    run = load_config(preset="qwen2.5-vl-3b")
+    dims = memory.model_dims(run.model)
+    shapes = memory.preset_shapes(run, dims)
+    one, eight = (memory.estimate(dims, shapes, memory.setup_from_run(run, g)) for g in (1, 8))
+    for terms, gpus in ((one, 1), (eight, 8)):
+        over = {t.name: t for t in terms if t.group == "overhead"}
+        assert all(t.basis == "assumed" for t in over.values())
+        assert ("NCCL communicator buffers" in over) == (gpus > 1)
+        tot = memory.totals(terms)
+        assert tot["peak_with_overhead"] == pytest.approx(tot["peak"] + sum(t.bytes for t in over.values()))
+        frag = over["caching allocator fragmentation"].bytes
+        assert frag == pytest.approx(memory.FRAGMENTATION_SHARE * max(tot["update"], tot["rollout"]))
+    table = memory.report(run, gpus=8)
+    assert "| basis |" in table and "| assumed |" in table and "| computed |" in table and "measured (CPU peak RSS)" in table
