@@ -15,7 +15,7 @@ from a2c_ppo_acktr.arguments import (
 )
 
 
-@pytest.mark.parametrize("preset", ["debug", "cpu-demo", "qwen2.5-vl-3b", "qwen2.5-vl-7b"])
+@pytest.mark.parametrize("preset", ["debug", "cpu-demo", "qwen2.5-vl-3b", "qwen2.5-vl-7b", "rl4vlm"])
 def test_required_presets_load(preset):
     assert preset in list_presets()
     cfg = load_config(preset=preset)
@@ -29,6 +29,22 @@ def test_gpu_presets_are_bf16_lora_zero2():
         assert cfg.model.dtype == "bfloat16"
         assert (cfg.model.lora_r, cfg.model.lora_alpha) == (128, 256)
         assert cfg.dist.zero_stage == 2
+
+
+def test_rl4vlm_preset_is_rl4vlms_setting():
+    """RL4VLM's scripts: --num-steps 512 --ppo-epoch 4 --mini-batch-size 1 --grad-accum-steps 128
+    --init-lr 1e-5 --end-lr 1e-9 --temperature 0.2 --thought-prob-coef 0.5 --max-new-tokens 256
+    --train-vision all --use-lora, and its defaults gamma 0.9, lambda 0.95, clip 0.1, grad norm 0.01."""
+    cfg = load_config(preset="rl4vlm")
+    p, m, r = cfg.ppo, cfg.model, cfg.rollout
+    assert (r.num_envs, r.num_steps, p.ppo_epochs, p.mini_batch_size, p.grad_accum_steps) == (1, 512, 4, 1, 128)
+    assert p.lr == 1e-5 and p.lr * p.min_lr_ratio == pytest.approx(1e-9) and p.lr_schedule == "cosine"
+    assert (m.use_temp_predictor, m.temperature, m.thought_prob_coef, m.max_new_tokens, m.train_vision) == (False, 0.2, 0.5, 256, "tower")
+    assert (p.gamma, p.gae_lambda, p.clip_coef, p.max_grad_norm) == (0.9, 0.95, 0.1, 0.01)
+    assert p.num_iterations * r.batch_size == pytest.approx(15000, rel=0.02)  # --num-env-steps 15000
+    with_game = load_config(config="configs/envs/numberline.yaml", preset="rl4vlm")
+    assert (with_game.rollout, with_game.ppo.lr, with_game.ppo.grad_accum_steps) == (cfg.rollout, cfg.ppo.lr, cfg.ppo.grad_accum_steps)
+    assert with_game.env.env_id != cfg.env.env_id
 
 
 def test_yaml_round_trip(tmp_path):
