@@ -139,7 +139,10 @@ class ModelConfig:
     model_path: str = "tiny:qwen2_5_vl"  # HF hub id, local directory, or tiny:<family> for the offline tiny model
     sft_adapter: Optional[str] = None  # LoRA adapter directory from train_sft.py to warm-start PPO (main_vsi.py --sft-adapter)
     dtype: str = "float32"  # float32 | bfloat16 | float16
-    attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2
+    # sdpa | eager | flash_attention_2 | auto (at load: flash_attention_2 on CUDA in bf16/fp16 when flash_attn
+    # imports, else sdpa; flash attention also serves Qwen2.5-VL's windowed vision tower in one varlen
+    # call per layer instead of one small sdpa call per window)
+    attn_implementation: str = "sdpa"
     device: str = "auto"  # auto | cpu | cuda
     gradient_checkpointing: bool = False
     min_pixels: Optional[int] = None  # processor image budget; None keeps the model's own
@@ -178,7 +181,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         _choice("model.dtype", self.dtype, ["float32", "bfloat16", "float16"])
-        _choice("model.attn_implementation", self.attn_implementation, ["sdpa", "eager", "flash_attention_2"])
+        _choice("model.attn_implementation", self.attn_implementation, ["sdpa", "eager", "flash_attention_2", "auto"])
         _choice("model.device", self.device, ["auto", "cpu", "cuda"])
         _choice("model.train_vision", self.train_vision, ["none", "projector", "tower"])
         _choice("model.rollout_log_probs", self.rollout_log_probs, ["auto", "generate", "recompute"])

@@ -337,6 +337,25 @@ def check_versions(installed: Optional[dict[str, str]] = None) -> None:
     raise ModelLoadError(message)
 
 
+def flash_attn_importable() -> bool:
+    """Whether the ``flash_attn`` package imports (built for this torch and CUDA)."""
+    try:
+        import flash_attn  # noqa: F401
+    except Exception:  # ImportError, or an OSError/RuntimeError from a build for another torch
+        return False
+    return True
+
+
+def resolve_attn_implementation(choice: str, device: str, dtype: str) -> str:
+    """``model.attn_implementation`` as loaded: ``auto`` is ``flash_attention_2`` on CUDA in bf16/fp16
+    when ``flash_attn`` imports, else ``sdpa``; any other choice is kept."""
+    if choice != "auto":
+        return choice
+    if device.startswith("cuda") and dtype in ("bfloat16", "float16") and flash_attn_importable():
+        return "flash_attention_2"
+    return "sdpa"
+
+
 def load_vlm(cfg: ModelConfig) -> LoadedVLM:
     """Load the policy VLM and its processor as ``cfg`` says.
 
@@ -366,7 +385,7 @@ def load_vlm(cfg: ModelConfig) -> LoadedVLM:
             path,
             config=config,
             dtype=dtype,
-            attn_implementation=cfg.attn_implementation,
+            attn_implementation=resolve_attn_implementation(cfg.attn_implementation, device, cfg.dtype),
             local_files_only=offline,
             **placement_kwargs(device),
         )

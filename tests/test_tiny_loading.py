@@ -378,3 +378,17 @@ def test_a_prompt_past_the_models_positions_stops_in_one_line(tiny_model_path, t
     with pytest.raises(ContextLengthError, match=r"a prompt of \d+ tokens \+ model.max_new_tokens 16 exceeds the model's 300 positions") as err:
         policy.act([short, long])
     assert "env.num_sweep_frames" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_auto_attention_is_flash_attention_only_where_it_can_run(monkeypatch):
+    from a2c_ppo_acktr import loading
+
+    monkeypatch.setattr(loading, "flash_attn_importable", lambda: True)
+    assert loading.resolve_attn_implementation("auto", "cuda", "bfloat16") == "flash_attention_2"
+    assert loading.resolve_attn_implementation("auto", "cuda:3", "float16") == "flash_attention_2"
+    assert loading.resolve_attn_implementation("auto", "cuda", "float32") == "sdpa"  # flash attention has no fp32 kernels
+    assert loading.resolve_attn_implementation("auto", "cpu", "bfloat16") == "sdpa"
+    assert loading.resolve_attn_implementation("eager", "cuda", "bfloat16") == "eager"  # an explicit choice is kept
+    monkeypatch.setattr(loading, "flash_attn_importable", lambda: False)
+    assert loading.resolve_attn_implementation("auto", "cuda", "bfloat16") == "sdpa"
+    assert ModelConfig(attn_implementation="auto").attn_implementation == "auto"  # resolved at load, not in the config
