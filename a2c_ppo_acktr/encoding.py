@@ -3,7 +3,8 @@
 ``VLMPolicy.act`` runs the processor on a batch of N prompts: left-padded token tensors ``(N, P)``
 (``input_ids``, ``attention_mask``, ``mm_token_type_ids``) and image tensors whose first dimension runs
 over the images of all rows in order (``pixel_values``: Qwen-VL ``(sum of patches, D)``, LLaVA
-``(images, 3, H, W)``; ``image_grid_thw`` ``(images, 3)``). :func:`split_rows` cuts that batch into one
+``(images, 3, H, W)``, LLaVA-1.6 ``(images, tiles, 3, H, W)`` with ``image_sizes``; ``image_grid_thw``
+``(images, 3)``). :func:`split_rows` cuts that batch into one
 :class:`TurnEncoding` per row (padding removed, images separated), :func:`collate` rebuilds a batch
 of any turns in any order, exactly as the processor would lay it out (left padding, images
 concatenated in row order). The update then forwards the very tensors the rollout forwarded: no
@@ -143,8 +144,18 @@ def collate(turns: Sequence[TurnEncoding], pad_id: int) -> dict[str, Tensor]:
     images = [im for t in turns for im in t.images]
     if images:
         for key in images[0]:
-            out[key] = torch.cat([im[key] for im in images])
+            out[key] = torch.cat(_pad_tiles([im[key] for im in images]))
     return out
+
+
+def _pad_tiles(parts: list[Tensor]) -> list[Tensor]:
+    """LLaVA-1.6's ``pixel_values`` ``(1, tiles, 3, H, W)``: its processor pads every image of a batch
+    to the batch's most tiles (the model keeps each image's own count, read from ``image_sizes``), so
+    turns from different batches are padded again to the most here. Other tensors pass unchanged."""
+    if parts[0].dim() != 5 or len({p.shape[1] for p in parts}) == 1:
+        return parts
+    most = max(p.shape[1] for p in parts)
+    return [torch.nn.functional.pad(p, (0, 0, 0, 0, 0, 0, 0, most - p.shape[1])) for p in parts]
 
 
 def image_key(image: np.ndarray) -> tuple:

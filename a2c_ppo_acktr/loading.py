@@ -41,6 +41,7 @@ SUPPORTED_FAMILIES: dict[str, str] = {
     "qwen2_5_vl": "qwen2_5_vl",
     "qwen3_vl": "qwen3_vl",
     "llava": "llava",
+    "llava_next": "llava_next",
 }
 # Families that load through the same Auto classes but would run wrong: why, in one line each.
 REFUSED_FAMILIES: dict[str, str] = {
@@ -48,10 +49,6 @@ REFUSED_FAMILIES: dict[str, str] = {
         "LLaVA-OneVision is refused until its encoding is built: the policy hands the processor a flat image "
         "list, so every frame takes the single-image anyres path (~3,700 tokens for a 448 px frame instead of "
         "~730; 10 frames make a 37k-token prompt) and each minibatch re-processes its images"
-    ),
-    "llava_next": (
-        "LLaVA-1.6 (llava_next) is refused until it is tested like the other families (load, act, update at "
-        "ratio 1, adapter round trip on a tiny model of its class)"
     ),
 }
 

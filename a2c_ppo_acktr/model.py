@@ -83,6 +83,7 @@ VISION_MODULES: dict[str, dict[str, list[str]]] = {
     "qwen2_5_vl": {"projector": ["visual.merger"], "tower": ["visual"]},
     "qwen3_vl": {"projector": ["visual.merger", "visual.deepstack_merger_list"], "tower": ["visual"]},
     "llava": {"projector": ["multi_modal_projector"], "tower": ["vision_tower", "multi_modal_projector"]},
+    "llava_next": {"projector": ["multi_modal_projector"], "tower": ["vision_tower", "multi_modal_projector"]},
     "llava_onevision": {"projector": ["multi_modal_projector"], "tower": ["vision_tower", "multi_modal_projector"]},
 }
 

@@ -40,7 +40,9 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 QWEN_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
-LLAVA_FAMILIES = ("llava",)  # CLIP vision tower + MLP projector + Llama text model
+# CLIP vision tower + MLP projector + Llama text model; llava_next (LLaVA-1.6, RL4VLM's model class)
+# adds the anyres split of each image into a base view and tiles.
+LLAVA_FAMILIES = ("llava", "llava_next")
 FAMILIES = QWEN_FAMILIES + LLAVA_FAMILIES
 
 # Bump when the build procedure changes in a way the spec hash below does not capture.
@@ -570,7 +572,7 @@ def pretrain_vision_stage(model, processor, tokenizer, spec: TinySpec, seed: int
 def build_processor(spec: TinySpec, tokenizer):
     """The family's processor with the tiny pixel budget."""
     if spec.family in LLAVA_FAMILIES:
-        return build_llava_processor(tokenizer)
+        return build_llava_processor(tokenizer, spec.family)
     from transformers import Qwen2VLImageProcessor
 
     size = {"shortest_edge": spec.min_pixels, "longest_edge": spec.max_pixels}
@@ -624,9 +626,15 @@ def add_llava_tokens(tokenizer) -> None:
     tokenizer.chat_template = llava_chat_template()
 
 
+# LLaVA-1.6's anyres grid for the tiny llava_next: a frame is resized to the best-fitting resolution,
+# cut into LLAVA_IMAGE_SIZE tiles and shown with a base view (a square frame: 4 tiles + the base).
+LLAVA_NEXT_PINPOINTS = [[LLAVA_IMAGE_SIZE, 2 * LLAVA_IMAGE_SIZE], [2 * LLAVA_IMAGE_SIZE, LLAVA_IMAGE_SIZE], [2 * LLAVA_IMAGE_SIZE, 2 * LLAVA_IMAGE_SIZE]]
+
+
 def build_llava_config(spec: TinySpec, tokenizer, vocab_size: int):
-    """``LlavaConfig``: a tiny CLIP vision tower, the 2-layer MLP projector, a tiny Llama text model."""
-    from transformers import LlavaConfig
+    """``LlavaConfig`` (``LlavaNextConfig`` for llava_next): a tiny CLIP vision tower, the 2-layer MLP
+    projector, a tiny Llama text model."""
+    from transformers import LlavaConfig, LlavaNextConfig
 
     ids = _token_ids(tokenizer)
     image_id = tokenizer.convert_tokens_to_ids(LLAVA_IMAGE_TOKEN)
@@ -643,7 +651,7 @@ def build_llava_config(spec: TinySpec, tokenizer, vocab_size: int):
         projection_dim=spec.vision_hidden_size,
     )
     text = dict(model_type="llama", **_text_sizes(spec, vocab_size, ids), tie_word_embeddings=False)
-    return LlavaConfig(
+    kwargs = dict(
         vision_config=vision,
         text_config=text,
         image_token_index=image_id,
@@ -653,17 +661,31 @@ def build_llava_config(spec: TinySpec, tokenizer, vocab_size: int):
         vision_feature_layer=-1,
         tie_word_embeddings=False,
     )
+    if spec.family == "llava_next":
+        return LlavaNextConfig(**kwargs, image_grid_pinpoints=LLAVA_NEXT_PINPOINTS)
+    return LlavaConfig(**kwargs)
 
 
-def build_llava_processor(tokenizer):
+def build_llava_processor(tokenizer, family: str = "llava"):
     """``LlavaProcessor`` with a (torchvision-backed) CLIP image processor that resizes and
-    centre-crops every frame to ``LLAVA_IMAGE_SIZE`` pixels."""
-    from transformers import CLIPImageProcessor, LlavaProcessor
+    centre-crops every frame to ``LLAVA_IMAGE_SIZE`` pixels; for llava_next, ``LlavaNextProcessor``
+    with the anyres image processor on :data:`LLAVA_NEXT_PINPOINTS`."""
+    from transformers import CLIPImageProcessor, LlavaNextImageProcessor, LlavaNextProcessor, LlavaProcessor
 
-    spec = tiny_spec("llava")
-    image = CLIPImageProcessor(
-        size={"shortest_edge": LLAVA_IMAGE_SIZE}, crop_size={"height": LLAVA_IMAGE_SIZE, "width": LLAVA_IMAGE_SIZE}
-    )
+    spec = tiny_spec(family)
+    crop = {"height": LLAVA_IMAGE_SIZE, "width": LLAVA_IMAGE_SIZE}
+    if family == "llava_next":
+        return LlavaNextProcessor(
+            image_processor=LlavaNextImageProcessor(size={"shortest_edge": LLAVA_IMAGE_SIZE}, crop_size=crop,
+                                                    image_grid_pinpoints=LLAVA_NEXT_PINPOINTS),
+            tokenizer=tokenizer,
+            patch_size=spec.patch_size,
+            vision_feature_select_strategy="default",
+            num_additional_image_tokens=1,
+            image_token=LLAVA_IMAGE_TOKEN,
+            chat_template=llava_chat_template(),
+        )
+    image = CLIPImageProcessor(size={"shortest_edge": LLAVA_IMAGE_SIZE}, crop_size=crop)
     return LlavaProcessor(
         image_processor=image,
         tokenizer=tokenizer,

@@ -79,19 +79,20 @@ logger = logging.getLogger(__name__)
 MAX_NEW_TOKENS = 16
 
 # Per family (``loading.SUPPORTED_FAMILIES`` values): frames shown and how they are chosen (module docstring).
-REFERENCE_NUM_FRAMES: dict[str, int] = {"qwen2_vl": 32, "qwen2_5_vl": 32, "qwen3_vl": 32, "llava": 32}
+REFERENCE_NUM_FRAMES: dict[str, int] = {"qwen2_vl": 32, "qwen2_5_vl": 32, "qwen3_vl": 32, "llava": 32, "llava_next": 32}
 REFERENCE_FRAME_SAMPLING: dict[str, str] = {
     "qwen2_vl": "qwen_2fps",
     "qwen2_5_vl": "qwen_2fps",
     "qwen3_vl": "qwen3_2fps",
     "llava": "uniform",
+    "llava_next": "uniform",
 }
 # Without a model (--oracle, --dummy) the frames are still decoded, with thinking-in-space's rule.
 DEFAULT_NUM_FRAMES = 32
 DEFAULT_FRAME_SAMPLING = "uniform"
 # Families whose processor takes the frames as one video (the others get them as images).
 VIDEO_INPUT_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
-IMAGE_INPUT_FAMILIES = frozenset({"llava"})
+IMAGE_INPUT_FAMILIES = frozenset({"llava", "llava_next"})
 
 
 class VideoError(VSIBenchRowError):

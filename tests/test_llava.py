@@ -23,9 +23,10 @@ TOWER, PROJECTOR = "vision_tower", "multi_modal_projector"
 
 
 
-@pytest.fixture(scope="module")
-def llava_path(tiny_family_path) -> str:
-    return tiny_family_path("llava")
+@pytest.fixture(scope="module", params=["llava", "llava_next"])
+def llava_path(tiny_family_path, request) -> str:
+    """LLaVA-1.5's class and LLaVA-1.6's (llava_next: anyres tiles, RL4VLM's model class)."""
+    return tiny_family_path(request.param)
 
 
 @pytest.fixture(scope="module")
@@ -45,15 +46,16 @@ def storage(loaded) -> RolloutStorage:
 
 # ----------------------------------------------------------------------------- the tiny model
 def test_tiny_llava_is_a_real_llava_with_its_own_cache_key(loaded, capsys):
-    from transformers import LlavaForConditionalGeneration
+    from transformers import LlavaForConditionalGeneration, LlavaNextForConditionalGeneration
 
-    assert loaded.family == "llava" and isinstance(loaded.model, LlavaForConditionalGeneration)
+    cls = {"llava": LlavaForConditionalGeneration, "llava_next": LlavaNextForConditionalGeneration}[loaded.family]
+    assert type(loaded.model) is cls
     assert loaded.model.config.text_config.model_type == "llama"
     assert loaded.model.config.vision_config.model_type == "clip_vision_model"
-    assert "llava" in tiny.FAMILIES and "llava" not in tiny.QWEN_FAMILIES
+    assert loaded.family in tiny.FAMILIES and loaded.family not in tiny.QWEN_FAMILIES
     keys = {f: tiny.spec_hash(f, 0) for f in tiny.FAMILIES}
     assert len(set(keys.values())) == len(keys)  # one cache directory per family
-    tiny.main(["--family", "llava"])  # the CLI (and so a build in a child process) takes LLaVA: cached, prints the dir
+    tiny.main(["--family", loaded.family])  # the CLI (and so a build in a child process) takes LLaVA: cached, prints the dir
     assert capsys.readouterr().out.strip() == loaded.path
 
 
@@ -69,8 +71,12 @@ def test_processor_expands_each_image_and_forbids_placeholders(loaded):
     assert all(t.endswith("<|im_start|>assistant\n") for t in texts)
     enc = proc(text=texts, images=[im for o in obs for im in o["images"]], padding=True, return_tensors="pt")
     per_row = (enc["input_ids"] == image_id).sum(1).tolist()
-    assert per_row == [cfg.image_seq_length * len(o["images"]) for o in obs]  # 4 tokens a frame, any frame size
     assert enc["pixel_values"].shape[0] == sum(len(o["images"]) for o in obs)
+    if loaded.family == "llava":
+        assert per_row == [cfg.image_seq_length * len(o["images"]) for o in obs]  # 4 tokens a frame, any frame size
+    else:  # anyres: the base view's 4 tokens plus each image's tiles and row ends, by its size
+        assert enc["pixel_values"].dim() == 5 and enc["image_sizes"].shape == (enc["pixel_values"].shape[0], 2)
+        assert all(n > cfg.image_seq_length * len(o["images"]) for n, o in zip(per_row, obs))
     assert (enc["attention_mask"][:, -1] == 1).all() and (enc["attention_mask"][:, 0] == 0).any()  # left padding
     policy = _policy(loaded)
     forbidden = set(policy.forbidden_ids.tolist())
@@ -189,7 +195,8 @@ def test_sft_collator_labels_only_the_reply(loaded):
         labelled = torch.nonzero(batch["labels"][i] != IGNORE_INDEX).flatten().tolist()
         assert labelled == list(range(n, int(batch["attention_mask"][i].sum())))
         assert tok.decode(batch["labels"][i, labelled]) == resp + "<|im_end|>"
-        assert (batch["input_ids"][i, :n] == image_id).sum() == 4 * len(obs["images"])
+        tokens_per_image = 4 if loaded.family == "llava" else 24  # llava_next, a 32 px square: base 4 + 2x2 tiles' 16 + 4 row ends
+        assert (batch["input_ids"][i, :n] == image_id).sum() == tokens_per_image * len(obs["images"])
     with torch.no_grad():
         out = loaded.model(**batch)
     targets = batch["labels"][:, 1:]
@@ -237,3 +244,25 @@ def test_sft_steps_train_language_lora_and_warm_start_the_policy(loaded, tmp_pat
         out = policy.evaluate_actions(mb, with_kl=True)
     assert (out.log_probs - mb.old_log_probs).abs().max().item() < 1e-4
     assert out.kl.mean().item() > 1e-6
+
+
+def test_llava_next_turns_with_different_tile_counts_share_a_minibatch(tiny_family_path):
+    """A wide frame takes 1 x 2 tiles, a square one 2 x 2: the processor pads each batch to its own
+    most tiles, so turns from two rollout steps are padded again when a minibatch joins them; the
+    ratio is still 1."""
+    loaded = load_vlm(_cfg(tiny_family_path("llava_next")))
+    policy = _policy(loaded)
+    rng = np.random.default_rng(4)
+    steps = [[{"images": [rng.integers(0, 256, shape, dtype=np.uint8)], "text": "How many chairs are in the room?"}]
+             for shape in ((32, 96, 3), (48, 48, 3))]
+    st = RolloutStorage(2, 1)
+    torch.manual_seed(0)
+    for obs in steps:
+        st.insert(policy.act(obs), torch.zeros(1), torch.zeros(1, dtype=torch.bool), torch.zeros(1))
+    st.compute_returns(torch.zeros(1))
+    tiles = [e.images[0]["pixel_values"].shape[1] for e in st.encodings]
+    assert tiles == [3, 5]
+    policy.train()
+    (mb,) = list(st.minibatches(2, torch.Generator().manual_seed(0)))
+    out = policy.evaluate_actions(mb, with_kl=False)
+    assert (out.log_probs - mb.old_log_probs).exp().sub(1).abs().max().item() < 1e-4
