@@ -72,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the blind twin (sets eval.zero_images): the same prompts and tokens with every frame zeroed; "
         "compare it with the sighted row (--paired) to see what the pixels add",
     )
+    p.add_argument(
+        "--scoring-rule", default=None, choices=["thinking-in-space", "lmms-eval-0.7"],
+        help="how numerical answers are read (sets env.scoring_rule): thinking-in-space, the reference's first word "
+        "(default), or lmms-eval-0.7, the first number anywhere, digits or English words; multiple choice is the same",
+    )
     p.add_argument("--metrics", default=None, help="training metrics.jsonl: also write learning_curves.png")
     p.add_argument(
         "--smooth", type=float, default=0.0, metavar="W",

@@ -87,6 +87,9 @@ class EnvConfig:
     look: str = "shaded"  # shaded (per-pixel light, materials, textures) | flat (one color per triangle, the pre-0.3 look)
     shadows: bool = False  # shaded look: hard shadows from the ceiling lamp (a second ray per pixel, about half the frame rate)
     object_labels: str = "none"  # none | names | ids: draw each visible object's category name or object id on the observed frames (set-of-marks)
+    # How a numerical answer is read (reward and reports): thinking-in-space (the reference: first word,
+    # float) | lmms-eval-0.7 (the first number anywhere, digits or English words); docs/EVAL.md
+    scoring_rule: str = "thinking-in-space"
 
     def __post_init__(self) -> None:
         from a2c_ppo_acktr.env_ids import UnknownEnvError, canonical_id
@@ -109,6 +112,9 @@ class EnvConfig:
         _check(0 < self.appearance_min_fraction < 1, f"env.appearance_min_fraction={self.appearance_min_fraction} must be in (0, 1)")
         _choice("env.look", self.look, ["shaded", "flat"])
         _choice("env.object_labels", self.object_labels, ["none", "names", "ids"])
+        from a2c_ppo_acktr.scoring import SCORING_RULES
+
+        _choice("env.scoring_rule", self.scoring_rule, list(SCORING_RULES))
         _check(self.scene_cache_size >= 1, f"env.scene_cache_size={self.scene_cache_size} must be >= 1")
         _check(0 < self.agent_radius < 1.0, f"env.agent_radius={self.agent_radius} must be in (0, 1) meters")
         _check(0 < self.max_forward <= 10.0, f"env.max_forward={self.max_forward} must be in (0, 10] meters")

@@ -36,7 +36,7 @@ from a2c_ppo_acktr import reports
 from a2c_ppo_acktr.arguments import EnvConfig, RunConfig
 from a2c_ppo_acktr.prompts import Answer, Invalid, Move, format_response, response_spans
 from a2c_ppo_acktr.reports import EpisodeRecord, PictureLayout, TurnRecord
-from a2c_ppo_acktr.scoring import is_multiple_choice
+from a2c_ppo_acktr.scoring import DEFAULT_SCORING_RULE, is_multiple_choice
 
 logger = logging.getLogger(__name__)
 
@@ -550,6 +550,7 @@ def evaluate(
         "temperature": None if cfg.eval.greedy else cfg.eval.temperature,
         "blind": cfg.eval.blind,
         "zero_images": cfg.eval.zero_images,
+        "scoring_rule": cfg.env.scoring_rule,
         "eval_seed": cfg.eval.seed,
         "seconds": round(result.seconds, 2),
         "trajectory_pictures": [str(p) for p in result.pictures],
@@ -658,6 +659,8 @@ def resolve_config(args: Any, extra: Sequence[str]) -> RunConfig:
         flags.setdefault("eval", {})["blind"] = True
     if args.zero_images:
         flags.setdefault("eval", {})["zero_images"] = True
+    if getattr(args, "scoring_rule", None):
+        flags.setdefault("env", {})["scoring_rule"] = args.scoring_rule
     if args.vsibench:
         flags.setdefault("env", {}).update(scene_source="vsibench", vsibench_path=args.vsibench)
     if args.data_root:
@@ -770,7 +773,7 @@ def run_cli(args: Any, extra: Sequence[str]) -> Optional[dict[str, Any]]:
     if args.score_file:
         if extra:
             raise ValueError(f"--score-file takes no config overrides (got {list(extra)}): it only scores the file")
-        report = reports.score_file(args.score_file, name=args.name)
+        report = reports.score_file(args.score_file, name=args.name, rule=getattr(args, "scoring_rule", None) or DEFAULT_SCORING_RULE)
         reports.write_report(report, out)
         _print_summary(report, out)
         if report["malformed"]["count"]:

@@ -455,7 +455,7 @@ def build_game_report(
 
 
 # -------------------------------------------------------------------------------- score-file mode
-def _score_line(raw: str) -> tuple[Optional[str], Optional[float], Optional[str], dict[str, Any]]:
+def _score_line(raw: str, rule: str = scoring.DEFAULT_SCORING_RULE) -> tuple[Optional[str], Optional[float], Optional[str], dict[str, Any]]:
     """Score one JSONL line. Returns ``(question_type or None, score, error or None, fields)``."""
     try:
         row = json.loads(raw)
@@ -479,12 +479,12 @@ def _score_line(raw: str) -> tuple[Optional[str], Optional[float], Optional[str]
         if not isinstance(value, str):
             return qtype, 0.0, f"{key} is {'missing' if key not in row else repr(value)}; expected a string", fields
     try:
-        return qtype, scoring.score_prediction(qtype, fields["prediction"], fields["ground_truth"]), None, fields
+        return qtype, scoring.score_prediction(qtype, fields["prediction"], fields["ground_truth"], rule=rule), None, fields
     except ValueError as e:
         return qtype, 0.0, str(e), fields
 
 
-def score_file(path: str | os.PathLike, *, name: Optional[str] = None) -> dict[str, Any]:
+def score_file(path: str | os.PathLike, *, name: Optional[str] = None, rule: str = scoring.DEFAULT_SCORING_RULE) -> dict[str, Any]:
     """Score a JSONL file of predictions through :mod:`scoring` and build a report.
 
     Each non-blank line is a JSON object with ``question_type``, ``prediction`` (the raw model text)
@@ -497,6 +497,7 @@ def score_file(path: str | os.PathLike, *, name: Optional[str] = None) -> dict[s
     Args:
         path: The JSONL file.
         name: Row name in tables (default: the file's stem).
+        rule: How numerical predictions are read, one of :data:`scoring.SCORING_RULES`.
 
     Returns:
         The report dict (``overall``, ``per_type``, ``per_task``, ``counts``, ``table``, ``malformed``,
@@ -523,7 +524,7 @@ def score_file(path: str | os.PathLike, *, name: Optional[str] = None) -> dict[s
         raw = decode_line(raw_bytes, path, lineno, "save the score file as UTF-8")
         if not raw.strip():
             continue
-        qtype, score, error, fields = _score_line(raw)
+        qtype, score, error, fields = _score_line(raw, rule)
         if fields.get("id") is not None:
             seen_ids.setdefault(str(fields["id"]), []).append(lineno)
         if error is not None:
@@ -551,7 +552,7 @@ def score_file(path: str | os.PathLike, *, name: Optional[str] = None) -> dict[s
         "name": name or path.stem,
         "mode": "score_file",
         "kind": VSI_KIND,
-        "meta": {"score_file": str(path)},
+        "meta": {"score_file": str(path), "scoring_rule": rule},
         **agg,
         "counts": counts,
         "table": task_table(agg),

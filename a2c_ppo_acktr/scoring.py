@@ -1,7 +1,16 @@
 """VSI-Bench scoring: the one implementation used by the env reward and by every eval report.
 
-It follows the reference evaluation of VSI-Bench ("Thinking in Space", Yang et al., 2024) exactly;
-see ``/work/shared/VSI_BENCH.md`` ("Scoring, exactly"):
+Two rules are in use for numerical answers, named by :data:`SCORING_RULES`:
+
+* ``thinking-in-space`` (the default): the reference evaluation of VSI-Bench ("Thinking in Space",
+  Yang et al., 2024), reproduced exactly: the first space-separated word, read with ``float``. A reply
+  "3 chairs" scores as 3, "There are 3 chairs." and "three" as no number (0).
+* ``lmms-eval-0.7``: lmms-eval 0.7's vsibench task, through which many recent numbers are reported:
+  the first number anywhere in the reply, digits or English number words ("three", "twenty-one",
+  "three hundred and twenty-one"), whichever comes first (:func:`first_number`). "There are 3
+  chairs." and "three" both score as 3.
+
+Multiple-choice scoring is the same under both rules. The rules in detail (docs/EVAL.md):
 
 * answer extraction: split the prediction on the single space character and keep the first piece,
   remove trailing ``.`` characters, then strip surrounding whitespace (so ``"C.\\n"`` stays ``"C."``);
@@ -17,6 +26,7 @@ see ``/work/shared/VSI_BENCH.md`` ("Scoring, exactly"):
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from typing import Iterable
 
@@ -108,13 +118,79 @@ def mean_relative_accuracy(pred: float, gt: float) -> float:
     return float(np.mean(rel_error <= 1 - MRA_THRESHOLDS))
 
 
-def score_prediction(question_type: str, prediction: str, ground_truth: str) -> float:
+SCORING_RULES: tuple[str, ...] = ("thinking-in-space", "lmms-eval-0.7")
+DEFAULT_SCORING_RULE = "thinking-in-space"
+
+# English number words and their values (the lmms-eval-0.7 rule reads runs of them).
+NUMBER_WORDS: dict[str, int] = {
+    **{w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+                                   "fifteen sixteen seventeen eighteen nineteen".split())},
+    **{w: 10 * (i + 2) for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split())},
+    "hundred": 100,
+    "thousand": 1000,
+}
+_DIGITS = re.compile(r"-?\d+(?:\.\d+)?")
+_LETTERS = re.compile(r"[a-z]+")
+
+
+def first_number(text: str) -> float | None:
+    """The first number in ``text``, digits or English words, as lmms-eval 0.7 reads a numerical reply.
+
+    Lower-cased; the earliest of the first digit group (``-?d+(.d+)?``) and the first number word
+    wins. A word run goes on through number words and ``and`` (hyphens and spaces between them are
+    not letters, so "twenty-one" is a run) and ends at any other word; within it, ``hundred``
+    multiplies what came before (at least 1) and ``thousand`` closes a group:
+    "three hundred and twenty-one" is 321, "a thousand" reads from "thousand": 1000.
+
+    Returns:
+        The number, or None when there is none.
+    """
+    s = str(text).strip().lower()
+    digits = _DIGITS.search(s)
+    run: list[str] = []
+    run_start = None
+    for m in _LETTERS.finditer(s):
+        word = m.group(0)
+        if run_start is None:
+            if word in NUMBER_WORDS:
+                run_start = m.start()
+                run.append(word)
+        elif word in NUMBER_WORDS:
+            run.append(word)
+        elif word != "and":
+            break
+    if digits is not None and (run_start is None or digits.start() < run_start):
+        return float(digits.group(0))
+    if run_start is None:
+        return None
+    total = current = 0
+    for word in run:
+        value = NUMBER_WORDS[word]
+        if value == 100:
+            current = max(current, 1) * 100
+        elif value == 1000:
+            total += max(current, 1) * 1000
+            current = 0
+        else:
+            current += value
+    return float(total + current)
+
+
+def check_scoring_rule(rule: str) -> str:
+    """``rule`` if it is one of :data:`SCORING_RULES`, else ValueError naming them."""
+    if rule not in SCORING_RULES:
+        raise ValueError(f"unknown scoring rule {rule!r}; use one of {list(SCORING_RULES)}")
+    return rule
+
+
+def score_prediction(question_type: str, prediction: str, ground_truth: str, rule: str = DEFAULT_SCORING_RULE) -> float:
     """Score one answer as VSI-Bench does.
 
     Args:
         question_type: One of the 10 raw types in :data:`TASKS`.
         prediction: The answer text (e.g. ``"B"`` or ``"3.2"``); extraction is applied here.
         ground_truth: An option letter (multiple choice) or a number as a string.
+        rule: One of :data:`SCORING_RULES`: how a numerical answer is read from the prediction.
 
     Returns:
         A score in [0, 1]: accuracy for multiple choice, MRA for numerical questions.
@@ -123,6 +199,7 @@ def score_prediction(question_type: str, prediction: str, ground_truth: str) -> 
         ValueError: On an unknown question type or a numerical ground truth that is not a number > 0.
     """
     _check_type(question_type)
+    check_scoring_rule(rule)
     word = extract_answer(prediction)
     if question_type in MULTIPLE_CHOICE_TYPES:
         # The ground truth is compared as stored, lower-cased but not stripped (the official rule):
@@ -131,7 +208,7 @@ def score_prediction(question_type: str, prediction: str, ground_truth: str) -> 
     gt = _to_float(ground_truth)
     if gt is None:
         raise ValueError(f"numerical ground truth {ground_truth!r} of a {question_type} question is not a number; fix the question data")
-    pred = _to_float(word)
+    pred = _to_float(word) if rule == "thinking-in-space" else first_number(prediction)
     if pred is None:
         return 0.0
     return mean_relative_accuracy(pred, gt)

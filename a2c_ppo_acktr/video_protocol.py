@@ -468,6 +468,7 @@ class VideoProtocolConfig:
         frame_sampling: A :data:`FRAME_SAMPLERS` name.
         batch_size: Questions per ``generate`` call.
         progress: Show a progress bar.
+        scoring_rule: How numerical answers are read (:data:`a2c_ppo_acktr.scoring.SCORING_RULES`).
     """
 
     video_root: str
@@ -475,6 +476,7 @@ class VideoProtocolConfig:
     frame_sampling: str = DEFAULT_FRAME_SAMPLING
     batch_size: int = 8
     progress: bool = False
+    scoring_rule: str = "thinking-in-space"
 
     def __post_init__(self) -> None:
         from a2c_ppo_acktr.arguments import ConfigError
@@ -562,7 +564,7 @@ def run_video_protocol(questions: Sequence[VideoQuestion], answerer: Any, cfg: V
                 "question_type": row["question_type"],
                 "prediction": text,
                 "ground_truth": row["ground_truth"],
-                "score": scoring.score_prediction(row["question_type"], text, row["ground_truth"]),
+                "score": scoring.score_prediction(row["question_type"], text, row["ground_truth"], rule=cfg.scoring_rule),
                 "dataset": row["dataset"],
                 "scene_name": row["scene_name"],
                 "frame_indices": clip.sample.indices.tolist(),
@@ -661,6 +663,7 @@ def run_cli(args: Any, extra: Sequence[str]) -> dict[str, Any]:
         frame_sampling=args.frame_sampling or REFERENCE_FRAME_SAMPLING.get(family, DEFAULT_FRAME_SAMPLING),
         batch_size=args.batch_size or cfg.eval.batch_size,
         progress=cfg.log.progress_bar,
+        scoring_rule=cfg.env.scoring_rule,
     )
     result = run_video_protocol(questions, answerer, pcfg)
     out.mkdir(parents=True, exist_ok=True)
@@ -673,6 +676,7 @@ def run_cli(args: Any, extra: Sequence[str]) -> dict[str, Any]:
         "num_questions": len(rows),
         "num_frames": pcfg.num_frames,
         "frame_sampling": pcfg.frame_sampling,
+        "scoring_rule": pcfg.scoring_rule,
         "batch_size": pcfg.batch_size,
         "greedy": True,
         "max_new_tokens": MAX_NEW_TOKENS,

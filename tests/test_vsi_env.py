@@ -278,3 +278,16 @@ def test_envs_sharing_a_scene_cache_build_each_scene_once(monkeypatch):
     c = VSIEnv(image_size=32, num_sweep_frames=2)  # not sharing: builds its own
     c.reset(seed=0, options={"scene_index": 3})
     assert len(builds) == 2 and c.scene is not a.scene
+
+
+def test_the_env_reward_reads_numbers_by_the_configured_scoring_rule():
+    """env.scoring_rule reaches the reward: "seven chairs" for 7 scores 0 under the reference rule
+    (its first word is no number) and 1 under lmms-eval 0.7's (the first number anywhere)."""
+    q = Question("object_counting", "How many x(s) are in this room?", None, "7", [], {})
+    rewards = {}
+    for rule in ("thinking-in-space", "lmms-eval-0.7"):
+        env = VSIEnv(EnvConfig(**SMALL, scoring_rule=rule))
+        env.reset(seed=0, options={"scene_index": 0, "question": q})
+        _, rewards[rule], term, _, info = env.step(format_response("count", Answer("seven chairs")))
+        assert term and info["score"] == rewards[rule]
+    assert rewards == {"thinking-in-space": 0.0, "lmms-eval-0.7": 1.0}

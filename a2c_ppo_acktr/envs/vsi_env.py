@@ -274,7 +274,7 @@ class VSIEnv(gym.Env):
         collided = False
         score: Optional[float] = None
         if isinstance(parsed, Answer):
-            score = score_prediction(self.question.question_type, parsed.text, self.question.ground_truth)
+            score = score_prediction(self.question.question_type, parsed.text, self.question.ground_truth, rule=self.cfg.scoring_rule)
             reward = score
             terminated = True
             self._feedback = feedback_text(parsed)
