@@ -56,10 +56,11 @@ vsi_append_env_config() {
 # vsi_env_launcher OVERLAY SCRIPT ARGS...: run a launcher (run_vsi_qwen.sh, run_vsi_sft.sh,
 # eval_vsi_qwen.sh) on another env: ENV_CONFIG=configs/envs/OVERLAY.yaml unless already set.
 vsi_env_launcher() {
-  local overlay=$1 script=$2
+  local overlay=$1 script=$2 here
   shift 2
-  export ENV_CONFIG=${ENV_CONFIG:-configs/envs/$overlay.yaml}
-  exec bash "scripts/$script" "$@"
+  here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+  export ENV_CONFIG=${ENV_CONFIG:-$here/../configs/envs/$overlay.yaml}
+  exec bash "$here/$script" "$@"
 }
 
 # Settings for GPU processes, each kept when the caller already set it:

@@ -3,9 +3,9 @@
 # configs/envs/blackjack.yaml (ENV_CONFIG); every argument and environment variable of
 # scripts/eval_vsi_qwen.sh applies (PRESET picks the model: qwen2.5-vl-3b by default, cpu-demo on CPU).
 #
-# Usage:  bash scripts/eval_bj_qwen.sh [EXTRA eval_vsi.py ARGS...]
+# Usage:  bash scripts/eval_bj_qwen.sh SEED NAME OUTDIR PORT [EXTRA eval_vsi.py ARGS...]   (or OUT=DIR and options only)
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# No cd here: paths in the arguments stay relative to the caller's directory.
 # shellcheck source=scripts/common.sh
-. scripts/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 vsi_env_launcher blackjack eval_vsi_qwen.sh "$@"

@@ -5,7 +5,7 @@
 #
 # Usage:  DATA_PATH=DATA bash scripts/run_nl_sft.sh OUTDIR
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# No cd here: paths in the arguments stay relative to the caller's directory.
 # shellcheck source=scripts/common.sh
-. scripts/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 vsi_env_launcher numberline run_vsi_sft.sh "$@"

@@ -5,7 +5,7 @@
 #
 # Usage:  bash scripts/run_sokoban_qwen.sh SEED NAME OUTDIR PORT
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# No cd here: paths in the arguments stay relative to the caller's directory.
 # shellcheck source=scripts/common.sh
-. scripts/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 vsi_env_launcher sokoban run_vsi_qwen.sh "$@"

@@ -17,7 +17,7 @@
 #   NUM_GPUS      processes on this node (default: GPUs in CUDA_VISIBLE_DEVICES, else nvidia-smi -L)
 #   NUM_MACHINES  nodes in the job (default 1); MACHINE_RANK (default $SLURM_NODEID or 0);
 #   MAIN_ADDR     address of the rank-0 node (default 127.0.0.1)
-#   ENV_CONFIG    env overlay under configs/envs/ (another env than VSI; scripts/<run|sft>_<env>_qwen.sh set it)
+#   ENV_CONFIG    env overlay under configs/envs/ (another env than VSI; scripts/run_<env>_qwen.sh set it)
 #   PYTHON        interpreter (default .venv/bin/python when present, else python)
 #   RESUME        auto (default: continue from the latest complete checkpoint) | none | PATH
 # Before the ranks start, the model is fetched once into the HF cache and the ranks run with

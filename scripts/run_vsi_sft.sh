@@ -18,7 +18,7 @@
 #   PORT         main process port (default 29511)
 #   RESUME       auto (default: continue from the latest OUTDIR/checkpoint-*) | none | PATH
 #   EXTRA_ARGS   more overrides, word-split, e.g. "--sft.lr 1e-4 --sft.num_epochs 2"
-#   ENV_CONFIG    env overlay under configs/envs/ (another env than VSI; scripts/<run|sft>_<env>_qwen.sh set it)
+#   ENV_CONFIG    env overlay under configs/envs/ (another env than VSI; scripts/run_<env>_sft.sh set it)
 #   PYTHON       interpreter (default .venv/bin/python when present, else python)
 #
 # Pipeline:  python vlm_traj_label.py --preset P --label.teacher openai --label.model M --label.out_dir LABELS
@@ -36,6 +36,11 @@ if [ -z "${DATA_PATH:-}" ]; then
   exit 2
 fi
 
+# Paths given relative to the caller's directory stay valid after the cd to the repository root.
+case "$OUTDIR" in /*) ;; *) OUTDIR="$PWD/$OUTDIR" ;; esac
+case "$DATA_PATH" in /*) ;; *) DATA_PATH="$PWD/$DATA_PATH" ;; esac
+if [ -n "${MODEL_PATH:-}" ] && [ "${MODEL_PATH#/}" = "$MODEL_PATH" ] && [ -e "$MODEL_PATH" ]; then MODEL_PATH="$PWD/$MODEL_PATH"; fi  # else a hub id
+if [ -n "${RESUME:-}" ] && [ "$RESUME" != auto ] && [ "$RESUME" != none ] && [ "${RESUME#/}" = "$RESUME" ]; then RESUME="$PWD/$RESUME"; fi
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 PRESET=${PRESET:-qwen2.5-vl-3b}

@@ -499,3 +499,44 @@ def test_launch_hygiene_fetches_the_model_once_then_runs_offline(tmp_path, tiny_
         assert text.index("vsi_prefetch_model") < text.index("srun" if launcher == "batch_vsi.sh" else "accelerate.commands.launch")
     run = (REPO / "scripts" / "run_vsi_qwen.sh").read_text()
     assert run.index("vsi_gpu_env") < run.index("accelerate.commands.launch")
+
+
+# Each game's wrappers and the overlay they must reach (scripts/<run|eval>_<env>_qwen.sh, run_<env>_sft.sh).
+WRAPPER_OVERLAYS = {"nl": "numberline", "ezp": "ezpoints", "p24": "points24", "bj": "blackjack", "sokoban": "sokoban",
+                    "minigrid": "minigrid-doorkey"}
+
+
+@pytest.mark.parametrize("env", sorted(WRAPPER_OVERLAYS))
+def test_every_wrapper_reaches_its_overlay_and_entry_script(env, tmp_path):
+    """A dry run of the 18 per-env wrappers with a fake interpreter that records its argv: each one
+    reaches its env overlay and the right entry script, takes the launches' SEED NAME OUTDIR PORT
+    (eval too), and resolves a relative OUTDIR against the caller's directory, not the repository."""
+    fake = tmp_path / "python"
+    fake.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@" >> "$ARGV_LOG"\necho ---- >> "$ARGV_LOG"\n')
+    fake.chmod(0o755)
+    caller = tmp_path / "caller"
+    caller.mkdir()
+    (caller / "data").mkdir()
+    overlay = str((REPO / "configs" / "envs" / f"{WRAPPER_OVERLAYS[env]}.yaml").resolve())
+    calls = {
+        f"run_{env}_qwen.sh": (["3", "run", "outs", "29555"], "main_vsi.py", ["--log.output_dir", str(caller / "outs" / "run")]),
+        f"run_{env}_sft.sh": (["sftout"], "train_sft.py", ["--sft.output_dir", str(caller / "sftout"), "--sft.data_path", str(caller / "data")]),
+        f"eval_{env}_qwen.sh": (["3", "run", "outs", "0"], "eval_vsi.py", ["--out", str(caller / "outs" / "run" / "eval"), "--eval.seed", "3"]),
+    }
+    for script, (args, entry, expected) in calls.items():
+        log = tmp_path / f"{script}.argv"
+        env_vars = {**os.environ, "PYTHON": str(fake), "ARGV_LOG": str(log), "NUM_GPUS": "1", "HF_HUB_OFFLINE": "1", "DATA_PATH": "data"}
+        env_vars.pop("ENV_CONFIG", None)
+        res = subprocess.run(["bash", str(REPO / "scripts" / script), *args], cwd=caller, env=env_vars, capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, (script, res.stderr)
+        argv = log.read_text().split("----\n")[-2].split("\n")
+        assert entry in argv, (script, argv)
+        config = argv[argv.index("--config") + 1]
+        assert str(Path(config).resolve()) == overlay, (script, config)
+        joined = "\n".join(argv)
+        for i in range(0, len(expected), 2):
+            assert "\n".join(expected[i:i + 2]) in joined, (script, expected[i:i + 2], argv)
+    # eval without the four arguments and without OUT: refused, nothing written in the repository
+    res = subprocess.run(["bash", str(REPO / "scripts" / f"eval_{env}_qwen.sh")], cwd=caller,
+                         env={**os.environ, "PYTHON": str(fake), "ARGV_LOG": str(tmp_path / "none")}, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "SEED NAME OUTDIR PORT" in res.stderr
