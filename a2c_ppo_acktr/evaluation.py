@@ -703,17 +703,24 @@ def _warn_env_changes(checkpoint: Any, source: Optional[Path], trained: EnvConfi
     return lines
 
 
-def load_policy(cfg: RunConfig, adapter: Optional[str] = None, checkpoint: Optional[str] = None) -> Any:
+def load_policy(cfg: RunConfig, adapter: Optional[str] = None, checkpoint: Optional[str] = None, take_base: bool = False) -> Any:
     """Build the policy of ``cfg.model`` and load an SFT adapter or a PPO checkpoint into it.
 
     Args:
         cfg: Run config (``model`` section).
-        adapter: SFT LoRA adapter directory (``policy.load_adapter``).
+        adapter: SFT LoRA adapter directory (``policy.load_adapter``). Its own rank, alpha and targets
+            are used (:func:`~a2c_ppo_acktr.loading.adopt_adapter_settings`; a config that said
+            otherwise gets a warning), and with ``take_base`` its recorded base model too.
         checkpoint: PPO checkpoint directory (``<ckpt>/policy``: adapter and heads, through
             ``policy.load_pretrained``).
+        take_base: no model path was given on the command line: load the adapter's base model.
     """
+    from a2c_ppo_acktr.loading import adopt_adapter_settings
     from a2c_ppo_acktr.model import VLMPolicy
 
+    if adapter:
+        for note in adopt_adapter_settings(cfg.model, adapter, take_base=take_base):
+            logger.warning(note)
     policy = VLMPolicy(cfg.model)
     if adapter:
         policy.load_adapter(adapter)
@@ -792,7 +799,7 @@ def run_cli(args: Any, extra: Sequence[str]) -> Optional[dict[str, Any]]:
         agent = make_teacher(dataclasses.replace(cfg.label, teacher="oracle"), cfg.model)
         meta.update(agent="oracle", **agent.describe())
     else:
-        policy = load_policy(cfg, adapter=args.adapter, checkpoint=args.checkpoint)
+        policy = load_policy(cfg, adapter=args.adapter, checkpoint=args.checkpoint, take_base=not args.model_path)
         agent = PolicyAgent(
             policy, greedy=cfg.eval.greedy, temperature=cfg.eval.temperature, blind=cfg.eval.blind, zero_images=cfg.eval.zero_images
         )

@@ -452,3 +452,65 @@ def forbidden_token_ids(processor, vocab_size: Optional[int] = None, allowed: It
     if vocab_size is not None and vocab_size > len(tok):
         ids.update(range(len(tok), vocab_size))
     return sorted(ids - keep)
+
+
+def adapter_settings(adapter_dir: str | os.PathLike) -> dict[str, Any]:
+    """What a saved LoRA adapter says about itself (its ``adapter_config.json``): ``lora_r``,
+    ``lora_alpha``, ``lora_target_modules`` (peft's regex string as saved, or a list of module-name
+    suffixes turned into the equivalent regex) and ``base_model`` (None when not recorded).
+
+    Raises:
+        FileNotFoundError: no ``adapter_config.json`` in ``adapter_dir``.
+        ModelLoadError: the file is not a JSON object with an integer ``r``.
+    """
+    import json
+    import re
+
+    path = Path(adapter_dir) / "adapter_config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist; pass a directory written by peft save_pretrained (an SFT adapter or a checkpoint's policy/)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ModelLoadError(f"{path} is not valid JSON ({e}); the adapter is damaged") from e
+    if not isinstance(data, dict) or not isinstance(data.get("r"), int):
+        raise ModelLoadError(f"{path} has no integer 'r'; is it a LoRA adapter's config?")
+    targets = data.get("target_modules")
+    if isinstance(targets, (list, tuple)) and targets:
+        targets = r"(?:.*\.)?(?:" + "|".join(re.escape(str(t)) for t in sorted(targets)) + ")"
+    return {
+        "lora_r": data["r"],
+        "lora_alpha": data.get("lora_alpha", data["r"]),
+        "lora_target_modules": targets if isinstance(targets, str) and targets else None,
+        "base_model": data.get("base_model_name_or_path") or None,
+    }
+
+
+def adopt_adapter_settings(model_cfg: ModelConfig, adapter_dir: str | os.PathLike, take_base: bool = False) -> list[str]:
+    """Set ``model_cfg``'s LoRA rank, alpha and targets (and with ``take_base`` its ``model_path``) to
+    what the adapter at ``adapter_dir`` was saved with, in place. Returns one line per setting the
+    config held otherwise, naming both values (the caller logs them as warnings): an adapter is loaded
+    as it is, never refused for a config that did not describe it.
+    """
+    saved = adapter_settings(adapter_dir)
+    notes = []
+    for field_name in ("lora_r", "lora_alpha", "lora_target_modules"):
+        value = saved[field_name]
+        if value is not None and getattr(model_cfg, field_name) != value:
+            notes.append(f"adapter {adapter_dir} was saved with {field_name.replace('lora_', 'LoRA ')}={value!r}; using it instead of "
+                         f"model.{field_name}={getattr(model_cfg, field_name)!r}")
+            setattr(model_cfg, field_name, value)
+    base = saved["base_model"]
+    if base and base != model_cfg.model_path:
+        if take_base and (not _looks_like_path(base) or Path(base).exists()):
+            notes.append(f"adapter {adapter_dir} names its base model {base!r}; using it instead of model.model_path={model_cfg.model_path!r}")
+            model_cfg.model_path = base
+        else:
+            notes.append(f"adapter {adapter_dir} was trained on {base!r} but model.model_path is {model_cfg.model_path!r}; "
+                         "loading it on the configured model")
+    return notes
+
+
+def _looks_like_path(name: str) -> bool:
+    """Whether ``name`` is a filesystem path rather than a hub id (``org/name``)."""
+    return name.startswith(("/", ".", "~")) or name.count("/") != 1

@@ -345,7 +345,7 @@ def _build_run(cfg: RunConfig, accelerator) -> _Run:
     seed_everything(cfg.seed)
     module = VLMPolicy(cfg.model)
     if cfg.model.sft_adapter is not None:
-        module.load_adapter(cfg.model.sft_adapter)
+        module.load_adapter(cfg.model.sft_adapter)  # its settings were adopted by _train before the config was saved
     optimizer = build_optimizer(module, cfg.ppo)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda it: lr_factor(it, cfg.ppo))
     policy, prepared_optimizer = accelerator.prepare(module, optimizer)
@@ -699,6 +699,14 @@ def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
     """:func:`run_training` inside the run directory's lock; ``stop`` says when a signal asks to stop."""
     out = Path(cfg.log.output_dir)
     ckpt_root = out / CHECKPOINTS_SUBDIR
+    if cfg.model.sft_adapter is not None:
+        # The warm start's own rank, alpha and targets, before the config is compared and saved; a base
+        # model other than the configured one is warned about, never switched.
+        from .loading import adopt_adapter_settings
+
+        for note in adopt_adapter_settings(cfg.model, cfg.model.sft_adapter):
+            if accelerator.is_main_process:
+                logger.warning(note)
     resume_from = resolve_resume(cfg.log.resume, ckpt_root)
     changed = config_changes(resume_from, cfg) if resume_from is not None else {}  # before minutes of loading
     prepare_output_dir(cfg, resume_from, accelerator)

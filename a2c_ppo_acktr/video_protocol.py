@@ -652,7 +652,7 @@ def run_cli(args: Any, extra: Sequence[str]) -> dict[str, Any]:
         answerer = DummyAnswerer(seed=cfg.eval.seed)
         agent_meta = {"agent": "dummy"}
     else:
-        policy = evaluation.load_policy(cfg, adapter=args.adapter, checkpoint=args.checkpoint)
+        policy = evaluation.load_policy(cfg, adapter=args.adapter, checkpoint=args.checkpoint, take_base=not args.model_path)
         family = policy.family
         answerer = ModelAnswerer(policy)
         agent_meta = {"agent": "policy", "model_path": cfg.model.model_path, "adapter": args.adapter,

@@ -157,3 +157,49 @@ def test_the_merged_model_keeps_its_base_checkpoints_generation_config(tmp_path,
     written = json.loads((out / "generation_config.json").read_text())
     assert {k: written.get(k) for k in shipped} == shipped
     assert written["eos_token_id"] == json.loads(gc_file.read_text())["eos_token_id"]
+
+
+def test_an_adapter_describes_itself_to_eval_and_to_a_warm_start(tmp_path, tiny_model_path, caplog):
+    """eval_vsi.py --adapter without the SFT run's preset: the adapter's rank, alpha, targets and base
+    model come from its adapter_config.json, with one warning line per contradicted setting; PPO's
+    --sft-adapter adopts them the same way (the base model is warned about, never switched)."""
+    import logging
+
+    from a2c_ppo_acktr.arguments import load_config
+    from a2c_ppo_acktr.evaluation import load_policy
+    from a2c_ppo_acktr.loading import adapter_settings, adopt_adapter_settings
+
+    cfg = ModelConfig(model_path=tiny_model_path, device="cpu", lora_r=3, lora_alpha=6, lora_target_modules=TARGETS,
+                      value_head_hidden=8, temp_head_hidden=8)
+    torch.manual_seed(0)
+    VLMPolicy(cfg).save_pretrained(tmp_path / "adapter")
+    saved = adapter_settings(tmp_path / "adapter")
+    assert (saved["lora_r"], saved["lora_alpha"], saved["lora_target_modules"], saved["base_model"]) == (3, 6, TARGETS, tiny_model_path)
+    run = load_config(preset="debug", overrides={"model": {"model_path": "tiny:qwen2_vl", "device": "cpu"}})
+    assert run.model.lora_r != 3
+    with caplog.at_level(logging.WARNING):
+        policy = load_policy(run, adapter=str(tmp_path / "adapter"), take_base=True)
+    assert (run.model.lora_r, run.model.lora_alpha, run.model.model_path) == (3, 6, tiny_model_path)
+    notes = [r.getMessage() for r in caplog.records if "adapter" in r.getMessage()]
+    assert any("LoRA r=3" in n and "model.lora_r=" in n for n in notes) and any("names its base model" in n for n in notes)
+    assert all("\n" not in n for n in notes)
+    from safetensors.torch import load_file
+
+    weights = load_file(str(tmp_path / "adapter" / "adapter_model.safetensors"))
+    own = {n.replace(".default", ""): p for n, p in policy.model.named_parameters() if "lora_A" in n}
+    matched = [k for k in weights if "lora_A" in k and k in own]
+    assert matched and all(torch.equal(own[k].detach(), weights[k]) for k in matched)  # the adapter's own weights, rank 3
+    # a warm start: rank and alpha adopted, the configured base kept and named in the warning
+    other = ModelConfig(model_path="tiny:qwen2_vl", device="cpu", lora_r=8, lora_alpha=16)
+    notes = adopt_adapter_settings(other, tmp_path / "adapter")
+    assert (other.lora_r, other.lora_alpha, other.model_path) == (3, 6, "tiny:qwen2_vl")
+    assert any("was trained on" in n and "tiny:qwen2_vl" in n for n in notes)
+    # a list of module names (other tools' adapters) becomes the equivalent regex
+    conf = tmp_path / "adapter" / "adapter_config.json"
+    data = json.loads(conf.read_text())
+    data["target_modules"] = ["v_proj", "q_proj"]
+    conf.write_text(json.dumps(data))
+    import re
+
+    regex = adapter_settings(tmp_path / "adapter")["lora_target_modules"]
+    assert re.fullmatch(regex, "model.language_model.layers.0.self_attn.q_proj") and not re.fullmatch(regex, "model.layers.0.mlp.up_proj")
