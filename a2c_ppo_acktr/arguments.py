@@ -526,6 +526,11 @@ class LogConfig:
     tensorboard: bool = True
     save_interval: int = 5  # checkpoint every K iterations (and always at the end)
     keep_checkpoints: int = 2
+    # Every N iterations (0 = never) write the rollout, turn by turn, to output_dir/rollouts/ as gzipped
+    # JSONL (prompt text with image digests, reply, action, reward, value, advantage, return); the newest
+    # keep_rollouts iterations are kept. Read them with python -m a2c_ppo_acktr.rollouts show FILE.
+    save_rollouts_every: int = 0
+    keep_rollouts: int = 10
     resume: Optional[str] = None  # None | auto | path to a checkpoint directory
     # A fresh start (no log.resume) in an output_dir that already holds a run (checkpoints or
     # metrics.jsonl) is refused; overwrite=true moves that run aside to OUTPUT_DIR.old-<time> first
@@ -563,6 +568,8 @@ class LogConfig:
         _choice("log.wandb_mode", self.wandb_mode, ["online", "offline", "disabled"])
         _check(self.save_interval >= 1, f"log.save_interval={self.save_interval} must be >= 1")
         _check(self.keep_checkpoints >= 1, f"log.keep_checkpoints={self.keep_checkpoints} must be >= 1")
+        _check(self.save_rollouts_every >= 0, f"log.save_rollouts_every={self.save_rollouts_every} must be >= 0 (0 = never)")
+        _check(self.keep_rollouts >= 1, f"log.keep_rollouts={self.keep_rollouts} must be >= 1")
 
 
 @dataclass

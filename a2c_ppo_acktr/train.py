@@ -46,6 +46,7 @@ from .checkpoint import (
 from .distributed import build_accelerator, full_trainable, gather_lists, gathered_for_rollout, is_deepspeed, reduce_mean
 from .logger import METRICS_FILE, RunLogger, read_metrics
 from .preemption import STOP_FILE, Preempted, StopOnSignal
+from .rollouts import rollout_rows, write_rollouts
 from .rundir import check_output_path, check_shared_directory, run_lock
 from .storage import BOOTSTRAPPING_ESTIMATORS
 from .validation import BestPolicy, run_validation
@@ -442,12 +443,13 @@ def _load_checkpoint(run: _Run, path: Path) -> int:
 
 
 # Fields that may differ between a run and its resumption without changing the results.
-_RESUME_FREE_KEYS = {"log.resume", "log.overwrite", "log.val_interval", "log.val_episodes", "log.stop_after_iterations", "log.progress_bar", "log.wandb_mode", "log.output_dir", "model.sft_adapter"}
+_RESUME_FREE_KEYS = {"log.resume", "log.overwrite", "log.val_interval", "log.val_episodes", "log.stop_after_iterations", "log.progress_bar", "log.wandb_mode", "log.output_dir", "model.sft_adapter",
+                     "log.save_rollouts_every", "log.keep_rollouts"}
 # Fields that define the run: a resumption that changes one would continue another run's state, so it
 # is refused. (Everything else, e.g. ppo.lr or ppo.num_iterations, is applied and recorded.)
 _RUN_DEFINING_PREFIXES = ("model.", "env.", "rollout.")
 _RUN_DEFINING_KEYS = {"seed", "ppo.advantage_estimator", "ppo.reference"}
-_RUN_DEFINING_EXCEPT = {"model.sft_adapter", "model.device", "model.attn_implementation", "model.gradient_checkpointing"}
+_RUN_DEFINING_EXCEPT = {"model.sft_adapter", "model.device", "model.attn_implementation", "model.gradient_checkpointing", "model.logits_chunk_tokens"}
 RESUME_HISTORY = "resume_history.jsonl"
 
 
@@ -741,6 +743,10 @@ def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
                 extra_metrics = apply_kl_reward(run)
                 compute_advantages(run.storage, stats.next_value, cfg.ppo, horizon=cfg.env.max_turns)
                 extra_metrics.update(apply_perception_weighting(run, it))
+            with _timed(timings, "save_rollouts"):
+                if cfg.log.save_rollouts_every and (it + 1) % cfg.log.save_rollouts_every == 0:  # every rank its own envs' turns
+                    rows = rollout_rows(run.storage, run.module.tokenizer, cfg.env.env_id, it + 1, accelerator.process_index)
+                    write_rollouts(rows, out, it + 1, accelerator.process_index, keep=cfg.log.keep_rollouts)
             with _timed(timings, "update"):
                 update_metrics = update_policy(run, it)
             timings["time/iteration"] = timings["time/collect"] + timings["time/advantages"] + timings["time/update"]

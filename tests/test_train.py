@@ -2,10 +2,13 @@
 
 One module-scoped fixture runs the three trainings the tests inspect (~30 s on a quiet 2-core box):
 ``full`` runs 4 iterations; ``split`` runs the same config stopped after 2 iterations, then resumes
-with ``--resume auto`` (past a planted incomplete checkpoint) for the last 2.
+with ``--resume auto`` (past a planted incomplete checkpoint) for the last 2. ``split`` also saves its
+rollouts every iteration (the newest 3 kept), so its equality with ``full`` shows that saving them
+changes nothing.
 """
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from pathlib import Path
@@ -67,14 +70,15 @@ def runs(tmp_path_factory):
         root = tmp_path_factory.mktemp("train")
         full_dir, split_dir = root / "full", root / "split"
         full_last = run_training(load_config(preset="debug", overrides=_overrides(full_dir)))
-        first_last = run_training(load_config(preset="debug", overrides=_overrides(split_dir, **{"log.stop_after_iterations": "2"})))
+        saving = {"log.save_rollouts_every": "1", "log.keep_rollouts": "3"}
+        first_last = run_training(load_config(preset="debug", overrides=_overrides(split_dir, **saving, **{"log.stop_after_iterations": "2"})))
         snapshot = root / "after_two"
         shutil.copytree(split_dir, snapshot)
         # An incomplete later checkpoint (crash mid-write) must be ignored by --resume auto.
         planted = split_dir / "checkpoints" / checkpoint_name(3)
         planted.mkdir()
         (planted / "trainer_state.json").write_text("{}")
-        resumed_last = run_training(load_config(preset="debug", overrides=_overrides(split_dir, **{"log.resume": "auto"})))
+        resumed_last = run_training(load_config(preset="debug", overrides=_overrides(split_dir, **saving, **{"log.resume": "auto"})))
     finally:
         torch.set_num_threads(threads)
     return {
@@ -288,3 +292,34 @@ def test_kl_ref_is_measured_every_kl_ref_interval_updates_and_values_are_timed(r
         assert math.isfinite(kl[0]) and all(math.isnan(v) for v in kl[1:]), (out, kl)
         for r in rows:
             assert 0 <= r["time/collect_values"] <= r["time/collect"] - r["time/collect_act"] - r["time/collect_env"] + 1e-6
+
+
+def test_saved_rollouts_hold_every_turn_and_read_back(runs, capsys):
+    """log.save_rollouts_every 1, keep 3: the newest 3 iterations' files, each with every turn's
+    prompt (images as digests), reply, parsed action and numbers; the show command prints episodes."""
+    from a2c_ppo_acktr.rollouts import main as rollouts_main
+    from a2c_ppo_acktr.rollouts import read_rollouts
+
+    files = sorted((runs["split"] / "rollouts").glob("iter-*-rank0.jsonl.gz"))
+    assert [f.name for f in files] == [f"iter-00000{i}-rank0.jsonl.gz" for i in (2, 3, 4)]
+    assert not list((runs["split"] / "rollouts").glob(".*tmp*"))
+    cfg = RunConfig.from_yaml(runs["split"] / "config.yaml")
+    rows = read_rollouts(files[-1])
+    assert len(rows) == cfg.rollout.num_envs * cfg.rollout.num_steps
+    assert [(r["step"], r["env"]) for r in rows] == [(t, n) for t in range(cfg.rollout.num_steps) for n in range(cfg.rollout.num_envs)]
+    for r in rows:
+        assert r["iteration"] == 4 and r["env_id"] == cfg.env.env_id and r["prompt"] and r["images"]
+        assert all(len(im["sha1"]) == 16 and len(im["shape"]) == 3 for im in r["images"])
+        assert isinstance(r["reply"], str) and math.isfinite(r["advantage"]) and math.isfinite(r["return"]) and r["log_prob"] < 0
+        if r["action"] is not None:  # the reply's own "action" field, as the JSON parses
+            assert json.loads(r["reply"])["action"] == r["action"]
+    from a2c_ppo_acktr.rollouts import parsed_action
+
+    assert parsed_action('{"thoughts": "t", "action": {"answer": "B"}}') == {"answer": "B"} and parsed_action('{"thoughts": "t"') is None
+    ended = [r for r in rows if r["terminated"] or r["truncated"]]
+    assert ended  # max_turns 2 with 2 steps: episodes end inside the rollout, and the next one gets a new id
+    later = [r for r in rows if r["env"] == ended[0]["env"] and r["step"] > ended[0]["step"]]
+    assert all(r["episode"] != ended[0]["episode"] for r in later)
+    assert rollouts_main(["show", str(files[-1]), "--chars", "60"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("=== episode ") == len({r["episode"] for r in rows}) and "reply: " in text and "advantage" in text
