@@ -72,6 +72,34 @@ KNOWN_CONFIGS: dict[str, dict[str, Any]] = {
         },
         "min_pixels": 3136, "max_pixels": 12845056,
     },
+    "Qwen/Qwen3-VL-4B-Instruct": {
+        "model_type": "qwen3_vl",
+        "tie_word_embeddings": True,
+        "text_config": {
+            "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": True,
+        },
+        "vision_config": {
+            "depth": 24, "hidden_size": 1024, "intermediate_size": 4096, "num_heads": 16, "out_hidden_size": 2560,
+            "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "num_position_embeddings": 2304,
+            "deepstack_visual_indexes": [5, 11, 17],
+        },
+        "min_pixels": 65536, "max_pixels": 16777216,
+    },
+    "Qwen/Qwen3-VL-8B-Instruct": {
+        "model_type": "qwen3_vl",
+        "tie_word_embeddings": False,
+        "text_config": {
+            "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": False,
+        },
+        "vision_config": {
+            "depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16, "out_hidden_size": 4096,
+            "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "num_position_embeddings": 2304,
+            "deepstack_visual_indexes": [8, 16, 24],
+        },
+        "min_pixels": 65536, "max_pixels": 16777216,
+    },
 }
 
 # A representative long turn for the text-token count: a VSI-Bench route-planning question (the

@@ -15,7 +15,7 @@ from a2c_ppo_acktr.arguments import (
 )
 
 
-@pytest.mark.parametrize("preset", ["debug", "cpu-demo", "qwen2.5-vl-3b", "qwen2.5-vl-7b", "rl4vlm"])
+@pytest.mark.parametrize("preset", ["debug", "cpu-demo", "qwen2.5-vl-3b", "qwen2.5-vl-7b", "qwen3-vl-4b", "qwen3-vl-8b", "rl4vlm"])
 def test_required_presets_load(preset):
     assert preset in list_presets()
     cfg = load_config(preset=preset)
@@ -24,7 +24,7 @@ def test_required_presets_load(preset):
 
 
 def test_gpu_presets_are_bf16_lora_zero2():
-    for name in ("qwen2.5-vl-3b", "qwen2.5-vl-7b"):
+    for name in ("qwen2.5-vl-3b", "qwen2.5-vl-7b", "qwen3-vl-4b", "qwen3-vl-8b"):
         cfg = load_config(preset=name)
         assert cfg.model.dtype == "bfloat16"
         assert (cfg.model.lora_r, cfg.model.lora_alpha) == (128, 256)

@@ -112,7 +112,7 @@ def test_gpu_presets_fit_and_the_docs_show_the_commands_output():
     """Gradient checkpointing is what makes the GPU presets fit 40 GB-class cards, and
     docs/TRAINING.md holds exactly what the command prints (regenerate it when this fails)."""
     docs = (REPO / "docs" / "TRAINING.md").read_text(encoding="utf-8")
-    for preset in ("qwen2.5-vl-3b", "qwen2.5-vl-7b", "debug"):
+    for preset in ("qwen2.5-vl-3b", "qwen2.5-vl-7b", "qwen3-vl-4b", "qwen3-vl-8b", "debug"):
         run = load_config(preset=preset)
         table = memory.report(run, gpus=8)
         assert table in docs, f"docs/TRAINING.md is out of date: paste `python -m a2c_ppo_acktr.memory --preset {preset}`"
