@@ -20,7 +20,9 @@ REPO = Path(__file__).resolve().parent.parent
 TARGETS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)|lm_head"
 
 
-def test_merged_model_reproduces_the_adapted_logits(tmp_path, tiny_model_path):
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+def test_merged_model_reproduces_the_adapted_logits(tmp_path, tiny_family_path, family):
+    tiny_model_path = tiny_family_path(family)
     cfg = ModelConfig(model_path=tiny_model_path, device="cpu", lora_r=4, lora_alpha=8, lora_target_modules=TARGETS,
                       value_head_hidden=8, temp_head_hidden=8)
     torch.manual_seed(0)

@@ -413,7 +413,8 @@ def test_sft_adapter_with_embedding_lora_holds_only_the_lora_factors(tmp_path, t
         assert any("lora_embedding_A" in k for k in keys) and all("lora_" in k for k in keys), (path, keys)
 
 
-def test_sft_with_gradient_checkpointing_runs_no_backward_through_the_frozen_tower(tmp_path, tiny_model_path):
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+def test_sft_with_gradient_checkpointing_runs_no_backward_through_the_frozen_tower(tmp_path, tiny_family_path, family):
     """The frozen vision tower runs once per step (no recompute, no backward: nothing in it needs a
     gradient), while every decoder layer's LoRA weights get theirs, and the loss is the one
     without checkpointing."""
@@ -421,6 +422,7 @@ def test_sft_with_gradient_checkpointing_runs_no_backward_through_the_frozen_tow
     from a2c_ppo_acktr.loading import load_vlm
     from SFT.trainer import build_trainer
 
+    tiny_model_path = tiny_family_path(family)
     rng = np.random.default_rng(0)
     data = _write_rows(tmp_path, [(_obs(rng, 2), '{"thoughts": "look", "action": "A"}') for _ in range(2)])
     losses = {}

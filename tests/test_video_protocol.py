@@ -247,7 +247,7 @@ def test_batching_with_left_padding_does_not_change_answers(mini, tiny_model_pat
 
 
 @pytest.mark.parametrize("family,sampling,visual", [
-    ("qwen2_vl", "qwen_2fps", "video"), ("qwen3_vl", "qwen3_2fps", "video"), ("llava", "uniform", "images"),
+    ("qwen2_vl", "qwen_2fps", "video"), ("qwen3_vl", "qwen3_2fps", "video"), ("llava", "uniform", "images"), ("llava_next", "uniform", "images"),
 ])
 def test_every_tiny_family_answers_under_its_reference_sampling(mini, tiny_family_path, tmp_path, family, sampling, visual):
     rep = _video(mini, ["--model-path", tiny_family_path(family), "--num-frames", "4", "--limit", "3"], tmp_path / family)
