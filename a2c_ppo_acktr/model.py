@@ -227,6 +227,7 @@ def build_lora_config(cfg: ModelConfig, modules_to_save: Optional[Sequence[str]]
         bias="none",
     )
 
+
 def enable_gradient_checkpointing(base: nn.Module) -> None:
     """Recompute each decoder (and vision) block in backward instead of storing its activations.
 
@@ -256,10 +257,11 @@ def float32_logits(head: nn.Module) -> None:
     float32 (:func:`~a2c_ppo_acktr.temp_predictor.compute_in_float32`: its ``forward`` is replaced, not
     its call, so ZeRO-3's gather and LoRA's wrapper, which adds its own term, still run around it).
     The cast weight is a per-call temporary of ``V x H`` floats (2.2 GB for a 7B Qwen, one chunk at a
-    time). A float32 head is left as it is.
+    time). Applied whatever the dtype at construction (for float32 weights the casts are no-ops), so a
+    later cast of the module, DeepSpeed's bf16 engine's, keeps float32 logits.
     """
     linear = getattr(head, "base_layer", head)  # peft's LoRA wrapper keeps the Linear as base_layer
-    if isinstance(linear, nn.Linear) and linear.weight.dtype != torch.float32:
+    if isinstance(linear, nn.Linear):
         compute_in_float32(linear)
 
 

@@ -250,6 +250,10 @@ def run_lock(directory: str | os.PathLike, is_main: bool, num_processes: int = 1
     return lock
 
 
+# How long a process looks for the main process's probe file before calling the directory unshared.
+SHARED_PROBE_WAIT_S = 10.0
+
+
 class SharedDirectoryError(ConfigError):
     """Some processes of a run do not see the files another one writes beside the run directory."""
 
@@ -276,7 +280,13 @@ def check_shared_directory(directory: str | os.PathLike, is_main: bool, num_proc
         probe = target.parent / f".{target.name}.probe-{socket.gethostname()}-{os.getpid()}-{time.time_ns()}"
         probe.write_text("shared-filesystem probe of a starting run; removed once every process has looked\n", encoding="utf-8")
     name = broadcast_object_list([probe.name if probe is not None else None])[0]
-    seen = (target.parent / name).exists()
+    # A network filesystem may cache "no such file" for a few seconds: look again, listing the
+    # directory (which refreshes it), before calling the directory node-local.
+    deadline = time.monotonic() + SHARED_PROBE_WAIT_S
+    while not (seen := (target.parent / name).exists() or (target.parent.is_dir() and name in os.listdir(target.parent))):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     everyone = gather_object([(int(os.environ.get("RANK", "0")), socket.gethostname(), seen)])
     if probe is not None:
         probe.unlink(missing_ok=True)
