@@ -41,7 +41,6 @@ The reference policy for the KL penalty is the same network with the adapter dis
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 from dataclasses import dataclass
@@ -69,7 +68,7 @@ from a2c_ppo_acktr.distributions import (
     token_log_probs,
 )
 from a2c_ppo_acktr.encoding import TurnEncoding, collate, split_rows
-from a2c_ppo_acktr.loading import ContextLengthError, LoadedVLM, ModelLoadError, forbidden_token_ids, load_vlm, record_base_model
+from a2c_ppo_acktr.loading import ContextLengthError, LoadedVLM, ModelLoadError, adapter_settings, forbidden_token_ids, load_vlm, record_base_model
 from a2c_ppo_acktr.temp_predictor import TempPredictor, compute_in_float32
 
 logger = logging.getLogger(__name__)
@@ -898,14 +897,12 @@ class VLMPolicy(nn.Module):
         from peft.utils import load_peft_weights
 
         path = Path(path)
-        conf_file = path / "adapter_config.json"
-        if not conf_file.is_file():
-            raise FileNotFoundError(f"{conf_file} does not exist; pass a directory written by peft save_pretrained")
-        saved = json.loads(conf_file.read_text(encoding="utf-8"))
-        if saved.get("r") != self.cfg.lora_r or saved.get("lora_alpha") != self.cfg.lora_alpha:
+        saved = adapter_settings(path)
+        if saved["lora_r"] != self.cfg.lora_r or saved["lora_alpha"] != self.cfg.lora_alpha:
             raise ValueError(
-                f"adapter at {path} has r={saved.get('r')}, lora_alpha={saved.get('lora_alpha')} but the policy uses "
-                f"model.lora_r={self.cfg.lora_r}, model.lora_alpha={self.cfg.lora_alpha}; set them to match the adapter"
+                f"adapter at {path} has r={saved['lora_r']}, lora_alpha={saved['lora_alpha']} but the policy uses "
+                f"model.lora_r={self.cfg.lora_r}, model.lora_alpha={self.cfg.lora_alpha}; build the policy from a config "
+                "that loading.adopt_adapter_settings adapted to the adapter (as eval and --sft-adapter do)"
             )
         try:
             weights = load_peft_weights(str(path), device=str(self.device))

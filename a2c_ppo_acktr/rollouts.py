@@ -3,7 +3,7 @@
 ``log.save_rollouts_every N`` writes, after the advantages of every N-th iteration are computed,
 ``OUTPUT_DIR/rollouts/iter-<iteration>-rank<rank>.jsonl.gz``: one JSON object per turn, in step order,
 with the env id, an episode id, the prompt text (images as references: their content digests and
-sizes, never pixels), the reply, the parsed action, reward, done flags, sampling temperature, value,
+shapes, never pixels), the reply, the parsed action, reward, done flags, sampling temperature, value,
 advantage, return and the rollout log-prob. Files are written atomically (a temporary sibling,
 fsynced, then renamed), and only the newest ``log.keep_rollouts`` iterations are kept. They are not
 part of a checkpoint: a resumed run simply goes on writing them.
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import hashlib
 import json
 import os
 import re
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
 from a2c_ppo_acktr.arguments import ConfigError
+from a2c_ppo_acktr.encoding import image_key
 
 ROLLOUTS_SUBDIR = "rollouts"
 _FILE = re.compile(r"iter-(\d+)-rank(\d+)\.jsonl\.gz$")
@@ -35,10 +35,9 @@ def rollout_file(directory: str | os.PathLike, iteration: int, rank: int) -> Pat
 
 
 def _image_ref(image: Any) -> dict[str, Any]:
-    import numpy as np
-
-    arr = np.ascontiguousarray(image)
-    return {"sha1": hashlib.sha1(arr.tobytes()).hexdigest()[:16], "shape": list(arr.shape)}
+    """An image by reference: the content digest the rollout's feature store shares images by, and its shape."""
+    shape, _, digest = image_key(image)
+    return {"digest": digest.hex(), "shape": list(shape)}
 
 
 def parsed_action(reply: str) -> Optional[Any]:

@@ -309,7 +309,7 @@ def test_saved_rollouts_hold_every_turn_and_read_back(runs, capsys):
     assert [(r["step"], r["env"]) for r in rows] == [(t, n) for t in range(cfg.rollout.num_steps) for n in range(cfg.rollout.num_envs)]
     for r in rows:
         assert r["iteration"] == 4 and r["env_id"] == cfg.env.env_id and r["prompt"] and r["images"]
-        assert all(len(im["sha1"]) == 16 and len(im["shape"]) == 3 for im in r["images"])
+        assert all(len(im["digest"]) == 32 and len(im["shape"]) == 3 for im in r["images"])
         assert isinstance(r["reply"], str) and math.isfinite(r["advantage"]) and math.isfinite(r["return"]) and r["log_prob"] < 0
         if r["action"] is not None:  # the reply's own "action" field, as the JSON parses
             assert json.loads(r["reply"])["action"] == r["action"]
