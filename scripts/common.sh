@@ -1,5 +1,15 @@
 # Shared by the launch scripts (source it from the repository root; it defines functions only).
 
+# vsi_abspath PATH always|if-exists: PATH made absolute against the caller's directory (call it before
+# the launcher's cd to the repository root); with if-exists a relative name that is no existing path
+# (an HF hub id) is kept as it is.
+vsi_abspath() {
+  case "$1" in
+    /*) printf '%s\n' "$1" ;;
+    *) if [ -e "$1" ] || [ "$2" = always ]; then printf '%s/%s\n' "$PWD" "$1"; else printf '%s\n' "$1"; fi ;;
+  esac
+}
+
 # PYTHON: the interpreter; default .venv/bin/python (scripts/setup.sh) when present, else python.
 vsi_python() {
   if [ -z "${PYTHON:-}" ]; then

@@ -35,6 +35,8 @@ if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
   sed -n '2,33p' "$0"
   exit 0
 fi
+# shellcheck source=scripts/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 # The four positional arguments, when given (the first argument is not an option).
 SEED="" NAME=""
 if [ "$#" -ge 1 ] && [ "${1#-}" = "$1" ]; then
@@ -44,21 +46,18 @@ if [ "$#" -ge 1 ] && [ "${1#-}" = "$1" ]; then
   fi
   SEED=$1 NAME=$2 OUTDIR=$3
   shift 4
-  case "$OUTDIR" in /*) ;; *) OUTDIR="$PWD/$OUTDIR" ;; esac
+  OUTDIR=$(vsi_abspath "$OUTDIR" always)
   OUT=${OUT:-$OUTDIR/$NAME/eval}
 fi
 if [ -z "${OUT:-}" ]; then
   echo "eval_vsi_qwen.sh: pass SEED NAME OUTDIR PORT (reports in OUTDIR/NAME/eval) or set OUT=DIR" >&2
   exit 2
 fi
-case "$OUT" in /*) ;; *) OUT="$PWD/$OUT" ;; esac
+OUT=$(vsi_abspath "$OUT" always)
 for p in ADAPTER CHECKPOINT VSIBENCH DATA_ROOT MODEL_PATH; do  # relative to the caller's directory
-  v=${!p:-}
-  if [ -n "$v" ] && [ "${v#/}" = "$v" ] && [ -e "$v" ]; then printf -v "$p" '%s/%s' "$PWD" "$v"; fi
+  if [ -n "${!p:-}" ]; then printf -v "$p" '%s' "$(vsi_abspath "${!p}" if-exists)"; fi
 done
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-# shellcheck source=scripts/common.sh
-. scripts/common.sh
 vsi_python
 if [ -n "${ADAPTER:-}" ] && [ -n "${CHECKPOINT:-}" ]; then
   echo "eval_vsi_qwen.sh: set ADAPTER or CHECKPOINT, not both (a PPO checkpoint already holds its adapter)" >&2

@@ -34,17 +34,13 @@ NAME=$2
 OUTDIR=$3
 PORT=$4
 
+# shellcheck source=scripts/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 # Paths given relative to the caller's directory stay valid after the cd to the repository root.
-abspath() {
-  case "$1" in
-    /*) printf '%s\n' "$1" ;;
-    *) if [ -e "$1" ] || [ "$2" = always ]; then printf '%s/%s\n' "$PWD" "$1"; else printf '%s\n' "$1"; fi ;;
-  esac
-}
-OUTDIR=$(abspath "$OUTDIR" always)
-if [ -n "${SFT_ADAPTER:-}" ]; then SFT_ADAPTER=$(abspath "$SFT_ADAPTER" always); fi
-if [ -n "${MODEL_PATH:-}" ]; then MODEL_PATH=$(abspath "$MODEL_PATH" if-exists); fi  # else an HF hub id
-if [ -n "${RESUME:-}" ] && [ "$RESUME" != auto ] && [ "$RESUME" != none ]; then RESUME=$(abspath "$RESUME" always); fi
+OUTDIR=$(vsi_abspath "$OUTDIR" always)
+if [ -n "${SFT_ADAPTER:-}" ]; then SFT_ADAPTER=$(vsi_abspath "$SFT_ADAPTER" always); fi
+if [ -n "${MODEL_PATH:-}" ]; then MODEL_PATH=$(vsi_abspath "$MODEL_PATH" if-exists); fi  # else an HF hub id
+if [ -n "${RESUME:-}" ] && [ "$RESUME" != auto ] && [ "$RESUME" != none ]; then RESUME=$(vsi_abspath "$RESUME" always); fi
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -56,8 +52,6 @@ case "$DS_STAGE" in
   *) echo "DS_STAGE=$DS_STAGE: use 2 or 3" >&2; exit 2 ;;
 esac
 
-# shellcheck source=scripts/common.sh
-. scripts/common.sh
 vsi_python
 vsi_num_gpus "python main_vsi.py --preset debug"
 NUM_MACHINES=${NUM_MACHINES:-1}

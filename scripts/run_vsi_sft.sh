@@ -36,11 +36,13 @@ if [ -z "${DATA_PATH:-}" ]; then
   exit 2
 fi
 
+# shellcheck source=scripts/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 # Paths given relative to the caller's directory stay valid after the cd to the repository root.
-case "$OUTDIR" in /*) ;; *) OUTDIR="$PWD/$OUTDIR" ;; esac
-case "$DATA_PATH" in /*) ;; *) DATA_PATH="$PWD/$DATA_PATH" ;; esac
-if [ -n "${MODEL_PATH:-}" ] && [ "${MODEL_PATH#/}" = "$MODEL_PATH" ] && [ -e "$MODEL_PATH" ]; then MODEL_PATH="$PWD/$MODEL_PATH"; fi  # else a hub id
-if [ -n "${RESUME:-}" ] && [ "$RESUME" != auto ] && [ "$RESUME" != none ] && [ "${RESUME#/}" = "$RESUME" ]; then RESUME="$PWD/$RESUME"; fi
+OUTDIR=$(vsi_abspath "$OUTDIR" always)
+DATA_PATH=$(vsi_abspath "$DATA_PATH" always)
+if [ -n "${MODEL_PATH:-}" ]; then MODEL_PATH=$(vsi_abspath "$MODEL_PATH" if-exists); fi  # else a hub id
+if [ -n "${RESUME:-}" ] && [ "$RESUME" != auto ] && [ "$RESUME" != none ]; then RESUME=$(vsi_abspath "$RESUME" always); fi
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 PRESET=${PRESET:-qwen2.5-vl-3b}
@@ -52,8 +54,6 @@ case "$DS_STAGE" in
   *) echo "DS_STAGE=$DS_STAGE: use 0, 2 or 3" >&2; exit 2 ;;
 esac
 
-# shellcheck source=scripts/common.sh
-. scripts/common.sh
 vsi_python
 vsi_num_gpus "python train_sft.py --preset debug --sft.data_path \$DATA_PATH --sft.output_dir $OUTDIR"
 
