@@ -40,6 +40,9 @@ Tasks (:data:`TASKS`) and their targets:
                oracle labels, stopped at NUMBERLINE_HEADROOM_SFT_STEPS so that PPO has room (the
                quickstart's adapter already wins every deal with the seeing model): greedy success
                >= 0.95 in every seed, and run - SFT per seed (paired CIs)
+Greedy evaluations judge each run's last checkpoint, or with ``--eval-policy best`` the policy the
+run's own validation kept (``--extra log.val_interval=K``: greedy on ``log.val_episodes`` deals or
+questions seeded apart from the held-out set; ``<run>/best/policy``).
 The best constant answer is found on the training distribution (the same scenes, the env's own
 questions) unless ``--best-constant TASK=SCORE`` gives its score.
 
@@ -76,6 +79,7 @@ import numpy as np
 from a2c_ppo_acktr import stats
 from a2c_ppo_acktr.arguments import EMBEDDING_LORA_TARGET, load_config
 from a2c_ppo_acktr.checkpoint import latest_checkpoint
+from a2c_ppo_acktr.validation import BEST_DIR
 
 REPO = Path(__file__).resolve().parent.parent  # the entry scripts run from here
 
@@ -598,11 +602,8 @@ def evaluate_held_out(args: argparse.Namespace, results: list[RunResult]) -> dic
     sft_dir = args.out / task.name / "sft_eval"
     jobs += sighted_and_twin(args, task, ["--adapter", str(args.sft_adapter)], "sft", sft_dir, args.out / task.name / "sft_eval_zeroed")
     for r in task_runs:
-        ckpt = latest_checkpoint(r.spec.directory(args.out) / "checkpoints")
-        if ckpt is None:
-            raise FileNotFoundError(f"{r.spec.directory(args.out)} finished without a checkpoint; see its bench.log")
         d = r.spec.directory(args.out)
-        jobs += sighted_and_twin(args, task, ["--checkpoint", str(ckpt)], f"{r.spec.estimator}-{r.spec.lr_label}-seed{r.spec.seed}",
+        jobs += sighted_and_twin(args, task, evaluated_policy(args, r.spec), f"{r.spec.estimator}-{r.spec.lr_label}-seed{r.spec.seed}",
                                  d / HELD_OUT_SIGHTED, d / HELD_OUT_ZEROED)
     markers = run_all(jobs, args.jobs, args.rerun, lambda d: (d / "report.json").is_file())
     failed = [str(d) for d, m in markers.items() if m["returncode"] != 0]
@@ -631,16 +632,30 @@ def sighted_and_twin(args: argparse.Namespace, task: Task, what: list[str], name
             (zeroed, eval_argv(args, task, [*what, "--zero-images"], name + ZEROED_SUFFIX, zeroed))]
 
 
+def evaluated_policy(args: argparse.Namespace, spec: RunSpec) -> list[str]:
+    """The ``eval_vsi.py`` arguments naming the policy a run is judged by: its last checkpoint, or with
+    ``--eval-policy best`` the policy its own validation kept (``log.val_interval``: greedy on
+    ``log.val_episodes`` deals seeded apart from the held-out set), ``<run>/best/policy``."""
+    d = spec.directory(args.out)
+    if args.eval_policy == "best":
+        best = d / BEST_DIR / "policy"
+        if not best.is_dir():
+            raise FileNotFoundError(f"{d} has no {BEST_DIR}/policy: --eval-policy best needs runs with validation "
+                                    "(--extra log.val_interval=K); see its bench.log")
+        return ["--adapter", str(best)]
+    ckpt = latest_checkpoint(d / "checkpoints")
+    if ckpt is None:
+        raise FileNotFoundError(f"{d} finished without a checkpoint; see its bench.log")
+    return ["--checkpoint", str(ckpt)]
+
+
 def greedy_eval_jobs(args: argparse.Namespace, runs: Sequence[RunResult]) -> list[tuple[Path, list[str]]]:
-    """``(directory, eval_vsi.py command)`` evaluating each run's last checkpoint greedily into
-    ``<run>/eval_greedy``, and its blind twin into ``<run>/eval_greedy_zeroed``."""
+    """``(directory, eval_vsi.py command)`` evaluating each run's policy (:func:`evaluated_policy`)
+    greedily into ``<run>/eval_greedy``, and its blind twin into ``<run>/eval_greedy_zeroed``."""
     jobs = []
     for r in runs:
-        ckpt = latest_checkpoint(r.spec.directory(args.out) / "checkpoints")
-        if ckpt is None:
-            raise FileNotFoundError(f"{r.spec.directory(args.out)} finished without a checkpoint; see its bench.log")
         d = r.spec.directory(args.out)
-        jobs += sighted_and_twin(args, TASKS[r.spec.task], ["--checkpoint", str(ckpt)], f"{r.spec.estimator}-{r.spec.lr_label}-seed{r.spec.seed}",
+        jobs += sighted_and_twin(args, TASKS[r.spec.task], evaluated_policy(args, r.spec), f"{r.spec.estimator}-{r.spec.lr_label}-seed{r.spec.seed}",
                                  d / SIGHTED, d / ZEROED)
     return jobs
 
@@ -841,6 +856,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--best-constant", nargs="+", default=[], metavar="TASK=SCORE",
                    help="score of the best constant answer of a task, instead of finding it on the training distribution")
     p.add_argument("--eval-episodes", type=int, default=100, help="held-out questions of the mix task's evaluations")
+    p.add_argument("--eval-policy", choices=("last", "best"), default="last",
+                   help="the policy the greedy evaluations judge: each run's last checkpoint, or the one its validation kept "
+                        "(best/policy; needs --extra log.val_interval=K)")
     p.add_argument("--out", type=Path, default=Path("outputs/bench_learning"))
     p.add_argument("--rerun", action="store_true", help="train and evaluate again even where a complete run exists")
     p.add_argument("--extra", nargs="+", default=[], metavar="section.key=value", help="overrides appended to every run")

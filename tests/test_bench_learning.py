@@ -309,3 +309,29 @@ def test_mix_held_out_evaluates_a_zeroed_twin_of_the_sft_adapter_and_every_run(b
         ("eval", False), ("eval_zeroed", True), ("sft_eval", False), ("sft_eval_zeroed", True)]
     (line,) = bl.blind_twin_lines(args, [run])
     assert line["per_seed"][1]["diff"] == pytest.approx(75.0)  # Overall 75 sighted against 0 with zeroed frames
+
+
+def test_eval_policy_best_judges_the_policy_validation_kept(bl, tmp_path):
+    """``--eval-policy best``: the greedy evaluations load ``<run>/best/policy`` (as an adapter), the
+    last checkpoint otherwise; a run without validation's best policy is an error naming the fix."""
+    common = ["--tasks", "numberline_headroom", "--estimators", "gae", "--seeds", "2", "--out", str(tmp_path),
+              "--model-path", str(tmp_path), "--adapter", f"numberline_headroom={tmp_path}"]
+    last, best = bl.parse_args(common), bl.parse_args([*common, "--eval-policy", "best"])
+    runs = [bl.RunResult(bl.RunSpec("numberline_headroom", "gae", s, False), "ok") for s in (1, 2)]
+    for r in runs:
+        d = r.spec.directory(tmp_path)
+        (d / "checkpoints" / "checkpoint-000004").mkdir(parents=True)
+        (d / "checkpoints" / "checkpoint-000004" / "COMPLETE").write_text("{}")
+    (runs[0].spec.directory(tmp_path) / "best" / "policy").mkdir(parents=True)
+
+    def policy_args(args, run):
+        (sighted, argv), (zeroed, twin) = bl.greedy_eval_jobs(args, [run])
+        assert twin[:-5] == argv[:-4] and "--zero-images" in twin  # the twin judges the same policy
+        i = argv.index("--name")
+        return argv[i - 2:i]
+
+    d1 = runs[0].spec.directory(tmp_path)
+    assert policy_args(last, runs[0]) == ["--checkpoint", str(d1 / "checkpoints" / "checkpoint-000004")]
+    assert policy_args(best, runs[0]) == ["--adapter", str(d1 / "best" / "policy")]
+    with pytest.raises(FileNotFoundError, match="log.val_interval"):
+        bl.greedy_eval_jobs(best, [runs[1]])
