@@ -68,6 +68,10 @@ setup(
         "dev": ["pytest>=8", "pytest-timeout>=2.3", "mutmut>=3.8,<4"],
         # bench/bench_vs_trl.py (TRL's GRPO side by side); 1.16 installs beside the pinned torch/transformers.
         "bench": ["trl>=1.16,<2"],
+        # The rollout server (rollout.engine=vllm): return_token_ids needs vLLM >= 0.10.2. It runs as its own
+        # process (`vllm serve`); nothing in this package imports vllm. Install it where the server runs,
+        # in its own environment if its torch pin differs from this one's.
+        "vllm": ["vllm>=0.10.2"],
     },
     entry_points={
         "console_scripts": [

@@ -23,6 +23,8 @@ from typing import Any, Optional, Sequence
 
 import yaml
 
+from .rollout_engine import ENGINES
+
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 QUESTION_TYPES = (
@@ -242,8 +244,21 @@ class RolloutConfig:
     # rollout's end, so they need num_steps >= env.max_turns; ppo.adv_norm=group normalises within
     # them). 1 = no groups.
     group_size: int = 1
+    # What samples the replies (a2c_ppo_acktr/rollout_engine.py): hf = in-process generate; vllm = a
+    # vLLM OpenAI-compatible server at engine_url (comma-separated: one per rank, rank % count),
+    # started with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; the adapter is loaded into
+    # it by name every iteration and the policy recomputes the log-probs.
+    engine: str = "hf"
+    engine_url: Optional[str] = None
+    engine_timeout_s: float = 600.0  # total deadline of one request
+    engine_retries: int = 3  # tries per request before the run stops with a resumable checkpoint
+    engine_max_concurrency: int = 64  # requests in flight per process
 
     def __post_init__(self) -> None:
+        _choice("rollout.engine", self.engine, list(ENGINES))
+        _check(self.engine_timeout_s > 0, f"rollout.engine_timeout_s={self.engine_timeout_s} must be > 0")
+        _check(self.engine_retries >= 1, f"rollout.engine_retries={self.engine_retries} must be >= 1")
+        _check(self.engine_max_concurrency >= 1, f"rollout.engine_max_concurrency={self.engine_max_concurrency} must be >= 1")
         _check(self.num_envs >= 1, f"rollout.num_envs={self.num_envs} must be >= 1")
         _check(self.num_steps >= 1, f"rollout.num_steps={self.num_steps} must be >= 1")
         _check(
@@ -317,6 +332,11 @@ class PPOConfig:
     perception_adv_min: float = 0.9
     perception_mask: str = "zero"
     target_kl: Optional[float] = None  # early-stop the epoch loop above this approx KL
+    # Truncated importance sampling (verl's TIS) for a rollout engine whose sampler is not the policy's
+    # numerics (rollout.engine=vllm): each turn's policy-gradient term is weighted by
+    # min(exp(logp_policy_old - logp_engine), tis_cap), the weight detached; None = off. Turns the
+    # engine did not score weigh 1.
+    tis_cap: Optional[float] = None
     max_grad_norm: float = 0.5
     # Advantage normalisation before the update: batch (over the rollout), group (within each
     # rollout.group_size group), none. Divided by max(std, adv_std_floor): when every reward is equal
@@ -349,6 +369,7 @@ class PPOConfig:
         _choice("ppo.lr_schedule", self.lr_schedule, ["cosine", "constant"])
         _check(0 <= self.min_lr_ratio <= 1, f"ppo.min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
         _check(self.clip_coef > 0, f"ppo.clip_coef={self.clip_coef} must be > 0")
+        _check(self.tis_cap is None or self.tis_cap >= 1.0, f"ppo.tis_cap={self.tis_cap} must be >= 1 (a cap on the importance weight) or null")
         _check(self.vf_coef >= 0 and self.ent_coef >= 0 and self.kl_coef >= 0, "ppo.vf_coef, ppo.ent_coef and ppo.kl_coef must be >= 0")
         _check(self.max_grad_norm > 0, f"ppo.max_grad_norm={self.max_grad_norm} must be > 0")
         _check(0 <= self.gamma <= 1, f"ppo.gamma={self.gamma} must be in [0, 1]")
@@ -612,6 +633,14 @@ class RunConfig:
         for name, value in (("seed", self.seed), ("env.scene_seed", self.env.scene_seed), ("label.seed", self.label.seed),
                             ("eval.seed", self.eval.seed), ("log.val_seed", self.log.val_seed)):
             _check(0 <= value <= MAX_SEED, f"{name}={value} must be in [0, {MAX_SEED}] (seeds add offsets per rank, scene and episode)")
+        if self.rollout.engine != "hf":
+            _check(bool(self.rollout.engine_url), f"rollout.engine={self.rollout.engine} needs rollout.engine_url (the server's http://host:port)")
+            _check(self.model.use_lora and self.model.train_vision == "none",
+                   f"rollout.engine={self.rollout.engine} loads the policy into the server as a LoRA adapter: it needs model.use_lora=true "
+                   "and model.train_vision=none (fully trained modules do not travel as an adapter)")
+            _check(self.dist.zero_stage < 3, f"rollout.engine={self.rollout.engine} saves each rank's whole adapter every iteration; use dist.zero_stage=2")
+        _check(self.ppo.tis_cap is None or self.rollout.engine != "hf",
+               "ppo.tis_cap corrects for a rollout engine's own sampler; with rollout.engine=hf the policy samples itself: leave it null")
         bs = self.rollout.batch_size
         mb = self.ppo.mini_batch_size
         _check(

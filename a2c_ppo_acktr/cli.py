@@ -206,8 +206,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from a2c_ppo_acktr.envs.vsibench import VSIBenchRowError
     from a2c_ppo_acktr.jsonl import JsonlError
     from a2c_ppo_acktr.loading import ContextLengthError, ModelLoadError
+    from a2c_ppo_acktr.rollout_engine import EngineError
 
-    return (ConfigError, ModelLoadError, ContextLengthError, SceneLoadError, VSIBenchRowError, CheckpointError, FileNotFoundError, JsonlError)
+    return (ConfigError, ModelLoadError, ContextLengthError, SceneLoadError, VSIBenchRowError, CheckpointError, FileNotFoundError, JsonlError,
+            EngineError)
 
 
 def run_main(main: Callable[[], object], prog: str) -> int:

@@ -453,6 +453,45 @@ def check_ppo_run(run_dir: str | os.PathLike, iterations: int) -> dict[str, Any]
     return result
 
 
+# bf16 engine kernels against the policy's own recompute: a gap of a whole nat in a reply's weighted
+# log-prob means the server samples another distribution (sampling settings, chat template, weights).
+ENGINE_GAP_LIMIT = 1.0
+
+
+def check_engine_run(run_dir: str | os.PathLike, hf_run_dir: Optional[str | os.PathLike] = None) -> dict[str, Any]:
+    """A run through the rollout engine (``rollout.engine=vllm``): the adapter version the server
+    answered with advanced every iteration, the off-policy gap ``|logp_engine - logp_policy|``
+    stayed under :data:`ENGINE_GAP_LIMIT`, and turns/s of its rollouts beside the HF run's.
+
+    Raises:
+        SmokeFailure: versions that did not advance, no engine log-probs, or a gap over the limit.
+    """
+    from a2c_ppo_acktr.logger import read_metrics
+
+    rows = read_metrics(Path(run_dir) / "metrics.jsonl")
+    versions = [float(r.get("engine/adapter_version", float("nan"))) for r in rows]
+    if versions != [float(i) for i in range(1, len(rows) + 1)]:
+        raise SmokeFailure(f"engine/adapter_version per iteration {versions}: the adapter did not advance with the iterations")
+    gaps = [float(r.get("engine/logp_gap_max", float("nan"))) for r in rows]
+    if not all(math.isfinite(g) for g in gaps):
+        raise SmokeFailure(f"engine/logp_gap_max per iteration {gaps}: the server returned no log-probs (logprobs, return_tokens_as_token_ids)")
+    if max(gaps) > ENGINE_GAP_LIMIT:
+        raise SmokeFailure(f"engine/logp_gap_max {max(gaps):.3g} > {ENGINE_GAP_LIMIT}: the server samples another distribution than the policy")
+
+    def turns_per_s(path: Path) -> float:
+        rs = read_metrics(path / "metrics.jsonl")[1:] or read_metrics(path / "metrics.jsonl")
+        turns = [b["charts/turns"] - a["charts/turns"] for a, b in zip(rs, rs[1:])] or [rs[0]["charts/turns"]]
+        collect = [r["time/collect"] for r in rs[-len(turns):]]
+        return sum(turns) / sum(collect)
+
+    result = {"logp_gap_max": max(gaps), "logp_gap_mean": sum(float(r["engine/logp_gap_mean"]) for r in rows) / len(rows),
+              "sync_seconds": sum(float(r.get("time/engine_sync", 0.0)) for r in rows) / len(rows),
+              "engine_turns_per_s": turns_per_s(Path(run_dir))}
+    if hf_run_dir is not None and (Path(hf_run_dir) / "metrics.jsonl").is_file():
+        result["hf_turns_per_s"] = turns_per_s(Path(hf_run_dir))
+    return result
+
+
 def _processes(run_dir: Path) -> int:
     """Processes the run used (``trainer_state.json`` of its latest checkpoint; 1 when unknown)."""
     from a2c_ppo_acktr.checkpoint import latest_checkpoint
@@ -515,6 +554,12 @@ def summary_table(work: str | os.PathLike, device: str) -> str:
     if zero3:
         lines.append(f"| PPO ZeRO-3 ({zero3['processes']} processes, {zero3['dtype']}, 4-token logit chunks, validation) ratio dev "
                      f"| {zero3['ratio_max_dev']:.3g} | < {zero3['bound']:g} |")
+    engine = load("engine.json")
+    if engine:
+        hf = f", HF engine {engine['hf_turns_per_s']:.1f}" if "hf_turns_per_s" in engine else ""
+        lines.append(f"| vLLM engine: max abs(logp_engine - logp_policy) | {engine['logp_gap_max']:.3g} (mean {engine['logp_gap_mean']:.3g}) "
+                     f"| <= {ENGINE_GAP_LIMIT:g} |")
+        lines.append(f"| vLLM engine: rollout turns/s (adapter sync {engine['sync_seconds']:.2f} s/it) | {engine['engine_turns_per_s']:.1f}{hf} | |")
     sft = load("sft.json")
     if sft:
         lines.append(f"| SFT loss after {sft['steps']} step(s) | {sft['loss']:.3f} | finite |")
@@ -547,13 +592,14 @@ def _write_json(path: Optional[str], data: Any) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m a2c_ppo_acktr.gpu_smoke", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("stage", choices=["info", "ratio", "real", "check-ppo", "check-sft", "summary", "free-port"])
+    p.add_argument("stage", choices=["info", "ratio", "real", "check-ppo", "check-engine", "check-sft", "summary", "free-port"])
     p.add_argument("--model", default=None, help="real: a local checkpoint directory (GPU_SMOKE_MODEL)")
     p.add_argument("--preset", default="qwen2.5-vl-3b", help="real: the preset whose settings the checkpoint runs with")
     p.add_argument("--device", choices=["cuda", "cpu"], default=os.environ.get("GPU_SMOKE_DEVICE", "cuda"))
     p.add_argument("--out", default=None, help="JSON file for this stage's numbers")
     p.add_argument("--run-dir", default=None, help="check-ppo: the training run's directory (metrics.jsonl); check-sft: sft.output_dir")
     p.add_argument("--iterations", type=int, default=2, help="check-ppo: iterations the run must have logged")
+    p.add_argument("--hf-run-dir", default=None, help="check-engine: the HF-engine run to compare turns/s with")
     p.add_argument("--seeds", type=int, default=None, help="ratio: seeds per setting (default 4 on cuda, 1 on cpu)")
     p.add_argument("--work", default=None, help="summary: the directory holding the stages' JSON files")
     return p
@@ -589,6 +635,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if not args.run_dir:
                 raise SmokeFailure("check-ppo needs --run-dir (the run's output directory)")
             result = check_ppo_run(args.run_dir, args.iterations)
+            _write_json(args.out, result)
+            print(json.dumps(result))
+        elif args.stage == "check-engine":
+            if not args.run_dir:
+                raise SmokeFailure("check-engine needs --run-dir (the run's output directory)")
+            result = check_engine_run(args.run_dir, args.hf_run_dir)
             _write_json(args.out, result)
             print(json.dumps(result))
         elif args.stage == "check-sft":

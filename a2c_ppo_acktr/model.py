@@ -110,6 +110,9 @@ class ActOutput:
     token_weights: list[Tensor]  # (R_i,) float32
     # Each row's processor output (CPU, pixels in the model's dtype): the update forwards these.
     encodings: Optional[list[TurnEncoding]] = None
+    # (N,) the rollout engine's own log-probs of the replies, weighted like log_probs (rollout.engine
+    # other than hf; NaN where it returned none); None when the policy sampled itself.
+    engine_log_probs: Optional[Tensor] = None
 
 
 @dataclass
@@ -315,6 +318,7 @@ class VLMPolicy(nn.Module):
             raise ValueError("the model has no pad token id (generation_config.pad_token_id / tokenizer.pad_token_id); set one")
         self.pad_id = int(pad)
         self._warned_split = False  # the processor output could not be kept with the rollout (warned once)
+        self._engine: Any = None  # a rollout engine while a rollout uses one (with_engine), else None: generate here
         self._ema: Optional[dict[str, Tensor]] = None  # ppo.reference=ema: float32 averages by name (init_ema_reference)
         limit = getattr(text_cfg, "max_position_embeddings", None)
         self.context_limit: Optional[int] = int(limit) if limit else None  # prompt + response positions (_check_context)
@@ -718,6 +722,16 @@ class VLMPolicy(nn.Module):
             row = row[: int(is_eos.nonzero()[0]) + 1]  # keep the EOS: stopping is part of the action
         return row
 
+    @contextlib.contextmanager
+    def with_engine(self, engine: Any) -> Iterator[None]:
+        """:meth:`act` samples through ``engine`` (:mod:`a2c_ppo_acktr.rollout_engine`) inside this
+        block; None keeps in-process ``generate``. Validation and evaluation outside it sample here."""
+        previous, self._engine = self._engine, engine
+        try:
+            yield
+        finally:
+            self._engine = previous
+
     @torch.no_grad()
     def act(
         self,
@@ -726,7 +740,8 @@ class VLMPolicy(nn.Module):
         blind: bool = False,
         temperature: Optional[float] = None,
     ) -> ActOutput:
-        """Choose one response per observation with ONE batched ``generate``.
+        """Choose one response per observation with ONE batched ``generate`` (or through the rollout
+        engine inside :meth:`with_engine`: :meth:`_act_with_engine`).
 
         Args:
             observations: N env observations ``{"images": [uint8 HxWx3, ...], "text": str}``.
@@ -742,6 +757,8 @@ class VLMPolicy(nn.Module):
             training forward's functions on the same hidden states); with ``recompute`` from a
             no-grad training forward on the same batch.
         """
+        if self._engine is not None:
+            return self._act_with_engine(observations, greedy, blind, temperature)
         with self._eval_mode():
             texts, images = self._prompts_and_images(observations, blind)
             cpu_enc = self._process(texts, images)
@@ -792,6 +809,49 @@ class VLMPolicy(nn.Module):
             prompt_ids=[e.input_ids for e in encodings] if encodings is not None else self._unpadded(cpu_enc),
             token_weights=weights,
             encodings=encodings,
+        )
+
+    def _act_with_engine(self, observations: Sequence[dict], greedy: bool, blind: bool, temperature: Optional[float]) -> ActOutput:
+        """:meth:`act` through a rollout engine, in three steps: a prompt-only forward gives each
+        row's temperature and value (the head predicts before sampling); the engine samples one reply
+        per row at its temperature (0 when greedy) with a seed drawn from torch's generator; the
+        training forward recomputes the replies' log-probs (so the first PPO ratio is the policy's
+        against itself, whatever the engine's numerics)."""
+        from a2c_ppo_acktr.rollout_engine import EngineRow, sequence_log_probs
+
+        with self._eval_mode():
+            texts, images = self._prompts_and_images(observations, blind)
+            cpu_enc = self._process(texts, images)
+            self._check_context(cpu_enc["input_ids"].shape[1])
+            enc = self._to_device(cpu_enc)
+            with self._catch_lm_head_input(skip_logits=True) as caught:
+                self.model(**self._with_positions(enc), use_cache=False, logits_to_keep=1)
+            temps = self._temperatures(caught[0][:, -1], temperature).float().cpu()
+            seeds = torch.randint(0, 2**31 - 1, (len(observations),)).tolist()
+            prompt_ids = self._unpadded(cpu_enc)
+            rows = [
+                EngineRow(messages=prompts.openai_messages(o, blind), prompt_ids=p.tolist(),
+                          temperature=0.0 if greedy else float(t), seed=int(seed))
+                for o, p, t, seed in zip(observations, prompt_ids, temps.tolist(), seeds)
+            ]
+            replies = self._engine.generate(rows)
+            generated = [self._trim(torch.tensor(r.token_ids, dtype=torch.long)) for r in replies]
+            decoded = self.tokenizer.batch_decode([g.tolist() for g in generated], skip_special_tokens=True)
+            weights = [response_token_weights(self.tokenizer, g.tolist(), self.cfg.thought_prob_coef) for g in generated]
+            ev = self._forward_turns(enc, generated, weights, with_kl=False, temperature=temperature)
+        encodings = self._split_encodings(cpu_enc, images)
+        return ActOutput(
+            generated_ids=generated,
+            texts=decoded,
+            log_probs=ev.log_probs.float().cpu(),
+            values=ev.values.float().cpu(),
+            temperatures=ev.temperatures.float().cpu(),
+            prompts=texts,
+            images=images,
+            prompt_ids=[e.input_ids for e in encodings] if encodings is not None else prompt_ids,
+            token_weights=weights,
+            encodings=encodings,
+            engine_log_probs=torch.tensor(sequence_log_probs(replies, weights), dtype=torch.float32),
         )
 
     def _check_context(self, prompt_tokens: int) -> None:

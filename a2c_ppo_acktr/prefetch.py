@@ -50,10 +50,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--preset", default=None, help="config preset under configs/ (default: the built-in defaults)")
     parser.add_argument("--config", default=None, help="a YAML overlay (e.g. configs/envs/numberline.yaml)")
     parser.add_argument("--model-path", default=None, help="the model to fetch (default: the config's model.model_path)")
+    parser.add_argument("--print-model", action="store_true", help="print the model path and the LoRA rank (`PATH RANK`), fetch nothing")
     args = parser.parse_args(argv)
     path = args.model_path
+    cfg = load_config(config=args.config, preset=args.preset)
     if not path:
-        path = load_config(config=args.config, preset=args.preset).model.model_path
+        path = cfg.model.model_path
+    if args.print_model:  # what a rollout server started by the launch scripts serves (scripts/common.sh)
+        from a2c_ppo_acktr.loading import resolve_model_path
+
+        served = resolve_model_path(path) if path.startswith(TINY_PREFIX) else path  # a tiny model's built directory
+        print(f"{served} {cfg.model.lora_r}")
+        return 0
     done = prefetch(path)
     print(f"{path}: {done}")
     return 0

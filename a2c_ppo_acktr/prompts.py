@@ -197,6 +197,38 @@ def build_messages(observation: dict, blind: bool = False) -> list[dict]:
     ]
 
 
+def png_data_url(image: Any) -> str:
+    """A uint8 HxWx3 image as a ``data:image/png;base64,...`` URL (lossless)."""
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    arr = np.asarray(image)
+    if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[2] != 3:
+        raise ValueError(f"expected a uint8 HxWx3 image, got dtype {arr.dtype} shape {arr.shape}")
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def openai_messages(observation: dict, blind: bool = False) -> list[dict]:
+    """The policy's messages (:func:`build_messages`) in OpenAI chat format, for a server that applies
+    the chat template itself (a teacher, a rollout engine): images inline as data URLs, in order;
+    the system prompt as text (some servers reject list content in system messages)."""
+    images = iter(observation["images"])
+    out: list[dict] = []
+    for msg in build_messages(observation, blind=blind):
+        parts = [{"type": "image_url", "image_url": {"url": png_data_url(next(images))}} if part["type"] == "image"
+                 else {"type": "text", "text": part["text"]} for part in msg["content"]]
+        if msg["role"] == "system":
+            out.append({"role": "system", "content": "".join(p["text"] for p in parts)})
+        else:
+            out.append({"role": msg["role"], "content": parts})
+    return out
+
+
 def system_prompt(observation: dict) -> str:
     """The system message of an observation: its env's own (``observation["system"]``, the games of
     :mod:`a2c_ppo_acktr.envs.registry`) or, when it has none, the VSI agent's :data:`SYSTEM_PROMPT`."""

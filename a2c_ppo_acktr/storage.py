@@ -316,6 +316,8 @@ class Minibatch:
     indices: Tensor  # flat index t * num_envs + n of each turn in the storage
     # The processor output each turn was acted on (forwarded as is); None re-processes the images.
     encodings: Optional[list[TurnEncoding]] = None
+    # (B,) the rollout engine's log-probs of the replies (NaN where none; None: no engine column).
+    engine_log_probs: Optional[Tensor] = None
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -342,6 +344,9 @@ class RolloutStorage:
         self.next_values = torch.zeros(shape)  # V(s_{t+1}); final-observation value where truncated
         self.final_pending = torch.zeros(shape, dtype=torch.bool)  # truncated steps whose final value is deferred
         self.temperatures = torch.zeros(shape)
+        # The rollout engine's own weighted log-probs of each reply (NaN: the policy sampled itself, or
+        # the engine returned none): what ppo.tis_cap and the off-policy monitor compare with old_log_probs.
+        self.engine_log_probs = torch.full(shape, float("nan"))
         self.group_ids: Optional[Tensor] = None
         self.advantages: Optional[Tensor] = None
         self.returns: Optional[Tensor] = None
@@ -405,6 +410,8 @@ class RolloutStorage:
         self.old_log_probs[t] = act.log_probs.detach().float().cpu()
         self.values[t] = act.values.detach().float().cpu()
         self.temperatures[t] = act.temperatures.detach().float().cpu()
+        engine_lp = getattr(act, "engine_log_probs", None)
+        self.engine_log_probs[t] = float("nan") if engine_lp is None else engine_lp.detach().float().cpu().reshape(N)
         if group_ids is not None:
             if self.group_ids is None:
                 self.group_ids = torch.full((self.num_steps, N), -1, dtype=torch.long)
@@ -537,6 +544,7 @@ class RolloutStorage:
             returns=returns[idx],
             indices=idx,
             encodings=encodings if all(e is not None for e in encodings) else None,
+            engine_log_probs=self.engine_log_probs.flatten()[idx],
         )
 
     def after_update(self) -> None:

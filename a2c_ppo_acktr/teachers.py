@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import http.client
-import io
 import json
 import logging
 import math
@@ -39,7 +38,7 @@ import numpy as np
 
 from a2c_ppo_acktr.arguments import ConfigError, LabelConfig, ModelConfig
 from a2c_ppo_acktr.envs.questions import box_distance
-from a2c_ppo_acktr.prompts import Answer, Move, build_messages, format_response, render_prompt
+from a2c_ppo_acktr.prompts import Answer, Move, build_messages, format_response, openai_messages, png_data_url, render_prompt  # noqa: F401 - re-exported
 from a2c_ppo_acktr.scoring import is_multiple_choice
 
 logger = logging.getLogger(__name__)
@@ -476,37 +475,6 @@ class HFTeacher(Teacher):
 # ---------------------------------------------------------------------------------------------
 # OpenAI-compatible server
 # ---------------------------------------------------------------------------------------------
-def png_data_url(image: np.ndarray) -> str:
-    """A uint8 HxWx3 image as a ``data:image/png;base64,...`` URL (lossless)."""
-    from PIL import Image
-
-    arr = np.asarray(image)
-    if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[2] != 3:
-        raise ValueError(f"expected a uint8 HxWx3 image, got dtype {arr.dtype} shape {arr.shape}")
-    buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def openai_messages(observation: dict) -> list[dict]:
-    """The policy's messages (:func:`build_messages`) in OpenAI chat format, images inline in order."""
-    images = iter(observation["images"])
-    out = []
-    for msg in build_messages(observation):
-        parts = []
-        for part in msg["content"]:
-            if part["type"] == "image":
-                parts.append({"type": "image_url", "image_url": {"url": png_data_url(next(images))}})
-            else:
-                parts.append({"type": "text", "text": part["text"]})
-        if msg["role"] == "system":
-            # Some servers reject list content in system messages; the system prompt is text only.
-            out.append({"role": "system", "content": "".join(p["text"] for p in parts)})
-        else:
-            out.append({"role": msg["role"], "content": parts})
-    return out
-
-
 class _Retryable(Exception):
     """A failure worth retrying (timeout, connection error, 429, 5xx, unreadable body)."""
 

@@ -333,6 +333,7 @@ class _Run:
     observations: list[dict]
     best: Any = None  # validation.BestPolicy (log.val_interval > 0)
     wandb_run_id: Optional[str] = None
+    engine: Any = None  # rollout_engine.VLLMServerEngine (rollout.engine != hf), else None
 
 
 def _build_run(cfg: RunConfig, accelerator) -> _Run:
@@ -449,7 +450,10 @@ _RESUME_FREE_KEYS = {"log.resume", "log.overwrite", "log.val_interval", "log.val
 # is refused. (Everything else, e.g. ppo.lr or ppo.num_iterations, is applied and recorded.)
 _RUN_DEFINING_PREFIXES = ("model.", "env.", "rollout.")
 _RUN_DEFINING_KEYS = {"seed", "ppo.advantage_estimator", "ppo.reference"}
-_RUN_DEFINING_EXCEPT = {"model.sft_adapter", "model.device", "model.attn_implementation", "model.gradient_checkpointing", "model.logits_chunk_tokens"}
+_RUN_DEFINING_EXCEPT = {"model.sft_adapter", "model.device", "model.attn_implementation", "model.gradient_checkpointing", "model.logits_chunk_tokens",
+                        # how replies are sampled, not what the run is: a resumed run may use another server or engine
+                        "rollout.engine", "rollout.engine_url", "rollout.engine_timeout_s", "rollout.engine_retries",
+                        "rollout.engine_max_concurrency"}
 RESUME_HISTORY = "resume_history.jsonl"
 
 
@@ -671,6 +675,62 @@ def iteration_metrics(run: _Run, stats: RolloutStats, update_metrics: dict[str, 
     }
 
 
+# ------------------------------------------------------------------------------------ rollout engine
+def _save_engine_adapter(module: Any, path: Path) -> None:
+    """The policy's adapter written whole into ``path`` (through a temporary sibling, then renamed):
+    the server never loads a half-written adapter."""
+    import shutil
+
+    tmp = path.with_name(f".tmp-{path.name}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    module.save_pretrained(tmp)
+    shutil.rmtree(path, ignore_errors=True)
+    os.replace(tmp, path)
+
+
+def _pre_rollout_state(run: _Run) -> bytes:
+    """What a rollout changes besides the storage (generators, envs, observations, episode starts),
+    pickled before a rollout through a server: a server that dies mid-rollout leaves the run as it
+    was after the last iteration, so the checkpoint then written resumes exactly."""
+    import pickle
+
+    state = {"rng": capture_rng_state(_owned_generators(run)), "env": env_state(run.envs),
+             "observations": run.observations, "starts": run.storage.starts_episode.clone()}
+    return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _restore_pre_rollout_state(run: _Run, blob: bytes) -> None:
+    import pickle
+
+    state = pickle.loads(blob)  # noqa: S301 - our own bytes from _pre_rollout_state, never a file
+    restore_rng_state(state["rng"], _owned_generators(run))
+    restore_env_state(run.envs, state["env"])
+    run.observations = state["observations"]
+    run.storage.step = 0  # the partial rollout is dropped
+    run.storage.starts_episode = state["starts"]
+
+
+def engine_metrics(run: _Run) -> dict[str, float]:
+    """``engine/*``: the adapter version the server answered with, sync and generate seconds,
+    requests and retries, and the off-policy gap ``|logp_engine - logp_policy|`` per turn (mean and
+    max over the turns the engine scored)."""
+    if run.engine is None:
+        return {}
+    st = run.engine.pop_stats()
+    gap = (run.storage.old_log_probs - run.storage.engine_log_probs).abs()
+    gap = gap[torch.isfinite(gap)]
+    nan = float("nan")
+    return {
+        "engine/adapter_version": st.version,
+        "engine/requests": float(st.requests),
+        "engine/retries": float(st.retries),
+        "engine/logp_gap_mean": float(gap.mean()) if gap.numel() else nan,
+        "engine/logp_gap_max": float(gap.max()) if gap.numel() else nan,
+        "time/engine_sync": st.sync_seconds,
+        "time/engine_generate": st.generate_seconds,
+    }
+
+
 def run_training(cfg: RunConfig) -> Path:
     """Train with PPO as configured; returns the last checkpoint directory.
 
@@ -720,6 +780,12 @@ def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
             _record_resume(out, resume_from, start, changed)
     if accelerator.is_main_process:
         cfg.save(out / "config.yaml")
+    from .rollout_engine import make_engine
+
+    run.engine = make_engine(cfg, run.module, out, accelerator.process_index)
+    if run.engine is not None:
+        served = run.engine.check_health()  # before the first rollout: a wrong URL stops the run now
+        logger.info("rollout engine %s serves %s", run.engine.base, served)
     log = RunLogger(cfg, out, is_main=accelerator.is_main_process, start_iteration=start, wandb_run_id=run.wandb_run_id)
     run.wandb_run_id = log.wandb_run_id
     checkpoints = CheckpointManager(ckpt_root, cfg.log.keep_checkpoints, accelerator.is_main_process, accelerator.wait_for_everyone)
@@ -736,9 +802,12 @@ def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
             with _timed(timings, "collect"):
                 gather = functools.partial(gathered_for_rollout, run.policy)
                 bootstrap = cfg.ppo.advantage_estimator in BOOTSTRAPPING_ESTIMATORS
-                run.observations, stats = collect_rollout(
-                    run.module, run.envs, run.storage, run.observations, cfg.rollout.num_steps, gather, bootstrap=bootstrap
-                )
+                if run.engine is None:
+                    run.observations, stats = collect_rollout(
+                        run.module, run.envs, run.storage, run.observations, cfg.rollout.num_steps, gather, bootstrap=bootstrap
+                    )
+                else:
+                    stats = _collect_through_engine(run, it, last, checkpoints, gather, bootstrap)
             with _timed(timings, "advantages"):  # no forward here (but the KL reward's): the rollout made the one batched value pass
                 extra_metrics = apply_kl_reward(run)
                 compute_advantages(run.storage, stats.next_value, cfg.ppo, horizon=cfg.env.max_turns)
@@ -753,6 +822,7 @@ def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
             timings["time/collect_act"], timings["time/collect_env"] = stats.act_seconds, stats.env_seconds
             timings["time/collect_values"] = stats.value_seconds
             metrics = {**iteration_metrics(run, stats, update_metrics, lrs, it), **(reduce_mean(accelerator, extra_metrics) if extra_metrics else {})}
+            metrics.update(engine_metrics(run))
             with _timed(timings, "validation"):
                 metrics.update(validate(run, it + 1, log))
             log.log({**metrics, **timings}, iteration=it + 1)
@@ -774,3 +844,25 @@ def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
     if last is None:
         raise RuntimeError(f"no iteration ran: the run starts at iteration {start} and ends at {end}; raise ppo.num_iterations to continue")
     return last
+
+
+def _collect_through_engine(run: _Run, it: int, last: Optional[Path], checkpoints: Any, gather: Any, bootstrap: bool) -> RolloutStats:
+    """Iteration ``it``'s rollout through the rollout engine: this iteration's adapter is loaded into
+    the server first (``policy-v<it+1>``). If the server fails, the run is put back as it was after
+    iteration ``it`` and a checkpoint of it is written (unless one exists), then
+    :class:`~a2c_ppo_acktr.rollout_engine.EngineStopped` ends the run with one line."""
+    from .rollout_engine import EngineError, EngineStopped
+
+    snapshot = _pre_rollout_state(run)
+    try:
+        run.engine.sync_adapter(lambda path: _save_engine_adapter(run.module, path), it + 1)
+        with run.module.with_engine(run.engine):
+            run.observations, stats = collect_rollout(
+                run.module, run.envs, run.storage, run.observations, run.cfg.rollout.num_steps, gather, bootstrap=bootstrap
+            )
+        return stats
+    except EngineError as e:
+        _restore_pre_rollout_state(run, snapshot)
+        if last is None or not last.name.endswith(f"{it:06d}"):
+            last = checkpoints.save(it, lambda tmp: _write_checkpoint(run, it, tmp), meta={"num_processes": run.accelerator.num_processes})
+        raise EngineStopped(str(e), it, last) from None

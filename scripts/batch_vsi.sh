@@ -21,10 +21,12 @@
 # if an iteration plus a checkpoint takes longer). The script writes OUTDIR/NAME/STOP; every process
 # finishes its iteration, the run writes a checkpoint and exits 75, and the script requeues the job,
 # which continues with --resume auto (run_vsi_qwen.sh's default).
+# Rollouts through vLLM: ROLLOUT_SERVER=1 starts a server on every node (its ranks use their own
+# node's), ROLLOUT_URL names running ones (run_vsi_qwen.sh's header).
 set -euo pipefail
 
 if [ "$#" -lt 3 ] || [ "$#" -gt 4 ]; then
-  sed -n '10,20p' "$0" >&2
+  sed -n '10,22p' "$0" >&2
   exit 2
 fi
 SEED=$1
@@ -88,8 +90,10 @@ while :; do
   kill -0 "$SRUN_PID" 2>/dev/null || break
 done
 set -e
-if [ "$rc" -eq 75 ]; then
-  echo "[batch_vsi] the run stopped with a checkpoint; requeueing job ${SLURM_JOB_ID:-?}" >&2
+# 75: stopped by the signal; 69: its rollout server died (a checkpoint was written; a requeued job
+# starts a fresh server with ROLLOUT_SERVER=1). Both continue with --resume auto.
+if [ "$rc" -eq 75 ] || { [ "$rc" -eq 69 ] && [ "${ROLLOUT_SERVER:-0}" = 1 ]; }; then
+  echo "[batch_vsi] the run stopped with a checkpoint (exit $rc); requeueing job ${SLURM_JOB_ID:-?}" >&2
   scontrol requeue "${SLURM_JOB_ID:?}"
 fi
 exit "$rc"

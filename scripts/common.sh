@@ -102,3 +102,46 @@ vsi_prefetch_model() {
   "$PYTHON" -m a2c_ppo_acktr.prefetch "$@" >&2
   export HF_HUB_OFFLINE=1
 }
+
+# The rollout engine (a2c_ppo_acktr/rollout_engine.py), appended to `args`:
+#   ROLLOUT_URL=http://host:port[,http://host2:port]  use running vLLM servers (one per rank, rank % count)
+#   ROLLOUT_SERVER=1  start one on this node first: $ROLLOUT_SERVER_CMD MODEL --port ROLLOUT_PORT
+#     --enable-lora --max-lora-rank R --gpu-memory-utilization ROLLOUT_GPU_MEMORY --logprobs-mode
+#     processed_logprobs (default command
+#     `vllm serve`, port 8000, memory 0.3 of each GPU beside the trainer), with
+#     VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, logging to RUN_DIR/rollout_server.log; its /health is
+#     awaited for up to ROLLOUT_START_TIMEOUT seconds (default 900) and it is stopped when the launcher exits.
+# $1: the run directory; the remaining arguments: the config options that pick the model (as vsi_prefetch_model).
+vsi_rollout_engine() {
+  local run_dir=$1
+  shift
+  if [ "${ROLLOUT_SERVER:-0}" = 1 ]; then
+    local port=${ROLLOUT_PORT:-8000} model rank waited=0
+    read -r model rank <<< "$("$PYTHON" -m a2c_ppo_acktr.prefetch --print-model "$@")"
+    mkdir -p "$run_dir"
+    local cmd
+    read -r -a cmd <<< "${ROLLOUT_SERVER_CMD:-vllm serve}"
+    VLLM_ALLOW_RUNTIME_LORA_UPDATING=True "${cmd[@]}" "$model" --port "$port" --enable-lora --max-lora-rank "$rank" \
+      --gpu-memory-utilization "${ROLLOUT_GPU_MEMORY:-0.3}" --logprobs-mode processed_logprobs > "$run_dir/rollout_server.log" 2>&1 &
+    ROLLOUT_SERVER_PID=$!
+    trap 'kill "$ROLLOUT_SERVER_PID" 2>/dev/null || true' EXIT
+    ROLLOUT_URL=http://127.0.0.1:$port
+    until "$PYTHON" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + '/health', timeout=5)" "$ROLLOUT_URL" 2>/dev/null; do
+      if ! kill -0 "$ROLLOUT_SERVER_PID" 2>/dev/null; then
+        echo "the rollout server exited before answering; its log: $run_dir/rollout_server.log" >&2
+        tail -n 20 "$run_dir/rollout_server.log" >&2
+        exit 2
+      fi
+      if [ "$waited" -ge "${ROLLOUT_START_TIMEOUT:-900}" ]; then
+        echo "the rollout server did not answer $ROLLOUT_URL/health within ${ROLLOUT_START_TIMEOUT:-900} s; its log: $run_dir/rollout_server.log" >&2
+        exit 2
+      fi
+      sleep 2
+      waited=$((waited + 2))
+    done
+    echo "[rollout] server $ROLLOUT_URL (pid $ROLLOUT_SERVER_PID) serves $model" >&2
+  fi
+  if [ -n "${ROLLOUT_URL:-}" ]; then
+    args+=(--rollout.engine vllm --rollout.engine_url "$ROLLOUT_URL")
+  fi
+}

@@ -8,6 +8,9 @@
 #   3. PPO          2 iterations under accelerate + DeepSpeed ZeRO-2 on all visible GPUs through
 #                   scripts/run_vsi_qwen.sh (PRESET=debug): ratio deviation, debug/param_rank_max_dev
 #                   (must be 0), steps/s
+#   3c. vLLM        (cuda, vllm importable) run_vsi_qwen.sh with ROLLOUT_SERVER=1: a real `vllm serve` of the
+#                   tiny model, 2 iterations through it; adapter versions, |logp_engine - logp_policy|,
+#                   rollout turns/s against stage 3's HF engine
 #   4. SFT          oracle labels -> SFT dataset -> one SFT step through scripts/run_vsi_sft.sh
 #   3b. ZeRO-3      (cuda, 2+ GPUs) 2 iterations under ZeRO-3 in bf16 on 2 GPUs with validation on and
 #                   4-token logit chunks, so ranks need different numbers of lm_head calls (no hang)
@@ -96,6 +99,17 @@ if [ "$DEVICE" = cuda ]; then
   else
     echo "== 3b/5 skipped: ZeRO-3 with unequal chunks needs 2 GPUs (NUM_GPUS=$NUM_GPUS)"
   fi
+fi
+
+if [ "$DEVICE" = cuda ] && "$PYTHON" -c "import vllm" > /dev/null 2>&1; then
+  echo "== 3c/5 vLLM rollout engine: vllm serve on the tiny model (started by run_vsi_qwen.sh), 2 PPO iterations through it"
+  logged ppo_vllm env PRESET=debug NUM_GPUS=1 ROLLOUT_SERVER=1 ROLLOUT_PORT="$(smoke free-port)" ROLLOUT_GPU_MEMORY=0.3 \
+    EXTRA_ARGS="--model.device cuda --model.dtype bfloat16 --ppo.num_iterations 2 --log.progress_bar false --ppo.tis_cap 2.0" \
+    timeout 1200 bash scripts/run_vsi_qwen.sh 1 smoke_vllm "$WORK/ppo" "$(smoke free-port)"
+  smoke check-ppo --run-dir "$WORK/ppo/smoke_vllm" --iterations 2 --out "$WORK/ppo_vllm.json" || fail "vLLM-engine PPO run check (see above)"
+  smoke check-engine --run-dir "$WORK/ppo/smoke_vllm" --hf-run-dir "$WORK/ppo/smoke" --out "$WORK/engine.json" || fail "vLLM engine check (see above)"
+else
+  echo "== 3c/5 skipped: the vLLM rollout engine needs cuda and an importable vllm (pip install -e .[vllm])"
 fi
 
 echo "== 4/5 SFT: oracle labels, dataset, one step"

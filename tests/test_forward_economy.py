@@ -298,3 +298,25 @@ def test_deferred_final_values_equal_the_immediate_ones():
         st.compute_returns(bootstrap, "gae", 0.9, 0.8)
     torch.testing.assert_close(deferred.advantages, direct.advantages)
     assert torch.isfinite(deferred.advantages).all()
+
+
+def test_one_prefill_per_turn_and_the_heads_read_it(policy):
+    """The HF engine (model.rollout_log_probs=generate): a turn is ONE prefill, generate's own (the
+    temperature head and the value head read its last prompt position); no other forward of the
+    prompt runs. Every later forward inside generate decodes one new token per row."""
+    rng = np.random.default_rng(0)
+    obs = [_obs(rng, f"env {n}") for n in range(3)]
+    lengths: list[int] = []
+
+    def hook(_module, _args, kwargs):
+        lengths.append(int(kwargs["input_ids"].shape[1]))
+
+    handle = policy.base_model.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        with counted_forwards(policy) as outside:
+            out = policy.act(obs)
+    finally:
+        handle.remove()
+    assert outside == []  # nothing but generate forwarded
+    assert len(lengths) >= 2 and lengths[0] > 1 and set(lengths[1:]) == {1}  # one prefill, then one token per step
+    assert torch.isfinite(out.values).all() and torch.isfinite(out.temperatures).all()

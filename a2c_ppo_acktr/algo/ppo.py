@@ -43,7 +43,20 @@ from a2c_ppo_acktr.storage import BOOTSTRAPPING_ESTIMATORS, Minibatch, RolloutSt
 KL_CONTROLLER_MAX_STEP = 0.2
 
 
-def policy_loss(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, clip_coef: float) -> tuple[Tensor, dict[str, Tensor]]:
+def tis_weights(old_log_probs: Tensor, engine_log_probs: Optional[Tensor], cap: float) -> Tensor:
+    """Truncated importance sampling weights (verl's TIS): ``min(exp(old - engine), cap)`` per turn,
+    where ``old`` is the policy's log-prob of the reply at rollout time and ``engine`` the sampler's
+    own. They correct the policy gradient for replies drawn from the engine's distribution, not the
+    policy's; the cap bounds the variance. A turn the engine did not score (NaN) weighs 1."""
+    if engine_log_probs is None:
+        return torch.ones_like(old_log_probs)
+    w = (old_log_probs - engine_log_probs.to(old_log_probs.device)).exp().clamp(max=cap)
+    return torch.where(torch.isnan(w), torch.ones_like(w), w)
+
+
+def policy_loss(
+    log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, clip_coef: float, weights: Optional[Tensor] = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped surrogate objective (to minimise).
 
     Args:
@@ -51,6 +64,7 @@ def policy_loss(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, cl
         old_log_probs: ``(B,)`` rollout action log-probs.
         advantages: ``(B,)``.
         clip_coef: epsilon of the ratio clip.
+        weights: ``(B,)`` per-turn weights of the surrogate (:func:`tis_weights`), detached; None = 1.
 
     Returns:
         ``(loss, metrics)`` with metrics ``approx_kl`` (k3 estimator, CleanRL), ``clipfrac`` and
@@ -60,7 +74,8 @@ def policy_loss(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, cl
     ratio = log_ratio.exp()
     pg1 = -advantages * ratio
     pg2 = -advantages * ratio.clamp(1.0 - clip_coef, 1.0 + clip_coef)
-    loss = torch.max(pg1, pg2).mean()
+    per_turn = torch.max(pg1, pg2)
+    loss = (per_turn * weights.detach()).mean() if weights is not None else per_turn.mean()
     with torch.no_grad():
         metrics = {
             "approx_kl": ((ratio - 1.0) - log_ratio).mean(),
@@ -125,7 +140,11 @@ def ppo_loss(
     the temperatures); the loss of the bare tensors needs it only for those options.
     """
     dev = log_probs.device
-    pg, pg_m = policy_loss(log_probs, mb.old_log_probs.to(dev), mb.advantages.to(dev), cfg.clip_coef)
+    old = mb.old_log_probs.to(dev)
+    weights = tis_weights(old, getattr(mb, "engine_log_probs", None), cfg.tis_cap) if cfg.tis_cap is not None else None
+    pg, pg_m = policy_loss(log_probs, old, mb.advantages.to(dev), cfg.clip_coef, weights)
+    if weights is not None:
+        pg_m = {**pg_m, "tis_weight": weights.mean(), "tis_capped_frac": (weights >= cfg.tis_cap).float().mean()}
     v, v_m = value_loss(values, mb.old_values.to(dev), mb.returns.to(dev), cfg.clip_coef, cfg.clip_vloss)
     ent = entropy.mean()
     bonus = ent
@@ -385,6 +404,8 @@ class PPO:
             "losses/kl_coef": self.kl_coef,
             "losses/seq_entropy": mean.get("seq_entropy", float("nan")),
             "losses/temperature_loss": mean.get("temperature_loss", float("nan")),
+            "losses/tis_weight": mean.get("tis_weight", float("nan")),
+            "losses/tis_capped_frac": mean.get("tis_capped_frac", float("nan")),
             "adv/compared_fraction": float(storage.adv_mask.float().mean()) if storage.adv_mask is not None else float("nan"),
             "adv/raw_std": float(storage.advantages.float().std(unbiased=False)),
             "debug/first_minibatch_ratio_max_dev": first,

@@ -1,0 +1,290 @@
+"""The rollout-engine seam (``rollout.engine=vllm``) through a loopback server speaking vLLM's
+OpenAI-compatible protocol, backed by the tiny model: the engine's contract (per-row temperature,
+adapter versions, stale replies, token ids, prompt alignment, a dead server), the policy's three-step
+act, and training through it (ratio 1, exact resume, a server dying mid-run)."""
+from __future__ import annotations
+
+import copy
+import math
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from a2c_ppo_acktr.algo.ppo import policy_loss, tis_weights
+from a2c_ppo_acktr.arguments import ConfigError, ModelConfig, load_config
+from a2c_ppo_acktr.loading import LoadedVLM, load_vlm
+from a2c_ppo_acktr.logger import read_metrics
+from a2c_ppo_acktr.loopback_server import LoopbackServer
+from a2c_ppo_acktr.model import VLMPolicy
+from a2c_ppo_acktr.rollout_engine import (
+    EngineError, EngineStopped, EngineUnavailable, StaleAdapterError, TokenAlignmentError, VLLMServerEngine, adapter_name, parse_reply,
+)
+from a2c_ppo_acktr.storage import RolloutStorage
+
+
+# ------------------------------------------------------------------------------ pure parts
+def test_tis_weights_and_the_weighted_surrogate_match_their_closed_form():
+    old = torch.tensor([0.0, -1.0, -2.0, -1.0])
+    engine = torch.tensor([-0.5, -1.0, 0.0, float("nan")])
+    w = tis_weights(old, engine, cap=1.5)
+    # exp(0.5) = 1.65 -> capped at 1.5; exp(0) = 1; exp(-2); an unscored turn weighs 1.
+    assert w.tolist() == pytest.approx([1.5, 1.0, math.exp(-2.0), 1.0])
+    new = torch.tensor([0.3, -1.2, -1.9, -0.7], requires_grad=True)
+    adv = torch.tensor([1.0, -0.5, 2.0, -1.0])
+    loss, _ = policy_loss(new, old, adv, 0.2, w)
+    ratio = (new - old).exp()
+    per = torch.max(-adv * ratio, -adv * ratio.clamp(0.8, 1.2))
+    assert float(loss.detach()) == pytest.approx(float((per * w).mean().detach()), rel=1e-6)
+    loss.backward()
+    assert new.grad is not None and float(new.grad[0]) == pytest.approx(0.0)  # ratio e^0.3 > 1.2 with A > 0: clipped, no gradient
+    assert torch.equal(tis_weights(old, None, 2.0), torch.ones(4))
+
+
+def test_parse_reply_reads_ids_and_log_probs_and_appends_an_unlisted_stop_token():
+    data = {"model": "policy-v3", "prompt_token_ids": [1, 2, 3],
+            "choices": [{"token_ids": [7, 8], "finish_reason": "stop", "stop_reason": 99,
+                         "logprobs": {"content": [{"token": "token_id:7", "logprob": -0.5}, {"token": "token_id:8", "logprob": -1.0}]}}]}
+    r = parse_reply(data, stop_ids=[99, 100])
+    assert (r.token_ids, r.model, r.prompt_ids) == ([7, 8, 99], "policy-v3", [1, 2, 3])
+    assert r.token_log_probs[:2] == [-0.5, -1.0] and math.isnan(r.token_log_probs[2])
+    # The stop token already there: nothing appended; log-probs naming other tokens are not trusted.
+    data["choices"][0]["token_ids"] = [7, 99]
+    data["choices"][0]["logprobs"]["content"][1]["token"] = "token_id:8"
+    r = parse_reply(data, stop_ids=[99])
+    assert r.token_ids == [7, 99] and r.token_log_probs is None
+    with pytest.raises(EngineError, match="return_token_ids"):
+        parse_reply({"model": "x", "choices": [{"message": {"content": "hi"}}]})
+
+
+def test_engine_settings_are_checked_in_one_line():
+    with pytest.raises(ConfigError, match="engine_url"):
+        load_config(preset="debug", overrides=["rollout.engine=vllm"])
+    with pytest.raises(ConfigError, match="rollout.engine"):
+        load_config(preset="debug", overrides=["rollout.engine=sglang"])
+    with pytest.raises(ConfigError, match="tis_cap"):
+        load_config(preset="debug", overrides=["ppo.tis_cap=2.0"])
+    with pytest.raises(ConfigError, match="train_vision"):
+        load_config(preset="debug", overrides=["rollout.engine=vllm", "rollout.engine_url=http://x:1", "model.train_vision=projector"])
+
+
+# ------------------------------------------------------------------------------ through the loopback server
+def _cfg(path, **over):
+    base = dict(model_path=path, device="cpu", max_new_tokens=10, value_head_hidden=16, temp_head_hidden=8, lora_r=4, lora_alpha=8)
+    return ModelConfig(**{**base, **over})
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_model_path) -> LoadedVLM:
+    return load_vlm(_cfg(tiny_model_path))
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_path):
+    with LoopbackServer(_cfg(tiny_model_path)) as srv:
+        yield srv
+
+
+def _policy(loaded, path) -> VLMPolicy:
+    fresh = LoadedVLM(model=copy.deepcopy(loaded.model), processor=loaded.processor, family=loaded.family, path=loaded.path)
+    torch.manual_seed(0)
+    pol = VLMPolicy(_cfg(path), fresh)
+    with torch.no_grad():  # rows get different temperatures and the adapter is not the base model's
+        for p in pol.temp_predictor.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+        for name, p in pol.model.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.05 * torch.randn_like(p))
+    return pol
+
+
+def _engine(pol, url, tmp_path, **over) -> VLLMServerEngine:
+    kw = dict(max_new_tokens=pol.cfg.max_new_tokens, stop_ids=pol.eos_ids, forbidden_ids=pol.forbidden_ids.tolist(), retries=1,
+              backoff_s=0.0, timeout_s=60.0)
+    return VLLMServerEngine(url, tmp_path / "adapters", **{**kw, **over})
+
+
+def _observations(n=3, step=0):
+    rng = np.random.default_rng(step)
+    words = ["How many chairs are in the room?", "What is the distance between the bed and the sofa?", "Which is closer?"]
+    return [{"images": [rng.integers(0, 256, (28 + 8 * k, 36, 3), dtype=np.uint8) for k in range(1 + (i + step) % 2)],
+             "text": words[i % 3]} for i in range(n)]
+
+
+def test_act_through_the_engine_keeps_the_contract(loaded, tiny_model_path, server, tmp_path):
+    pol = _policy(loaded, tiny_model_path)
+    eng = _engine(pol, server.url, tmp_path, max_concurrency=1)  # one request at a time: the server's log is in row order
+    assert "base" in eng.check_health()
+    eng.sync_adapter(pol.save_pretrained, 1)
+    before = len(server.requests)
+    torch.manual_seed(3)
+    with pol.with_engine(eng):
+        out = pol.act(_observations())
+    sent = server.requests[before:]
+    # Per-row temperature reaches the server (the head predicted them before sampling) and differs by row.
+    assert [r["temperature"] for r in sent] == pytest.approx(out.temperatures.tolist(), rel=1e-5)
+    assert len({round(t, 4) for t in out.temperatures.tolist()}) == 3
+    assert all(r["model"] == adapter_name(1) and r["return_token_ids"] and r["logprobs"] for r in sent)
+    assert sent[0]["stop_token_ids"] == pol.eos_ids and sent[0]["max_tokens"] == pol.cfg.max_new_tokens
+    assert set(sent[0]["logit_bias"]) == {str(i) for i in pol.forbidden_ids.tolist()} and set(sent[0]["logit_bias"].values()) == {-100}
+    # Token ids round-trip: the ids the server sampled are the ones the policy stores and decodes.
+    assert [g.tolist() for g in out.generated_ids] == server.replies[before:]
+    assert out.texts == pol.tokenizer.batch_decode(server.replies[before:], skip_special_tokens=True)
+    # The log-probs are the policy's own (recomputed), and the server's match them (same model, same numerics).
+    assert torch.isfinite(out.engine_log_probs).all()
+    assert torch.allclose(out.engine_log_probs, out.log_probs, atol=1e-4, rtol=0)
+    # Ratio 1 on the first minibatch: the update's forward of the stored turns gives the rollout's log-probs.
+    st = RolloutStorage(1, 3)
+    st.insert(out, torch.zeros(3), torch.zeros(3, dtype=torch.bool), torch.zeros(3, dtype=torch.bool))
+    st.compute_returns(torch.zeros(3))
+    (mb,) = list(st.ordered_minibatches(3))
+    with torch.no_grad():
+        ev = pol.evaluate_actions(mb)
+    assert (ev.log_probs - mb.old_log_probs).abs().max() < 1e-4
+    assert torch.equal(mb.engine_log_probs, out.engine_log_probs)
+    # The same torch seed draws the same per-row seeds: the same replies (what makes resume exact),
+    # also with the rows' requests in flight together (replies come back in row order).
+    concurrent = _engine(pol, server.url, tmp_path / "c", max_concurrency=8)
+    concurrent.sync_adapter(pol.save_pretrained, 1)
+    torch.manual_seed(3)
+    with pol.with_engine(concurrent):
+        again = pol.act(_observations())
+    assert [g.tolist() for g in again.generated_ids] == [g.tolist() for g in out.generated_ids]
+
+
+def test_adapter_versions_advance_and_a_stale_reply_is_refused(loaded, tiny_model_path, server, tmp_path):
+    pol = _policy(loaded, tiny_model_path)
+    eng = _engine(pol, server.url, tmp_path)
+    eng.sync_adapter(pol.save_pretrained, 1)
+    eng.sync_adapter(pol.save_pretrained, 2)
+    assert adapter_name(2) in server.adapters and adapter_name(1) not in server.adapters  # the old one unloaded
+    assert not (tmp_path / "adapters" / adapter_name(1)).exists()
+    with pol.with_engine(eng):
+        pol.act(_observations(1))
+    assert server.requests[-1]["model"] == adapter_name(2)
+    server.answer_as = adapter_name(1)
+    try:
+        with pol.with_engine(eng), pytest.raises(StaleAdapterError, match="stale"):
+            pol.act(_observations(1))
+    finally:
+        server.answer_as = None
+    eng.sync_adapter(pol.save_pretrained, 3)  # leave the shared server without this test's adapter 2
+    assert adapter_name(2) not in server.adapters
+
+
+def test_a_prompt_the_server_tokenises_differently_stops_naming_the_chat_template(loaded, tiny_model_path, server, tmp_path):
+    pol = _policy(loaded, tiny_model_path)
+    eng = _engine(pol, server.url, tmp_path, chat_template="the chat template of TINY")
+    eng.sync_adapter(pol.save_pretrained, 1)
+    proc = server.policy.processor
+    template = proc.chat_template
+    proc.chat_template = template.replace("<|im_start|>assistant", "<|im_start|>assistant answer:")
+    try:
+        with pol.with_engine(eng), pytest.raises(TokenAlignmentError, match="chat template of TINY"):
+            pol.act(_observations(1))
+    finally:
+        proc.chat_template = template
+
+
+def test_a_dead_server_is_one_engine_error(loaded, tiny_model_path, tmp_path):
+    pol = _policy(loaded, tiny_model_path)
+    srv = LoopbackServer(_cfg(tiny_model_path)).start()
+    url = srv.url
+    srv.stop()
+    eng = _engine(pol, url, tmp_path, retries=2, timeout_s=5.0)
+    with pytest.raises(EngineUnavailable, match="did not answer GET /health after 2 tries") as e:
+        eng.check_health()
+    assert "\n" not in str(e.value) and "--resume auto" in str(e.value)
+
+
+# ------------------------------------------------------------------------------ training through it
+def _overrides(out, url, **extra):
+    base = {
+        "log.output_dir": str(out), "log.progress_bar": "false", "log.tensorboard": "false", "log.save_interval": "1",
+        "log.keep_checkpoints": "3", "ppo.num_iterations": "3", "env.max_turns": "2", "model.max_new_tokens": "16",
+        "rollout.engine": "vllm", "rollout.engine_url": url, "rollout.engine_retries": "1", "rollout.engine_timeout_s": "60",
+    }
+    base.update(extra)
+    return [f"{k}={v}" for k, v in base.items()]
+
+
+@pytest.mark.slow
+def test_training_through_the_engine_resumes_exactly_after_the_server_dies(tmp_path):
+    """3 iterations uninterrupted, against 3 where the server stops answering in iteration 2: the run
+    writes the checkpoint of iteration 1, stops with exit code 69, and its resumption through a new
+    server at another URL (a changed rollout.engine_url is allowed on resume) ends with the same
+    weights and metrics."""
+    from a2c_ppo_acktr.train import run_training
+
+    cfg = load_config(preset="debug")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with LoopbackServer(cfg.model) as srv:
+            full = run_training(load_config(preset="debug", overrides=_overrides(tmp_path / "full", srv.url)))
+            rows = read_metrics(tmp_path / "full" / "metrics.jsonl")
+            per_iteration = len(srv.requests) // 3
+            srv.fail_after = len(srv.requests) + per_iteration + 1  # dies one request into iteration 2's rollout
+            with pytest.raises(EngineStopped) as stopped:
+                run_training(load_config(preset="debug", overrides=_overrides(tmp_path / "split", srv.url)))
+            assert stopped.value.exit_code == 69 and stopped.value.checkpoint.name.endswith("000001")
+        with LoopbackServer(cfg.model) as fresh:
+            resumed = run_training(load_config(preset="debug", overrides=_overrides(tmp_path / "split", fresh.url, **{"log.resume": "auto"})))
+    finally:
+        torch.set_num_threads(threads)
+    assert [r["engine/adapter_version"] for r in rows] == [1.0, 2.0, 3.0]
+    for r in rows:
+        assert r["debug/first_minibatch_ratio_max_dev"] < 1e-4  # ratio 1 on the first minibatch
+        assert r["engine/logp_gap_max"] < 1e-3 and r["engine/requests"] > 0
+    a, b = torch.load(full / "trainable.pt"), torch.load(resumed / "trainable.pt")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    split = read_metrics(tmp_path / "split" / "metrics.jsonl")
+    assert [r["iteration"] for r in split] == [1, 2, 3]
+
+    def same(row):
+        return {k: v for k, v in row.items() if not k.startswith(("time/", "engine/retries"))}
+
+    assert [same(r) for r in split] == [same(r) for r in rows]
+    shutil.rmtree(tmp_path)
+
+
+# ------------------------------------------------------------------------------ the launch script
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_run_vsi_qwen_starts_a_rollout_server_and_stops_it(tmp_path):
+    """ROLLOUT_SERVER=1 with the loopback server standing in for `vllm serve`: the launcher waits for
+    /health, hands the run the server's URL (rollout.engine=vllm), and stops the server when it
+    exits. ROLLOUT_URL alone only passes the URL. accelerate is replaced by `echo`."""
+    import os
+    import subprocess
+    import sys
+    import urllib.request
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    shim = tmp_path / "python"
+    shim.write_text(f'#!/usr/bin/env bash\nif [ "$2" = accelerate.commands.launch ]; then echo "$@"; exit 0; fi\nexec {sys.executable} "$@"\n')
+    shim.chmod(0o755)
+    port = _free_port()
+    env = {**os.environ, "PYTHON": str(shim), "PRESET": "debug", "NUM_GPUS": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "ROLLOUT_SERVER": "1", "ROLLOUT_PORT": str(port), "ROLLOUT_START_TIMEOUT": "240",
+           "ROLLOUT_SERVER_CMD": f"{sys.executable} -m a2c_ppo_acktr.loopback_server --preset debug"}
+    res = subprocess.run(["bash", str(repo / "scripts" / "run_vsi_qwen.sh"), "1", "run", str(tmp_path / "out"), str(_free_port())],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"--rollout.engine vllm --rollout.engine_url http://127.0.0.1:{port}" in res.stdout
+    assert "serves" in (tmp_path / "out" / "run" / "rollout_server.log").read_text() or "[rollout] server" in res.stderr
+    with pytest.raises(OSError):  # stopped with the launcher
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
+    env = {**env, "ROLLOUT_SERVER": "0", "ROLLOUT_URL": "http://gpu-node-3:8000"}
+    res = subprocess.run(["bash", str(repo / "scripts" / "run_vsi_qwen.sh"), "1", "run2", str(tmp_path / "out"), str(_free_port())],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "--rollout.engine vllm --rollout.engine_url http://gpu-node-3:8000" in res.stdout
