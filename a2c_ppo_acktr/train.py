@@ -853,16 +853,27 @@ def _collect_through_engine(run: _Run, it: int, last: Optional[Path], checkpoint
     :class:`~a2c_ppo_acktr.rollout_engine.EngineStopped` ends the run with one line."""
     from .rollout_engine import EngineError, EngineStopped
 
+    acc = run.accelerator
     snapshot = _pre_rollout_state(run)
+    error: Optional[EngineError] = None
+    stats = RolloutStats()
     try:
         run.engine.sync_adapter(lambda path: _save_engine_adapter(run.module, path), it + 1)
         with run.module.with_engine(run.engine):
             run.observations, stats = collect_rollout(
                 run.module, run.envs, run.storage, run.observations, run.cfg.rollout.num_steps, gather, bootstrap=bootstrap
             )
-        return stats
     except EngineError as e:
-        _restore_pre_rollout_state(run, snapshot)
-        if last is None or not last.name.endswith(f"{it:06d}"):
-            last = checkpoints.save(it, lambda tmp: _write_checkpoint(run, it, tmp), meta={"num_processes": run.accelerator.num_processes})
-        raise EngineStopped(str(e), it, last) from None
+        error = e
+    # Every process learns whether any one's server failed (one all-reduce), so all stop after the same
+    # iteration and write the checkpoint together: a process that went on to the update alone would hang.
+    failed = torch.tensor([0.0 if error is None else 1.0], device=acc.device)
+    if acc.num_processes > 1:
+        failed = acc.reduce(failed, reduction="sum")
+    if float(failed.item()) == 0.0:
+        return stats
+    _restore_pre_rollout_state(run, snapshot)
+    if last is None or not last.name.endswith(f"{it:06d}"):
+        last = checkpoints.save(it, lambda tmp: _write_checkpoint(run, it, tmp), meta={"num_processes": acc.num_processes})
+    reason = str(error) if error is not None else "the rollout server of another process failed (see that process's log)"
+    raise EngineStopped(reason, it, last) from None

@@ -288,3 +288,43 @@ def test_run_vsi_qwen_starts_a_rollout_server_and_stops_it(tmp_path):
     res = subprocess.run(["bash", str(repo / "scripts" / "run_vsi_qwen.sh"), "1", "run2", str(tmp_path / "out"), str(_free_port())],
                          env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and "--rollout.engine vllm --rollout.engine_url http://gpu-node-3:8000" in res.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_two_ranks_stop_together_when_one_ranks_server_dies(tmp_path):
+    """2 ranks (gloo, started as torchrun starts them), each with its own loopback server (rollout.engine_url lists both);
+    rank 1's server refuses every chat request. Both ranks stop after the failed rollout with exit
+    69 and one checkpoint of the iterations done (none: checkpoint-000000), instead of rank 0 going
+    on to the update's all-reduce alone and hanging."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    cfg = load_config(preset="debug")
+    with LoopbackServer(cfg.model) as s0, LoopbackServer(cfg.model) as s1:
+        s1.fail_after = 0
+        port = _free_port()
+        args = [sys.executable, str(repo / "main_vsi.py"), "--preset", "debug", "--log.output_dir", str(tmp_path / "out"),
+                "--log.progress_bar", "false", "--log.tensorboard", "false", "--ppo.num_iterations", "2", "--model.max_new_tokens", "16",
+                "--env.max_turns", "2", "--rollout.engine", "vllm", "--rollout.engine_url", f"{s0.url},{s1.url}", "--rollout.engine_retries", "1"]
+        # The two ranks started here, as torchrun would (its workers lead their own sessions, out of a timeout's reach).
+        procs = [subprocess.Popen(args, cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                  env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "RANK": str(r), "LOCAL_RANK": str(r),
+                                       "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+                 for r in (0, 1)]
+        errs = []
+        try:
+            for p in procs:
+                errs.append(p.communicate(timeout=240)[1])
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                os.killpg(p.pid, signal.SIGKILL)
+            pytest.fail("the ranks hung after one server failed: " + " | ".join(p.communicate()[1][-2000:] for p in procs))
+    assert [p.returncode for p in procs] == [69, 69], errs[1][-3000:]
+    assert "another process" in errs[0] and "HTTP 503" in errs[1]
+    assert (tmp_path / "out" / "checkpoints" / "checkpoint-000000" / "COMPLETE").is_file()
+    assert len(s0.requests) > 0  # rank 0 rolled out through its own server
