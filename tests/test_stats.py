@@ -84,6 +84,7 @@ def test_bootstrap_ci_of_normal_differences_matches_the_normal_interval():
     assert ci["n"] == n and ci["diff"] == pytest.approx(d.mean())
     assert ci["low"] < 0.5 < ci["high"]
     half = 1.96 * d.std(ddof=1) / math.sqrt(n)  # ~0.031
+    # a 2.5% quantile of 4000 resamples has a standard error of 0.042 bootstrap sd: 0.15 * half is 7 of them
     assert ci["low"] == pytest.approx(d.mean() - half, abs=0.15 * half)
     assert ci["high"] == pytest.approx(d.mean() + half, abs=0.15 * half)
     narrower = stats.paired_bootstrap_ci(a, b, n_boot=4000, seed=3, confidence=0.5)
@@ -137,6 +138,7 @@ def test_stratified_bootstrap_spread_matches_the_stratified_standard_error():
     ci = stats.paired_bootstrap_ci(d, np.zeros(d.size), n_boot=4000, seed=1, strata=labels)
     # Var(mean) = sum_h (n_h/n)^2 s_h^2 / n_h over strata.
     se = math.sqrt(sum((len(d[[l == h for l in labels]]) / d.size) ** 2 * d[[l == h for l in labels]].var(ddof=1) / n for h, n in sizes.items()))
+    # each 4000-resample tail quantile has sd 0.042 se, the half-width ~0.03 se: 0.1 * 1.96 se is 6.6 of them
     assert (ci["high"] - ci["low"]) / 2 == pytest.approx(1.96 * se, rel=0.1)
 
 
@@ -148,7 +150,7 @@ def test_stratified_bootstrap_sums_keep_stratum_sizes_and_are_seeded():
     assert list(sums) == ["a", "b"] and sums["a"].shape == (40000,)
     assert (sums["b"] == 7.0).all()
     freq = [float(np.mean(sums["a"] == k)) for k in (0, 1, 2)]
-    assert freq == pytest.approx([0.25, 0.5, 0.25], abs=0.01)
+    assert freq == pytest.approx([0.25, 0.5, 0.25], abs=0.01)  # binomial sd over 40000 draws <= 0.0025: 4 sd
     again = stats.stratified_bootstrap_sums(values, strata, n_boot=40000, seed=3)
     assert all(np.array_equal(sums[k], again[k]) for k in sums)
     assert not np.array_equal(sums["a"], stats.stratified_bootstrap_sums(values, strata, n_boot=40000, seed=4)["a"])
