@@ -202,7 +202,7 @@ def test_a_dead_server_is_one_engine_error(loaded, tiny_model_path, tmp_path):
 def _overrides(out, url, **extra):
     base = {
         "log.output_dir": str(out), "log.progress_bar": "false", "log.tensorboard": "false", "log.save_interval": "1",
-        "log.keep_checkpoints": "3", "ppo.num_iterations": "3", "env.max_turns": "2", "model.max_new_tokens": "16",
+        "log.keep_checkpoints": "3", "ppo.num_iterations": "2", "env.max_turns": "2", "model.max_new_tokens": "16",
         "rollout.engine": "vllm", "rollout.engine_url": url, "rollout.engine_retries": "1", "rollout.engine_timeout_s": "60",
     }
     base.update(extra)
@@ -211,7 +211,7 @@ def _overrides(out, url, **extra):
 
 @pytest.mark.slow
 def test_training_through_the_engine_resumes_exactly_after_the_server_dies(tmp_path):
-    """3 iterations uninterrupted, against 3 where the server stops answering in iteration 2: the run
+    """2 iterations uninterrupted, against 2 where the server stops answering in iteration 2: the run
     writes the checkpoint of iteration 1, stops with exit code 69, and its resumption through a new
     server at another URL (a changed rollout.engine_url is allowed on resume) ends with the same
     weights and metrics."""
@@ -224,7 +224,7 @@ def test_training_through_the_engine_resumes_exactly_after_the_server_dies(tmp_p
         with LoopbackServer(cfg.model) as srv:
             full = run_training(load_config(preset="debug", overrides=_overrides(tmp_path / "full", srv.url)))
             rows = read_metrics(tmp_path / "full" / "metrics.jsonl")
-            per_iteration = len(srv.requests) // 3
+            per_iteration = len(srv.requests) // 2
             srv.fail_after = len(srv.requests) + per_iteration + 1  # dies one request into iteration 2's rollout
             with pytest.raises(EngineStopped) as stopped:
                 run_training(load_config(preset="debug", overrides=_overrides(tmp_path / "split", srv.url)))
@@ -233,14 +233,14 @@ def test_training_through_the_engine_resumes_exactly_after_the_server_dies(tmp_p
             resumed = run_training(load_config(preset="debug", overrides=_overrides(tmp_path / "split", fresh.url, **{"log.resume": "auto"})))
     finally:
         torch.set_num_threads(threads)
-    assert [r["engine/adapter_version"] for r in rows] == [1.0, 2.0, 3.0]
+    assert [r["engine/adapter_version"] for r in rows] == [1.0, 2.0]
     for r in rows:
         assert r["debug/first_minibatch_ratio_max_dev"] < 1e-4  # ratio 1 on the first minibatch
         assert r["engine/logp_gap_max"] < 1e-3 and r["engine/requests"] > 0
     a, b = torch.load(full / "trainable.pt"), torch.load(resumed / "trainable.pt")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     split = read_metrics(tmp_path / "split" / "metrics.jsonl")
-    assert [r["iteration"] for r in split] == [1, 2, 3]
+    assert [r["iteration"] for r in split] == [1, 2]
 
     def same(row):
         return {k: v for k, v in row.items() if not k.startswith(("time/", "engine/retries"))}
