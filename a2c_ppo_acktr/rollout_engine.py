@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+from .bounded_read import ReplyTooLarge, read_within
 from .preemption import Preempted
 
 logger = logging.getLogger(__name__)
@@ -186,7 +187,9 @@ class VLLMServerEngine:
             deadline = time.monotonic() + timeout  # the whole request, not each read
             try:
                 with urllib.request.urlopen(req, timeout=timeout) as resp:
-                    raw = _read_until(resp, deadline, url)
+                    raw = read_within(resp, deadline, MAX_REPLY_BYTES)
+            except ReplyTooLarge:
+                raise EngineError(f"the reply from {url} is larger than {MAX_REPLY_BYTES} bytes: refused") from None
             except urllib.error.HTTPError as e:
                 detail = _body_of(e)
                 if 400 <= e.code < 500 and e.code != 429:
@@ -353,20 +356,6 @@ def _token_id(token: Any) -> Optional[int]:
         except ValueError:
             return None
     return None
-
-
-def _read_until(resp: Any, deadline: float, url: str) -> bytes:
-    chunks, size = [], 0
-    while True:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the reply from {url} took longer than rollout.engine_timeout_s")
-        chunk = resp.read1(65536)
-        if not chunk:
-            return b"".join(chunks)
-        size += len(chunk)
-        if size > MAX_REPLY_BYTES:
-            raise EngineError(f"the reply from {url} is larger than {MAX_REPLY_BYTES} bytes: refused")
-        chunks.append(chunk)
 
 
 def _body_of(error: urllib.error.HTTPError) -> str:

@@ -38,6 +38,7 @@ import numpy as np
 
 from a2c_ppo_acktr.arguments import ConfigError, LabelConfig, ModelConfig
 from a2c_ppo_acktr.envs.questions import box_distance
+from a2c_ppo_acktr.bounded_read import ReplyTooLarge, ReplyTooSlow, read_within
 from a2c_ppo_acktr.prompts import Answer, Move, build_messages, format_response, openai_messages, png_data_url, render_prompt  # noqa: F401 - re-exported
 from a2c_ppo_acktr.scoring import is_multiple_choice
 
@@ -698,20 +699,13 @@ MAX_REPLY_BYTES = 4 * 1024 * 1024
 
 
 def _read_bounded(resp: Any, deadline: float, url: str) -> bytes:
-    """The response body, read in pieces so that ``deadline`` bounds the whole read (a server that
-    drips a byte at a time never trips a per-read timeout) and at most :data:`MAX_REPLY_BYTES`."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        if time.monotonic() > deadline:
-            raise _Retryable(f"the reply from {url} took longer than label.timeout_s")
-        chunk = resp.read1(65536)
-        if not chunk:
-            return b"".join(chunks)
-        size += len(chunk)
-        if size > MAX_REPLY_BYTES:
-            raise _Fatal(f"the reply from {url} is larger than {MAX_REPLY_BYTES} bytes: refused (not retried)")
-        chunks.append(chunk)
+    """The response body within ``deadline`` (the whole read, not each piece) and :data:`MAX_REPLY_BYTES`."""
+    try:
+        return read_within(resp, deadline, MAX_REPLY_BYTES)
+    except ReplyTooSlow:
+        raise _Retryable(f"the reply from {url} took longer than label.timeout_s") from None
+    except ReplyTooLarge:
+        raise _Fatal(f"the reply from {url} is larger than {MAX_REPLY_BYTES} bytes: refused (not retried)") from None
 
 
 def _safe_body(error: urllib.error.HTTPError) -> str:
