@@ -39,7 +39,7 @@ import numpy as np
 from a2c_ppo_acktr.arguments import ConfigError, LabelConfig, ModelConfig
 from a2c_ppo_acktr.envs.questions import box_distance
 from a2c_ppo_acktr.bounded_read import ReplyTooLarge, ReplyTooSlow, read_within
-from a2c_ppo_acktr.prompts import Answer, Move, build_messages, format_response, openai_messages, png_data_url, render_prompt  # noqa: F401 - re-exported
+from a2c_ppo_acktr.prompts import Answer, Move, build_messages, format_response, openai_messages, render_prompt
 from a2c_ppo_acktr.scoring import is_multiple_choice
 
 logger = logging.getLogger(__name__)

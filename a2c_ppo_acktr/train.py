@@ -848,9 +848,10 @@ def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
 
 def _collect_through_engine(run: _Run, it: int, last: Optional[Path], checkpoints: Any, gather: Any, bootstrap: bool) -> RolloutStats:
     """Iteration ``it``'s rollout through the rollout engine: this iteration's adapter is loaded into
-    the server first (``policy-v<it+1>``). If the server fails, the run is put back as it was after
-    iteration ``it`` and a checkpoint of it is written (unless one exists), then
-    :class:`~a2c_ppo_acktr.rollout_engine.EngineStopped` ends the run with one line."""
+    the server first (``<tag>-v<it+1>``, :func:`~a2c_ppo_acktr.rollout_engine.adapter_name`). If a
+    server fails, the run is put back as it was after iteration ``it`` and a checkpoint of it is
+    written (unless one exists), then :class:`~a2c_ppo_acktr.rollout_engine.EngineStopped` ends the
+    run with one line."""
     from .rollout_engine import EngineError, EngineStopped
 
     acc = run.accelerator
