@@ -109,7 +109,7 @@ vsi_prefetch_model() {
 #     --enable-lora --max-lora-rank R --gpu-memory-utilization ROLLOUT_GPU_MEMORY --logprobs-mode
 #     processed_logprobs (default command
 #     `vllm serve`, port 8000, memory 0.3 of each GPU beside the trainer), with
-#     VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, logging to RUN_DIR/rollout_server.log; its /health is
+#     VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, appending to RUN_DIR/rollout_server.log; its /health is
 #     awaited for up to ROLLOUT_START_TIMEOUT seconds (default 900) and it is stopped when the launcher exits.
 # $1: the run directory; the remaining arguments: the config options that pick the model (as vsi_prefetch_model).
 vsi_rollout_engine() {
@@ -121,8 +121,10 @@ vsi_rollout_engine() {
     mkdir -p "$run_dir"
     local cmd
     read -r -a cmd <<< "${ROLLOUT_SERVER_CMD:-vllm serve}"
+    # Appended: a requeued or resumed job keeps the log of the server that failed before it.
+    echo "== $(date -u '+%Y-%m-%d %H:%M:%S') ${cmd[*]} $model --port $port" >> "$run_dir/rollout_server.log"
     VLLM_ALLOW_RUNTIME_LORA_UPDATING=True "${cmd[@]}" "$model" --port "$port" --enable-lora --max-lora-rank "$rank" \
-      --gpu-memory-utilization "${ROLLOUT_GPU_MEMORY:-0.3}" --logprobs-mode processed_logprobs > "$run_dir/rollout_server.log" 2>&1 &
+      --gpu-memory-utilization "${ROLLOUT_GPU_MEMORY:-0.3}" --logprobs-mode processed_logprobs >> "$run_dir/rollout_server.log" 2>&1 &
     ROLLOUT_SERVER_PID=$!
     trap 'kill "$ROLLOUT_SERVER_PID" 2>/dev/null || true' EXIT
     ROLLOUT_URL=http://127.0.0.1:$port

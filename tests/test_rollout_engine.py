@@ -274,6 +274,8 @@ def test_run_vsi_qwen_starts_a_rollout_server_and_stops_it(tmp_path):
     shim.write_text(f'#!/usr/bin/env bash\nif [ "$2" = accelerate.commands.launch ]; then echo "$@"; exit 0; fi\nexec {sys.executable} "$@"\n')
     shim.chmod(0o755)
     port = _free_port()
+    (tmp_path / "out" / "run").mkdir(parents=True)
+    (tmp_path / "out" / "run" / "rollout_server.log").write_text("the log of a server that failed before\n")
     env = {**os.environ, "PYTHON": str(shim), "PRESET": "debug", "NUM_GPUS": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
            "ROLLOUT_SERVER": "1", "ROLLOUT_PORT": str(port), "ROLLOUT_START_TIMEOUT": "240",
            "ROLLOUT_SERVER_CMD": f"{sys.executable} -m a2c_ppo_acktr.loopback_server --preset debug"}
@@ -281,7 +283,9 @@ def test_run_vsi_qwen_starts_a_rollout_server_and_stops_it(tmp_path):
                          env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert f"--rollout.engine vllm --rollout.engine_url http://127.0.0.1:{port}" in res.stdout
-    assert "serves" in (tmp_path / "out" / "run" / "rollout_server.log").read_text() or "[rollout] server" in res.stderr
+    assert "[rollout] server" in res.stderr
+    log = (tmp_path / "out" / "run" / "rollout_server.log").read_text()
+    assert log.startswith("the log of a server that failed before\n== ") and "loopback rollout server on" in log  # appended, not replaced
     with pytest.raises(OSError):  # stopped with the launcher
         urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
     env = {**env, "ROLLOUT_SERVER": "0", "ROLLOUT_URL": "http://gpu-node-3:8000"}
