@@ -1,6 +1,6 @@
 """Reading an HTTP reply within a total deadline and a size limit (the teacher's client and the
 rollout engine's): a server that drips a byte at a time never trips a per-read socket timeout, and
-one that sends megabytes is stopped at the limit."""
+one that sends megabytes is stopped at the limit. Also the body of an error reply, read for its message."""
 from __future__ import annotations
 
 import time
@@ -30,3 +30,12 @@ def read_within(resp: Any, deadline: float, max_bytes: int) -> bytes:
         if size > max_bytes:
             raise ReplyTooLarge(f"the reply is larger than {max_bytes} bytes")
         chunks.append(chunk)
+
+
+def error_body(error: Any, max_bytes: int) -> str:
+    """At most ``max_bytes`` of an ``HTTPError``'s body as text, or ``<no body>`` when it cannot be read
+    (the body only decorates a message)."""
+    try:
+        return error.read(max_bytes).decode("utf-8", "replace")
+    except Exception:  # noqa: BLE001 - see the docstring
+        return "<no body>"

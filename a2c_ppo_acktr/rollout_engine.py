@@ -41,15 +41,16 @@ import http.client
 import json
 import logging
 import math
+import shutil
 import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from .bounded_read import ReplyTooLarge, read_within
+from .bounded_read import ReplyTooLarge, error_body, read_within
 from .preemption import Preempted
 
 logger = logging.getLogger(__name__)
@@ -121,7 +122,6 @@ class EngineStats:
     requests: int = 0
     retries: int = 0
     version: float = float("nan")
-    extra: dict[str, float] = field(default_factory=dict)
 
 
 def adapter_name(version: int, tag: str = "policy") -> str:
@@ -191,7 +191,7 @@ class VLLMServerEngine:
             except ReplyTooLarge:
                 raise EngineError(f"the reply from {url} is larger than {MAX_REPLY_BYTES} bytes: refused") from None
             except urllib.error.HTTPError as e:
-                detail = _body_of(e)
+                detail = error_body(e, 2000)[:300]
                 if 400 <= e.code < 500 and e.code != 429:
                     raise EngineError(f"the rollout server refused {method} {path} with HTTP {e.code}: {detail}") from None
                 last = f"HTTP {e.code}: {detail}"
@@ -243,7 +243,7 @@ class VLLMServerEngine:
                 self._request("POST", "/v1/unload_lora_adapter", {"lora_name": adapter_name(previous, self.tag)})
             except EngineError as e:  # the new adapter is loaded; a leftover old one only costs server memory
                 logger.warning("could not unload %s from the rollout server: %s", adapter_name(previous, self.tag), e)
-            _remove_tree(self.adapter_dir / adapter_name(previous, self.tag))
+            shutil.rmtree(self.adapter_dir / adapter_name(previous, self.tag), ignore_errors=True)
         seconds = time.perf_counter() - t0
         self.stats.sync_seconds += seconds
         self.stats.version = float(version)
@@ -356,19 +356,6 @@ def _token_id(token: Any) -> Optional[int]:
         except ValueError:
             return None
     return None
-
-
-def _body_of(error: urllib.error.HTTPError) -> str:
-    try:
-        return error.read(2000).decode("utf-8", "replace")[:300]
-    except Exception:  # noqa: BLE001 - the body only decorates the message
-        return "<no body>"
-
-
-def _remove_tree(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def sequence_log_probs(replies: Sequence[EngineReply], weights: Sequence[Any]) -> list[float]:

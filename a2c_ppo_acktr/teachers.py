@@ -38,7 +38,7 @@ import numpy as np
 
 from a2c_ppo_acktr.arguments import ConfigError, LabelConfig, ModelConfig
 from a2c_ppo_acktr.envs.questions import box_distance
-from a2c_ppo_acktr.bounded_read import ReplyTooLarge, ReplyTooSlow, read_within
+from a2c_ppo_acktr.bounded_read import ReplyTooLarge, ReplyTooSlow, error_body, read_within
 from a2c_ppo_acktr.prompts import Answer, Move, build_messages, format_response, openai_messages, render_prompt
 from a2c_ppo_acktr.scoring import is_multiple_choice
 
@@ -670,7 +670,7 @@ class OpenAITeacher(Teacher):
                 raw = _read_bounded(resp, deadline, self.display_url)
         except urllib.error.HTTPError as e:
             # Messages carry the status and a slice of the body only (redacted, then cut), never the request headers.
-            detail = self._cut(_safe_body(e))
+            detail = self._cut(error_body(e, _MAX_ERROR_BODY))
             if e.code == 429 or e.code >= 500:
                 raise _Retryable(f"HTTP {e.code} from {self.display_url}: {detail}") from None
             raise _Fatal(f"HTTP {e.code} from {self.display_url}: {detail} (not retried; check label.model and label.base_url)") from None
@@ -706,13 +706,6 @@ def _read_bounded(resp: Any, deadline: float, url: str) -> bytes:
         raise _Retryable(f"the reply from {url} took longer than label.timeout_s") from None
     except ReplyTooLarge:
         raise _Fatal(f"the reply from {url} is larger than {MAX_REPLY_BYTES} bytes: refused (not retried)") from None
-
-
-def _safe_body(error: urllib.error.HTTPError) -> str:
-    try:
-        return error.read(_MAX_ERROR_BODY).decode("utf-8", "replace")
-    except Exception:  # noqa: BLE001 - the body is only decoration for the message
-        return "<no body>"
 
 
 # ---------------------------------------------------------------------------------------------
