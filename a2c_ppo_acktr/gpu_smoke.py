@@ -234,6 +234,8 @@ def ratio_check(
     num_steps: int = 4,
     mini_batch_size: int = 2,
     preset: str = "debug",
+    config: Optional[str] = None,
+    settings: Sequence[str] = (),
 ) -> RatioResult:
     """Act with the tiny model, then re-score the rollout: the ratio-1 invariant in ``dtype``.
 
@@ -247,15 +249,18 @@ def ratio_check(
         seed: Seeds the policy heads, the sampling and the scenes.
         num_envs, num_steps, mini_batch_size: Rollout shape.
         preset: The config preset the env and model settings come from.
+        config: An overlay merged over the preset (an env overlay under ``configs/envs/``: the check
+            on another env than VSI, e.g. on a node without open3d).
+        settings: More overrides, ``section.key=value`` words (``model.*`` ones yield to the above).
     """
     import torch
 
-    from a2c_ppo_acktr.arguments import load_config
+    from a2c_ppo_acktr.arguments import load_config, merge_dicts, parse_overrides
     from a2c_ppo_acktr.loading import load_vlm
     from a2c_ppo_acktr.model import VLMPolicy
 
     model = {"device": device, "dtype": dtype, "attn_implementation": attn_implementation, **(model_overrides or {})}
-    cfg = load_config(preset=preset, overrides={"model": model})
+    cfg = load_config(config=config, preset=preset, overrides=merge_dicts(parse_overrides(settings), {"model": model}))
     t0 = time.perf_counter()
     on_cuda = device == "cuda"
     if on_cuda:
@@ -338,14 +343,15 @@ def attention_implementations(device: str) -> list[str]:
     return ["sdpa"] + (["flash_attention_2"] if device == "cuda" and flash_attn_available() else [])
 
 
-def run_ratio_stage(device: str, seeds: int) -> list[RatioResult]:
-    """:func:`ratio_check` for every attention implementation, temperature setting and seed."""
+def run_ratio_stage(device: str, seeds: int, config: Optional[str] = None, settings: Sequence[str] = ()) -> list[RatioResult]:
+    """:func:`ratio_check` for every attention implementation, temperature setting and seed
+    (``config``, ``settings``: an env overlay and more overrides, see :func:`ratio_check`)."""
     dtype = smoke_dtype(device)
     results = []
     for attn in attention_implementations(device):
         for name, temps in TEMPERATURE_SETTINGS.items():
             for seed in range(seeds):
-                r = ratio_check(device, dtype, attn, model_overrides=temps, setting=name, seed=seed)
+                r = ratio_check(device, dtype, attn, model_overrides=temps, setting=name, seed=seed, config=config, settings=settings)
                 print(f"ratio  {dtype} {attn:17s} {name:32s} seed {seed} mode={r.rollout_log_probs:9s} "
                       f"max|ratio-1|={r.ratio_max_dev:.3g} (bound {r.bound:g}) {r.seconds:.1f}s", flush=True)
                 results.append(r)
@@ -602,6 +608,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--hf-run-dir", default=None, help="check-engine: the HF-engine run to compare turns/s with")
     p.add_argument("--seeds", type=int, default=None, help="ratio: seeds per setting (default 4 on cuda, 1 on cpu)")
     p.add_argument("--work", default=None, help="summary: the directory holding the stages' JSON files")
+    p.add_argument("--config", default=None, help="ratio: an env overlay (configs/envs/*.yaml, ENV_CONFIG) merged over the debug preset")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="ratio: one more config override (repeatable)")
     return p
 
 
@@ -622,7 +630,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             _write_json(args.out, info)
             check_environment(info, args.device)
         elif args.stage == "ratio":
-            results = run_ratio_stage(args.device, args.seeds if args.seeds is not None else (4 if args.device == "cuda" else 1))
+            results = run_ratio_stage(args.device, args.seeds if args.seeds is not None else (4 if args.device == "cuda" else 1), args.config, args.set)
             _write_json(args.out, [asdict(r) for r in results])
             check_ratio_results(results)
         elif args.stage == "real":

@@ -28,6 +28,9 @@
 #   NUM_GPUS          processes for the launches (default: all visible GPUs)
 #   GPU_SMOKE_MODEL   a local real checkpoint (e.g. Qwen2.5-VL-3B-Instruct) for stage 4b; unset: skipped
 #   GPU_SMOKE_PRESET  the preset stage 4b runs the checkpoint with (default qwen2.5-vl-3b)
+#   ENV_CONFIG        an env overlay (configs/envs/numberline.yaml, ...): stages 2-4 on that env instead
+#                     of VSI; the GPU paths checked are the same, and a node without open3d (VSI's
+#                     renderer) can still run them
 #   PYTHON            interpreter (default .venv/bin/python when present, else python)
 set -euo pipefail
 
@@ -44,6 +47,20 @@ case "$DEVICE" in
 esac
 WORK=${GPU_SMOKE_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/gpu_smoke.XXXXXX")}
 mkdir -p "$WORK"
+# ENV_CONFIG: the launchers read it themselves (scripts/common.sh); the plain processes get it as
+# --config. Frames are 64 px on another env: the debug preset's 32 px are below what a card game draws
+# legibly (64 is the cpu-demo preset's size).
+ENV_ARGS=()
+RATIO_ARGS=()
+LAUNCH_ENV_ARGS=
+if [ -n "${ENV_CONFIG:-}" ]; then
+  [ -f "$ENV_CONFIG" ] || { echo "GPU SMOKE FAILED: ENV_CONFIG=$ENV_CONFIG does not exist" >&2; exit 2; }
+  ENV_CONFIG=$(cd "$(dirname "$ENV_CONFIG")" && pwd)/$(basename "$ENV_CONFIG")
+  export ENV_CONFIG
+  ENV_ARGS=(--config "$ENV_CONFIG" --env.image_size 64)
+  RATIO_ARGS=(--config "$ENV_CONFIG" --set env.image_size=64)
+  LAUNCH_ENV_ARGS="--env.image_size 64"
+fi
 # The tiny model is built offline; nothing may reach a hub or wandb.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=disabled
 
@@ -63,13 +80,13 @@ logged() {
   fi
 }
 
-echo "== gpu_smoke: device $DEVICE, dtype $DTYPE, python $PYTHON, outputs $WORK"
+echo "== gpu_smoke: device $DEVICE, dtype $DTYPE, python $PYTHON, env ${ENV_CONFIG:-VSI, the preset default}, outputs $WORK"
 
 echo "== 1/5 environment"
 smoke info --out "$WORK/info.json" || fail "environment check (see above)"
 
 echo "== 2/5 tiny model: rollout/update ratio in $DTYPE"
-smoke ratio --out "$WORK/ratio.json" || fail "ratio check (see above)"
+smoke ratio --out "$WORK/ratio.json" "${RATIO_ARGS[@]}" || fail "ratio check (see above)"
 
 echo "== 3/5 PPO: 2 iterations (EMA reference in the loss, perception weighting, validation)"
 # The options whose code paths differ under a launcher: the EMA reference's functional forward, the
@@ -78,12 +95,12 @@ PPO_OPTIONS="--ppo.reference ema --ppo.kl_coef 0.05 --ppo.perception_weighting t
 PORT=$(smoke free-port) || fail "could not find a free port"
 if [ "$DEVICE" = cuda ]; then
   logged ppo env PRESET=debug \
-    EXTRA_ARGS="--model.device cuda --model.dtype bfloat16 --ppo.num_iterations 2 --log.progress_bar false $PPO_OPTIONS" \
+    EXTRA_ARGS="--model.device cuda --model.dtype bfloat16 --ppo.num_iterations 2 --log.progress_bar false $PPO_OPTIONS $LAUNCH_ENV_ARGS" \
     bash scripts/run_vsi_qwen.sh 1 smoke "$WORK/ppo" "$PORT"
 else
   # One plain CPU process: no DeepSpeed (ZeRO-2 on one CPU process tests nothing the GPU run does not).
   # shellcheck disable=SC2086  # PPO_OPTIONS is a list of words
-  logged ppo "$PYTHON" main_vsi.py --preset debug --seed 1 --log.run_name smoke --log.output_dir "$WORK/ppo/smoke" \
+  logged ppo "$PYTHON" main_vsi.py --preset debug "${ENV_ARGS[@]}" --seed 1 --log.run_name smoke --log.output_dir "$WORK/ppo/smoke" \
     --model.device cpu --model.dtype float32 --ppo.num_iterations 2 --log.progress_bar false $PPO_OPTIONS
 fi
 smoke check-ppo --run-dir "$WORK/ppo/smoke" --iterations 2 --out "$WORK/ppo.json" || fail "PPO run check (see above)"
@@ -93,7 +110,7 @@ if [ "$DEVICE" = cuda ]; then
   if [ "$NUM_GPUS" -ge 2 ]; then
     echo "== 3b/5 PPO under ZeRO-3 on 2 GPUs: bf16, validation on, 4-token logit chunks (unequal lm_head calls per rank)"
     logged ppo_zero3 env PRESET=debug DS_STAGE=3 NUM_GPUS=2 \
-      EXTRA_ARGS="--model.device cuda --model.dtype bfloat16 --ppo.num_iterations 2 --log.progress_bar false --ppo.kl_coef 0.05 --log.val_interval 1 --log.val_episodes 3 --model.logits_chunk_tokens 4" \
+      EXTRA_ARGS="--model.device cuda --model.dtype bfloat16 --ppo.num_iterations 2 --log.progress_bar false --ppo.kl_coef 0.05 --log.val_interval 1 --log.val_episodes 3 --model.logits_chunk_tokens 4 $LAUNCH_ENV_ARGS" \
       timeout 900 bash scripts/run_vsi_qwen.sh 1 smoke3 "$WORK/ppo" "$(smoke free-port)"
     smoke check-ppo --run-dir "$WORK/ppo/smoke3" --iterations 2 --out "$WORK/ppo_zero3.json" || fail "ZeRO-3 PPO run check (see above)"
   else
@@ -104,7 +121,7 @@ fi
 if [ "$DEVICE" = cuda ] && "$PYTHON" -c "import vllm" > /dev/null 2>&1; then
   echo "== 3c/5 vLLM rollout engine: vllm serve on the tiny model (started by run_vsi_qwen.sh), 2 PPO iterations through it"
   logged ppo_vllm env PRESET=debug NUM_GPUS=1 ROLLOUT_SERVER=1 ROLLOUT_PORT="$(smoke free-port)" ROLLOUT_GPU_MEMORY=0.3 \
-    EXTRA_ARGS="--model.device cuda --model.dtype bfloat16 --ppo.num_iterations 2 --log.progress_bar false --ppo.tis_cap 2.0" \
+    EXTRA_ARGS="--model.device cuda --model.dtype bfloat16 --ppo.num_iterations 2 --log.progress_bar false --ppo.tis_cap 2.0 $LAUNCH_ENV_ARGS" \
     timeout 1200 bash scripts/run_vsi_qwen.sh 1 smoke_vllm "$WORK/ppo" "$(smoke free-port)"
   smoke check-ppo --run-dir "$WORK/ppo/smoke_vllm" --iterations 2 --out "$WORK/ppo_vllm.json" || fail "vLLM-engine PPO run check (see above)"
   smoke check-engine --run-dir "$WORK/ppo/smoke_vllm" --hf-run-dir "$WORK/ppo/smoke" --out "$WORK/engine.json" || fail "vLLM engine check (see above)"
@@ -113,18 +130,18 @@ else
 fi
 
 echo "== 4/5 SFT: oracle labels, dataset, one step"
-logged label "$PYTHON" vlm_traj_label.py --preset debug --label.teacher oracle --label.num_episodes 8 \
+logged label "$PYTHON" vlm_traj_label.py --preset debug "${ENV_ARGS[@]}" --label.teacher oracle --label.num_episodes 8 \
   --label.out_dir "$WORK/labels" --log.progress_bar false
-logged preprocess "$PYTHON" vlm_traj_preprocess.py --preset debug --label.out_dir "$WORK/labels" \
+logged preprocess "$PYTHON" vlm_traj_preprocess.py --preset debug "${ENV_ARGS[@]}" --label.out_dir "$WORK/labels" \
   --label.dataset_dir "$WORK/sft_data" --label.val_fraction 0
 SFT_ARGS="--sft.max_steps 1 --sft.per_device_batch_size 1 --sft.logging_steps 1 --sft.save_steps 1 --log.progress_bar false"
 if [ "$DEVICE" = cuda ]; then
   logged sft env PRESET=debug DATA_PATH="$WORK/sft_data" PORT="$(smoke free-port)" \
-    EXTRA_ARGS="--model.device cuda --model.dtype bfloat16 $SFT_ARGS" \
+    EXTRA_ARGS="--model.device cuda --model.dtype bfloat16 $SFT_ARGS $LAUNCH_ENV_ARGS" \
     bash scripts/run_vsi_sft.sh "$WORK/sft"
 else
   # shellcheck disable=SC2086  # SFT_ARGS is a list of words
-  logged sft "$PYTHON" train_sft.py --preset debug --sft.data_path "$WORK/sft_data" --sft.output_dir "$WORK/sft" \
+  logged sft "$PYTHON" train_sft.py --preset debug "${ENV_ARGS[@]}" --sft.data_path "$WORK/sft_data" --sft.output_dir "$WORK/sft" \
     --model.device cpu --model.dtype float32 $SFT_ARGS
 fi
 smoke check-sft --run-dir "$WORK/sft" --out "$WORK/sft.json" || fail "SFT check (see above)"

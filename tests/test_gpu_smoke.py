@@ -102,6 +102,32 @@ def test_script_is_valid_bash_and_fails_loudly_without_a_gpu(tmp_path):
     assert "GPU SMOKE PASSED" not in proc.stdout
 
 
+def test_script_refuses_a_missing_env_overlay(tmp_path):
+    bad = _script(tmp_path, "cpu", timeout=60, ENV_CONFIG="configs/envs/no-such-env.yaml")
+    assert bad.returncode == 2 and f"{FAILED}: ENV_CONFIG=configs/envs/no-such-env.yaml does not exist" in bad.stderr
+
+
+def test_ratio_stage_runs_on_the_env_overlay(tmp_path, tiny_model_path, monkeypatch):
+    """ENV_CONFIG reaches the ratio stage as --config (and 64 px frames as --set): the rollout it
+    re-scores is the overlay's game, not VSI."""
+    from a2c_ppo_acktr import gpu_smoke
+
+    seen = []
+    real_collect = gpu_smoke.collect
+
+    def spy(policy, env_cfg, *args, **kwargs):
+        seen.append((env_cfg.env_id, env_cfg.image_size))
+        return real_collect(policy, env_cfg, *args, **kwargs)
+
+    monkeypatch.setattr(gpu_smoke, "collect", spy)
+    out = tmp_path / "ratio.json"
+    rc = main(["ratio", "--device", "cpu", "--seeds", "1", "--out", str(out), "--config", str(REPO / "configs/envs/numberline.yaml"),
+               "--set", "env.image_size=64", "--set", f"model.model_path={tiny_model_path}"])
+    assert rc == 0
+    assert seen == [("NumberLine-v0", 64)] * 2  # one rollout per temperature setting
+    assert all(r["ratio_max_dev"] < RATIO_BOUNDS["float32"] for r in json.loads(out.read_text()))
+
+
 @pytest.mark.slow
 def test_script_cpu_mode_runs_every_stage(tmp_path, tiny_model_path):
     """GPU_SMOKE_DEVICE=cpu: info, the tiny model's ratio check, 2 PPO iterations, labels + one SFT
