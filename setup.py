@@ -53,6 +53,7 @@ setup(
         "wandb>=0.18",
         "tensorboard>=2.15",
         "numpy>=1.24",
+        "scipy>=1.11",  # stats.py: Student's t
         "pillow>=10",
         "pyyaml>=6",
         "tqdm>=4.66",

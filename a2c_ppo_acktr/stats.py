@@ -9,21 +9,18 @@
 * :func:`stratified_bootstrap_sums` and :func:`percentile_interval`: the resampling both use, for
   intervals of other statistics of the same resamples (a report's per-task and Overall scores).
 
-Pure numpy and the standard library: scipy is not a dependency of this project. The t quantile is
-computed from the exact closed form of the t CDF for integer degrees of freedom (Abramowitz and
-Stegun 26.7.3-26.7.4), inverted by bisection; above :data:`_EXACT_DF_MAX` degrees of freedom the
-Cornish-Fisher expansion (A&S 26.7.5) is used, whose relative error there is below 1e-9.
+The t distribution is scipy's; the bootstraps are written here, since they resample within strata
+(question types) and weight the strata as the benchmark's Overall does, which ``scipy.stats.bootstrap``
+does not.
 """
 from __future__ import annotations
 
 import math
-from statistics import NormalDist
 from typing import Hashable, Optional, Sequence
 
 import numpy as np
+from scipy import stats as scipy_stats
 
-# Up to this many degrees of freedom the t CDF is summed exactly (about df/2 terms per evaluation).
-_EXACT_DF_MAX = 1000
 # Bootstrap resamples are drawn in blocks of at most this many indices, so memory stays bounded.
 _BOOT_BLOCK_ELEMENTS = 1 << 20
 
@@ -34,33 +31,14 @@ def _check_confidence(confidence: float) -> None:
 
 
 def t_cdf(t: float, df: int) -> float:
-    """CDF of Student's t distribution with integer ``df`` degrees of freedom (A&S 26.7.3-26.7.4).
+    """CDF of Student's t distribution with integer ``df`` degrees of freedom (``scipy.stats.t``).
 
     Args:
         t: The point at which to evaluate.
         df: Degrees of freedom, ``>= 1``.
     """
-    if df < 1 or int(df) != df:
-        raise ValueError(f"df={df!r} must be a positive integer")
-    df = int(df)
-    theta = math.atan(t / math.sqrt(df))
-    c2 = math.cos(theta) ** 2
-    total, term = 1.0, 1.0
-    if df % 2 == 1:
-        if df == 1:
-            return 0.5 + theta / math.pi
-        for k in range(1, (df - 1) // 2):
-            term *= (2 * k) / (2 * k + 1) * c2
-            total += term
-            if term < 1e-17 * total:
-                break
-        return 0.5 + (theta + math.sin(theta) * math.cos(theta) * total) / math.pi
-    for k in range(1, df // 2):
-        term *= (2 * k - 1) / (2 * k) * c2
-        total += term
-        if term < 1e-17 * total:
-            break
-    return 0.5 + 0.5 * math.sin(theta) * total
+    _check_df(df)
+    return float(scipy_stats.t.cdf(t, int(df)))
 
 
 def t_quantile(p: float, df: int) -> float:
@@ -72,28 +50,13 @@ def t_quantile(p: float, df: int) -> float:
     """
     if not 0.0 < p < 1.0:
         raise ValueError(f"p={p!r} must be in (0, 1)")
+    _check_df(df)
+    return float(scipy_stats.t.ppf(p, int(df)))
+
+
+def _check_df(df: int) -> None:
     if df < 1 or int(df) != df:
         raise ValueError(f"df={df!r} must be a positive integer")
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
-    if df > _EXACT_DF_MAX:
-        z = NormalDist().inv_cdf(p)
-        g1 = (z**3 + z) / 4
-        g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
-        g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
-        return z + g1 / df + g2 / df**2 + g3 / df**3
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, df) < p:
-        lo, hi = hi, 2.0 * hi
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if t_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-12 * hi:
-            break
-    return 0.5 * (lo + hi)
 
 
 def mean_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:

@@ -630,7 +630,7 @@ def validate(run: "_Run", iteration: int, log: Optional[RunLogger] = None) -> di
         if log is not None and log.wants_media:
             from PIL import Image
 
-            from .reports import sample_table
+            from .reports.records import sample_table
 
             log.log_images("val/trajectory", [np.asarray(Image.open(p).convert("RGB")) for p in pictures], iteration)
             log.log_text_table("val/samples", *sample_table(records), iteration)

@@ -15,6 +15,7 @@ import pytest
 from PIL import Image
 
 from a2c_ppo_acktr import reports
+from a2c_ppo_acktr.logger import read_metrics
 from a2c_ppo_acktr.reports import EpisodeRecord, PictureLayout, TurnRecord
 
 COLUMNS = ["Obj. Count", "Abs. Dist.", "Obj. Size", "Room Size", "Rel. Dist.", "Rel. Dir.", "Route Plan", "Appr. Order"]
@@ -210,10 +211,10 @@ def test_learning_curves_png(tmp_path):
     path = reports.plot_learning_curves(metrics, tmp_path / "curves.png", width_px=600, height_px=400)
     with Image.open(path) as im:
         assert im.format == "PNG" and im.size == (600, 400)
-    assert reports.curve_keys(reports.read_metrics(metrics)) == ["rollout/episode_score_mean", "losses/value_loss"]
+    assert reports.curve_keys(read_metrics(metrics)) == ["rollout/episode_score_mean", "losses/value_loss"]
     metrics.write_text('{"iteration": 1}\nnot json\n')
     with pytest.raises(ValueError, match=":2"):
-        reports.read_metrics(metrics)
+        read_metrics(metrics)
 
 
 def test_trajectory_picture_layout(tmp_path):
