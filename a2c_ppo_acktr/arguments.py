@@ -86,7 +86,7 @@ class EnvConfig:
     scene_seed: int = 0  # procedural scene k (k < num_scenes) is built from seed scene_seed + k; use another value for held-out scenes
     appearance_min_fraction: float = 0.002  # an object counts as seen in a sweep frame when it covers this fraction of the pixels
     scene_cache_size: int = 64  # scenes (with their ray-casting structures) kept per env; real scans are large
-    look: str = "shaded"  # shaded (per-pixel light, materials, textures) | flat (one color per triangle, the pre-0.3 look)
+    look: str = "shaded"  # shaded (per-pixel light, materials, textures) | flat (one color per triangle)
     shadows: bool = False  # shaded look: hard shadows from the ceiling lamp (a second ray per pixel, about half the frame rate)
     object_labels: str = "none"  # none | names | ids: draw each visible object's category name or object id on the observed frames (set-of-marks)
     # How a numerical answer is read (reward and reports): thinking-in-space (the reference: first word,

@@ -6,7 +6,7 @@ config here, before accelerate sees them, because accelerate's own fallbacks are
 (it would set ``gradient_clipping`` to 1.0 instead of ``ppo.max_grad_norm``). Numeric entries that
 contradict the run config are rejected at start.
 
-Facts this module encodes (DESIGN.md): on CPU, DeepSpeed needs ``DS_ACCELERATOR=cpu`` and gloo; under
+Facts this module encodes: on CPU, DeepSpeed needs ``DS_ACCELERATOR=cpu`` and gloo; under
 DeepSpeed the Accelerator must not get ``cpu=True``; the JSON must give
 ``train_micro_batch_size_per_gpu``; processes that imported DeepSpeed can abort at interpreter exit
 unless the process group is destroyed first (:func:`shutdown`).

@@ -4,7 +4,7 @@ One function, :func:`process_logits`, turns raw next-token logits into the distr
 samples from (divide by the row's temperature, then forbid placeholder tokens). The rollout's
 ``LogitsProcessor`` and the training forward both call it, so a token's log-prob is the same number in
 ``act`` and in ``evaluate_actions``; a second, slightly different implementation is how rollout and
-update silently disagree (DESIGN.md, "Invariant that must hold").
+update silently disagree (the ratio-1 invariant: docs/CONTRACTS.md, "Policy and PPO").
 
 Action log-prob (RL4VLM, Zhai et al. 2024)::
 

@@ -1,4 +1,4 @@
-"""Processor outputs kept per turn, so that each observation's images are processed once (issue 16).
+"""Processor outputs kept per turn, so that each observation's images are processed once.
 
 ``VLMPolicy.act`` runs the processor on a batch of N prompts: left-padded token tensors ``(N, P)``
 (``input_ids``, ``attention_mask``, ``mm_token_type_ids``) and image tensors whose first dimension runs

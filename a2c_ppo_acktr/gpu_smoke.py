@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 # Largest allowed |ratio - 1| of any turn on the first PPO minibatch (before any update).
-# float32: DESIGN.md's invariant, a fixed 1e-4. bfloat16/float16: the ratio is 1 only up to rounding
+# float32: the ratio-1 invariant (docs/CONTRACTS.md), a fixed 1e-4. bfloat16/float16: the ratio is 1 only up to rounding
 # that depends on the batch layout (left padding changes the kernels' accumulation), divided by the
 # temperature; the bound is a fraction of the run's ppo.clip_coef, since a turn that starts an epoch
 # outside the clip range gives no gradient. Measured on CPU with the tiny model, lm_head in float32,

@@ -677,7 +677,7 @@ class VLMPolicy(nn.Module):
     def _split_encodings(self, cpu_enc: dict[str, Tensor], images: Sequence[Sequence[np.ndarray]]) -> Optional[list[TurnEncoding]]:
         """Each row's processor output, kept with the rollout: the update forwards these tensors and
         the processor never runs on these images again. None (the update re-processes the raw
-        images, as before issue 16) for a processor output :mod:`a2c_ppo_acktr.encoding` cannot
+        images) for a processor output :mod:`a2c_ppo_acktr.encoding` cannot
         split, with a warning once."""
         try:
             return split_rows(cpu_enc, [len(row) for row in images], dtype=self.base_model.dtype)

@@ -248,8 +248,7 @@ def render_prompt(processor: Any, messages: list[dict]) -> str:
 # ---------------------------------------------------------------------------------------------
 # The benchmark's own prompt (the reference protocol on videos, a2c_ppo_acktr/video_protocol.py)
 # ---------------------------------------------------------------------------------------------
-# VSI-Bench's reference evaluation, /work/shared/VSI_BENCH.md "Prompts used by the reference
-# evaluation"; the code it follows is vsibench_doc_to_text in lmms_eval/tasks/vsibench/utils.py of
+# VSI-Bench's reference evaluation (docs/BENCHMARK.md, "The reference prompts"); the code it follows is vsibench_doc_to_text in lmms_eval/tasks/vsibench/utils.py of
 # vision-x-nyu/thinking-in-space (the same task ships in EvolvingLMMs-Lab/lmms-eval). The system
 # prompt is the system_prompt default of lmms-eval's Qwen2/2.5/3-VL wrappers. The agent's multi-turn
 # format above never uses these; a model answers them with a bare word, read by scoring.extract_answer.

@@ -4,7 +4,7 @@
 rendered prompt, the raw images, the prompt and generated token ids, the token weights, and the
 processor output ``act`` forwarded, :class:`~a2c_ppo_acktr.encoding.TurnEncoding`) and the numbers (old
 log-prob, value, reward, terminated, truncated, the value after a truncated step). The update
-forwards the kept processor output, so each observation's images are processed once (issue 16).
+forwards the kept processor output, so each observation's images are processed once.
 
 Memory of the kept pixels: on the CPU, in the model's dtype, one copy per distinct image of the
 rollout (:class:`~a2c_ppo_acktr.encoding.ImageFeatureStore`: the sweep frames an episode shows on
@@ -40,9 +40,8 @@ both inside the rollout) are compared; turns of an incomplete episode, and of an
 group (no baseline exists), get advantage 0 and so no policy gradient. Training passes
 ``horizon=env.max_turns``: an episode then counts only if it began at least ``horizon`` steps before
 the rollout's end, so whether it is compared never depends on how it went. Without that, an episode
-that began late completes only when it is short: on NumberLine (episodes of up to 10 turns, 4-step
-rollouts) only quick wins were ever compared, turns of failing and malformed episodes got no
-gradient, and rloo broke the reply format in 2 of 3 seeds (valid replies 0.09-0.5).
+that began late completes only when it is short, so with rollouts shorter than an episode only quick
+wins would ever be compared and the turns of failing and malformed episodes would get no gradient.
 """
 from __future__ import annotations
 

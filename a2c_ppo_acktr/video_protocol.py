@@ -1,6 +1,6 @@
 """The benchmark's own protocol on its videos: ``eval_vsi.py --protocol video``.
 
-VSI-Bench numbers are compared under the reference protocol (``/work/shared/VSI_BENCH.md``, "The
+VSI-Bench numbers are compared under the reference protocol (docs/BENCHMARK.md, "The
 reference protocol on videos"): each row's scan has a walk-through video ``<dataset>/<scene_name>.mp4``;
 the model sees N frames sampled over the whole video, then the reference prompt
 (:func:`~a2c_ppo_acktr.prompts.benchmark_prompt`), and answers in one greedy generation of at most 16

@@ -85,7 +85,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print("| " + " | ".join(str(x) for x in r) + " |")
-    print("\ntargets (DESIGN.md): forward ~5 ms, generate 20 tokens ~50 ms")
+    print("\ntargets: forward ~5 ms, generate 20 tokens ~50 ms")
 
 
 if __name__ == "__main__":

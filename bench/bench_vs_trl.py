@@ -1,4 +1,4 @@
-"""This project's PPO against TRL's GRPO on the same work, side by side (issue 16).
+"""This project's PPO against TRL's GRPO on the same work, side by side.
 
 Both trainers run on the same tiny offline Qwen2.5-VL (float32, sdpa, one CPU thread), the same
 prompts (the first observations of ``--num-prompts`` VSI-v0 episodes, cpu-demo env: 4 sweep frames +
@@ -333,7 +333,7 @@ RUNS = {  # key -> (label, trainer, kl (None: --kl), estimator)
     "ppo-kl": ("project PPO grpo kl_coef=KL", "project", None, "grpo"),
     "ppo-gae": ("project PPO gae kl_coef=0", "project", 0.0, "gae"),
 }
-# (numerator, denominator) of the printed ratios; the targets of issue 16 are the first (<= 0.8x)
+# (numerator, denominator) of the printed ratios; the targets are on the first (<= 0.8x)
 # and the third (<= 0.7x: the project's default, no KL in the loss, against TRL with a KL penalty).
 RATIOS = (("ppo", "trl"), ("ppo-kl", "trl-kl"), ("ppo", "trl-kl"), ("ppo-gae", "trl"))
 

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 VENV=${VSI_VENV:-$ROOT/.venv}
 PY=${PYTHON:-python3}
-# torch pins per platform (DESIGN.md): on x86_64 these two lie on local disk and are the CUDA build.
+# torch pins per platform: on x86_64 these two lie on local disk and are the CUDA build.
 # TORCH_MIN_DRIVER: the oldest NVIDIA driver the default pin's CUDA build runs on (x86_64: CUDA 13.0,
 # driver >= 580); empty where unknown. A TORCH_PINS of your own skips the check.
 TORCH_MIN_DRIVER=""

@@ -14,7 +14,7 @@ taken by :class:`~a2c_ppo_acktr.algo.accumulation.AccumulationWindow`, once per 
 for a window whose every minibatch was skipped (weights and optimizer state untouched).
 ``optim/steps`` counts the steps actually taken, over the whole run.
 
-No forward whose result nothing reads (issue 16): the reference forward (adapter disabled) runs on
+No forward whose result nothing reads: the reference forward (adapter disabled) runs on
 every minibatch when the KL is in the loss (``kl_coef > 0``; the adaptive controller needs
 ``kl_coef > 0`` too), and otherwise only on the first minibatch of every ``kl_ref_interval``-th
 update, for the ``losses/kl_ref`` monitor (NaN on the other updates). The decision depends only on
@@ -131,8 +131,8 @@ def ppo_loss(
     The value term is left out (``v`` still logged) for an estimator that reads no value
     (``rloo``, ``grpo``: not in :data:`~a2c_ppo_acktr.storage.BOOTSTRAPPING_ESTIMATORS`). The value
     head sits on the policy's hidden states, so its regression onto episode returns would move the
-    shared LoRA weights for nothing: on NumberLine (returns down to -10) it did, by approx_kl 3.4 in
-    an update whose advantages were all 0, and the reply format broke.
+    shared LoRA weights for nothing, and an update whose advantages are all 0 could still change the
+    policy.
 
     ``H`` is the mean per-token entropy (``ppo.entropy_bonus=token``) or the response's entropy
     (``sequence``: ``out.seq_entropy``). The KL is in the loss only with ``ppo.kl_penalty=loss``.

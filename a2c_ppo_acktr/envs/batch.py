@@ -164,4 +164,4 @@ class BatchEnv:
             env.close()
 
 
-VSIBatchEnv = BatchEnv  # the name before other envs joined (issue 14)
+VSIBatchEnv = BatchEnv  # the earlier name, from when VSI was the only env; kept for code that imports it

@@ -1,6 +1,6 @@
 """Real VSI-Bench rows: loading (parquet, JSON, JSONL), validation, and conversion to questions.
 
-Row fields (see ``/work/shared/VSI_BENCH.md``): ``id``, ``dataset`` (``arkitscenes`` | ``scannet`` |
+Row fields (docs/BENCHMARK.md): ``id``, ``dataset`` (``arkitscenes`` | ``scannet`` |
 ``scannetpp``), ``scene_name``, ``question_type``, ``question``, ``options`` (list of ``"A. ..."``
 strings for multiple choice, null otherwise) and ``ground_truth`` (an option letter, or a number as a
 string). Every row is checked on load so that a bad file fails at start with the row it is about.
