@@ -15,7 +15,6 @@ Dataset rows (JSONL, one per sample)::
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -26,6 +25,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
+from a2c_ppo_acktr import atomic
 from a2c_ppo_acktr.arguments import LabelConfig
 from a2c_ppo_acktr.jsonl import JsonlError, iter_jsonl, write_jsonl
 from a2c_ppo_acktr.prompts import Invalid, assistant_message, build_messages, parse_action, render_prompt
@@ -217,9 +217,7 @@ def build_sft_dataset(trajectories: str | os.PathLike, out_dir: str | os.PathLik
         "per_turn": cfg.per_turn,
         "history_turns": cfg.history_turns,
     }
-    tmp = out_dir / "stats.json.tmp"
-    tmp.write_text(json.dumps(stats, indent=2), encoding="utf-8")
-    os.replace(tmp, out_dir / "stats.json")
+    atomic.write_json(stats, out_dir / "stats.json")
     return stats
 
 

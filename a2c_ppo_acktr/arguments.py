@@ -23,6 +23,7 @@ from typing import Any, Optional, Sequence
 
 import yaml
 
+from . import atomic
 from .rollout_engine import ENGINES
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -709,9 +710,7 @@ class RunConfig:
         """Write the resolved config as YAML (atomic: temp file then rename)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(self.to_yaml(), encoding="utf-8")
-        os.replace(tmp, path)
+        atomic.write_text(path, self.to_yaml())
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunConfig":

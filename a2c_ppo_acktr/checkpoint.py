@@ -29,6 +29,8 @@ from typing import Any, Callable, Mapping, Optional
 import numpy as np
 import torch
 
+from .atomic import publish_dir
+
 logger = logging.getLogger(__name__)
 
 COMPLETE_MARKER = "COMPLETE"
@@ -123,26 +125,6 @@ def resolve_resume(resume: Optional[str], checkpoints_root: str | os.PathLike) -
     return path
 
 
-def _fsync_tree(path: Path) -> None:
-    """Flush every file and directory under ``path`` to disk (so the rename publishes durable data)."""
-    for dirpath, _dirnames, filenames in os.walk(path):
-        for name in filenames:
-            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        _fsync_dir(Path(dirpath))
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def file_checksums(root: Path) -> dict[str, str]:
     """``{relative path: "sha256:<hex>"}`` of every file under ``root`` (the marker itself excluded)."""
     out = {}
@@ -193,23 +175,6 @@ def require_intact(path: str | os.PathLike, fix: str) -> None:
     problem = verify_checkpoint(path)
     if problem is not None:
         raise CheckpointError(f"checkpoint {path} is damaged: {problem}; {fix}")
-
-
-def publish_dir(tmp: Path, target: Path) -> None:
-    """Move the finished directory ``tmp`` to ``target`` (same file system), replacing an existing
-    ``target``: the old one is renamed aside first and deleted after, so ``target`` is at every moment
-    either the complete old or the complete new directory (or, for an instant, absent)."""
-    _fsync_tree(tmp)
-    if target.exists():
-        old = target.parent / f"{_TMP_PREFIX}old-{target.name}"
-        if old.exists():
-            shutil.rmtree(old)
-        os.rename(target, old)
-        os.rename(tmp, target)
-        shutil.rmtree(old)
-    else:
-        os.rename(tmp, target)
-    _fsync_dir(target.parent)
 
 
 def _torch_write_failure(e: BaseException) -> bool:

@@ -77,7 +77,7 @@ def merge_adapter(
     from peft import PeftModel
 
     from a2c_ppo_acktr.arguments import ConfigError, ModelConfig
-    from a2c_ppo_acktr.checkpoint import _fsync_tree
+    from a2c_ppo_acktr.atomic import fsync_tree
     from a2c_ppo_acktr.loading import load_vlm
     from a2c_ppo_acktr.rundir import check_output_path, claim_output_dir
 
@@ -99,7 +99,7 @@ def merge_adapter(
         loaded.processor.save_pretrained(str(tmp))
         info = {"base_model": str(base), "adapter": str(adapter_dir.resolve()), "dtype": dtype}
         (tmp / EXPORT_FILE).write_text(json.dumps(info, indent=1), encoding="utf-8")
-        _fsync_tree(tmp)
+        fsync_tree(tmp)
         claim_output_dir(out, overwrite=overwrite, inputs=inputs, create=False)
         if target.exists():  # an empty directory the user made
             target.rmdir()

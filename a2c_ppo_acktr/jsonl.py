@@ -20,6 +20,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from a2c_ppo_acktr.atomic import open_atomic
+
 logger = logging.getLogger(__name__)
 
 
@@ -100,9 +102,7 @@ def read_log(path: str | os.PathLike, repair: bool = False, fix: str = "") -> li
 def write_jsonl(rows: Iterable[Any], path: str | os.PathLike) -> Path:
     """Write one JSON value per line (non-ASCII kept), atomically (temp file then rename)."""
     path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with open_atomic(path) as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
     return path

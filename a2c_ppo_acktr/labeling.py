@@ -36,6 +36,7 @@ from typing import Any, Optional
 import numpy as np
 
 from a2c_ppo_acktr.arguments import ConfigError, RunConfig
+from a2c_ppo_acktr import atomic
 from a2c_ppo_acktr.jsonl import read_log
 from a2c_ppo_acktr.prompts import Invalid
 from a2c_ppo_acktr.teachers import Teacher, make_teacher
@@ -105,9 +106,8 @@ def save_image(out_dir: Path, ep_id: str, image: np.ndarray) -> str:
     target = out_dir / rel
     if not target.is_file():
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(".tmp.png")
-        Image.fromarray(arr).save(tmp, format="PNG")
-        os.replace(tmp, target)
+        with atomic.open_atomic(target, "wb") as f:
+            Image.fromarray(arr).save(f, format="PNG")
     return rel
 
 
@@ -182,9 +182,7 @@ def _check_meta(out_dir: Path, meta: dict) -> None:
                 "Use a new label.out_dir, or rerun with the original settings"
             )
     else:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(meta, indent=2), encoding="utf-8")
-        os.replace(tmp, path)
+        atomic.write_json(meta, path)
 
 
 def label_trajectories(cfg: RunConfig, teacher: Optional[Teacher] = None, envs: Optional[list] = None, progress: Optional[bool] = None) -> dict:

@@ -28,6 +28,7 @@ from typing import Any, Iterable, Optional
 from safetensors import SafetensorError  # a truncated or garbage .safetensors file
 
 from a2c_ppo_acktr.arguments import ModelConfig
+from a2c_ppo_acktr import atomic
 
 log = logging.getLogger(__name__)
 
@@ -163,9 +164,7 @@ def record_base_model(adapter_dir: str | os.PathLike) -> None:
     if not base or os.path.isabs(base) or not Path(base).is_dir():
         return
     data["base_model_name_or_path"] = str(Path(base).resolve())
-    tmp = config.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    os.replace(tmp, config)
+    atomic.write_json(data, config)
 
 
 def detect_family(model_type: str) -> str:

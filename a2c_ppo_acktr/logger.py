@@ -20,6 +20,7 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 
 from .arguments import RunConfig
+from .atomic import open_atomic
 from .jsonl import read_log
 
 logger = logging.getLogger(__name__)
@@ -145,11 +146,9 @@ class RunLogger:
             with open(aside, "w", encoding="utf-8") as f:
                 f.writelines(json.dumps(r) + "\n" for r in dropped)
             logger.warning("resuming at iteration %d: the %d later row(s) of %s were moved to %s", start_iteration, len(dropped), self.metrics_path, aside)
-        tmp = self.metrics_path.with_suffix(".jsonl.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
+        with open_atomic(self.metrics_path) as f:
             for r in keep:
                 f.write(json.dumps(r) + "\n")
-        os.replace(tmp, self.metrics_path)
 
     def log(self, metrics: Mapping[str, Any], iteration: int) -> None:
         """Log one iteration's metrics (numbers; non-numbers go to jsonl only)."""

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
 from a2c_ppo_acktr.arguments import ConfigError
+from a2c_ppo_acktr.atomic import open_atomic
 from a2c_ppo_acktr.encoding import image_key
 
 ROLLOUTS_SUBDIR = "rollouts"
@@ -91,17 +92,10 @@ def write_rollouts(rows: Sequence[dict[str, Any]], directory: str | os.PathLike,
     rank's files beyond the newest ``keep`` iterations. Returns the file."""
     target = rollout_file(directory, iteration, rank)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as raw:
-            with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
-                for row in rows:
-                    gz.write((json.dumps(row, allow_nan=True) + "\n").encode("utf-8"))
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+    with open_atomic(target, "wb", durable=True) as raw:
+        with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
+            for row in rows:
+                gz.write((json.dumps(row, allow_nan=True) + "\n").encode("utf-8"))
         raise
     mine = sorted((int(m.group(1)), p) for p in target.parent.iterdir() if (m := _FILE.search(p.name)) and int(m.group(2)) == rank)
     for _, old in mine[:-keep] if keep > 0 else []:

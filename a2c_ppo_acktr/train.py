@@ -29,6 +29,7 @@ from typing import Any, Callable, ContextManager, Iterator, Optional
 import numpy as np
 import torch
 
+from .atomic import publish_dir
 from .arguments import PPOConfig, RunConfig
 from .checkpoint import (
     CHECKPOINT_PREFIX,
@@ -684,8 +685,7 @@ def _save_engine_adapter(module: Any, path: Path) -> None:
     tmp = path.with_name(f".tmp-{path.name}")
     shutil.rmtree(tmp, ignore_errors=True)
     module.save_pretrained(tmp)
-    shutil.rmtree(path, ignore_errors=True)
-    os.replace(tmp, path)
+    publish_dir(tmp, path, durable=False)
 
 
 def _pre_rollout_state(run: _Run) -> bytes:

@@ -33,7 +33,8 @@ from typing import Any, Callable, ContextManager, Optional
 import numpy as np
 
 from .arguments import RunConfig
-from .checkpoint import capture_rng_state, publish_dir, restore_rng_state
+from .atomic import publish_dir
+from .checkpoint import capture_rng_state, restore_rng_state
 
 logger = logging.getLogger(__name__)
 

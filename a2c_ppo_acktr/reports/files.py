@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from a2c_ppo_acktr import scoring
+from a2c_ppo_acktr import atomic, scoring
 from a2c_ppo_acktr.jsonl import JsonlError
 from a2c_ppo_acktr.reports.figures import plot_task_bars
 from a2c_ppo_acktr.reports.games import game_intervals
@@ -22,11 +22,7 @@ from a2c_ppo_acktr.reports.vsi import score_intervals
 
 def write_json(obj: Any, path: str | os.PathLike) -> Path:
     """Write JSON atomically (temp file then rename), NaN written as ``null``."""
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(_nan_to_none(obj), indent=2, default=str), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return atomic.write_json(_nan_to_none(obj), path, default=str)
 
 
 def _nan_to_none(obj: Any) -> Any:
