@@ -24,22 +24,13 @@ from typing import Any, Optional, Sequence
 import yaml
 
 from . import atomic
-from .rollout_engine import ENGINES
+from .choices import ADV_NORMS, ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, REFERENCES, ROLLOUT_ENGINES, TEACHERS, THOUGHT_STYLES
+from .scoring import TASKS as SCORING_TASKS
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
-QUESTION_TYPES = (
-    "object_counting",
-    "object_abs_distance",
-    "object_size_estimation",
-    "room_size_estimation",
-    "object_rel_distance",
-    "object_rel_direction_easy",
-    "object_rel_direction_medium",
-    "object_rel_direction_hard",
-    "route_planning",
-    "obj_appearance_order",
-)
+# The raw VSI-Bench question types, in the benchmark's table order (the scorer defines them).
+QUESTION_TYPES = tuple(SCORING_TASKS)
 
 
 class ConfigError(ValueError):
@@ -256,7 +247,7 @@ class RolloutConfig:
     engine_max_concurrency: int = 64  # requests in flight per process
 
     def __post_init__(self) -> None:
-        _choice("rollout.engine", self.engine, list(ENGINES))
+        _choice("rollout.engine", self.engine, ROLLOUT_ENGINES)
         _check(self.engine_timeout_s > 0, f"rollout.engine_timeout_s={self.engine_timeout_s} must be > 0")
         _check(self.engine_retries >= 1, f"rollout.engine_retries={self.engine_retries} must be >= 1")
         _check(self.engine_max_concurrency >= 1, f"rollout.engine_max_concurrency={self.engine_max_concurrency} must be >= 1")
@@ -272,11 +263,6 @@ class RolloutConfig:
     def batch_size(self) -> int:
         """Turns per iteration (derived, not a flag)."""
         return self.num_envs * self.num_steps
-
-
-ADVANTAGE_ESTIMATORS = ("gae", "rloo", "grpo")
-ADV_NORMS = ("batch", "group", "none")
-KL_ESTIMATORS = ("full", "k1", "k2", "k3")
 
 
 @dataclass
@@ -387,7 +373,7 @@ class PPOConfig:
         _choice("ppo.temperature_loss", self.temperature_loss, ["policy_gradient", "entropy_target"])
         _check(self.target_entropy >= 0, f"ppo.target_entropy={self.target_entropy} must be >= 0 (nats per token)")
         _check(self.temp_coef >= 0, f"ppo.temp_coef={self.temp_coef} must be >= 0")
-        _choice("ppo.reference", self.reference, ["base", "ema"])
+        _choice("ppo.reference", self.reference, REFERENCES)
         _check(
             0.0 <= self.ema_decay <= 1.0,
             f"ppo.ema_decay={self.ema_decay} must be in [0, 1] (0 = the reference is the last update's weights, 1 = the starting weights)",
@@ -490,12 +476,12 @@ class LabelConfig:
     val_fraction: float = 0.1  # fraction of scenes held out for validation (split by scene, never by turn)
 
     def __post_init__(self) -> None:
-        _choice("label.teacher", self.teacher, ["oracle", "hf", "openai"])
+        _choice("label.teacher", self.teacher, TEACHERS)
         _check(self.num_episodes >= 1, f"label.num_episodes={self.num_episodes} must be >= 1")
         _check(self.batch_size >= 1, f"label.batch_size={self.batch_size} must be >= 1")
         _check(0.0 <= self.epsilon <= 1.0, f"label.epsilon={self.epsilon} must be in [0, 1]")
         _check(self.oracle_max_moves >= 0, f"label.oracle_max_moves={self.oracle_max_moves} must be >= 0")
-        _choice("label.oracle_thoughts", self.oracle_thoughts, ["full", "brief"])
+        _choice("label.oracle_thoughts", self.oracle_thoughts, THOUGHT_STYLES)
         _check(0 < self.oracle_face_tolerance_deg <= 180, f"label.oracle_face_tolerance_deg={self.oracle_face_tolerance_deg} must be in (0, 180]")
         _check(self.max_new_tokens >= 1, f"label.max_new_tokens={self.max_new_tokens} must be >= 1")
         _check(self.timeout_s > 0, f"label.timeout_s={self.timeout_s} must be > 0 seconds")

@@ -53,7 +53,7 @@ from safetensors import SafetensorError
 from torch import Tensor, nn
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
-from a2c_ppo_acktr import prompts
+from a2c_ppo_acktr import choices, prompts
 from a2c_ppo_acktr.arguments import ModelConfig
 from a2c_ppo_acktr.distributed import agreed_chunk_count
 from a2c_ppo_acktr.distributions import (
@@ -139,7 +139,8 @@ class EvalOutput:
 # (ppo.reference=ema); masked_images / noised_images: the policy itself with every image replaced
 # by the processor's mean image (zeros after normalisation) or by standard normal pixels (the
 # perception pass of ppo.perception_weighting: the KL is then each token's visual dependency).
-REFERENCES = ("base", "ema", "masked_images", "noised_images")
+PERCEPTION_PROBES = ("masked_images", "noised_images")
+REFERENCES = choices.REFERENCES + PERCEPTION_PROBES
 
 
 def masked_images(inputs: dict[str, Tensor], noise: bool = False, seed: int = 0) -> dict[str, Tensor]:

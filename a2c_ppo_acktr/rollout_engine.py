@@ -51,11 +51,12 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from .bounded_read import ReplyTooLarge, error_body, read_within
+from .choices import ROLLOUT_ENGINES
 from .preemption import Preempted
 
 logger = logging.getLogger(__name__)
 
-ENGINES = ("hf", "vllm")
+ENGINES = ROLLOUT_ENGINES
 # OpenAI's logit_bias range is [-100, 100]; -100 is how a server is told never to sample a token.
 BAN_BIAS = -100
 MAX_REPLY_BYTES = 16 * 1024 * 1024

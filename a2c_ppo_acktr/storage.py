@@ -52,6 +52,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from a2c_ppo_acktr import choices
+from a2c_ppo_acktr.choices import check_registry
 from a2c_ppo_acktr.encoding import ImageFeatureStore, TurnEncoding
 
 
@@ -231,6 +233,7 @@ ADVANTAGE_ESTIMATORS: dict[str, Callable[..., tuple[Tensor, Tensor]]] = {
     "rloo": _episode_estimator(rloo_advantages),
     "grpo": _episode_estimator(grpo_advantages, takes_std_floor=True),
 }
+check_registry("ppo.advantage_estimator", ADVANTAGE_ESTIMATORS, choices.ADVANTAGE_ESTIMATORS)
 
 
 # Estimators that read ``next_values`` (the value of a truncated step's final observation and the

@@ -36,7 +36,9 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+from a2c_ppo_acktr import choices
 from a2c_ppo_acktr.arguments import ConfigError, LabelConfig, ModelConfig
+from a2c_ppo_acktr.choices import check_registry
 from a2c_ppo_acktr.envs.questions import box_distance
 from a2c_ppo_acktr.bounded_read import ReplyTooLarge, ReplyTooSlow, error_body, read_within
 from a2c_ppo_acktr.prompts import Answer, Move, build_messages, format_response, openai_messages, render_prompt
@@ -192,7 +194,7 @@ BRIEF_THOUGHTS = {
 # The one reason of a game oracle's replies with thoughts="brief" (the action is the oracle's own).
 BRIEF_GAME_THOUGHTS = "I choose the action that brings me closer to winning."
 BRIEF_MOVE_THOUGHTS = "I turn to face it."
-THOUGHT_STYLES = ("full", "brief")
+THOUGHT_STYLES = choices.THOUGHT_STYLES
 
 
 def brief_thoughts(question: Any) -> str:
@@ -745,6 +747,7 @@ TEACHERS: dict[str, Callable[[LabelConfig, ModelConfig], Teacher]] = {
     "hf": _make_hf,
     "openai": _make_openai,
 }
+check_registry("label.teacher", TEACHERS, choices.TEACHERS)
 
 
 def make_teacher(label: LabelConfig, model: ModelConfig) -> Teacher:

@@ -25,6 +25,9 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from a2c_ppo_acktr import scoring
+from a2c_ppo_acktr.choices import check_registry
+
 from .renderer import Pose
 from .scene import Scene, SceneObject
 
@@ -464,6 +467,7 @@ GENERATORS: dict[str, Callable[..., Question]] = {
     "route_planning": _route_planning,
     "obj_appearance_order": _obj_appearance_order,
 }
+check_registry("env.question_types", GENERATORS, scoring.TASKS)
 
 
 def generate_question(
