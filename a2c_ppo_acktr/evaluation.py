@@ -34,23 +34,13 @@ import numpy as np
 
 from a2c_ppo_acktr import reports
 from a2c_ppo_acktr.arguments import EnvConfig, RunConfig
-from a2c_ppo_acktr.prompts import Answer, Invalid, Move, format_response, response_spans
+from a2c_ppo_acktr.envs.vsi_env import random_answer
+from a2c_ppo_acktr.prompts import Answer, Invalid, Move, response_spans
 from a2c_ppo_acktr.reports import EpisodeRecord, PictureLayout, TurnRecord
-from a2c_ppo_acktr.scoring import DEFAULT_SCORING_RULE, is_multiple_choice
+from a2c_ppo_acktr.scoring import DEFAULT_SCORING_RULE
 
 logger = logging.getLogger(__name__)
 
-# The dummy's "plausible number" per numerical type: uniform over these ranges, in the unit the
-# question asks for (count, meters, centimeters, square meters). They bracket the sizes of
-# procedural rooms and real VSI-Bench scenes; the dummy is a chance reference, not a tuned guesser.
-DUMMY_NUMBER_RANGES: dict[str, tuple[float, float]] = {
-    "object_counting": (1, 6),  # integers
-    "object_abs_distance": (0.5, 6.0),
-    "object_size_estimation": (20.0, 250.0),
-    "room_size_estimation": (8.0, 60.0),
-}
-# Rotations the dummy may choose (degrees, positive = left).
-_DUMMY_ROTATIONS = (-90.0, -45.0, 45.0, 90.0, 180.0)
 
 
 class Agent(Protocol):
@@ -105,7 +95,7 @@ class DummyAgent:
     Each turn it answers with probability ``answer_prob`` (always on the last turn, so every
     episode is answered and its score is the chance score), otherwise it makes a random move.
     Answers are a uniformly random option letter, or a uniformly random number from
-    :data:`DUMMY_NUMBER_RANGES`. It reads only the question's type and options (never the answer).
+    :data:`~a2c_ppo_acktr.envs.vsi_env.DUMMY_NUMBER_RANGES`. It reads only the question's type and options (never the answer).
     Each episode draws from its own stream, seeded by ``seed`` and the scene and question, so the
     answers do not depend on the batch size or on which env slot ran the episode.
 
@@ -125,17 +115,8 @@ class DummyAgent:
         self._streams: dict[int, np.random.Generator] = {}
 
     def random_answer(self, question_type: str, options: Optional[Sequence[str]], rng: Optional[np.random.Generator] = None) -> str:
-        """A uniformly random legal answer for a question of this type."""
-        rng = self.rng if rng is None else rng
-        if is_multiple_choice(question_type):
-            if not options:
-                raise ValueError(f"a {question_type} question needs options to pick a random letter from")
-            letters = [o.split(".", 1)[0].strip() for o in options]
-            return str(letters[int(rng.integers(len(letters)))])
-        low, high = DUMMY_NUMBER_RANGES[question_type]
-        if question_type == "object_counting":
-            return str(int(rng.integers(int(low), int(high) + 1)))
-        return f"{rng.uniform(low, high):.2f}"
+        """A uniformly random legal answer for a question of this type (:func:`~a2c_ppo_acktr.envs.vsi_env.random_answer`)."""
+        return random_answer(question_type, options, self.rng if rng is None else rng)
 
     def _stream(self, env: Any) -> np.random.Generator:
         base = env.unwrapped
@@ -146,18 +127,8 @@ class DummyAgent:
         return self._streams[id(env)]
 
     def respond(self, env: Any) -> str:
-        """The dummy's response for one env's current state (a game's: a random action token)."""
-        base = env.unwrapped
-        if not hasattr(base, "question"):  # a game (envs/registry.py): its own chance reply
-            return base.random_reply(self._stream(env))
-        rng = self._stream(env)
-        last_turn = base.turn >= base.cfg.max_turns - 1
-        if last_turn or rng.random() < self.answer_prob:
-            answer = self.random_answer(base.question.question_type, base.question.options, rng)
-            return format_response("A random guess.", Answer(answer))
-        rotation = float(_DUMMY_ROTATIONS[int(rng.integers(len(_DUMMY_ROTATIONS)))])
-        forward = round(float(rng.uniform(0.0, base.cfg.max_forward)), 2)
-        return format_response("A random move.", Move(rotation_deg=rotation, forward_m=forward))
+        """The dummy's response for one env's current state (the env's chance reply; a game's: a random action token)."""
+        return env.unwrapped.chance_reply(self._stream(env), self.answer_prob)
 
     def act(self, observations: Sequence[dict], envs: Sequence[Any]) -> list[str]:
         return [self.respond(env) for env in envs]
@@ -403,74 +374,67 @@ def run_episodes(
 
     start = time.perf_counter()
     failed_scans: dict[tuple[str, str], str] = {}
-    pending = list(enumerate(specs))
-    pending.reverse()  # pop() from the end takes specs in order
+    from a2c_ppo_acktr.envs.pool import run_slots
     from a2c_ppo_acktr.envs.vsi_env import share_scene_cache
 
     envs = [make_env(env_cfg) for _ in range(min(batch_size, len(specs)))]
     share_scene_cache(envs)
-    slots: list[Optional[_Slot]] = [None] * len(envs)
     done: dict[int, EpisodeRecord] = {}
     result = EvalResult(records=[])
     pictured = 0
     bar = tqdm(total=len(specs), desc="eval", unit="ep", disable=not progress)
 
-    def start_next(k: int) -> None:
+    def begin(k: int, job: tuple[int, EpisodeSpec]) -> Optional[_Slot]:
         nonlocal pictured
-        slots[k] = None
-        while pending:
-            index, spec = pending.pop()
-            obs, skip = _reset(envs[k], spec, failed_scans)
-            if skip is not None:
-                result.skipped.append({"episode_id": spec.episode_id, "reason": skip})
-                bar.update(1)
-                continue
-            record = EpisodeRecord(episode_id=spec.episode_id, **envs[k].unwrapped.episode_fields())
-            want_picture = picture_dir is not None and pictured < num_pictures
-            pictured += int(want_picture)
-            slots[k] = _Slot(index=index, spec=spec, obs=obs, record=record, frames=[] if want_picture else None)
-            return
+        index, spec = job
+        obs, skip = _reset(envs[k], spec, failed_scans)
+        if skip is not None:
+            result.skipped.append({"episode_id": spec.episode_id, "reason": skip})
+            bar.update(1)
+            return None
+        record = EpisodeRecord(episode_id=spec.episode_id, **envs[k].unwrapped.episode_fields())
+        want_picture = picture_dir is not None and pictured < num_pictures
+        pictured += int(want_picture)
+        return _Slot(index=index, spec=spec, obs=obs, record=record, frames=[] if want_picture else None)
 
-    for k in range(len(envs)):
-        start_next(k)
-    while any(s is not None for s in slots):
-        active = [k for k, s in enumerate(slots) if s is not None]
-        texts = agent.act([slots[k].obs for k in active], [envs[k] for k in active])
-        if len(texts) != len(active):
-            raise RuntimeError(f"agent returned {len(texts)} texts for {len(active)} observations")
-        for k, text in zip(active, texts):
-            slot = slots[k]
-            if slot.frames is not None:
-                slot.frames.append(np.asarray(slot.obs["images"][-1]))
-            obs, reward, terminated, truncated, info = envs[k].step(text)
-            rec = slot.record
-            action = info.get("action")
-            rec.turns += 1
-            rec.reward += float(reward)
-            rec.num_invalid += int(not info.get("valid", True))
-            rec.steps.append(
-                TurnRecord(
-                    turn=rec.turns,
-                    text=text,
-                    thoughts=thoughts_of(text),
-                    action=describe_action(action),
-                    valid=bool(info.get("valid", True)),
-                    reward=float(reward),
-                    pose=_pose_tuple(info["pose"]) if "pose" in info else _pose_of(envs[k].unwrapped),
-                )
+    def act(active: Sequence[int], slots: Sequence[_Slot]) -> list[str]:
+        return agent.act([slot.obs for slot in slots], [envs[k] for k in active])
+
+    def step(k: int, slot: _Slot, text: str) -> bool:
+        if slot.frames is not None:
+            slot.frames.append(np.asarray(slot.obs["images"][-1]))
+        obs, reward, terminated, truncated, info = envs[k].step(text)
+        rec = slot.record
+        action = info.get("action")
+        rec.turns += 1
+        rec.reward += float(reward)
+        rec.num_invalid += int(not info.get("valid", True))
+        rec.steps.append(
+            TurnRecord(
+                turn=rec.turns,
+                text=text,
+                thoughts=thoughts_of(text),
+                action=describe_action(action),
+                valid=bool(info.get("valid", True)),
+                reward=float(reward),
+                pose=_pose_tuple(info["pose"]) if "pose" in info else _pose_of(envs[k].unwrapped),
             )
-            slot.obs = obs
-            if isinstance(action, Answer) and terminated:
-                rec.answer = action.text
-            if (terminated or truncated) and "score" in info:  # VSI: the answer's score; a game: 1 when won
-                rec.score = float(info["score"])
-            if terminated or truncated:
-                rec.truncated = bool(truncated and not terminated)
-                done[slot.index] = rec
-                if slot.frames is not None:
-                    result.pictures.append(_picture(envs[k], rec, slot.frames, picture_dir, layout))
-                bar.update(1)
-                start_next(k)
+        )
+        slot.obs = obs
+        if isinstance(action, Answer) and terminated:
+            rec.answer = action.text
+        if (terminated or truncated) and "score" in info:  # VSI: the answer's score; a game: 1 when won
+            rec.score = float(info["score"])
+        if not (terminated or truncated):
+            return False
+        rec.truncated = bool(truncated and not terminated)
+        done[slot.index] = rec
+        if slot.frames is not None:
+            result.pictures.append(_picture(envs[k], rec, slot.frames, picture_dir, layout))
+        bar.update(1)
+        return True
+
+    run_slots(len(envs), list(enumerate(specs)), begin, act, step)
     bar.close()
     for env in envs:
         env.close()

@@ -31,7 +31,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -39,7 +39,8 @@ from a2c_ppo_acktr.arguments import ConfigError, RunConfig
 from a2c_ppo_acktr import atomic
 from a2c_ppo_acktr.jsonl import read_log
 from a2c_ppo_acktr.prompts import Invalid
-from a2c_ppo_acktr.teachers import Teacher, make_teacher
+from a2c_ppo_acktr.envs.pool import run_slots
+from a2c_ppo_acktr.teachers import Teacher, TeacherReply, make_teacher
 
 logger = logging.getLogger(__name__)
 
@@ -219,62 +220,56 @@ def label_trajectories(cfg: RunConfig, teacher: Optional[Teacher] = None, envs: 
         envs = [make_env(cfg) for _ in range(min(lab.batch_size, max(len(todo), 1)))]
         share_scene_cache(envs)
     max_turns = cfg.env.max_turns
-    slots: list[Optional[_Running]] = [None] * len(envs)
-    queue = list(reversed(todo))
     stats = {"written": 0, "skipped": skipped, "score_sum": 0.0, "failed_turns": 0, "invalid_turns": 0, "explore_turns": 0}
     bar = tqdm(total=lab.num_episodes, initial=skipped, desc=f"label[{teacher.name}]", disable=not (cfg.log.progress_bar if progress is None else progress))
 
-    def start(slot: int) -> None:
-        if not queue:
-            slots[slot] = None
-            return
-        index = queue.pop()
+    def begin(slot: int, index: int) -> _Running:
         obs, _ = envs[slot].reset(seed=lab.seed + index)
-        slots[slot] = _Running(index, episode_id(lab.seed, index), obs, np.random.default_rng([lab.seed, index, 7]))
+        return _Running(index, episode_id(lab.seed, index), obs, np.random.default_rng([lab.seed, index, 7]))
 
-    for s in range(len(envs)):
-        start(s)
-    while any(r is not None for r in slots):
-        active = [s for s, r in enumerate(slots) if r is not None]
-        replies = teacher.generate([slots[s].obs for s in active], [envs[s] for s in active])
-        for s, reply in zip(active, replies):
-            run = slots[s]
-            env = envs[s]
-            label_action = env.unwrapped.parse(reply.text)
-            # Exploration executes a random action but keeps the teacher's label (DAgger-style states);
-            # never on the last turn, where only an answer scores.
-            explore = len(run.turns) < max_turns - 1 and bool(run.rng.random() < lab.epsilon)
-            executed = env.unwrapped.random_reply(run.rng) if explore else reply.text
-            images = [save_image(out_dir, run.ep_id, img) for img in run.obs["images"]]
-            obs, reward, terminated, truncated, info = env.step(executed)
-            run.turns.append(
-                {
-                    "observation_text": run.obs["text"],
-                    "images": images,
-                    "teacher_output": reply.text,
-                    "teacher_error": reply.error,
-                    "teacher_attempts": reply.attempts,
-                    "action": repr(label_action),
-                    "valid": not isinstance(label_action, Invalid),
-                    "explore": explore,
-                    "executed": executed,
-                    "reward": float(reward),
-                    "collided": bool(info.get("collided", False)),
-                    "pose": _jsonable(info.get("pose")),
-                }
-            )
-            stats["failed_turns"] += reply.error is not None
-            stats["invalid_turns"] += isinstance(label_action, Invalid)
-            stats["explore_turns"] += explore
-            run.ret += float(reward)
-            run.obs = obs
-            if terminated or truncated:
-                record = _episode_record(cfg, teacher, env, run, info, terminated, truncated)
-                append_line(jsonl, record)
-                stats["written"] += 1
-                stats["score_sum"] += record["score"]
-                bar.update(1)
-                start(s)
+    def act(active: Sequence[int], runs: Sequence[_Running]) -> list[TeacherReply]:
+        return teacher.generate([run.obs for run in runs], [envs[s] for s in active])
+
+    def step(s: int, run: _Running, reply: TeacherReply) -> bool:
+        env = envs[s]
+        label_action = env.unwrapped.parse(reply.text)
+        # Exploration executes a random action but keeps the teacher's label (DAgger-style states);
+        # never on the last turn, where only an answer scores.
+        explore = len(run.turns) < max_turns - 1 and bool(run.rng.random() < lab.epsilon)
+        executed = env.unwrapped.random_reply(run.rng) if explore else reply.text
+        images = [save_image(out_dir, run.ep_id, img) for img in run.obs["images"]]
+        obs, reward, terminated, truncated, info = env.step(executed)
+        run.turns.append(
+            {
+                "observation_text": run.obs["text"],
+                "images": images,
+                "teacher_output": reply.text,
+                "teacher_error": reply.error,
+                "teacher_attempts": reply.attempts,
+                "action": repr(label_action),
+                "valid": not isinstance(label_action, Invalid),
+                "explore": explore,
+                "executed": executed,
+                "reward": float(reward),
+                "collided": bool(info.get("collided", False)),
+                "pose": _jsonable(info.get("pose")),
+            }
+        )
+        stats["failed_turns"] += reply.error is not None
+        stats["invalid_turns"] += isinstance(label_action, Invalid)
+        stats["explore_turns"] += explore
+        run.ret += float(reward)
+        run.obs = obs
+        if not (terminated or truncated):
+            return False
+        record = _episode_record(cfg, teacher, env, run, info, terminated, truncated)
+        append_line(jsonl, record)
+        stats["written"] += 1
+        stats["score_sum"] += record["score"]
+        bar.update(1)
+        return True
+
+    run_slots(len(envs), todo, begin, act, step)
     bar.close()
     written = stats.pop("written")
     score_sum = stats.pop("score_sum")

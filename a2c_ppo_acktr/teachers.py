@@ -23,7 +23,6 @@ import base64
 import http.client
 import json
 import logging
-import math
 import os
 import time
 import urllib.error
@@ -34,15 +33,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-import numpy as np
-
 from a2c_ppo_acktr import choices
 from a2c_ppo_acktr.arguments import ConfigError, LabelConfig, ModelConfig
 from a2c_ppo_acktr.choices import check_registry
-from a2c_ppo_acktr.envs.questions import box_distance
+from a2c_ppo_acktr.envs.protocol import OracleStyle
 from a2c_ppo_acktr.bounded_read import ReplyTooLarge, ReplyTooSlow, error_body, read_within
-from a2c_ppo_acktr.prompts import Answer, Move, build_messages, format_response, openai_messages, render_prompt
-from a2c_ppo_acktr.scoring import is_multiple_choice
+from a2c_ppo_acktr.prompts import build_messages, openai_messages, render_prompt
 
 logger = logging.getLogger(__name__)
 
@@ -86,131 +82,9 @@ class Teacher(ABC):
         return {"teacher": self.name}
 
 
-# ---------------------------------------------------------------------------------------------
-# Oracle
-# ---------------------------------------------------------------------------------------------
-def wrap_degrees(angle: float) -> float:
-    """``angle`` wrapped into [-180, 180)."""
-    return (angle + 180.0) % 360.0 - 180.0
-
-
-def bearing_to(pose: Any, xy: Sequence[float]) -> float:
-    """Signed turn (degrees, positive = left/counter-clockwise) that faces the point ``xy`` from ``pose``."""
-    heading = math.degrees(math.atan2(float(xy[1]) - pose.y, float(xy[0]) - pose.x))
-    return wrap_degrees(heading - pose.yaw_deg)
-
-
-def format_number(value: float) -> str:
-    """A number as an answer: integers plainly, others rounded to a relative error below 0.5%.
-
-    The benchmark's MRA gives full marks for relative errors up to 5%, so this keeps the oracle's
-    answers exact for scoring while staying readable ("2.35", "184.5", "0.432").
-    """
-    v = float(value)
-    if not math.isfinite(v):
-        raise ValueError(f"cannot format non-finite number {value!r} as an answer")
-    if v.is_integer():
-        return str(int(v))
-    if abs(v) >= 10:
-        text = f"{v:.1f}"
-    elif abs(v) >= 1:
-        text = f"{v:.2f}"
-    else:
-        text = f"{v:.3g}"
-    return text.rstrip("0").rstrip(".") if "." in text and "e" not in text else text
-
-
-def _option_text(options: Sequence[str] | None, letter: str) -> str:
-    for opt in options or ():
-        head, _, rest = opt.partition(".")
-        if head.strip().upper() == letter.strip().upper():
-            return rest.strip()
-    return ""
-
-
-def _labels(scene: Any, object_ids: Sequence[int]) -> list[str]:
-    out = []
-    for oid in object_ids:
-        try:
-            out.append(scene.object(oid).label)
-        except (KeyError, IndexError, ValueError):
-            continue
-    return out
-
-
-def oracle_thoughts(scene: Any, question: Any) -> str:
-    """A short reason for the correct answer, computed from the scene (never from the answer text alone).
-
-    Args:
-        scene: The env's :class:`~a2c_ppo_acktr.envs.scene.Scene`.
-        question: The env's :class:`~a2c_ppo_acktr.envs.questions.Question`.
-    """
-    qt = question.question_type
-    gt = question.ground_truth
-    ids = list(question.object_ids)
-    labels = _labels(scene, ids)
-    if qt == "object_counting":
-        label = labels[0] if labels else "object"
-        return f"I count {len(ids)} {label}(s) in the room."
-    if qt == "object_abs_distance" and len(ids) >= 2:
-        a, b = scene.object(ids[0]), scene.object(ids[1])
-        return f"The closest points of the {a.label} and the {b.label} are {format_number(round(box_distance(a, b), 2))} m apart."
-    if qt == "object_size_estimation" and ids:
-        obj = scene.object(ids[0])
-        return f"The longest side of the {obj.label} is about {format_number(round(obj.longest_side * 100.0))} cm."
-    if qt == "room_size_estimation":
-        return f"The floor of the room covers about {format_number(round(scene.room_area, 1))} square meters."
-    if qt == "object_rel_distance" and ids and question.options:
-        # Candidates are the option categories; a category's distance is its closest instance's.
-        ref = scene.object(ids[0])
-        parts = []
-        for opt in question.options:
-            label = opt.partition(".")[2].strip()
-            objs = scene.objects_by_label(label)
-            if objs:
-                parts.append(f"{label} {min(box_distance(ref, o) for o in objs):.1f} m")
-        return f"Distances to the {ref.label}: {', '.join(parts)}. The closest is option {gt}."
-    option = _option_text(question.options, gt)
-    about = f" about the {', '.join(dict.fromkeys(labels))}" if labels else ""
-    detail = f" ({option})" if option else ""
-    return f"From where the objects{about} are in the room, the answer is {gt}{detail}."
-
-
-# One fixed sentence per question type for ``thoughts="brief"``: true for every question of the type,
-# with no object names or numbers, so a tiny model learns the reply format without having to copy
-# words from the prompt (which a 2-layer random model cannot learn in a CPU demo's budget).
-BRIEF_THOUGHTS = {
-    "object_counting": "I count them.",
-    "object_abs_distance": "I measure the distance.",
-    "object_size_estimation": "I measure its longest side.",
-    "room_size_estimation": "I measure the floor.",
-    "object_rel_distance": "I compare the distances.",
-    "object_rel_direction_easy": "I check the direction.",
-    "object_rel_direction_medium": "I check the direction.",
-    "object_rel_direction_hard": "I check the direction.",
-    "route_planning": "I plan the route.",
-    "obj_appearance_order": "I recall the order.",
-}
-# The one reason of a game oracle's replies with thoughts="brief" (the action is the oracle's own).
-BRIEF_GAME_THOUGHTS = "I choose the action that brings me closer to winning."
-BRIEF_MOVE_THOUGHTS = "I turn to face it."
-THOUGHT_STYLES = choices.THOUGHT_STYLES
-
-
-def brief_thoughts(question: Any) -> str:
-    """The fixed ``brief`` reason for ``question``'s type.
-
-    Raises:
-        KeyError: For a question type without a brief sentence (add it to :data:`BRIEF_THOUGHTS`).
-    """
-    qt = question.question_type
-    if qt not in BRIEF_THOUGHTS:
-        raise KeyError(f"no brief oracle thoughts for question type {qt!r}; add one to teachers.BRIEF_THOUGHTS")
-    return BRIEF_THOUGHTS[qt]
-
-
 class OracleTeacher(Teacher):
-    """Privileged teacher: faces the first target object, then answers with the ground truth."""
+    """Privileged teacher: the env's own oracle reply (:mod:`a2c_ppo_acktr.envs.oracle`): a game's
+    solver; in VSI, face the question's first object, then answer with the ground truth."""
 
     name = "oracle"
 
@@ -219,21 +93,21 @@ class OracleTeacher(Teacher):
         Args:
             max_moves: Turns toward the target before answering (0 answers at once).
             face_tolerance_deg: The target counts as faced when within this angle of the view axis.
-            thoughts: ``"full"`` (a reason with the scene's names and numbers, :func:`oracle_thoughts`)
-                or ``"brief"`` (one fixed sentence per question type, :data:`BRIEF_THOUGHTS`).
+            thoughts: ``"full"`` (a reason with the scene's names and numbers) or ``"brief"`` (one
+                fixed sentence per question type); see :class:`~a2c_ppo_acktr.envs.oracle.OracleStyle`.
         """
-        if thoughts not in THOUGHT_STYLES:
-            raise ValueError(f"oracle thoughts={thoughts!r} is not one of {list(THOUGHT_STYLES)}")
-        self.max_moves = max_moves
-        self.face_tolerance_deg = face_tolerance_deg
-        self.thoughts = thoughts
+        self.style = OracleStyle(thoughts=thoughts, max_moves=max_moves, face_tolerance_deg=face_tolerance_deg)
+
+    @property
+    def thoughts(self) -> str:
+        return self.style.thoughts
 
     def describe(self) -> dict:
         return {
             "teacher": self.name,
-            "max_moves": self.max_moves,
-            "face_tolerance_deg": self.face_tolerance_deg,
-            "thoughts": self.thoughts,
+            "max_moves": self.style.max_moves,
+            "face_tolerance_deg": self.style.face_tolerance_deg,
+            "thoughts": self.style.thoughts,
         }
 
     def generate(self, observations: Sequence[dict], envs: Sequence[Any] | None = None) -> list[TeacherReply]:
@@ -245,52 +119,8 @@ class OracleTeacher(Teacher):
         return [TeacherReply(self.respond(env)) for env in envs]
 
     def respond(self, env: Any) -> str:
-        """The oracle's response for one env's current state. A game env (envs/registry.py) has its
-        own oracle (``oracle_reply``: NumberLine's step toward the target, Blackjack's basic
-        strategy, the Points solvers, MiniGrid's BFS planner, Sokoban's A*)."""
-        base = env.unwrapped
-        if hasattr(base, "oracle_reply"):
-            reply = base.oracle_reply()
-            if self.thoughts == "brief":  # the game oracle's action under one fixed reason
-                from a2c_ppo_acktr.envs.cards.common import format_reply
-
-                return format_reply(BRIEF_GAME_THOUGHTS, base.parse(reply))
-            return reply
-        scene, question, pose = base.scene, base.question, base.pose
-        moves_made = _moves_made(base)
-        turns_left = _turns_left(base)
-        if question.object_ids and moves_made < self.max_moves and turns_left > 1:
-            target = scene.object(question.object_ids[0])
-            turn = bearing_to(pose, np.asarray(target.center)[:2])
-            if abs(turn) > self.face_tolerance_deg:
-                if self.thoughts == "brief":
-                    thoughts = BRIEF_MOVE_THOUGHTS
-                else:
-                    thoughts = f"The {target.label} matters for this question; I turn {'left' if turn > 0 else 'right'} to face it."
-                return format_response(thoughts, Move(rotation_deg=float(round(turn)), forward_m=0.0))
-        reason = brief_thoughts(question) if self.thoughts == "brief" else oracle_thoughts(scene, question)
-        return format_response(reason, Answer(_answer_text(question)))
-
-
-def _answer_text(question: Any) -> str:
-    if is_multiple_choice(question.question_type):
-        return str(question.ground_truth).strip()
-    return format_number(float(question.ground_truth))
-
-
-def _moves_made(base: Any) -> int:
-    """Moves this episode, from the env's own record of visited poses (start pose included)."""
-    path = getattr(base, "path", None)
-    if path is None:
-        raise AttributeError("the oracle needs env.unwrapped.path (the poses visited this episode, start included)")
-    return max(len(path) - 1, 0)
-
-
-def _turns_left(base: Any) -> int:
-    """Turns left including the current one (the env's ``cfg.max_turns`` minus its ``turn``)."""
-    if not (hasattr(base, "turn") and hasattr(base, "cfg")):
-        raise AttributeError("the oracle needs env.unwrapped.turn and env.unwrapped.cfg.max_turns to answer before truncation")
-    return int(base.cfg.max_turns) - int(base.turn)
+        """The oracle's response for one env's current state."""
+        return env.unwrapped.oracle_reply(self.style)
 
 
 # ---------------------------------------------------------------------------------------------

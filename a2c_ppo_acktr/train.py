@@ -197,10 +197,10 @@ def collect_rollout(
     """
     stats = RolloutStats()
     finals: list[tuple[int, int, dict]] = []  # (step, env, final observation) of truncated steps
-    if hasattr(envs, "resync"):  # grouped envs restart every group on one episode (siblings compared)
-        observations, restarted = envs.resync(observations)
-        if restarted:
-            storage.starts_episode[:] = True
+    # Grouped envs restart every group on one episode (siblings compared); a no-op otherwise.
+    observations, restarted = envs.resync(observations)
+    if restarted:
+        storage.starts_episode[:] = True
     for t in range(num_steps):
         with gather():
             t0 = time.perf_counter()
@@ -264,49 +264,16 @@ def param_rank_max_dev(accelerator, module: torch.nn.Module) -> float:
     return float((gathered - gathered[0]).abs().max())
 
 
-# ------------------------------------------------------------------------------------ env state
-# Env attributes (VSIEnv's and the games') that are configuration, caches or objects rebuilt from others - not episode
-# state. Everything else (np_random, scene, question, pose, path, turn, frames, feedback, ...) is
-# saved, so a restored env continues its episode and its random stream exactly.
-_ENV_NOT_STATE = frozenset({"cfg", "render_mode", "camera", "observation_space", "action_space", "_cache", "_rows", "_scan_names", "renderer", "spec"})
-
-
-def env_state(envs) -> dict[str, Any]:
-    """Everything that makes a :class:`~a2c_ppo_acktr.envs.batch.BatchEnv`'s future
-    deterministic: each env's generator, its current episode (scene, question, pose, path, turn,
-    frames) and the batch's own counters. Picklable.
-
-    BatchEnv has no state API, so this reads the env's attributes (all but those in
-    ``_ENV_NOT_STATE``); an env attribute that cannot be pickled fails the checkpoint loudly.
-    """
-    if hasattr(envs, "get_state"):  # the env's own API, when it has one, knows best
-        return {"own": envs.get_state()}
-    return {
-        "batch": {k: v for k, v in vars(envs).items() if k not in ("envs", "cfg")},
-        "envs": [{k: v for k, v in vars(env).items() if k not in _ENV_NOT_STATE} for env in envs.envs],
-    }
-
-
 def restore_env_state(envs, state: dict[str, Any]) -> None:
-    """Inverse of :func:`env_state` (the renderer is rebuilt from the restored scene).
+    """Restore the batch env's state (:meth:`~a2c_ppo_acktr.envs.batch.BatchEnv.set_state`).
 
     Raises:
         CheckpointError: the checkpoint holds a different number of envs.
     """
-    from .envs.renderer import Renderer
-
-    if "own" in state:
-        envs.set_state(state["own"])
-        return
-    if len(state["envs"]) != len(envs.envs):
-        raise CheckpointError(
-            f"checkpoint holds {len(state['envs'])} envs per process but rollout.num_envs={len(envs.envs)}; resume with the same rollout.num_envs"
-        )
-    vars(envs).update(state["batch"])
-    for env, saved in zip(envs.envs, state["envs"]):
-        vars(env).update(saved)
-        if hasattr(env, "renderer"):  # a VSI env; the games hold no rebuilt objects
-            env.renderer = Renderer.for_env(env.scene, env.cfg) if env.scene is not None else None
+    try:
+        envs.set_state(state)
+    except ValueError as e:
+        raise CheckpointError(f"checkpoint: {e}") from None
 
 
 # ------------------------------------------------------------------------------------ the run
@@ -402,7 +369,7 @@ def _write_checkpoint(run: _Run, iteration: int, tmp: Path) -> None:
     per_rank = {
         "rng": capture_rng_state(_owned_generators(run)),
         "ppo": run.ppo.state_dict(),
-        "env": env_state(run.envs),
+        "env": run.envs.get_state(),
         "observations": run.observations,
         "storage_starts_episode": run.storage.starts_episode.clone(),
     }
@@ -694,7 +661,7 @@ def _pre_rollout_state(run: _Run) -> bytes:
     was after the last iteration, so the checkpoint then written resumes exactly."""
     import pickle
 
-    state = {"rng": capture_rng_state(_owned_generators(run)), "env": env_state(run.envs),
+    state = {"rng": capture_rng_state(_owned_generators(run)), "env": run.envs.get_state(),
              "observations": run.observations, "starts": run.storage.starts_episode.clone()}
     return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
 

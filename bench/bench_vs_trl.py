@@ -112,6 +112,9 @@ class PromptSetEnv:
         self.cursor = 0
         return self._next()
 
+    def resync(self, observations: list[dict]) -> tuple[list[dict], bool]:
+        return observations, False  # every episode is one turn: groups never drift apart
+
     def step(self, texts: list[str]):
         import numpy as np
         from a2c_ppo_acktr.prompts import Answer, Invalid, parse_action

@@ -15,7 +15,6 @@ from a2c_ppo_acktr.rollout_engine import ENGINES
 def test_every_registry_implements_exactly_its_family():
     assert list(storage.ADVANTAGE_ESTIMATORS) == list(choices.ADVANTAGE_ESTIMATORS)
     assert list(teachers.TEACHERS) == list(choices.TEACHERS)
-    assert teachers.THOUGHT_STYLES == choices.THOUGHT_STYLES
     assert ENGINES == choices.ROLLOUT_ENGINES
     assert REFERENCES == choices.REFERENCES + PERCEPTION_PROBES
     assert list(GENERATORS) == list(QUESTION_TYPES) == list(scoring.TASKS)

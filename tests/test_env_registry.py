@@ -91,7 +91,7 @@ def test_restored_batch_matches_the_uninterrupted_one(env_id):
     """The state saved after step k (pickled, as a checkpoint does), restored into a fresh batch,
     gives exactly the steps k+1.. of the batch that was never interrupted."""
     from a2c_ppo_acktr.envs.batch import BatchEnv
-    from a2c_ppo_acktr.train import env_state, restore_env_state
+    from a2c_ppo_acktr.train import restore_env_state
 
     cfg = game_cfg(env_id, env__max_turns=5)
     rng = np.random.default_rng(1)
@@ -99,7 +99,7 @@ def test_restored_batch_matches_the_uninterrupted_one(env_id):
     a.reset()
     for _ in range(3):
         a.step([e.random_reply(rng) for e in a.envs])
-    saved = pickle.loads(pickle.dumps(env_state(a)))
+    saved = pickle.loads(pickle.dumps(a.get_state()))
     texts = [[e.random_reply(rng) for e in a.envs] for _ in range(6)]
     straight = [a.step(t) for t in texts]
     b = BatchEnv(cfg.env, 2, seed=0)
@@ -128,7 +128,7 @@ def test_games_bring_their_own_system_prompt_and_vsi_keeps_its_own():
 def test_oracle_labels_become_sft_samples_with_the_games_prompt(tmp_path, env_id):
     from a2c_ppo_acktr.envs.cards.common import GAME_SYSTEM_PROMPT
     from a2c_ppo_acktr.labeling import TRAJECTORIES, label_trajectories, read_episodes
-    from a2c_ppo_acktr.teachers import BRIEF_GAME_THOUGHTS
+    from a2c_ppo_acktr.envs.cards.common import BRIEF_GAME_THOUGHTS
     from SFT.data import build_sft_dataset
 
     cfg = game_cfg(env_id, label__out_dir=str(tmp_path / "lab"), label__num_episodes=6, label__val_fraction=0.0,

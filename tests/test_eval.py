@@ -12,6 +12,7 @@ from PIL import Image
 import eval_vsi
 from a2c_ppo_acktr import evaluation, reports
 from a2c_ppo_acktr.arguments import QUESTION_TYPES, EnvConfig, RunConfig, load_config
+from a2c_ppo_acktr.envs import vsi_env
 from a2c_ppo_acktr.scoring import score_prediction
 from a2c_ppo_acktr.teachers import OracleTeacher
 
@@ -78,7 +79,7 @@ def test_oracle_scores_near_one_and_dummy_near_chance(runs):
         if rec["options"]:
             assert rec["answer"] in [o.split(".")[0] for o in rec["options"]]
         else:
-            low, high = evaluation.DUMMY_NUMBER_RANGES[rec["question_type"]]
+            low, high = vsi_env.DUMMY_NUMBER_RANGES[rec["question_type"]]
             assert low <= float(rec["answer"]) <= high
     assert dummy["overall"] < oracle["overall"] - 30
     # Both runs answered exactly the same questions.

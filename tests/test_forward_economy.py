@@ -68,6 +68,9 @@ class ScriptedEnv:
     def reset(self) -> list[dict]:
         return [_obs(self.rng, f"reset env {n}") for n in range(len(self.ends[0]))]
 
+    def resync(self, observations):
+        return observations, False
+
     def step(self, texts):
         ends = self.ends[self.t]
         N = len(ends)

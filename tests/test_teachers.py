@@ -19,7 +19,9 @@ import pytest
 
 from a2c_ppo_acktr.arguments import EnvConfig, QUESTION_TYPES
 from a2c_ppo_acktr.prompts import Answer, Move, build_messages, format_response, parse_action
-from a2c_ppo_acktr.teachers import OpenAITeacher, OracleTeacher, bearing_to, format_number, make_teacher, openai_messages
+from a2c_ppo_acktr.envs.oracle import bearing_to, format_number
+from a2c_ppo_acktr.prompts import openai_messages
+from a2c_ppo_acktr.teachers import OpenAITeacher, OracleTeacher, make_teacher
 
 SECRET = "sk-test-7f3a9c1e5b2d4f6a8c0e"
 
@@ -327,7 +329,7 @@ def test_openai_teacher_labelling_run_never_writes_the_key(monkeypatch, tmp_path
 def test_brief_oracle_thoughts_are_fixed_per_type_and_actions_match_full(env):
     """``thoughts="brief"`` changes only the reason: one fixed sentence per type, same actions."""
     from a2c_ppo_acktr.arguments import LabelConfig
-    from a2c_ppo_acktr.teachers import BRIEF_MOVE_THOUGHTS, BRIEF_THOUGHTS
+    from a2c_ppo_acktr.envs.oracle import BRIEF_MOVE_THOUGHTS, BRIEF_THOUGHTS
 
     assert set(BRIEF_THOUGHTS) == set(QUESTION_TYPES)
     full, brief = OracleTeacher(max_moves=1), make_teacher(LabelConfig(oracle_thoughts="brief"), None)

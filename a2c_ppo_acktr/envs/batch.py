@@ -24,7 +24,7 @@ episodes share one). The counters
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -157,6 +157,30 @@ class BatchEnv:
             obs.append(o)
             infos.append(info)
         return obs, rewards, terminated, truncated, infos
+
+    def get_state(self) -> dict[str, Any]:
+        """Everything that makes the batch's future deterministic: its own counters and each env's
+        :meth:`~a2c_ppo_acktr.envs.protocol.TextEnv.get_state` (generator, episode in progress). Picklable;
+        an env attribute that cannot be pickled fails the checkpoint loudly."""
+        return {
+            "batch": {k: v for k, v in vars(self).items() if k not in ("envs", "cfg")},
+            "envs": [env.unwrapped.get_state() for env in self.envs],
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`get_state`.
+
+        Raises:
+            ValueError: The state holds a different number of envs.
+        """
+        if len(state["envs"]) != len(self.envs):
+            raise ValueError(
+                f"the saved state holds {len(state['envs'])} envs per process but rollout.num_envs={len(self.envs)}; "
+                "resume with the same rollout.num_envs"
+            )
+        vars(self).update(state["batch"])
+        for env, saved in zip(self.envs, state["envs"]):
+            env.unwrapped.set_state(saved)
 
     def close(self) -> None:
         """Close every env."""

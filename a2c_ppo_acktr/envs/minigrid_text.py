@@ -255,7 +255,7 @@ class MiniGridTextEnv(TokenGameEnv):
         }
 
     # ------------------------------------------------------------------ teacher
-    def oracle_reply(self) -> str:
+    def solver_reply(self) -> str:
         return oracle_reply(self.inner)
 
 

@@ -24,20 +24,9 @@ game's own settings go in ``env.game`` (``{"max_position": 7}``, ``{"dim_room": 
 "num_boxes": 2}``, ``{"view": "full"}``), validated by the game's config class. Every other ``env.*``
 field is VSI's.
 
-What the pipeline asks of an env (``env.unwrapped``), besides gymnasium's ``reset``/``step``:
-
-* ``parse(text)``: the parsed action, or :class:`~a2c_ppo_acktr.prompts.Invalid`;
-* ``random_reply(rng)``: a random legal reply (labelling's exploration; the games' chance agent);
-* ``episode_fields()``: what a report or a labelled episode records about the current episode
-  (``scene_id``, ``dataset``, ``question_type``, ``question``, ``options``, ``ground_truth``,
-  ``object_ids``);
-* ``task_type``: the report category of the current episode; ``turn`` and ``episode_reward``;
-* ``overview_image(...)``: the picture of the whole state beside a trajectory (VSI: the top-down map;
-  a game: the full board);
-* observations ``{"images", "text"}`` plus, for the games, ``"system"``: the system prompt
-  (:func:`a2c_ppo_acktr.prompts.build_messages` uses VSI's when it is absent);
-* at the end of an episode ``info["score"]`` in [0, 1] (VSI: the benchmark's score of the answer; a
-  game: 1 when won or solved, else 0).
+What the pipeline asks of an env (``env.unwrapped``) is :class:`~a2c_ppo_acktr.envs.protocol.TextEnv`:
+gymnasium's ``reset``/``step``, the reply parser, random, chance and oracle replies, what a record
+keeps of an episode, the overview picture and ``get_state``/``set_state``.
 """
 from __future__ import annotations
 

@@ -36,10 +36,11 @@ from gymnasium import spaces
 
 from ..arguments import EnvConfig
 from ..prompts import Answer, Invalid, Move, feedback_text, format_response, observation_text, parse_action
-from ..scoring import score_prediction
+from ..scoring import is_multiple_choice, score_prediction
 from . import env_config
 from .labels import draw_labels
 from .navigation import sample_free_pose, try_move
+from .protocol import OracleStyle, attribute_state
 from .questions import Question, QuestionUnavailable, appearance_from_frames, generate_question
 from .renderer import Camera, Frame, Pose, Renderer
 from .scene import Scene
@@ -63,6 +64,36 @@ def _find_scan_names(data_root: str, dataset: str) -> list[str]:
     if not names:
         raise FileNotFoundError(f"no {dataset} scans ({pattern}) found under env.data_root={data_root!r}")
     return names
+
+
+# The dummy's "plausible number" per numerical type: uniform over these ranges, in the unit the
+# question asks for (count, meters, centimeters, square meters). They bracket the sizes of
+# procedural rooms and real VSI-Bench scenes; the dummy is a chance reference, not a tuned guesser.
+DUMMY_NUMBER_RANGES: dict[str, tuple[float, float]] = {
+    "object_counting": (1, 6),  # integers
+    "object_abs_distance": (0.5, 6.0),
+    "object_size_estimation": (20.0, 250.0),
+    "room_size_estimation": (8.0, 60.0),
+}
+# Rotations the chance agent may choose (degrees, positive = left).
+CHANCE_ROTATIONS = (-90.0, -45.0, 45.0, 90.0, 180.0)
+
+
+def random_answer(question_type: str, options: Optional[Sequence[str]], rng: np.random.Generator) -> str:
+    """A uniformly random legal answer for a question of this type: a random option letter, or a
+    number uniform over :data:`DUMMY_NUMBER_RANGES` (reads the type and options, never the answer)."""
+    if is_multiple_choice(question_type):
+        if not options:
+            raise ValueError(f"a {question_type} question needs options to pick a random letter from")
+        letters = [o.split(".", 1)[0].strip() for o in options]
+        return str(letters[int(rng.integers(len(letters)))])
+    low, high = DUMMY_NUMBER_RANGES[question_type]
+    if question_type == "object_counting":
+        return str(int(rng.integers(int(low), int(high) + 1)))
+    return f"{rng.uniform(low, high):.2f}"
+
+# Attributes that are settings, spaces, caches or rebuilt objects, not the state (get_state).
+_NOT_STATE = frozenset({"cfg", "render_mode", "camera", "observation_space", "action_space", "_cache", "_rows", "_scan_names", "renderer", "spec"})
 
 
 class VSIEnv(gym.Env):
@@ -350,6 +381,34 @@ class VSIEnv(gym.Env):
         rotation = float(round(rng.uniform(-180.0, 180.0)))
         forward = float(round(rng.uniform(0.0, min(1.0, self.cfg.max_forward)), 2))
         return format_response("Exploring to see more of the room.", Move(rotation_deg=rotation, forward_m=forward))
+
+    def chance_reply(self, rng: np.random.Generator, answer_prob: float = 0.5) -> str:
+        """The chance agent's reply: a random legal answer (:func:`random_answer`) with probability
+        ``answer_prob``, always on the last turn; else a random turn of :data:`CHANCE_ROTATIONS` and a
+        walk of up to ``cfg.max_forward`` m."""
+        last_turn = self.turn >= self.cfg.max_turns - 1
+        if last_turn or rng.random() < answer_prob:
+            return format_response("A random guess.", Answer(random_answer(self.question.question_type, self.question.options, rng)))
+        rotation = float(CHANCE_ROTATIONS[int(rng.integers(len(CHANCE_ROTATIONS)))])
+        forward = round(float(rng.uniform(0.0, self.cfg.max_forward)), 2)
+        return format_response("A random move.", Move(rotation_deg=rotation, forward_m=forward))
+
+    def oracle_reply(self, style: OracleStyle = OracleStyle()) -> str:
+        """The oracle's reply (:func:`a2c_ppo_acktr.envs.oracle.vsi_reply`): face the question's first
+        object, then answer with the ground truth."""
+        from .oracle import vsi_reply
+
+        return vsi_reply(self, style)
+
+    def get_state(self) -> dict:
+        """The episode in progress (scene, question, pose, path, turn, frames) and the generator: the
+        env's attributes but its settings, spaces, caches and renderer (rebuilt by :meth:`set_state`)."""
+        return attribute_state(self, _NOT_STATE)
+
+    def set_state(self, state: dict) -> None:
+        """Inverse of :meth:`get_state`; the renderer is rebuilt from the restored scene."""
+        vars(self).update(state)
+        self.renderer = Renderer.for_env(self.scene, self.cfg) if self.scene is not None else None
 
     def episode_fields(self) -> dict:
         """What a report or a labelled episode records about the current question."""

@@ -211,5 +211,5 @@ class BlackjackEnv(TokenGameEnv):
     def _game_info(self) -> dict:
         return {"player_cards": list(self.player), "dealer_cards": list(self.dealer)}
 
-    def oracle_reply(self) -> str:
+    def solver_reply(self) -> str:
         return oracle_reply(self.player_values, self.dealer[0].value)

@@ -35,6 +35,7 @@ from gymnasium import spaces
 # The reply scanner is the VSI format's own (one home for reading a reply object); prompts.py keeps
 # it private today. TODO(issue: other envs): expose it there as a public name and import that.
 from a2c_ppo_acktr.envs import env_config
+from a2c_ppo_acktr.envs.protocol import OracleStyle, attribute_state
 from a2c_ppo_acktr.prompts import Invalid, reply_action_value
 
 # The system message of every game (each game's own instructions open its observation text, as in
@@ -45,6 +46,11 @@ MAX_ACTION_LENGTH = 4096  # action text bound of the declared space; step() acce
 _PRINTABLE = frozenset(string.printable)
 
 Reply = Union[str, Invalid]
+
+# The one reason of a game oracle's replies with thoughts="brief" (the action is the solver's own).
+BRIEF_GAME_THOUGHTS = "I choose the action that brings me closer to winning."
+# Attributes that are settings or spaces, not the state of a game (get_state).
+_NOT_STATE = frozenset({"cfg", "render_mode", "observation_space", "action_space", "spec", "vocabulary"})
 
 
 def printable(text: str) -> str:
@@ -170,7 +176,7 @@ class TokenGameEnv(gym.Env):
     A subclass sets ``config_class`` and implements :meth:`_deal` (start a game from
     ``self.np_random``), :meth:`_play` (apply one legal token), :meth:`_draw` (the image),
     :meth:`_prompt` (the text before the feedback line), :meth:`_game_info` and
-    :meth:`oracle_reply`; its ``vocabulary`` is set from its module's one constant.
+    :meth:`solver_reply` (the oracle's action); its ``vocabulary`` is set from its module's one constant.
 
     Args:
         cfg: The game's config; None uses the defaults.
@@ -237,8 +243,8 @@ class TokenGameEnv(gym.Env):
     def _game_info(self) -> dict:
         raise NotImplementedError
 
-    def oracle_reply(self) -> str:
-        """The reply text of the game's oracle teacher for the current state."""
+    def solver_reply(self) -> str:
+        """The reply text of the game's solver for the current state (the oracle's action)."""
         raise NotImplementedError
 
     def _end_step(self, reward: float, parsed: Reply, terminated: bool, truncated: bool) -> float:
@@ -320,6 +326,24 @@ class TokenGameEnv(gym.Env):
     def random_reply(self, rng: np.random.Generator) -> str:
         """A reply with a uniformly random token of the vocabulary (the chance agent, labelling's exploration)."""
         return format_reply("A random action.", self.vocabulary[int(rng.integers(len(self.vocabulary)))])
+
+    def chance_reply(self, rng: np.random.Generator, answer_prob: float = 0.5) -> str:
+        """The chance agent's reply: a random token (a game has no answer to weigh)."""
+        return self.random_reply(rng)
+
+    def oracle_reply(self, style: OracleStyle = OracleStyle()) -> str:
+        """The oracle's reply: the solver's action, under one fixed reason (:data:`BRIEF_GAME_THOUGHTS`)
+        with ``style.thoughts="brief"``."""
+        reply = self.solver_reply()
+        return format_reply(BRIEF_GAME_THOUGHTS, self.parse(reply)) if style.thoughts == "brief" else reply
+
+    def get_state(self) -> dict:
+        """The game in progress and the env's generator (its attributes but the settings and spaces)."""
+        return attribute_state(self, _NOT_STATE)
+
+    def set_state(self, state: dict) -> None:
+        """Inverse of :meth:`get_state`."""
+        vars(self).update(state)
 
     def episode_fields(self) -> dict:
         """What a report or a labelled episode records about the current game: the deal (as

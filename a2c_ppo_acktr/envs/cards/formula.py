@@ -377,7 +377,7 @@ class FormulaGameEnv(TokenGameEnv):
             "solvable": self.solvable,
         }
 
-    def oracle_reply(self) -> str:
+    def solver_reply(self) -> str:
         return oracle_reply(self.numbers, self.target(), self.OPERATORS, self.PARENTHESES, self.formula)
 
 

@@ -115,7 +115,7 @@ class NumberLineEnv(TokenGameEnv):
     def _game_info(self) -> dict:
         return {"target": self.target, "current": self.position}
 
-    def oracle_reply(self) -> str:
+    def solver_reply(self) -> str:
         return oracle_reply(self.position, self.target)
 
 

@@ -247,7 +247,7 @@ class SokobanEnv(TokenGameEnv):
         return np.ascontiguousarray(grid.transpose(0, 2, 1, 3, 4).reshape(level.height * t, level.width * t, 3))
 
     # ------------------------------------------------------------------ teacher
-    def oracle_reply(self) -> str:
+    def solver_reply(self) -> str:
         return oracle_reply(self.level, self.player, self.boxes, self.cfg.solver_max_expansions)
 
 
