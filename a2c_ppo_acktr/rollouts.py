@@ -96,7 +96,6 @@ def write_rollouts(rows: Sequence[dict[str, Any]], directory: str | os.PathLike,
         with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
             for row in rows:
                 gz.write((json.dumps(row, allow_nan=True) + "\n").encode("utf-8"))
-        raise
     mine = sorted((int(m.group(1)), p) for p in target.parent.iterdir() if (m := _FILE.search(p.name)) and int(m.group(2)) == rank)
     for _, old in mine[:-keep] if keep > 0 else []:
         old.unlink(missing_ok=True)

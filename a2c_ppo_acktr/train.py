@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import logging
-import math
-import os
 import random
 import tempfile
 import time
@@ -30,92 +27,32 @@ import numpy as np
 import torch
 
 from .atomic import publish_dir
+from .algo.schedule import build_optimizer, lr_factor
 from .arguments import PPOConfig, RunConfig
-from .checkpoint import (
-    CHECKPOINT_PREFIX,
-    CheckpointError,
-    checkpoint_iteration,
-    list_checkpoints,
-    CheckpointManager,
-    capture_rng_state,
-    find_generators,
-    load_pickle,
-    resolve_resume,
-    restore_rng_state,
-    save_pickle,
-)
-from .distributed import build_accelerator, full_trainable, gather_lists, gathered_for_rollout, is_deepspeed, reduce_mean
-from .logger import METRICS_FILE, RunLogger, read_metrics
+from .checkpoint import CheckpointManager, resolve_resume
+from .distributed import build_accelerator, full_trainable, gather_lists, gathered_for_rollout, reduce_mean
+from .logger import RunLogger
 from .preemption import STOP_FILE, Preempted, StopOnSignal
 from .rollouts import rollout_rows, write_rollouts
 from .rundir import check_output_path, check_shared_directory, run_lock
+from .run_state import (
+    CHECKPOINTS_SUBDIR,
+    Run,
+    config_changes,
+    load_checkpoint,
+    pre_rollout_state,
+    prepare_output_dir,
+    record_resume,
+    restore_pre_rollout_state,
+    write_checkpoint,
+)
 from .storage import BOOTSTRAPPING_ESTIMATORS
 from .validation import BestPolicy, run_validation
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINTS_SUBDIR = "checkpoints"
 # Env seeds of different processes are this far apart, so their scene/question streams never overlap.
 RANK_SEED_STRIDE = 100_003
-
-
-# ------------------------------------------------------------------------------------ schedule
-def lr_factor(iteration: int, cfg: PPOConfig) -> float:
-    """Learning-rate multiplier used during iteration ``iteration`` (0-based).
-
-    Linear warmup over ``warmup_iterations`` (from ``1/warmup`` to 1), then ``constant`` (1) or
-    ``cosine`` decay from 1 to ``min_lr_ratio`` at the last iteration.
-    """
-    if iteration < cfg.warmup_iterations:
-        return (iteration + 1) / cfg.warmup_iterations
-    if cfg.lr_schedule == "constant":
-        return 1.0
-    decay_iters = cfg.num_iterations - cfg.warmup_iterations
-    if decay_iters <= 1:
-        return 1.0
-    progress = (iteration - cfg.warmup_iterations) / (decay_iters - 1)
-    return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-
-def build_optimizer(policy: torch.nn.Module, cfg: PPOConfig) -> torch.optim.Optimizer:
-    """AdamW over the trainable parameters: one group for the adapter/backbone (``lr``), one for the
-    value and temperature heads (``policy.head_parameters()``, ``head_lr``, default ``lr``).
-
-    Raises:
-        ValueError: the policy has no trainable parameter.
-    """
-    head_ids = {id(p) for p in policy.head_parameters()}
-    trainable = [p for p in policy.parameters() if p.requires_grad]
-    if not trainable:
-        raise ValueError("the policy has no trainable parameters; enable model.use_lora or the heads")
-    body = [p for p in trainable if id(p) not in head_ids]
-    heads = [p for p in trainable if id(p) in head_ids]
-    head_lr = cfg.head_lr if cfg.head_lr is not None else cfg.lr
-    groups = [g for g in ({"params": body, "lr": cfg.lr, "name": "body"}, {"params": heads, "lr": head_lr, "name": "heads"}) if g["params"]]
-    return torch.optim.AdamW(groups, lr=cfg.lr, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
-
-
-def trainable_state(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Copies of every trainable tensor by name (what resume restores and tests compare)."""
-    return {n: p.detach().cpu().clone() for n, p in policy.named_parameters() if p.requires_grad}
-
-
-def load_trainable_state(policy: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
-    """Copy saved trainable tensors into ``policy``.
-
-    Raises:
-        CheckpointError: the saved names differ from the policy's trainable parameters.
-    """
-    params = {n: p for n, p in policy.named_parameters() if p.requires_grad}
-    if set(params) != set(state):
-        missing, extra = sorted(set(params) - set(state)), sorted(set(state) - set(params))
-        raise CheckpointError(
-            f"checkpoint trainable parameters do not match the policy (missing {missing[:5]}, unexpected {extra[:5]}); "
-            "resume with the same model and LoRA settings as the run that wrote it"
-        )
-    with torch.no_grad():
-        for n, p in params.items():
-            p.copy_(state[n].to(device=p.device, dtype=p.dtype))
 
 
 def seed_everything(seed: int) -> None:
@@ -264,18 +201,6 @@ def param_rank_max_dev(accelerator, module: torch.nn.Module) -> float:
     return float((gathered - gathered[0]).abs().max())
 
 
-def restore_env_state(envs, state: dict[str, Any]) -> None:
-    """Restore the batch env's state (:meth:`~a2c_ppo_acktr.envs.batch.BatchEnv.set_state`).
-
-    Raises:
-        CheckpointError: the checkpoint holds a different number of envs.
-    """
-    try:
-        envs.set_state(state)
-    except ValueError as e:
-        raise CheckpointError(f"checkpoint: {e}") from None
-
-
 # ------------------------------------------------------------------------------------ the run
 @contextmanager
 def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
@@ -284,27 +209,7 @@ def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
     timings[f"time/{name}"] = time.perf_counter() - start
 
 
-@dataclass
-class _Run:
-    """The objects of one run (built once, used by the loop and the checkpoint writer/reader)."""
-
-    cfg: RunConfig
-    accelerator: Any
-    policy: Any  # as prepared by accelerate (DDP/DeepSpeed engine or the module itself)
-    module: Any  # the VLMPolicy itself
-    optimizer: torch.optim.Optimizer  # the raw AdamW (its param_groups carry the learning rates)
-    prepared_optimizer: Any
-    scheduler: torch.optim.lr_scheduler.LambdaLR
-    ppo: Any
-    storage: Any
-    envs: Any
-    observations: list[dict]
-    best: Any = None  # validation.BestPolicy (log.val_interval > 0)
-    wandb_run_id: Optional[str] = None
-    engine: Any = None  # rollout_engine.VLLMServerEngine (rollout.engine != hf), else None
-
-
-def _build_run(cfg: RunConfig, accelerator) -> _Run:
+def _build_run(cfg: RunConfig, accelerator) -> Run:
     from .algo.ppo import PPO
     from .envs.batch import BatchEnv
     from .model import VLMPolicy
@@ -329,224 +234,7 @@ def _build_run(cfg: RunConfig, accelerator) -> _Run:
     ppo = PPO(policy, prepared_optimizer, cfg.ppo, accelerator, seed=cfg.seed + rank, kl_ref_interval=cfg.log.kl_ref_interval)
     storage = RolloutStorage(cfg.rollout.num_steps, cfg.rollout.num_envs)
     best = BestPolicy(cfg.log.output_dir, accelerator.is_main_process)
-    return _Run(cfg, accelerator, policy, module, optimizer, prepared_optimizer, scheduler, ppo, storage, envs, observations, best)
-
-
-def _owned_generators(run: _Run) -> dict[str, Any]:
-    """Generators held by the storage (PPO's shuffler is saved with ``ppo.state_dict``)."""
-    return find_generators(run.storage, "storage")
-
-
-def _rank_file(rank: int) -> str:
-    return f"rank{rank:03d}.pkl"
-
-
-EMA_FILE = "ema_reference.pt"
-
-
-def _write_checkpoint(run: _Run, iteration: int, tmp: Path) -> None:
-    """Write this process's share of checkpoint ``iteration`` into ``tmp`` (see :mod:`checkpoint`)."""
-    acc = run.accelerator
-    # Adapter + heads in the policy's own format: what eval_vsi.py and a warm start load.
-    # Under ZeRO-3 the trainable weights are gathered (a collective: every rank enters) to export them whole.
-    with full_trainable(run.module):
-        if acc.is_main_process:
-            run.module.save_pretrained(tmp / "policy")
-    if acc.is_main_process:
-        if not is_deepspeed(acc):
-            torch.save(trainable_state(run.module), tmp / "trainable.pt")
-            torch.save(run.optimizer.state_dict(), tmp / "optimizer.pt")
-        torch.save(run.scheduler.state_dict(), tmp / "scheduler.pt")
-        if run.module.has_ema_reference:
-            torch.save(run.module.ema_reference_state(), tmp / EMA_FILE)
-        run.cfg.save(tmp / "config.yaml")
-        state = {"iteration": iteration, "wandb_run_id": run.wandb_run_id, "num_processes": acc.num_processes, "best_val": run.best.state()}
-        (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1), encoding="utf-8")
-    if is_deepspeed(acc):
-        # ZeRO partitions the optimizer state across ranks: the engine writes each rank's shard
-        # (collective call). Frozen base weights are excluded: the checkpoint holds what training changed.
-        run.policy.save_checkpoint(str(tmp / "deepspeed"), tag="state", exclude_frozen_parameters=True)
-    per_rank = {
-        "rng": capture_rng_state(_owned_generators(run)),
-        "ppo": run.ppo.state_dict(),
-        "env": run.envs.get_state(),
-        "observations": run.observations,
-        "storage_starts_episode": run.storage.starts_episode.clone(),
-    }
-    save_pickle(per_rank, tmp / _rank_file(acc.process_index))
-
-
-def _load_checkpoint(run: _Run, path: Path) -> int:
-    """Restore ``run`` from checkpoint directory ``path``; returns the iterations already done."""
-    acc = run.accelerator
-    state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
-    if state["num_processes"] != acc.num_processes:
-        raise CheckpointError(
-            f"checkpoint {path} was written by {state['num_processes']} processes, this run has {acc.num_processes}; "
-            "resume with the same number of processes (each rank's envs and generators are saved separately)"
-        )
-    if is_deepspeed(acc):
-        load_path, _ = run.policy.load_checkpoint(
-            str(path / "deepspeed"), tag="state", load_module_strict=False, load_optimizer_states=True, load_lr_scheduler_states=False
-        )
-        if load_path is None:
-            raise CheckpointError(f"DeepSpeed found no engine state under {path / 'deepspeed'}")
-    else:
-        load_trainable_state(run.module, torch.load(path / "trainable.pt", map_location="cpu", weights_only=True))
-        run.optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True))
-    run.scheduler.load_state_dict(torch.load(path / "scheduler.pt", map_location="cpu", weights_only=True))
-    if run.module.has_ema_reference:
-        if not (path / EMA_FILE).is_file():
-            raise CheckpointError(f"{path} holds no {EMA_FILE}: it was written without ppo.reference=ema; resume with the run's own ppo.reference")
-        run.module.load_ema_reference_state(torch.load(path / EMA_FILE, map_location="cpu", weights_only=True))
-    run.best.load_state(state.get("best_val"))
-    per_rank = load_pickle(path / _rank_file(acc.process_index))
-    run.ppo.load_state_dict(per_rank["ppo"])
-    restore_env_state(run.envs, per_rank["env"])
-    run.observations = per_rank["observations"]
-    run.storage.starts_episode = per_rank["storage_starts_episode"].clone()
-    restore_rng_state(per_rank["rng"], _owned_generators(run))
-    run.wandb_run_id = state.get("wandb_run_id")
-    _apply_resumed_rates(run)
-    return int(state["iteration"])
-
-
-# Fields that may differ between a run and its resumption without changing the results.
-_RESUME_FREE_KEYS = {"log.resume", "log.overwrite", "log.val_interval", "log.val_episodes", "log.stop_after_iterations", "log.progress_bar", "log.wandb_mode", "log.output_dir", "model.sft_adapter",
-                     "log.save_rollouts_every", "log.keep_rollouts"}
-# Fields that define the run: a resumption that changes one would continue another run's state, so it
-# is refused. (Everything else, e.g. ppo.lr or ppo.num_iterations, is applied and recorded.)
-_RUN_DEFINING_PREFIXES = ("model.", "env.", "rollout.")
-_RUN_DEFINING_KEYS = {"seed", "ppo.advantage_estimator", "ppo.reference"}
-_RUN_DEFINING_EXCEPT = {"model.sft_adapter", "model.device", "model.attn_implementation", "model.gradient_checkpointing", "model.logits_chunk_tokens",
-                        # how replies are sampled, not what the run is: a resumed run may use another server or engine
-                        "rollout.engine", "rollout.engine_url", "rollout.engine_timeout_s", "rollout.engine_retries",
-                        "rollout.engine_max_concurrency"}
-RESUME_HISTORY = "resume_history.jsonl"
-
-
-def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-def _defines_run(key: str) -> bool:
-    return key not in _RUN_DEFINING_EXCEPT and (key in _RUN_DEFINING_KEYS or key.startswith(_RUN_DEFINING_PREFIXES))
-
-
-def config_changes(path: Path, cfg: RunConfig) -> dict[str, tuple[Any, Any]]:
-    """``{key: (checkpoint's value, this run's)}`` for every field that differs from checkpoint
-    ``path``'s config, logging fields aside.
-
-    Raises:
-        CheckpointError: a field that defines the run differs (all of them listed).
-    """
-    old = _flatten(RunConfig.from_yaml(path / "config.yaml").to_dict())
-    new = _flatten(cfg.to_dict())
-    changed = {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k) and k not in _RESUME_FREE_KEYS}
-    defining = {k: v for k, v in changed.items() if _defines_run(k)}
-    if defining:
-        listed = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in defining.items())
-        raise CheckpointError(
-            f"cannot resume {path} with a different run definition ({listed}); resume with the checkpoint's values "
-            "(its config.yaml), or start a new run in another log.output_dir"
-        )
-    if changed:
-        logger.warning("resuming %s with changed settings, applied from here on (old -> new): %s", path, changed)
-    return changed
-
-
-def _record_resume(out: Path, path: Path, iteration: int, changed: dict[str, tuple[Any, Any]]) -> None:
-    """One line per resumption in ``RESUME_HISTORY``: when, from which checkpoint, what changed."""
-    row = {"time": time.strftime("%Y-%m-%d %H:%M:%S"), "checkpoint": str(path), "iteration": iteration,
-           "changed": {k: [a, b] for k, (a, b) in changed.items()}}
-    with open(out / RESUME_HISTORY, "a", encoding="utf-8") as f:
-        f.write(json.dumps(row, default=str) + "\n")
-
-
-def _apply_resumed_rates(run: "_Run") -> None:
-    """The learning rates of this run's config from the restored schedule position: the scheduler's
-    state carries the checkpoint's base rates, which a changed ``ppo.lr``/``ppo.head_lr`` replaces."""
-    head_lr = run.cfg.ppo.head_lr if run.cfg.ppo.head_lr is not None else run.cfg.ppo.lr
-    bases = [run.cfg.ppo.lr if g.get("name") == "body" else head_lr for g in run.optimizer.param_groups]
-    run.scheduler.base_lrs = bases
-    factor = lr_factor(run.scheduler.last_epoch, run.cfg.ppo)
-    for group, base in zip(run.optimizer.param_groups, bases):
-        group["initial_lr"] = base
-        group["lr"] = base * factor
-
-
-def existing_run(out: Path) -> list[str]:
-    """What in ``out`` shows that a run already used it: checkpoint directories (complete or not)
-    and ``metrics.jsonl``; [] for a new or empty directory."""
-    found = []
-    ckpt_root = out / CHECKPOINTS_SUBDIR
-    if ckpt_root.is_dir():
-        found += sorted(p.name for p in ckpt_root.iterdir() if p.name.startswith(CHECKPOINT_PREFIX))
-    if (out / METRICS_FILE).is_file():
-        found.append(METRICS_FILE)
-    return found
-
-
-def prepare_output_dir(cfg: RunConfig, resume_from: Optional[Path], accelerator) -> None:
-    """Nothing a user made is deleted or overwritten by surprise (call before anything is written).
-
-    * A fresh start (``log.resume`` unset) in a directory holding a run is refused with a
-      :class:`CheckpointError` that names the fix, unless ``log.overwrite``: the old run is then
-      renamed to ``OUTPUT_DIR.old-<time>``, never deleted.
-    * ``log.resume=auto`` with nothing complete to resume starts afresh in place (what ``auto`` asks
-      for; the logger keeps the old rows as a numbered ``metrics.jsonl.old-<k>``).
-    * Resuming from an explicit checkpoint older than the directory's newest moves the newer ones
-      into ``checkpoints/abandoned-<time>/``: they belong to the branch being replaced, and pruning or a
-      later ``--resume auto`` must not take them for this run's.
-    * A checkpoint of another run directory starts a new run only in a fresh directory (an import);
-      into a used one it is refused, so the two runs' metrics and checkpoints never mix.
-    """
-    out = Path(cfg.log.output_dir)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    if resume_from is not None and Path(resume_from).resolve().parent != (out / CHECKPOINTS_SUBDIR).resolve():
-        found = existing_run(out)
-        if found:
-            raise CheckpointError(
-                f"{resume_from} is another run's checkpoint and {out} already holds a run ({', '.join(found[:4])}); "
-                "to continue from it, import it into a fresh log.output_dir (a new or empty directory)"
-            )
-        return
-    if resume_from is not None:
-        newer = [p for p in list_checkpoints(out / CHECKPOINTS_SUBDIR) if checkpoint_iteration(p) > checkpoint_iteration(resume_from)]
-        if newer and accelerator.is_main_process:
-            aside = out / CHECKPOINTS_SUBDIR / f"abandoned-{stamp}"
-            aside.mkdir(parents=True, exist_ok=True)
-            for p in newer:
-                os.rename(p, aside / p.name)
-            # The branch's metrics rows go with its checkpoints (the logger sets them aside too).
-            branch = [r for r in read_metrics(out / METRICS_FILE) if r.get("iteration", 0) > checkpoint_iteration(resume_from)]
-            if branch:
-                (aside / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in branch), encoding="utf-8")
-            logger.warning("resuming from %s: the newer checkpoints %s were moved to %s", resume_from, [p.name for p in newer], aside)
-        accelerator.wait_for_everyone()
-        return
-    if cfg.log.resume == "auto":
-        return
-    found = existing_run(out)
-    if not found:
-        return
-    if not cfg.log.overwrite:
-        raise CheckpointError(
-            f"{out} already holds a run ({', '.join(found[:4])}{', ...' if len(found) > 4 else ''}); continue it with "
-            f"--resume auto, or start over with --log.overwrite true (moves it to {out.name}.old-<time>), or choose another log.output_dir"
-        )
-    accelerator.wait_for_everyone()  # every process has looked before the main one moves it
-    if accelerator.is_main_process:
-        aside = out.with_name(f"{out.name}.old-{stamp}")
-        os.rename(out, aside)
-        logger.warning("log.overwrite: the run that was in %s was moved to %s", out, aside)
-    accelerator.wait_for_everyone()
+    return Run(cfg, accelerator, policy, module, optimizer, prepared_optimizer, scheduler, ppo, storage, envs, observations, best)
 
 
 def compute_advantages(storage, next_value: Optional[torch.Tensor], cfg: PPOConfig, horizon: Optional[int] = None) -> None:
@@ -557,7 +245,7 @@ def compute_advantages(storage, next_value: Optional[torch.Tensor], cfg: PPOConf
     storage.compute_returns(next_value, cfg.advantage_estimator, cfg.gamma, cfg.gae_lambda, std_floor=cfg.adv_std_floor, horizon=horizon)
 
 
-def apply_kl_reward(run: "_Run") -> dict[str, float]:
+def apply_kl_reward(run: "Run") -> dict[str, float]:
     """``ppo.kl_penalty=reward``: subtract ``kl_coef`` x each response's KL to the reference from
     its turn's reward (before the advantages). Returns the penalty's metrics ({} when off)."""
     if run.cfg.ppo.kl_penalty != "reward" or run.ppo.kl_coef <= 0:
@@ -567,7 +255,7 @@ def apply_kl_reward(run: "_Run") -> dict[str, float]:
     return {"rollout/kl_reward_penalty": float(run.ppo.kl_coef * kl.mean()), "rollout/kl_to_reference": float(kl.mean())}
 
 
-def apply_perception_weighting(run: "_Run", iteration: int) -> dict[str, float]:
+def apply_perception_weighting(run: "Run", iteration: int) -> dict[str, float]:
     """``ppo.perception_weighting``: reweight the rollout's tokens and advantages by visual
     dependency (:mod:`a2c_ppo_acktr.algo.perception`; after the advantages). {} when off."""
     if not run.cfg.ppo.perception_weighting:
@@ -577,7 +265,7 @@ def apply_perception_weighting(run: "_Run", iteration: int) -> dict[str, float]:
     return perception.apply(run.module, run.storage, run.cfg.ppo, seed=run.cfg.seed * 1_000_003 + iteration)
 
 
-def validate(run: "_Run", iteration: int, log: Optional[RunLogger] = None) -> dict[str, float]:
+def validate(run: "Run", iteration: int, log: Optional[RunLogger] = None) -> dict[str, float]:
     """Validation after iteration ``iteration`` (1-based) when ``log.val_interval`` says so, and the
     best policy kept; ``val/*`` metrics ({} when no validation is due).
 
@@ -616,7 +304,7 @@ def validate(run: "_Run", iteration: int, log: Optional[RunLogger] = None) -> di
     return metrics
 
 
-def update_policy(run: _Run, iteration: int) -> dict[str, float]:
+def update_policy(run: Run, iteration: int) -> dict[str, float]:
     """PPO epochs over the rollout, then make room for the next one and advance the lr schedule."""
     metrics = run.ppo.update(run.storage)
     if metrics.get("losses/skipped_minibatches", 0.0) > 0 or metrics.get("optim/skipped_windows", 0.0) > 0:
@@ -630,7 +318,7 @@ def update_policy(run: _Run, iteration: int) -> dict[str, float]:
     return metrics
 
 
-def iteration_metrics(run: _Run, stats: RolloutStats, update_metrics: dict[str, float], lrs: list[float], iteration: int) -> dict[str, float]:
+def iteration_metrics(run: Run, stats: RolloutStats, update_metrics: dict[str, float], lrs: list[float], iteration: int) -> dict[str, float]:
     """One row of metrics, reduced over processes (identical on every process)."""
     acc = run.accelerator
     return {
@@ -655,29 +343,7 @@ def _save_engine_adapter(module: Any, path: Path) -> None:
     publish_dir(tmp, path, durable=False)
 
 
-def _pre_rollout_state(run: _Run) -> bytes:
-    """What a rollout changes besides the storage (generators, envs, observations, episode starts),
-    pickled before a rollout through a server: a server that dies mid-rollout leaves the run as it
-    was after the last iteration, so the checkpoint then written resumes exactly."""
-    import pickle
-
-    state = {"rng": capture_rng_state(_owned_generators(run)), "env": run.envs.get_state(),
-             "observations": run.observations, "starts": run.storage.starts_episode.clone()}
-    return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def _restore_pre_rollout_state(run: _Run, blob: bytes) -> None:
-    import pickle
-
-    state = pickle.loads(blob)  # noqa: S301 - our own bytes from _pre_rollout_state, never a file
-    restore_rng_state(state["rng"], _owned_generators(run))
-    restore_env_state(run.envs, state["env"])
-    run.observations = state["observations"]
-    run.storage.step = 0  # the partial rollout is dropped
-    run.storage.starts_episode = state["starts"]
-
-
-def engine_metrics(run: _Run) -> dict[str, float]:
+def engine_metrics(run: Run) -> dict[str, float]:
     """``engine/*``: the adapter version the server answered with, sync and generate seconds,
     requests and retries, and the off-policy gap ``|logp_engine - logp_policy|`` per turn (mean and
     max over the turns the engine scored)."""
@@ -740,11 +406,11 @@ def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
     changed = config_changes(resume_from, cfg) if resume_from is not None else {}  # before minutes of loading
     prepare_output_dir(cfg, resume_from, accelerator)
     run = _build_run(cfg, accelerator)
-    start = _load_checkpoint(run, resume_from) if resume_from is not None else 0
+    start = load_checkpoint(run, resume_from) if resume_from is not None else 0
     if resume_from is not None:
         logger.info("resumed from %s at iteration %d", resume_from, start)
         if accelerator.is_main_process:
-            _record_resume(out, resume_from, start, changed)
+            record_resume(out, resume_from, start, changed)
     if accelerator.is_main_process:
         cfg.save(out / "config.yaml")
     from .rollout_engine import make_engine
@@ -798,7 +464,7 @@ def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
             stop_reason = stop.agreed(accelerator)
             if (it + 1) % cfg.log.save_interval == 0 or it + 1 == end or stop_reason:
                 t0 = time.perf_counter()
-                last = checkpoints.save(it + 1, lambda tmp, it=it: _write_checkpoint(run, it + 1, tmp), meta={"num_processes": accelerator.num_processes})
+                last = checkpoints.save(it + 1, lambda tmp, it=it: write_checkpoint(run, it + 1, tmp), meta={"num_processes": accelerator.num_processes})
                 checkpoint_seconds = time.perf_counter() - t0
                 logger.info("checkpoint %s written in %.2fs", last, checkpoint_seconds)
             if stop_reason:
@@ -813,7 +479,7 @@ def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
     return last
 
 
-def _collect_through_engine(run: _Run, it: int, last: Optional[Path], checkpoints: Any, gather: Any, bootstrap: bool) -> RolloutStats:
+def _collect_through_engine(run: Run, it: int, last: Optional[Path], checkpoints: Any, gather: Any, bootstrap: bool) -> RolloutStats:
     """Iteration ``it``'s rollout through the rollout engine: this iteration's adapter is loaded into
     the server first (``<tag>-v<it+1>``, :func:`~a2c_ppo_acktr.rollout_engine.adapter_name`). If a
     server fails, the run is put back as it was after iteration ``it`` and a checkpoint of it is
@@ -822,7 +488,7 @@ def _collect_through_engine(run: _Run, it: int, last: Optional[Path], checkpoint
     from .rollout_engine import EngineError, EngineStopped
 
     acc = run.accelerator
-    snapshot = _pre_rollout_state(run)
+    snapshot = pre_rollout_state(run)
     error: Optional[EngineError] = None
     stats = RolloutStats()
     try:
@@ -840,8 +506,8 @@ def _collect_through_engine(run: _Run, it: int, last: Optional[Path], checkpoint
         failed = acc.reduce(failed, reduction="sum")
     if float(failed.item()) == 0.0:
         return stats
-    _restore_pre_rollout_state(run, snapshot)
+    restore_pre_rollout_state(run, snapshot)
     if last is None or not last.name.endswith(f"{it:06d}"):
-        last = checkpoints.save(it, lambda tmp: _write_checkpoint(run, it, tmp), meta={"num_processes": acc.num_processes})
+        last = checkpoints.save(it, lambda tmp: write_checkpoint(run, it, tmp), meta={"num_processes": acc.num_processes})
     reason = str(error) if error is not None else "the rollout server of another process failed (see that process's log)"
     raise EngineStopped(reason, it, last) from None

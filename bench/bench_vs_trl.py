@@ -232,7 +232,8 @@ def run_project(args: argparse.Namespace, kl: float, estimator: str) -> dict[str
     from a2c_ppo_acktr.loading import load_vlm
     from a2c_ppo_acktr.model import VLMPolicy
     from a2c_ppo_acktr.storage import BOOTSTRAPPING_ESTIMATORS, RolloutStorage
-    from a2c_ppo_acktr.train import build_optimizer, collect_rollout, compute_advantages
+    from a2c_ppo_acktr.algo.schedule import build_optimizer
+    from a2c_ppo_acktr.train import collect_rollout, compute_advantages
 
     env_cfg, prompts = build_prompts(args.num_prompts, ENV)
     cfg = _model_config(args)

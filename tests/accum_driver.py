@@ -84,7 +84,7 @@ def _digest(tensors: list[torch.Tensor]) -> str:
 def _trainable(module) -> dict[str, torch.Tensor]:
     """Full trainable tensors by name (gathered under ZeRO-3)."""
     from a2c_ppo_acktr.distributed import full_trainable
-    from a2c_ppo_acktr.train import trainable_state
+    from a2c_ppo_acktr.run_state import trainable_state
 
     with full_trainable(module):
         return trainable_state(module)
@@ -120,7 +120,8 @@ def run_scenario(backend: str, storage, gas: int, nan_calls: tuple[int, ...], ze
     from a2c_ppo_acktr.algo.ppo import PPO
     from a2c_ppo_acktr.distributed import build_accelerator, is_deepspeed
     from a2c_ppo_acktr.model import VLMPolicy
-    from a2c_ppo_acktr.train import build_optimizer, seed_everything
+    from a2c_ppo_acktr.algo.schedule import build_optimizer
+    from a2c_ppo_acktr.train import seed_everything
 
     cfg = config(backend, gas, zero3_json)
     accelerator = None

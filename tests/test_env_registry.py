@@ -91,7 +91,7 @@ def test_restored_batch_matches_the_uninterrupted_one(env_id):
     """The state saved after step k (pickled, as a checkpoint does), restored into a fresh batch,
     gives exactly the steps k+1.. of the batch that was never interrupted."""
     from a2c_ppo_acktr.envs.batch import BatchEnv
-    from a2c_ppo_acktr.train import restore_env_state
+    from a2c_ppo_acktr.run_state import restore_env_state
 
     cfg = game_cfg(env_id, env__max_turns=5)
     rng = np.random.default_rng(1)

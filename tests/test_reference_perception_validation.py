@@ -203,7 +203,8 @@ def test_ema_perception_and_validation_train_resume_exactly_and_validation_chang
     for weight and in every training metric: validation draws nothing from the run's streams, and
     the EMA reference and the best score travel in the checkpoint."""
     from a2c_ppo_acktr.logger import read_metrics
-    from a2c_ppo_acktr.train import EMA_FILE, run_training
+    from a2c_ppo_acktr.run_state import EMA_FILE
+    from a2c_ppo_acktr.train import run_training
 
     plain = run_training(load_config(preset="debug", overrides=_overrides(tmp_path / "plain")))
     val = {"log.val_interval": "1", "log.val_episodes": "3"}
@@ -230,7 +231,8 @@ def test_ema_decay_one_keeps_the_starting_weights_as_the_reference(tmp_path):
     """ppo.ema_decay=1: the reference stays at the weights the run started with (a fresh adapter's
     lora_B is zero) while the trained adapter moves away from it."""
     from a2c_ppo_acktr.logger import read_metrics
-    from a2c_ppo_acktr.train import EMA_FILE, run_training
+    from a2c_ppo_acktr.run_state import EMA_FILE
+    from a2c_ppo_acktr.train import run_training
 
     out = run_training(load_config(preset="debug", overrides=_overrides(
         tmp_path / "frozen", **{"ppo.ema_decay": "1", "ppo.perception_weighting": "false"})))

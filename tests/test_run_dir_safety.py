@@ -224,7 +224,7 @@ def test_resume_refuses_a_changed_run_definition_applies_a_changed_lr_and_record
     a changed ppo.lr is what the resumed iterations train with (metrics and optimizer), and
     resume_history.jsonl says so; another run's checkpoint goes only into a fresh directory."""
     from a2c_ppo_acktr.logger import read_metrics
-    from a2c_ppo_acktr.train import RESUME_HISTORY
+    from a2c_ppo_acktr.run_state import RESUME_HISTORY
 
     out = tmp_path / "run"
     run_training(_cfg(out, **{"ppo.num_iterations": "3", "log.stop_after_iterations": "2", "ppo.lr_schedule": "constant"}))

@@ -110,7 +110,7 @@ def test_two_iterations_write_metrics_config_and_checkpoint(runs):
     assert sum(r["rollout/episodes"] for r in rows) >= 2
     # Cosine schedule spans ppo.num_iterations=4 even though this invocation stopped after 2.
     cfg = PPOConfig(num_iterations=4, lr=1e-3)
-    from a2c_ppo_acktr.train import lr_factor
+    from a2c_ppo_acktr.algo.schedule import lr_factor
 
     assert [r["charts/learning_rate"] for r in rows] == pytest.approx([1e-3 * lr_factor(i, cfg) for i in (0, 1)])
     saved = RunConfig.from_yaml(out / "config.yaml")
@@ -161,7 +161,7 @@ def test_resume_auto_skips_incomplete_and_prunes(runs):
 
 
 def test_lr_schedule_closed_form():
-    from a2c_ppo_acktr.train import lr_factor
+    from a2c_ppo_acktr.algo.schedule import lr_factor
 
     cos = PPOConfig(num_iterations=7, warmup_iterations=2, min_lr_ratio=0.1, lr_schedule="cosine")
     got = [lr_factor(i, cos) for i in range(7)]
@@ -173,7 +173,7 @@ def test_lr_schedule_closed_form():
 
 
 def test_optimizer_param_groups_use_head_lr():
-    from a2c_ppo_acktr.train import build_optimizer
+    from a2c_ppo_acktr.algo.schedule import build_optimizer
 
     class Fake(torch.nn.Module):
         def __init__(self):
@@ -214,9 +214,10 @@ def test_resume_from_explicit_incomplete_path_is_refused(tmp_path):
 
 def test_crash_during_checkpoint_write_then_resume_auto(tmp_path, monkeypatch):
     """A crash while checkpoint 2 is written leaves checkpoint 1 loadable; --resume auto uses it."""
+    import a2c_ppo_acktr.run_state as run_state
     import a2c_ppo_acktr.train as train
 
-    real_save = train.save_pickle
+    real_save = run_state.save_pickle
     calls = []
 
     def crash_on_second(obj, path):
@@ -230,7 +231,7 @@ def test_crash_during_checkpoint_write_then_resume_auto(tmp_path, monkeypatch):
     torch.set_num_threads(1)
     try:
         overrides = _overrides(tmp_path, **{"ppo.num_iterations": "2", "model.max_new_tokens": "16"})
-        monkeypatch.setattr(train, "save_pickle", crash_on_second)
+        monkeypatch.setattr(run_state, "save_pickle", crash_on_second)
         with pytest.raises(KeyboardInterrupt):
             train.run_training(load_config(preset="debug", overrides=overrides))
         ckpts = tmp_path / "checkpoints"
@@ -241,7 +242,7 @@ def test_crash_during_checkpoint_write_then_resume_auto(tmp_path, monkeypatch):
         (torn / "rank000.pkl").write_bytes(b"torn")
         rows_before = read_metrics(tmp_path / "metrics.jsonl")
         assert [r["iteration"] for r in rows_before] == [1, 2]
-        monkeypatch.setattr(train, "save_pickle", real_save)
+        monkeypatch.setattr(run_state, "save_pickle", real_save)
         last = train.run_training(load_config(preset="debug", overrides=overrides + ["log.resume=auto"]))
     finally:
         torch.set_num_threads(threads)
