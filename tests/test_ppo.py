@@ -12,7 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from a2c_ppo_acktr.algo.ppo import PPO, adapt_kl_coef, explained_variance, policy_loss, ppo_loss, value_loss
+from a2c_ppo_acktr.algo.kl import adapt_kl_coef
+from a2c_ppo_acktr.algo.ppo import PPO, explained_variance, policy_loss, ppo_loss, value_loss
 from a2c_ppo_acktr.arguments import PPOConfig
 from a2c_ppo_acktr.storage import Minibatch, RolloutStorage
 from numerics import f32_tolerance

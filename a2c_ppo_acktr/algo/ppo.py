@@ -29,18 +29,17 @@ epoch).
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Iterator, Optional
 
 import torch
 from torch import Tensor
 
 from a2c_ppo_acktr.algo.accumulation import AccumulationWindow
+from a2c_ppo_acktr.algo.kl import KLControl
+from a2c_ppo_acktr.algo.tally import UpdateTally
 from a2c_ppo_acktr.arguments import PPOConfig
 from a2c_ppo_acktr.storage import BOOTSTRAPPING_ESTIMATORS, Minibatch, RolloutStorage
 
-# The adaptive KL controller moves kl_coef by at most this fraction per update (Ziegler et al. 2019).
-KL_CONTROLLER_MAX_STEP = 0.2
 
 
 def tis_weights(old_log_probs: Tensor, engine_log_probs: Optional[Tensor], cap: float) -> Tensor:
@@ -197,12 +196,6 @@ def forward_in_storage_order(
         policy.train(was_training)
 
 
-def adapt_kl_coef(kl_coef: float, kl: float, kl_target: float) -> float:
-    """Proportional controller: grow ``kl_coef`` when KL is above target, shrink it when below."""
-    error = max(-KL_CONTROLLER_MAX_STEP, min(KL_CONTROLLER_MAX_STEP, kl / kl_target - 1.0))
-    return kl_coef * (1.0 + error)
-
-
 class PPO:
     """PPO over a :class:`RolloutStorage` of VLM turns.
 
@@ -229,17 +222,14 @@ class PPO:
         seed: int = 0,
         kl_ref_interval: int = 1,
     ) -> None:
-        if kl_ref_interval < 1:
-            raise ValueError(f"kl_ref_interval={kl_ref_interval} must be >= 1 (log.kl_ref_interval)")
         self.policy, self.optimizer, self.cfg, self.accelerator = policy, optimizer, cfg, accelerator
-        self.kl_ref_interval = int(kl_ref_interval)
+        self.kl = KLControl(cfg, kl_ref_interval)
         if accelerator is not None and accelerator.gradient_accumulation_steps != cfg.grad_accum_steps:
             raise ValueError(
                 f"Accelerator(gradient_accumulation_steps={accelerator.gradient_accumulation_steps}) differs from "
                 f"ppo.grad_accum_steps={cfg.grad_accum_steps}; create the Accelerator with "
                 "gradient_accumulation_steps=cfg.ppo.grad_accum_steps"
             )
-        self.kl_coef = float(cfg.kl_coef)
         self.generator = torch.Generator().manual_seed(int(seed))
         self.num_updates = 0
         self.optimizer_steps = 0  # optimizer steps actually taken, over the whole run (optim/steps)
@@ -258,6 +248,19 @@ class PPO:
 
     # ------------------------------------------------------------------ helpers
     @property
+    def kl_coef(self) -> float:
+        """The KL coefficient now (it adapts with ``ppo.kl_adaptive``)."""
+        return self.kl.coef
+
+    @kl_coef.setter
+    def kl_coef(self, value: float) -> None:
+        self.kl.coef = float(value)
+
+    @property
+    def kl_in_loss(self) -> bool:
+        return self.kl.in_loss
+
+    @property
     def _deepspeed(self) -> bool:
         return self.accelerator is not None and str(self.accelerator.distributed_type).upper().endswith("DEEPSPEED")
 
@@ -271,16 +274,10 @@ class PPO:
             flag = self.accelerator.gather(flag.to(self.accelerator.device)).min()
         return bool(flag.item() > 0)
 
-    @property
-    def kl_in_loss(self) -> bool:
-        return self.kl_coef > 0 and self.cfg.kl_penalty == "loss"
-
     def _forward_options(self) -> dict[str, Any]:
         """Keyword options of the policy's forward, only where they differ from its defaults (so a
         policy without them still works with the default config)."""
-        options: dict[str, Any] = {}
-        if self.cfg.kl_estimator != "full":
-            options["kl_estimator"] = self.cfg.kl_estimator
+        options: dict[str, Any] = self.kl.forward_options()
         if self.cfg.temperature_loss == "entropy_target":
             options["detach_temperature"] = True
         if self.cfg.reference != "base":
@@ -290,14 +287,6 @@ class PPO:
     @property
     def _module(self) -> Any:
         return self.accelerator.unwrap_model(self.policy) if self.accelerator is not None else self.policy
-
-    def _with_kl(self, first_minibatch: bool) -> bool:
-        """Whether this minibatch runs the reference forward: always when the KL is in the loss,
-        else on the first minibatch of every ``kl_ref_interval``-th update (the monitor). The same
-        answer on every process: update count and ``kl_coef`` are identical across ranks."""
-        if self.kl_in_loss:
-            return True
-        return first_minibatch and self._has_reference and self.num_updates % self.kl_ref_interval == 0
 
     def _mean_across(self, x: float) -> float:
         if self.accelerator is None or self.accelerator.num_processes == 1:
@@ -333,83 +322,61 @@ class PPO:
         self.policy.train()
         self.optimizer.zero_grad()
         options = self._forward_options()
-        # Metric sums stay on the device (detached scalars); read once after the last minibatch.
-        sums: dict[str, Tensor] = {}
-        counted = 0
-        skipped = 0
-        grad_norms: list[float] = []
-        windows = 0
-        window_steps = 0
-        first_dev: Optional[Tensor] = None
-        kl_ref_sum: Optional[Tensor] = None
-        kl_ref_count = 0
+        tally = UpdateTally()
         for epoch in range(cfg.ppo_epochs):
             epoch_kl: Optional[Tensor] = None
             epoch_counted = 0
             for k, mb in enumerate(storage.minibatches(cfg.mini_batch_size, self.generator, cfg.adv_norm, cfg.adv_std_floor)):
-                out = self.policy(mb, with_kl=self._with_kl(epoch == 0 and k == 0), **options)
+                with_kl = self.kl.with_reference(epoch == 0 and k == 0, self.num_updates, self._has_reference)
+                out = self.policy(mb, with_kl=with_kl, **options)
                 loss, m = ppo_loss(out.log_probs, out.values, out.entropy, out.kl, mb, cfg, self.kl_coef, out)
                 if epoch == 0 and k == 0:
-                    first_dev = m["ratio_max_dev"]
+                    tally.first_dev = m["ratio_max_dev"]
                 if self._all_finite(loss):  # the one host read per minibatch: skipping is decided before backward
                     self.window.backward(loss)
-                    counted += 1
-                    for name, val in m.items():
-                        if name == "kl_ref":
-                            kl_ref_sum = val if kl_ref_sum is None else kl_ref_sum + val
-                            kl_ref_count += 1
-                        elif name != "ratio_max_dev":
-                            sums[name] = val if name not in sums else sums[name] + val
+                    tally.add(m)
                     epoch_kl = m["approx_kl"] if epoch_kl is None else epoch_kl + m["approx_kl"]
                     epoch_counted += 1
                 else:
-                    skipped += 1
+                    tally.skipped += 1
                     self.window.skip()
                 del out, loss  # free the graph before the next forward
                 ended = self.window.end_minibatch()
                 if ended is not None:
-                    stepped, norm = ended
-                    grad_norms.append(norm)
-                    windows += 1
-                    self.optimizer_steps += int(stepped)
-                    window_steps += int(stepped)
-            if cfg.target_kl is not None and epoch_counted:
-                if self._mean_across(float(epoch_kl) / epoch_counted) > cfg.target_kl:
-                    break
-        # The one read of the metrics: every sum in a single device-to-host copy.
-        names = sorted(sums)
-        parts = [sums[n].float().reshape(1) for n in names]
-        parts += [t.float().reshape(1) for t in (kl_ref_sum, first_dev) if t is not None]
-        host = torch.cat(parts).tolist() if parts else []
-        mean = {n: host[i] / counted for i, n in enumerate(names)}
-        kl_ref = host[len(names)] / kl_ref_count if kl_ref_sum is not None else float("nan")
-        first = host[-1] if first_dev is not None else float("nan")
-        if cfg.kl_adaptive and kl_ref_count and self.kl_in_loss:
-            self.kl_coef = adapt_kl_coef(self.kl_coef, self._mean_across(kl_ref), cfg.kl_target)
+                    tally.end_window(*ended)
+                    self.optimizer_steps += int(ended[0])
+            if cfg.target_kl is not None and epoch_counted and self._mean_across(float(epoch_kl) / epoch_counted) > cfg.target_kl:
+                break
+        mean, kl_ref, first = tally.read()  # the one read of the metrics
+        if tally.kl_ref_count and self.kl.adapts:
+            self.kl.adapt(self._mean_across(kl_ref))
         if cfg.reference == "ema" and cfg.ema_decay < 1.0:  # the reference trails the weights this update ended with
             self._module.update_ema_reference(cfg.ema_decay)
         self.num_updates += 1
-        finite_norms = [g for g in grad_norms if math.isfinite(g)]
-        return {
-            "losses/policy_loss": mean.get("policy_loss", float("nan")),
-            "losses/value_loss": mean.get("value_loss", float("nan")),
-            "losses/entropy": mean.get("entropy", float("nan")),
-            "losses/approx_kl": mean.get("approx_kl", float("nan")),
-            "losses/clipfrac": mean.get("clipfrac", float("nan")),
-            "losses/value_clipfrac": mean.get("value_clipfrac", float("nan")),
-            "losses/explained_variance": explained_variance(storage.values.flatten(), storage.returns.flatten()),
-            "losses/grad_norm": sum(finite_norms) / len(finite_norms) if finite_norms else float("nan"),
-            "losses/skipped_minibatches": float(skipped),
-            "losses/kl_ref": kl_ref,
-            "losses/kl_coef": self.kl_coef,
-            "losses/seq_entropy": mean.get("seq_entropy", float("nan")),
-            "losses/temperature_loss": mean.get("temperature_loss", float("nan")),
-            "losses/tis_weight": mean.get("tis_weight", float("nan")),
-            "losses/tis_capped_frac": mean.get("tis_capped_frac", float("nan")),
-            "adv/compared_fraction": float(storage.adv_mask.float().mean()) if storage.adv_mask is not None else float("nan"),
-            "adv/raw_std": float(storage.advantages.float().std(unbiased=False)),
-            "debug/first_minibatch_ratio_max_dev": first,
-            "optim/steps": float(self.optimizer_steps),
-            # windows without a step: every minibatch skipped, or a non-finite gradient norm
-            "optim/skipped_windows": float(windows - window_steps),
-        }
+        return update_metrics(mean, kl_ref, first, tally, storage, self.kl_coef, self.optimizer_steps)
+
+
+def update_metrics(
+    mean: dict[str, float], kl_ref: float, first: float, tally: UpdateTally, storage: RolloutStorage, kl_coef: float, optimizer_steps: int
+) -> dict[str, float]:
+    """The logged metrics of one update (``losses/*``, ``adv/*``, ``optim/*``, the ratio check)."""
+    nan = float("nan")
+    loss_keys = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "value_clipfrac")
+    out = {f"losses/{k}": mean.get(k, nan) for k in loss_keys}
+    out.update({
+        "losses/explained_variance": explained_variance(storage.values.flatten(), storage.returns.flatten()),
+        "losses/grad_norm": tally.mean_grad_norm(),
+        "losses/skipped_minibatches": float(tally.skipped),
+        "losses/kl_ref": kl_ref,
+        "losses/kl_coef": kl_coef,
+    })
+    out.update({f"losses/{k}": mean.get(k, nan) for k in ("seq_entropy", "temperature_loss", "tis_weight", "tis_capped_frac")})
+    out.update({
+        "adv/compared_fraction": float(storage.adv_mask.float().mean()) if storage.adv_mask is not None else nan,
+        "adv/raw_std": float(storage.advantages.float().std(unbiased=False)),
+        "debug/first_minibatch_ratio_max_dev": first,
+        "optim/steps": float(optimizer_steps),
+        # windows without a step: every minibatch skipped, or a non-finite gradient norm
+        "optim/skipped_windows": float(tally.windows - tally.window_steps),
+    })
+    return out
