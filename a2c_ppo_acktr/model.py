@@ -53,7 +53,7 @@ from safetensors import SafetensorError
 from torch import Tensor, nn
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
-from a2c_ppo_acktr import choices, prompts
+from a2c_ppo_acktr import prompts
 from a2c_ppo_acktr.arguments import ModelConfig
 from a2c_ppo_acktr.distributed import agreed_chunk_count
 from a2c_ppo_acktr.distributions import (
@@ -69,6 +69,8 @@ from a2c_ppo_acktr.distributions import (
 )
 from a2c_ppo_acktr.encoding import TurnEncoding, collate, split_rows
 from a2c_ppo_acktr.loading import ContextLengthError, LoadedVLM, ModelLoadError, adapter_settings, forbidden_token_ids, load_vlm, record_base_model
+from a2c_ppo_acktr.references import PERCEPTION_PROBES, EMAWeights, reference_named
+from a2c_ppo_acktr.references import REFERENCES as KL_REFERENCES
 from a2c_ppo_acktr.temp_predictor import TempPredictor, compute_in_float32
 
 logger = logging.getLogger(__name__)
@@ -134,29 +136,8 @@ class EvalOutput:
     token_mask: Optional[Tensor] = None
 
 
-# What the KL of the training forward compares the policy with (the forward's ``reference`` option).
-# base: the adapter disabled (no copy); ema: the policy with the adapter's exponential moving average
-# (ppo.reference=ema); masked_images / noised_images: the policy itself with every image replaced
-# by the processor's mean image (zeros after normalisation) or by standard normal pixels (the
-# perception pass of ppo.perception_weighting: the KL is then each token's visual dependency).
-PERCEPTION_PROBES = ("masked_images", "noised_images")
-REFERENCES = choices.REFERENCES + PERCEPTION_PROBES
-
-
-def masked_images(inputs: dict[str, Tensor], noise: bool = False, seed: int = 0) -> dict[str, Tensor]:
-    """``inputs`` with every processed image tensor (keys ``pixel_values*``) replaced: zeros (after
-    the processor's normalisation: the mean image) or, with ``noise``, standard normal values from a
-    generator seeded with ``seed``. Token ids, masks and image grids are unchanged, so the masked
-    forward is the same sequence with uninformative pixels."""
-    out = dict(inputs)
-    gen = torch.Generator().manual_seed(int(seed)) if noise else None
-    keys = [k for k in inputs if k.startswith("pixel_values") and torch.is_tensor(inputs[k])]
-    if not keys:
-        raise ValueError("the batch holds no image tensor (pixel_values*) to mask; perception weighting needs image observations")
-    for k in keys:
-        v = inputs[k]
-        out[k] = torch.randn(v.shape, generator=gen).to(device=v.device, dtype=v.dtype) if noise else torch.zeros_like(v)
-    return out
+# The names the forward's ``reference`` option takes: the KL references, then the perception probes.
+REFERENCES = tuple(KL_REFERENCES) + tuple(PERCEPTION_PROBES)
 
 
 class _RowTemperatureProcessor(LogitsProcessor):
@@ -196,21 +177,6 @@ class _RowTemperatureProcessor(LogitsProcessor):
         """``(B, R)`` log-probs of the R generated positions (after generate returned)."""
         self._read(last_tokens)
         return torch.stack(self.step_log_probs, dim=1)
-
-
-
-def _reference_head(head: nn.Module) -> nn.Module:
-    """The output layer as the reference policy (adapter disabled) applies it.
-
-    With the default LoRA targets ``lm_head`` carries no adapter and this is ``head`` itself; if a
-    user's targets or ``modules_to_save`` wrap it, the reference must use the original layer, which
-    is what peft's ``disable_adapter`` would run.
-    """
-    original = getattr(head, "original_module", None)  # peft ModulesToSaveWrapper
-    if isinstance(original, nn.Module):
-        return original
-    get_base = getattr(head, "get_base_layer", None)  # peft tuner layers (LoRA on lm_head)
-    return get_base() if callable(get_base) else head
 
 
 def build_lora_config(cfg: ModelConfig, modules_to_save: Optional[Sequence[str]] = None) -> Any:
@@ -320,7 +286,7 @@ class VLMPolicy(nn.Module):
         self.pad_id = int(pad)
         self._warned_split = False  # the processor output could not be kept with the rollout (warned once)
         self._engine: Any = None  # a rollout engine while a rollout uses one (with_engine), else None: generate here
-        self._ema: Optional[dict[str, Tensor]] = None  # ppo.reference=ema: float32 averages by name (init_ema_reference)
+        self._ema: Optional[EMAWeights] = None  # ppo.reference=ema: float32 averages (init_ema_reference)
         limit = getattr(text_cfg, "max_position_embeddings", None)
         self.context_limit: Optional[int] = int(limit) if limit else None  # prompt + response positions (_check_context)
 
@@ -507,8 +473,9 @@ class VLMPolicy(nn.Module):
         if with_kl:
             # Before the policy's forward: this no-grad pass's working set then never sits on top
             # of the activations the policy's forward keeps for backward.
-            ref_final = self._reference_hidden(inputs, R, reference, noise_seed)
-            ref_head = _reference_head(head) if reference == "base" else self._ema_head(head) if reference == "ema" else head
+            strategy = reference_named(reference)
+            ref_final = strategy.hidden(self, inputs, R, noise_seed)
+            ref_head = strategy.head(self, head)
         # The model runs up to lm_head's input only; the logits are made chunk by chunk below, so no
         # full (B, R+1, V) tensor (model dtype) nor its float32 derivatives exist at once.
         with self._catch_lm_head_input(skip_logits=True) as caught:
@@ -537,29 +504,8 @@ class VLMPolicy(nn.Module):
             token_log_probs=stats.log_probs, token_kl=per_token, token_mask=resp_mask,
         )
 
-    def _reference_hidden(self, inputs: dict[str, Tensor], R: int, reference: str, noise_seed: int) -> Tensor:
-        """``(B, R, H)`` final hidden states of the reference (no grad) at the R generated positions."""
-        if reference not in REFERENCES:
-            raise ValueError(f"reference={reference!r} is not one of {list(REFERENCES)}")
-        kwargs = {**inputs, "use_cache": False, "logits_to_keep": R + 1}
-        context: Any = contextlib.nullcontext()
-        forward: Any = self.model
-        if reference == "base":
-            if not self.has_reference:
-                raise ValueError("KL to the reference needs LoRA (model.use_lora=true): the reference is the adapter-disabled model")
-            context = self.model.disable_adapter()
-        elif reference == "ema":
-            params = self._ema_params()
-            forward = lambda **kw: torch.func.functional_call(self.model, params, (), kw, strict=False)  # noqa: E731
-        else:
-            kwargs = masked_images(kwargs, noise=reference == "noised_images", seed=noise_seed)
-        with torch.no_grad(), context, self._catch_lm_head_input(skip_logits=True) as ref_caught:
-            forward(**kwargs)
-        # A copy: the slice would keep the reference's whole (B, T, H) final hidden states alive.
-        return ref_caught[0][:, :R].clone()
-
-    # ------------------------------------------------------------------ EMA reference
-    def _averaged_parameters(self) -> list[tuple[str, nn.Parameter]]:
+    # ------------------------------------------------------------------ EMA reference (references.MovingAverage)
+    def averaged_parameters(self) -> list[tuple[str, nn.Parameter]]:
         """The weights the EMA reference averages: the trainable ones of the VLM (the adapter and
         any ``train_vision`` copies), not the heads (the reference has no value or temperature)."""
         return [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
@@ -572,59 +518,29 @@ class VLMPolicy(nn.Module):
         """
         if not self.cfg.use_lora:
             raise ValueError("ppo.reference=ema averages the LoRA adapter: set model.use_lora=true")
-        self._ema = {n: p.detach().float().clone() for n, p in self._averaged_parameters()}
+        self._ema = EMAWeights(self.averaged_parameters())
 
     @property
     def has_ema_reference(self) -> bool:
         return self._ema is not None
 
-    @torch.no_grad()
     def update_ema_reference(self, decay: float) -> None:
         """``ema <- decay * ema + (1 - decay) * weights`` (after a PPO update)."""
-        if not self.has_ema_reference:
+        if self._ema is None:
             raise RuntimeError("update_ema_reference before init_ema_reference")
-        for n, p in self._averaged_parameters():
-            self._ema[n].mul_(decay).add_(p.detach().float(), alpha=1.0 - decay)
+        self._ema.update(self.averaged_parameters(), decay)
 
     def ema_reference_state(self) -> dict[str, Tensor]:
         """CPU copies of the EMA weights by name (checkpointed with the run)."""
-        if not self.has_ema_reference:
+        if self._ema is None:
             raise RuntimeError("no EMA reference: call init_ema_reference first")
-        return {n: t.detach().cpu().clone() for n, t in self._ema.items()}
+        return self._ema.state()
 
     def load_ema_reference_state(self, state: dict[str, Tensor]) -> None:
         """Restore :meth:`ema_reference_state`; the names must be this policy's trainable weights."""
-        own = dict(self._averaged_parameters())
-        if set(own) != set(state):
-            raise ValueError(
-                f"the saved EMA reference holds {len(state)} tensors for {len(own)} trainable weights here; resume with the same model and LoRA settings"
-            )
-        self._ema = {n: state[n].to(device=own[n].device, dtype=torch.float32).clone() for n in own}
-
-    def _ema_params(self) -> dict[str, Tensor]:
-        """The averaged weights by name in ``self.model``, in each weight's dtype, for
-        ``torch.func.functional_call``: the reference forward reads them in place of the trained
-        ones without touching the trained tensors (no in-place swap that autograd would see)."""
-        if not self.has_ema_reference:
-            raise RuntimeError("the EMA reference was not initialised (ppo.reference=ema: call init_ema_reference)")
-        own = dict(self._averaged_parameters())
-        return {n: t.to(own[n].dtype) for n, t in self._ema.items()}
-
-    def _ema_head(self, head: nn.Module) -> Any:
-        """The output layer as the EMA reference applies it: ``head`` itself when it has no trained
-        weights (the default targets), else a no-grad function of ``head`` with its averaged weights
-        (a LoRA'd ``lm_head``, as in cpu-demo)."""
-        prefix = next((name for name, m in self.model.named_modules() if m is head), None)
-        if prefix is None or not any(p.requires_grad for p in head.parameters()):
-            return head
-        params = {n[len(prefix) + 1:]: t for n, t in self._ema_params().items() if n.startswith(prefix + ".")}
-
-        def apply(x: Tensor) -> Tensor:
-            with torch.no_grad():
-                return torch.func.functional_call(head, params, (x,), strict=False)
-
-        apply.out_features = getattr(head, "out_features", None)  # type: ignore[attr-defined]
-        return apply
+        ema = self._ema if self._ema is not None else EMAWeights([])
+        ema.load(state, self.averaged_parameters())
+        self._ema = ema
 
     @staticmethod
     def _unpadded(enc: dict[str, Tensor]) -> list[Tensor]:

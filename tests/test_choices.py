@@ -8,7 +8,8 @@ from a2c_ppo_acktr import choices, scoring, storage, teachers
 from a2c_ppo_acktr.arguments import QUESTION_TYPES, ConfigError, load_config
 from a2c_ppo_acktr.distributions import sample_kl
 from a2c_ppo_acktr.envs.questions import GENERATORS
-from a2c_ppo_acktr.model import PERCEPTION_PROBES, REFERENCES
+from a2c_ppo_acktr import references
+from a2c_ppo_acktr.model import REFERENCES
 from a2c_ppo_acktr.rollout_engine import ENGINES
 
 
@@ -16,7 +17,8 @@ def test_every_registry_implements_exactly_its_family():
     assert list(storage.ADVANTAGE_ESTIMATORS) == list(choices.ADVANTAGE_ESTIMATORS)
     assert list(teachers.TEACHERS) == list(choices.TEACHERS)
     assert ENGINES == choices.ROLLOUT_ENGINES
-    assert REFERENCES == choices.REFERENCES + PERCEPTION_PROBES
+    assert list(references.REFERENCES) == list(choices.REFERENCES)
+    assert REFERENCES == choices.REFERENCES + tuple(references.PERCEPTION_PROBES)
     assert list(GENERATORS) == list(QUESTION_TYPES) == list(scoring.TASKS)
     logits = torch.randn(3)
     for estimator in choices.KL_ESTIMATORS:

@@ -52,3 +52,14 @@ def test_the_tally_means_counted_minibatches_and_keeps_the_kl_apart():
     assert t.mean_grad_norm() == 2.0 and (t.windows, t.window_steps, t.counted) == (2, 1, 2)
     empty_mean, empty_kl, empty_first = UpdateTally().read()
     assert empty_mean == {} and math.isnan(empty_kl) and math.isnan(empty_first)
+
+
+def test_a_reference_is_one_class_and_unknown_names_are_listed():
+    from a2c_ppo_acktr import choices, references
+
+    assert {type(r).__name__ for r in references.REFERENCES.values()} == {"AdapterDisabled", "MovingAverage"}
+    assert references.reference_named("noised_images").noise and not references.reference_named("masked_images").noise
+    with pytest.raises(ValueError, match=r"reference='frozen' is not one of \['base', 'ema', 'masked_images', 'noised_images'\]"):
+        references.reference_named("frozen")
+    with pytest.raises(ImportError, match="ppo.reference"):  # a class registered without its name in choices.py
+        choices.check_registry("ppo.reference", [*references.REFERENCES, "frozen"], choices.REFERENCES)

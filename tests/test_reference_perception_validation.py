@@ -10,7 +10,8 @@ import torch
 
 from a2c_ppo_acktr.algo import perception
 from a2c_ppo_acktr.arguments import ConfigError, PPOConfig, load_config
-from a2c_ppo_acktr.model import VLMPolicy, masked_images
+from a2c_ppo_acktr.model import VLMPolicy
+from a2c_ppo_acktr.references import masked_images
 from a2c_ppo_acktr.validation import BEST_DIR, BestPolicy, read_best
 from tests.numerics import recorded_forwards
 from tests.test_policy import NUM_ENVS, NUM_STEPS, _policy, _rollout, loaded  # noqa: F401  (fixture)
