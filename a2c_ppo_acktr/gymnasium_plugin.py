@@ -50,7 +50,7 @@ def _register() -> None:
         from a2c_ppo_acktr.envs import register_envs
 
         register_envs()
-    except Exception as e:  # never break `import gymnasium` for a user who does not use these envs
+    except Exception as e:  # noqa: BLE001 - never break `import gymnasium` for a user who does not use these envs
         import warnings
 
         warnings.warn(f"vsi-ppo could not register its gymnasium ids ({type(e).__name__}: {e}); "

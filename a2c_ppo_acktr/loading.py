@@ -337,7 +337,7 @@ def flash_attn_importable() -> bool:
     """Whether the ``flash_attn`` package imports (built for this torch and CUDA)."""
     try:
         import flash_attn  # noqa: F401
-    except Exception:  # ImportError, or an OSError/RuntimeError from a build for another torch
+    except Exception:  # noqa: BLE001 - ImportError, or an OSError/RuntimeError from a build for another torch
         return False
     return True
 

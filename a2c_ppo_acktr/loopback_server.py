@@ -157,7 +157,6 @@ class LoopbackServer:
             enc = pol._encode([text], [images])
             prompt_ids = enc["input_ids"][0].tolist()
             temperature = float(body.get("temperature", 1.0))
-            greedy = temperature <= 0.0
             bias = torch.zeros(pol.vocab_size)
             for tok, b in (body.get("logit_bias") or {}).items():
                 bias[int(tok)] = float(b)

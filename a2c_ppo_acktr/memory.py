@@ -399,12 +399,12 @@ def preset_shapes(run: Any, dims: ModelDims) -> Shapes:
 # ---------------------------------------------------------------------------------------------
 def layer_bytes_per_token(d: ModelDims, s: Setup, padded: bool) -> float:
     """Bytes one decoder layer keeps for backward per token (see the module docstring)."""
-    H, q, I, b, a, r = d.hidden, d.q_dim, d.intermediate, s.dtype_bytes, s.lora_bytes, s.lora_r
+    H, q, inter, b, a, r = d.hidden, d.q_dim, d.intermediate, s.dtype_bytes, s.lora_bytes, s.lora_r
     kv = q if padded else d.kv_dim  # transformers repeats k, v to every head when a mask is passed to sdpa
     norms = 2 * (4 * H + 4)
     lora_inputs = 2 * b * H if a == b else a * (5 * H + q)
     attention = b * (2 * q + 2 * kv) + 4 * d.heads
-    mlp = 3 * b * I + a * I
+    mlp = 3 * b * inter + a * inter
     return norms + lora_inputs + attention + mlp + 7 * a * r
 
 

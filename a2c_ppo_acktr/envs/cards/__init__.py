@@ -22,8 +22,6 @@ Importing this package imports gymnasium only and registers nothing; :func:`regi
 """
 from __future__ import annotations
 
-import gymnasium as gym
-
 ENV_IDS = (
     "gym_cards/NumberLine-v0",
     "gym_cards/EZPoints-v0",

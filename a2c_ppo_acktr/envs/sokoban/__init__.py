@@ -10,8 +10,6 @@ Importing this package imports gymnasium only and registers nothing; :func:`regi
 """
 from __future__ import annotations
 
-import gymnasium as gym
-
 ENV_IDS = ("Sokoban-v0",)
 ENTRY_POINTS = {"Sokoban-v0": "a2c_ppo_acktr.envs.sokoban.env:SokobanEnv"}
 
