@@ -25,6 +25,7 @@ import yaml
 
 from . import atomic
 from .choices import ADV_NORMS, ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, REFERENCES, ROLLOUT_ENGINES, TEACHERS, THOUGHT_STYLES
+from .errors import UserError
 from .scoring import TASKS as SCORING_TASKS
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -33,7 +34,7 @@ CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 QUESTION_TYPES = tuple(SCORING_TASKS)
 
 
-class ConfigError(ValueError):
+class ConfigError(ValueError, UserError):
     """A configuration value or combination is invalid; the message says how to fix it."""
 
 

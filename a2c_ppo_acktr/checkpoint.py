@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from .atomic import publish_dir
+from .errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ _TMP_PREFIX = ".tmp-"
 _NAME_RE = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(RuntimeError, UserError):
     """A checkpoint is missing, incomplete, or does not fit the run that tries to load it."""
 
 

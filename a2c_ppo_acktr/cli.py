@@ -26,6 +26,8 @@ import typing
 from typing import Any, Callable, Optional, Sequence
 
 from a2c_ppo_acktr.arguments import ConfigError, RunConfig, add_config_args, config_from_args
+from a2c_ppo_acktr.errors import UserError
+from a2c_ppo_acktr.preemption import Preempted
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _ROOT_KEYS = frozenset(f.name for f in dataclasses.fields(RunConfig))
@@ -199,17 +201,8 @@ def config_keys_help(width: int = 100) -> str:
     return "\n".join(out) + "\n"
 
 
-def _user_errors() -> tuple[type[BaseException], ...]:
-    # Imported here: these modules pull in torch/open3d, which a config error should not wait for.
-    from a2c_ppo_acktr.checkpoint import CheckpointError
-    from a2c_ppo_acktr.envs.real_scans import SceneLoadError
-    from a2c_ppo_acktr.envs.vsibench import VSIBenchRowError
-    from a2c_ppo_acktr.jsonl import JsonlError
-    from a2c_ppo_acktr.loading import ContextLengthError, ModelLoadError
-    from a2c_ppo_acktr.rollout_engine import EngineError
-
-    return (ConfigError, ModelLoadError, ContextLengthError, SceneLoadError, VSIBenchRowError, CheckpointError, FileNotFoundError, JsonlError,
-            EngineError)
+# What an entry script reports in one line (exit 2): errors the user fixes, and a missing input file.
+USER_ERRORS: tuple[type[BaseException], ...] = (UserError, FileNotFoundError)
 
 
 def run_main(main: Callable[[], object], prog: str) -> int:
@@ -223,12 +216,10 @@ def run_main(main: Callable[[], object], prog: str) -> int:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # noqa: BLE001 - narrowed just below; everything else re-raises
-        from a2c_ppo_acktr.preemption import Preempted
-
         if isinstance(e, Preempted):  # stopped on a signal with its state saved: not an error
             print(f"{prog}: {e}", file=sys.stderr)
             return e.exit_code
-        if not isinstance(e, _user_errors()) and not _environment_error(e):
+        if not isinstance(e, USER_ERRORS) and not _environment_error(e):
             raise
         return _report(prog, e)
     return 0

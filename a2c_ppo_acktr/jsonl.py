@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from a2c_ppo_acktr.atomic import open_atomic
+from a2c_ppo_acktr.errors import UserError
 
 logger = logging.getLogger(__name__)
 
 
-class JsonlError(ValueError):
+class JsonlError(ValueError, UserError):
     """A JSONL line is not a JSON object; the message names ``path:line``."""
 
 

@@ -29,6 +29,7 @@ from safetensors import SafetensorError  # a truncated or garbage .safetensors f
 
 from a2c_ppo_acktr.arguments import ModelConfig
 from a2c_ppo_acktr import atomic
+from a2c_ppo_acktr.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +59,11 @@ REFUSED_FAMILIES: dict[str, str] = {
 _VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<image>", "<video>")
 
 
-class ModelLoadError(RuntimeError):
+class ModelLoadError(RuntimeError, UserError):
     """A model or processor could not be found or loaded; the message says how to fix it."""
 
 
-class ContextLengthError(ValueError):
+class ContextLengthError(ValueError, UserError):
     """A prompt plus the response budget does not fit the model's positions; the message names the
     settings to lower."""
 

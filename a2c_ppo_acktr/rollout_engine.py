@@ -52,6 +52,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from .bounded_read import ReplyTooLarge, error_body, read_within
 from .choices import ROLLOUT_ENGINES
+from .errors import UserError
 from .preemption import Preempted
 
 logger = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ class EngineStopped(Preempted):
         self.checkpoint = checkpoint
 
 
-class EngineError(RuntimeError):
+class EngineError(RuntimeError, UserError):
     """A rollout engine failed in a way the user fixes (one line through the entry script)."""
 
 

@@ -1,7 +1,7 @@
 """Bad-input harness: every input file kind a user hands the package, mutated the ways files go
 wrong (truncated, bytes flipped, re-encoded as Latin-1/UTF-16, fields dropped), read by the loader
 the entry scripts use. Each outcome must be a success or one of the errors the entry scripts print
-as one line (:func:`a2c_ppo_acktr.cli._user_errors`); any other exception is a crash deep in a
+as one line (:data:`a2c_ppo_acktr.cli.USER_ERRORS`); any other exception is a crash deep in a
 stack, and the mutation that caused it is named. Model directories, adapters and checkpoints have
 their own fault tests (tests/test_run_dir_safety.py), scans theirs (tests/test_real_scans.py).
 """
@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from a2c_ppo_acktr.cli import _environment_error, _user_errors
+from a2c_ppo_acktr.cli import USER_ERRORS, _environment_error
 
 SEED = 20261122
 MUTATIONS_PER_KIND = 40
@@ -45,7 +45,7 @@ def mutations(data: bytes, rng: random.Random, structured: Callable[[random.Rand
 
 def check(load: Callable[[Path], object], path: Path, good: bytes, rng: random.Random, structured=None) -> int:
     """Load every mutation of ``good`` written to ``path``; returns how many were refused cleanly."""
-    allowed = _user_errors()
+    allowed = USER_ERRORS
     refused = 0
     for what, data in mutations(good, rng, structured):
         path.write_bytes(data)
@@ -168,7 +168,7 @@ def test_rank_state_files(tmp_path):
     save_pickle({"rng": {"torch": torch.ones(3, dtype=torch.uint8), "numpy": np.random.default_rng(0)}, "k": [1, 2.5, "x"]}, tmp_path / "ok.pkl")
     good = (tmp_path / "ok.pkl").read_bytes()
     # latin-1/utf-16 re-encodings of a binary file make no sense: decode bytes 1:1 instead
-    allowed = _user_errors()
+    allowed = USER_ERRORS
     rng = random.Random(SEED + 8)
     for k in range(MUTATIONS_PER_KIND * 2):
         pos = rng.randrange(len(good))

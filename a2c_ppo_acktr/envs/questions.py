@@ -537,17 +537,3 @@ def appearance_from_frames(object_id_maps: Sequence[np.ndarray], min_pixels: int
             ids.append(i)
             frames.append(k)
     return ids, frames
-
-
-def load_vsibench_rows(path) -> list[dict]:
-    """Read and validate real VSI-Bench rows (see :func:`a2c_ppo_acktr.envs.vsibench.load_vsibench_rows`)."""
-    from .vsibench import load_vsibench_rows as _load  # vsibench imports this module: import lazily
-
-    return _load(path)
-
-
-def question_from_row(row: dict) -> Question:
-    """A :class:`Question` from a VSI-Bench row (see :func:`a2c_ppo_acktr.envs.vsibench.question_from_row`)."""
-    from .vsibench import question_from_row as _convert
-
-    return _convert(row)

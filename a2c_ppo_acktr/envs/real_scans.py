@@ -63,6 +63,7 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
+from ..errors import UserError
 from .scene import OccupancyGrid, Scene, SceneObject
 
 logger = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ OCC_CLOSE_CELLS = 2  # morphological closing of the scanned-floor mask (fills sa
 BOX_MARGIN = 0.02  # ARKit: triangle centroids this far outside a box still belong to it (m)
 
 
-class SceneLoadError(ValueError):
+class SceneLoadError(ValueError, UserError):
     """A scan could not be loaded; the message names the file or scene and what was wrong."""
 
 

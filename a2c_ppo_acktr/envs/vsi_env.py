@@ -37,7 +37,7 @@ from gymnasium import spaces
 from ..arguments import EnvConfig
 from ..prompts import Answer, Invalid, Move, feedback_text, format_response, observation_text, parse_action
 from ..scoring import is_multiple_choice, score_prediction
-from . import env_config
+from .base import env_config
 from .labels import draw_labels
 from .navigation import sample_free_pose, try_move
 from .protocol import OracleStyle, attribute_state

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..jsonl import JsonlError, iter_jsonl
+from ..errors import UserError
 from ..scoring import MULTIPLE_CHOICE_TYPES, TASKS
 from .questions import Question
 
@@ -20,7 +21,7 @@ DATASETS = ("arkitscenes", "scannet", "scannetpp")
 REQUIRED_FIELDS = ("id", "dataset", "scene_name", "question_type", "question", "ground_truth")
 
 
-class VSIBenchRowError(ValueError):
+class VSIBenchRowError(ValueError, UserError):
     """A VSI-Bench row is malformed; the message names the row and the field."""
 
 

@@ -43,6 +43,6 @@ def register() -> None:
         ValueError: If an id is already registered with another entry point (for example by
             RL4VLM's own ``gym_cards`` package imported in the same process).
     """
-    from a2c_ppo_acktr.envs import register_entry_points
+    from a2c_ppo_acktr.envs.base import register_entry_points
 
     register_entry_points({env_id: ENTRY_POINTS[env_id] for env_id in ENV_IDS}, "do not import RL4VLM's gym_cards package in the same process as a2c_ppo_acktr's card games")

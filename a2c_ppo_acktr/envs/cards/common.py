@@ -34,7 +34,7 @@ from gymnasium import spaces
 
 # The reply scanner is the VSI format's own (one home for reading a reply object); prompts.py keeps
 # it private today. TODO(issue: other envs): expose it there as a public name and import that.
-from a2c_ppo_acktr.envs import env_config
+from a2c_ppo_acktr.envs.base import env_config
 from a2c_ppo_acktr.envs.protocol import OracleStyle, attribute_state
 from a2c_ppo_acktr.prompts import Invalid, reply_action_value
 

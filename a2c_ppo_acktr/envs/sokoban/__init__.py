@@ -21,6 +21,6 @@ def register() -> None:
         ValueError: If an id is already registered with another entry point (for example by the
             ``gym_sokoban`` package imported in the same process).
     """
-    from a2c_ppo_acktr.envs import register_entry_points
+    from a2c_ppo_acktr.envs.base import register_entry_points
 
     register_entry_points({env_id: ENTRY_POINTS[env_id] for env_id in ENV_IDS}, "do not import gym_sokoban in the same process as a2c_ppo_acktr's Sokoban")
