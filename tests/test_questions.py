@@ -318,7 +318,7 @@ def test_same_seed_same_question(room):
 
 
 # ------------------------------------------------------------------ real VSI-Bench rows
-from a2c_ppo_acktr.envs.questions import load_vsibench_rows, question_from_row  # noqa: E402
+from a2c_ppo_acktr.envs.vsibench import load_vsibench_rows, question_from_row  # noqa: E402
 from a2c_ppo_acktr.envs.vsibench import VSIBenchRowError, scene_for_row  # noqa: E402
 
 ROWS = [
