@@ -39,6 +39,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
+from a2c_ppo_acktr.tiny_training import next_token_training, text_rows
+
 QWEN_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 # CLIP vision tower + MLP projector + Llama text model; llava_next (LLaVA-1.6, RL4VLM's model class)
 # adds the anyres split of each image into a base view and tiles.
@@ -487,54 +489,6 @@ def pretrain_reply_format(model, tokenizer, spec: TinySpec, corpus: Sequence[str
     return next_token_training(model, batch, spec.pretrain_steps, spec.pretrain_lr, seed)
 
 
-def text_rows(docs: Sequence[Sequence[int]], pad: int, width: Optional[int] = None):
-    """Right-padded ``(input_ids, attention_mask)`` of token-id documents (``width``: at least the longest)."""
-    import torch
-
-    width = max([len(d) for d in docs] + [width or 0])
-    ids = torch.full((len(docs), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(docs), width), dtype=torch.long)
-    for k, d in enumerate(docs):
-        ids[k, : len(d)] = torch.tensor(d)
-        mask[k, : len(d)] = 1
-    return ids, mask
-
-
-def next_token_training(model, make_batch, steps: int, lr: float, seed: int) -> list[float]:
-    """``steps`` full-parameter AdamW steps on ``model(**make_batch(rng)).loss``: a short warm-up then a
-    linear decay to zero, gradients clipped at norm 1, on one CPU thread so the same seed gives
-    identical weights everywhere. ``make_batch`` draws from the seeded ``numpy`` generator it is given.
-
-    Returns:
-        The loss of every step.
-    """
-    import numpy as np
-    import torch
-
-    rng = np.random.default_rng(seed)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    warmup = max(1, steps // 10)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) * (1.0 - s / steps))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    losses: list[float] = []
-    model.train()
-    try:
-        for _ in range(steps):
-            loss = model(**make_batch(rng)).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            losses.append(float(loss.detach()))
-    finally:
-        torch.set_num_threads(threads)
-        model.eval()
-    return losses
-
-
 def pretrain_vision_stage(model, processor, tokenizer, spec: TinySpec, seed: int) -> dict:
     """Run the vision pre-training ``spec`` asks for (:mod:`a2c_ppo_acktr.tiny_vision`); its build record.
 
@@ -729,7 +683,7 @@ def spec_hash(family: str, seed: int) -> str:
 def _vision_sources() -> list[Path]:
     """The modules that draw and word the vision pre-training samples."""
     here = Path(__file__).resolve().parent
-    return [here / "tiny_vision.py", here / "envs" / "cards" / "numberline.py", here / "envs" / "cards" / "drawing.py"]
+    return [here / "tiny_vision.py", here / "tiny_training.py", here / "envs" / "cards" / "numberline.py", here / "envs" / "cards" / "drawing.py"]
 
 
 def build_tiny_model(family: str, out_dir: str | os.PathLike, seed: int = 0) -> Path:
