@@ -33,11 +33,92 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _ROOT_KEYS = frozenset(f.name for f in dataclasses.fields(RunConfig))
 
 
+# The keys ``--help`` shows with the values the command line resolves to; ``--help-all`` lists every key.
+COMMON_KEYS = (
+    "seed", "model.model_path", "model.device", "model.dtype", "env.env_id", "env.image_size", "env.max_turns",
+    "rollout.num_envs", "rollout.num_steps", "rollout.engine", "ppo.num_iterations", "ppo.lr", "ppo.advantage_estimator",
+    "ppo.kl_coef", "sft.data_path", "label.teacher", "eval.num_episodes", "log.output_dir", "log.resume",
+)
+
+
 class ConfigArgumentParser(argparse.ArgumentParser):
-    """An argparse parser whose help ends with the list of every config key (see :func:`config_keys_help`)."""
+    """An argparse parser with three levels of help, each printed once the command line is parsed (so
+    the values shown are the ones ``--preset``/``--config``/overrides resolve to):
+
+    * ``-h/--help``: the script's own flags and :data:`COMMON_KEYS` with their resolved values;
+    * ``--help-section SECTION``: every key of one config section (``ppo``, ``env``...), resolved;
+    * ``--help-all``: every config key with its type, code default and comment (:func:`config_keys_help`).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["add_help"] = False
+        super().__init__(*args, **kwargs)
+        self.add_argument("-h", "--help", action="store_true",
+                          help="show the script's flags and the common config keys with the values this command line gives them, then exit")
+        self.add_argument("--help-section", default=None, choices=config_sections(), metavar="SECTION",
+                          help=f"show every key of one config section ({', '.join(config_sections())}) with its value, then exit")
+        self.add_argument("--help-all", action="store_true", help="show every config key with its type, default and meaning, then exit")
 
     def format_help(self) -> str:
+        """The short help with the code defaults (``--help`` shows the resolved values instead)."""
+        return self.short_help(None)
+
+    def format_help_all(self) -> str:
         return super().format_help().rstrip("\n") + "\n\n" + config_keys_help()
+
+    def short_help(self, cfg: Optional[RunConfig], keys: Sequence[str] = COMMON_KEYS, title: str = "common config keys") -> str:
+        values = _flat_values(cfg if cfg is not None else RunConfig())
+        defaults = {k.key: k.default for k in config_keys()}
+        origin = "values from this command line" if cfg is not None else "code defaults"
+        lines = [super().format_help().rstrip("\n"), "", f"{title} ({origin}; set any with --section.key VALUE):"]
+        for key in keys:
+            value = values[key]
+            note = "" if value == defaults[key] else f"   (code default {format_value(defaults[key])})"
+            lines.append(f"  --{key} = {format_value(value)}{note}")
+        lines += ["", f"all {len(defaults)} config keys with their meaning: --help-all; one section: --help-section SECTION"]
+        return "\n".join(lines) + "\n"
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        ns, extra = super().parse_known_args(args, namespace)
+        if ns.help or ns.help_all or ns.help_section:
+            self._print_requested_help(ns, list(extra))
+            self.exit(0)
+        return ns, extra
+
+    def _print_requested_help(self, ns: argparse.Namespace, extra: list[str]) -> None:
+        if ns.help_all:
+            sys.stdout.write(self.format_help_all())
+            return
+        try:
+            cfg: Optional[RunConfig] = config_from_args(ns, [t for t in extra if not t.startswith("-h")]) if hasattr(ns, "preset") else None
+        except ConfigError as e:
+            print(f"(the command line does not resolve to a config: {e}; showing the code defaults)", file=sys.stderr)
+            cfg = None
+        if ns.help_section:
+            keys = [k.key for k in config_keys() if k.key.startswith(ns.help_section + ".")]
+            sys.stdout.write(self.short_help(cfg, keys, title=f"{ns.help_section} keys"))
+        else:
+            sys.stdout.write(self.short_help(cfg))
+
+
+def config_sections() -> list[str]:
+    """The config's section names (``env``, ``model``, ``rollout``, ``ppo``...)."""
+    hints = typing.get_type_hints(RunConfig)
+    return [f.name for f in dataclasses.fields(RunConfig) if dataclasses.is_dataclass(hints[f.name])]
+
+
+def _flat_values(cfg: RunConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+
+    def walk(d: dict, prefix: str) -> None:
+        for k, v in d.items():
+            if isinstance(v, dict) and prefix + k in config_sections():
+                walk(v, f"{k}.")
+            else:
+                out[prefix + k] = v
+
+    walk(cfg.to_dict(), "")
+    return out
 
 
 def config_parser(description: Optional[str]) -> argparse.ArgumentParser:

@@ -1,5 +1,6 @@
-"""Config discoverability: every entry script's --help lists every config key (type, default, the
-comment from arguments.py) quickly and without heavy imports; --print-config prints the resolved
+"""Config discoverability: every entry script's --help-all lists every config key (type, default, the
+comment from arguments.py) quickly and without heavy imports; --help is short and shows the common keys
+with the values the command line resolves to; --print-config prints the resolved
 config as YAML that loads back as the same config."""
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ def _help_entries(text: str) -> dict[str, tuple[str, str, str]]:
 
 
 def test_help_lists_every_key_with_its_type_default_and_comment():
-    text = cli.config_parser("x").format_help()
+    text = cli.config_parser("x").format_help_all()
     entries = _help_entries(text)
     fields = list(_fields())
     assert len(fields) > 100 and [k for k, _, _ in fields] == list(entries)  # every key, in declaration order
@@ -111,7 +112,7 @@ def test_help_lists_every_key_with_its_type_default_and_comment():
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_help_of_every_script_is_fast_complete_and_imports_nothing_heavy(script):
-    cmd = [sys.executable, *SCRIPTS[script], "--help"]
+    cmd = [sys.executable, *SCRIPTS[script], "--help-all"]
     start = time.perf_counter()
     res = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=60)
     seconds = time.perf_counter() - start
@@ -133,6 +134,25 @@ def test_help_of_every_script_is_fast_complete_and_imports_nothing_heavy(script)
     res = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip().splitlines()[-1] == "[]", res.stdout[-300:]
+
+
+def test_help_is_short_and_shows_the_values_the_command_line_resolves_to():
+    res = subprocess.run([sys.executable, str(REPO / "main_vsi.py"), "--preset", "debug", "--ppo.lr", "3e-4", "--help"], cwd=REPO, env=_env(),
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert len(lines) < 70 and "--sft-adapter" in res.stdout  # the script's own flags stay
+    assert "  --ppo.lr = 0.0003   (code default 1.0e-05)" in lines  # an override
+    assert "  --env.image_size = 32   (code default 224)" in lines  # the preset's value
+    assert "  --ppo.advantage_estimator = gae" in lines  # a key the preset leaves at its default: no note
+    assert lines[-1].startswith("all ") and "--help-all" in lines[-1]
+    section = subprocess.run([sys.executable, str(REPO / "main_vsi.py"), "--help-section", "rollout"], cwd=REPO, env=_env(),
+                             capture_output=True, text=True, timeout=60)
+    shown = [line.split(" = ")[0].strip() for line in section.stdout.splitlines() if line.startswith("  --rollout.")]
+    assert shown == [f"--{k}" for k, _, _ in _fields() if k.startswith("rollout.")]
+    bad = subprocess.run([sys.executable, str(REPO / "main_vsi.py"), "--help-section", "nope"], cwd=REPO, env=_env(),
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "invalid choice: 'nope'" in bad.stderr
 
 
 ARGS = ["--preset", "debug", "--ppo.lr", "3e-4", "env.max_turns=5", "--model.top_p", "0.9", "--env.question_types", "route_planning,object_counting"]
