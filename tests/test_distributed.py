@@ -349,6 +349,7 @@ def test_zero3_ranks_with_unequal_chunks_and_validation_work_do_not_hang(tmp_pat
     assert rows[0]["debug/first_minibatch_ratio_max_dev"] < _ratio_bound(hashes)
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_an_output_directory_some_processes_cannot_see_stops_every_process_in_one_line(tmp_path):
     """A multi-node run on a node-local path: the second process is given another directory of the

@@ -198,6 +198,7 @@ def _overrides(out, **extra):
     return [f"{k}={v}" for k, v in base.items()]
 
 
+@pytest.mark.slow
 def test_ema_perception_and_validation_train_resume_exactly_and_validation_changes_nothing(tmp_path):
     """3 iterations without validation equal 2 with validation + resume + 1 with validation, weight
     for weight and in every training metric: validation draws nothing from the run's streams, and
