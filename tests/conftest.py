@@ -1,4 +1,4 @@
-"""Shared test fixtures: offline mode, a per-checkout tiny-model cache, tiny model paths.
+"""Shared test fixtures: offline mode, a per-checkout tiny-model cache, tiny model paths, the loaded tiny model.
 
 Offline variables are set in ``pytest_configure`` (before any test module imports
 ``huggingface_hub``, which reads them at import time), so no test can reach the network.
@@ -37,6 +37,16 @@ def tiny_family_path() -> Callable[..., str]:
 def tiny_model_path(tiny_family_path: Callable[..., str]) -> str:
     """The cached tiny Qwen2.5-VL directory (the default ``tiny:qwen2_5_vl`` model)."""
     return tiny_family_path("qwen2_5_vl")
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_model_path):
+    """The tiny Qwen2.5-VL loaded on CPU (a ``LoadedVLM``), once per test module (its tests share it;
+    ``helpers.fresh_policy`` builds a policy on a deep copy of its model)."""
+    from a2c_ppo_acktr.loading import load_vlm
+    from helpers import tiny_model_cfg
+
+    return load_vlm(tiny_model_cfg(tiny_model_path))
 
 
 @pytest.fixture(scope="session")

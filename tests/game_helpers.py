@@ -1,6 +1,13 @@
 """What the game env tests share (imported by name: pytest puts ``tests/`` on ``sys.path``)."""
 from __future__ import annotations
 
+from a2c_ppo_acktr.envs.cards.common import format_reply
+
+
+def act(word: str) -> str:
+    """A reply that plays ``word`` with no thoughts."""
+    return format_reply("", word)
+
 
 def run_oracle(env, seed: int, max_steps: int = 100):
     """Play one episode with the env's oracle; returns (rewards, terminated, truncated, last info)."""

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_distributed import _free_port
+from helpers import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 DRIVER_PATH = REPO / "tests" / "accum_driver.py"
@@ -66,7 +66,7 @@ def plain(tmp_path_factory) -> Path:
 def _run_two_ranks(backend: str, root: Path, *extra: str) -> Path:
     out = root / backend
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "DS_ACCELERATOR": "cpu", "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
            str(DRIVER_PATH), backend, str(root / "storage.pkl"), str(out), *extra]
     res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, f"{backend} failed ({res.returncode}):\n{res.stdout[-2000:]}\n{res.stderr[-5000:]}"

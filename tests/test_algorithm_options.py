@@ -17,7 +17,7 @@ from a2c_ppo_acktr.distributions import (
     token_kl,
     token_log_probs,
 )
-from tests.test_ppo import _minibatch, _storage
+from helpers import toy_minibatch, toy_storage
 
 
 # ------------------------------------------------------------------------ top-k / top-p
@@ -106,7 +106,7 @@ class KLToyPolicy(nn.Module):
 def test_reward_kl_is_per_turn_in_storage_layout_and_enters_the_rewards():
     from a2c_ppo_acktr.train import apply_kl_reward
 
-    st = _storage(T=2, N=3)
+    st = toy_storage(T=2, N=3)
     policy = KLToyPolicy()
     cfg = PPOConfig(mini_batch_size=2, kl_coef=0.1, kl_penalty="reward", kl_estimator="k3")
     ppo = PPO(policy, torch.optim.SGD(policy.parameters(), lr=0.1), cfg)
@@ -125,7 +125,7 @@ def test_reward_kl_is_per_turn_in_storage_layout_and_enters_the_rewards():
 
 
 def test_kl_penalty_reward_keeps_the_kl_out_of_the_loss():
-    mb = _minibatch([math.log(0.5)] * 2, [0.0, 0.0], [1.0, -1.0], [0.0, 0.0])
+    mb = toy_minibatch([math.log(0.5)] * 2, [0.0, 0.0], [1.0, -1.0], [0.0, 0.0])
     lp = torch.full((2,), math.log(0.5))
     kl = torch.tensor([0.3, 0.5])
     in_loss, _ = ppo_loss(lp, torch.zeros(2), torch.zeros(2), kl, mb, PPOConfig(kl_coef=0.2), 0.2)
@@ -136,7 +136,7 @@ def test_kl_penalty_reward_keeps_the_kl_out_of_the_loss():
 
 # ------------------------------------------------------------------------ entropy and temperature
 def test_sequence_entropy_bonus_uses_the_response_entropy():
-    mb = _minibatch([0.0] * 2, [0.0] * 2, [0.0] * 2, [0.0] * 2)
+    mb = toy_minibatch([0.0] * 2, [0.0] * 2, [0.0] * 2, [0.0] * 2)
     out = SimpleNamespace(seq_entropy=torch.tensor([2.0, 4.0]), temperatures=torch.ones(2))
     args = (torch.zeros(2), torch.zeros(2), torch.tensor([0.1, 0.2]), None, mb)
     tok, _ = ppo_loss(*args, PPOConfig(ent_coef=0.5, vf_coef=0.0), 0.0, out)
@@ -155,7 +155,7 @@ def test_temperature_loss_moves_temperature_toward_the_target_entropy():
     torch.testing.assert_close(t.grad, torch.tensor([0.1, -0.1]))
     assert loss.item() == 0.0  # log 1 = 0
     # in ppo_loss it is added with temp_coef and reported
-    mb = _minibatch([0.0] * 2, [0.0] * 2, [0.0] * 2, [0.0] * 2)
+    mb = toy_minibatch([0.0] * 2, [0.0] * 2, [0.0] * 2, [0.0] * 2)
     temps = torch.tensor([2.0, 2.0], requires_grad=True)
     out = SimpleNamespace(temperatures=temps)
     cfg = PPOConfig(vf_coef=0.0, temperature_loss="entropy_target", target_entropy=0.3, temp_coef=2.0)
@@ -169,7 +169,7 @@ def test_value_loss_only_for_an_estimator_that_reads_values(estimator, value_in_
     """Zero advantages, returns of -10 against values of 0: under gae the loss is vf_coef * 50 and
     its gradient reaches the values (hence, through the value head, the shared trunk); under rloo and
     grpo nothing reads a value, the loss is 0 and the values get no gradient (value_loss still logged)."""
-    mb = _minibatch([0.0] * 2, [0.0] * 2, [0.0] * 2, [-10.0] * 2)
+    mb = toy_minibatch([0.0] * 2, [0.0] * 2, [0.0] * 2, [-10.0] * 2)
     values = torch.zeros(2, requires_grad=True)
     cfg = PPOConfig(advantage_estimator=estimator, vf_coef=0.5, clip_vloss=False)
     total, m = ppo_loss(torch.zeros(2), values, torch.zeros(2), None, mb, cfg, 0.0)
@@ -183,7 +183,7 @@ def test_value_loss_only_for_an_estimator_that_reads_values(estimator, value_in_
 
 def test_forward_options_reach_the_policy_only_when_not_default():
     policy = KLToyPolicy()
-    st = _storage(T=1, N=2)
+    st = toy_storage(T=1, N=2)
     PPO(policy, torch.optim.SGD(policy.parameters(), lr=0.0), PPOConfig(mini_batch_size=2, ppo_epochs=1)).update(st)
     assert policy.calls[-1][1] == {}
     PPO(policy, torch.optim.SGD(policy.parameters(), lr=0.0),
@@ -194,20 +194,20 @@ def test_forward_options_reach_the_policy_only_when_not_default():
 # ------------------------------------------------------------------------ on the tiny VLM
 from a2c_ppo_acktr.model import VLMPolicy  # noqa: E402
 from tests.numerics import f32_tolerance, recorded_forwards, widest  # noqa: E402
-from tests.test_policy import NUM_ENVS, NUM_STEPS, _policy, _rollout, loaded  # noqa: E402,F401  (fixture)
+from helpers import NUM_ENVS, NUM_STEPS, fresh_policy, policy_rollout  # noqa: E402
 
 
 def test_top_k_rollout_log_probs_equal_the_update_and_stay_in_the_kept_set(loaded, tiny_model_path):
     """The ratio invariant holds with top-k/top-p sampling: generate and the training forward
     apply the same filters, and every sampled token is one the filters kept."""
-    policy = _policy(loaded, tiny_model_path, top_k=3, top_p=0.9)
-    st = _rollout(policy, seed=1)
+    policy = fresh_policy(loaded, tiny_model_path, top_k=3, top_p=0.9)
+    st = policy_rollout(policy, seed=1)
     assert torch.isfinite(st.old_log_probs).all()
     policy.train()
     mb = next(st.minibatches(NUM_ENVS * NUM_STEPS, torch.Generator().manual_seed(0)))
     with recorded_forwards(VLMPolicy) as forwards:
         out = policy.evaluate_actions(mb)
-        unfiltered = _policy(loaded, tiny_model_path).evaluate_actions(mb)
+        unfiltered = fresh_policy(loaded, tiny_model_path).evaluate_actions(mb)
     bounds = widest(forwards)  # act's forward against this batch's, filtered or not: rounding only (numerics.forward_bounds)
     assert (out.log_probs - mb.old_log_probs).abs().max().item() < bounds.log_prob
     # renormalised over at most 3 tokens: every response is at least as likely as without the filters
@@ -217,8 +217,8 @@ def test_top_k_rollout_log_probs_equal_the_update_and_stay_in_the_kept_set(loade
 def test_detached_temperature_splits_the_gradients(loaded, tiny_model_path):
     """temperature_loss=entropy_target: the policy-gradient terms do not reach the temperature head,
     and the head's own loss does not reach the language model; seq_entropy is the summed entropy."""
-    policy = _policy(loaded, tiny_model_path, thought_prob_coef=1.0)
-    st = _rollout(policy, seed=2)
+    policy = fresh_policy(loaded, tiny_model_path, thought_prob_coef=1.0)
+    st = policy_rollout(policy, seed=2)
     policy.train()
     mb = next(st.minibatches(NUM_ENVS * NUM_STEPS, torch.Generator().manual_seed(0)))
     head = [p for n, p in policy.named_parameters() if n.startswith("temp_predictor") and p.requires_grad]
@@ -240,8 +240,8 @@ def test_detached_temperature_splits_the_gradients(loaded, tiny_model_path):
 def test_sample_kl_estimators_of_the_policy(loaded, tiny_model_path):
     """k1/k2/k3 are 0 at the reference (LoRA B = 0) and, once the adapter moved, k3 > 0 per token; the
     response sums are the means times the lengths."""
-    policy = _policy(loaded, tiny_model_path)
-    st = _rollout(policy, seed=3)
+    policy = fresh_policy(loaded, tiny_model_path)
+    st = policy_rollout(policy, seed=3)
     mb = next(st.minibatches(NUM_ENVS * NUM_STEPS, torch.Generator().manual_seed(0)))
     for est in ("k1", "k2", "k3"):
         assert policy.evaluate_actions(mb, with_kl=True, kl_estimator=est).kl.abs().max().item() < 1e-6

@@ -23,13 +23,9 @@ from a2c_ppo_acktr.envs.cards.formula import BLANK, evaluate, is_solvable, solut
 from a2c_ppo_acktr.envs.cards.numberline import NumberLineEnv
 from a2c_ppo_acktr.envs.cards.points24 import Points24Env
 from a2c_ppo_acktr.prompts import Invalid
-from game_helpers import run_oracle
+from game_helpers import act, run_oracle
 
 cards.register()
-
-
-def act(token: str) -> str:
-    return format_reply("", token)
 
 
 # ---------------------------------------------------------------------------------------------

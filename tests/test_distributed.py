@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 from a2c_ppo_acktr.arguments import ConfigError, RunConfig
 from a2c_ppo_acktr.distributed import deepspeed_config_dict
 from a2c_ppo_acktr.logger import read_metrics
+from helpers import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 DS_JSON = REPO / "scripts" / "ds_config.json"
@@ -202,12 +202,6 @@ sys.exit(_code)
 '''
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _launch(launcher: list[str], out: Path, hashes: Path, extra: list[str], timeout: int = 240, preamble: str = "") -> None:
     hashes.mkdir(parents=True, exist_ok=True)
     driver = out.parent / "driver.py"
@@ -250,7 +244,7 @@ def _ratio_bound(hashes: Path) -> float:
 
 
 def _torchrun(nproc: int = 2) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port", str(_free_port())]
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port", str(free_port())]
 
 
 def _full_then_split(tmp_path: Path, ds: list[str], stage: str) -> tuple[list[dict], list[dict], Path]:
@@ -355,6 +349,7 @@ def test_zero3_ranks_with_unequal_chunks_and_validation_work_do_not_hang(tmp_pat
     assert rows[0]["debug/first_minibatch_ratio_max_dev"] < _ratio_bound(hashes)
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_an_output_directory_some_processes_cannot_see_stops_every_process_in_one_line(tmp_path):
     """A multi-node run on a node-local path: the second process is given another directory of the
@@ -421,7 +416,7 @@ def test_sbatch_two_nodes_is_one_job(tmp_path):
         "EXTRA_ARGS": "--log.progress_bar false --log.tensorboard false --ppo.num_iterations 2 --model.max_new_tokens 16 --env.max_turns 2",
     }
     before = _repo_files()
-    res = subprocess.run(["bash", str(REPO / "scripts" / "batch_vsi.sh"), "4", "job", str(tmp_path / "out"), str(_free_port())],
+    res = subprocess.run(["bash", str(REPO / "scripts" / "batch_vsi.sh"), "4", "job", str(tmp_path / "out"), str(free_port())],
                          env=env, capture_output=True, text=True, timeout=400)
     node_logs = "\n".join(f"--- {p.name}\n{p.read_text()[-4000:]}" for p in sorted(logs.glob("*.log")))
     assert res.returncode == 0, f"{res.stderr[-2000:]}\n{node_logs}"
@@ -445,7 +440,7 @@ def test_sbatch_two_nodes_is_one_job(tmp_path):
 def test_accelerate_multi_process_cpu_identical(tmp_path):
     launcher = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(REPO / "scripts" / "accelerate_cpu.yaml"),
-        "--num_processes", "2", "--main_process_port", str(_free_port()),
+        "--num_processes", "2", "--main_process_port", str(free_port()),
     ]
     _launch(launcher, tmp_path / "out", tmp_path / "h", ["--ppo.num_iterations", "2"])
     h0, h1 = _hashes(tmp_path / "h", 0), _hashes(tmp_path / "h", 1)
@@ -463,7 +458,7 @@ def test_run_vsi_qwen_script_on_cpu(tmp_path):
         **os.environ, "NUM_GPUS": "2", "PRESET": "debug", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
         "EXTRA_ARGS": "--log.progress_bar false --log.tensorboard false --ppo.num_iterations 1 --model.max_new_tokens 16",
     }
-    res = subprocess.run(["bash", str(REPO / "scripts" / "run_vsi_qwen.sh"), "5", "smoke", str(tmp_path), str(_free_port())],
+    res = subprocess.run(["bash", str(REPO / "scripts" / "run_vsi_qwen.sh"), "5", "smoke", str(tmp_path), str(free_port())],
                          env=env, capture_output=True, text=True, timeout=240)
     assert res.returncode == 0, res.stderr[-6000:]
     run_dir = tmp_path / "smoke"

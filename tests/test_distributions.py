@@ -3,6 +3,7 @@ import math
 
 import pytest
 import torch
+from helpers import PieceTokenizer
 from numerics import f32_tolerance, logit_terms
 
 from a2c_ppo_acktr import prompts
@@ -18,19 +19,6 @@ from a2c_ppo_acktr.distributions import (
     token_log_probs,
     token_weights,
 )
-
-
-class PieceTokenizer:
-    """Each id decodes to a fixed piece; ids in ``special`` decode to nothing (skip_special_tokens)."""
-
-    def __init__(self, pieces, special=()):
-        self.pieces, self.special = pieces, set(special)
-
-    def decode(self, ids, skip_special_tokens=True):
-        return "".join("" if (i in self.special and skip_special_tokens) else self.pieces[i] for i in ids)
-
-    def batch_decode(self, batch, skip_special_tokens=True):
-        return [self.decode(ids, skip_special_tokens) for ids in batch]
 
 
 class ByteTokenizer:

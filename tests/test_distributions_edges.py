@@ -23,8 +23,8 @@ from a2c_ppo_acktr.distributions import (
     token_kl,
     token_log_probs,
 )
+from helpers import PieceTokenizer
 from numerics import f32_tolerance, logit_terms
-from test_distributions import PieceTokenizer
 
 
 def _case(seed=0, B=2, R=3, H=4, V=11):

@@ -15,14 +15,14 @@ import torch
 from a2c_ppo_acktr.loading import load_vlm
 from a2c_ppo_acktr.model import VLMPolicy
 from a2c_ppo_acktr.storage import RolloutStorage
+from helpers import NUM_ENVS, fresh_policy, policy_observations, tiny_model_cfg
 from numerics import recorded_forwards
-from test_policy import NUM_ENVS, _cfg, _observations, _policy
 
 
 
 @pytest.fixture(scope="module", params=["qwen2_5_vl", "llava"])
-def loaded(request, tiny_family_path):
-    return load_vlm(_cfg(tiny_family_path(request.param)))
+def family_loaded(request, tiny_family_path):
+    return load_vlm(tiny_model_cfg(tiny_family_path(request.param)))
 
 
 def _lift_eos(policy, eos_id: int, gap: float = 1.0):
@@ -51,9 +51,9 @@ def _independent_log_probs(policy, prompt, images, reply, temperature):
     return torch.log_softmax(z, dim=-1).gather(-1, torch.tensor(reply)[:, None]).squeeze(-1)
 
 
-def test_finished_action_ends_with_eos_and_its_log_prob_counts(loaded, monkeypatch):
+def test_finished_action_ends_with_eos_and_its_log_prob_counts(family_loaded, monkeypatch):
     # thought_prob_coef 1: every token weighs 1 and the action log-prob is a plain sum
-    policy = _policy(loaded, loaded.path, thought_prob_coef=1.0)
+    policy = fresh_policy(family_loaded, family_loaded.path, thought_prob_coef=1.0)
     eos_id = policy.tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert eos_id in policy.eos_ids
     raw = []
@@ -66,7 +66,7 @@ def test_finished_action_ends_with_eos_and_its_log_prob_counts(loaded, monkeypat
     monkeypatch.setattr(policy.model, "generate", recording_generate)
     handle = _lift_eos(policy, eos_id)
     try:
-        obs = _observations(np.random.default_rng(0), 0)
+        obs = policy_observations(np.random.default_rng(0), 0)
         torch.manual_seed(0)
         act = policy.act(obs)
         P = policy._encode(act.prompts, act.images)["input_ids"].shape[1]

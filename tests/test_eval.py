@@ -15,6 +15,7 @@ from a2c_ppo_acktr.arguments import QUESTION_TYPES, EnvConfig, RunConfig, load_c
 from a2c_ppo_acktr.envs import vsi_env
 from a2c_ppo_acktr.scoring import score_prediction
 from a2c_ppo_acktr.teachers import OracleTeacher
+from helpers import write_arkit_scan
 
 # Small and fast: 32-pixel frames, 4 sweep frames (appearance order needs 4), 3 turns.
 SMALL = ["--preset", "debug", "--env.image_size", "32", "--env.num_sweep_frames", "4", "--env.max_turns", "3",
@@ -112,28 +113,10 @@ def test_results_do_not_depend_on_the_batch_size():
         assert len(one.records) == 4
 
 
-def _write_arkit_scan(root: Path, video_id: str, scene) -> None:
-    """Write ``scene`` as an ARKitScenes 3DOD directory: ASCII PLY mesh and annotation JSON."""
-    d = root / video_id
-    d.mkdir(parents=True)
-    v, t = scene.vertices, scene.triangles
-    colors = np.zeros((len(v), 3))
-    colors[t.reshape(-1)] = np.repeat(scene.triangle_colors, 3, axis=0)
-    head = ["ply", "format ascii 1.0", f"element vertex {len(v)}", "property float x", "property float y", "property float z",
-            "property uchar red", "property uchar green", "property uchar blue", f"element face {len(t)}",
-            "property list uchar int vertex_indices", "end_header"]
-    body = [f"{p[0]} {p[1]} {p[2]} {int(c[0] * 255)} {int(c[1] * 255)} {int(c[2] * 255)}" for p, c in zip(v, colors)]
-    body += [f"3 {a} {b} {c}" for a, b, c in t]
-    (d / f"{video_id}_3dod_mesh.ply").write_text("\n".join(head + body) + "\n")
-    data = [{"label": o.label, "segments": {"obbAligned": {"centroid": o.center.tolist(), "axesLengths": o.extent.tolist(),
-                                                             "normalizedAxes": o.rotation.T.reshape(-1).tolist()}}} for o in scene.objects]
-    (d / f"{video_id}_3dod_annotation.json").write_text(json.dumps({"data": data}))
-
-
 def test_vsibench_rows_with_a_missing_scan_are_skipped_and_reported(tmp_path):
     from a2c_ppo_acktr.envs.procedural import make_procedural_scene
 
-    _write_arkit_scan(tmp_path / "scans", "41069025", make_procedural_scene(0))
+    write_arkit_scan(tmp_path / "scans", "41069025", make_procedural_scene(0))
     base = {"dataset": "arkitscenes", "scene_name": "41069025", "options": None}
     rows = [
         {**base, "id": 3, "question_type": "room_size_estimation", "question": "What is the size of this room (in square meters)?", "ground_truth": "20.5"},

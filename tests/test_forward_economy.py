@@ -21,19 +21,14 @@ import torch
 from torch import nn
 
 from a2c_ppo_acktr.algo.ppo import PPO
-from a2c_ppo_acktr.arguments import ConfigError, LogConfig, ModelConfig, PPOConfig
+from a2c_ppo_acktr.arguments import ConfigError, LogConfig, PPOConfig
 from a2c_ppo_acktr.loading import LoadedVLM, load_vlm
 from a2c_ppo_acktr.model import VLMPolicy
 from a2c_ppo_acktr.storage import RolloutStorage, compute_gae
 from a2c_ppo_acktr.train import collect_rollout, compute_advantages
+from helpers import tiny_model_cfg, toy_storage
 from numerics import f32_chain_tolerance, head_terms, vlm_forward_terms
-from test_ppo import _storage
 
-
-
-def _cfg(path, **over):
-    base = dict(model_path=path, device="cpu", max_new_tokens=6, value_head_hidden=16, temp_head_hidden=8, lora_r=4, lora_alpha=8)
-    return ModelConfig(**{**base, **over})
 
 
 def _value_tolerance(policy, observations, values) -> float:
@@ -46,7 +41,7 @@ def _value_tolerance(policy, observations, values) -> float:
 
 @pytest.fixture(scope="module")
 def policy(tiny_model_path) -> VLMPolicy:
-    cfg = _cfg(tiny_model_path)
+    cfg = tiny_model_cfg(tiny_model_path, max_new_tokens=6)
     loaded = load_vlm(cfg)
     torch.manual_seed(0)
     return VLMPolicy(cfg, LoadedVLM(model=copy.deepcopy(loaded.model), processor=loaded.processor, family=loaded.family, path=loaded.path))
@@ -198,14 +193,10 @@ class _KLToy(nn.Module):
         return SimpleNamespace(log_probs=nn.functional.logsigmoid(th), values=th * 0, entropy=th * 0, kl=th**2 if with_kl else None)
 
 
-def _toy_storage(N=4, T=2, seed=0):
-    return _storage(T=T, N=N, seed=seed)  # test_ppo's toy rollout
-
-
 def test_reference_forward_only_when_the_kl_is_read():
     """kl_coef = 0: the reference runs on the first minibatch of updates 0 and 3 (interval 3), never
     otherwise, and losses/kl_ref is NaN in between; kl_coef > 0: on every minibatch."""
-    st = _toy_storage()
+    st = toy_storage()
     pol = _KLToy(8)
     cfg = PPOConfig(ppo_epochs=2, mini_batch_size=2, lr=0.1)
     ppo = PPO(pol, torch.optim.SGD(pol.parameters(), lr=0.1), cfg, seed=0, kl_ref_interval=3)
@@ -234,7 +225,7 @@ def test_reference_forward_decision_is_the_same_on_every_rank():
         pol = _KLToy(8)
         ppo = PPO(pol, torch.optim.SGD(pol.parameters(), lr=0.1), PPOConfig(ppo_epochs=1, mini_batch_size=4), seed=rank, kl_ref_interval=2)
         for _ in range(5):
-            ppo.update(_toy_storage(seed=rank + 10 * ppo.num_updates))
+            ppo.update(toy_storage(seed=rank + 10 * ppo.num_updates))
         runs.append(pol.calls)
     assert runs[0] == runs[1] == [True, False, False, False, True, False, False, False, True, False]
 
@@ -271,7 +262,7 @@ def test_update_reads_policy_outputs_once_per_minibatch(epochs, target_kl):
     """Values computed from the policy's outputs reach the host once per minibatch (is the loss
     finite on every rank: decided before backward), once per epoch with target_kl, and once at the
     end (all metrics in one copy): not once per metric per minibatch."""
-    st = _toy_storage()
+    st = toy_storage()
     pol = _CountedToy(8)
     cfg = PPOConfig(ppo_epochs=epochs, mini_batch_size=2, kl_coef=0.1, target_kl=target_kl, grad_accum_steps=2)
     _Counted.reads = 0

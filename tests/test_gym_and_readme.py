@@ -194,6 +194,7 @@ def _fake_nvidia_smi(tmp_path, driver: str) -> dict:
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the driver floor belongs to the x86_64 pin (a CUDA 13 build)")
 def test_setup_stops_on_a_gpu_node_whose_driver_cannot_run_the_pinned_torch(tmp_path):
     """A driver older than the pinned build needs (CUDA 13: >= 580): one line naming the driver and

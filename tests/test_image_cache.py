@@ -3,7 +3,6 @@ the storage keeps one copy per distinct image, and every minibatch of every epoc
 tensors without running the processor, giving what re-processing would give."""
 from __future__ import annotations
 
-import copy
 import dataclasses
 
 import numpy as np
@@ -14,18 +13,14 @@ from a2c_ppo_acktr import prompts
 from a2c_ppo_acktr.algo.ppo import PPO
 from a2c_ppo_acktr.arguments import ModelConfig, PPOConfig
 from a2c_ppo_acktr.encoding import ImageFeatureStore, collate, split_rows
-from a2c_ppo_acktr.loading import LoadedVLM, load_vlm
+from a2c_ppo_acktr.loading import load_vlm
 from a2c_ppo_acktr.model import VLMPolicy
 from a2c_ppo_acktr.storage import RolloutStorage
+from helpers import fresh_policy, tiny_model_cfg
 from numerics import recorded_forwards
 
 NUM_ENVS, NUM_STEPS = 3, 2
-
-
-
-def _cfg(path, **over):
-    base = dict(model_path=path, device="cpu", max_new_tokens=8, value_head_hidden=16, temp_head_hidden=8, lora_r=4, lora_alpha=8)
-    return ModelConfig(**{**base, **over})
+MAX_NEW_TOKENS = 8
 
 
 def _observations(rng, step, sweep):
@@ -36,17 +31,6 @@ def _observations(rng, step, sweep):
          "text": "How far is the bed from the sofa?" + " again" * (n + 2 * step)}
         for n in range(NUM_ENVS)
     ]
-
-
-@pytest.fixture(scope="module")
-def loaded(tiny_model_path) -> LoadedVLM:
-    return load_vlm(_cfg(tiny_model_path))
-
-
-def _policy(loaded, path, **over) -> VLMPolicy:
-    fresh = LoadedVLM(model=copy.deepcopy(loaded.model), processor=loaded.processor, family=loaded.family, path=loaded.path)
-    torch.manual_seed(0)
-    return VLMPolicy(_cfg(path, **over), fresh)
 
 
 def _rollout(policy, seed=0):
@@ -84,7 +68,7 @@ def test_split_then_collate_gives_the_processor_batch_back(tiny_family_path, fam
 
 def test_update_forwards_the_rollout_tensors_without_the_processor(loaded, tiny_model_path, monkeypatch):
     """The processor runs once per act and never in the update (2 epochs); the first ratio is 1."""
-    policy = _policy(loaded, tiny_model_path)
+    policy = fresh_policy(loaded, tiny_model_path, max_new_tokens=MAX_NEW_TOKENS)
     calls = []
     real = type(policy.processor).__call__
     monkeypatch.setattr(type(policy.processor), "__call__", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
@@ -101,7 +85,7 @@ def test_update_forwards_the_rollout_tensors_without_the_processor(loaded, tiny_
 def test_kept_encodings_score_like_reprocessed_images(loaded, tiny_model_path):
     """A minibatch forwarded from the kept tensors gives the log-probs, values and KL the old path
     (processor on the raw images, prompt ids checked) gives."""
-    policy = _policy(loaded, tiny_model_path)
+    policy = fresh_policy(loaded, tiny_model_path, max_new_tokens=MAX_NEW_TOKENS)
     st = _rollout(policy)
     policy.train()
     for mb in st.minibatches(3, torch.Generator().manual_seed(3)):
@@ -113,7 +97,7 @@ def test_kept_encodings_score_like_reprocessed_images(loaded, tiny_model_path):
 
 
 def test_a_turn_paired_with_another_turns_ids_is_refused(loaded, tiny_model_path):
-    policy = _policy(loaded, tiny_model_path)
+    policy = fresh_policy(loaded, tiny_model_path, max_new_tokens=MAX_NEW_TOKENS)
     st = _rollout(policy)
     mb = next(st.minibatches(2, torch.Generator().manual_seed(0)))
     swapped = dataclasses.replace(mb, encodings=mb.encodings[::-1])
@@ -124,7 +108,7 @@ def test_a_turn_paired_with_another_turns_ids_is_refused(loaded, tiny_model_path
 
 
 def test_storage_keeps_one_copy_of_an_image_shown_on_several_turns(loaded, tiny_model_path):
-    policy = _policy(loaded, tiny_model_path)
+    policy = fresh_policy(loaded, tiny_model_path, max_new_tokens=MAX_NEW_TOKENS)
     st = _rollout(policy)
     # each env's sweep frame (first image) is one tensor on both steps, other images are their own
     for n in range(NUM_ENVS):
@@ -156,7 +140,7 @@ def test_store_shares_only_equal_features():
 def test_pixels_are_kept_in_the_model_dtype_and_score_the_same(tiny_model_path):
     """bf16 policy: the kept pixels are bf16 (half the memory) and forward exactly like the float32
     processor output, which the vision tower casts to bf16 first."""
-    policy = VLMPolicy(_cfg(tiny_model_path, dtype="bfloat16"))
+    policy = VLMPolicy(tiny_model_cfg(tiny_model_path, max_new_tokens=MAX_NEW_TOKENS, dtype="bfloat16"))
     st = _rollout(policy)
     assert {im["pixel_values"].dtype for e in st.encodings for im in e.images} == {torch.bfloat16}
     mb = next(st.minibatches(3, torch.Generator().manual_seed(0)))
@@ -174,7 +158,7 @@ def test_an_output_the_cache_cannot_split_falls_back_to_reprocessing(loaded, tin
     def refuse(*_a, **_k):
         raise ValueError("processor output 'novel' is unknown")
 
-    policy = _policy(loaded, tiny_model_path)
+    policy = fresh_policy(loaded, tiny_model_path, max_new_tokens=MAX_NEW_TOKENS)
     monkeypatch.setattr(model, "split_rows", refuse)
     with caplog.at_level("WARNING", logger="a2c_ppo_acktr.model"):
         st = _rollout(policy)

@@ -15,10 +15,10 @@ from a2c_ppo_acktr.loading import LoadedVLM, ModelLoadError, load_processor, loa
 from a2c_ppo_acktr.model import VLMPolicy
 from a2c_ppo_acktr.storage import RolloutStorage
 from SFT.data import IGNORE_INDEX, SFTCollator
+from helpers import (
+    NUM_ENVS, fresh_policy, policy_observations, policy_rollout, sft_observation, split_state, tiny_model_cfg, write_sft_rows,
+)
 from numerics import f32_tolerance, logit_terms, recorded_forwards, widest
-from test_policy import NUM_ENVS, NUM_STEPS, _cfg, _observations, _rollout, _split_state
-from test_policy import _policy as _fresh_policy
-from test_sft import _obs, _write_rows
 
 TOWER, PROJECTOR = "vision_tower", "multi_modal_projector"
 
@@ -31,69 +31,69 @@ def llava_path(tiny_family_path, request) -> str:
 
 
 @pytest.fixture(scope="module")
-def loaded(llava_path) -> LoadedVLM:
-    return load_vlm(_cfg(llava_path))
+def llava_loaded(llava_path) -> LoadedVLM:
+    return load_vlm(tiny_model_cfg(llava_path))
 
 
 def _policy(loaded, **over) -> VLMPolicy:
-    return _fresh_policy(loaded, loaded.path, **over)
+    return fresh_policy(loaded, loaded.path, **over)
 
 
 @pytest.fixture(scope="module")
-def storage(loaded) -> RolloutStorage:
+def llava_storage(llava_loaded) -> RolloutStorage:
     """One rollout shared by the tests (every fresh policy starts from the same weights)."""
-    return _rollout(_policy(loaded))
+    return policy_rollout(_policy(llava_loaded))
 
 
 # ----------------------------------------------------------------------------- the tiny model
-def test_tiny_llava_is_a_real_llava_with_its_own_cache_key(loaded, capsys):
+def test_tiny_llava_is_a_real_llava_with_its_own_cache_key(llava_loaded, capsys):
     from transformers import LlavaForConditionalGeneration, LlavaNextForConditionalGeneration
 
-    cls = {"llava": LlavaForConditionalGeneration, "llava_next": LlavaNextForConditionalGeneration}[loaded.family]
-    assert type(loaded.model) is cls
-    assert loaded.model.config.text_config.model_type == "llama"
-    assert loaded.model.config.vision_config.model_type == "clip_vision_model"
-    assert loaded.family in tiny.FAMILIES and loaded.family not in tiny.QWEN_FAMILIES
+    cls = {"llava": LlavaForConditionalGeneration, "llava_next": LlavaNextForConditionalGeneration}[llava_loaded.family]
+    assert type(llava_loaded.model) is cls
+    assert llava_loaded.model.config.text_config.model_type == "llama"
+    assert llava_loaded.model.config.vision_config.model_type == "clip_vision_model"
+    assert llava_loaded.family in tiny.FAMILIES and llava_loaded.family not in tiny.QWEN_FAMILIES
     keys = {f: tiny.spec_hash(f, 0) for f in tiny.FAMILIES}
     assert len(set(keys.values())) == len(keys)  # one cache directory per family
-    tiny.main(["--family", loaded.family])  # the CLI (and so a build in a child process) takes LLaVA: cached, prints the dir
-    assert capsys.readouterr().out.strip() == loaded.path
+    tiny.main(["--family", llava_loaded.family])  # the CLI (and so a build in a child process) takes LLaVA: cached, prints the dir
+    assert capsys.readouterr().out.strip() == llava_loaded.path
 
 
-def test_processor_expands_each_image_and_forbids_placeholders(loaded):
-    proc, cfg = loaded.processor, loaded.model.config
+def test_processor_expands_each_image_and_forbids_placeholders(llava_loaded):
+    proc, cfg = llava_loaded.processor, llava_loaded.model.config
     tok = proc.tokenizer
     assert tok.padding_side == "left"
     image_id = cfg.image_token_id
     assert tok.convert_tokens_to_ids("<image>") == image_id
-    obs = _observations(np.random.default_rng(0), 1)
+    obs = policy_observations(np.random.default_rng(0), 1)
     texts = [prompts.render_prompt(proc, prompts.build_messages(o)) for o in obs]
     assert [t.count("<image>") for t in texts] == [len(o["images"]) for o in obs]
     assert all(t.endswith("<|im_start|>assistant\n") for t in texts)
     enc = proc(text=texts, images=[im for o in obs for im in o["images"]], padding=True, return_tensors="pt")
     per_row = (enc["input_ids"] == image_id).sum(1).tolist()
     assert enc["pixel_values"].shape[0] == sum(len(o["images"]) for o in obs)
-    if loaded.family == "llava":
+    if llava_loaded.family == "llava":
         assert per_row == [cfg.image_seq_length * len(o["images"]) for o in obs]  # 4 tokens a frame, any frame size
     else:  # anyres: the base view's 4 tokens plus each image's tiles and row ends, by its size
         assert enc["pixel_values"].dim() == 5 and enc["image_sizes"].shape == (enc["pixel_values"].shape[0], 2)
         assert all(n > cfg.image_seq_length * len(o["images"]) for n, o in zip(per_row, obs))
     assert (enc["attention_mask"][:, -1] == 1).all() and (enc["attention_mask"][:, 0] == 0).any()  # left padding
-    policy = _policy(loaded)
+    policy = _policy(llava_loaded)
     forbidden = set(policy.forbidden_ids.tolist())
     assert image_id in forbidden and tok.convert_tokens_to_ids("<|im_end|>") not in forbidden
     assert policy.pad_id == tok.pad_token_id and policy.eos_ids
     # CLIP resizes to a fixed size: a Qwen-style pixel budget is refused with the fix, not misapplied.
     with pytest.raises(ModelLoadError, match="unset model.min_pixels"):
-        load_processor(loaded.path, min_pixels=28 * 28, max_pixels=56 * 56)
+        load_processor(llava_loaded.path, min_pixels=28 * 28, max_pixels=56 * 56)
 
 
 # ----------------------------------------------------------------------------- policy
-def test_first_minibatch_ratio_is_one_and_kl_zero(loaded, storage):
-    st = storage
+def test_first_minibatch_ratio_is_one_and_kl_zero(llava_loaded, llava_storage):
+    st = llava_storage
     assert len({len(p) for p in st.prompt_ids}) > 1 and max(len(im) for im in st.images) == 3
     assert all(len(g) >= 1 for g in st.generated_ids)
-    policy = _policy(loaded)
+    policy = _policy(llava_loaded)
     # Positions as generate numbers them: from each row's first real token, whatever the padding.
     enc = policy._encode(st.prompts[:NUM_ENVS], st.images[:NUM_ENVS])
     positions = policy._with_positions(enc)["position_ids"]
@@ -109,13 +109,13 @@ def test_first_minibatch_ratio_is_one_and_kl_zero(loaded, storage):
         assert out.kl.abs().max().item() < 1e-6  # adapter-disabled reference == policy before any update
 
 
-def test_per_row_temperatures_score_alike_in_generate_and_recompute(loaded):
+def test_per_row_temperatures_score_alike_in_generate_and_recompute(llava_loaded):
     """A perturbed temperature head gives every row its own T; generate's log-probs, values and
     tokens equal the training forward's (``recompute``) under those temperatures."""
-    policy = _policy(loaded, temperature=0.8, min_temperature=0.3, max_temperature=2.0)
+    policy = _policy(llava_loaded, temperature=0.8, min_temperature=0.3, max_temperature=2.0)
     with torch.no_grad():
         policy.temp_predictor.mlp[-1].weight.normal_(0.0, 1.0)
-    obs = _observations(np.random.default_rng(7), 1)
+    obs = policy_observations(np.random.default_rng(7), 1)
     torch.manual_seed(3)
     got = policy.act(obs)
     assert got.temperatures.unique().numel() == NUM_ENVS
@@ -133,9 +133,9 @@ def test_per_row_temperatures_score_alike_in_generate_and_recompute(loaded):
     torch.testing.assert_close(policy.get_values(obs), got.values, atol=bounds.value, rtol=0)  # same hidden state
 
 
-def test_greedy_act_is_deterministic_and_never_emits_forbidden_ids(loaded):
-    policy = _policy(loaded, max_new_tokens=16)
-    obs = _observations(np.random.default_rng(3), 0)
+def test_greedy_act_is_deterministic_and_never_emits_forbidden_ids(llava_loaded):
+    policy = _policy(llava_loaded, max_new_tokens=16)
+    obs = policy_observations(np.random.default_rng(3), 0)
     a, b = policy.act(obs, greedy=True), policy.act(obs, greedy=True)
     assert [g.tolist() for g in a.generated_ids] == [g.tolist() for g in b.generated_ids]
     forbidden = set(policy.forbidden_ids.tolist())
@@ -148,17 +148,17 @@ def test_greedy_act_is_deterministic_and_never_emits_forbidden_ids(loaded):
     assert alone.generated_ids[0].tolist() == a.generated_ids[1].tolist()
 
 
-def test_update_moves_language_lora_and_heads_only(loaded, storage):
-    policy = _policy(loaded)
-    frozen0, lora0, heads0 = _split_state(policy)
+def test_update_moves_language_lora_and_heads_only(llava_loaded, llava_storage):
+    policy = _policy(llava_loaded)
+    frozen0, lora0, heads0 = split_state(policy)
     assert any(TOWER in n for n in frozen0) and any(PROJECTOR in n for n in frozen0)
     assert lora0 and all("language_model" in n for n in lora0)  # LoRA on the language model only
     opt = torch.optim.Adam(policy.trainable_parameters(), lr=1e-2)
     with recorded_forwards(VLMPolicy) as forwards:
-        out = PPO(policy, opt, PPOConfig(ppo_epochs=1, mini_batch_size=3, ent_coef=0.01), seed=0).update(storage)
+        out = PPO(policy, opt, PPOConfig(ppo_epochs=1, mini_batch_size=3, ent_coef=0.01), seed=0).update(llava_storage)
     assert out["debug/first_minibatch_ratio_max_dev"] < forwards[0].ratio  # the first minibatch's rounding against act's
     assert out["losses/kl_ref"] < 1e-6 and out["losses/skipped_minibatches"] == 0
-    frozen1, lora1, heads1 = _split_state(policy)
+    frozen1, lora1, heads1 = split_state(policy)
     changed = [n for n in frozen0 if not torch.equal(frozen0[n], frozen1[n])]
     assert not changed, f"frozen weights moved: {changed[:3]}"
     unmoved = [n for n in lora0 if torch.equal(lora0[n], lora1[n])]
@@ -166,12 +166,12 @@ def test_update_moves_language_lora_and_heads_only(loaded, storage):
     for name in heads0:
         if name != "temp_predictor.mlp.0.weight":  # behind a zero-initialised layer: no gradient on step one
             assert not torch.equal(heads0[name], heads1[name]), f"head weight {name} did not move"
-    mb = next(storage.minibatches(3, torch.Generator().manual_seed(0)))
+    mb = next(llava_storage.minibatches(3, torch.Generator().manual_seed(0)))
     assert policy.evaluate_actions(mb, with_kl=True).kl.mean().item() > 0
 
 
-def test_train_vision_projector_trains_the_projector_only(loaded, storage):
-    policy = _policy(loaded, train_vision="projector")
+def test_train_vision_projector_trains_the_projector_only(llava_loaded, llava_storage):
+    policy = _policy(llava_loaded, train_vision="projector")
     trainable = {n for n, p in policy.named_parameters() if p.requires_grad}
     assert any(PROJECTOR in n and "modules_to_save" in n for n in trainable)
     assert not any(TOWER in n for n in trainable)
@@ -179,7 +179,7 @@ def test_train_vision_projector_trains_the_projector_only(loaded, storage):
     before = {n: p.detach().clone() for n, p in policy.named_parameters()}
     opt = torch.optim.Adam(policy.trainable_parameters(), lr=1e-2)
     with recorded_forwards(VLMPolicy) as forwards:
-        out = PPO(policy, opt, PPOConfig(ppo_epochs=1, mini_batch_size=3), seed=0).update(storage)
+        out = PPO(policy, opt, PPOConfig(ppo_epochs=1, mini_batch_size=3), seed=0).update(llava_storage)
     assert out["debug/first_minibatch_ratio_max_dev"] < forwards[0].ratio
     after = dict(policy.named_parameters())
     moved = {n for n in before if not torch.equal(before[n], after[n].detach())}
@@ -188,15 +188,15 @@ def test_train_vision_projector_trains_the_projector_only(loaded, storage):
 
 
 # ----------------------------------------------------------------------------- SFT
-def test_sft_collator_labels_only_the_reply(loaded):
-    proc = loaded.processor
+def test_sft_collator_labels_only_the_reply(llava_loaded):
+    proc = llava_loaded.processor
     tok = proc.tokenizer
     rng = np.random.default_rng(1)
     responses = [prompts.format_response("I count 3 chairs.", prompts.Answer("3")), prompts.format_response("Turn.", prompts.Move(-45.0, 1.0))]
-    observations = [_obs(rng, 1), _obs(rng, 2)]
+    observations = [sft_observation(rng, 1), sft_observation(rng, 2)]
     rows = [{"messages": prompts.build_messages(o) + [prompts.assistant_message(r)], "images": o["images"]} for o, r in zip(observations, responses)]
     batch = SFTCollator(proc, max_length=4096)(rows)
-    image_id = loaded.model.config.image_token_id
+    image_id = llava_loaded.model.config.image_token_id
     for i, (obs, resp) in enumerate(zip(observations, responses)):
         rl = proc(text=[prompts.render_prompt(proc, prompts.build_messages(obs))], images=obs["images"], return_tensors="pt")
         n = rl["input_ids"].shape[1]
@@ -204,10 +204,10 @@ def test_sft_collator_labels_only_the_reply(loaded):
         labelled = torch.nonzero(batch["labels"][i] != IGNORE_INDEX).flatten().tolist()
         assert labelled == list(range(n, int(batch["attention_mask"][i].sum())))
         assert tok.decode(batch["labels"][i, labelled]) == resp + "<|im_end|>"
-        tokens_per_image = 4 if loaded.family == "llava" else 24  # llava_next, a 32 px square: base 4 + 2x2 tiles' 16 + 4 row ends
+        tokens_per_image = 4 if llava_loaded.family == "llava" else 24  # llava_next, a 32 px square: base 4 + 2x2 tiles' 16 + 4 row ends
         assert (batch["input_ids"][i, :n] == image_id).sum() == tokens_per_image * len(obs["images"])
     with torch.no_grad():
-        out = loaded.model(**batch)
+        out = llava_loaded.model(**batch)
     targets = batch["labels"][:, 1:]
     mask = targets != IGNORE_INDEX
     logits = out.logits[:, :-1][mask].float()
@@ -217,23 +217,23 @@ def test_sft_collator_labels_only_the_reply(loaded):
     torch.testing.assert_close(out.loss, manual, atol=atol, rtol=0)
 
 
-def test_sft_steps_train_language_lora_and_warm_start_the_policy(loaded, tmp_path):
+def test_sft_steps_train_language_lora_and_warm_start_the_policy(llava_loaded, tmp_path):
     from a2c_ppo_acktr.arguments import load_config
     from SFT.trainer import TRAIN_LOG, run_sft
 
     rng = np.random.default_rng(6)
-    rows = [(_obs(rng, 1 + i % 2), prompts.format_response("Three chairs.", prompts.Answer("3"))) for i in range(4)]
+    rows = [(sft_observation(rng, 1 + i % 2), prompts.format_response("Three chairs.", prompts.Answer("3"))) for i in range(4)]
     (tmp_path / "data").mkdir()
-    _write_rows(tmp_path / "data", rows)
+    write_sft_rows(tmp_path / "data", rows)
     cfg = load_config(preset="debug", overrides={
-        "model": {"model_path": loaded.path, "device": "cpu"},
+        "model": {"model_path": llava_loaded.path, "device": "cpu"},
         "sft": {"data_path": str(tmp_path / "data" / "train.jsonl"), "output_dir": str(tmp_path / "sft"), "max_steps": 2,
                 "per_device_batch_size": 2, "save_steps": 2, "logging_steps": 1, "lr": 1e-2, "warmup_ratio": 0.0},
         "log": {"progress_bar": False},
     })
-    model = copy.deepcopy(loaded.model)
+    model = copy.deepcopy(llava_loaded.model)
     original = {n: p.detach().clone() for n, p in model.named_parameters()}
-    adapter = run_sft(cfg, loaded=LoadedVLM(model=model, processor=loaded.processor, family=loaded.family, path=loaded.path))
+    adapter = run_sft(cfg, loaded=LoadedVLM(model=model, processor=llava_loaded.processor, family=llava_loaded.family, path=llava_loaded.path))
     log = [e for e in json.loads((tmp_path / "sft" / TRAIN_LOG).read_text()) if "loss" in e]
     assert [e["step"] for e in log] == [1, 2] and all(np.isfinite(e["loss"]) for e in log)
     trained = dict(model.named_parameters())  # peft injected LoRA into ``model`` in place
@@ -244,9 +244,9 @@ def test_sft_steps_train_language_lora_and_warm_start_the_policy(loaded, tmp_pat
     assert set(base) == set(original)
     assert all(torch.equal(base[n].detach(), original[n]) for n in original)  # tower, projector, LM frozen
     # Warm start: the adapter loads into the policy key for key and moves it off the reference.
-    policy = _policy(loaded, lora_r=cfg.model.lora_r, lora_alpha=cfg.model.lora_alpha)
+    policy = _policy(llava_loaded, lora_r=cfg.model.lora_r, lora_alpha=cfg.model.lora_alpha)
     policy.load_adapter(adapter)
-    obs = _observations(np.random.default_rng(2), 0)
+    obs = policy_observations(np.random.default_rng(2), 0)
     act = policy.act(obs)
     st = RolloutStorage(1, NUM_ENVS)
     st.insert(act, torch.zeros(NUM_ENVS), torch.zeros(NUM_ENVS, dtype=torch.bool), torch.zeros(NUM_ENVS))
@@ -262,7 +262,7 @@ def test_llava_next_turns_with_different_tile_counts_share_a_minibatch(tiny_fami
     """A wide frame takes 1 x 2 tiles, a square one 2 x 2: the processor pads each batch to its own
     most tiles, so turns from two rollout steps are padded again when a minibatch joins them; the
     ratio is still 1."""
-    loaded = load_vlm(_cfg(tiny_family_path("llava_next")))
+    loaded = load_vlm(tiny_model_cfg(tiny_family_path("llava_next")))
     policy = _policy(loaded)
     rng = np.random.default_rng(4)
     steps = [[{"images": [rng.integers(0, 256, shape, dtype=np.uint8)], "text": "How many chairs are in the room?"}]

@@ -13,7 +13,7 @@ from gymnasium.utils.env_checker import check_env
 
 pytest.importorskip("minigrid", reason="the MiniGrid env needs the minigrid package (pip install 'minigrid>=3')")
 
-from a2c_ppo_acktr.envs.cards.common import format_reply, parse_reply  # noqa: E402
+from a2c_ppo_acktr.envs.cards.common import parse_reply  # noqa: E402
 from a2c_ppo_acktr.envs.minigrid_text import (  # noqa: E402
     PROMPT,
     TESTED_IDS,
@@ -25,13 +25,9 @@ from a2c_ppo_acktr.envs.minigrid_text import (  # noqa: E402
     oracle_reply,
 )
 from a2c_ppo_acktr.prompts import Invalid  # noqa: E402
-from game_helpers import run_oracle  # noqa: E402
+from game_helpers import act, run_oracle  # noqa: E402
 
 EMPTY, DOORKEY = "MiniGrid-Empty-Random-6x6-v0", "MiniGrid-DoorKey-6x6-v0"
-
-
-def act(word: str) -> str:
-    return format_reply("", word)
 
 
 def place(env: MiniGridTextEnv, pos: tuple[int, int], direction: int) -> None:

@@ -9,61 +9,22 @@ import torch
 import a2c_ppo_acktr.distributions as dist
 from a2c_ppo_acktr.algo.ppo import PPO
 from a2c_ppo_acktr.arguments import EMBEDDING_LORA_TARGET, ModelConfig, PPOConfig
-from a2c_ppo_acktr.loading import LoadedVLM, load_vlm
+from a2c_ppo_acktr.loading import load_vlm
 from a2c_ppo_acktr.model import VLMPolicy
 from a2c_ppo_acktr.storage import RolloutStorage
+from helpers import NUM_ENVS, NUM_STEPS, fresh_policy, policy_observations, policy_rollout, split_state, tiny_model_cfg
 from numerics import f32_chain_tolerance, f32_tolerance, logit_terms, recorded_forwards, widest
-
-NUM_ENVS, NUM_STEPS = 3, 2
-
-
-def _cfg(path, **over):
-    base = dict(model_path=path, device="cpu", max_new_tokens=10, value_head_hidden=16, temp_head_hidden=8, lora_r=4, lora_alpha=8)
-    return ModelConfig(**{**base, **over})
-
-
-
-@pytest.fixture(scope="module")
-def loaded(tiny_model_path) -> LoadedVLM:
-    return load_vlm(_cfg(tiny_model_path))
 
 
 @pytest.fixture(scope="module")
 def storage(loaded, tiny_model_path) -> RolloutStorage:
     """One rollout shared by the tests: every fresh policy starts from the same weights, so the
     stored log-probs are on-policy for each of them. Tests must not modify it."""
-    return _rollout(_policy(loaded, tiny_model_path))
-
-
-def _policy(loaded, path, **over) -> VLMPolicy:
-    fresh = LoadedVLM(model=copy.deepcopy(loaded.model), processor=loaded.processor, family=loaded.family, path=loaded.path)
-    torch.manual_seed(0)  # same head and LoRA initialisation for every fresh policy
-    return VLMPolicy(_cfg(path, **over), fresh)
-
-
-def _observations(rng, step):
-    """Unequal prompt lengths and image counts (1-3 images of different sizes) per env."""
-    words = ["How many chairs are in the room?", "What is the distance between the bed and the sofa in meters?", "Which is closer?"]
-    return [
-        {"images": [rng.integers(0, 256, (28 + 8 * k, 36, 3), dtype=np.uint8) for k in range(1 + (n + step) % 3)],
-         "text": words[n] + " turn " * (step + n)}
-        for n in range(NUM_ENVS)
-    ]
-
-
-def _rollout(policy, seed=0):
-    rng = np.random.default_rng(seed)
-    torch.manual_seed(seed)
-    st = RolloutStorage(NUM_STEPS, NUM_ENVS)
-    for t in range(NUM_STEPS):
-        act = policy.act(_observations(rng, t))
-        st.insert(act, torch.linspace(-1, 1, NUM_ENVS), torch.tensor([False, t == 1, False]), torch.zeros(NUM_ENVS))
-    st.compute_returns(policy.get_values(_observations(rng, NUM_STEPS)))
-    return st
+    return policy_rollout(fresh_policy(loaded, tiny_model_path))
 
 
 def test_first_minibatch_ratio_is_one_across_batch_layouts(loaded, tiny_model_path, storage):
-    policy = _policy(loaded, tiny_model_path)
+    policy = fresh_policy(loaded, tiny_model_path)
     st = storage
     assert len({len(p) for p in st.prompt_ids}) > 1  # unequal prompt lengths: left padding differs per batch
     assert max(len(im) for im in st.images) == 3
@@ -89,30 +50,17 @@ def test_rollout_log_prob_modes_agree(loaded, tiny_model_path, storage):
     """``generate`` mode (from generate's logits) and ``recompute`` mode (training forward) give the
     same tokens (same seed, same distribution), log-probs and values."""
     with recorded_forwards(VLMPolicy) as forwards:  # recompute's training forwards, inside act
-        st = _rollout(_policy(loaded, tiny_model_path, rollout_log_probs="recompute"))
+        st = policy_rollout(fresh_policy(loaded, tiny_model_path, rollout_log_probs="recompute"))
     assert [g.tolist() for g in st.generated_ids] == [g.tolist() for g in storage.generated_ids]
     bounds = widest(forwards)  # generate's cached steps against one forward: rounding (numerics.forward_bounds)
     torch.testing.assert_close(st.old_log_probs, storage.old_log_probs, atol=bounds.log_prob, rtol=0)
     torch.testing.assert_close(st.values, storage.values, atol=bounds.value, rtol=0)
 
 
-def _split_state(policy):
-    frozen, lora, heads = {}, {}, {}
-    for name, p in policy.named_parameters():
-        t = p.detach().clone()
-        if "lora_" in name:
-            lora[name] = t
-        elif name.startswith(("value_head", "temp_predictor")):
-            heads[name] = t
-        else:
-            frozen[name] = t
-    return frozen, lora, heads
-
-
 def test_update_moves_lora_and_heads_only(loaded, tiny_model_path, storage):
-    policy = _policy(loaded, tiny_model_path)
+    policy = fresh_policy(loaded, tiny_model_path)
     st = storage
-    frozen0, lora0, heads0 = _split_state(policy)
+    frozen0, lora0, heads0 = split_state(policy)
     assert any("visual" in n for n in frozen0) and lora0 and heads0
     assert not any("visual" in n for n in lora0)  # LoRA targets the language model only
     opt = torch.optim.Adam(policy.trainable_parameters(), lr=1e-2)
@@ -121,7 +69,7 @@ def test_update_moves_lora_and_heads_only(loaded, tiny_model_path, storage):
         out = PPO(policy, opt, cfg, seed=0).update(st)
     assert out["debug/first_minibatch_ratio_max_dev"] < forwards[0].ratio  # the first minibatch's rounding against act's
     assert out["losses/kl_ref"] < 1e-6 and out["losses/skipped_minibatches"] == 0
-    frozen1, lora1, heads1 = _split_state(policy)
+    frozen1, lora1, heads1 = split_state(policy)
     for name in frozen0:
         assert torch.equal(frozen0[name], frozen1[name]), f"frozen weight {name} changed"
     moved = [n for n in lora0 if not torch.equal(lora0[n], lora1[n])]
@@ -135,7 +83,7 @@ def test_update_moves_lora_and_heads_only(loaded, tiny_model_path, storage):
 
 
 def test_temperature_head_gets_gradient_and_stays_in_range(loaded, tiny_model_path, storage):
-    policy = _policy(loaded, tiny_model_path, temperature=0.8, min_temperature=0.5, max_temperature=1.5)
+    policy = fresh_policy(loaded, tiny_model_path, temperature=0.8, min_temperature=0.5, max_temperature=1.5)
     mb = next(storage.minibatches(NUM_ENVS, torch.Generator().manual_seed(0)))
     out = policy.evaluate_actions(mb)
     torch.testing.assert_close(out.temperatures.detach(), torch.full((NUM_ENVS,), 0.8))  # exact at init
@@ -151,18 +99,18 @@ def test_temperature_head_gets_gradient_and_stays_in_range(loaded, tiny_model_pa
 
 
 def test_fixed_temperature_when_predictor_off(loaded, tiny_model_path):
-    policy = _policy(loaded, tiny_model_path, use_temp_predictor=False, temperature=0.7)
+    policy = fresh_policy(loaded, tiny_model_path, use_temp_predictor=False, temperature=0.7)
     assert policy.temp_predictor is None
     assert not any(n.startswith("temp_predictor") for n, _ in policy.named_parameters())
-    act = policy.act(_observations(np.random.default_rng(0), 0))
+    act = policy.act(policy_observations(np.random.default_rng(0), 0))
     assert torch.equal(act.temperatures, torch.full((NUM_ENVS,), 0.7))
 
 
 def test_act_at_a_given_temperature_samples_and_scores_under_it(loaded, tiny_model_path):
     """Sampled evaluation: ``act(temperature=T)`` overrides the head for sampling and for the log-probs,
     in both rollout_log_probs modes, and leaves the head's own temperature in place afterwards."""
-    policy = _policy(loaded, tiny_model_path, temperature=0.8, min_temperature=0.2, max_temperature=2.0)
-    obs = _observations(np.random.default_rng(5), 0)
+    policy = fresh_policy(loaded, tiny_model_path, temperature=0.8, min_temperature=0.2, max_temperature=2.0)
+    obs = policy_observations(np.random.default_rng(5), 0)
     torch.manual_seed(11)
     got = policy.act(obs, temperature=0.3)
     assert torch.equal(got.temperatures, torch.full((NUM_ENVS,), 0.3))
@@ -187,8 +135,8 @@ def test_act_at_a_given_temperature_samples_and_scores_under_it(loaded, tiny_mod
 
 
 def test_greedy_act_is_deterministic_and_never_emits_forbidden_ids(loaded, tiny_model_path):
-    policy = _policy(loaded, tiny_model_path, max_new_tokens=16)
-    obs = _observations(np.random.default_rng(3), 0)
+    policy = fresh_policy(loaded, tiny_model_path, max_new_tokens=16)
+    obs = policy_observations(np.random.default_rng(3), 0)
     a, b = policy.act(obs, greedy=True), policy.act(obs, greedy=True)
     assert [g.tolist() for g in a.generated_ids] == [g.tolist() for g in b.generated_ids]
     forbidden = set(policy.forbidden_ids.tolist())
@@ -200,7 +148,7 @@ def test_greedy_act_is_deterministic_and_never_emits_forbidden_ids(loaded, tiny_
 
 
 def test_save_and_load_round_trip(loaded, tiny_model_path, tmp_path, storage):
-    policy = _policy(loaded, tiny_model_path)
+    policy = fresh_policy(loaded, tiny_model_path)
     with torch.no_grad():
         for name, p in policy.named_parameters():
             if p.requires_grad:
@@ -208,7 +156,7 @@ def test_save_and_load_round_trip(loaded, tiny_model_path, tmp_path, storage):
     st = storage
     policy.save_pretrained(tmp_path / "ckpt")
     assert (tmp_path / "ckpt" / "adapter_config.json").is_file() and (tmp_path / "ckpt" / "heads.safetensors").is_file()
-    other = _policy(loaded, tiny_model_path)
+    other = fresh_policy(loaded, tiny_model_path)
     other.load_pretrained(tmp_path / "ckpt")
     mb = next(st.minibatches(NUM_ENVS, torch.Generator().manual_seed(0)))
     with torch.no_grad():
@@ -216,13 +164,13 @@ def test_save_and_load_round_trip(loaded, tiny_model_path, tmp_path, storage):
     torch.testing.assert_close(a.log_probs, b.log_probs)
     torch.testing.assert_close(a.values, b.values)
     torch.testing.assert_close(a.temperatures, b.temperatures)
-    wrong = _policy(loaded, tiny_model_path, lora_r=2, lora_alpha=4)
+    wrong = fresh_policy(loaded, tiny_model_path, lora_r=2, lora_alpha=4)
     with pytest.raises(ValueError, match="lora_r"):
         wrong.load_adapter(tmp_path / "ckpt")
 
 
 def test_train_vision_projector_trains_merger_and_keeps_reference(loaded, tiny_model_path, storage):
-    policy = _policy(loaded, tiny_model_path, train_vision="projector")
+    policy = fresh_policy(loaded, tiny_model_path, train_vision="projector")
     trainable = [n for n, p in policy.named_parameters() if p.requires_grad]
     assert any("merger" in n for n in trainable)
     assert not any("visual.blocks" in n for n in trainable)
@@ -257,7 +205,7 @@ def test_thought_tokens_found_with_the_real_tokenizer(loaded):
 
 
 def test_non_finite_loss_leaves_every_policy_weight_untouched(loaded, tiny_model_path, storage):
-    policy = _policy(loaded, tiny_model_path)
+    policy = fresh_policy(loaded, tiny_model_path)
     st = copy.deepcopy(storage)
     st.advantages.fill_(float("nan"))
     before = {k: v.clone() for k, v in policy.state_dict().items()}
@@ -303,7 +251,7 @@ def test_chunked_training_forward_equals_the_full_logits_computation(loaded, tin
     """Log-probs, entropy and KL of the (chunked, lm_head-applied-per-chunk) training forward equal the
     full-logits computation on a batch with unequal response lengths, and so do the gradients of a
     PPO-like loss into every trainable weight (LoRA, temperature head)."""
-    policy = _policy(loaded, tiny_model_path, temperature=0.8, min_temperature=0.5, max_temperature=1.5)
+    policy = fresh_policy(loaded, tiny_model_path, temperature=0.8, min_temperature=0.5, max_temperature=1.5)
     with torch.no_grad():  # move the adapter off zero so that the KL and the LoRA-A gradients are not trivially 0
         for name, p in policy.named_parameters():
             if "lora_B" in name:
@@ -376,8 +324,8 @@ def test_gradient_checkpointing_keeps_ratio_one_and_trains_lora(loaded, tiny_mod
     """With model.gradient_checkpointing on: the first PPO ratio is still 1, every LoRA-B weight gets a
     non-zero gradient equal to the one without checkpointing, and the frozen vision tower stays out
     of autograd (transformers' input-require-grads hooks would pull it in)."""
-    plain = _policy(loaded, tiny_model_path)
-    ckpt = _policy(loaded, tiny_model_path, gradient_checkpointing=True)
+    plain = fresh_policy(loaded, tiny_model_path)
+    ckpt = fresh_policy(loaded, tiny_model_path, gradient_checkpointing=True)
     layers = [m for m in ckpt.base_model.modules() if hasattr(m, "gradient_checkpointing") and type(m).__name__.endswith("DecoderLayer")]
     assert layers and all(m.gradient_checkpointing for m in layers)
     tower_grad = []
@@ -394,7 +342,7 @@ def test_gradient_checkpointing_keeps_ratio_one_and_trains_lora(loaded, tiny_mod
     for name, g in grads[1].items():
         assert g.abs().max() > 0, f"{name} got no gradient under gradient checkpointing"
         torch.testing.assert_close(g, grads[0][name], atol=1e-7, rtol=1e-4)
-    fresh = _policy(loaded, tiny_model_path, gradient_checkpointing=True)
+    fresh = fresh_policy(loaded, tiny_model_path, gradient_checkpointing=True)
     opt = torch.optim.Adam(fresh.trainable_parameters(), lr=1e-2)
     with recorded_forwards(VLMPolicy) as forwards:
         metrics = PPO(fresh, opt, PPOConfig(ppo_epochs=1, mini_batch_size=3), seed=0).update(storage)
@@ -411,7 +359,7 @@ def test_embedding_lora_trains_the_prompt_words_and_checkpoints_only_the_adapter
     only (peft's default would copy the whole embedding matrix into every checkpoint)."""
     from safetensors import safe_open
 
-    policy = _policy(loaded, tiny_model_path, lora_target_modules=EMBED_TARGETS)
+    policy = fresh_policy(loaded, tiny_model_path, lora_target_modules=EMBED_TARGETS)
     embed_lora = {n: p.detach().clone() for n, p in policy.named_parameters() if "lora_embedding" in n}
     assert len(embed_lora) == 2 and all(p.requires_grad for n, p in policy.named_parameters() if "lora_embedding" in n)
     base = policy.model.get_input_embeddings().base_layer.weight.detach().clone()
@@ -434,7 +382,7 @@ def test_embedding_lora_trains_the_prompt_words_and_checkpoints_only_the_adapter
     with safe_open(str(tmp_path / "ckpt" / "adapter_model.safetensors"), "pt") as f:
         keys = list(f.keys())
     assert any("lora_embedding_A" in k for k in keys) and all("lora_" in k for k in keys), keys
-    other = _policy(loaded, tiny_model_path, lora_target_modules=EMBED_TARGETS)
+    other = fresh_policy(loaded, tiny_model_path, lora_target_modules=EMBED_TARGETS)
     other.load_pretrained(tmp_path / "ckpt")
     mb = next(storage.minibatches(NUM_ENVS, torch.Generator().manual_seed(0)))
     with torch.no_grad():
@@ -463,16 +411,16 @@ def test_a_checkpoints_decoding_defaults_never_reach_the_rollout(shipped_path):
     """Sampling is the run's (temperature 1, no truncation, no penalty) whatever the checkpoint ships:
     the rollout's log-probs equal the training forward's, and the draws are not the shipped top_k=1 /
     min_p=0.9 argmax path (with them, 2 of the 9 replies leave it; without, 9)."""
-    loaded = load_vlm(_cfg(shipped_path))
+    loaded = load_vlm(tiny_model_cfg(shipped_path))
     for key, value in SHIPPED_DECODING.items():
         assert getattr(loaded.shipped_generation_config, key) == value
     kept = loaded.model.generation_config.to_diff_dict()
     assert not set(SHIPPED_DECODING) & set(kept), kept
     assert kept["eos_token_id"] == loaded.shipped_generation_config.eos_token_id
     torch.manual_seed(0)
-    policy = VLMPolicy(_cfg(shipped_path, use_temp_predictor=False, temperature=1.0), loaded)
+    policy = VLMPolicy(tiny_model_cfg(shipped_path, use_temp_predictor=False, temperature=1.0), loaded)
     rng = np.random.default_rng(3)
-    observations = [_observations(rng, t) for t in range(3)]
+    observations = [policy_observations(rng, t) for t in range(3)]
     greedy = [policy.act(obs, greedy=True).generated_ids for obs in observations]
     torch.manual_seed(1)
     sampled = [policy.act(obs) for obs in observations]
@@ -491,23 +439,23 @@ def test_qwen3_vl_acts_updates_and_round_trips_its_adapter(tiny_family_path, tmp
     ratio is 1 with the KL to the reference 0, one update moves LoRA and the heads only, and the saved
     adapter scores like the policy that saved it."""
     path = tiny_family_path("qwen3_vl")
-    loaded = load_vlm(_cfg(path))
+    loaded = load_vlm(tiny_model_cfg(path))
     assert loaded.family == "qwen3_vl"
-    policy = _policy(loaded, path)
-    st = _rollout(policy)
+    policy = fresh_policy(loaded, path)
+    st = policy_rollout(policy)
     policy.train()
     mb = next(st.minibatches(NUM_ENVS, torch.Generator().manual_seed(0)))
     with recorded_forwards(VLMPolicy) as forwards:
         out = policy.evaluate_actions(mb, with_kl=True)
     assert (out.log_probs - mb.old_log_probs).exp().sub(1).abs().max().item() < forwards[0].ratio and out.kl.abs().max().item() < 1e-6
-    frozen, lora, heads = _split_state(policy)
+    frozen, lora, heads = split_state(policy)
     opt = torch.optim.Adam(policy.trainable_parameters(), lr=1e-3)
     PPO(policy, opt, PPOConfig(ppo_epochs=1, mini_batch_size=NUM_ENVS)).update(st)
-    after_frozen, after_lora, after_heads = _split_state(policy)
+    after_frozen, after_lora, after_heads = split_state(policy)
     assert all(torch.equal(frozen[k], after_frozen[k]) for k in frozen)
     assert any(not torch.equal(lora[k], after_lora[k]) for k in lora) and any(not torch.equal(heads[k], after_heads[k]) for k in heads)
     policy.save_pretrained(tmp_path / "policy")
-    other = _policy(loaded, path)
+    other = fresh_policy(loaded, path)
     other.load_pretrained(tmp_path / "policy")
     with torch.no_grad():
         a, b = policy.evaluate_actions(mb), other.evaluate_actions(mb)
@@ -534,8 +482,8 @@ def test_rollout_and_update_exclude_the_same_forbidden_ids(loaded, tiny_model_pa
 
     monkeypatch.setattr(model_module, "process_logits", process)
     monkeypatch.setattr(model_module, "chunked_token_stats", stats)
-    policy = _policy(loaded, tiny_model_path)
-    st = _rollout(policy)
+    policy = fresh_policy(loaded, tiny_model_path)
+    st = policy_rollout(policy)
     (mb,) = list(st.ordered_minibatches(NUM_ENVS * NUM_STEPS))
     with torch.no_grad():
         policy.evaluate_actions(mb)

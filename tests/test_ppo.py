@@ -15,33 +15,8 @@ from torch import nn
 from a2c_ppo_acktr.algo.kl import adapt_kl_coef
 from a2c_ppo_acktr.algo.ppo import PPO, explained_variance, policy_loss, ppo_loss, value_loss
 from a2c_ppo_acktr.arguments import PPOConfig
-from a2c_ppo_acktr.storage import Minibatch, RolloutStorage
+from helpers import ToyPolicy, toy_minibatch, toy_ppo, toy_storage
 from numerics import f32_tolerance
-
-
-class ToyPolicy(nn.Module):
-    """One logit and one value per stored turn; the KL to the reference is theta^2."""
-
-    has_reference = True
-
-    def __init__(self, n: int) -> None:
-        super().__init__()
-        self.theta = nn.Parameter(torch.zeros(n))
-        self.v = nn.Parameter(torch.zeros(n))
-        self.calls = []
-        self.seen = []  # (log_probs, old_log_probs) of every forward, to recount the KL independently
-
-    def forward(self, mb, with_kl=False):
-        self.calls.append(with_kl)
-        th = self.theta[mb.indices]
-        log_probs = nn.functional.logsigmoid(th)
-        self.seen.append((log_probs.detach().clone(), mb.old_log_probs.clone()))
-        return SimpleNamespace(
-            log_probs=log_probs,
-            values=self.v[mb.indices],
-            entropy=torch.zeros_like(th),
-            kl=th**2 if with_kl else None,
-        )
 
 
 class LinearToyPolicy(nn.Module):
@@ -73,39 +48,6 @@ class LinearToyPolicy(nn.Module):
             entropy=-(p * p.log() + (1 - p) * (1 - p).log()),
             kl=logit**2 if with_kl else None,
         )
-
-
-def _storage(T=2, N=4, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    st = RolloutStorage(T, N)
-    for t in range(T):
-        act = SimpleNamespace(
-            texts=[""] * N, prompts=[""] * N, images=[[] for _ in range(N)], prompt_ids=[torch.zeros(1)] * N,
-            generated_ids=[torch.zeros(1)] * N, token_weights=[torch.ones(1)] * N,
-            log_probs=torch.full((N,), math.log(0.5)), values=torch.zeros(N), temperatures=torch.ones(N),
-        )
-        st.insert(act, torch.randn(N, generator=g), torch.zeros(N), torch.zeros(N))
-    st.compute_returns(torch.zeros(N))
-    return st
-
-
-def _ppo(policy, lr=0.1, **over):
-    cfg = PPOConfig(**{"ppo_epochs": 2, "mini_batch_size": 2, "lr": lr, "max_grad_norm": 10.0, **over})
-    return PPO(policy, torch.optim.SGD(policy.parameters(), lr=lr), cfg, seed=0)
-
-
-def _minibatch(old_log_probs, old_values, advantages, returns) -> Minibatch:
-    """A Minibatch of B turns holding only the numbers the losses read."""
-    B = len(advantages)
-
-    def t(x):
-        return torch.tensor(x, dtype=torch.float32)
-
-    return Minibatch(
-        prompts=[""] * B, images=[[] for _ in range(B)], prompt_ids=[torch.zeros(1)] * B, generated_ids=[torch.zeros(1)] * B,
-        token_weights=[torch.ones(1)] * B, old_log_probs=t(old_log_probs), old_values=t(old_values),
-        advantages=t(advantages), returns=t(returns), indices=torch.arange(B),
-    )
 
 
 def _full_batch_gradient(policy, st, cfg, kl_coef):
@@ -196,9 +138,9 @@ def test_explained_variance_and_kl_controller():
 
 
 def test_update_metrics_and_first_ratio():
-    st = _storage()
+    st = toy_storage()
     pol = ToyPolicy(8)
-    ppo = _ppo(pol)
+    ppo = toy_ppo(pol)
     out = ppo.update(st)
     expected = {"losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac",
                 "losses/explained_variance", "losses/grad_norm", "losses/skipped_minibatches", "losses/kl_ref",
@@ -227,10 +169,10 @@ def test_update_metrics_and_first_ratio():
 
 
 def test_non_finite_loss_skips_minibatch_and_keeps_weights():
-    st = _storage()
+    st = toy_storage()
     st.advantages[0, 0] = float("nan")
     pol = ToyPolicy(8)
-    out = _ppo(pol, norm_adv=False, ppo_epochs=1).update(st)
+    out = toy_ppo(pol, norm_adv=False, ppo_epochs=1).update(st)
     assert out["losses/skipped_minibatches"] == 1
     assert out["optim/steps"] == 3 and out["optim/skipped_windows"] == 1  # one window per minibatch
     assert math.isfinite(out["losses/policy_loss"])
@@ -256,7 +198,7 @@ def test_non_finite_loss_skips_minibatch_and_keeps_weights():
 
 
 def test_grad_accumulation_steps_once_per_window():
-    st = _storage()
+    st = toy_storage()
     pol = ToyPolicy(8)
     opt = torch.optim.SGD(pol.parameters(), lr=0.1)
     steps = []
@@ -279,9 +221,9 @@ def test_target_kl_stops_after_the_first_epoch_whose_mean_kl_exceeds_it():
     epoch 4's mean but above 4/5 of it and above epoch 3's mean, and below epoch 3's sum: the update
     must run exactly 4 epochs (a sum instead of a mean stops at 3, a mean over one minibatch too many
     at 5, a missing break runs all 6)."""
-    st = _storage()
+    st = toy_storage()
     pol = ToyPolicy(8)
-    out = _ppo(pol, lr=0.5, ppo_epochs=6, target_kl=0.015).update(st)
+    out = toy_ppo(pol, lr=0.5, ppo_epochs=6, target_kl=0.015).update(st)
     assert out["optim/steps"] == len(pol.seen)  # stopping early still reports the update
     assert len(pol.seen) % 4 == 0
     means = _epoch_mean_kls(pol.seen, 4)
@@ -289,17 +231,17 @@ def test_target_kl_stops_after_the_first_epoch_whose_mean_kl_exceeds_it():
     assert len(means) == 4
     # A target no epoch reaches runs every epoch.
     pol = ToyPolicy(8)
-    _ppo(pol, lr=0.5, ppo_epochs=6, target_kl=1.0).update(st)
+    toy_ppo(pol, lr=0.5, ppo_epochs=6, target_kl=1.0).update(st)
     assert len(pol.seen) == 6 * 4
 
 
 def test_kl_penalty_and_adaptive_coef():
-    st = _storage()
+    st = toy_storage()
     st.advantages.zero_()  # only the penalty moves theta
     pol = ToyPolicy(8)
     with torch.no_grad():
         pol.theta.fill_(1.0)
-    ppo = _ppo(pol, kl_coef=0.1, kl_adaptive=True, kl_target=0.05, norm_adv=False, vf_coef=0.0)
+    ppo = toy_ppo(pol, kl_coef=0.1, kl_adaptive=True, kl_target=0.05, norm_adv=False, vf_coef=0.0)
     out = ppo.update(st)
     assert all(pol.calls)  # KL computed on every minibatch when penalised
     # each window's gradient is 2 kl_coef theta / m on its two turns: norm sqrt(2) * 0.1 * theta, with
@@ -313,7 +255,7 @@ def test_kl_penalty_and_adaptive_coef():
     assert out["losses/kl_coef"] == pytest.approx(0.12)  # far above kl_target: +20% cap
     state = ppo.state_dict()
     assert (state["num_updates"], state["optimizer_steps"]) == (1, 8)
-    fresh = _ppo(ToyPolicy(8), kl_coef=0.1, kl_adaptive=True, kl_target=0.05)
+    fresh = toy_ppo(ToyPolicy(8), kl_coef=0.1, kl_adaptive=True, kl_target=0.05)
     fresh.load_state_dict(state)
     assert fresh.kl_coef == pytest.approx(0.12)
     assert (fresh.num_updates, fresh.optimizer_steps) == (1, 8)
@@ -330,9 +272,9 @@ def test_update_through_accelerate_matches_plain():
     from accelerate import Accelerator
 
     acc = Accelerator(cpu=True)
-    st = _storage()
+    st = toy_storage()
     plain, wrapped = ToyPolicy(8), ToyPolicy(8)
-    _ppo(plain).update(st)
+    toy_ppo(plain).update(st)
     opt = torch.optim.SGD(wrapped.parameters(), lr=0.1)
     model, opt = acc.prepare(wrapped, opt)
     cfg = PPOConfig(ppo_epochs=2, mini_batch_size=2, lr=0.1, max_grad_norm=10.0)
@@ -347,7 +289,7 @@ def test_ppo_loss_hand_computed_with_every_term():
     """``pg + vf_coef * v - ent_coef * H + kl_coef * KL`` with every coefficient non-zero and distinct:
     a flipped sign or a lost scale in any term changes the total (flipping H gives 0.1475, v -0.9608,
     KL -0.1725, against -0.0525)."""
-    mb = _minibatch(old_log_probs=[0.0, 0.0, 0.0], old_values=[0.0, 0.0, 0.0], advantages=[1.0, -2.0, 2.0], returns=[2.0, 1.0, -1.0])
+    mb = toy_minibatch(old_log_probs=[0.0, 0.0, 0.0], old_values=[0.0, 0.0, 0.0], advantages=[1.0, -2.0, 2.0], returns=[2.0, 1.0, -1.0])
     log_probs = torch.log(torch.tensor([1.5, 0.5, 0.9])).requires_grad_()
     values = torch.tensor([1.0, 0.0, 0.1], requires_grad=True)
     entropy = torch.tensor([0.5, 1.5, 1.0], requires_grad=True)
@@ -385,7 +327,7 @@ def test_accumulated_gradient_equals_full_batch_gradient(backend, k):
     """One window of k minibatches of 8/k turns takes one SGD step (lr 1) equal to minus the gradient
     of the loss over all 8 turns at once: each minibatch's mean loss is scaled by 1/k before backward
     (by the window on the plain path, by ``accelerator.backward`` under accelerate)."""
-    st = _storage()
+    st = toy_storage()
     pol = LinearToyPolicy(8)
     cfg = PPOConfig(ppo_epochs=1, mini_batch_size=8 // k, grad_accum_steps=k, lr=1.0, max_grad_norm=1e6,
                     norm_adv=False, vf_coef=0.5, ent_coef=0.1, kl_coef=0.3)
@@ -403,7 +345,7 @@ def test_gradient_clipping_caps_the_step_and_keeps_its_direction(backend):
     """One SGD step (lr 1) on one minibatch: when the gradient's norm exceeds max_grad_norm the step
     is the gradient rescaled to norm max_grad_norm, same direction; below it the step is the gradient.
     The reported grad_norm is the norm before clipping."""
-    st = _storage()
+    st = toy_storage()
     for ratio in (0.25, 2.0):
         pol = LinearToyPolicy(8)
         base = dict(ppo_epochs=1, mini_batch_size=8, lr=1.0, norm_adv=False, vf_coef=0.5, ent_coef=0.1)
@@ -426,13 +368,13 @@ def test_gradient_clipping_caps_the_step_and_keeps_its_direction(backend):
 
 
 def test_update_rejects_minibatch_layouts_with_the_fix():
-    st = _storage()  # 8 turns
+    st = toy_storage()  # 8 turns
     with pytest.raises(ValueError, match=r"^ppo.mini_batch_size=3 must divide num_steps\*num_envs=8$"):
-        _ppo(ToyPolicy(8), mini_batch_size=3).update(st)
+        toy_ppo(ToyPolicy(8), mini_batch_size=3).update(st)
     fix = (r"^4 minibatches per epoch is not a multiple of ppo.grad_accum_steps=3; pick mini_batch_size and "
            r"grad_accum_steps so that \(num_envs\*num_steps/mini_batch_size\) % grad_accum_steps == 0$")
     with pytest.raises(ValueError, match=fix):
-        _ppo(ToyPolicy(8), grad_accum_steps=3).update(st)
+        toy_ppo(ToyPolicy(8), grad_accum_steps=3).update(st)
 
 
 class _RecordingPolicy(ToyPolicy):
@@ -455,14 +397,14 @@ def test_update_logs_each_metric_as_its_mean_over_minibatches():
     value losses, entropy, k3 KL, clip fractions (means over minibatches), the first minibatch's
     ratio deviation and KL to the reference, explained variance over the rollout, step counts."""
     g = torch.Generator().manual_seed(7)
-    st = _storage()
+    st = toy_storage()
     st.old_log_probs = math.log(0.5) + 0.3 * torch.randn(2, 4, generator=g)  # ratios on both sides of the clip
     st.values = 0.5 * torch.randn(2, 4, generator=g)  # rollout values the value clip is centred on
     pol = _RecordingPolicy(8)
     with torch.no_grad():
         pol.theta.copy_(0.5 * torch.randn(8, generator=g))
         pol.v.copy_(st.values.flatten() + 0.25 * torch.randn(8, generator=g))  # some moved past the 0.2 clip
-    out = _ppo(pol, ent_coef=0.01).update(st)
+    out = toy_ppo(pol, ent_coef=0.01).update(st)
     assert len(pol.record) == 8
     per_mb = {k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "value_clipfrac")}
     for mb, o in pol.record:
@@ -491,7 +433,7 @@ def test_update_logs_each_metric_as_its_mean_over_minibatches():
 def test_minibatch_order_follows_the_seed_not_the_global_rng():
     """The update shuffles with its own generator, seeded by ``seed`` (default 0) and carried across
     epochs: the order is that of ``storage.minibatches`` with ``Generator().manual_seed(seed)``."""
-    st = _storage()
+    st = toy_storage()
 
     def expected(seed):
         gen = torch.Generator().manual_seed(seed)
@@ -544,7 +486,7 @@ class _TwoRankAccelerator:
 def test_skips_and_early_stops_are_decided_across_processes():
     """A minibatch whose loss is non-finite on the other rank is skipped here too (collectives stay
     matched); target-KL stopping and the adaptive KL coefficient use the KL averaged over ranks."""
-    st = _storage()
+    st = toy_storage()
     pol = ToyPolicy(8)
     cfg = PPOConfig(ppo_epochs=1, mini_batch_size=2, lr=0.1)
     out = PPO(pol, torch.optim.SGD(pol.parameters(), lr=0.1), cfg, accelerator=_TwoRankAccelerator(0.0, 0.0)).update(st)
@@ -596,7 +538,7 @@ class _FakeEngine(ToyPolicy):
 def test_deepspeed_engine_steps_once_per_window():
     """Under DeepSpeed the update marks the last backward of each window as the boundary and calls
     ``engine.step()`` once per window (not once per backward), with the same result as plain SGD."""
-    st = _storage()
+    st = toy_storage()
     engine = _FakeEngine(8, k=2, lr=0.1)
     acc = SimpleNamespace(num_processes=1, device=torch.device("cpu"), distributed_type="DistributedType.DEEPSPEED",
                           gradient_accumulation_steps=2, unwrap_model=lambda m: m)

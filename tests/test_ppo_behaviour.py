@@ -1,6 +1,6 @@
 """What a PPO update must do to a policy whose answer is known (in the spirit of SB3's identity tests).
 
-On :class:`test_ppo.ToyPolicy` each stored turn has its own logit ``theta_i`` (action probability
+On :class:`helpers.ToyPolicy` each stored turn has its own logit ``theta_i`` (action probability
 ``sigmoid(theta_i)``, stored at 0.5) and its own value ``v_i``, so one SGD step on a minibatch of ``m``
 turns moves each turn's parameters by a closed form: the direction of every term of the loss (and
 its scale) is checked against it, not only that "weights moved" (issue 17).
@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from test_ppo import ToyPolicy, _ppo, _storage
+from helpers import ToyPolicy, toy_ppo, toy_storage
 
-LR, M = 0.1, 2  # _ppo's SGD learning rate and mini_batch_size
+LR, M = 0.1, 2  # toy_ppo's SGD learning rate and mini_batch_size
 
 
 class BernoulliToyPolicy(ToyPolicy):
@@ -30,7 +30,7 @@ def _bernoulli_entropy(theta):
 
 
 def _zero_advantage_storage():
-    st = _storage()
+    st = toy_storage()
     st.advantages.zero_()  # no policy gradient: only the term under test moves the policy
     return st
 
@@ -39,10 +39,10 @@ def _zero_advantage_storage():
 def test_advantage_sign_sets_the_direction_of_the_action_probability(sign):
     """A > 0 raises every action's probability, A < 0 lowers it, by the closed form of one epoch:
     d(-A ratio / m)/d theta = -A * 2p(1-p) / m with p = 1/2, so theta_i = lr * A / (2 m)."""
-    st = _storage()
+    st = toy_storage()
     st.advantages.fill_(sign)
     pol = ToyPolicy(8)
-    _ppo(pol, ppo_epochs=1, norm_adv=False).update(st)
+    toy_ppo(pol, ppo_epochs=1, norm_adv=False).update(st)
     torch.testing.assert_close(pol.theta.detach(), torch.full((8,), sign * LR / (2 * M)))
     prob = torch.sigmoid(pol.theta.detach())
     assert ((prob > 0.5) if sign > 0 else (prob < 0.5)).all()
@@ -53,7 +53,7 @@ def test_value_loss_falls_towards_the_returns_with_zero_advantages():
     the logged value loss falls from update to update."""
     st = _zero_advantage_storage()
     pol = ToyPolicy(8)
-    ppo = _ppo(pol, norm_adv=False, clip_vloss=False, vf_coef=0.5)
+    ppo = toy_ppo(pol, norm_adv=False, clip_vloss=False, vf_coef=0.5)
     returns = st.returns.flatten()
     losses = [ppo.update(st)["losses/value_loss"] for _ in range(3)]
     assert losses[0] > losses[1] > losses[2]
@@ -70,7 +70,7 @@ def test_entropy_bonus_raises_entropy_with_zero_advantages():
     pol = BernoulliToyPolicy(8)
     with torch.no_grad():
         pol.theta.fill_(2.0)
-    ppo = _ppo(pol, norm_adv=False, ent_coef=0.5)
+    ppo = toy_ppo(pol, norm_adv=False, ent_coef=0.5)
     entropies = [float(_bernoulli_entropy(pol.theta.detach()).mean())]
     for _ in range(2):
         ppo.update(st)
@@ -91,7 +91,7 @@ def test_kl_penalty_lowers_the_kl_to_the_reference_with_zero_advantages():
     with torch.no_grad():
         pol.theta.copy_(torch.linspace(-1.5, 1.5, 8))
     start = float((pol.theta.detach() ** 2).mean())
-    ppo = _ppo(pol, norm_adv=False, kl_coef=0.5)
+    ppo = toy_ppo(pol, norm_adv=False, kl_coef=0.5)
     logged = [ppo.update(st)["losses/kl_ref"] for _ in range(3)]
     assert logged[0] > logged[1] > logged[2]
     factor = (1 - 2 * LR * 0.5 / M) ** 2  # per epoch theta scales by 1 - 2 lr kl_coef / m; KL by its square

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from a2c_ppo_acktr.arguments import load_config
@@ -40,6 +41,7 @@ def _wait_for_rows(path: Path, n: int, proc: subprocess.Popen, timeout: float = 
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_and_the_resumed_run_equals_an_uninterrupted_one(tmp_path):
     from a2c_ppo_acktr.train import run_training
 

@@ -13,8 +13,8 @@ from a2c_ppo_acktr.arguments import ConfigError, PPOConfig, load_config
 from a2c_ppo_acktr.model import VLMPolicy
 from a2c_ppo_acktr.references import masked_images
 from a2c_ppo_acktr.validation import BEST_DIR, BestPolicy, read_best
+from helpers import NUM_ENVS, NUM_STEPS, fresh_policy, policy_rollout
 from tests.numerics import recorded_forwards
-from tests.test_policy import NUM_ENVS, NUM_STEPS, _policy, _rollout, loaded  # noqa: F401  (fixture)
 
 
 # ------------------------------------------------------------------------ perception arithmetic
@@ -82,10 +82,10 @@ def test_ema_reference_kl_closed_forms(loaded, tiny_model_path, targets):
     base reference's, also with a LoRA'd lm_head as in cpu-demo: no gradient through the reference);
     the trained weights are bit-identical after the reference forward."""
     over = {} if targets == "default" else {"lora_target_modules": LM_HEAD_TARGETS}
-    policy = _policy(loaded, tiny_model_path, **over)
+    policy = fresh_policy(loaded, tiny_model_path, **over)
     if targets == "with_lm_head":
         assert any("lm_head" in n for n, _ in _lora(policy))
-    st = _rollout(policy, seed=4)
+    st = policy_rollout(policy, seed=4)
     mb = next(st.minibatches(NUM_ENVS * NUM_STEPS, torch.Generator().manual_seed(0)))
     with torch.no_grad():
         for n, p in _lora(policy):
@@ -124,8 +124,8 @@ def test_visual_dependency_equals_an_independent_masked_forward(loaded, tiny_mod
     images); the second term recomputed through another path (the minibatch's own encodings with
     zeroed pixels, an ordinary forward) must agree. The full KL is >= 0 and > 0 somewhere: images
     matter to the policy."""
-    policy = _policy(loaded, tiny_model_path)
-    st = _rollout(policy, seed=5)
+    policy = fresh_policy(loaded, tiny_model_path)
+    st = policy_rollout(policy, seed=5)
     policy.eval()
     mb = next(st.minibatches(NUM_ENVS * NUM_STEPS, torch.Generator().manual_seed(0)))
     with torch.no_grad():
@@ -142,8 +142,8 @@ def test_visual_dependency_equals_an_independent_masked_forward(loaded, tiny_mod
 
 
 def test_perception_apply_keeps_the_ratio_and_scales_advantages(loaded, tiny_model_path):
-    policy = _policy(loaded, tiny_model_path)
-    st = _rollout(policy, seed=6)
+    policy = fresh_policy(loaded, tiny_model_path)
+    st = policy_rollout(policy, seed=6)
     cfg = PPOConfig(mini_batch_size=NUM_ENVS, perception_weighting=True, perception_top_frac=0.4,
                     perception_top_weight=3.0, perception_rest_weight=0.5, perception_adv_min=0.8)
     old_weights = [w.clone() for w in st.token_weights]
@@ -199,6 +199,7 @@ def _overrides(out, **extra):
     return [f"{k}={v}" for k, v in base.items()]
 
 
+@pytest.mark.slow
 def test_ema_perception_and_validation_train_resume_exactly_and_validation_changes_nothing(tmp_path):
     """3 iterations without validation equal 2 with validation + resume + 1 with validation, weight
     for weight and in every training metric: validation draws nothing from the run's streams, and

@@ -4,7 +4,6 @@ adapter versions, stale replies, token ids, prompt alignment, a dead server), th
 act, and training through it (ratio 1, exact resume, a server dying mid-run)."""
 from __future__ import annotations
 
-import copy
 import math
 import shutil
 
@@ -13,8 +12,7 @@ import pytest
 import torch
 
 from a2c_ppo_acktr.algo.ppo import policy_loss, tis_weights
-from a2c_ppo_acktr.arguments import ConfigError, ModelConfig, load_config
-from a2c_ppo_acktr.loading import LoadedVLM, load_vlm
+from a2c_ppo_acktr.arguments import ConfigError, load_config
 from a2c_ppo_acktr.logger import read_metrics
 from a2c_ppo_acktr.loopback_server import LoopbackServer
 from a2c_ppo_acktr.model import VLMPolicy
@@ -22,6 +20,7 @@ from a2c_ppo_acktr.rollout_engine import (
     EngineError, EngineStopped, EngineUnavailable, StaleAdapterError, TokenAlignmentError, VLLMServerEngine, adapter_name, parse_reply,
 )
 from a2c_ppo_acktr.storage import RolloutStorage
+from helpers import free_port, fresh_policy, tiny_model_cfg
 
 
 # ------------------------------------------------------------------------------ pure parts
@@ -70,26 +69,14 @@ def test_engine_settings_are_checked_in_one_line():
 
 
 # ------------------------------------------------------------------------------ through the loopback server
-def _cfg(path, **over):
-    base = dict(model_path=path, device="cpu", max_new_tokens=10, value_head_hidden=16, temp_head_hidden=8, lora_r=4, lora_alpha=8)
-    return ModelConfig(**{**base, **over})
-
-
-@pytest.fixture(scope="module")
-def loaded(tiny_model_path) -> LoadedVLM:
-    return load_vlm(_cfg(tiny_model_path))
-
-
 @pytest.fixture(scope="module")
 def server(tiny_model_path):
-    with LoopbackServer(_cfg(tiny_model_path)) as srv:
+    with LoopbackServer(tiny_model_cfg(tiny_model_path)) as srv:
         yield srv
 
 
 def _policy(loaded, path) -> VLMPolicy:
-    fresh = LoadedVLM(model=copy.deepcopy(loaded.model), processor=loaded.processor, family=loaded.family, path=loaded.path)
-    torch.manual_seed(0)
-    pol = VLMPolicy(_cfg(path), fresh)
+    pol = fresh_policy(loaded, path)
     with torch.no_grad():  # rows get different temperatures and the adapter is not the base model's
         for p in pol.temp_predictor.parameters():
             p.add_(0.5 * torch.randn_like(p))
@@ -189,7 +176,7 @@ def test_a_prompt_the_server_tokenises_differently_stops_naming_the_chat_templat
 
 def test_a_dead_server_is_one_engine_error(loaded, tiny_model_path, tmp_path):
     pol = _policy(loaded, tiny_model_path)
-    srv = LoopbackServer(_cfg(tiny_model_path)).start()
+    srv = LoopbackServer(tiny_model_cfg(tiny_model_path)).start()
     url = srv.url
     srv.stop()
     eng = _engine(pol, url, tmp_path, retries=2, timeout_s=5.0)
@@ -250,14 +237,6 @@ def test_training_through_the_engine_resumes_exactly_after_the_server_dies(tmp_p
 
 
 # ------------------------------------------------------------------------------ the launch script
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_run_vsi_qwen_starts_a_rollout_server_and_stops_it(tmp_path):
     """ROLLOUT_SERVER=1 with the loopback server standing in for `vllm serve`: the launcher waits for
@@ -273,13 +252,13 @@ def test_run_vsi_qwen_starts_a_rollout_server_and_stops_it(tmp_path):
     shim = tmp_path / "python"
     shim.write_text(f'#!/usr/bin/env bash\nif [ "$2" = accelerate.commands.launch ]; then echo "$@"; exit 0; fi\nexec {sys.executable} "$@"\n')
     shim.chmod(0o755)
-    port = _free_port()
+    port = free_port()
     (tmp_path / "out" / "run").mkdir(parents=True)
     (tmp_path / "out" / "run" / "rollout_server.log").write_text("the log of a server that failed before\n")
     env = {**os.environ, "PYTHON": str(shim), "PRESET": "debug", "NUM_GPUS": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
            "ROLLOUT_SERVER": "1", "ROLLOUT_PORT": str(port), "ROLLOUT_START_TIMEOUT": "240",
            "ROLLOUT_SERVER_CMD": f"{sys.executable} -m a2c_ppo_acktr.loopback_server --preset debug"}
-    res = subprocess.run(["bash", str(repo / "scripts" / "run_vsi_qwen.sh"), "1", "run", str(tmp_path / "out"), str(_free_port())],
+    res = subprocess.run(["bash", str(repo / "scripts" / "run_vsi_qwen.sh"), "1", "run", str(tmp_path / "out"), str(free_port())],
                          env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert f"--rollout.engine vllm --rollout.engine_url http://127.0.0.1:{port}" in res.stdout
@@ -289,7 +268,7 @@ def test_run_vsi_qwen_starts_a_rollout_server_and_stops_it(tmp_path):
     with pytest.raises(OSError):  # stopped with the launcher
         urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
     env = {**env, "ROLLOUT_SERVER": "0", "ROLLOUT_URL": "http://gpu-node-3:8000"}
-    res = subprocess.run(["bash", str(repo / "scripts" / "run_vsi_qwen.sh"), "1", "run2", str(tmp_path / "out"), str(_free_port())],
+    res = subprocess.run(["bash", str(repo / "scripts" / "run_vsi_qwen.sh"), "1", "run2", str(tmp_path / "out"), str(free_port())],
                          env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and "--rollout.engine vllm --rollout.engine_url http://gpu-node-3:8000" in res.stdout
 
@@ -311,7 +290,7 @@ def test_two_ranks_stop_together_when_one_ranks_server_dies(tmp_path):
     cfg = load_config(preset="debug")
     with LoopbackServer(cfg.model) as s0, LoopbackServer(cfg.model) as s1:
         s1.fail_after = 0
-        port = _free_port()
+        port = free_port()
         args = [sys.executable, str(repo / "main_vsi.py"), "--preset", "debug", "--log.output_dir", str(tmp_path / "out"),
                 "--log.progress_bar", "false", "--log.tensorboard", "false", "--ppo.num_iterations", "2", "--model.max_new_tokens", "16",
                 "--env.max_turns", "2", "--rollout.engine", "vllm", "--rollout.engine_url", f"{s0.url},{s1.url}", "--rollout.engine_retries", "1"]

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-from a2c_ppo_acktr.arguments import ModelConfig
 from a2c_ppo_acktr.prompts import (
     Answer,
     Invalid,
@@ -19,42 +18,12 @@ from a2c_ppo_acktr.prompts import (
     assistant_message,
     build_messages,
     format_response,
-    observation_text,
     parse_action,
     render_prompt,
 )
+from helpers import sft_observation, write_sft_rows
 from numerics import f32_tolerance, logit_terms
 from SFT.data import IGNORE_INDEX, ModalityGroupedBatchSampler, SFTCollator, SFTDataset
-
-
-@pytest.fixture(scope="module")
-def loaded(tiny_model_path):
-    from a2c_ppo_acktr.loading import load_vlm
-
-    return load_vlm(ModelConfig(model_path=tiny_model_path, device="cpu"))
-
-
-def _obs(rng: np.random.Generator, n_images: int, question: str = "How many chair(s) are in this room?") -> dict:
-    images = [rng.integers(0, 256, (32, 32, 3), dtype=np.uint8) for _ in range(n_images)]
-    text = observation_text(question, None, "none yet (this is the start).", 3, num_sweep_frames=n_images)
-    return {"images": images, "text": text}
-
-
-def _write_rows(tmp_path: Path, rows: list[tuple[dict, str]]) -> Path:
-    """Rows of (observation, response) as an SFT JSONL with PNG images beside it."""
-    from PIL import Image
-
-    (tmp_path / "img").mkdir(exist_ok=True)
-    path = tmp_path / "train.jsonl"
-    with open(path, "w", encoding="utf-8") as f:
-        for i, (obs, resp) in enumerate(rows):
-            paths = []
-            for j, img in enumerate(obs["images"]):
-                rel = f"img/{i}_{j}.png"
-                Image.fromarray(img).save(tmp_path / rel)
-                paths.append(rel)
-            f.write(json.dumps({"messages": build_messages(obs) + [assistant_message(resp)], "images": paths}) + "\n")
-    return path
 
 
 @pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
@@ -65,9 +34,9 @@ def test_sft_prompt_tokens_equal_rl_prompt_tokens(family, tiny_family_path, tmp_
 
     processor = load_processor(tiny_family_path(family))
     rng = np.random.default_rng(0)
-    observations = [_obs(rng, 1), _obs(rng, 3)]
+    observations = [sft_observation(rng, 1), sft_observation(rng, 3)]
     response = format_response("The chair is left.", Move(30.0, 0.5))
-    ds = SFTDataset(_write_rows(tmp_path, [(o, response) for o in observations]))
+    ds = SFTDataset(write_sft_rows(tmp_path, [(o, response) for o in observations]))
     collator = SFTCollator(processor, max_length=4096)
     for i, obs in enumerate(observations):
         rl = processor(text=[render_prompt(processor, build_messages(obs))], images=obs["images"], return_tensors="pt")
@@ -86,7 +55,7 @@ def test_loss_only_on_assistant_tokens(loaded):
     rng = np.random.default_rng(1)
     tok = loaded.processor.tokenizer
     responses = [format_response("I count 3 chairs.", Answer("3")), format_response("Turning to look.", Move(-45.0, 1.0))]
-    rows = [{"messages": build_messages(o) + [assistant_message(r)], "images": o["images"]} for o, r in zip([_obs(rng, 1), _obs(rng, 2)], responses)]
+    rows = [{"messages": build_messages(o) + [assistant_message(r)], "images": o["images"]} for o, r in zip([sft_observation(rng, 1), sft_observation(rng, 2)], responses)]
     batch = SFTCollator(loaded.processor, max_length=4096)(rows)
     image_pad = tok.convert_tokens_to_ids("<|image_pad|>")
     for i, (row, resp) in enumerate(zip(rows, responses)):
@@ -114,7 +83,7 @@ def test_history_turns_keep_rl_prompt_as_suffix(loaded):
     """With one turn of history the sample still ends with the current turn's user text and the
     labels still cover only the final reply."""
     rng = np.random.default_rng(2)
-    first, second = _obs(rng, 1), _obs(rng, 2)
+    first, second = sft_observation(rng, 1), sft_observation(rng, 2)
     move = format_response("Look left.", Move(90.0, 0.0))
     answer = format_response("Three.", Answer("3"))
     messages = build_messages(first) + [assistant_message(move), build_messages(second)[1], assistant_message(answer)]
@@ -148,7 +117,7 @@ def test_grouped_batches_share_image_count():
 def test_missing_and_corrupt_images_are_skipped_or_fail(tmp_path, caplog):
     rng = np.random.default_rng(4)
     resp = format_response("x", Answer("1"))
-    path = _write_rows(tmp_path, [(_obs(rng, 1), resp), (_obs(rng, 1), resp), (_obs(rng, 2), resp)])
+    path = write_sft_rows(tmp_path, [(sft_observation(rng, 1), resp), (sft_observation(rng, 1), resp), (sft_observation(rng, 2), resp)])
     (tmp_path / "img/0_0.png").unlink()
     (tmp_path / "img/2_1.png").write_bytes(b"not a png")
     with caplog.at_level(logging.WARNING):
@@ -167,7 +136,7 @@ def test_rows_whose_images_do_not_match_their_placeholders_fail_at_load_naming_t
 
     rng = np.random.default_rng(6)
     resp = format_response("x", Answer("1"))
-    path = _write_rows(tmp_path, [(_obs(rng, 1), resp), (_obs(rng, 5), resp)])
+    path = write_sft_rows(tmp_path, [(sft_observation(rng, 1), resp), (sft_observation(rng, 5), resp)])
     lines = path.read_text().splitlines()
     row = json.loads(lines[1])
     row["images"] = row["images"][:2]
@@ -182,7 +151,7 @@ def test_rows_whose_images_do_not_match_their_placeholders_fail_at_load_naming_t
 
 def test_prompt_longer_than_max_length_raises(loaded):
     rng = np.random.default_rng(5)
-    obs = _obs(rng, 1)
+    obs = sft_observation(rng, 1)
     with pytest.raises(ValueError, match="sft.max_length"):
         SFTCollator(loaded.processor, max_length=64).encode(build_messages(obs) + [assistant_message("{}")], obs["images"])
 
@@ -274,9 +243,9 @@ def test_sft_resumes_from_an_adapter_checkpoint(tmp_path, tiny_model_path):
     from SFT.trainer import TRAIN_LOG, run_sft
 
     rng = np.random.default_rng(6)
-    rows = [(_obs(rng, 1 + i % 2), format_response("Three chairs.", Answer("3"))) for i in range(4)]
+    rows = [(sft_observation(rng, 1 + i % 2), format_response("Three chairs.", Answer("3"))) for i in range(4)]
     (tmp_path / "data").mkdir()
-    _write_rows(tmp_path / "data", rows)
+    write_sft_rows(tmp_path / "data", rows)
     overrides = {
         "model": {"model_path": tiny_model_path, "device": "cpu"},
         "sft": {"data_path": str(tmp_path / "data" / "train.jsonl"), "output_dir": str(tmp_path / "sft"), "max_steps": 2,
@@ -324,7 +293,7 @@ def test_deepspeed_zero2_two_processes_through_the_launch_script(tmp_path, tiny_
 
     rng = np.random.default_rng(7)
     (tmp_path / "data").mkdir()
-    _write_rows(tmp_path / "data", [(_obs(rng, 2), format_response("Three.", Answer("3"))) for _ in range(8)])
+    write_sft_rows(tmp_path / "data", [(sft_observation(rng, 2), format_response("Three.", Answer("3"))) for _ in range(8)])
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -401,7 +370,7 @@ def test_sft_adapter_with_embedding_lora_holds_only_the_lora_factors(tmp_path, t
 
     rng = np.random.default_rng(7)
     (tmp_path / "data").mkdir()
-    _write_rows(tmp_path / "data", [(_obs(rng, 1), format_response("Three chairs.", Answer("3"))) for _ in range(2)])
+    write_sft_rows(tmp_path / "data", [(sft_observation(rng, 1), format_response("Three chairs.", Answer("3"))) for _ in range(2)])
     targets = f"{ModelConfig.lora_target_modules}|{EMBEDDING_LORA_TARGET}"
     cfg = load_config(preset="debug", overrides={
         "model": {"model_path": tiny_model_path, "device": "cpu", "lora_target_modules": targets},
@@ -427,7 +396,7 @@ def test_sft_with_gradient_checkpointing_runs_no_backward_through_the_frozen_tow
 
     tiny_model_path = tiny_family_path(family)
     rng = np.random.default_rng(0)
-    data = _write_rows(tmp_path, [(_obs(rng, 2), '{"thoughts": "look", "action": "A"}') for _ in range(2)])
+    data = write_sft_rows(tmp_path, [(sft_observation(rng, 2), '{"thoughts": "look", "action": "A"}') for _ in range(2)])
     losses = {}
     for checkpointing in (True, False):
         cfg = load_config(preset="debug", overrides={

@@ -11,18 +11,15 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from a2c_ppo_acktr.envs import sokoban
-from a2c_ppo_acktr.envs.cards.common import format_reply, parse_reply
+from a2c_ppo_acktr.envs.cards.common import parse_reply
 from a2c_ppo_acktr.envs.sokoban import env as sokoban_env
 from a2c_ppo_acktr.envs.sokoban.env import SokobanEnv
 from a2c_ppo_acktr.envs.sokoban.generation import Level, generate_level
 from a2c_ppo_acktr.envs.sokoban.solver import ACTIONS, apply_move, solve_level
 from a2c_ppo_acktr.prompts import Invalid
+from game_helpers import act
 
 sokoban.register()
-
-
-def act(word: str) -> str:
-    return format_reply("", word)
 
 
 def level_env(text: str, **overrides) -> SokobanEnv:

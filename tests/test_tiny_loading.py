@@ -121,6 +121,7 @@ def test_family_loads_forwards_left_padded_and_generates(family, tiny_family_pat
     torch.testing.assert_close(refwd, cached, atol=logit_tolerance(out.sequences.shape[1], cached), rtol=0)
 
 
+@pytest.mark.slow
 def test_same_seed_identical_different_seed_differs(tmp_path, tiny_model_path, monkeypatch):
     import dataclasses
 
@@ -267,6 +268,7 @@ def test_unsupported_model_type_lists_families(tmp_path):
     assert set(tiny.FAMILIES) <= set(SUPPORTED_FAMILIES)
 
 
+@pytest.mark.slow
 def test_cache_builds_once_under_concurrency_then_reuses(tmp_path, monkeypatch):
     builds = []
     real_build = tiny.build_tiny_model

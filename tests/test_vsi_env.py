@@ -13,6 +13,7 @@ from a2c_ppo_acktr.envs.questions import Question
 from a2c_ppo_acktr.envs.vsi_env import VSIEnv
 from a2c_ppo_acktr.prompts import Answer, Invalid, Move, format_response
 from a2c_ppo_acktr.scoring import score_prediction
+from helpers import write_arkit_scan
 
 SMALL = dict(image_size=32, num_sweep_frames=4, image_history=2, num_scenes=2, max_turns=4)
 
@@ -204,33 +205,12 @@ def test_batch_env_auto_reset_and_determinism():
 
 
 # ------------------------------------------------------------------ real-scan sources (a fake ARKitScenes scan)
-def _write_arkit_scan(root, video_id, scene):
-    """Write ``scene`` as an ARKitScenes 3DOD directory (ASCII PLY + annotation JSON)."""
-    import json
-
-    d = root / video_id
-    d.mkdir(parents=True)
-    v, t = scene.vertices, scene.triangles
-    # Per-vertex colors: each vertex takes the color of (one of) its triangles.
-    colors = np.zeros((len(v), 3))
-    colors[t.reshape(-1)] = np.repeat(scene.triangle_colors, 3, axis=0)
-    lines = ["ply", "format ascii 1.0", f"element vertex {len(v)}", "property float x", "property float y", "property float z",
-             "property uchar red", "property uchar green", "property uchar blue", f"element face {len(t)}",
-             "property list uchar int vertex_indices", "end_header"]
-    lines += [f"{p[0]} {p[1]} {p[2]} {int(c[0] * 255)} {int(c[1] * 255)} {int(c[2] * 255)}" for p, c in zip(v, colors)]
-    lines += [f"3 {a} {b} {c}" for a, b, c in t]
-    (d / f"{video_id}_3dod_mesh.ply").write_text("\n".join(lines) + "\n")
-    data = [{"label": o.label, "segments": {"obbAligned": {"centroid": o.center.tolist(), "axesLengths": o.extent.tolist(),
-                                                             "normalizedAxes": o.rotation.T.reshape(-1).tolist()}}} for o in scene.objects]
-    (d / f"{video_id}_3dod_annotation.json").write_text(json.dumps({"data": data}))
-
-
 @pytest.fixture(scope="module")
 def scan_root(tmp_path_factory):
     from a2c_ppo_acktr.envs.procedural import make_procedural_scene
 
     root = tmp_path_factory.mktemp("arkit")
-    _write_arkit_scan(root, "41069025", make_procedural_scene(0))
+    write_arkit_scan(root, "41069025", make_procedural_scene(0))
     return root
 
 
