@@ -9,6 +9,10 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=disabled DS_ACCELERATO
 # OpenMP workers on a busy 2-core machine made generation ~25x slower (measured).
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
 export VSI_CACHE=${VSI_CACHE:-$(pwd)/.cache/vsi_ppo}
+# The whole suite (no arguments, as CI runs it) starts with the lint (pyproject.toml's rules, ~1 s).
+if [ "$#" -eq 0 ]; then
+  .venv/bin/ruff check . || { echo "scripts/test.sh: ruff check failed (fix the lines above, or mark a deliberate one with # noqa: CODE and why)" >&2; exit 1; }
+fi
 set +e
 .venv/bin/python -m pytest "$@"
 rc=$?
