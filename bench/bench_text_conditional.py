@@ -48,7 +48,7 @@ from a2c_ppo_acktr.envs.procedural import make_procedural_scene  # noqa: E402
 from a2c_ppo_acktr.envs.questions import Question, QuestionUnavailable, generate_question  # noqa: E402
 from a2c_ppo_acktr.prompts import SYSTEM_PROMPT, Answer, format_response, observation_text, parse_action  # noqa: E402
 from a2c_ppo_acktr.scoring import mean_relative_accuracy  # noqa: E402
-from a2c_ppo_acktr.teachers import brief_thoughts  # noqa: E402
+from a2c_ppo_acktr.envs.oracle import brief_thoughts  # noqa: E402
 from bench_learning import best_constant  # noqa: E402
 
 SETTINGS = ("lora", "lora+embed", "full", "full-embed")
