@@ -12,6 +12,24 @@ that this project's generators know exactly about every frame they draw:
 * ``present``: a rendered procedural room: "is there a C in the picture?" -> ``yes`` / ``no`` for a
   category of the room that is or is not visible (chance 50%).
 
+Opt-in tasks (:data:`OPT_IN_TASKS`, never in :data:`TASKS`, so the default build's samples and
+weights do not depend on them), on MiniGrid Empty-Random-6x6 frames as the env draws them
+(``view="full"``: the whole grid from above, the agent a red triangle, the goal the green cell in the
+bottom-right corner); every (cell, direction) state is one frame, split 4:1 by a fixed rule:
+
+* ``minigrid_facing``: "which way does the red triangle point?" -> ``right`` / ``down`` / ``left`` /
+  ``up`` (chance 25%);
+* ``minigrid_action``: "what is the best next action?" -> the env's BFS oracle's action, ``turn
+  left`` / ``turn right`` / ``move forward`` (chance: its most common answer).
+
+and on EZPoints frames (a deal's frame with the oracle's first 0..3 units typed under ``Formula:``,
+by a fixed rule): every hand the game deals
+(ranks, order) in every suit pair, split 4:1 by a fixed rule on the suits, so a held-out frame is a
+dealt hand in suits it was never seen in:
+
+* ``ezpoints_cards``: "what number does the left (right) card count?" -> ``2`` .. ``10`` (J, Q, K
+  count 10; chance: the most common answer).
+
 Each sample is one user turn (the frame, then the question) and one assistant turn (the answer),
 trained by next-token prediction on the answer only, with the whole model (tower, merger, language
 model) trainable. :func:`probe` asks the same questions greedily about renders the pre-training never
@@ -27,6 +45,12 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 TASKS = ("numberline", "left_right", "present")
+# Tasks a caller must name; never part of the default tuple above.
+OPT_IN_TASKS = ("minigrid_facing", "minigrid_action", "ezpoints_cards")
+MINIGRID_TASKS = ("minigrid_facing", "minigrid_action")
+ALL_TASKS = TASKS + OPT_IN_TASKS
+MINIGRID_ID = "MiniGrid-Empty-Random-6x6-v0"
+MINIGRID_FACING = ("right", "down", "left", "up")  # minigrid's agent_dir 0..3
 # NumberLine frames are drawn with numbers 0..MAX_DIGIT; the probe holds out whole (target, current) pairs.
 MAX_DIGIT = 9
 # Procedural scene seeds: pre-training draws from [SCENE_SEED_TRAIN, +n), the probe from SCENE_SEED_PROBE
@@ -145,12 +169,97 @@ def room_samples(seeds: Iterable[int], image_size: int, frames_per_scene: int = 
     return out
 
 
+# ------------------------------------------------------------------------------------ MiniGrid
+def minigrid_states(held_out: bool, minigrid_id: str = MINIGRID_ID) -> list[tuple[int, int, int]]:
+    """Every agent state ``(x, y, dir)`` of the Empty grid off the goal, split 4:1 by a fixed rule
+    (held out: ``(x + 2 y + 3 dir) % 5 == 0``)."""
+    env = _minigrid_env(minigrid_id, 64)
+    w, h = env.inner.width, env.inner.height
+    goal = (w - 2, h - 2)
+    states = [(x, y, d) for y in range(1, h - 1) for x in range(1, w - 1) for d in range(4) if (x, y) != goal]
+    return [s for s in states if ((s[0] + 2 * s[1] + 3 * s[2]) % 5 == 0) == held_out]
+
+
+def _minigrid_env(minigrid_id: str, image_size: int) -> Any:
+    from a2c_ppo_acktr.envs.minigrid_text import MiniGridTextEnv
+
+    env = MiniGridTextEnv(minigrid_id=minigrid_id, image_size=image_size, view="full")
+    env.reset(seed=0)
+    return env
+
+
+def minigrid_frame(env: Any, x: int, y: int, direction: int) -> tuple[np.ndarray, str]:
+    """The env's own full-view frame with the agent put at ``(x, y)`` facing ``direction``, and the
+    oracle's action there. Changes ``env``'s agent pose."""
+    import json
+
+    from a2c_ppo_acktr.envs.minigrid_text import oracle_reply
+
+    env.inner.agent_pos = (x, y)
+    env.inner.agent_dir = direction
+    return env._draw(), json.loads(oracle_reply(env.inner))["action"]
+
+
+def minigrid_samples(states: Sequence[tuple[int, int, int]], image_size: int, tasks: Sequence[str], minigrid_id: str = MINIGRID_ID) -> list[VisionSample]:
+    """Per state, one sample of each MiniGrid task in ``tasks``."""
+    env = _minigrid_env(minigrid_id, image_size)
+    out = []
+    for x, y, d in states:
+        image, action = minigrid_frame(env, x, y, d)
+        if "minigrid_facing" in tasks:
+            out.append(VisionSample(image, "Which way does the red triangle point in the picture?", MINIGRID_FACING[d], "minigrid_facing"))
+        if "minigrid_action" in tasks:
+            out.append(VisionSample(image, "What is the best next action to reach the green goal?", action, "minigrid_action"))
+    return out
+
+
+# ------------------------------------------------------------------------------------ EZPoints
+def ezpoints_deals(held_out: bool) -> list[tuple[tuple[int, str], tuple[int, str]]]:
+    """Every (left, right) card pair EZPoints deals, as ((rank, suit), (rank, suit)), split 4:1
+    (held out: ``(3 * suit_left + suit_right + rank_left) % 5 == 0``, suits by their index)."""
+    from a2c_ppo_acktr.envs.cards.drawing import SUITS
+
+    ranks = set()
+    for first in range(2, 14):
+        v = min(first, 10)
+        for second in {12 - v} | ({12 // v} if 12 % v == 0 else set()):
+            ranks |= {(first, second), (second, first)}
+    out = []
+    for a, b in sorted(ranks):
+        for i, sa in enumerate(SUITS):
+            for j, sb in enumerate(SUITS):
+                if ((3 * i + j + a) % 5 == 0) == held_out:
+                    out.append(((a, sa), (b, sb)))
+    return out
+
+
+def ezpoints_samples(deals: Sequence[tuple[tuple[int, str], tuple[int, str]]], image_size: int) -> list[VisionSample]:
+    """Two samples per deal: the number the left and the right card counts in the game."""
+    from a2c_ppo_acktr.envs.cards.ezpoints import EZPointsEnv
+
+    env = EZPointsEnv(image_size=image_size)
+    out = []
+    for k, (left, right) in enumerate(deals):
+        obs, _ = env.reset(seed=0, options={"cards": [left, right]})
+        # The frames of play show the formula typed so far: the k-th deal shows the oracle's first k % 4 units.
+        for _ in range(k % 4):
+            obs, *_ = env.step(env.oracle_reply())
+        image = np.asarray(obs["images"][0])
+        for side, (rank, _) in (("left", left), ("right", right)):
+            out.append(VisionSample(image, f"What number does the {side} card count?", str(min(rank, 10)), "ezpoints_cards"))
+    return out
+
+
 # ------------------------------------------------------------------------------------ data sets
 def _samples(image_size: int, num_scenes: int, tasks: Sequence[str], held_out: bool) -> list[VisionSample]:
-    unknown = sorted(set(tasks) - set(TASKS))
+    unknown = sorted(set(tasks) - set(ALL_TASKS))
     if unknown:
-        raise ValueError(f"unknown vision pre-training task(s) {unknown}; choose from {list(TASKS)}")
+        raise ValueError(f"unknown vision pre-training task(s) {unknown}; choose from {list(ALL_TASKS)}")
     out = numberline_samples(numberline_pairs(held_out=held_out), image_size) if "numberline" in tasks else []
+    if set(MINIGRID_TASKS) & set(tasks):
+        out += minigrid_samples(minigrid_states(held_out), image_size, tasks)
+    if "ezpoints_cards" in tasks:
+        out += ezpoints_samples(ezpoints_deals(held_out), image_size)
     if {"left_right", "present"} & set(tasks) and num_scenes > 0:
         first = SCENE_SEED_PROBE if held_out else SCENE_SEED_TRAIN
         out += [s for s in room_samples(range(first, first + num_scenes), image_size) if s.task in tasks]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from a2c_ppo_acktr.tiny_vision import TASKS, chance_levels, probe, probe_samples
+from a2c_ppo_acktr.tiny_vision import ALL_TASKS, TASKS, chance_levels, probe, probe_samples
 
 
 def probe_table(model_path: str, tasks: Sequence[str] = TASKS, num_scenes: int = 20, image_size: int = 64) -> list[dict[str, Any]]:
@@ -43,7 +43,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
     parser = argparse.ArgumentParser(description="Probe what a VLM reads from this project's renders (held-out frames, greedy, exact answers).")
     parser.add_argument("--model", default="tiny:qwen2_5_vl", help="model path (default: the embedded default, built on first use)")
-    parser.add_argument("--tasks", nargs="+", default=["numberline"], choices=TASKS,
+    parser.add_argument("--tasks", nargs="+", default=["numberline"], choices=ALL_TASKS,
                         help="default: numberline, the default model's pre-training task (bench/bench_vision_pretrain.py tries the others)")
     parser.add_argument("--scenes", type=int, default=20, help="held-out procedural scenes for the room tasks")
     args = parser.parse_args(argv)

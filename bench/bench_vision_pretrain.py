@@ -23,12 +23,21 @@ import torch
 from a2c_ppo_acktr import tiny, tiny_vision
 
 
-def run(tasks: list[str], steps: int, lr: float, scenes: int, probe_scenes: int, seed: int = 0, reply_steps: int | None = None) -> list[dict]:
+def run(tasks: list[str], steps: int, lr: float, scenes: int, probe_scenes: int, seed: int = 0, reply_steps: int | None = None,
+        pixels: int | None = None, image_size: int | None = None, text_per_batch: int | None = None) -> list[dict]:
     """Build, pre-train and probe one model; one dict per probed task (``reply_steps``: the
-    reply-format pretraining's steps, default the spec's)."""
+    reply-format pretraining's steps, default the spec's; ``pixels``: the processor's frame side,
+    default the spec's 112, i.e. 16 visual tokens; ``image_size``: the frames' side, default 64;
+    ``text_per_batch``: reply-format rows per batch, default the spec's)."""
     from transformers import AutoModelForImageTextToText
 
     spec = dataclasses.replace(tiny.tiny_spec("qwen2_5_vl"), vision_pretrain_steps=0)
+    if pixels is not None:
+        spec = dataclasses.replace(spec, min_pixels=pixels * pixels, max_pixels=pixels * pixels)
+    if image_size is not None:
+        spec = dataclasses.replace(spec, vision_image_size=image_size)
+    if text_per_batch is not None:
+        spec = dataclasses.replace(spec, vision_text_per_batch=text_per_batch)
     if reply_steps is not None:
         spec = dataclasses.replace(spec, pretrain_steps=reply_steps)
     tokenizer = tiny.build_tokenizer(spec, tiny.training_corpus())
@@ -57,15 +66,20 @@ def run(tasks: list[str], steps: int, lr: float, scenes: int, probe_scenes: int,
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tasks", nargs="+", default=list(tiny_vision.TASKS), choices=tiny_vision.TASKS)
+    p.add_argument("--tasks", nargs="+", default=list(tiny_vision.TASKS), choices=tiny_vision.ALL_TASKS)
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--scenes", type=int, default=40, help="procedural training scenes for the room tasks")
     p.add_argument("--probe-scenes", type=int, default=20, help="held-out procedural scenes for the room tasks")
+    p.add_argument("--pixels", type=int, default=None, help="processor frame side (default the spec's 112: 16 visual tokens; 224: 64)")
+    p.add_argument("--image-size", type=int, default=None, help="frame side the envs draw (default the spec's 64)")
+    p.add_argument("--text-per-batch", type=int, default=None, help="reply-format rows per batch (default the spec's 4)")
     args = p.parse_args()
     torch.set_num_threads(1)
-    rows = run(args.tasks, args.steps, args.lr, args.scenes, args.probe_scenes)
-    print(f"vision pre-training on {args.tasks}, {args.steps} steps at lr {args.lr:g}, batch 16 + 4 text rows; "
+    rows = run(args.tasks, args.steps, args.lr, args.scenes, args.probe_scenes, pixels=args.pixels, image_size=args.image_size,
+               text_per_batch=args.text_per_batch)
+    print(f"vision pre-training on {args.tasks}, {args.steps} steps at lr {args.lr:g}, batch 16 + text rows "
+          f"{args.text_per_batch}, pixels {args.pixels}, image size {args.image_size} (None: the spec's); "
           f"{platform.machine()}, {platform.python_version()}, torch {torch.__version__}")
     print("| task | train samples | held-out | best constant | fit (train) | held-out accuracy | zeroed frames | loss (last 20) | pre-training s |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
