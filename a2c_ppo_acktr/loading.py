@@ -120,8 +120,8 @@ def resolve_model_path(path: str) -> str:
         from a2c_ppo_acktr import tiny
 
         family = path[len(TINY_PREFIX):]
-        if family not in tiny.FAMILIES:
-            raise ModelLoadError(f"model_path={path!r}: unknown tiny family {family!r}; use one of {[TINY_PREFIX + f for f in tiny.FAMILIES]}")
+        if family not in tiny.BUILDS:
+            raise ModelLoadError(f"model_path={path!r}: unknown tiny family {family!r}; use one of {[TINY_PREFIX + f for f in tiny.BUILDS]}")
         return str(tiny.tiny_model_dir(family))
     expanded = Path(path).expanduser()
     if expanded.is_dir():

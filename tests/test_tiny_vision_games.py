@@ -3,6 +3,7 @@ and their answers are the frame's facts (the triangle's direction, the oracle's 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from a2c_ppo_acktr import tiny, tiny_vision
 
@@ -69,3 +70,17 @@ def test_ezpoints_deals_cover_every_dealt_hand_and_answer_the_counted_number():
     env.reset(seed=5, options={"cards": [(2, "C"), (10, "D")]})
     obs, *_ = env.step(env.oracle_reply())
     assert env.formula_text() != "" and np.array_equal(second.image, obs["images"][0])
+
+
+def test_the_ezpoints_build_is_the_default_spec_with_its_own_vision_pretraining():
+    from dataclasses import asdict
+
+    from a2c_ppo_acktr import loading, tiny
+
+    default, variant = asdict(tiny.tiny_spec("qwen2_5_vl")), asdict(tiny.tiny_spec("qwen2_5_vl-ezpoints"))
+    differ = {k for k in default if default[k] != variant[k]}
+    assert differ == {"vision_pretrain_steps", "vision_pretrain_lr", "vision_pretrain_tasks"}
+    assert variant["family"] == "qwen2_5_vl" and variant["vision_pretrain_tasks"] == ("ezpoints_cards",)
+    assert tiny.spec_hash("qwen2_5_vl-ezpoints", 0) != tiny.spec_hash("qwen2_5_vl", 0)  # its own cache directory
+    with pytest.raises(loading.ModelLoadError, match="tiny:qwen2_5_vl-ezpoints"):  # the error lists the builds
+        loading.resolve_model_path("tiny:qwen2_5_vl-nope")
