@@ -34,6 +34,9 @@ Tasks (:data:`TASKS`) and their targets:
                (ENV_CONFIG=configs/envs/numberline.yaml bash scripts/quickstart.sh outputs/quickstart_numberline):
                greedy success on the held-out deals of each run's last checkpoint, runs minus their
                lr~0 controls (paired by seed) above 0
+  ezpoints_headroom  the same protocol on gym-cards EZPoints (configs/envs/ezpoints.yaml) with the
+               tiny build that reads its cards (tiny:qwen2_5_vl-ezpoints), SFT stopped at
+               EZPOINTS_HEADROOM_SFT_STEPS
   minigrid_empty  the same on MiniGrid-Empty-Random-6x6 (configs/envs/minigrid-empty.yaml,
                outputs/quickstart_minigrid_empty)
   numberline_headroom  NumberLine from an SFT adapter the bench trains itself on the quickstart's
@@ -149,6 +152,7 @@ class Task:
 EMBEDDING_LORA = f"model.lora_target_modules={load_config(preset=PRESET).model.lora_target_modules}|{EMBEDDING_LORA_TARGET}"
 
 NUMBERLINE_HEADROOM_SFT_STEPS = 200
+EZPOINTS_HEADROOM_SFT_STEPS = 200
 
 TASKS: dict[str, Task] = {
     t.name: t
@@ -164,6 +168,11 @@ TASKS: dict[str, Task] = {
         # model. This one is trained on the same oracle labels for NUMBERLINE_HEADROOM_SFT_STEPS only.
         Task("numberline_headroom", ("env.max_turns=10",), "game_success", 0.95, env_config="configs/envs/numberline.yaml",
              sft=(f"sft.max_steps={NUMBERLINE_HEADROOM_SFT_STEPS}",)),
+        # The second image-only game: EZPoints on the build whose vision pre-training reads its cards
+        # (tiny:qwen2_5_vl-ezpoints), SFT stopped at EZPOINTS_HEADROOM_SFT_STEPS (35% greedy, 0% with
+        # frames zeroed, in the calibration); the best policy from the text alone wins 0.667.
+        Task("ezpoints_headroom", ("env.max_turns=10", "model.model_path=tiny:qwen2_5_vl-ezpoints"), "game_success", 0.95,
+             env_config="configs/envs/ezpoints.yaml", sft=(f"sft.max_steps={EZPOINTS_HEADROOM_SFT_STEPS}",)),
         Task("minigrid_empty", ("env.max_turns=20",), "game_success", env_config="configs/envs/minigrid-empty.yaml",
              adapter="outputs/quickstart_minigrid_empty/sft/adapter"),
     )
