@@ -2,9 +2,11 @@
 errors a user can fix (bad config, missing model/scan/checkpoint) into one clear line and exit code 2
 instead of a traceback. ``VSI_DEBUG=1`` shows the traceback as well.
 
-Every entry script's ``--help`` lists every config key (``--section.key``) with its type, default and
-the comment written beside (or above) the field in ``a2c_ppo_acktr/arguments.py``, read from that
-file's source when help is asked for; ``--print-config`` prints the resolved config as YAML and exits.
+Every entry script's ``--help`` shows its own flags and the common config keys with the values the
+command line's ``--preset``/``--config``/overrides give them (a script's own flags, such as
+``--resume``, are not applied there); ``--help-section SECTION`` one section; ``--help-all`` every config
+key (``--section.key``) with its type, default and the comment written beside (or above) the field in
+``a2c_ppo_acktr/arguments.py``, read from that file's source when help is asked for; ``--print-config`` prints the resolved config as YAML and exits.
 This module imports nothing heavy (no torch/transformers): help and config errors come back at once.
 """
 from __future__ import annotations
@@ -69,7 +71,7 @@ class ConfigArgumentParser(argparse.ArgumentParser):
     def short_help(self, cfg: Optional[RunConfig], keys: Sequence[str] = COMMON_KEYS, title: str = "common config keys") -> str:
         values = _flat_values(cfg if cfg is not None else RunConfig())
         defaults = {k.key: k.default for k in config_keys()}
-        origin = "values from this command line" if cfg is not None else "code defaults"
+        origin = "values from --preset/--config/overrides" if cfg is not None else "code defaults"
         lines = [super().format_help().rstrip("\n"), "", f"{title} ({origin}; set any with --section.key VALUE):"]
         for key in keys:
             value = values[key]

@@ -34,7 +34,6 @@ import numpy as np
 
 from a2c_ppo_acktr import reports
 from a2c_ppo_acktr.arguments import EnvConfig, RunConfig
-from a2c_ppo_acktr.envs.vsi_env import random_answer
 from a2c_ppo_acktr.prompts import Answer, Invalid, Move, response_spans
 from a2c_ppo_acktr.reports import EpisodeRecord, PictureLayout, TurnRecord
 from a2c_ppo_acktr.scoring import DEFAULT_SCORING_RULE
@@ -116,6 +115,8 @@ class DummyAgent:
 
     def random_answer(self, question_type: str, options: Optional[Sequence[str]], rng: Optional[np.random.Generator] = None) -> str:
         """A uniformly random legal answer for a question of this type (:func:`~a2c_ppo_acktr.envs.vsi_env.random_answer`)."""
+        from a2c_ppo_acktr.envs.vsi_env import random_answer  # the env modules load only when an env is made
+
         return random_answer(question_type, options, self.rng if rng is None else rng)
 
     def _stream(self, env: Any) -> np.random.Generator:

@@ -94,7 +94,7 @@ class OracleTeacher(Teacher):
             max_moves: Turns toward the target before answering (0 answers at once).
             face_tolerance_deg: The target counts as faced when within this angle of the view axis.
             thoughts: ``"full"`` (a reason with the scene's names and numbers) or ``"brief"`` (one
-                fixed sentence per question type); see :class:`~a2c_ppo_acktr.envs.oracle.OracleStyle`.
+                fixed sentence per question type); see :class:`~a2c_ppo_acktr.envs.protocol.OracleStyle`.
         """
         self.style = OracleStyle(thoughts=thoughts, max_moves=max_moves, face_tolerance_deg=face_tolerance_deg)
 

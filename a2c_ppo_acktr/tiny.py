@@ -685,7 +685,7 @@ def spec_hash(family: str, seed: int) -> str:
             "special": SPECIAL_TOKENS,
             "source": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
             # The vision pre-training's samples come from these modules: editing them changes the weights.
-            "vision_sources": [hashlib.sha256(p.read_bytes()).hexdigest() for p in _vision_sources()],
+            "vision_sources": [hashlib.sha256(p.read_bytes()).hexdigest() for p in _vision_sources(family)],
             "transformers": version("transformers"),
             "tokenizers": version("tokenizers"),
         },
@@ -694,10 +694,23 @@ def spec_hash(family: str, seed: int) -> str:
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:10]
 
 
-def _vision_sources() -> list[Path]:
-    """The modules that draw and word the vision pre-training samples."""
+# The modules that draw each vision pre-training task's frames, beyond tiny_vision.py itself.
+_TASK_SOURCES: dict[str, tuple[str, ...]] = {
+    "numberline": ("envs/cards/numberline.py", "envs/cards/drawing.py"),
+    "ezpoints_cards": ("envs/cards/ezpoints.py", "envs/cards/formula.py", "envs/cards/common.py", "envs/cards/drawing.py"),
+    "minigrid_facing": ("envs/minigrid_text.py",),
+    "minigrid_action": ("envs/minigrid_text.py",),
+}
+
+
+def _vision_sources(family: str = "qwen2_5_vl") -> list[Path]:
+    """The modules that draw and word ``family``'s vision pre-training samples (its tasks' drawing
+    modules included, so editing one rebuilds the builds that use it and no other)."""
     here = Path(__file__).resolve().parent
-    return [here / "tiny_vision.py", here / "tiny_training.py", here / "envs" / "cards" / "numberline.py", here / "envs" / "cards" / "drawing.py"]
+    tasks = tiny_spec(family).vision_pretrain_tasks if family in BUILDS else ()
+    extra = [rel for task in tasks for rel in _TASK_SOURCES.get(task, ())]
+    defaults = ["envs/cards/numberline.py", "envs/cards/drawing.py"]  # the default build's, listed for every build
+    return [here / "tiny_vision.py", here / "tiny_training.py", *[here / rel for rel in dict.fromkeys(defaults + extra)]]
 
 
 def build_tiny_model(family: str, out_dir: str | os.PathLike, seed: int = 0) -> Path:

@@ -86,7 +86,7 @@ echo "== 1/5 environment"
 smoke info --out "$WORK/info.json" || fail "environment check (see above)"
 
 echo "== 2/5 tiny model: rollout/update ratio in $DTYPE"
-smoke ratio --out "$WORK/ratio.json" "${RATIO_ARGS[@]}" || fail "ratio check (see above)"
+smoke ratio --out "$WORK/ratio.json" ${RATIO_ARGS[@]+"${RATIO_ARGS[@]}"} || fail "ratio check (see above)"
 
 echo "== 3/5 PPO: 2 iterations (EMA reference in the loss, perception weighting, validation)"
 # The options whose code paths differ under a launcher: the EMA reference's functional forward, the
@@ -100,7 +100,7 @@ if [ "$DEVICE" = cuda ]; then
 else
   # One plain CPU process: no DeepSpeed (ZeRO-2 on one CPU process tests nothing the GPU run does not).
   # shellcheck disable=SC2086  # PPO_OPTIONS is a list of words
-  logged ppo "$PYTHON" main_vsi.py --preset debug "${ENV_ARGS[@]}" --seed 1 --log.run_name smoke --log.output_dir "$WORK/ppo/smoke" \
+  logged ppo "$PYTHON" main_vsi.py --preset debug ${ENV_ARGS[@]+"${ENV_ARGS[@]}"} --seed 1 --log.run_name smoke --log.output_dir "$WORK/ppo/smoke" \
     --model.device cpu --model.dtype float32 --ppo.num_iterations 2 --log.progress_bar false $PPO_OPTIONS
 fi
 smoke check-ppo --run-dir "$WORK/ppo/smoke" --iterations 2 --out "$WORK/ppo.json" || fail "PPO run check (see above)"
@@ -130,9 +130,9 @@ else
 fi
 
 echo "== 4/5 SFT: oracle labels, dataset, one step"
-logged label "$PYTHON" vlm_traj_label.py --preset debug "${ENV_ARGS[@]}" --label.teacher oracle --label.num_episodes 8 \
+logged label "$PYTHON" vlm_traj_label.py --preset debug ${ENV_ARGS[@]+"${ENV_ARGS[@]}"} --label.teacher oracle --label.num_episodes 8 \
   --label.out_dir "$WORK/labels" --log.progress_bar false
-logged preprocess "$PYTHON" vlm_traj_preprocess.py --preset debug "${ENV_ARGS[@]}" --label.out_dir "$WORK/labels" \
+logged preprocess "$PYTHON" vlm_traj_preprocess.py --preset debug ${ENV_ARGS[@]+"${ENV_ARGS[@]}"} --label.out_dir "$WORK/labels" \
   --label.dataset_dir "$WORK/sft_data" --label.val_fraction 0
 SFT_ARGS="--sft.max_steps 1 --sft.per_device_batch_size 1 --sft.logging_steps 1 --sft.save_steps 1 --log.progress_bar false"
 if [ "$DEVICE" = cuda ]; then
@@ -141,7 +141,7 @@ if [ "$DEVICE" = cuda ]; then
     bash scripts/run_vsi_sft.sh "$WORK/sft"
 else
   # shellcheck disable=SC2086  # SFT_ARGS is a list of words
-  logged sft "$PYTHON" train_sft.py --preset debug "${ENV_ARGS[@]}" --sft.data_path "$WORK/sft_data" --sft.output_dir "$WORK/sft" \
+  logged sft "$PYTHON" train_sft.py --preset debug ${ENV_ARGS[@]+"${ENV_ARGS[@]}"} --sft.data_path "$WORK/sft_data" --sft.output_dir "$WORK/sft" \
     --model.device cpu --model.dtype float32 $SFT_ARGS
 fi
 smoke check-sft --run-dir "$WORK/sft" --out "$WORK/sft.json" || fail "SFT check (see above)"

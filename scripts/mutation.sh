@@ -3,7 +3,7 @@
 #
 #   bash scripts/mutation.sh [module ...]
 #
-# module: ppo storage distributions scoring prompts checkpoint (default: all six). Each mutant runs
+# module: ppo kl tally storage distributions scoring prompts checkpoint atomic (default: all nine). Each mutant runs
 # against the fast tests listed in setup.cfg that execute the function it mutates. mutmut writes a
 # mutants/ tree next to the sources, so the run happens in a scratch copy ($MUTATION_DIR, default
 # ${TMPDIR:-/tmp}/vsi-mutation, recreated every run): the working tree is never touched.
@@ -20,9 +20,10 @@ declare -A PATHS=(
   [ppo]=a2c_ppo_acktr/algo/ppo.py [storage]=a2c_ppo_acktr/storage.py
   [distributions]=a2c_ppo_acktr/distributions.py [scoring]=a2c_ppo_acktr/scoring.py
   [prompts]=a2c_ppo_acktr/prompts.py [checkpoint]=a2c_ppo_acktr/checkpoint.py
+  [kl]=a2c_ppo_acktr/algo/kl.py [tally]=a2c_ppo_acktr/algo/tally.py [atomic]=a2c_ppo_acktr/atomic.py
 )
 modules=("$@")
-[ ${#modules[@]} -eq 0 ] && modules=(ppo storage distributions scoring prompts checkpoint)
+[ ${#modules[@]} -eq 0 ] && modules=(ppo kl tally storage distributions scoring prompts checkpoint atomic)
 globs=()
 for m in "${modules[@]}"; do
   if [ -z "${PATHS[$m]:-}" ]; then

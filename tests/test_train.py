@@ -99,7 +99,7 @@ def test_two_iterations_write_metrics_config_and_checkpoint(runs):
         assert not missing, f"metrics.jsonl lacks {missing}"
         assert 0.0 <= row["rollout/valid_action_rate"] <= 1.0
         assert math.isfinite(row["losses/policy_loss"]) and math.isfinite(row["losses/value_loss"])
-        # The rollout/update agreement invariant (DESIGN.md): ratio 1 on the first minibatch, to the
+        # The rollout/update agreement invariant (docs/CONTRACTS.md, Policy and PPO): ratio 1 on the first minibatch, to the
         # rounding of the widest training forward of those iterations (numerics.forward_bounds).
         assert row["debug/first_minibatch_ratio_max_dev"] < runs["first_bounds"].ratio
         assert row["losses/skipped_minibatches"] == 0

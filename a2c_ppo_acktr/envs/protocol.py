@@ -45,7 +45,7 @@ class TextEnv(Protocol):
     Besides gymnasium's ``reset(seed=..., options=...)`` and ``step(text)``, returning observations
     ``{"images": (uint8 HxWx3, ...), "text": str}`` (plus ``"system"``, a game's system prompt) and,
     at an episode's end, ``info["score"]`` in [0, 1] (VSI: the benchmark's score of the answer; a
-    game: 1 when won or solved):
+    game: 1 when won or solved), an env has the members below.
     """
 
     turn: int  # turns taken this episode
