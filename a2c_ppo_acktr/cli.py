@@ -55,10 +55,11 @@ class ConfigArgumentParser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["add_help"] = False
         super().__init__(*args, **kwargs)
+        sections = config_sections()
         self.add_argument("-h", "--help", action="store_true",
                           help="show the script's flags and the common config keys with the values this command line gives them, then exit")
-        self.add_argument("--help-section", default=None, choices=config_sections(), metavar="SECTION",
-                          help=f"show every key of one config section ({', '.join(config_sections())}) with its value, then exit")
+        self.add_argument("--help-section", default=None, choices=sections, metavar="SECTION",
+                          help=f"show every key of one config section ({', '.join(sections)}) with its value, then exit")
         self.add_argument("--help-all", action="store_true", help="show every config key with its type, default and meaning, then exit")
 
     def format_help(self) -> str:
@@ -92,7 +93,7 @@ class ConfigArgumentParser(argparse.ArgumentParser):
             sys.stdout.write(self.format_help_all())
             return
         try:
-            cfg: Optional[RunConfig] = config_from_args(ns, [t for t in extra if not t.startswith("-h")]) if hasattr(ns, "preset") else None
+            cfg: Optional[RunConfig] = config_from_args(ns, extra) if hasattr(ns, "preset") else None
         except ConfigError as e:
             print(f"(the command line does not resolve to a config: {e}; showing the code defaults)", file=sys.stderr)
             cfg = None
@@ -110,16 +111,14 @@ def config_sections() -> list[str]:
 
 
 def _flat_values(cfg: RunConfig) -> dict[str, Any]:
+    """``{"section.key" (or a top-level "key"): value}``; dict-valued fields (``env.game``) stay whole."""
+    sections = set(config_sections())
     out: dict[str, Any] = {}
-
-    def walk(d: dict, prefix: str) -> None:
-        for k, v in d.items():
-            if isinstance(v, dict) and prefix + k in config_sections():
-                walk(v, f"{k}.")
-            else:
-                out[prefix + k] = v
-
-    walk(cfg.to_dict(), "")
+    for name, value in cfg.to_dict().items():
+        if name in sections:
+            out.update({f"{name}.{k}": v for k, v in value.items()})
+        else:
+            out[name] = value
     return out
 
 

@@ -323,11 +323,12 @@ class PPO:
         self.optimizer.zero_grad()
         options = self._forward_options()
         tally = UpdateTally()
+        has_reference = self._has_reference
         for epoch in range(cfg.ppo_epochs):
             epoch_kl: Optional[Tensor] = None
             epoch_counted = 0
             for k, mb in enumerate(storage.minibatches(cfg.mini_batch_size, self.generator, cfg.adv_norm, cfg.adv_std_floor)):
-                with_kl = self.kl.with_reference(epoch == 0 and k == 0, self.num_updates, self._has_reference)
+                with_kl = self.kl.with_reference(epoch == 0 and k == 0, self.num_updates, has_reference)
                 out = self.policy(mb, with_kl=with_kl, **options)
                 loss, m = ppo_loss(out.log_probs, out.values, out.entropy, out.kl, mb, cfg, self.kl_coef, out)
                 if epoch == 0 and k == 0:
