@@ -66,7 +66,7 @@ setup(
         "deepspeed": ["deepspeed>=0.19.8,<0.20"],
         # flash-attn must be built against the node's CUDA: `pip install flash-attn --no-build-isolation`.
         "gpu": ["xformers>=0.0.28"],
-        "dev": ["pytest>=8", "pytest-timeout>=2.3", "mutmut>=3.8,<4", "ruff>=0.17,<0.18"],
+        "dev": ["pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.5,<4", "mutmut>=3.8,<4", "ruff>=0.17,<0.18"],
         # bench/bench_vs_trl.py (TRL's GRPO side by side); 1.16 installs beside the pinned torch/transformers.
         "bench": ["trl>=1.16,<2"],
         # The rollout server (rollout.engine=vllm): return_token_ids needs vLLM >= 0.10.2. It runs as its own

@@ -56,6 +56,25 @@ def vsi_cache_dir() -> Path:
 
 
 @pytest.fixture(autouse=True)
+def one_multiprocess_test_at_a_time(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """Under pytest-xdist (``scripts/test.sh`` runs two workers) the tests that start several
+    processes (marker ``multiprocess``) take turns: two 2-rank DeepSpeed jobs at once would put four
+    busy processes on a 2-core machine. A file lock in the workers' shared temp directory orders them;
+    the other worker goes on with single-process tests meanwhile."""
+    if request.node.get_closest_marker("multiprocess") is None or "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    import fcntl
+
+    with open(tmp_path_factory.getbasetemp().parent / "multiprocess.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
 def one_torch_thread():
     """Every test computes with one intra-op thread: the tiny models' matrices are a few dozen wide,
     so threads only add contention on a shared CPU (and CPU bf16 rounding can depend on their number)."""
