@@ -17,7 +17,7 @@ Protocol: --protocol interactive (default) re-renders each scan and lets the age
 video is the benchmark's own on its videos: --vsibench ROWS --video-root VIDEOS (<dataset>/<scene>.mp4),
 N frames per video (--num-frames, --frame-sampling; default the reference's for the model family),
 the reference prompt, greedy decoding of 16 tokens in batches (--batch-size); it also writes
-records.jsonl, which --score-file scores to the same numbers (a2c_ppo_acktr/video_protocol.py).
+records.jsonl, which --score-file scores to the same numbers (a2c_ppo_acktr/eval/video_protocol.py).
 Any config key can be overridden: --eval.num_episodes 20, env.image_size=64, --preset cpu-demo
 (every key is listed at the end of this help). A --checkpoint is evaluated on the env of the run
 that wrote it (its config.yaml) and with its model settings; --preset/--config/--env.* change the
@@ -38,7 +38,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from a2c_ppo_acktr.cli import check_flag_typos, config_parser, exit_if_print_config
+from a2c_ppo_acktr.config.cli import check_flag_typos, config_parser, exit_if_print_config
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -110,10 +110,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("the following arguments are required: --out")
     _check_protocol(parser, args)
     # Imported after parsing: --help and argument errors do not wait for numpy/matplotlib.
-    from a2c_ppo_acktr.evaluation import resolve_config, run_cli
+    from a2c_ppo_acktr.eval.evaluation import resolve_config, run_cli
 
     if args.protocol == "video":
-        from a2c_ppo_acktr import video_protocol
+        from a2c_ppo_acktr.eval import video_protocol
 
         if args.print_config:
             exit_if_print_config(parser, args, video_protocol.resolve_config(args, list(extra)))
@@ -146,6 +146,6 @@ def _check_protocol(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 
 if __name__ == "__main__":
-    from a2c_ppo_acktr.cli import run_main
+    from a2c_ppo_acktr.config.cli import run_main
 
     sys.exit(run_main(main, "eval_vsi.py"))

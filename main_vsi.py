@@ -5,7 +5,7 @@
 
 Multi-process: ``accelerate launch ... main_vsi.py ...`` or ``torchrun ... main_vsi.py ...``; see
 docs/TRAINING.md and scripts/run_vsi_qwen.sh. Parses the config and calls
-:func:`a2c_ppo_acktr.train.run_training`; no logic lives here.
+:func:`a2c_ppo_acktr.rl.train.run_training`; no logic lives here.
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from typing import Optional, Sequence
 
 def parse_config(argv: Optional[Sequence[str]] = None):
     """``RunConfig`` from the command line (``--sft-adapter``/``--resume`` map to config fields)."""
-    from a2c_ppo_acktr.arguments import config_from_args
-    from a2c_ppo_acktr.cli import check_flag_typos, config_parser, exit_if_print_config
+    from a2c_ppo_acktr.config.arguments import config_from_args
+    from a2c_ppo_acktr.config.cli import check_flag_typos, config_parser, exit_if_print_config
 
     parser = config_parser(__doc__)
     parser.add_argument("--sft-adapter", default=None, help="LoRA adapter from train_sft.py to start from (model.sft_adapter)")
@@ -36,8 +36,8 @@ def parse_config(argv: Optional[Sequence[str]] = None):
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     cfg = parse_config(argv)
-    from a2c_ppo_acktr.distributed import shutdown
-    from a2c_ppo_acktr.train import run_training
+    from a2c_ppo_acktr.run.distributed import shutdown
+    from a2c_ppo_acktr.rl.train import run_training
 
     try:
         last = run_training(cfg)
@@ -48,6 +48,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    from a2c_ppo_acktr.cli import run_main
+    from a2c_ppo_acktr.config.cli import run_main
 
     sys.exit(run_main(main, "main_vsi.py"))

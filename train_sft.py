@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from a2c_ppo_acktr.cli import parse_run_config, run_main
+from a2c_ppo_acktr.config.cli import parse_run_config, run_main
 
 
 def main(argv: list[str] | None = None) -> str:

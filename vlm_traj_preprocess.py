@@ -12,12 +12,12 @@ import json
 import sys
 from pathlib import Path
 
-from a2c_ppo_acktr.cli import parse_run_config, run_main
+from a2c_ppo_acktr.config.cli import parse_run_config, run_main
 
 
 def main(argv: list[str] | None = None) -> dict:
     cfg, _ = parse_run_config(argv, __doc__)
-    from a2c_ppo_acktr.labeling import TRAJECTORIES  # imported after parsing: --help stays instant
+    from a2c_ppo_acktr.eval.labeling import TRAJECTORIES  # imported after parsing: --help stays instant
     from SFT.data import build_sft_dataset
 
     stats = build_sft_dataset(Path(cfg.label.out_dir) / TRAJECTORIES, cfg.label.dataset_dir, cfg.label, seed=cfg.seed)

@@ -1,8 +1,8 @@
 """SFT data: labelled trajectories -> chat samples, the Dataset, the collator and the grouped sampler.
 
-Every sample's prompt is built by :func:`a2c_ppo_acktr.prompts.build_messages` on the very
+Every sample's prompt is built by :func:`a2c_ppo_acktr.common.prompts.build_messages` on the very
 observation the policy saw, and the collator tokenizes the prompt with
-:func:`a2c_ppo_acktr.prompts.render_prompt` exactly as the RL policy does, then appends the
+:func:`a2c_ppo_acktr.common.prompts.render_prompt` exactly as the RL policy does, then appends the
 assistant's tokens. So an SFT sample and the RL prompt of the same observation share their prompt
 tokens, and the loss covers only what the policy itself would generate (the reply and the
 end-of-turn token).
@@ -25,10 +25,10 @@ from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
-from a2c_ppo_acktr import atomic
-from a2c_ppo_acktr.arguments import LabelConfig
-from a2c_ppo_acktr.jsonl import JsonlError, iter_jsonl, write_jsonl
-from a2c_ppo_acktr.prompts import Invalid, assistant_message, build_messages, parse_action, render_prompt
+from a2c_ppo_acktr.common import atomic
+from a2c_ppo_acktr.config.arguments import LabelConfig
+from a2c_ppo_acktr.common.jsonl import JsonlError, iter_jsonl, write_jsonl
+from a2c_ppo_acktr.common.prompts import Invalid, assistant_message, build_messages, parse_action, render_prompt
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def check_episode(episode: dict, where: str) -> None:
     Raises:
         ConfigError: naming ``where`` (file and line), the field and what was expected.
     """
-    from a2c_ppo_acktr.arguments import ConfigError
+    from a2c_ppo_acktr.config.arguments import ConfigError
 
     def bad(field: str, value: Any, expected: str) -> ConfigError:
         return ConfigError(f"{where}: {field} is {type(value).__name__} {str(value)[:80]!r}, expected {expected}; the file is not a labeller's output")
@@ -114,7 +114,7 @@ def episode_samples(episode: dict, cfg: LabelConfig) -> list[dict]:
     """The SFT samples of one labelled episode (image paths still relative to the label folder).
 
     Args:
-        episode: One line of ``trajectories.jsonl`` (see :mod:`a2c_ppo_acktr.labeling`).
+        episode: One line of ``trajectories.jsonl`` (see :mod:`a2c_ppo_acktr.eval.labeling`).
         cfg: ``per_turn`` and ``history_turns`` choose the samples.
 
     Returns:
@@ -168,9 +168,9 @@ def build_sft_dataset(trajectories: str | os.PathLike, out_dir: str | os.PathLik
     Returns:
         Counts: episodes read/kept, samples per split, turns skipped for unusable labels.
     """
-    from a2c_ppo_acktr.labeling import latest_episodes, read_episodes
+    from a2c_ppo_acktr.eval.labeling import latest_episodes, read_episodes
 
-    from a2c_ppo_acktr.arguments import ConfigError
+    from a2c_ppo_acktr.config.arguments import ConfigError
 
     trajectories = Path(trajectories)
     label_dir = trajectories.parent

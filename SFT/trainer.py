@@ -3,7 +3,7 @@
 :class:`VLMTrainer` is a ``transformers.Trainer`` whose training batches are grouped by image count
 (:class:`~SFT.data.ModalityGroupedBatchSampler`); the loss is the model's own causal-LM loss on the
 collator's labels, which are set only on the assistant's tokens. The model is wrapped with the
-same LoRA configuration as the PPO policy (:func:`a2c_ppo_acktr.model.build_lora_config`), so checkpoints hold the
+same LoRA configuration as the PPO policy (:func:`a2c_ppo_acktr.policy.model.build_lora_config`), so checkpoints hold the
 adapter only and ``main_vsi.py --sft-adapter OUTPUT_DIR/adapter`` continues from it.
 
 Outputs under ``sft.output_dir``: ``checkpoint-<step>/`` (adapter, optimizer, scheduler and
@@ -11,7 +11,7 @@ trainer state; ``sft.resume=auto`` continues from the latest), ``adapter/`` (the
 ``adapter_config.json`` + ``adapter_model.safetensors``), ``config.yaml`` and ``train_log.json``.
 A fresh start in a directory that holds an SFT run is refused unless ``sft.overwrite`` (the old run is
 moved aside, never deleted), and one process at a time trains in a directory (its lock,
-:class:`a2c_ppo_acktr.rundir.RunLock`).
+:class:`a2c_ppo_acktr.run.rundir.RunLock`).
 """
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ from typing import Any, Optional
 
 from transformers import Trainer, TrainingArguments, set_seed
 
-from a2c_ppo_acktr.arguments import ConfigError, RunConfig
-from a2c_ppo_acktr.loading import record_base_model
-from a2c_ppo_acktr.model import build_lora_config, enable_gradient_checkpointing
+from a2c_ppo_acktr.config.arguments import ConfigError, RunConfig
+from a2c_ppo_acktr.policy.loading import record_base_model
+from a2c_ppo_acktr.policy.model import build_lora_config, enable_gradient_checkpointing
 from SFT.data import ModalityGroupedBatchSampler, SFTCollator, SFTDataset, resolve_data_files
 
 logger = logging.getLogger(__name__)
@@ -189,7 +189,7 @@ def build_trainer(cfg: RunConfig, loaded: Any = None) -> VLMTrainer:
     train = SFTDataset(train_path, strict_images=cfg.sft.strict_images)
     val = SFTDataset(val_path, strict_images=cfg.sft.strict_images) if val_path is not None else None
     if loaded is None:
-        from a2c_ppo_acktr.loading import load_vlm
+        from a2c_ppo_acktr.policy.loading import load_vlm
 
         loaded = load_vlm(cfg.model)
     # LoRA A matrices are drawn from torch's global RNG: seed it so runs repeat whatever ran before.
@@ -212,7 +212,7 @@ def build_trainer(cfg: RunConfig, loaded: Any = None) -> VLMTrainer:
 
 def run_sft(cfg: RunConfig, loaded: Any = None) -> Path:
     """Train the SFT adapter and save it to ``sft.output_dir/adapter``; returns that path."""
-    from a2c_ppo_acktr.rundir import check_output_path, run_lock
+    from a2c_ppo_acktr.run.rundir import check_output_path, run_lock
 
     out = Path(cfg.sft.output_dir)
     check_output_path(out, [cfg.sft.data_path] if cfg.sft.data_path else [], "sft.output_dir")  # before its lock file is made
@@ -248,7 +248,7 @@ def _sft_run_files(out: Path) -> list[str]:
 def _claim_sft_dir(cfg: RunConfig) -> None:
     """A fresh start never writes over an earlier SFT run: refused, or moved aside with ``sft.overwrite``
     (main process; the others write nothing before their first checkpoint)."""
-    from a2c_ppo_acktr.rundir import claim_output_dir
+    from a2c_ppo_acktr.run.rundir import claim_output_dir
 
     out = Path(cfg.sft.output_dir)
     inputs = [cfg.sft.data_path] if cfg.sft.data_path else []

@@ -37,8 +37,8 @@ def resolve_adapter(path: str | Path) -> tuple[Path, Optional[str]]:
         FileNotFoundError: no ``adapter_config.json`` there.
         CheckpointError: a damaged checkpoint.
     """
-    from a2c_ppo_acktr.checkpoint import COMPLETE_MARKER, require_intact
-    from a2c_ppo_acktr.evaluation import checkpoint_model_config
+    from a2c_ppo_acktr.run.checkpoint import COMPLETE_MARKER, require_intact
+    from a2c_ppo_acktr.eval.evaluation import checkpoint_model_config
 
     path = Path(path)
     base = None
@@ -76,10 +76,10 @@ def merge_adapter(
 
     from peft import PeftModel
 
-    from a2c_ppo_acktr.arguments import ConfigError, ModelConfig
-    from a2c_ppo_acktr.atomic import fsync_tree
-    from a2c_ppo_acktr.loading import load_vlm
-    from a2c_ppo_acktr.rundir import check_output_path, claim_output_dir
+    from a2c_ppo_acktr.config.arguments import ConfigError, ModelConfig
+    from a2c_ppo_acktr.common.atomic import fsync_tree
+    from a2c_ppo_acktr.policy.loading import load_vlm
+    from a2c_ppo_acktr.run.rundir import check_output_path, claim_output_dir
 
     adapter_dir, recorded = resolve_adapter(adapter)
     base = model_path or recorded
@@ -124,6 +124,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    from a2c_ppo_acktr.cli import run_main
+    from a2c_ppo_acktr.config.cli import run_main
 
     sys.exit(run_main(main, "python -m a2c_ppo_acktr.export"))

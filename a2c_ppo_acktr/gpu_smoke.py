@@ -5,7 +5,7 @@
 
 - ``info``: Python, torch, CUDA, the GPUs, bf16 support, flash-attn, DeepSpeed.
 - ``ratio``: the tiny model (``tiny:qwen2_5_vl``) acts on procedural VSI scenes, the rollout is
-  stored, and :meth:`~a2c_ppo_acktr.model.VLMPolicy.evaluate_actions` re-scores every minibatch
+  stored, and :meth:`~a2c_ppo_acktr.policy.model.VLMPolicy.evaluate_actions` re-scores every minibatch
   before any update: ``max |ratio - 1|`` must stay under :func:`ratio_bound` (float32: 1e-4; bf16
   and fp16: a fraction of ``ppo.clip_coef``; docs/TRAINING.md, "bf16 and the ratio invariant"), and
   the share of turns outside the clip range is reported. On CUDA: bf16 with sdpa, and with flash_attention_2 when ``flash_attn`` imports.
@@ -179,8 +179,8 @@ def turn_ratio_deviations(policy: Any, storage: Any, mini_batch_size: int, seed:
     padding layout), so the first-minibatch invariant is checked on every minibatch.
 
     Args:
-        policy: A :class:`~a2c_ppo_acktr.model.VLMPolicy` that filled ``storage`` (returns computed).
-        storage: The :class:`~a2c_ppo_acktr.storage.RolloutStorage`.
+        policy: A :class:`~a2c_ppo_acktr.policy.model.VLMPolicy` that filled ``storage`` (returns computed).
+        storage: The :class:`~a2c_ppo_acktr.rl.storage.RolloutStorage`.
         mini_batch_size: Turns per minibatch (must divide the rollout).
         seed: Seeds the minibatch shuffle.
         backward_first: Run a PPO-shaped loss's backward on the first minibatch (memory
@@ -213,8 +213,8 @@ def collect(policy: Any, env_cfg: Any, num_envs: int, num_steps: int, seed: int)
     """``num_steps`` turns of ``num_envs`` procedural VSI envs (env ``i`` seeded ``seed * 1000 + i``)
     with ``policy``, through the training loop's own rollout; returns the storage, returns computed."""
     from a2c_ppo_acktr.envs.batch import VSIBatchEnv
-    from a2c_ppo_acktr.storage import RolloutStorage
-    from a2c_ppo_acktr.train import collect_rollout
+    from a2c_ppo_acktr.rl.storage import RolloutStorage
+    from a2c_ppo_acktr.rl.train import collect_rollout
 
     envs = VSIBatchEnv(env_cfg, num_envs, seed=seed * 1000)
     storage = RolloutStorage(num_steps, num_envs)
@@ -255,9 +255,9 @@ def ratio_check(
     """
     import torch
 
-    from a2c_ppo_acktr.arguments import load_config, merge_dicts, parse_overrides
-    from a2c_ppo_acktr.loading import load_vlm
-    from a2c_ppo_acktr.model import VLMPolicy
+    from a2c_ppo_acktr.config.arguments import load_config, merge_dicts, parse_overrides
+    from a2c_ppo_acktr.policy.loading import load_vlm
+    from a2c_ppo_acktr.policy.model import VLMPolicy
 
     model = {"device": device, "dtype": dtype, "attn_implementation": attn_implementation, **(model_overrides or {})}
     cfg = load_config(config=config, preset=preset, overrides=merge_dicts(parse_overrides(settings), {"model": model}))
@@ -306,8 +306,8 @@ def real_checkpoint_check(device: str, model_path: str, preset: str, seed: int =
         SmokeFailure: a check failed; the message has the numbers.
     """
     from a2c_ppo_acktr import memory
-    from a2c_ppo_acktr.arguments import load_config
-    from a2c_ppo_acktr.loading import ContextLengthError
+    from a2c_ppo_acktr.config.arguments import load_config
+    from a2c_ppo_acktr.policy.loading import ContextLengthError
 
     run = load_config(preset=preset, overrides={"model": {"model_path": model_path, "device": device}})
     envs = min(run.rollout.num_envs, 4)
@@ -406,7 +406,7 @@ def check_ppo_run(run_dir: str | os.PathLike, iterations: int) -> dict[str, Any]
     """
     import yaml
 
-    from a2c_ppo_acktr.logger import read_metrics
+    from a2c_ppo_acktr.run.logger import read_metrics
 
     run_dir = Path(run_dir)
     try:
@@ -472,7 +472,7 @@ def check_engine_run(run_dir: str | os.PathLike, hf_run_dir: Optional[str | os.P
     Raises:
         SmokeFailure: versions that did not advance, no engine log-probs, or a gap over the limit.
     """
-    from a2c_ppo_acktr.logger import read_metrics
+    from a2c_ppo_acktr.run.logger import read_metrics
 
     rows = read_metrics(Path(run_dir) / "metrics.jsonl")
     versions = [float(r.get("engine/adapter_version", float("nan"))) for r in rows]
@@ -500,7 +500,7 @@ def check_engine_run(run_dir: str | os.PathLike, hf_run_dir: Optional[str | os.P
 
 def _processes(run_dir: Path) -> int:
     """Processes the run used (``trainer_state.json`` of its latest checkpoint; 1 when unknown)."""
-    from a2c_ppo_acktr.checkpoint import latest_checkpoint
+    from a2c_ppo_acktr.run.checkpoint import latest_checkpoint
 
     ckpt = latest_checkpoint(run_dir / "checkpoints")
     state = Path(ckpt) / "trainer_state.json" if ckpt is not None else None

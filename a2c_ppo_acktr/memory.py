@@ -245,7 +245,7 @@ class Term:
 # ---------------------------------------------------------------------------------------------
 def _on_disk(model_path: str) -> bool:
     """True for ``tiny:<family>``, a local directory, or a hub id in the local HF cache."""
-    from a2c_ppo_acktr.loading import TINY_PREFIX, _in_hf_cache
+    from a2c_ppo_acktr.policy.loading import TINY_PREFIX, _in_hf_cache
 
     return model_path.startswith(TINY_PREFIX) or Path(model_path).expanduser().is_dir() or _in_hf_cache(model_path)
 
@@ -256,7 +256,7 @@ def _config_for(model_path: str) -> tuple[Any, str, dict[str, Any]]:
     else whatever ``from_pretrained`` can fetch."""
     from transformers import AutoConfig
 
-    from a2c_ppo_acktr.loading import ModelLoadError, is_offline, resolve_model_path
+    from a2c_ppo_acktr.policy.loading import ModelLoadError, is_offline, resolve_model_path
 
     if model_path in KNOWN_CONFIGS and not _on_disk(model_path):
         known = KNOWN_CONFIGS[model_path]
@@ -285,7 +285,7 @@ def model_dims(model_cfg: Any) -> ModelDims:
     from torch import nn
     from transformers import AutoModelForImageTextToText
 
-    from a2c_ppo_acktr.model import VISION_MODULES
+    from a2c_ppo_acktr.policy.model import VISION_MODULES
 
     config, source, known = _config_for(model_cfg.model_path)
     text = config.get_text_config()
@@ -333,7 +333,7 @@ def sample_observation(env_cfg: Any, blank_images: bool = True) -> dict:
     :data:`SAMPLE_QUESTION` with a blocked move's feedback."""
     import numpy as np
 
-    from a2c_ppo_acktr import prompts
+    from a2c_ppo_acktr.common import prompts
 
     n_views = env_cfg.image_history
     text = prompts.observation_text(
@@ -358,8 +358,8 @@ def _qwen_image_tokens(size: int, dims: ModelDims, min_pixels: Optional[int], ma
 def preset_shapes(run: Any, dims: ModelDims) -> Shapes:
     """:class:`Shapes` of a run config: counted with the model's processor when it can be loaded
     (exact), else from the Qwen-VL resize rule and :data:`CHARS_PER_TOKEN` (estimate)."""
-    from a2c_ppo_acktr import prompts
-    from a2c_ppo_acktr.loading import ModelLoadError, load_processor
+    from a2c_ppo_acktr.common import prompts
+    from a2c_ppo_acktr.policy.loading import ModelLoadError, load_processor
 
     obs = sample_observation(run.env)
     n_img = len(obs["images"])
@@ -415,7 +415,7 @@ def layer_formula(d: ModelDims, s: Setup, padded: bool) -> str:
 
 
 def chunk_tokens(d: ModelDims, shapes: Shapes) -> int:
-    from a2c_ppo_acktr.distributions import logits_chunk_tokens
+    from a2c_ppo_acktr.policy.distributions import logits_chunk_tokens
 
     return min(logits_chunk_tokens(d.vocab), shapes.batch * shapes.response_tokens)
 
@@ -634,7 +634,7 @@ def measure_update_peak(policy: Any, minibatch: Any, with_kl: bool = True) -> in
     import gc
 
     from a2c_ppo_acktr.algo.ppo import ppo_loss
-    from a2c_ppo_acktr.arguments import PPOConfig
+    from a2c_ppo_acktr.config.arguments import PPOConfig
 
     ppo_cfg = PPOConfig()
 
@@ -664,7 +664,7 @@ def report(run: Any, gpus: int, title: Optional[str] = None) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    from a2c_ppo_acktr.cli import config_parser, parse_run_config
+    from a2c_ppo_acktr.config.cli import config_parser, parse_run_config
 
     parser = config_parser(__doc__.split("\n")[0])
     parser.add_argument("--gpus", type=int, default=8, help="GPUs the ZeRO states are sharded over (default 8: one node)")
@@ -673,7 +673,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
 
 if __name__ == "__main__":
-    from a2c_ppo_acktr.cli import run_main
+    from a2c_ppo_acktr.config.cli import run_main
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     raise SystemExit(run_main(main, "python -m a2c_ppo_acktr.memory"))

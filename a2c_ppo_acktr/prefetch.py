@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from a2c_ppo_acktr.loading import TINY_PREFIX, ModelLoadError, _in_hf_cache, is_offline
+from a2c_ppo_acktr.policy.loading import TINY_PREFIX, ModelLoadError, _in_hf_cache, is_offline
 
 
 def prefetch(model_path: str) -> str:
@@ -44,7 +44,7 @@ def prefetch(model_path: str) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from a2c_ppo_acktr.arguments import load_config
+    from a2c_ppo_acktr.config.arguments import load_config
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default=None, help="config preset under configs/ (default: the built-in defaults)")
@@ -57,7 +57,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not path:
         path = cfg.model.model_path
     if args.print_model:  # what a rollout server started by the launch scripts serves (scripts/common.sh)
-        from a2c_ppo_acktr.loading import resolve_model_path
+        from a2c_ppo_acktr.policy.loading import resolve_model_path
 
         served = resolve_model_path(path) if path.startswith(TINY_PREFIX) else path  # a tiny model's built directory
         print(f"{served} {cfg.model.lora_r}")
@@ -68,6 +68,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    from a2c_ppo_acktr.cli import run_main
+    from a2c_ppo_acktr.config.cli import run_main
 
     sys.exit(run_main(main, "python -m a2c_ppo_acktr.prefetch"))

@@ -298,7 +298,7 @@ def tokenizer_corpus(seed: int = 0, num_samples: int = 1500) -> list[str]:
 
 
 def _project_strings(seed: int = 0, num_samples: int = 200) -> list[str]:
-    """Text written by the project's format module (:mod:`a2c_ppo_acktr.prompts`) when it exists.
+    """Text written by the project's format module (:mod:`a2c_ppo_acktr.common.prompts`) when it exists.
 
     The system prompt and observation texts appear in every real prompt, so learning their words
     keeps tiny prompts short. The module is optional at build time (it is imported lazily), and
@@ -307,7 +307,7 @@ def _project_strings(seed: int = 0, num_samples: int = 200) -> list[str]:
     import numpy as np
 
     try:
-        from a2c_ppo_acktr import prompts  # noqa: PLC0415 - optional, see docstring
+        from a2c_ppo_acktr.common import prompts  # noqa: PLC0415 - optional, see docstring
     except ImportError:
         return []
     rng = np.random.default_rng(seed + 1)

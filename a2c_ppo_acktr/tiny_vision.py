@@ -109,7 +109,7 @@ def numberline_samples(pairs: Sequence[tuple[int, int]], image_size: int) -> lis
 # ------------------------------------------------------------------------------------ rooms
 def _scene_frames(seed: int, image_size: int, num_frames: int) -> tuple[Any, list[Any]]:
     """A procedural scene and ``num_frames`` frames of a sweep from a random free pose in it."""
-    from a2c_ppo_acktr.arguments import EnvConfig
+    from a2c_ppo_acktr.config.arguments import EnvConfig
     from a2c_ppo_acktr.envs.navigation import sample_free_pose
     from a2c_ppo_acktr.envs.procedural import make_procedural_scene
     from a2c_ppo_acktr.envs.renderer import Pose, Renderer

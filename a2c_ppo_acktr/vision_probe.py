@@ -18,8 +18,8 @@ def probe_table(model_path: str, tasks: Sequence[str] = TASKS, num_scenes: int =
     accuracy with the frames and with every frame zeroed (the same tokens)."""
     import torch
 
-    from a2c_ppo_acktr.arguments import ModelConfig
-    from a2c_ppo_acktr.loading import load_vlm
+    from a2c_ppo_acktr.config.arguments import ModelConfig
+    from a2c_ppo_acktr.policy.loading import load_vlm
 
     loaded = load_vlm(ModelConfig(model_path=model_path, device="cpu", dtype="float32"))
     samples = probe_samples(image_size, num_scenes, tasks)

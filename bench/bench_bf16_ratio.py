@@ -14,7 +14,7 @@ import argparse
 import platform
 import statistics
 
-from a2c_ppo_acktr import model as model_module
+from a2c_ppo_acktr.policy import model as model_module
 from a2c_ppo_acktr.gpu_smoke import TEMPERATURE_SETTINGS, TYPICAL_DEV, ratio_check
 
 

@@ -26,9 +26,10 @@ from a2c_ppo_acktr.envs.registry import TESTED_IDS, VSI_ID, overlay_path  # noqa
 
 def measure(env_id: str, episodes: int) -> dict:
     """Oracle and chance results of ``env_id`` over ``episodes`` held-out episodes."""
-    from a2c_ppo_acktr import evaluation, reports
-    from a2c_ppo_acktr.arguments import load_config
-    from a2c_ppo_acktr.teachers import OracleTeacher
+    from a2c_ppo_acktr.eval import evaluation
+    from a2c_ppo_acktr import reports
+    from a2c_ppo_acktr.config.arguments import load_config
+    from a2c_ppo_acktr.eval.teachers import OracleTeacher
 
     overlay = overlay_path(env_id)
     config = None if overlay is None else str(overlay)

@@ -43,9 +43,9 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from a2c_ppo_acktr.arguments import CONFIG_DIR, EnvConfig, load_config
-from a2c_ppo_acktr.env_ids import TESTED_IDS, VSI_ID, canonical_id, overlay_path
-from a2c_ppo_acktr.prompts import Answer, Move, format_response
+from a2c_ppo_acktr.config.arguments import CONFIG_DIR, EnvConfig, load_config
+from a2c_ppo_acktr.common.env_ids import TESTED_IDS, VSI_ID, canonical_id, overlay_path
+from a2c_ppo_acktr.common.prompts import Answer, Move, format_response
 
 INVALID_REPLY = "not json"
 
@@ -70,7 +70,7 @@ def fmt_ms(stats: Sequence[float]) -> str:
 
 
 def overlay_for(env_id: str) -> Optional[Path]:
-    """The overlay ``env_id`` is built with (:func:`a2c_ppo_acktr.env_ids.overlay_path`), or None."""
+    """The overlay ``env_id`` is built with (:func:`a2c_ppo_acktr.common.env_ids.overlay_path`), or None."""
     return overlay_path(env_id)
 
 

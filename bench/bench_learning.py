@@ -51,7 +51,7 @@ questions) unless ``--best-constant TASK=SCORE`` gives its score.
 
 The table: per task, estimator and lr (run or control), the runs that finished, the training
 score (``rollout/episode_score_mean``) averaged over the first 5 and the last 10 iterations of each
-run then over seeds with a Student-t 95% CI (:func:`a2c_ppo_acktr.stats.mean_ci`), the runs that
+run then over seeds with a Student-t 95% CI (:func:`a2c_ppo_acktr.common.stats.mean_ci`), the runs that
 diverged (valid-action rate below 0.5 for 5 iterations in a row), wall time per run (process, model
 load included) and the target. Also written: ``OUT/bench_learning.{md,json,png}`` (curves: one panel
 per task, mean over seeds per estimator with its CI shaded, controls dashed).
@@ -79,10 +79,10 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from a2c_ppo_acktr import stats
-from a2c_ppo_acktr.arguments import EMBEDDING_LORA_TARGET, load_config
-from a2c_ppo_acktr.checkpoint import latest_checkpoint
-from a2c_ppo_acktr.validation import BEST_DIR
+from a2c_ppo_acktr.common import stats
+from a2c_ppo_acktr.config.arguments import EMBEDDING_LORA_TARGET, load_config
+from a2c_ppo_acktr.run.checkpoint import latest_checkpoint
+from a2c_ppo_acktr.eval.validation import BEST_DIR
 
 REPO = Path(__file__).resolve().parent.parent  # the entry scripts run from here
 
@@ -387,7 +387,7 @@ def best_constant(question_type: str, ground_truths: Sequence[str], grid: int = 
     Returns:
         ``(answer, mean score)``.
     """
-    from a2c_ppo_acktr.scoring import score_prediction
+    from a2c_ppo_acktr.common.scoring import score_prediction
 
     values = np.array([float(g) for g in ground_truths])
     if values.size == 0 or not (values > 0).all():
@@ -410,7 +410,7 @@ def training_ground_truths(overrides: Sequence[str], samples_per_scene: int = 16
     Returns:
         ``(question_type, ground truths)``.
     """
-    from a2c_ppo_acktr.arguments import load_config
+    from a2c_ppo_acktr.config.arguments import load_config
     from a2c_ppo_acktr.envs.questions import QuestionUnavailable
     from a2c_ppo_acktr.envs.vsi_env import VSIEnv
 
@@ -480,7 +480,7 @@ def _reusable(directory: Path, argv: list[str], complete: bool) -> Optional[dict
 
 
 def _metrics_complete(directory: Path, iterations: int) -> bool:
-    from a2c_ppo_acktr.logger import read_metrics
+    from a2c_ppo_acktr.run.logger import read_metrics
 
     path = directory / "metrics.jsonl"
     if not path.is_file():
@@ -704,7 +704,7 @@ def evaluate_greedy(args: argparse.Namespace, results: list[RunResult], best: di
         One line per (task, estimator, lr): ``{"task", "estimator", "lr", "scores", "ci", "constant", "met", "text"}``.
     """
     from a2c_ppo_acktr import reports
-    from a2c_ppo_acktr.scoring import score_prediction
+    from a2c_ppo_acktr.common.scoring import score_prediction
 
     runs = [r for r in results if TASKS[r.spec.task].target in ("best_constant", "beat_best_constant") and r.status == "ok"]
     jobs = greedy_eval_jobs(args, runs)
@@ -923,7 +923,7 @@ def find_best_constants(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 def train_all(args: argparse.Namespace) -> list[RunResult]:
     """Train (or reuse) every run of the suite and read what each left."""
-    from a2c_ppo_acktr.logger import read_metrics
+    from a2c_ppo_acktr.run.logger import read_metrics
 
     controls = (False,) if args.no_controls else (False, True)
     specs = [RunSpec(t, e, s, c) for t in args.tasks for e in args.estimators for c in controls for s in range(1, args.seeds + 1)]

@@ -37,11 +37,11 @@ from common import add_policy_args, best_interleaved, load_policy, peak_rss_mb
 
 from a2c_ppo_acktr import memory
 from a2c_ppo_acktr.algo.ppo import PPO, ppo_loss
-from a2c_ppo_acktr.arguments import ModelConfig, PPOConfig
-from a2c_ppo_acktr.distributions import process_logits, token_log_probs
-from a2c_ppo_acktr.loading import load_vlm
-from a2c_ppo_acktr.model import VLMPolicy
-from a2c_ppo_acktr.storage import Minibatch, RolloutStorage
+from a2c_ppo_acktr.config.arguments import ModelConfig, PPOConfig
+from a2c_ppo_acktr.policy.distributions import process_logits, token_log_probs
+from a2c_ppo_acktr.policy.loading import load_vlm
+from a2c_ppo_acktr.policy.model import VLMPolicy
+from a2c_ppo_acktr.rl.storage import Minibatch, RolloutStorage
 
 
 def collect(policy: VLMPolicy, num_envs: int, num_steps: int, images: int, size: int) -> RolloutStorage:

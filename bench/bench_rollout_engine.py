@@ -1,6 +1,6 @@
 """The rollout-engine seam on CPU: one batched turn through ``VLMPolicy.act`` with the in-process HF
 engine, against the same turn through a vLLM-protocol server (the loopback server of
-``a2c_ppo_acktr/loopback_server.py``, backed by the same tiny model) with 1 and N requests in flight.
+``a2c_ppo_acktr/policy/loopback_server.py``, backed by the same tiny model) with 1 and N requests in flight.
 
     .venv/bin/python bench/bench_rollout_engine.py [--num-envs 8] [--images 4] [--image-size 224] [--repeats 5]
 
@@ -29,8 +29,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_policy_args(ap)
     args = ap.parse_args()
-    from a2c_ppo_acktr.loopback_server import LoopbackServer
-    from a2c_ppo_acktr.rollout_engine import VLLMServerEngine
+    from a2c_ppo_acktr.policy.loopback_server import LoopbackServer
+    from a2c_ppo_acktr.policy.rollout_engine import VLLMServerEngine
 
     policy = load_policy(args)
     rng = np.random.default_rng(0)

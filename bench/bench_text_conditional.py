@@ -9,10 +9,10 @@ The question is whether the learning benchmark's target (c) (object size: beat t
 answer, bench/bench_learning.py) is within the tiny model's reach, and with which weights trainable.
 No RL and no images: object-size questions of the procedural scenes (``--train-scenes`` scenes,
 8 draws each; held-out: 100 other scenes, 2 draws each) in the agent's own prompt (system prompt and
-observation text, :mod:`a2c_ppo_acktr.prompts`), the oracle's brief reply with the exact answer as the
+observation text, :mod:`a2c_ppo_acktr.common.prompts`), the oracle's brief reply with the exact answer as the
 target, cross-entropy on the reply tokens, batches of 8, AdamW at ``--lr`` (full fine-tuning at
 ``--full-lr``). Every ``--eval-every`` steps the greedy replies to the held-out questions are scored
-with the benchmark's MRA (:func:`a2c_ppo_acktr.scoring.mean_relative_accuracy`).
+with the benchmark's MRA (:func:`a2c_ppo_acktr.common.scoring.mean_relative_accuracy`).
 
 Settings (``--settings``):
   lora         cpu-demo's LoRA (r 32 on the language model's projections and lm_head)
@@ -43,11 +43,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench sc
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from a2c_ppo_acktr.arguments import EMBEDDING_LORA_TARGET, ModelConfig, load_config  # noqa: E402
+from a2c_ppo_acktr.config.arguments import EMBEDDING_LORA_TARGET, ModelConfig, load_config  # noqa: E402
 from a2c_ppo_acktr.envs.procedural import make_procedural_scene  # noqa: E402
 from a2c_ppo_acktr.envs.questions import Question, QuestionUnavailable, generate_question  # noqa: E402
-from a2c_ppo_acktr.prompts import SYSTEM_PROMPT, Answer, format_response, observation_text, parse_action  # noqa: E402
-from a2c_ppo_acktr.scoring import mean_relative_accuracy  # noqa: E402
+from a2c_ppo_acktr.common.prompts import SYSTEM_PROMPT, Answer, format_response, observation_text, parse_action  # noqa: E402
+from a2c_ppo_acktr.common.scoring import mean_relative_accuracy  # noqa: E402
 from a2c_ppo_acktr.envs.oracle import brief_thoughts  # noqa: E402
 from bench_learning import best_constant  # noqa: E402
 
@@ -111,7 +111,7 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     args = p.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
 
-    from a2c_ppo_acktr.loading import load_vlm
+    from a2c_ppo_acktr.policy.loading import load_vlm
 
     train, test = questions(range(args.train_scenes), 8), questions(range(5000, 5100), 2)
     const = best_constant(QTYPE, [q.ground_truth for q in train])[0]

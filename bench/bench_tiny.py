@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from a2c_ppo_acktr import tiny
-from a2c_ppo_acktr.arguments import ModelConfig
-from a2c_ppo_acktr.loading import forbidden_token_ids, load_vlm
+from a2c_ppo_acktr.config.arguments import ModelConfig
+from a2c_ppo_acktr.policy.loading import forbidden_token_ids, load_vlm
 
 
 def _median_ms(fn, repeats: int) -> float:

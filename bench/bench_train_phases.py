@@ -22,9 +22,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest for the tiny model on a shared box)")
     args, overrides = parser.parse_known_args()
     torch.set_num_threads(args.threads)
-    from a2c_ppo_acktr.arguments import load_config
-    from a2c_ppo_acktr.logger import read_metrics
-    from a2c_ppo_acktr.train import run_training
+    from a2c_ppo_acktr.config.arguments import load_config
+    from a2c_ppo_acktr.run.logger import read_metrics
+    from a2c_ppo_acktr.rl.train import run_training
 
     with tempfile.TemporaryDirectory() as out:
         cfg = load_config(

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from a2c_ppo_acktr import video_protocol as vp
+from a2c_ppo_acktr.eval import video_protocol as vp
 from a2c_ppo_acktr.envs.vsibench import load_vsibench_rows
 
 REPO = Path(__file__).resolve().parent.parent
@@ -67,8 +67,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
-    from a2c_ppo_acktr.arguments import RunConfig
-    from a2c_ppo_acktr.evaluation import load_policy
+    from a2c_ppo_acktr.config.arguments import RunConfig
+    from a2c_ppo_acktr.eval.evaluation import load_policy
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

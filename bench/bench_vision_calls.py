@@ -29,10 +29,10 @@ SETTINGS = {
 
 
 def measure(preset: str, iterations: int, overrides: list[str]) -> dict[str, float]:
-    from a2c_ppo_acktr import model as model_module
-    from a2c_ppo_acktr import train
-    from a2c_ppo_acktr.arguments import load_config
-    from a2c_ppo_acktr.logger import read_metrics
+    from a2c_ppo_acktr.policy import model as model_module
+    from a2c_ppo_acktr.rl import train
+    from a2c_ppo_acktr.config.arguments import load_config
+    from a2c_ppo_acktr.run.logger import read_metrics
 
     phase = ["load"]
     calls: dict[tuple[int, str], list[float]] = collections.defaultdict(list)

@@ -66,7 +66,7 @@ class Prompt:
 
 def build_prompts(num_prompts: int, env_overrides: dict[str, Any]):
     """The first observations of episodes ``0..num_prompts-1`` of VSI-v0 (cpu-demo env, one turn)."""
-    from a2c_ppo_acktr.arguments import EnvConfig
+    from a2c_ppo_acktr.config.arguments import EnvConfig
     from a2c_ppo_acktr.envs.vsi_env import VSIEnv
 
     cfg = EnvConfig(**env_overrides)
@@ -80,8 +80,8 @@ def build_prompts(num_prompts: int, env_overrides: dict[str, Any]):
 
 def reward(prompt: Prompt, text: str, env_cfg) -> float:
     """The one-turn episode's reward (the env's): score an answer, penalise invalid text."""
-    from a2c_ppo_acktr.prompts import Answer, Move, parse_action
-    from a2c_ppo_acktr.scoring import score_prediction
+    from a2c_ppo_acktr.common.prompts import Answer, Move, parse_action
+    from a2c_ppo_acktr.common.scoring import score_prediction
 
     parsed = parse_action(text, max_forward=env_cfg.max_forward)
     if isinstance(parsed, Answer):
@@ -117,7 +117,7 @@ class PromptSetEnv:
 
     def step(self, texts: list[str]):
         import numpy as np
-        from a2c_ppo_acktr.prompts import Answer, Invalid, parse_action
+        from a2c_ppo_acktr.common.prompts import Answer, Invalid, parse_action
 
         with self.timer.phase("env"):
             rewards = np.array([reward(self.prompts[i], t, self.env_cfg) for i, t in zip(self.ids, texts)], dtype=np.float32)
@@ -217,7 +217,7 @@ def _split(timer: PhaseTimer, before: dict[str, float], steps: int) -> dict[str,
 
 # ------------------------------------------------------------------------------------ one run
 def _model_config(args: argparse.Namespace):
-    from a2c_ppo_acktr.arguments import ModelConfig
+    from a2c_ppo_acktr.config.arguments import ModelConfig
 
     # Fixed temperature 1 (no temperature head): exactly TRL's sampling distribution.
     return ModelConfig(model_path=args.model_path, device="cpu", dtype="float32", max_new_tokens=args.max_new_tokens,
@@ -228,12 +228,12 @@ def run_project(args: argparse.Namespace, kl: float, estimator: str) -> dict[str
     import torch
 
     from a2c_ppo_acktr.algo.ppo import PPO
-    from a2c_ppo_acktr.arguments import PPOConfig
-    from a2c_ppo_acktr.loading import load_vlm
-    from a2c_ppo_acktr.model import VLMPolicy
-    from a2c_ppo_acktr.storage import BOOTSTRAPPING_ESTIMATORS, RolloutStorage
+    from a2c_ppo_acktr.config.arguments import PPOConfig
+    from a2c_ppo_acktr.policy.loading import load_vlm
+    from a2c_ppo_acktr.policy.model import VLMPolicy
+    from a2c_ppo_acktr.rl.storage import BOOTSTRAPPING_ESTIMATORS, RolloutStorage
     from a2c_ppo_acktr.algo.schedule import build_optimizer
-    from a2c_ppo_acktr.train import collect_rollout, compute_advantages
+    from a2c_ppo_acktr.rl.train import collect_rollout, compute_advantages
 
     env_cfg, prompts = build_prompts(args.num_prompts, ENV)
     cfg = _model_config(args)
@@ -270,9 +270,9 @@ def run_trl(args: argparse.Namespace, beta: float) -> dict[str, Any]:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from a2c_ppo_acktr import prompts as fmt
-    from a2c_ppo_acktr.loading import forbidden_token_ids, load_vlm
-    from a2c_ppo_acktr.model import build_lora_config
+    from a2c_ppo_acktr.common import prompts as fmt
+    from a2c_ppo_acktr.policy.loading import forbidden_token_ids, load_vlm
+    from a2c_ppo_acktr.policy.model import build_lora_config
 
     env_cfg, prompts = build_prompts(args.num_prompts, ENV)
     cfg = _model_config(args)

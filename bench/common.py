@@ -9,9 +9,9 @@ from typing import Callable, Sequence
 
 import torch
 
-from a2c_ppo_acktr.arguments import ModelConfig
-from a2c_ppo_acktr.loading import load_vlm
-from a2c_ppo_acktr.model import VLMPolicy
+from a2c_ppo_acktr.config.arguments import ModelConfig
+from a2c_ppo_acktr.policy.loading import load_vlm
+from a2c_ppo_acktr.policy.model import VLMPolicy
 
 
 def add_policy_args(ap: argparse.ArgumentParser) -> None:

@@ -103,7 +103,7 @@ vsi_prefetch_model() {
   export HF_HUB_OFFLINE=1
 }
 
-# The rollout engine (a2c_ppo_acktr/rollout_engine.py), appended to `args`:
+# The rollout engine (a2c_ppo_acktr/policy/rollout_engine.py), appended to `args`:
 #   ROLLOUT_URL=http://host:port[,http://host2:port]  use running vLLM servers (one per rank, rank % count)
 #   ROLLOUT_SERVER=1  start one on this node first: $ROLLOUT_SERVER_CMD MODEL --port ROLLOUT_PORT
 #     --enable-lora --max-lora-rank R --gpu-memory-utilization ROLLOUT_GPU_MEMORY --logprobs-mode

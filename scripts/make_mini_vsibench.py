@@ -35,7 +35,7 @@ rendered object-id maps of all frames, with the env's ``appearance_min_fraction`
 
 Frame rate: 2 frames per second by default, the rate at which qwen-vl-utils (and lmms-eval's Qwen
 wrappers on top of it) read videos, so with an even ``--frames`` that reader keeps every frame and all
-the frame samplers of ``a2c_ppo_acktr/video_protocol.py`` pick the same frames.
+the frame samplers of ``a2c_ppo_acktr/eval/video_protocol.py`` pick the same frames.
 """
 from __future__ import annotations
 
@@ -158,11 +158,11 @@ def build_scene(seed: int, num_frames: int, size: int, per_type: int, fps: float
     Returns:
         ``(rows without ids, manifest entry)``.
     """
-    from a2c_ppo_acktr.arguments import EnvConfig
+    from a2c_ppo_acktr.config.arguments import EnvConfig
     from a2c_ppo_acktr.envs.procedural import make_procedural_scene
     from a2c_ppo_acktr.envs.questions import QuestionUnavailable, appearance_from_frames, generate_question
     from a2c_ppo_acktr.envs.renderer import Renderer
-    from a2c_ppo_acktr.scoring import TASKS
+    from a2c_ppo_acktr.common.scoring import TASKS
 
     env_cfg = EnvConfig(image_size=size)
     rng = np.random.default_rng(seed)
@@ -238,7 +238,7 @@ def make_mini_vsibench(out: str | Path, scenes: int = 4, seed: int = 0, frames: 
     import pyarrow.parquet as pq
 
     from a2c_ppo_acktr.envs.vsibench import load_vsibench_rows, validate_row
-    from a2c_ppo_acktr.scoring import TASKS
+    from a2c_ppo_acktr.common.scoring import TASKS
 
     if scenes < 1:
         raise ValueError(f"--scenes={scenes} must be >= 1")

@@ -44,7 +44,7 @@ NUM_ENVS, NUM_STEPS, MINI_BATCH, EPOCHS = 2, 4, 2, 2  # 4 minibatches per epoch,
 
 def config(backend: str, gas: int, zero3_json: str | None = None):
     """The run config of one scenario (debug preset, fp32, CPU)."""
-    from a2c_ppo_acktr.arguments import load_config
+    from a2c_ppo_acktr.config.arguments import load_config
 
     overrides = [
         f"rollout.num_envs={NUM_ENVS}", f"rollout.num_steps={NUM_STEPS}", f"ppo.mini_batch_size={MINI_BATCH}",
@@ -60,9 +60,9 @@ def config(backend: str, gas: int, zero3_json: str | None = None):
 def collect(path: Path) -> None:
     """One rollout with the initial policy, advantages computed, pickled to ``path``."""
     from a2c_ppo_acktr.envs.batch import VSIBatchEnv
-    from a2c_ppo_acktr.model import VLMPolicy
-    from a2c_ppo_acktr.storage import RolloutStorage
-    from a2c_ppo_acktr.train import collect_rollout, compute_advantages, seed_everything
+    from a2c_ppo_acktr.policy.model import VLMPolicy
+    from a2c_ppo_acktr.rl.storage import RolloutStorage
+    from a2c_ppo_acktr.rl.train import collect_rollout, compute_advantages, seed_everything
 
     cfg = config("plain", 1)
     seed_everything(cfg.seed)
@@ -83,8 +83,8 @@ def _digest(tensors: list[torch.Tensor]) -> str:
 
 def _trainable(module) -> dict[str, torch.Tensor]:
     """Full trainable tensors by name (gathered under ZeRO-3)."""
-    from a2c_ppo_acktr.distributed import full_trainable
-    from a2c_ppo_acktr.run_state import trainable_state
+    from a2c_ppo_acktr.run.distributed import full_trainable
+    from a2c_ppo_acktr.rl.run_state import trainable_state
 
     with full_trainable(module):
         return trainable_state(module)
@@ -118,10 +118,10 @@ def run_scenario(backend: str, storage, gas: int, nan_calls: tuple[int, ...], ze
     """Fresh policy, ``UPDATES`` PPO updates on ``storage``; returns (record, final weights, rank)."""
     import a2c_ppo_acktr.algo.ppo as ppo_mod
     from a2c_ppo_acktr.algo.ppo import PPO
-    from a2c_ppo_acktr.distributed import build_accelerator, is_deepspeed
-    from a2c_ppo_acktr.model import VLMPolicy
+    from a2c_ppo_acktr.run.distributed import build_accelerator, is_deepspeed
+    from a2c_ppo_acktr.policy.model import VLMPolicy
     from a2c_ppo_acktr.algo.schedule import build_optimizer
-    from a2c_ppo_acktr.train import seed_everything
+    from a2c_ppo_acktr.rl.train import seed_everything
 
     cfg = config(backend, gas, zero3_json)
     accelerator = None
@@ -177,7 +177,7 @@ def main(backend: str, storage_path: str, out_dir: str, zero3_json: str | None =
             torch.save(weights, out / f"{name}.pt")
     (out / f"rank{rank}.json").write_text(json.dumps(records, indent=1))
     if backend != "plain":
-        from a2c_ppo_acktr.distributed import shutdown
+        from a2c_ppo_acktr.run.distributed import shutdown
 
         shutdown()
     return 0

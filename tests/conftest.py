@@ -43,7 +43,7 @@ def tiny_model_path(tiny_family_path: Callable[..., str]) -> str:
 def loaded(tiny_model_path):
     """The tiny Qwen2.5-VL loaded on CPU (a ``LoadedVLM``), once per test module (its tests share it;
     ``helpers.fresh_policy`` builds a policy on a deep copy of its model)."""
-    from a2c_ppo_acktr.loading import load_vlm
+    from a2c_ppo_acktr.policy.loading import load_vlm
     from helpers import tiny_model_cfg
 
     return load_vlm(tiny_model_cfg(tiny_model_path))

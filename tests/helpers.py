@@ -33,7 +33,7 @@ NUM_ENVS, NUM_STEPS = 3, 2
 
 def tiny_model_cfg(path, **over):
     """A ModelConfig on CPU with small heads and LoRA for the tiny model at ``path`` (``over`` wins)."""
-    from a2c_ppo_acktr.arguments import ModelConfig
+    from a2c_ppo_acktr.config.arguments import ModelConfig
 
     base = dict(model_path=path, device="cpu", max_new_tokens=10, value_head_hidden=16, temp_head_hidden=8, lora_r=4, lora_alpha=8)
     return ModelConfig(**{**base, **over})
@@ -41,8 +41,8 @@ def tiny_model_cfg(path, **over):
 
 def fresh_policy(loaded, path, **over):
     """A VLMPolicy on a deep copy of ``loaded``'s model, config ``tiny_model_cfg(path, **over)``."""
-    from a2c_ppo_acktr.loading import LoadedVLM
-    from a2c_ppo_acktr.model import VLMPolicy
+    from a2c_ppo_acktr.policy.loading import LoadedVLM
+    from a2c_ppo_acktr.policy.model import VLMPolicy
 
     fresh = LoadedVLM(model=copy.deepcopy(loaded.model), processor=loaded.processor, family=loaded.family, path=loaded.path)
     torch.manual_seed(0)  # same head and LoRA initialisation for every fresh policy
@@ -61,7 +61,7 @@ def policy_observations(rng, step):
 
 def policy_rollout(policy, seed=0):
     """NUM_STEPS steps of NUM_ENVS envs acted by ``policy`` on :func:`policy_observations`."""
-    from a2c_ppo_acktr.storage import RolloutStorage
+    from a2c_ppo_acktr.rl.storage import RolloutStorage
 
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
@@ -90,7 +90,7 @@ def split_state(policy):
 # ------------------------------------------------------------------------------ SFT rows
 def sft_observation(rng: np.random.Generator, n_images: int, question: str = "How many chair(s) are in this room?") -> dict:
     """An observation with ``n_images`` random 32x32 images and the RL prompt's text."""
-    from a2c_ppo_acktr.prompts import observation_text
+    from a2c_ppo_acktr.common.prompts import observation_text
 
     images = [rng.integers(0, 256, (32, 32, 3), dtype=np.uint8) for _ in range(n_images)]
     text = observation_text(question, None, "none yet (this is the start).", 3, num_sweep_frames=n_images)
@@ -101,7 +101,7 @@ def write_sft_rows(tmp_path: Path, rows: list[tuple[dict, str]]) -> Path:
     """Rows of (observation, response) as an SFT JSONL with PNG images beside it."""
     from PIL import Image
 
-    from a2c_ppo_acktr.prompts import assistant_message, build_messages
+    from a2c_ppo_acktr.common.prompts import assistant_message, build_messages
 
     (tmp_path / "img").mkdir(exist_ok=True)
     path = tmp_path / "train.jsonl"
@@ -144,7 +144,7 @@ class ToyPolicy(nn.Module):
 
 def toy_storage(T=2, N=4, seed=0):
     """A RolloutStorage of T x N turns with empty prompts, stored log-prob log(0.5) and random rewards."""
-    from a2c_ppo_acktr.storage import RolloutStorage
+    from a2c_ppo_acktr.rl.storage import RolloutStorage
 
     g = torch.Generator().manual_seed(seed)
     st = RolloutStorage(T, N)
@@ -162,7 +162,7 @@ def toy_storage(T=2, N=4, seed=0):
 def toy_ppo(policy, lr=0.1, **over):
     """PPO with plain SGD at ``lr``: 2 epochs of minibatches of 2 unless ``over`` says otherwise."""
     from a2c_ppo_acktr.algo.ppo import PPO
-    from a2c_ppo_acktr.arguments import PPOConfig
+    from a2c_ppo_acktr.config.arguments import PPOConfig
 
     cfg = PPOConfig(**{"ppo_epochs": 2, "mini_batch_size": 2, "lr": lr, "max_grad_norm": 10.0, **over})
     return PPO(policy, torch.optim.SGD(policy.parameters(), lr=lr), cfg, seed=0)
@@ -170,7 +170,7 @@ def toy_ppo(policy, lr=0.1, **over):
 
 def toy_minibatch(old_log_probs, old_values, advantages, returns):
     """A Minibatch of B turns holding only the numbers the losses read."""
-    from a2c_ppo_acktr.storage import Minibatch
+    from a2c_ppo_acktr.rl.storage import Minibatch
 
     B = len(advantages)
 

@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from a2c_ppo_acktr.algo.ppo import PPO, ppo_loss, temperature_loss
-from a2c_ppo_acktr.arguments import PPOConfig
-from a2c_ppo_acktr.distributions import (
+from a2c_ppo_acktr.config.arguments import PPOConfig
+from a2c_ppo_acktr.policy.distributions import (
     chunked_token_stats,
     process_logits,
     sample_kl,
@@ -104,7 +104,7 @@ class KLToyPolicy(nn.Module):
 
 
 def test_reward_kl_is_per_turn_in_storage_layout_and_enters_the_rewards():
-    from a2c_ppo_acktr.train import apply_kl_reward
+    from a2c_ppo_acktr.rl.train import apply_kl_reward
 
     st = toy_storage(T=2, N=3)
     policy = KLToyPolicy()
@@ -192,7 +192,7 @@ def test_forward_options_reach_the_policy_only_when_not_default():
 
 
 # ------------------------------------------------------------------------ on the tiny VLM
-from a2c_ppo_acktr.model import VLMPolicy  # noqa: E402
+from a2c_ppo_acktr.policy.model import VLMPolicy  # noqa: E402
 from tests.numerics import f32_tolerance, recorded_forwards, widest  # noqa: E402
 from helpers import NUM_ENVS, NUM_STEPS, fresh_policy, policy_rollout  # noqa: E402
 

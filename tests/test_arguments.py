@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 import yaml
 
-from a2c_ppo_acktr.arguments import (
+from a2c_ppo_acktr.config.arguments import (
     ConfigError,
     RunConfig,
     list_presets,

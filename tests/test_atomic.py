@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from a2c_ppo_acktr import atomic
+from a2c_ppo_acktr.common import atomic
 
 
 def test_write_replaces_the_file_and_leaves_no_temporary(tmp_path):

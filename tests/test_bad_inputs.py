@@ -1,7 +1,7 @@
 """Bad-input harness: every input file kind a user hands the package, mutated the ways files go
 wrong (truncated, bytes flipped, re-encoded as Latin-1/UTF-16, fields dropped), read by the loader
 the entry scripts use. Each outcome must be a success or one of the errors the entry scripts print
-as one line (:data:`a2c_ppo_acktr.cli.USER_ERRORS`); any other exception is a crash deep in a
+as one line (:data:`a2c_ppo_acktr.config.cli.USER_ERRORS`); any other exception is a crash deep in a
 stack, and the mutation that caused it is named. Model directories, adapters and checkpoints have
 their own fault tests (tests/test_run_dir_safety.py), scans theirs (tests/test_real_scans.py).
 """
@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from a2c_ppo_acktr.cli import USER_ERRORS, _environment_error
+from a2c_ppo_acktr.config.cli import USER_ERRORS, _environment_error
 
 SEED = 20261122
 MUTATIONS_PER_KIND = 40
@@ -72,7 +72,7 @@ def _drop_field(rows: list[dict], rng: random.Random, fields: list[str]) -> byte
 
 
 def test_config_yaml(tmp_path):
-    from a2c_ppo_acktr.arguments import load_config
+    from a2c_ppo_acktr.config.arguments import load_config
 
     good = b"seed: 3\nenv:\n  max_turns: 2\n  image_size: 32\nppo:\n  lr: 1.0e-4\n  num_iterations: 2\nlog:\n  run_name: x\n"
     (tmp_path / "ok.yaml").write_bytes(good)
@@ -115,7 +115,7 @@ def test_vsibench_rows(tmp_path):
 def test_sft_dataset_rows(tmp_path):
     from PIL import Image
 
-    from a2c_ppo_acktr.prompts import assistant_message, build_messages, format_response, Answer
+    from a2c_ppo_acktr.common.prompts import assistant_message, build_messages, format_response, Answer
     from SFT.data import SFTDataset
 
     Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(tmp_path / "a.png")
@@ -130,8 +130,8 @@ def test_sft_dataset_rows(tmp_path):
 
 
 def test_label_trajectories_and_metrics_logs(tmp_path):
-    from a2c_ppo_acktr.labeling import read_episodes
-    from a2c_ppo_acktr.logger import read_metrics
+    from a2c_ppo_acktr.eval.labeling import read_episodes
+    from a2c_ppo_acktr.run.logger import read_metrics
 
     eps = [{"episode_id": f"e{i}", "scene_id": "proc_000001", "score": 1.0, "turns": []} for i in range(3)]
     good = ("\n".join(json.dumps(e) for e in eps) + "\n").encode()
@@ -161,7 +161,7 @@ def test_ply_meshes(tmp_path):
 
 
 def test_rank_state_files(tmp_path):
-    from a2c_ppo_acktr.checkpoint import load_pickle, save_pickle
+    from a2c_ppo_acktr.run.checkpoint import load_pickle, save_pickle
 
     import torch
 
@@ -183,7 +183,7 @@ def test_rank_state_files(tmp_path):
 # ------------------------------------------------------------------------ one line and exit 2, by entry script
 def _one_line(capsys, prog: str, main: Callable[[], object]) -> str:
     """Run an entry script's ``main`` as its ``__main__`` does; the error must be one line, exit 2."""
-    from a2c_ppo_acktr.cli import run_main
+    from a2c_ppo_acktr.config.cli import run_main
 
     capsys.readouterr()
     code = run_main(main, prog)
@@ -285,8 +285,8 @@ def test_training_arguments_that_cannot_run_are_one_line(tmp_path, capsys, monke
 def test_yaml_merge_keys_work_and_an_alias_bomb_is_one_short_line(tmp_path, capsys):
     import main_vsi
 
-    from a2c_ppo_acktr.arguments import MAX_YAML_NODES, load_config
-    from a2c_ppo_acktr.cli import MAX_ERROR_CHARS
+    from a2c_ppo_acktr.config.arguments import MAX_YAML_NODES, load_config
+    from a2c_ppo_acktr.config.cli import MAX_ERROR_CHARS
 
     (tmp_path / "merge.yaml").write_text("ppo:\n  <<: {lr: 0.002, num_iterations: 3}\n  num_iterations: 4\n")
     cfg = load_config(preset="debug", config=str(tmp_path / "merge.yaml"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from a2c_ppo_acktr.env_ids import TESTED_IDS, VSI_ID
+from a2c_ppo_acktr.common.env_ids import TESTED_IDS, VSI_ID
 
 from bench_helpers import bench_module
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from a2c_ppo_acktr import stats
+from a2c_ppo_acktr.common import stats
 
 from bench_helpers import bench_module
 
@@ -149,7 +149,7 @@ def test_curves_png(bl, tmp_path):
 def test_greedy_held_out_scores_the_constant_on_the_same_questions(bl, tmp_path, monkeypatch):
     """Per seed the eval report's overall (points -> fraction); the best constant answer scored by hand
     on the report's own ground truths (MRA of 100 vs 100 = 1, vs 200 = 0.5 at thresholds .50-.95)."""
-    from a2c_ppo_acktr.scoring import score_prediction
+    from a2c_ppo_acktr.common.scoring import score_prediction
 
     args = bl.parse_args(["--tasks", "object_size", "--estimators", "gae", "--seeds", "2", "--out", str(tmp_path),
                           "--sft-adapter", str(tmp_path), "--model-path", str(tmp_path)])
@@ -181,7 +181,7 @@ def test_object_size_builds_its_own_embedding_lora_sft_adapter(bl, tmp_path, mon
     the input embeddings (cpu-demo's targets + embed_tokens); ``--adapter`` skips the stage."""
     import shlex
 
-    from a2c_ppo_acktr.arguments import load_config
+    from a2c_ppo_acktr.config.arguments import load_config
 
     targets = load_config(preset=bl.PRESET).model.lora_target_modules
     assert bl.EMBEDDING_LORA == f"model.lora_target_modules={targets}|.*language_model\\.embed_tokens"

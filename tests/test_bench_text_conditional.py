@@ -21,8 +21,8 @@ def test_questions_and_mean_mra_by_hand(tc):
 
 
 def test_trainable_sets(tc, tiny_model_path):
-    from a2c_ppo_acktr.arguments import ModelConfig
-    from a2c_ppo_acktr.loading import load_vlm
+    from a2c_ppo_acktr.config.arguments import ModelConfig
+    from a2c_ppo_acktr.policy.loading import load_vlm
 
     base = load_vlm(ModelConfig(model_path=tiny_model_path, device="cpu")).model
     before = {n: (p.requires_grad, p.detach().clone()) for n, p in base.named_parameters()}

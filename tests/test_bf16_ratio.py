@@ -8,7 +8,7 @@ import statistics
 import pytest
 import yaml
 
-from a2c_ppo_acktr.arguments import ConfigError, ModelConfig, RunConfig, load_config
+from a2c_ppo_acktr.config.arguments import ConfigError, ModelConfig, RunConfig, load_config
 
 
 
@@ -70,7 +70,7 @@ def test_a_bf16_lm_head_gives_float32_logits_of_the_exact_product(tiny_model_pat
     import torch
     from numerics import f32_tolerance
 
-    from a2c_ppo_acktr.model import VLMPolicy
+    from a2c_ppo_acktr.policy.model import VLMPolicy
 
     targets = r".*language_model.*\.(q_proj|v_proj)" + (r"|lm_head" if lora_on_head else "")
     cfg = ModelConfig(model_path=tiny_model_path, device="cpu", dtype="bfloat16", lora_r=2, lora_alpha=4,
@@ -108,7 +108,7 @@ def test_heads_compute_in_float32_when_deepspeed_casts_them_to_bf16(tiny_model_p
     import torch
     from numerics import f32_tolerance
 
-    from a2c_ppo_acktr.model import VLMPolicy
+    from a2c_ppo_acktr.policy.model import VLMPolicy
 
     cfg = ModelConfig(model_path=tiny_model_path, device="cpu", lora_r=2, lora_alpha=4, value_head_hidden=8, temp_head_hidden=8)
     torch.manual_seed(0)
@@ -142,7 +142,7 @@ def test_a_copied_float32_head_computes_with_its_own_weights():
 
     import torch
 
-    from a2c_ppo_acktr.temp_predictor import compute_in_float32
+    from a2c_ppo_acktr.policy.temp_predictor import compute_in_float32
 
     head = compute_in_float32(torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Tanh(), torch.nn.Linear(2, 1)))
     twin = copy.deepcopy(head).to(torch.bfloat16)

@@ -22,7 +22,7 @@ from a2c_ppo_acktr.envs.cards.ezpoints import EZPointsEnv
 from a2c_ppo_acktr.envs.cards.formula import BLANK, evaluate, is_solvable, solutions
 from a2c_ppo_acktr.envs.cards.numberline import NumberLineEnv
 from a2c_ppo_acktr.envs.cards.points24 import Points24Env
-from a2c_ppo_acktr.prompts import Invalid
+from a2c_ppo_acktr.common.prompts import Invalid
 from game_helpers import act, run_oracle
 
 cards.register()

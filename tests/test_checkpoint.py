@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from a2c_ppo_acktr.arguments import RunConfig
-from a2c_ppo_acktr.checkpoint import (
+from a2c_ppo_acktr.config.arguments import RunConfig
+from a2c_ppo_acktr.run.checkpoint import (
     COMPLETE_MARKER,
     CheckpointError,
     CheckpointManager,
@@ -22,7 +22,7 @@ from a2c_ppo_acktr.checkpoint import (
     resolve_resume,
     restore_rng_state,
 )
-from a2c_ppo_acktr.logger import RunLogger, read_metrics
+from a2c_ppo_acktr.run.logger import RunLogger, read_metrics
 
 
 def _writer(payload: dict):
@@ -328,10 +328,28 @@ def test_find_generators_of_objects_without_attributes():
     assert find_generators(s, "x") == {} and find_generators(3, "x") == {}
 
 
+def test_a_state_file_naming_a_module_by_its_name_before_the_move_still_loads(tmp_path):
+    """Run state written before the modules moved into sub-packages names its dataclasses by the old
+    module (``a2c_ppo_acktr.prompts.Answer``): it loads as the class's new home, and a module that
+    never existed is still refused."""
+    import pickle
+
+    from a2c_ppo_acktr.common.prompts import Answer
+    from a2c_ppo_acktr.run.checkpoint import load_pickle
+
+    old = pickle.dumps({"last": Answer("3")}, protocol=2).replace(b"a2c_ppo_acktr.common.prompts", b"a2c_ppo_acktr.prompts")
+    assert b"a2c_ppo_acktr.prompts\n" in old
+    (tmp_path / "old.pkl").write_bytes(old)
+    assert load_pickle(tmp_path / "old.pkl") == {"last": Answer("3")}
+    (tmp_path / "bad.pkl").write_bytes(old.replace(b"a2c_ppo_acktr.prompts\n", b"a2c_ppo_acktr.nowhere\n"))
+    with pytest.raises(CheckpointError):
+        load_pickle(tmp_path / "bad.pkl")
+
+
 def test_pickle_round_trip_and_missing_file(tmp_path):
     """Per-rank state files: a round trip keeps numpy arrays and tuples exact; a missing file is a
     CheckpointError naming it, not a bare FileNotFoundError."""
-    from a2c_ppo_acktr.checkpoint import load_pickle, save_pickle
+    from a2c_ppo_acktr.run.checkpoint import load_pickle, save_pickle
 
     obj = {"numpy": np.random.default_rng(0).bit_generator.state, "arr": np.arange(3), "t": (1, "a")}
     save_pickle(obj, tmp_path / "rng.pkl")

@@ -1,16 +1,18 @@
-"""Each option family's names live once (a2c_ppo_acktr/choices.py); config and registries agree."""
+"""Each option family's names live once (a2c_ppo_acktr/common/choices.py); config and registries agree."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from a2c_ppo_acktr import choices, scoring, storage, teachers
-from a2c_ppo_acktr.arguments import QUESTION_TYPES, ConfigError, load_config
-from a2c_ppo_acktr.distributions import sample_kl
+from a2c_ppo_acktr.common import choices, scoring
+from a2c_ppo_acktr.rl import storage
+from a2c_ppo_acktr.eval import teachers
+from a2c_ppo_acktr.config.arguments import QUESTION_TYPES, ConfigError, load_config
+from a2c_ppo_acktr.policy.distributions import sample_kl
 from a2c_ppo_acktr.envs.questions import GENERATORS
-from a2c_ppo_acktr import references
-from a2c_ppo_acktr.model import REFERENCES
-from a2c_ppo_acktr.rollout_engine import ENGINES
+from a2c_ppo_acktr.policy import references
+from a2c_ppo_acktr.policy.model import REFERENCES
+from a2c_ppo_acktr.policy.rollout_engine import ENGINES
 
 
 def test_every_registry_implements_exactly_its_family():

@@ -40,7 +40,7 @@ def test_wrong_files_and_environment_errors_are_one_line(tmp_path, capsys):
     import errno
     import json
 
-    from a2c_ppo_acktr.cli import run_main
+    from a2c_ppo_acktr.config.cli import run_main
 
     sys.path.insert(0, str(REPO))
     import eval_vsi

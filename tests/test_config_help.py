@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from a2c_ppo_acktr import arguments, cli
-from a2c_ppo_acktr.arguments import RunConfig, load_config
+from a2c_ppo_acktr.config import arguments, cli
+from a2c_ppo_acktr.config.arguments import RunConfig, load_config
 
 REPO = Path(__file__).resolve().parent.parent
 # Every script that reads config overrides; (argv prefix, how it is launched).

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from a2c_ppo_acktr.arguments import ConfigError, load_config
+from a2c_ppo_acktr.config.arguments import ConfigError, load_config
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from a2c_ppo_acktr.arguments import ConfigError, RunConfig
-from a2c_ppo_acktr.distributed import deepspeed_config_dict
-from a2c_ppo_acktr.logger import read_metrics
+from a2c_ppo_acktr.config.arguments import ConfigError, RunConfig
+from a2c_ppo_acktr.run.distributed import deepspeed_config_dict
+from a2c_ppo_acktr.run.logger import read_metrics
 from helpers import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -88,7 +88,7 @@ def test_invalid_distributed_configs_rejected_at_start():
 
 
 def test_launcher_and_run_config_must_agree(monkeypatch):
-    from a2c_ppo_acktr.distributed import build_accelerator
+    from a2c_ppo_acktr.run.distributed import build_accelerator
 
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     with pytest.raises(ConfigError, match="dist.zero_stage=0"):
@@ -167,7 +167,7 @@ def test_batch_script_turns_slurms_signal_into_a_checkpoint_and_a_requeue(tmp_pa
 DRIVER = r'''
 import hashlib, os, sys
 from pathlib import Path
-import a2c_ppo_acktr.train as T
+import a2c_ppo_acktr.rl.train as T
 import main_vsi
 
 _orig = T.param_rank_max_dev
@@ -177,7 +177,7 @@ _calls = [0]
 def _spy(accelerator, module):
     """After each update: hash every trainable tensor of this process into HASH_DIR (whole tensors:
     gathered from their ZeRO-3 partitions)."""
-    from a2c_ppo_acktr.distributed import full_trainable
+    from a2c_ppo_acktr.run.distributed import full_trainable
 
     _calls[0] += 1
     h = hashlib.sha256()
@@ -191,7 +191,7 @@ def _spy(accelerator, module):
 
 
 T.param_rank_max_dev = _spy
-from a2c_ppo_acktr.model import VLMPolicy
+from a2c_ppo_acktr.policy.model import VLMPolicy
 from tests.numerics import recorded_forwards, widest
 
 with recorded_forwards(VLMPolicy) as _forwards:
@@ -307,7 +307,7 @@ def test_deepspeed_zero3_two_processes_identical_and_resumable(tmp_path):
 CHUNK_SPY = r'''
 import json, os
 from pathlib import Path
-import a2c_ppo_acktr.model as M
+import a2c_ppo_acktr.policy.model as M
 
 _stats = M.chunked_token_stats
 
@@ -428,7 +428,7 @@ def test_sbatch_two_nodes_is_one_job(tmp_path):
     assert [r["debug/param_rank_max_dev"] for r in rows] == [0.0, 0.0]
     ckpt = run_dir / "checkpoints" / "checkpoint-000002"
     assert sorted(p.name for p in ckpt.glob("rank*.pkl")) == ["rank000.pkl", "rank001.pkl"]
-    from a2c_ppo_acktr.checkpoint import load_pickle
+    from a2c_ppo_acktr.run.checkpoint import load_pickle
 
     obs = [load_pickle(ckpt / f"rank{r:03d}.pkl")["observations"] for r in (0, 1)]
     assert [o["text"] for o in obs[0]] != [o["text"] for o in obs[1]], "ranks must see different env streams"

@@ -6,8 +6,8 @@ import torch
 from helpers import PieceTokenizer
 from numerics import f32_tolerance, logit_terms
 
-from a2c_ppo_acktr import prompts
-from a2c_ppo_acktr.distributions import (
+from a2c_ppo_acktr.common import prompts
+from a2c_ppo_acktr.policy.distributions import (
     masked_mean,
     process_logits,
     response_token_weights,
@@ -140,7 +140,7 @@ def _stats_case(seed=0, B=3, R=7, H=6, V=17):
 def test_chunked_token_stats_equal_the_naive_values_and_gradients(chunk_tokens):
     """Values and gradients (hidden states, temperatures, lm_head weight) agree with the full-logits
     computation for any chunk size: one position per chunk, chunks across rows, one chunk."""
-    from a2c_ppo_acktr.distributions import chunked_token_stats
+    from a2c_ppo_acktr.policy.distributions import chunked_token_stats
 
     hidden, head, temps, forbid, tokens, mask, ref = _stats_case()
     got = chunked_token_stats(hidden, tokens, temps, forbid, mask, head=head, ref_inputs=ref, chunk_tokens=chunk_tokens)
@@ -168,7 +168,7 @@ def test_chunked_token_stats_equal_the_naive_values_and_gradients(chunk_tokens):
 
 def test_chunked_token_stats_from_logits_and_without_reference():
     """``head=None`` reads raw logits; no reference gives ``kl=None``; a forbidden token scores -inf."""
-    from a2c_ppo_acktr.distributions import chunked_token_stats
+    from a2c_ppo_acktr.policy.distributions import chunked_token_stats
 
     hidden, head, temps, forbid, tokens, mask, _ = _stats_case(seed=2)
     logits = head(hidden).detach().requires_grad_(True)
@@ -193,7 +193,7 @@ def test_chunked_token_stats_from_logits_and_without_reference():
 def test_chunked_token_stats_keep_no_vocabulary_sized_tensor_for_backward():
     """What autograd keeps between forward and backward is O(B*R*H), never a (.., V) tensor, and
     ``lm_head`` only ever sees ``chunk_tokens`` positions, in forward and in the backward recompute."""
-    from a2c_ppo_acktr.distributions import chunked_token_stats
+    from a2c_ppo_acktr.policy.distributions import chunked_token_stats
 
     B, R, H, V, chunk = 2, 16, 4, 512, 5
     hidden, head, temps, forbid, tokens, mask, ref = _stats_case(seed=3, B=2, R=R, H=H, V=V)
@@ -227,7 +227,7 @@ def test_extra_empty_chunks_change_nothing_but_the_number_of_head_calls():
     """``num_chunks`` (every ZeRO-3 rank the same number of lm_head collectives): the padded-out chunks
     call the policy and reference heads in the forward and the backward's recompute like any other,
     and the statistics and gradients are bit-identical to the unpadded ones."""
-    from a2c_ppo_acktr.distributions import chunked_token_stats
+    from a2c_ppo_acktr.policy.distributions import chunked_token_stats
 
     hidden, head, temps, forbid, tokens, mask, ref = _stats_case(seed=4)
     chunk = 3

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from a2c_ppo_acktr import prompts
-from a2c_ppo_acktr.distributions import (
+from a2c_ppo_acktr.common import prompts
+from a2c_ppo_acktr.policy.distributions import (
     LOGITS_CHUNK_ELEMENTS,
     REPLACEMENT_CHAR,
     chunked_token_stats,
@@ -219,7 +219,7 @@ def test_response_weights_above_one_and_with_hf_defaults():
 def test_default_chunk_of_raw_logits_follows_the_vocabulary(monkeypatch):
     """Without a head the chunk size comes from the logits' last dimension (V), not from the
     sequence length: at V = 2**20 a chunk is 8 positions, so 9 positions take two chunks."""
-    import a2c_ppo_acktr.distributions as dist
+    import a2c_ppo_acktr.policy.distributions as dist
 
     calls = []
     real = dist._chunk_stats

@@ -9,7 +9,7 @@ import pickle
 import numpy as np
 import pytest
 
-from a2c_ppo_acktr.arguments import ConfigError, load_config
+from a2c_ppo_acktr.config.arguments import ConfigError, load_config
 from a2c_ppo_acktr.envs import registry
 
 GAME_IDS = [i for i in registry.TESTED_IDS if i != registry.VSI_ID]
@@ -91,7 +91,7 @@ def test_restored_batch_matches_the_uninterrupted_one(env_id):
     """The state saved after step k (pickled, as a checkpoint does), restored into a fresh batch,
     gives exactly the steps k+1.. of the batch that was never interrupted."""
     from a2c_ppo_acktr.envs.batch import BatchEnv
-    from a2c_ppo_acktr.run_state import restore_env_state
+    from a2c_ppo_acktr.rl.run_state import restore_env_state
 
     cfg = game_cfg(env_id, env__max_turns=5)
     rng = np.random.default_rng(1)
@@ -114,7 +114,7 @@ def test_restored_batch_matches_the_uninterrupted_one(env_id):
 
 def test_games_bring_their_own_system_prompt_and_vsi_keeps_its_own():
     from a2c_ppo_acktr.envs.cards.common import GAME_SYSTEM_PROMPT
-    from a2c_ppo_acktr.prompts import SYSTEM_PROMPT, build_messages
+    from a2c_ppo_acktr.common.prompts import SYSTEM_PROMPT, build_messages
 
     obs, _ = registry.make_env(game_cfg("Blackjack-v0").env).reset(seed=0)
     assert build_messages(obs)[0]["content"][0]["text"] == GAME_SYSTEM_PROMPT
@@ -127,7 +127,7 @@ def test_games_bring_their_own_system_prompt_and_vsi_keeps_its_own():
 @pytest.mark.parametrize("env_id", ["NumberLine-v0", "MiniGrid-Empty-Random-6x6-v0", "Sokoban-v0"])
 def test_oracle_labels_become_sft_samples_with_the_games_prompt(tmp_path, env_id):
     from a2c_ppo_acktr.envs.cards.common import GAME_SYSTEM_PROMPT
-    from a2c_ppo_acktr.labeling import TRAJECTORIES, label_trajectories, read_episodes
+    from a2c_ppo_acktr.eval.labeling import TRAJECTORIES, label_trajectories, read_episodes
     from a2c_ppo_acktr.envs.cards.common import BRIEF_GAME_THOUGHTS
     from SFT.data import build_sft_dataset
 
@@ -146,7 +146,7 @@ def test_oracle_labels_become_sft_samples_with_the_games_prompt(tmp_path, env_id
 
 
 def test_labelling_exploration_executes_random_game_actions(tmp_path):
-    from a2c_ppo_acktr.labeling import TRAJECTORIES, label_trajectories, read_episodes
+    from a2c_ppo_acktr.eval.labeling import TRAJECTORIES, label_trajectories, read_episodes
 
     cfg = game_cfg("NumberLine-v0", label__out_dir=str(tmp_path / "lab"), label__num_episodes=8, label__epsilon=0.5)
     assert label_trajectories(cfg)["explore_turns"] > 0
@@ -161,8 +161,9 @@ def test_labelling_exploration_executes_random_game_actions(tmp_path):
 def test_evaluation_of_oracle_and_chance_on_games(env_id, oracle_at_least):
     """The oracle's success through the evaluation loop (the issue's figures), the chance agent's
     below it, and game reports carry success, return, length and invalid rate."""
-    from a2c_ppo_acktr import evaluation, reports
-    from a2c_ppo_acktr.teachers import OracleTeacher
+    from a2c_ppo_acktr.eval import evaluation
+    from a2c_ppo_acktr import reports
+    from a2c_ppo_acktr.eval.teachers import OracleTeacher
 
     cfg = game_cfg(env_id, eval__num_episodes=20, env__max_turns=60)
     specs = evaluation.eval_specs(cfg)
@@ -184,8 +185,8 @@ def test_label_sft_ppo_eval_end_to_end_from_the_tiny_model(tmp_path, tiny_model_
     """Oracle labels -> SFT dataset -> SFT (2 steps) -> 2 PPO iterations from the adapter ->
     evaluation of the checkpoint: every stage runs on the env, and the report is the game's."""
     import eval_vsi
-    from a2c_ppo_acktr.labeling import TRAJECTORIES, label_trajectories
-    from a2c_ppo_acktr.train import run_training
+    from a2c_ppo_acktr.eval.labeling import TRAJECTORIES, label_trajectories
+    from a2c_ppo_acktr.rl.train import run_training
     from SFT.data import build_sft_dataset
     from SFT.trainer import run_sft
 

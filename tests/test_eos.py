@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from a2c_ppo_acktr.loading import load_vlm
-from a2c_ppo_acktr.model import VLMPolicy
-from a2c_ppo_acktr.storage import RolloutStorage
+from a2c_ppo_acktr.policy.loading import load_vlm
+from a2c_ppo_acktr.policy.model import VLMPolicy
+from a2c_ppo_acktr.rl.storage import RolloutStorage
 from helpers import NUM_ENVS, fresh_policy, policy_observations, tiny_model_cfg
 from numerics import recorded_forwards
 

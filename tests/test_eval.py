@@ -10,11 +10,12 @@ import pytest
 from PIL import Image
 
 import eval_vsi
-from a2c_ppo_acktr import evaluation, reports
-from a2c_ppo_acktr.arguments import QUESTION_TYPES, EnvConfig, RunConfig, load_config
+from a2c_ppo_acktr.eval import evaluation
+from a2c_ppo_acktr import reports
+from a2c_ppo_acktr.config.arguments import QUESTION_TYPES, EnvConfig, RunConfig, load_config
 from a2c_ppo_acktr.envs import vsi_env
-from a2c_ppo_acktr.scoring import score_prediction
-from a2c_ppo_acktr.teachers import OracleTeacher
+from a2c_ppo_acktr.common.scoring import score_prediction
+from a2c_ppo_acktr.eval.teachers import OracleTeacher
 from helpers import write_arkit_scan
 
 # Small and fast: 32-pixel frames, 4 sweep frames (appearance order needs 4), 3 turns.
@@ -179,7 +180,7 @@ def test_score_file_and_compare_through_the_cli(tmp_path, capsys):
 def test_checkpoint_loads_adapter_and_heads_and_evaluates(tmp_path):
     import torch
 
-    from a2c_ppo_acktr.model import VLMPolicy
+    from a2c_ppo_acktr.policy.model import VLMPolicy
 
     cfg = _cfg()
     torch.manual_seed(0)
@@ -230,7 +231,7 @@ def test_a_checkpoint_is_evaluated_on_its_own_env_and_each_override_is_warned(tm
     def resolve(*argv):
         args, extra = eval_vsi.build_parser().parse_known_args([*argv, "--checkpoint", str(ckpt), "--out", "o"])
         caplog.clear()
-        with caplog.at_level("INFO", logger="a2c_ppo_acktr.evaluation"):
+        with caplog.at_level("INFO", logger="a2c_ppo_acktr.eval.evaluation"):
             cfg = evaluation.resolve_config(args, extra)
         warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
         assert len(warnings) <= 1
@@ -267,7 +268,7 @@ def test_a_checkpoint_is_evaluated_on_its_own_env_and_each_override_is_warned(tm
     bare.mkdir(parents=True)
     args, extra = eval_vsi.build_parser().parse_known_args(["--checkpoint", str(bare), "--out", "o"])
     caplog.clear()
-    with caplog.at_level("WARNING", logger="a2c_ppo_acktr.evaluation"):
+    with caplog.at_level("WARNING", logger="a2c_ppo_acktr.eval.evaluation"):
         assert evaluation.resolve_config(args, extra).env == EnvConfig()
     assert "has no config.yaml" in caplog.text
     with pytest.raises(FileNotFoundError, match="no config.yaml found"):
@@ -313,7 +314,7 @@ def test_compare_paired_through_the_cli(runs, tmp_path):
 def test_a_scan_that_fails_to_load_in_any_way_is_skipped_and_reported(caplog):
     """VSI-Bench evaluation: a scan whose loading raises anything (not only SceneLoadError) skips its
     questions with the reason, once per scan, and the evaluation goes on."""
-    from a2c_ppo_acktr.evaluation import EpisodeSpec, _reset
+    from a2c_ppo_acktr.eval.evaluation import EpisodeSpec, _reset
 
     class Broken:
         calls = 0
@@ -368,8 +369,8 @@ def test_zero_images_twin_has_the_sighted_prompt_tokens_and_only_zero_pixels(tin
     are the processor's encoding of a black frame, while the sighted pixels differ."""
     import torch
 
-    from a2c_ppo_acktr.arguments import ModelConfig
-    from a2c_ppo_acktr.model import VLMPolicy
+    from a2c_ppo_acktr.config.arguments import ModelConfig
+    from a2c_ppo_acktr.policy.model import VLMPolicy
 
     policy = VLMPolicy(ModelConfig(model_path=tiny_model_path, device="cpu", dtype="float32"))
     obs = _game_frames()

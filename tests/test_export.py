@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from a2c_ppo_acktr.arguments import ModelConfig
+from a2c_ppo_acktr.config.arguments import ModelConfig
 from a2c_ppo_acktr.export import EXPORT_FILE, merge_adapter
-from a2c_ppo_acktr.loading import load_vlm
-from a2c_ppo_acktr.model import VLMPolicy
-from a2c_ppo_acktr.prompts import build_messages, render_prompt
+from a2c_ppo_acktr.policy.loading import load_vlm
+from a2c_ppo_acktr.policy.model import VLMPolicy
+from a2c_ppo_acktr.common.prompts import build_messages, render_prompt
 from numerics import f32_chain_tolerance, vlm_forward_terms
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,7 +63,7 @@ def test_saved_adapters_name_their_local_base_model_by_absolute_path(tmp_path, t
     import os
     import shutil
 
-    from a2c_ppo_acktr.loading import record_base_model
+    from a2c_ppo_acktr.policy.loading import record_base_model
 
     local = tmp_path / "work" / "models" / "tiny"
     shutil.copytree(tiny_model_path, local)
@@ -88,7 +88,7 @@ def test_saved_adapters_name_their_local_base_model_by_absolute_path(tmp_path, t
 
 def _export(args, capsys, cwd=REPO):
     """``(exit code, stderr)`` of the export command run in this process (as ``run_main`` runs it)."""
-    from a2c_ppo_acktr.cli import run_main
+    from a2c_ppo_acktr.config.cli import run_main
     from a2c_ppo_acktr.export import main
 
     here = os.getcwd()
@@ -172,9 +172,9 @@ def test_an_adapter_describes_itself_to_eval_and_to_a_warm_start(tmp_path, tiny_
     --sft-adapter adopts them the same way (the base model is warned about, never switched)."""
     import logging
 
-    from a2c_ppo_acktr.arguments import load_config
-    from a2c_ppo_acktr.evaluation import load_policy
-    from a2c_ppo_acktr.loading import adapter_settings, adopt_adapter_settings
+    from a2c_ppo_acktr.config.arguments import load_config
+    from a2c_ppo_acktr.eval.evaluation import load_policy
+    from a2c_ppo_acktr.policy.loading import adapter_settings, adopt_adapter_settings
 
     cfg = ModelConfig(model_path=tiny_model_path, device="cpu", lora_r=3, lora_alpha=6, lora_target_modules=TARGETS,
                       value_head_hidden=8, temp_head_hidden=8)

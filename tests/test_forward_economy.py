@@ -21,11 +21,11 @@ import torch
 from torch import nn
 
 from a2c_ppo_acktr.algo.ppo import PPO
-from a2c_ppo_acktr.arguments import ConfigError, LogConfig, PPOConfig
-from a2c_ppo_acktr.loading import LoadedVLM, load_vlm
-from a2c_ppo_acktr.model import VLMPolicy
-from a2c_ppo_acktr.storage import RolloutStorage, compute_gae
-from a2c_ppo_acktr.train import collect_rollout, compute_advantages
+from a2c_ppo_acktr.config.arguments import ConfigError, LogConfig, PPOConfig
+from a2c_ppo_acktr.policy.loading import LoadedVLM, load_vlm
+from a2c_ppo_acktr.policy.model import VLMPolicy
+from a2c_ppo_acktr.rl.storage import RolloutStorage, compute_gae
+from a2c_ppo_acktr.rl.train import collect_rollout, compute_advantages
 from helpers import tiny_model_cfg, toy_storage
 from numerics import f32_chain_tolerance, head_terms, vlm_forward_terms
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from a2c_ppo_acktr.arguments import load_config
+from a2c_ppo_acktr.config.arguments import load_config
 from a2c_ppo_acktr.gpu_smoke import FAILED, RATIO_BOUNDS, SmokeFailure, ratio_bound, check_ppo_run, check_sft_run, main, summary_table
 
 REPO = Path(__file__).resolve().parent.parent

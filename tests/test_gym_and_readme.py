@@ -167,8 +167,8 @@ def test_readme_policy_snippet_runs(tmp_path):
     does) from the path it names, and plays one episode on the env the checkpoint was trained on."""
     import torch
 
-    from a2c_ppo_acktr.arguments import load_config
-    from a2c_ppo_acktr.model import VLMPolicy
+    from a2c_ppo_acktr.config.arguments import load_config
+    from a2c_ppo_acktr.policy.model import VLMPolicy
 
     code = readme_snippet("policy")
     m = re.search(r'ckpt = "([^"]+)"', code)

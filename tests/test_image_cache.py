@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from a2c_ppo_acktr import prompts
+from a2c_ppo_acktr.common import prompts
 from a2c_ppo_acktr.algo.ppo import PPO
-from a2c_ppo_acktr.arguments import ModelConfig, PPOConfig
-from a2c_ppo_acktr.encoding import ImageFeatureStore, collate, split_rows
-from a2c_ppo_acktr.loading import load_vlm
-from a2c_ppo_acktr.model import VLMPolicy
-from a2c_ppo_acktr.storage import RolloutStorage
+from a2c_ppo_acktr.config.arguments import ModelConfig, PPOConfig
+from a2c_ppo_acktr.policy.encoding import ImageFeatureStore, collate, split_rows
+from a2c_ppo_acktr.policy.loading import load_vlm
+from a2c_ppo_acktr.policy.model import VLMPolicy
+from a2c_ppo_acktr.rl.storage import RolloutStorage
 from helpers import fresh_policy, tiny_model_cfg
 from numerics import recorded_forwards
 
@@ -123,7 +123,7 @@ def test_storage_keeps_one_copy_of_an_image_shown_on_several_turns(loaded, tiny_
 def test_store_shares_only_equal_features():
     """Equal raw bytes but different processed tensors (a processor that depended on the batch) are
     kept apart; equal ones share the first copy."""
-    from a2c_ppo_acktr.encoding import TurnEncoding
+    from a2c_ppo_acktr.policy.encoding import TurnEncoding
 
     img = np.zeros((4, 4, 3), np.uint8)
     turn = lambda v: TurnEncoding(tokens={"input_ids": torch.arange(3)}, images=[{"pixel_values": torch.full((2, 5), v)}])  # noqa: E731
@@ -153,14 +153,14 @@ def test_pixels_are_kept_in_the_model_dtype_and_score_the_same(tiny_model_path):
 def test_an_output_the_cache_cannot_split_falls_back_to_reprocessing(loaded, tiny_model_path, monkeypatch, caplog):
     """A processor output encoding.py does not know (another model family) is not kept: a warning,
     and the update re-processes the raw images with the prompt-ids check, ratio still 1."""
-    import a2c_ppo_acktr.model as model
+    import a2c_ppo_acktr.policy.model as model
 
     def refuse(*_a, **_k):
         raise ValueError("processor output 'novel' is unknown")
 
     policy = fresh_policy(loaded, tiny_model_path, max_new_tokens=MAX_NEW_TOKENS)
     monkeypatch.setattr(model, "split_rows", refuse)
-    with caplog.at_level("WARNING", logger="a2c_ppo_acktr.model"):
+    with caplog.at_level("WARNING", logger="a2c_ppo_acktr.policy.model"):
         st = _rollout(policy)
     assert all(e is None for e in st.encodings) and "'novel' is unknown" in caplog.text
     assert all(len(p) > 0 for p in st.prompt_ids)

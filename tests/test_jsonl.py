@@ -3,7 +3,7 @@ import logging
 
 import pytest
 
-from a2c_ppo_acktr.jsonl import JsonlError, iter_jsonl, read_log
+from a2c_ppo_acktr.common.jsonl import JsonlError, iter_jsonl, read_log
 
 
 def test_iter_jsonl_numbers_lines_and_names_bad_ones(tmp_path):

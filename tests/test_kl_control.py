@@ -8,7 +8,7 @@ import torch
 
 from a2c_ppo_acktr.algo.kl import KLControl
 from a2c_ppo_acktr.algo.tally import UpdateTally
-from a2c_ppo_acktr.arguments import PPOConfig
+from a2c_ppo_acktr.config.arguments import PPOConfig
 
 
 def test_the_reference_forward_runs_always_in_the_loss_else_only_for_the_monitor():
@@ -55,7 +55,8 @@ def test_the_tally_means_counted_minibatches_and_keeps_the_kl_apart():
 
 
 def test_a_reference_is_one_class_and_unknown_names_are_listed():
-    from a2c_ppo_acktr import choices, references
+    from a2c_ppo_acktr.common import choices
+    from a2c_ppo_acktr.policy import references
 
     assert {type(r).__name__ for r in references.REFERENCES.values()} == {"AdapterDisabled", "MovingAverage"}
     assert references.reference_named("noised_images").noise and not references.reference_named("masked_images").noise

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from a2c_ppo_acktr.arguments import ConfigError, RunConfig, load_config
-from a2c_ppo_acktr.labeling import TRAJECTORIES, episode_id, label_trajectories, read_episodes
-from a2c_ppo_acktr.prompts import Invalid, Move, build_messages, parse_action
-from a2c_ppo_acktr.teachers import OracleTeacher, Teacher, TeacherReply
+from a2c_ppo_acktr.config.arguments import ConfigError, RunConfig, load_config
+from a2c_ppo_acktr.eval.labeling import TRAJECTORIES, episode_id, label_trajectories, read_episodes
+from a2c_ppo_acktr.common.prompts import Invalid, Move, build_messages, parse_action
+from a2c_ppo_acktr.eval.teachers import OracleTeacher, Teacher, TeacherReply
 from SFT.data import load_image
 
 
@@ -249,7 +249,7 @@ def test_preprocess_refuses_a_missing_or_empty_label_dir_and_keeps_the_dataset(t
     (tmp_path / "low" / TRAJECTORIES).write_text(
         "".join(json.dumps({**ep, "score": 0.2}) + "\n" for ep in read_episodes(tmp_path / "lab" / TRAJECTORIES))
     )
-    from a2c_ppo_acktr.cli import run_main
+    from a2c_ppo_acktr.config.cli import run_main
 
     for bad, message in (
         (["--label.out_dir", str(tmp_path / "nope")], "holds no labelled trajectories"),
@@ -277,7 +277,7 @@ class Outage(OracleWrapper):
 
 
 def test_episodes_labelled_during_an_outage_are_labelled_again_and_preprocessing_keeps_the_new_line(tmp_path, caplog):
-    from a2c_ppo_acktr.labeling import latest_episodes
+    from a2c_ppo_acktr.eval.labeling import latest_episodes
     from SFT.data import build_sft_dataset
 
     cfg = _cfg(tmp_path / "lab")

@@ -10,13 +10,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from a2c_ppo_acktr.arguments import ConfigError, EnvConfig, load_config
+from a2c_ppo_acktr.config.arguments import ConfigError, EnvConfig, load_config
 from a2c_ppo_acktr.envs.labels import MODES, draw_labels, interior_pixel, layout_labels
 from a2c_ppo_acktr.envs.navigation import sample_free_pose
 from a2c_ppo_acktr.envs.procedural import make_procedural_scene
 from a2c_ppo_acktr.envs.renderer import Camera, Frame, Pose, Renderer, visible_objects
 from a2c_ppo_acktr.envs.vsi_env import VSIEnv
-from a2c_ppo_acktr.prompts import LABEL_SENTENCES, Move, build_messages, feedback_text, format_response, observation_text
+from a2c_ppo_acktr.common.prompts import LABEL_SENTENCES, Move, build_messages, feedback_text, format_response, observation_text
 
 SIZE = 160
 MIN_PIXELS = 30

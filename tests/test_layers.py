@@ -7,21 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from a2c_ppo_acktr import errors
+from a2c_ppo_acktr.common import errors
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "a2c_ppo_acktr"
 
 # module (or package prefix ending in ".*") -> layer, as docs/CONTRACTS.md lists them
 LAYERS: dict[str, int] = {
-    **dict.fromkeys(["choices", "errors", "atomic", "jsonl", "bounded_read", "stats", "scoring", "env_ids", "preemption"], 0),
-    **dict.fromkeys(["arguments", "cli", "prompts", "rundir", "checkpoint", "distributed", "logger"], 1),
+    **dict.fromkeys(["common", "common.choices", "common.errors", "common.atomic", "common.jsonl", "common.bounded_read", "common.stats",
+                     "common.scoring", "common.env_ids", "run", "run.preemption"], 0),
+    **dict.fromkeys(["config", "config.arguments", "config.cli", "common.prompts", "run.rundir", "run.checkpoint", "run.distributed", "run.logger"], 1),
     "envs.*": 2,
-    **dict.fromkeys(["encoding", "temp_predictor", "distributions", "references", "rollout_engine", "loading", "tiny_training", "tiny_vision",
-                     "tiny", "model", "loopback_server"], 3),
-    **dict.fromkeys(["storage", "algo.*", "rollouts", "run_state"], 4),
-    **dict.fromkeys(["reports.*", "teachers", "labeling", "evaluation", "validation", "video_protocol"], 5),
-    "train": 6,
+    **dict.fromkeys(["policy.*", "tiny_training", "tiny_vision", "tiny"], 3),
+    **dict.fromkeys(["rl", "rl.storage", "algo.*", "rl.rollouts", "rl.run_state"], 4),
+    **dict.fromkeys(["reports.*", "eval.*"], 5),
+    "rl.train": 6,
     **dict.fromkeys(["export", "prefetch", "memory", "vision_probe", "gpu_smoke", "gymnasium_plugin"], 7),
 }
 
@@ -47,12 +47,13 @@ def layer_of(name: str) -> int:
     raise KeyError(f"a2c_ppo_acktr.{name} has no layer: add it to LAYERS here and to docs/CONTRACTS.md")
 
 
-def imports_of(name: str) -> set[str]:
-    """The package modules ``name`` imports, anywhere in the file (lazy imports too)."""
+def imports_of(name: str, source: str | None = None) -> set[str]:
+    """The package modules ``name`` imports, anywhere in the file (lazy imports too); ``source``
+    stands in for the file's text."""
     path = MODULES[name]
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(ast.parse(source if source is not None else path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -135,16 +136,19 @@ def test_no_import_cycle():
 
 
 def test_the_checker_sees_lazy_and_relative_imports():
-    # tiny_vision renders NumberLine frames inside a function (a lazy import); batch.py imports relatively
+    # tiny_vision renders NumberLine frames inside a function (a lazy import)
     assert "envs.cards.numberline" in imports_of("tiny_vision")
-    assert {"arguments", "envs.registry"} <= imports_of("envs.batch")
+    assert {"config.arguments", "envs.registry"} <= imports_of("envs.batch")
+    # the package imports absolutely; a relative import resolves from the module's own package
+    relative = "from ..config.arguments import RunConfig\nfrom .registry import make_env\nfrom . import scene\n"
+    assert imports_of("envs.batch", relative) == {"config.arguments", "envs.registry", "envs.scene", "envs"}
     with pytest.raises(KeyError, match="has no layer"):
         layer_of("no_such_module")
 
 
-@pytest.mark.parametrize("name", ["arguments.ConfigError", "checkpoint.CheckpointError", "jsonl.JsonlError", "loading.ModelLoadError",
-                                  "loading.ContextLengthError", "envs.real_scans.SceneLoadError", "envs.vsibench.VSIBenchRowError",
-                                  "rollout_engine.EngineError"])
+@pytest.mark.parametrize("name", ["config.arguments.ConfigError", "run.checkpoint.CheckpointError", "common.jsonl.JsonlError",
+                                  "policy.loading.ModelLoadError", "policy.loading.ContextLengthError", "envs.real_scans.SceneLoadError",
+                                  "envs.vsibench.VSIBenchRowError", "policy.rollout_engine.EngineError"])
 def test_every_user_error_carries_the_marker(name):
     import importlib
 

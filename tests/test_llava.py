@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from a2c_ppo_acktr import prompts, tiny
+from a2c_ppo_acktr.common import prompts
+from a2c_ppo_acktr import tiny
 from a2c_ppo_acktr.algo.ppo import PPO
-from a2c_ppo_acktr.arguments import PPOConfig
-from a2c_ppo_acktr.loading import LoadedVLM, ModelLoadError, load_processor, load_vlm
-from a2c_ppo_acktr.model import VLMPolicy
-from a2c_ppo_acktr.storage import RolloutStorage
+from a2c_ppo_acktr.config.arguments import PPOConfig
+from a2c_ppo_acktr.policy.loading import LoadedVLM, ModelLoadError, load_processor, load_vlm
+from a2c_ppo_acktr.policy.model import VLMPolicy
+from a2c_ppo_acktr.rl.storage import RolloutStorage
 from SFT.data import IGNORE_INDEX, SFTCollator
 from helpers import (
     NUM_ENVS, fresh_policy, policy_observations, policy_rollout, sft_observation, split_state, tiny_model_cfg, write_sft_rows,
@@ -218,7 +219,7 @@ def test_sft_collator_labels_only_the_reply(llava_loaded):
 
 
 def test_sft_steps_train_language_lora_and_warm_start_the_policy(llava_loaded, tmp_path):
-    from a2c_ppo_acktr.arguments import load_config
+    from a2c_ppo_acktr.config.arguments import load_config
     from SFT.trainer import TRAIN_LOG, run_sft
 
     rng = np.random.default_rng(6)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from a2c_ppo_acktr import memory
-from a2c_ppo_acktr.arguments import ModelConfig, load_config
+from a2c_ppo_acktr.config.arguments import ModelConfig, load_config
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -40,7 +40,7 @@ def _tiny_text_model(tmp_path, dtype, lora_dtype, H=64, I=96, heads=4, kv_heads=
     from peft import get_peft_model
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-    from a2c_ppo_acktr.model import build_lora_config
+    from a2c_ppo_acktr.policy.model import build_lora_config
 
     cfg = Qwen2_5_VLConfig(
         text_config=dict(hidden_size=H, intermediate_size=I, num_attention_heads=heads, num_key_value_heads=kv_heads,
@@ -134,11 +134,12 @@ _MEASURE = r"""
 import json, sys
 import numpy as np, torch
 torch.set_num_threads(1)
-from a2c_ppo_acktr import memory, prompts
-from a2c_ppo_acktr.arguments import EnvConfig, ModelConfig
-from a2c_ppo_acktr.loading import load_vlm
-from a2c_ppo_acktr.model import VLMPolicy
-from a2c_ppo_acktr.storage import Minibatch
+from a2c_ppo_acktr import memory
+from a2c_ppo_acktr.common import prompts
+from a2c_ppo_acktr.config.arguments import EnvConfig, ModelConfig
+from a2c_ppo_acktr.policy.loading import load_vlm
+from a2c_ppo_acktr.policy.model import VLMPolicy
+from a2c_ppo_acktr.rl.storage import Minibatch
 
 path, gc_on, B, R = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3]), int(sys.argv[4])
 cfg = ModelConfig(model_path=path, device="cpu", lora_r=8, lora_alpha=16, gradient_checkpointing=gc_on)
@@ -193,7 +194,7 @@ def test_load_vlm_places_weights_on_the_rank_gpu_without_a_host_copy(monkeypatch
     import transformers
     import transformers.integrations
 
-    from a2c_ppo_acktr import loading
+    from a2c_ppo_acktr.policy import loading
 
     calls = []
 

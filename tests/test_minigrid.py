@@ -24,7 +24,7 @@ from a2c_ppo_acktr.envs.minigrid_text import (  # noqa: E402
     make_minigrid_text_env,
     oracle_reply,
 )
-from a2c_ppo_acktr.prompts import Invalid  # noqa: E402
+from a2c_ppo_acktr.common.prompts import Invalid  # noqa: E402
 from game_helpers import act, run_oracle  # noqa: E402
 
 EMPTY, DOORKEY = "MiniGrid-Empty-Random-6x6-v0", "MiniGrid-DoorKey-6x6-v0"

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-import a2c_ppo_acktr.distributions as dist
+import a2c_ppo_acktr.policy.distributions as dist
 from a2c_ppo_acktr.algo.ppo import PPO
-from a2c_ppo_acktr.arguments import EMBEDDING_LORA_TARGET, ModelConfig, PPOConfig
-from a2c_ppo_acktr.loading import load_vlm
-from a2c_ppo_acktr.model import VLMPolicy
-from a2c_ppo_acktr.storage import RolloutStorage
+from a2c_ppo_acktr.config.arguments import EMBEDDING_LORA_TARGET, ModelConfig, PPOConfig
+from a2c_ppo_acktr.policy.loading import load_vlm
+from a2c_ppo_acktr.policy.model import VLMPolicy
+from a2c_ppo_acktr.rl.storage import RolloutStorage
 from helpers import NUM_ENVS, NUM_STEPS, fresh_policy, policy_observations, policy_rollout, split_state, tiny_model_cfg
 from numerics import f32_chain_tolerance, f32_tolerance, logit_terms, recorded_forwards, widest
 
@@ -186,8 +186,8 @@ def test_train_vision_projector_trains_merger_and_keeps_reference(loaded, tiny_m
 
 def test_thought_tokens_found_with_the_real_tokenizer(loaded):
     """Byte-level BPE: the tokens marked as thoughts cover the thoughts value and nothing else."""
-    from a2c_ppo_acktr import prompts
-    from a2c_ppo_acktr.distributions import response_token_weights, token_char_ends
+    from a2c_ppo_acktr.common import prompts
+    from a2c_ppo_acktr.policy.distributions import response_token_weights, token_char_ends
 
     tok = loaded.processor.tokenizer
     text = prompts.format_response("the chair is left of the bed, café", prompts.Move(30, 1.5))
@@ -220,7 +220,7 @@ def _naive_forward_turns(policy, enc, generated_ids, token_weights, with_kl):
     """The training forward as it was before chunking: the model's full (B, R+1, V) logits, then
     process_logits / token_log_probs / token_entropy / token_kl on (B, R, V) float32 tensors. Also
     returns the processed logits ``z`` (and ``z_ref``) and the temperatures."""
-    from a2c_ppo_acktr.distributions import masked_mean, process_logits, sequence_log_prob, token_entropy, token_kl, token_log_probs
+    from a2c_ppo_acktr.policy.distributions import masked_mean, process_logits, sequence_log_prob, token_entropy, token_kl, token_log_probs
 
     B, R = len(generated_ids), max(len(g) for g in generated_ids)
     resp = torch.full((B, R), policy.pad_id, dtype=torch.long)
@@ -467,7 +467,7 @@ def test_rollout_and_update_exclude_the_same_forbidden_ids(loaded, tiny_model_pa
     """The sampler (generate's processor) and the training forward mask the same ids, the image and
     video pads. Leaving them out of the training forward moves a reply's log-prob by ~6e-4 on the tiny
     model, under the float32 ratio bound of the agreement tests, so the ids are pinned here directly."""
-    import a2c_ppo_acktr.model as model_module
+    import a2c_ppo_acktr.policy.model as model_module
 
     seen: dict[str, list[int]] = {}
     real_process, real_stats = model_module.process_logits, model_module.chunked_token_stats

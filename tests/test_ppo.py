@@ -14,7 +14,7 @@ from torch import nn
 
 from a2c_ppo_acktr.algo.kl import adapt_kl_coef
 from a2c_ppo_acktr.algo.ppo import PPO, explained_variance, policy_loss, ppo_loss, value_loss
-from a2c_ppo_acktr.arguments import PPOConfig
+from a2c_ppo_acktr.config.arguments import PPOConfig
 from helpers import ToyPolicy, toy_minibatch, toy_ppo, toy_storage
 from numerics import f32_tolerance
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from a2c_ppo_acktr.arguments import load_config
-from a2c_ppo_acktr.checkpoint import latest_checkpoint
-from a2c_ppo_acktr.logger import read_metrics
-from a2c_ppo_acktr.preemption import PREEMPTED_EXIT_CODE
+from a2c_ppo_acktr.config.arguments import load_config
+from a2c_ppo_acktr.run.checkpoint import latest_checkpoint
+from a2c_ppo_acktr.run.logger import read_metrics
+from a2c_ppo_acktr.run.preemption import PREEMPTED_EXIT_CODE
 
 REPO = Path(__file__).resolve().parent.parent
 ITERATIONS = 30  # far more than run before the signal lands: the schedule spans them all
@@ -43,7 +43,7 @@ def _wait_for_rows(path: Path, n: int, proc: subprocess.Popen, timeout: float = 
 
 @pytest.mark.slow
 def test_sigterm_checkpoints_and_the_resumed_run_equals_an_uninterrupted_one(tmp_path):
-    from a2c_ppo_acktr.train import run_training
+    from a2c_ppo_acktr.rl.train import run_training
 
     cut = tmp_path / "cut"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
@@ -71,7 +71,7 @@ def test_sigterm_checkpoints_and_the_resumed_run_equals_an_uninterrupted_one(tmp
 
 
 def test_stop_after_iterations_counts_per_invocation(tmp_path):
-    from a2c_ppo_acktr.train import run_training
+    from a2c_ppo_acktr.rl.train import run_training
 
     over = _overrides(tmp_path / "r", **{"ppo.num_iterations": "3", "log.save_interval": "1", "log.stop_after_iterations": "1"})
     for expected in (1, 2, 3):  # the same command, repeated as a time-limited job would
@@ -82,7 +82,7 @@ def test_stop_after_iterations_counts_per_invocation(tmp_path):
 def test_the_first_signal_asks_to_stop_and_the_second_stops_at_once():
     import pytest
 
-    from a2c_ppo_acktr.preemption import StopOnSignal
+    from a2c_ppo_acktr.run.preemption import StopOnSignal
 
     before = signal.getsignal(signal.SIGINT)
     with StopOnSignal() as stop:

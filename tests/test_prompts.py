@@ -5,7 +5,7 @@ import string
 import numpy as np
 import pytest
 
-from a2c_ppo_acktr.prompts import (
+from a2c_ppo_acktr.common.prompts import (
     SYSTEM_PROMPT,
     Answer,
     Invalid,
@@ -397,7 +397,7 @@ def test_long_values_are_cut_to_forty_characters(length, shown):
 
 def test_parse_action_turns_an_internal_error_into_a_reason(monkeypatch):
     """The "never raises" contract holds even if the parser itself has a bug."""
-    import a2c_ppo_acktr.prompts as prompts_mod
+    import a2c_ppo_acktr.common.prompts as prompts_mod
 
     def broken(text, max_forward):
         raise KeyError("boom")

@@ -5,7 +5,7 @@ import re
 import numpy as np
 import pytest
 
-from a2c_ppo_acktr.arguments import QUESTION_TYPES
+from a2c_ppo_acktr.config.arguments import QUESTION_TYPES
 from a2c_ppo_acktr.envs.questions import (
     GENERATORS,
     QuestionUnavailable,

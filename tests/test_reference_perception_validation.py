@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from a2c_ppo_acktr.algo import perception
-from a2c_ppo_acktr.arguments import ConfigError, PPOConfig, load_config
-from a2c_ppo_acktr.model import VLMPolicy
-from a2c_ppo_acktr.references import masked_images
-from a2c_ppo_acktr.validation import BEST_DIR, BestPolicy, read_best
+from a2c_ppo_acktr.config.arguments import ConfigError, PPOConfig, load_config
+from a2c_ppo_acktr.policy.model import VLMPolicy
+from a2c_ppo_acktr.policy.references import masked_images
+from a2c_ppo_acktr.eval.validation import BEST_DIR, BestPolicy, read_best
 from helpers import NUM_ENVS, NUM_STEPS, fresh_policy, policy_rollout
 from tests.numerics import recorded_forwards
 
@@ -204,9 +204,9 @@ def test_ema_perception_and_validation_train_resume_exactly_and_validation_chang
     """3 iterations without validation equal 2 with validation + resume + 1 with validation, weight
     for weight and in every training metric: validation draws nothing from the run's streams, and
     the EMA reference and the best score travel in the checkpoint."""
-    from a2c_ppo_acktr.logger import read_metrics
-    from a2c_ppo_acktr.run_state import EMA_FILE
-    from a2c_ppo_acktr.train import run_training
+    from a2c_ppo_acktr.run.logger import read_metrics
+    from a2c_ppo_acktr.rl.run_state import EMA_FILE
+    from a2c_ppo_acktr.rl.train import run_training
 
     plain = run_training(load_config(preset="debug", overrides=_overrides(tmp_path / "plain")))
     val = {"log.val_interval": "1", "log.val_episodes": "3"}
@@ -232,9 +232,9 @@ def test_ema_perception_and_validation_train_resume_exactly_and_validation_chang
 def test_ema_decay_one_keeps_the_starting_weights_as_the_reference(tmp_path):
     """ppo.ema_decay=1: the reference stays at the weights the run started with (a fresh adapter's
     lora_B is zero) while the trained adapter moves away from it."""
-    from a2c_ppo_acktr.logger import read_metrics
-    from a2c_ppo_acktr.run_state import EMA_FILE
-    from a2c_ppo_acktr.train import run_training
+    from a2c_ppo_acktr.run.logger import read_metrics
+    from a2c_ppo_acktr.rl.run_state import EMA_FILE
+    from a2c_ppo_acktr.rl.train import run_training
 
     out = run_training(load_config(preset="debug", overrides=_overrides(
         tmp_path / "frozen", **{"ppo.ema_decay": "1", "ppo.perception_weighting": "false"})))

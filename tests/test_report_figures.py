@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from a2c_ppo_acktr import reports
-from a2c_ppo_acktr.arguments import RunConfig
+from a2c_ppo_acktr.config.arguments import RunConfig
 from a2c_ppo_acktr.envs import topdown
 from a2c_ppo_acktr.envs.renderer import Pose
 from a2c_ppo_acktr.envs.scene import MeshBuilder, Scene, SceneObject
-from a2c_ppo_acktr.logger import RunLogger
+from a2c_ppo_acktr.run.logger import RunLogger
 from a2c_ppo_acktr.reports import EpisodeRecord, PictureLayout, TurnRecord
 
 
@@ -200,8 +200,8 @@ def test_training_logs_the_validation_picture_and_table_to_tensorboard(tmp_path)
     validation episode's trajectory picture and the table of validation episodes."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from a2c_ppo_acktr.arguments import load_config
-    from a2c_ppo_acktr.train import run_training
+    from a2c_ppo_acktr.config.arguments import load_config
+    from a2c_ppo_acktr.rl.train import run_training
 
     over = {"log.output_dir": str(tmp_path), "log.progress_bar": "false", "log.tensorboard": "true", "ppo.num_iterations": "1",
             "log.val_interval": "1", "log.val_episodes": "2"}
@@ -278,9 +278,9 @@ def test_a_training_run_logs_to_the_real_wandb_client_offline(tmp_path, monkeypa
     pytest.importorskip("wandb")
     import math
 
-    from a2c_ppo_acktr.arguments import load_config
-    from a2c_ppo_acktr.logger import read_metrics
-    from a2c_ppo_acktr.train import run_training
+    from a2c_ppo_acktr.config.arguments import load_config
+    from a2c_ppo_acktr.run.logger import read_metrics
+    from a2c_ppo_acktr.rl.train import run_training
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")

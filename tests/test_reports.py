@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from a2c_ppo_acktr import reports
-from a2c_ppo_acktr.logger import read_metrics
+from a2c_ppo_acktr.run.logger import read_metrics
 from a2c_ppo_acktr.reports import EpisodeRecord, PictureLayout, TurnRecord
 
 COLUMNS = ["Obj. Count", "Abs. Dist.", "Obj. Size", "Room Size", "Rel. Dist.", "Rel. Dir.", "Route Plan", "Appr. Order"]
@@ -152,7 +152,7 @@ def test_markdown_table_layout_and_values(tmp_path):
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[0] == "run" and cells[1] == "50.0"
     assert cells[2] == "100.0" and cells[-1] == "0.0" and cells[3] == "-"
-    assert list(reports.SHORT_TASK_NAMES) == list(__import__("a2c_ppo_acktr.scoring", fromlist=["TASK_NAMES"]).TASK_NAMES)
+    assert list(reports.SHORT_TASK_NAMES) == list(__import__("a2c_ppo_acktr.common.scoring", fromlist=["TASK_NAMES"]).TASK_NAMES)
 
 
 def _episode(i: int, qtype: str, score: float, turns: int, invalid: int, answered: bool = True) -> EpisodeRecord:
@@ -317,7 +317,7 @@ def test_score_file_integrity_bom_encoding_duplicates_and_raw_ground_truth(tmp_p
     """A UTF-8 BOM is not part of line 1; a Latin-1 file is refused naming the line; repeated ids
     are scored, warned about and listed; a stored ground truth " c " matches nothing (the official
     rule compares it unstripped)."""
-    from a2c_ppo_acktr.jsonl import JsonlError
+    from a2c_ppo_acktr.common.jsonl import JsonlError
 
     rows = [{"id": 1, "question_type": "object_rel_direction_easy", "prediction": "C", "ground_truth": "C"},
             {"id": 2, "question_type": "object_rel_direction_easy", "prediction": "C", "ground_truth": " c "},
@@ -352,7 +352,7 @@ def test_ci_matches_the_exact_bootstrap_distribution():
     97-98% quantiles, for Overall and for every task."""
     import itertools
 
-    from a2c_ppo_acktr import scoring
+    from a2c_ppo_acktr.common import scoring
 
     by_type = {"object_counting": [0.0, 0.5, 1.0], "route_planning": [0.0, 1.0],
                "object_rel_direction_easy": [1.0, 0.0], "object_rel_direction_hard": [0.0]}

@@ -12,14 +12,14 @@ import pytest
 import torch
 
 from a2c_ppo_acktr.algo.ppo import policy_loss, tis_weights
-from a2c_ppo_acktr.arguments import ConfigError, load_config
-from a2c_ppo_acktr.logger import read_metrics
-from a2c_ppo_acktr.loopback_server import LoopbackServer
-from a2c_ppo_acktr.model import VLMPolicy
-from a2c_ppo_acktr.rollout_engine import (
+from a2c_ppo_acktr.config.arguments import ConfigError, load_config
+from a2c_ppo_acktr.run.logger import read_metrics
+from a2c_ppo_acktr.policy.loopback_server import LoopbackServer
+from a2c_ppo_acktr.policy.model import VLMPolicy
+from a2c_ppo_acktr.policy.rollout_engine import (
     EngineError, EngineStopped, EngineUnavailable, StaleAdapterError, TokenAlignmentError, VLLMServerEngine, adapter_name, parse_reply,
 )
-from a2c_ppo_acktr.storage import RolloutStorage
+from a2c_ppo_acktr.rl.storage import RolloutStorage
 from helpers import free_port, fresh_policy, tiny_model_cfg
 
 
@@ -202,7 +202,7 @@ def test_training_through_the_engine_resumes_exactly_after_the_server_dies(tmp_p
     writes the checkpoint of iteration 1, stops with exit code 69, and its resumption through a new
     server at another URL (a changed rollout.engine_url is allowed on resume) ends with the same
     weights and metrics."""
-    from a2c_ppo_acktr.train import run_training
+    from a2c_ppo_acktr.rl.train import run_training
 
     cfg = load_config(preset="debug")
     threads = torch.get_num_threads()
@@ -257,7 +257,7 @@ def test_run_vsi_qwen_starts_a_rollout_server_and_stops_it(tmp_path):
     (tmp_path / "out" / "run" / "rollout_server.log").write_text("the log of a server that failed before\n")
     env = {**os.environ, "PYTHON": str(shim), "PRESET": "debug", "NUM_GPUS": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
            "ROLLOUT_SERVER": "1", "ROLLOUT_PORT": str(port), "ROLLOUT_START_TIMEOUT": "240",
-           "ROLLOUT_SERVER_CMD": f"{sys.executable} -m a2c_ppo_acktr.loopback_server --preset debug"}
+           "ROLLOUT_SERVER_CMD": f"{sys.executable} -m a2c_ppo_acktr.policy.loopback_server --preset debug"}
     res = subprocess.run(["bash", str(repo / "scripts" / "run_vsi_qwen.sh"), "1", "run", str(tmp_path / "out"), str(free_port())],
                          env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
-from a2c_ppo_acktr.arguments import load_config
-from a2c_ppo_acktr.checkpoint import CheckpointError, list_checkpoints
-from a2c_ppo_acktr.train import run_training
+from a2c_ppo_acktr.config.arguments import load_config
+from a2c_ppo_acktr.run.checkpoint import CheckpointError, list_checkpoints
+from a2c_ppo_acktr.rl.train import run_training
 
 
 def _cfg(out, **extra):
@@ -44,7 +44,7 @@ def test_resume_from_an_older_checkpoint_sets_the_newer_ones_aside(tmp_path, cap
     assert names == ["checkpoint-000001", "checkpoint-000002", "checkpoint-000003"]  # the new branch, not the old 000004
     (abandoned,) = (out / "checkpoints").glob("abandoned-*")
     assert sorted(p.name for p in abandoned.iterdir()) == ["checkpoint-000003", "checkpoint-000004", "metrics.jsonl"]
-    from a2c_ppo_acktr.logger import read_metrics
+    from a2c_ppo_acktr.run.logger import read_metrics
 
     assert [r["iteration"] for r in read_metrics(abandoned / "metrics.jsonl")] == [3, 4]  # the branch's rows, kept with it
     assert [r["iteration"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3]
@@ -66,7 +66,7 @@ def test_a_planted_rank_state_file_runs_nothing(tmp_path):
     and by --resume auto, which names the file."""
     import pickle
 
-    from a2c_ppo_acktr.checkpoint import load_pickle
+    from a2c_ppo_acktr.run.checkpoint import load_pickle
 
     out = tmp_path / "run"
     last = run_training(_cfg(out))
@@ -75,7 +75,7 @@ def test_a_planted_rank_state_file_runs_nothing(tmp_path):
     with pytest.raises(CheckpointError, match=r"rank000.pkl.*refusing to load posix.system"):
         load_pickle(last / "rank000.pkl")
     # A shared checkpoint comes with checksums that match its (crafted) files: the unpickler must hold.
-    from a2c_ppo_acktr.checkpoint import COMPLETE_MARKER, file_checksums
+    from a2c_ppo_acktr.run.checkpoint import COMPLETE_MARKER, file_checksums
 
     meta = json.loads((last / COMPLETE_MARKER).read_text())
     (last / COMPLETE_MARKER).write_text(json.dumps({**meta, "files": file_checksums(last)}))
@@ -106,11 +106,11 @@ def _damage(path, how):
 @pytest.mark.parametrize("how", ["truncated", "bit-flipped", "missing"])
 @pytest.mark.parametrize("name", ["trainable.pt", "optimizer.pt", "rank000.pkl", "trainer_state.json", "policy/adapter_model.safetensors"])
 def test_resume_auto_skips_a_damaged_checkpoint_naming_the_file(tmp_path, caplog, name, how):
-    from a2c_ppo_acktr.checkpoint import resolve_resume, verify_checkpoint
-    from a2c_ppo_acktr.evaluation import load_checkpoint_into
+    from a2c_ppo_acktr.run.checkpoint import resolve_resume, verify_checkpoint
+    from a2c_ppo_acktr.eval.evaluation import load_checkpoint_into
 
     root = tmp_path / "checkpoints"
-    from a2c_ppo_acktr.checkpoint import CheckpointManager
+    from a2c_ppo_acktr.run.checkpoint import CheckpointManager
 
     manager = CheckpointManager(root, keep=3)
     for it in (1, 2):
@@ -136,7 +136,7 @@ def test_resume_auto_skips_a_damaged_checkpoint_naming_the_file(tmp_path, caplog
 def test_every_checkpoint_damaged_and_a_full_disk_give_one_line(tmp_path, monkeypatch):
     import errno
 
-    from a2c_ppo_acktr.checkpoint import CheckpointManager, resolve_resume
+    from a2c_ppo_acktr.run.checkpoint import CheckpointManager, resolve_resume
 
     root = tmp_path / "checkpoints"
     manager = CheckpointManager(root, keep=2)
@@ -172,7 +172,7 @@ def test_every_checkpoint_damaged_and_a_full_disk_give_one_line(tmp_path, monkey
 def test_a_symlinked_checkpoint_is_pruned_as_a_link_and_a_malformed_marker_is_damage(tmp_path):
     import shutil
 
-    from a2c_ppo_acktr.checkpoint import COMPLETE_MARKER, CheckpointManager, verify_checkpoint
+    from a2c_ppo_acktr.run.checkpoint import COMPLETE_MARKER, CheckpointManager, verify_checkpoint
 
     root = tmp_path / "checkpoints"
     manager = CheckpointManager(root, keep=1)
@@ -195,9 +195,9 @@ def test_truncated_safetensors_are_one_line(tmp_path, tiny_model_path, target):
     the file (one line from the entry scripts), not a safetensors traceback."""
     import shutil
 
-    from a2c_ppo_acktr.arguments import ModelConfig
-    from a2c_ppo_acktr.loading import ModelLoadError
-    from a2c_ppo_acktr.model import VLMPolicy
+    from a2c_ppo_acktr.config.arguments import ModelConfig
+    from a2c_ppo_acktr.policy.loading import ModelLoadError
+    from a2c_ppo_acktr.policy.model import VLMPolicy
 
     model_dir = tmp_path / "model"
     shutil.copytree(tiny_model_path, model_dir)
@@ -223,8 +223,8 @@ def test_resume_refuses_a_changed_run_definition_applies_a_changed_lr_and_record
     """Model, env, rollout, seed and estimator must match the checkpoint (all differences listed);
     a changed ppo.lr is what the resumed iterations train with (metrics and optimizer), and
     resume_history.jsonl says so; another run's checkpoint goes only into a fresh directory."""
-    from a2c_ppo_acktr.logger import read_metrics
-    from a2c_ppo_acktr.run_state import RESUME_HISTORY
+    from a2c_ppo_acktr.run.logger import read_metrics
+    from a2c_ppo_acktr.rl.run_state import RESUME_HISTORY
 
     out = tmp_path / "run"
     run_training(_cfg(out, **{"ppo.num_iterations": "3", "log.stop_after_iterations": "2", "ppo.lr_schedule": "constant"}))

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from a2c_ppo_acktr.arguments import ConfigError
-from a2c_ppo_acktr.rundir import RunLock, RunLockedError, check_output_path, claim_output_dir, claim_report_dir, lock_path
+from a2c_ppo_acktr.config.arguments import ConfigError
+from a2c_ppo_acktr.run.rundir import RunLock, RunLockedError, check_output_path, claim_output_dir, claim_report_dir, lock_path
 
 REPO = Path(__file__).resolve().parent.parent
-HOLD = "import sys, time; from a2c_ppo_acktr.rundir import RunLock; RunLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(600)"
+HOLD = "import sys, time; from a2c_ppo_acktr.run.rundir import RunLock; RunLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(600)"
 
 
 def _holder(directory: Path) -> subprocess.Popen:
@@ -35,7 +35,7 @@ def test_a_second_process_is_refused_naming_the_holder_and_a_dead_holders_lock_i
         holder.wait(30)
         holder.stdout.close()
     assert json.loads(lock_path(run).read_text())["pid"] == holder.pid  # its record is still there
-    with caplog.at_level("INFO", logger="a2c_ppo_acktr.rundir"), RunLock(run) as lock:
+    with caplog.at_level("INFO", logger="a2c_ppo_acktr.run.rundir"), RunLock(run) as lock:
         assert lock.held and json.loads(lock_path(run).read_text())["pid"] == os.getpid()
     assert f"pid {holder.pid}" in caplog.text and "is gone" in caplog.text
     assert lock_path(run).read_text() == ""  # released: the record is cleared

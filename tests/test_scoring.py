@@ -4,9 +4,9 @@ import math
 import numpy as np
 import pytest
 
-from a2c_ppo_acktr import scoring
-from a2c_ppo_acktr.arguments import QUESTION_TYPES
-from a2c_ppo_acktr.scoring import aggregate, extract_answer, mean_relative_accuracy, score_prediction
+from a2c_ppo_acktr.common import scoring
+from a2c_ppo_acktr.config.arguments import QUESTION_TYPES
+from a2c_ppo_acktr.common.scoring import aggregate, extract_answer, mean_relative_accuracy, score_prediction
 
 
 def test_tasks_cover_the_ten_raw_types_and_eight_tasks():

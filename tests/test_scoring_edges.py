@@ -3,7 +3,7 @@ import warnings
 
 import pytest
 
-from a2c_ppo_acktr.scoring import aggregate, extract_answer, is_multiple_choice, score_prediction
+from a2c_ppo_acktr.common.scoring import aggregate, extract_answer, is_multiple_choice, score_prediction
 
 # VSI-Bench's split, written out: six option-letter types, four numerical (MRA) types.
 LETTER_TYPES = ["object_rel_distance", "object_rel_direction_easy", "object_rel_direction_medium",
@@ -40,13 +40,13 @@ def test_aggregate_of_nothing_is_nan_without_a_numpy_warning():
     ("and three", 3.0), ("1,234", 1.0),
 ])
 def test_first_number_reads_what_lmms_eval_07_reads(text, number):
-    from a2c_ppo_acktr.scoring import first_number
+    from a2c_ppo_acktr.common.scoring import first_number
 
     assert first_number(text) == number
 
 
 def test_the_two_rules_differ_on_numbers_only():
-    from a2c_ppo_acktr.scoring import SCORING_RULES
+    from a2c_ppo_acktr.common.scoring import SCORING_RULES
 
     assert SCORING_RULES == ("thinking-in-space", "lmms-eval-0.7")
     for text in ("There are 3 chairs.", "three", "Answer: 3"):

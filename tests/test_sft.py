@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from a2c_ppo_acktr.prompts import (
+from a2c_ppo_acktr.common.prompts import (
     Answer,
     Invalid,
     Move,
@@ -30,7 +30,7 @@ from SFT.data import IGNORE_INDEX, ModalityGroupedBatchSampler, SFTCollator, SFT
 def test_sft_prompt_tokens_equal_rl_prompt_tokens(family, tiny_family_path, tmp_path):
     """The collator's prompt part (read back from PNG files) is token-for-token and pixel-for-pixel
     what the policy's processor call makes of the live observation."""
-    from a2c_ppo_acktr.loading import load_processor
+    from a2c_ppo_acktr.policy.loading import load_processor
 
     processor = load_processor(tiny_family_path(family))
     rng = np.random.default_rng(0)
@@ -132,7 +132,7 @@ def test_missing_and_corrupt_images_are_skipped_or_fail(tmp_path, caplog):
 def test_rows_whose_images_do_not_match_their_placeholders_fail_at_load_naming_the_line(tmp_path):
     """2 images for 5 placeholders used to crash inside the processor mid-training; now the dataset
     refuses the row when it loads, naming file:line (a JsonlError: one line from the entry scripts)."""
-    from a2c_ppo_acktr.jsonl import JsonlError
+    from a2c_ppo_acktr.common.jsonl import JsonlError
 
     rng = np.random.default_rng(6)
     resp = format_response("x", Answer("1"))
@@ -158,7 +158,7 @@ def test_prompt_longer_than_max_length_raises(loaded):
 
 def valid_rate(model, processor, observations, max_new_tokens: int = 48) -> float:
     """Fraction of greedy outputs that parse as a valid action."""
-    from a2c_ppo_acktr.teachers import greedy_generate
+    from a2c_ppo_acktr.eval.teachers import greedy_generate
 
     texts = greedy_generate(model, processor, observations, max_new_tokens)
     return float(np.mean([not isinstance(parse_action(t), Invalid) for t in texts]))
@@ -169,9 +169,9 @@ def test_label_preprocess_sft_teaches_the_action_format_and_warm_starts_the_poli
     """Oracle labels -> SFT dataset -> LoRA SFT on the tiny model: the loss falls, greedy outputs
     parse as actions far more often, checkpoints hold the adapter only, and a VLMPolicy loaded with
     the adapter writes exactly the SFT model's greedy outputs."""
-    from a2c_ppo_acktr.arguments import load_config
-    from a2c_ppo_acktr.labeling import TRAJECTORIES, label_trajectories, make_env
-    from a2c_ppo_acktr.loading import load_vlm
+    from a2c_ppo_acktr.config.arguments import load_config
+    from a2c_ppo_acktr.eval.labeling import TRAJECTORIES, label_trajectories, make_env
+    from a2c_ppo_acktr.policy.loading import load_vlm
     from SFT.data import build_sft_dataset
     from SFT.trainer import TRAIN_LOG, run_sft
 
@@ -214,8 +214,8 @@ def test_label_preprocess_sft_teaches_the_action_format_and_warm_starts_the_poli
     assert os.path.isabs(base) and os.path.isdir(base)  # loads from any working directory
 
     # Warm start: the policy with the adapter decodes exactly as the SFT model does.
-    from a2c_ppo_acktr.model import VLMPolicy
-    from a2c_ppo_acktr.teachers import greedy_generate
+    from a2c_ppo_acktr.policy.model import VLMPolicy
+    from a2c_ppo_acktr.eval.teachers import greedy_generate
 
     sft_texts = greedy_generate(loaded.model, loaded.processor, held_out, cfg.model.max_new_tokens)
     policy = VLMPolicy(cfg.model, loaded=load_vlm(cfg.model))
@@ -238,8 +238,8 @@ SFT_TARGETS = r".*(language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_p
 
 @pytest.mark.slow
 def test_sft_resumes_from_an_adapter_checkpoint(tmp_path, tiny_model_path):
-    from a2c_ppo_acktr.arguments import load_config
-    from a2c_ppo_acktr.loading import load_vlm
+    from a2c_ppo_acktr.config.arguments import load_config
+    from a2c_ppo_acktr.policy.loading import load_vlm
     from SFT.trainer import TRAIN_LOG, run_sft
 
     rng = np.random.default_rng(6)
@@ -268,7 +268,7 @@ def test_sft_resumes_from_an_adapter_checkpoint(tmp_path, tiny_model_path):
     assert "checkpoint-3" in {p.name for p in (tmp_path / "sft").glob("checkpoint-*")}
     # A fresh start into the used directory is refused before anything loads; sft.overwrite moves the
     # first run aside whole (nothing deleted) and trains afresh.
-    from a2c_ppo_acktr.arguments import ConfigError
+    from a2c_ppo_acktr.config.arguments import ConfigError
 
     overrides["sft"].update(resume=None, max_steps=1)
     with pytest.raises(ConfigError, match="already holds an SFT run.*--sft.overwrite true"):
@@ -317,7 +317,7 @@ def test_deepspeed_zero2_two_processes_through_the_launch_script(tmp_path, tiny_
 
 
 def test_deepspeed_config_leaves_batch_sizes_to_the_trainer():
-    from a2c_ppo_acktr.arguments import ConfigError, load_config
+    from a2c_ppo_acktr.config.arguments import ConfigError, load_config
     from SFT.trainer import deepspeed_config
 
     repo = Path(__file__).resolve().parent.parent
@@ -338,7 +338,7 @@ def test_deepspeed_config_leaves_batch_sizes_to_the_trainer():
 def test_sft_clips_gradients_at_its_own_max_grad_norm(zero_stage, tmp_path):
     """``sft.max_grad_norm`` reaches the Trainer (and DeepSpeed's ``gradient_clipping``), never
     ``ppo.max_grad_norm``: the GPU presets' PPO value (0.01) would all but stop supervised learning."""
-    from a2c_ppo_acktr.arguments import ConfigError, load_config
+    from a2c_ppo_acktr.config.arguments import ConfigError, load_config
     from SFT.trainer import training_arguments
 
     repo = Path(__file__).resolve().parent.parent
@@ -364,8 +364,8 @@ def test_sft_adapter_with_embedding_lora_holds_only_the_lora_factors(tmp_path, t
     copy of the base embedding matrix (peft's default when an embedding is a target)."""
     from safetensors import safe_open
 
-    from a2c_ppo_acktr.arguments import EMBEDDING_LORA_TARGET, ModelConfig, load_config
-    from a2c_ppo_acktr.loading import load_vlm
+    from a2c_ppo_acktr.config.arguments import EMBEDDING_LORA_TARGET, ModelConfig, load_config
+    from a2c_ppo_acktr.policy.loading import load_vlm
     from SFT.trainer import run_sft
 
     rng = np.random.default_rng(7)
@@ -390,8 +390,8 @@ def test_sft_with_gradient_checkpointing_runs_no_backward_through_the_frozen_tow
     """The frozen vision tower runs once per step (no recompute, no backward: nothing in it needs a
     gradient), while every decoder layer's LoRA weights get theirs, and the loss is the one
     without checkpointing."""
-    from a2c_ppo_acktr.arguments import load_config
-    from a2c_ppo_acktr.loading import load_vlm
+    from a2c_ppo_acktr.config.arguments import load_config
+    from a2c_ppo_acktr.policy.loading import load_vlm
     from SFT.trainer import build_trainer
 
     tiny_model_path = tiny_family_path(family)

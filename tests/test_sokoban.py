@@ -16,7 +16,7 @@ from a2c_ppo_acktr.envs.sokoban import env as sokoban_env
 from a2c_ppo_acktr.envs.sokoban.env import SokobanEnv
 from a2c_ppo_acktr.envs.sokoban.generation import Level, generate_level
 from a2c_ppo_acktr.envs.sokoban.solver import ACTIONS, apply_move, solve_level
-from a2c_ppo_acktr.prompts import Invalid
+from a2c_ppo_acktr.common.prompts import Invalid
 from game_helpers import act
 
 sokoban.register()

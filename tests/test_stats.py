@@ -1,4 +1,4 @@
-"""Confidence intervals (``a2c_ppo_acktr.stats``) against closed forms and published tables."""
+"""Confidence intervals (``a2c_ppo_acktr.common.stats``) against closed forms and published tables."""
 from __future__ import annotations
 
 import math
@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from a2c_ppo_acktr import stats
+from a2c_ppo_acktr.common import stats
 
 # Two-sided 95% t quantiles (t_{0.975, df}) from the standard table (e.g. NIST/SEMATECH e-Handbook, 1.3.6.7.2).
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 9: 2.262, 10: 2.228, 20: 2.086, 29: 2.045, 30: 2.042, 60: 2.000, 120: 1.980}

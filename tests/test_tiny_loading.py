@@ -1,4 +1,4 @@
-"""Tiny offline VLMs (``a2c_ppo_acktr/tiny.py``) and the model loader (``a2c_ppo_acktr/loading.py``)."""
+"""Tiny offline VLMs (``a2c_ppo_acktr/tiny.py``) and the model loader (``a2c_ppo_acktr/policy/loading.py``)."""
 from __future__ import annotations
 
 import json
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from a2c_ppo_acktr import tiny
-from a2c_ppo_acktr.arguments import ModelConfig
-from a2c_ppo_acktr.loading import (
+from a2c_ppo_acktr.config.arguments import ModelConfig
+from a2c_ppo_acktr.policy.loading import (
     SUPPORTED_FAMILIES,
     ModelLoadError,
     detect_family,
@@ -308,7 +308,7 @@ def test_pretraining_teaches_the_reply_format_not_the_task(tiny_model_path):
 
     from transformers import AutoModelForImageTextToText, AutoTokenizer
 
-    from a2c_ppo_acktr.prompts import Move, format_response
+    from a2c_ppo_acktr.common.prompts import Move, format_response
 
     info = json.loads((Path(tiny_model_path) / "tiny_build.json").read_text())
     first, last = info["pretrain_loss_first_last"]
@@ -330,8 +330,8 @@ def test_cache_build_writes_the_whole_model_on_a_nonzero_rank(tmp_path, monkeypa
     weights that failed every later load; the build must come out whole whatever the rank."""
     import torch.distributed as dist
 
-    from a2c_ppo_acktr.loading import load_vlm
-    from a2c_ppo_acktr.arguments import ModelConfig
+    from a2c_ppo_acktr.policy.loading import load_vlm
+    from a2c_ppo_acktr.config.arguments import ModelConfig
 
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
     monkeypatch.setattr(dist, "get_rank", lambda *a, **k: 1)
@@ -343,7 +343,7 @@ def test_cache_build_writes_the_whole_model_on_a_nonzero_rank(tmp_path, monkeypa
 
 
 def test_untested_library_versions_stop_the_load_in_one_line(tiny_model_path, monkeypatch):
-    from a2c_ppo_acktr import loading
+    from a2c_ppo_acktr.policy import loading
 
     assert loading.untested_versions() == []  # what the suite runs on is inside the pins
     assert loading.untested_versions({"transformers": "5.24.0", "peft": "0.21.2", "accelerate": "1.15.0", "deepspeed": "0.19.8"}) == []
@@ -362,7 +362,7 @@ def test_untested_library_versions_stop_the_load_in_one_line(tiny_model_path, mo
 
 
 def test_families_that_would_run_wrong_are_refused_with_the_reason():
-    from a2c_ppo_acktr.loading import REFUSED_FAMILIES
+    from a2c_ppo_acktr.policy.loading import REFUSED_FAMILIES
 
     for model_type, fragment in (("llava_onevision", "anyres"),):
         with pytest.raises(ModelLoadError, match=fragment) as err:
@@ -376,8 +376,8 @@ def test_a_prompt_past_the_models_positions_stops_in_one_line(tiny_model_path, t
     before any generation (a model past its positions degrades without an error)."""
     import shutil
 
-    from a2c_ppo_acktr.loading import ContextLengthError
-    from a2c_ppo_acktr.model import VLMPolicy
+    from a2c_ppo_acktr.policy.loading import ContextLengthError
+    from a2c_ppo_acktr.policy.model import VLMPolicy
 
     path = tmp_path / "short"
     shutil.copytree(tiny_model_path, path)
@@ -396,7 +396,7 @@ def test_a_prompt_past_the_models_positions_stops_in_one_line(tiny_model_path, t
 
 
 def test_auto_attention_is_flash_attention_only_where_it_can_run(monkeypatch):
-    from a2c_ppo_acktr import loading
+    from a2c_ppo_acktr.policy import loading
 
     monkeypatch.setattr(loading, "flash_attn_importable", lambda: True)
     assert loading.resolve_attn_implementation("auto", "cuda", "bfloat16") == "flash_attention_2"

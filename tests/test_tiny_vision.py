@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from a2c_ppo_acktr import tiny, tiny_vision
-from a2c_ppo_acktr.loading import load_vlm
+from a2c_ppo_acktr.policy.loading import load_vlm
 
 
 def test_numberline_pairs_split_into_disjoint_sets_that_cover_every_state():
@@ -67,7 +67,7 @@ def test_room_left_right_follows_the_pixel_columns(monkeypatch):
 
 
 def test_default_processor_gives_16_tokens_per_frame_and_maps_white_to_zero(tiny_model_path):
-    from a2c_ppo_acktr.arguments import ModelConfig
+    from a2c_ppo_acktr.config.arguments import ModelConfig
 
     processor = load_vlm(ModelConfig(model_path=tiny_model_path, device="cpu", dtype="float32")).processor
     white = np.full((64, 64, 3), 255, dtype=np.uint8)
@@ -101,7 +101,7 @@ def test_vision_pretraining_moves_every_tower_and_merger_weight():
 def test_the_default_model_reads_numberline_frames_it_never_saw(tiny_model_path):
     """The probe: greedy answers about held-out (target, current) pairs, >= 90% exact where a
     constant answer gets at most about 11%; the same prompts with zeroed frames stay near chance."""
-    from a2c_ppo_acktr.arguments import ModelConfig
+    from a2c_ppo_acktr.config.arguments import ModelConfig
 
     loaded = load_vlm(ModelConfig(model_path=tiny_model_path, device="cpu", dtype="float32"))
     samples = tiny_vision.probe_samples(64, 0, ("numberline",))

@@ -75,7 +75,8 @@ def test_ezpoints_deals_cover_every_dealt_hand_and_answer_the_counted_number():
 def test_the_ezpoints_build_is_the_default_spec_with_its_own_vision_pretraining():
     from dataclasses import asdict
 
-    from a2c_ppo_acktr import loading, tiny
+    from a2c_ppo_acktr.policy import loading
+    from a2c_ppo_acktr import tiny
 
     default, variant = asdict(tiny.tiny_spec("qwen2_5_vl")), asdict(tiny.tiny_spec("qwen2_5_vl-ezpoints"))
     differ = {k for k in default if default[k] != variant[k]}

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from a2c_ppo_acktr.arguments import ConfigError, PPOConfig, RunConfig, load_config
-from a2c_ppo_acktr.checkpoint import checkpoint_name, latest_checkpoint, list_checkpoints
-from a2c_ppo_acktr.logger import read_metrics
+from a2c_ppo_acktr.config.arguments import ConfigError, PPOConfig, RunConfig, load_config
+from a2c_ppo_acktr.run.checkpoint import checkpoint_name, latest_checkpoint, list_checkpoints
+from a2c_ppo_acktr.run.logger import read_metrics
 from numerics import recorded_forwards, widest
 
 REQUIRED_KEYS = (
@@ -63,8 +63,8 @@ def _overrides(out: Path, **extra: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    from a2c_ppo_acktr.model import VLMPolicy
-    from a2c_ppo_acktr.train import run_training
+    from a2c_ppo_acktr.policy.model import VLMPolicy
+    from a2c_ppo_acktr.rl.train import run_training
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matmuls: thread start-up costs more than it saves on a shared box
@@ -202,8 +202,8 @@ def test_cli_maps_sft_adapter_and_resume(tmp_path):
 
 
 def test_resume_from_explicit_incomplete_path_is_refused(tmp_path):
-    from a2c_ppo_acktr.checkpoint import CheckpointError
-    from a2c_ppo_acktr.train import run_training
+    from a2c_ppo_acktr.run.checkpoint import CheckpointError
+    from a2c_ppo_acktr.rl.train import run_training
 
     bad = tmp_path / "checkpoints" / checkpoint_name(1)
     bad.mkdir(parents=True)
@@ -214,8 +214,8 @@ def test_resume_from_explicit_incomplete_path_is_refused(tmp_path):
 
 def test_crash_during_checkpoint_write_then_resume_auto(tmp_path, monkeypatch):
     """A crash while checkpoint 2 is written leaves checkpoint 1 loadable; --resume auto uses it."""
-    import a2c_ppo_acktr.run_state as run_state
-    import a2c_ppo_acktr.train as train
+    import a2c_ppo_acktr.rl.run_state as run_state
+    import a2c_ppo_acktr.rl.train as train
 
     real_save = run_state.save_pickle
     calls = []
@@ -258,7 +258,7 @@ def test_crash_during_checkpoint_write_then_resume_auto(tmp_path, monkeypatch):
 
 def test_sft_adapter_is_loaded_before_training(runs, tmp_path, monkeypatch):
     """--sft-adapter: the SFT LoRA weights are in the policy when the first rollout starts."""
-    from a2c_ppo_acktr import train
+    from a2c_ppo_acktr.rl import train
     from safetensors.torch import load_file
 
     adapter = runs["first_half"] / "checkpoints" / checkpoint_name(2) / "policy"
@@ -302,8 +302,8 @@ def test_kl_ref_is_measured_every_kl_ref_interval_updates_and_values_are_timed(r
 def test_saved_rollouts_hold_every_turn_and_read_back(runs, capsys):
     """log.save_rollouts_every 1, keep 3: the newest 3 iterations' files, each with every turn's
     prompt (images as digests), reply, parsed action and numbers; the show command prints episodes."""
-    from a2c_ppo_acktr.rollouts import main as rollouts_main
-    from a2c_ppo_acktr.rollouts import read_rollouts
+    from a2c_ppo_acktr.rl.rollouts import main as rollouts_main
+    from a2c_ppo_acktr.rl.rollouts import read_rollouts
 
     files = sorted((runs["split"] / "rollouts").glob("iter-*-rank0.jsonl.gz"))
     assert [f.name for f in files] == [f"iter-00000{i}-rank0.jsonl.gz" for i in (2, 3, 4)]
@@ -318,7 +318,7 @@ def test_saved_rollouts_hold_every_turn_and_read_back(runs, capsys):
         assert isinstance(r["reply"], str) and math.isfinite(r["advantage"]) and math.isfinite(r["return"]) and r["log_prob"] < 0
         if r["action"] is not None:  # the reply's own "action" field, as the JSON parses
             assert json.loads(r["reply"])["action"] == r["action"]
-    from a2c_ppo_acktr.rollouts import parsed_action
+    from a2c_ppo_acktr.rl.rollouts import parsed_action
 
     assert parsed_action('{"thoughts": "t", "action": {"answer": "B"}}') == {"answer": "B"} and parsed_action('{"thoughts": "t"') is None
     ended = [r for r in rows if r["terminated"] or r["truncated"]]

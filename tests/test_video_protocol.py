@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 import eval_vsi
-from a2c_ppo_acktr import prompts, reports, scoring
-from a2c_ppo_acktr import video_protocol as vp
-from a2c_ppo_acktr.cli import run_main
+from a2c_ppo_acktr.common import prompts, scoring
+from a2c_ppo_acktr import reports
+from a2c_ppo_acktr.eval import video_protocol as vp
+from a2c_ppo_acktr.config.cli import run_main
 from a2c_ppo_acktr.envs.vsibench import load_vsibench_rows
 
 REPO = Path(__file__).resolve().parent.parent
@@ -147,7 +148,7 @@ def test_the_prompt_is_the_reference_text_exactly(tiny_model_path):
     )
     with pytest.raises(ValueError, match="needs its options"):
         prompts.benchmark_prompt("route_planning", "Which turn?", None)
-    from a2c_ppo_acktr.loading import load_processor
+    from a2c_ppo_acktr.policy.loading import load_processor
 
     rendered = prompts.render_prompt(load_processor(tiny_model_path), prompts.benchmark_messages(numerical))
     assert rendered == (
@@ -233,8 +234,8 @@ def test_tiny_model_end_to_end_writes_records_and_reports(tiny_run, mini):
 
 
 def test_batching_with_left_padding_does_not_change_answers(mini, tiny_model_path):
-    from a2c_ppo_acktr.arguments import RunConfig
-    from a2c_ppo_acktr.evaluation import load_policy
+    from a2c_ppo_acktr.config.arguments import RunConfig
+    from a2c_ppo_acktr.eval.evaluation import load_policy
 
     policy = load_policy(RunConfig.from_dict({"model": {"model_path": tiny_model_path}}))
     rows = load_vsibench_rows(mini / "test.parquet")
@@ -258,8 +259,8 @@ def test_every_tiny_family_answers_under_its_reference_sampling(mini, tiny_famil
 def test_a_ppo_checkpoint_is_evaluated_with_its_adapter(mini, tmp_path, tiny_run, tiny_model_path):
     import torch
 
-    from a2c_ppo_acktr.arguments import RunConfig
-    from a2c_ppo_acktr.model import VLMPolicy
+    from a2c_ppo_acktr.config.arguments import RunConfig
+    from a2c_ppo_acktr.policy.model import VLMPolicy
 
     cfg = RunConfig.from_dict({"model": {"model_path": tiny_model_path}})
     torch.manual_seed(0)

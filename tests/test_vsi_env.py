@@ -7,12 +7,12 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import a2c_ppo_acktr.envs as envs_pkg
-from a2c_ppo_acktr.arguments import EnvConfig
+from a2c_ppo_acktr.config.arguments import EnvConfig
 from a2c_ppo_acktr.envs.batch import VSIBatchEnv
 from a2c_ppo_acktr.envs.questions import Question
 from a2c_ppo_acktr.envs.vsi_env import VSIEnv
-from a2c_ppo_acktr.prompts import Answer, Invalid, Move, format_response
-from a2c_ppo_acktr.scoring import score_prediction
+from a2c_ppo_acktr.common.prompts import Answer, Invalid, Move, format_response
+from a2c_ppo_acktr.common.scoring import score_prediction
 from helpers import write_arkit_scan
 
 SMALL = dict(image_size=32, num_sweep_frames=4, image_history=2, num_scenes=2, max_turns=4)

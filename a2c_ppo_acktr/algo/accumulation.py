@@ -35,7 +35,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from a2c_ppo_acktr.distributed import full_trainable
+from a2c_ppo_acktr.run.distributed import full_trainable
 
 
 class AccumulationWindow:
@@ -46,7 +46,7 @@ class AccumulationWindow:
         optimizer: the (possibly prepared) optimizer.
         steps: minibatches per optimizer step (``ppo.grad_accum_steps``).
         max_grad_norm: clip the global gradient norm to this (under DeepSpeed the engine clips
-            with its ``gradient_clipping``, which :mod:`a2c_ppo_acktr.distributed` sets to the same value).
+            with its ``gradient_clipping``, which :mod:`a2c_ppo_acktr.run.distributed` sets to the same value).
         accelerator: an ``accelerate.Accelerator`` or None.
         deepspeed: whether ``policy`` is a DeepSpeed engine.
     """
@@ -61,7 +61,7 @@ class AccumulationWindow:
             if engine_steps != steps:
                 raise ValueError(
                     f"the DeepSpeed engine accumulates {engine_steps} micro-batches but ppo.grad_accum_steps={steps}; "
-                    "build the engine from a2c_ppo_acktr.distributed.deepspeed_config_dict (it sets gradient_accumulation_steps)"
+                    "build the engine from a2c_ppo_acktr.run.distributed.deepspeed_config_dict (it sets gradient_accumulation_steps)"
                 )
         self._params = [p for p in policy.parameters() if p.requires_grad]
         self._position = 0  # minibatches seen in the current window

@@ -4,7 +4,7 @@ coefficient adapts, and when it is only monitored.
 * where: in the loss (``ppo.kl_penalty=loss``, ``kl_coef * KL`` added per minibatch) or in the reward
   (``reward``: ``-kl_coef * KL`` of each response subtracted from its reward before the advantages);
 * estimator: the exact KL over the vocabulary (``full``) or a sample estimator (``k1``, ``k2``, ``k3``;
-  :func:`a2c_ppo_acktr.distributions.sample_kl`);
+  :func:`a2c_ppo_acktr.policy.distributions.sample_kl`);
 * adaptive coefficient (``ppo.kl_adaptive``, Ziegler et al. 2019): a proportional controller toward
   ``ppo.kl_target``, at most :data:`KL_CONTROLLER_MAX_STEP` per update;
 * monitor: with the KL out of the loss, the reference forward runs only on the first minibatch of
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from a2c_ppo_acktr.arguments import PPOConfig
+from a2c_ppo_acktr.config.arguments import PPOConfig
 
 # The adaptive KL controller moves kl_coef by at most this fraction per update (Ziegler et al. 2019).
 KL_CONTROLLER_MAX_STEP = 0.2

@@ -14,7 +14,7 @@ one no-grad pass (:func:`measure`) computes it for every stored token, and :func
 
 The policy here acts with one response per turn, so VPPO's trajectory is a turn (one response).
 The functions on plain tensors (:func:`top_token_masks`, :func:`reweight`, :func:`advantage_scales`)
-hold the arithmetic; :func:`apply` runs them on a :class:`~a2c_ppo_acktr.storage.RolloutStorage`.
+hold the arithmetic; :func:`apply` runs them on a :class:`~a2c_ppo_acktr.rl.storage.RolloutStorage`.
 """
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ import torch
 from torch import Tensor
 
 from a2c_ppo_acktr.algo.ppo import forward_in_storage_order
-from a2c_ppo_acktr.arguments import PPOConfig
-from a2c_ppo_acktr.distributions import sequence_log_prob
+from a2c_ppo_acktr.config.arguments import PPOConfig
+from a2c_ppo_acktr.policy.distributions import sequence_log_prob
 
 
 def top_token_masks(dependencies: Sequence[Tensor], top_frac: float) -> list[Tensor]:

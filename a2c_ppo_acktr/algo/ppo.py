@@ -1,7 +1,7 @@
 """The PPO update (Schulman et al. 2017) for a VLM policy, as CleanRL writes it, with LLM-RL extras.
 
 Losses are pure functions returning ``(loss, metrics)``. :meth:`PPO.update` runs ``ppo_epochs`` x
-minibatches of a :class:`~a2c_ppo_acktr.storage.RolloutStorage`: re-forward prompt+action through the
+minibatches of a :class:`~a2c_ppo_acktr.rl.storage.RolloutStorage`: re-forward prompt+action through the
 policy's ``forward`` (= ``evaluate_actions``; going through ``forward`` keeps DDP/DeepSpeed wrappers'
 hooks working), clipped surrogate, optionally clipped value loss, entropy bonus, KL penalty to the
 reference (adapter disabled, or the adapter's moving average with ``ppo.reference=ema``), gradient clipping, and an optimizer step every ``grad_accum_steps``
@@ -37,8 +37,8 @@ from torch import Tensor
 from a2c_ppo_acktr.algo.accumulation import AccumulationWindow
 from a2c_ppo_acktr.algo.kl import KLControl
 from a2c_ppo_acktr.algo.tally import UpdateTally
-from a2c_ppo_acktr.arguments import PPOConfig
-from a2c_ppo_acktr.storage import BOOTSTRAPPING_ESTIMATORS, Minibatch, RolloutStorage
+from a2c_ppo_acktr.config.arguments import PPOConfig
+from a2c_ppo_acktr.rl.storage import BOOTSTRAPPING_ESTIMATORS, Minibatch, RolloutStorage
 
 
 
@@ -128,14 +128,14 @@ def ppo_loss(
     and its parts (all ``(B,)`` in).
 
     The value term is left out (``v`` still logged) for an estimator that reads no value
-    (``rloo``, ``grpo``: not in :data:`~a2c_ppo_acktr.storage.BOOTSTRAPPING_ESTIMATORS`). The value
+    (``rloo``, ``grpo``: not in :data:`~a2c_ppo_acktr.rl.storage.BOOTSTRAPPING_ESTIMATORS`). The value
     head sits on the policy's hidden states, so its regression onto episode returns would move the
     shared LoRA weights for nothing, and an update whose advantages are all 0 could still change the
     policy.
 
     ``H`` is the mean per-token entropy (``ppo.entropy_bonus=token``) or the response's entropy
     (``sequence``: ``out.seq_entropy``). The KL is in the loss only with ``ppo.kl_penalty=loss``.
-    ``out`` is the policy's :class:`~a2c_ppo_acktr.model.EvalOutput` (read for ``seq_entropy`` and
+    ``out`` is the policy's :class:`~a2c_ppo_acktr.policy.model.EvalOutput` (read for ``seq_entropy`` and
     the temperatures); the loss of the bare tensors needs it only for those options.
     """
     dev = log_probs.device
@@ -200,7 +200,7 @@ class PPO:
     """PPO over a :class:`RolloutStorage` of VLM turns.
 
     Args:
-        policy: the policy module (a :class:`~a2c_ppo_acktr.model.VLMPolicy`, possibly wrapped by
+        policy: the policy module (a :class:`~a2c_ppo_acktr.policy.model.VLMPolicy`, possibly wrapped by
             ``accelerator.prepare``); called as ``policy(minibatch, with_kl=bool)`` -> ``EvalOutput``.
         optimizer: optimizer over the trainable parameters (prepared by the accelerator if one is used).
         cfg: :class:`PPOConfig`.

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from a2c_ppo_acktr.arguments import PPOConfig
+from a2c_ppo_acktr.config.arguments import PPOConfig
 
 
 def lr_factor(iteration: int, cfg: PPOConfig) -> float:

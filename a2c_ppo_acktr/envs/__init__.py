@@ -16,8 +16,8 @@ Without the hook (``VSI_PPO_NO_GYMNASIUM_PLUGIN=1``, or the checkout on ``sys.pa
 installed), name the module before the id, ``gym.make("a2c_ppo_acktr.envs:VSI-v0")``: gymnasium
 imports it, which registers the ids.
 """
-from . import cards, sokoban  # gymnasium-only imports; a game's module loads when it is made
-from .base import register_entry_points
+from a2c_ppo_acktr.envs import cards, sokoban  # gymnasium-only imports; a game's module loads when it is made
+from a2c_ppo_acktr.envs.base import register_entry_points
 
 ENV_IDS = ("VSI-v0",)
 _ENTRY_POINTS = {"VSI-v0": "a2c_ppo_acktr.envs.vsi_env:VSIEnv"}

@@ -28,9 +28,9 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from ..arguments import EnvConfig
-from .registry import make_env
-from .vsi_env import share_scene_cache
+from a2c_ppo_acktr.config.arguments import EnvConfig
+from a2c_ppo_acktr.envs.registry import make_env
+from a2c_ppo_acktr.envs.vsi_env import share_scene_cache
 
 
 GROUP_ID_STRIDE = 2**32  # group_id = group * GROUP_ID_STRIDE + episode index within the group

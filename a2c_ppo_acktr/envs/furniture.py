@@ -28,7 +28,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from .scene import MeshBuilder, SceneObject
+from a2c_ppo_acktr.envs.scene import MeshBuilder, SceneObject
 
 Span = tuple[float, float]
 Color = np.ndarray

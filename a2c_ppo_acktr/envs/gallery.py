@@ -22,11 +22,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .furniture import build_object
-from .navigation import sample_free_pose
-from .procedural import CATEGORIES, make_procedural_scene
-from .renderer import Camera, Pose, Renderer
-from .scene import MeshBuilder, Scene, SceneObject
+from a2c_ppo_acktr.envs.furniture import build_object
+from a2c_ppo_acktr.envs.navigation import sample_free_pose
+from a2c_ppo_acktr.envs.procedural import CATEGORIES, make_procedural_scene
+from a2c_ppo_acktr.envs.renderer import Camera, Pose, Renderer
+from a2c_ppo_acktr.envs.scene import MeshBuilder, Scene, SceneObject
 
 VIEWS = {"front-left": (35.0, 25.0), "back-right": (215.0, 20.0)}  # (azimuth from the front toward -x, elevation) in degrees
 LABEL_H = 16  # pixels of the text strip under a tile row

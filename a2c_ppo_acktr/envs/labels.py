@@ -23,8 +23,8 @@ from typing import Any, Optional
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from .renderer import Frame, visible_objects
-from .scene import Scene
+from a2c_ppo_acktr.envs.renderer import Frame, visible_objects
+from a2c_ppo_acktr.envs.scene import Scene
 
 MODES = ("none", "names", "ids")  # the values of EnvConfig.object_labels
 BOX_RGB = (0, 0, 0)  # label background

@@ -62,7 +62,7 @@ import gymnasium as gym
 import numpy as np
 from PIL import Image
 
-from .cards.common import CardGameConfig, Outcome, TokenGameEnv, format_reply
+from a2c_ppo_acktr.envs.cards.common import CardGameConfig, Outcome, TokenGameEnv, format_reply
 
 try:
     import minigrid  # noqa: F401 - importing it registers the MiniGrid-* and BabyAI-* ids

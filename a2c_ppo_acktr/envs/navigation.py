@@ -24,8 +24,8 @@ import weakref
 
 import numpy as np
 
-from .renderer import Pose
-from .scene import Scene, points_in_polygon
+from a2c_ppo_acktr.envs.renderer import Pose
+from a2c_ppo_acktr.envs.scene import Scene, points_in_polygon
 
 DEFAULT_OBSTACLE_MAX_BOTTOM = 0.8
 _BISECT_STEPS = 14

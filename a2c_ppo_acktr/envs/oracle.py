@@ -13,11 +13,11 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from a2c_ppo_acktr.prompts import Answer, Move, format_response
-from a2c_ppo_acktr.scoring import is_multiple_choice
+from a2c_ppo_acktr.common.prompts import Answer, Move, format_response
+from a2c_ppo_acktr.common.scoring import is_multiple_choice
 
-from .protocol import OracleStyle
-from .questions import box_distance
+from a2c_ppo_acktr.envs.protocol import OracleStyle
+from a2c_ppo_acktr.envs.questions import box_distance
 
 
 def wrap_degrees(angle: float) -> float:

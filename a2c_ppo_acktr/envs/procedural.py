@@ -32,8 +32,8 @@ from typing import Optional
 
 import numpy as np
 
-from .furniture import build_object, hsv
-from .scene import MeshBuilder, Scene, SceneObject, convex_polygons_overlap, polygon_area, polygon_inside_polygon
+from a2c_ppo_acktr.envs.furniture import build_object, hsv
+from a2c_ppo_acktr.envs.scene import MeshBuilder, Scene, SceneObject, convex_polygons_overlap, polygon_area, polygon_inside_polygon
 
 Range = tuple[float, float]
 

@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from a2c_ppo_acktr.choices import THOUGHT_STYLES
+from a2c_ppo_acktr.common.choices import THOUGHT_STYLES
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class TextEnv(Protocol):
         ...
 
     def parse(self, text: Any) -> Any:
-        """The action ``text`` asks for, or :class:`~a2c_ppo_acktr.prompts.Invalid` (never raises)."""
+        """The action ``text`` asks for, or :class:`~a2c_ppo_acktr.common.prompts.Invalid` (never raises)."""
         ...
 
     def random_reply(self, rng: np.random.Generator) -> str:

@@ -25,11 +25,11 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from a2c_ppo_acktr import scoring
-from a2c_ppo_acktr.choices import check_registry
+from a2c_ppo_acktr.common import scoring
+from a2c_ppo_acktr.common.choices import check_registry
 
-from .renderer import Pose
-from .scene import Scene, SceneObject
+from a2c_ppo_acktr.envs.renderer import Pose
+from a2c_ppo_acktr.envs.scene import Scene, SceneObject
 
 LETTERS = "ABCDEFGH"
 

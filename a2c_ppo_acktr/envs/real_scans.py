@@ -63,8 +63,8 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from ..errors import UserError
-from .scene import OccupancyGrid, Scene, SceneObject
+from a2c_ppo_acktr.common.errors import UserError
+from a2c_ppo_acktr.envs.scene import OccupancyGrid, Scene, SceneObject
 
 logger = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..env_ids import (  # noqa: F401 (re-exported)
+from a2c_ppo_acktr.common.env_ids import (  # noqa: F401 (re-exported)
     CARD_IDS, CARD_NAMESPACE, MINIGRID_PREFIXES, OVERLAYS, SOKOBAN_ID, TESTED_IDS, VSI_ID, UnknownEnvError, canonical_id, is_vsi, overlay_path,
 )
 
@@ -51,18 +51,18 @@ def env_class(env_id: str) -> type:
     """The env class behind ``env_id`` (imports its module)."""
     name = canonical_id(env_id)
     if name == VSI_ID:
-        from .vsi_env import VSIEnv
+        from a2c_ppo_acktr.envs.vsi_env import VSIEnv
 
         return VSIEnv
     if name in CARD_IDS:  # the entry points the card games register with gymnasium
-        from .cards import ENTRY_POINTS
+        from a2c_ppo_acktr.envs.cards import ENTRY_POINTS
 
         return _load(ENTRY_POINTS[CARD_NAMESPACE + name])
     if name == SOKOBAN_ID:
-        from .sokoban import ENTRY_POINTS
+        from a2c_ppo_acktr.envs.sokoban import ENTRY_POINTS
 
         return _load(ENTRY_POINTS[name])
-    from .minigrid_text import MiniGridTextEnv
+    from a2c_ppo_acktr.envs.minigrid_text import MiniGridTextEnv
 
     return MiniGridTextEnv
 

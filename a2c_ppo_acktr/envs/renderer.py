@@ -34,8 +34,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .materials import TEXTURE_SIZE, texture_scales, texture_tiles
-from .scene import Scene
+from a2c_ppo_acktr.envs.materials import TEXTURE_SIZE, texture_scales, texture_tiles
+from a2c_ppo_acktr.envs.scene import Scene
 
 # Fixed light for flat shading: from above and slightly to the side so that walls facing +x and +y
 # get different brightness (corners stay visible) and floor/ceiling differ from walls.

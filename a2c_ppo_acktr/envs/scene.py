@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .materials import MATERIALS, material_id
+from a2c_ppo_acktr.envs.materials import MATERIALS, material_id
 
 # Corner signs of a unit box, ordered bottom face (z-) then top face (z+), each counter-clockwise
 # seen from above so that ``corners[:4]`` is a valid footprint polygon for an upright box.

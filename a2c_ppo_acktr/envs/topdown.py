@@ -15,8 +15,8 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-from .renderer import Pose
-from .scene import Scene
+from a2c_ppo_acktr.envs.renderer import Pose
+from a2c_ppo_acktr.envs.scene import Scene
 
 _HIGHLIGHT = "#d62728"
 _PATH = "#1f77b4"

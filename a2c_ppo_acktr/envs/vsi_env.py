@@ -6,12 +6,12 @@ One episode:
    VSI-Bench row), a question type (uniform over ``EnvConfig.question_types``), a free start pose,
    renders the initial 360-degree sweep (the "video" frames, turning left from the start heading),
    derives the objects' first-appearance order from it and generates the question.
-2. Each ``step(text)`` parses the model's text with :func:`a2c_ppo_acktr.prompts.parse_action`:
+2. Each ``step(text)`` parses the model's text with :func:`a2c_ppo_acktr.common.prompts.parse_action`:
 
    * a move turns, then walks (blocked by walls and furniture: ``collision_penalty`` and feedback),
      and renders the new view; reward ``step_cost`` (+ ``collision_penalty``);
    * an answer ends the episode (``terminated``) with reward = the VSI-Bench score of the answer
-     (accuracy or MRA, :func:`a2c_ppo_acktr.scoring.score_prediction`);
+     (accuracy or MRA, :func:`a2c_ppo_acktr.common.scoring.score_prediction`);
    * invalid text costs ``invalid_penalty``, uses the turn, and the next observation says why.
 
    After ``max_turns`` turns without an answer the episode is ``truncated``.
@@ -34,16 +34,16 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from ..arguments import EnvConfig
-from ..prompts import Answer, Invalid, Move, feedback_text, format_response, observation_text, parse_action
-from ..scoring import is_multiple_choice, score_prediction
-from .base import env_config
-from .labels import draw_labels
-from .navigation import sample_free_pose, try_move
-from .protocol import OracleStyle, attribute_state
-from .questions import Question, QuestionUnavailable, appearance_from_frames, generate_question
-from .renderer import Camera, Frame, Pose, Renderer
-from .scene import Scene
+from a2c_ppo_acktr.config.arguments import EnvConfig
+from a2c_ppo_acktr.common.prompts import Answer, Invalid, Move, feedback_text, format_response, observation_text, parse_action
+from a2c_ppo_acktr.common.scoring import is_multiple_choice, score_prediction
+from a2c_ppo_acktr.envs.base import env_config
+from a2c_ppo_acktr.envs.labels import draw_labels
+from a2c_ppo_acktr.envs.navigation import sample_free_pose, try_move
+from a2c_ppo_acktr.envs.protocol import OracleStyle, attribute_state
+from a2c_ppo_acktr.envs.questions import Question, QuestionUnavailable, appearance_from_frames, generate_question
+from a2c_ppo_acktr.envs.renderer import Camera, Frame, Pose, Renderer
+from a2c_ppo_acktr.envs.scene import Scene
 
 MAX_TEXT_LENGTH = 16384  # observation text bound (questions + options + feedback stay far below)
 MAX_ACTION_LENGTH = 4096  # action text bound for the declared space; step() accepts any string
@@ -157,7 +157,7 @@ class VSIEnv(gym.Env):
         return entry
 
     def _procedural(self, index: int) -> tuple[Scene, Renderer]:
-        from .procedural import make_procedural_scene  # imported on use: keeps `import envs` light
+        from a2c_ppo_acktr.envs.procedural import make_procedural_scene  # imported on use: keeps `import envs` light
 
         seed = self.cfg.scene_seed + index
         return self._cached(
@@ -166,13 +166,13 @@ class VSIEnv(gym.Env):
         )
 
     def _scan(self, dataset: str, name: str) -> tuple[Scene, Renderer]:
-        from .real_scans import find_scene
+        from a2c_ppo_acktr.envs.real_scans import find_scene
 
         return self._cached((dataset, name), lambda: find_scene(self.cfg.data_root, dataset, name))
 
     def _vsibench_rows(self) -> list[dict]:
         if self._rows is None:
-            from .vsibench import load_vsibench_rows
+            from a2c_ppo_acktr.envs.vsibench import load_vsibench_rows
 
             rows = [r for r in load_vsibench_rows(self.cfg.vsibench_path) if r["question_type"] in self.cfg.question_types]
             if not rows:
@@ -288,7 +288,7 @@ class VSIEnv(gym.Env):
         rows = self._vsibench_rows()
         index = int(options["scene_index"]) if "scene_index" in options else int(self.np_random.integers(len(rows)))
         row = rows[index % len(rows)]
-        from .vsibench import question_from_row, scene_for_row
+        from a2c_ppo_acktr.envs.vsibench import question_from_row, scene_for_row
 
         scene, renderer = self._cached((row["dataset"], row["scene_name"]), lambda: scene_for_row(row, self.cfg.data_root))
         self._start(scene, renderer)
@@ -396,7 +396,7 @@ class VSIEnv(gym.Env):
     def oracle_reply(self, style: OracleStyle = OracleStyle()) -> str:
         """The oracle's reply (:func:`a2c_ppo_acktr.envs.oracle.vsi_reply`): face the question's first
         object, then answer with the ground truth."""
-        from .oracle import vsi_reply
+        from a2c_ppo_acktr.envs.oracle import vsi_reply
 
         return vsi_reply(self, style)
 
@@ -425,7 +425,7 @@ class VSIEnv(gym.Env):
 
     def overview_image(self, *, caption: str = "", highlight_ids: Sequence[int] = (), size: int = 512) -> np.ndarray:
         """The top-down map of the scene with the path walked so far and the question's objects."""
-        from .topdown import render_topdown
+        from a2c_ppo_acktr.envs.topdown import render_topdown
 
         return render_topdown(self.scene, path=list(self.path), highlight_ids=list(highlight_ids), caption=caption, size=size)
 

@@ -12,10 +12,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..jsonl import JsonlError, iter_jsonl
-from ..errors import UserError
-from ..scoring import MULTIPLE_CHOICE_TYPES, TASKS
-from .questions import Question
+from a2c_ppo_acktr.common.jsonl import JsonlError, iter_jsonl
+from a2c_ppo_acktr.common.errors import UserError
+from a2c_ppo_acktr.common.scoring import MULTIPLE_CHOICE_TYPES, TASKS
+from a2c_ppo_acktr.envs.questions import Question
 
 DATASETS = ("arkitscenes", "scannet", "scannetpp")
 REQUIRED_FIELDS = ("id", "dataset", "scene_name", "question_type", "question", "ground_truth")
@@ -140,7 +140,7 @@ def scene_for_row(row: dict, data_root: str | Path):
     Raises:
         SceneLoadError: When the scene is not available locally; the message names the scene.
     """
-    from .real_scans import SceneLoadError, find_scene  # real-scan loading only when used
+    from a2c_ppo_acktr.envs.real_scans import SceneLoadError, find_scene  # real-scan loading only when used
 
     try:
         return find_scene(data_root, row["dataset"], row["scene_name"])

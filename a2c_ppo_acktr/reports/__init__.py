@@ -1,6 +1,6 @@
 """Evaluation reports: ``report.json``, ``report.md``, comparison tables, plots and trajectory pictures.
 
-Every VSI number here comes from :mod:`a2c_ppo_acktr.scoring` (the one scorer the env reward also
+Every VSI number here comes from :mod:`a2c_ppo_acktr.common.scoring` (the one scorer the env reward also
 uses); this module only arranges records into the benchmark's table and draws them. Reports come in
 two kinds (``kind``): ``"vsi"`` (VSI-Bench questions, below) and ``"game"`` (episodes of a game env:
 gym-cards, MiniGrid, Sokoban; see "Game reports" below). A record whose ``question_type`` is not a

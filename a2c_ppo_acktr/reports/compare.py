@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from a2c_ppo_acktr import scoring, stats
+from a2c_ppo_acktr.common import scoring, stats
 from a2c_ppo_acktr.reports.figures import plot_task_bars
 from a2c_ppo_acktr.reports.files import load_report
 from a2c_ppo_acktr.reports.markdown import agent_metrics_markdown, ci_table_markdown, game_table_markdown, game_table_note, paired_markdown, table_markdown

@@ -13,7 +13,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from a2c_ppo_acktr.logger import read_metrics
+from a2c_ppo_acktr.run.logger import read_metrics
 from a2c_ppo_acktr.reports.records import CI_CONFIDENCE, SHORT_TASK_NAMES, VSI_KIND, game_task_order, is_number, report_kind, split_kinds
 from a2c_ppo_acktr.reports.vsi import report_counts
 

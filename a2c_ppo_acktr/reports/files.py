@@ -11,8 +11,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from a2c_ppo_acktr import atomic, scoring
-from a2c_ppo_acktr.jsonl import JsonlError
+from a2c_ppo_acktr.common import atomic, scoring
+from a2c_ppo_acktr.common.jsonl import JsonlError
 from a2c_ppo_acktr.reports.figures import plot_task_bars
 from a2c_ppo_acktr.reports.games import game_intervals
 from a2c_ppo_acktr.reports.markdown import report_markdown

@@ -10,7 +10,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from a2c_ppo_acktr import scoring
+from a2c_ppo_acktr.common import scoring
 
 
 # Short column labels of the benchmark's table, keyed by scoring's task names, in table order.

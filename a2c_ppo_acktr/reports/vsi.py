@@ -1,6 +1,6 @@
 """VSI-Bench reports: the benchmark's table from scored episodes (:func:`build_report`) or from a
 score file of predictions (:func:`score_file`), with bootstrap intervals resampled within question
-types. Every number comes from :mod:`a2c_ppo_acktr.scoring`, the one scorer the env reward also uses.
+types. Every number comes from :mod:`a2c_ppo_acktr.common.scoring`, the one scorer the env reward also uses.
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from a2c_ppo_acktr import scoring, stats
-from a2c_ppo_acktr.jsonl import JsonlError, decode_line
+from a2c_ppo_acktr.common import scoring, stats
+from a2c_ppo_acktr.common.jsonl import JsonlError, decode_line
 from a2c_ppo_acktr.reports.games import build_game_report
 from a2c_ppo_acktr.reports.records import CI_CONFIDENCE, CI_RESAMPLES, CI_SEED, EpisodeRecord, GAME_KIND, MALFORMED_KEY, SHORT_TASK_NAMES, VSI_KIND, agent_metrics, is_game_type, report_kind
 

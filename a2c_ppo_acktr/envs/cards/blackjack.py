@@ -27,8 +27,8 @@ from typing import NamedTuple, Sequence
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .common import CardGameConfig, Outcome, TokenGameEnv, format_reply
-from .drawing import SUITS, TABLE_GREEN, card_back, card_face, font
+from a2c_ppo_acktr.envs.cards.common import CardGameConfig, Outcome, TokenGameEnv, format_reply
+from a2c_ppo_acktr.envs.cards.drawing import SUITS, TABLE_GREEN, card_back, card_face, font
 
 VOCABULARY = ("stand", "hit")
 PROMPT = (

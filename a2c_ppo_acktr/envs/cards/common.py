@@ -4,7 +4,7 @@ Reply format
     The agent writes ONE JSON object per turn, ``{"thoughts": "...", "action": "<token>"}``, where
     the token is one word of the game's action vocabulary (``"+"``, ``"hit"``, ``"10"``, ``"up"``).
     :func:`parse_reply` reads it and never raises: it returns the vocabulary token or an
-    :class:`~a2c_ppo_acktr.prompts.Invalid` whose reason is shown to the agent next turn. The object
+    :class:`~a2c_ppo_acktr.common.prompts.Invalid` whose reason is shown to the agent next turn. The object
     is found by the same scanner as the VSI reply (``prompts.reply_action_value``: the first complete
     object with an ``action`` member, outside ``<think>`` blocks, keys given twice refused), so the
     two formats agree on everything but the type of ``action``. RL4VLM instead searched the text
@@ -36,7 +36,7 @@ from gymnasium import spaces
 # it private today. TODO(issue: other envs): expose it there as a public name and import that.
 from a2c_ppo_acktr.envs.base import env_config
 from a2c_ppo_acktr.envs.protocol import OracleStyle, attribute_state
-from a2c_ppo_acktr.prompts import Invalid, reply_action_value
+from a2c_ppo_acktr.common.prompts import Invalid, reply_action_value
 
 # The system message of every game (each game's own instructions open its observation text, as in
 # RL4VLM, where the whole prompt was one user message).

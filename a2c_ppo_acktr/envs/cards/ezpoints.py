@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from PIL import ImageDraw
 
-from .common import CardGameConfig
-from .drawing import font
-from .formula import FormulaGameEnv
+from a2c_ppo_acktr.envs.cards.common import CardGameConfig
+from a2c_ppo_acktr.envs.cards.drawing import font
+from a2c_ppo_acktr.envs.cards.formula import FormulaGameEnv
 
 TARGET = 12  # the dealing below builds pairs for 12 only, so the target is not configurable
 VOCABULARY = ("1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "+", "*", "=")

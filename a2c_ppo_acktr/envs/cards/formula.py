@@ -30,8 +30,8 @@ from typing import NamedTuple, Optional, Sequence, Union
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .common import CardGameConfig, Outcome, TokenGameEnv, format_reply
-from .drawing import SUITS, TABLE_GREEN, card_face
+from a2c_ppo_acktr.envs.cards.common import CardGameConfig, Outcome, TokenGameEnv, format_reply
+from a2c_ppo_acktr.envs.cards.drawing import SUITS, TABLE_GREEN, card_face
 
 BLANK = " "  # what an illegal card leaves in the formula (the original appends " ")
 _PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2}

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .common import CardGameConfig, Outcome, TokenGameEnv, format_reply
-from .drawing import font
+from a2c_ppo_acktr.envs.cards.common import CardGameConfig, Outcome, TokenGameEnv, format_reply
+from a2c_ppo_acktr.envs.cards.drawing import font
 
 VOCABULARY = ("-", "+")
 PROMPT = (

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 from PIL import ImageDraw
 
-from .common import CardGameConfig
-from .drawing import font
-from .formula import FormulaGameEnv, is_solvable
+from a2c_ppo_acktr.envs.cards.common import CardGameConfig
+from a2c_ppo_acktr.envs.cards.drawing import font
+from a2c_ppo_acktr.envs.cards.formula import FormulaGameEnv, is_solvable
 
 OPERATOR_UNITS = ("+", "-", "*", "/", "(", ")", "=")
 

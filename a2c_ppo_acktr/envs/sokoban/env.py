@@ -39,10 +39,10 @@ from typing import Optional
 import numpy as np
 from PIL import Image, ImageDraw
 
-from ...prompts import Invalid
-from ..cards.common import Outcome, Reply, TokenGameEnv, format_reply
-from .generation import Level, generate_level
-from .solver import ACTIONS, apply_move, box_distance, solve
+from a2c_ppo_acktr.common.prompts import Invalid
+from a2c_ppo_acktr.envs.cards.common import Outcome, Reply, TokenGameEnv, format_reply
+from a2c_ppo_acktr.envs.sokoban.generation import Level, generate_level
+from a2c_ppo_acktr.envs.sokoban.solver import ACTIONS, apply_move, box_distance, solve
 
 VOCABULARY = ACTIONS
 PROMPT = (

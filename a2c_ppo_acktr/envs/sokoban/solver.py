@@ -14,7 +14,7 @@ import heapq
 import itertools
 from typing import Optional
 
-from .generation import DIRECTIONS, Cell, Level
+from a2c_ppo_acktr.envs.sokoban.generation import DIRECTIONS, Cell, Level
 
 ACTIONS = ("up", "down", "left", "right")  # the env's vocabulary, in gym-sokoban's direction order
 _STEP = dict(zip(ACTIONS, DIRECTIONS))

@@ -1,0 +1,1 @@
+"""Reinforcement learning around the PPO update (``algo/``): rollout storage, saved rollouts, a run's state on disk and the training loop."""

@@ -1,0 +1,513 @@
+"""The PPO training loop: collect -> advantages -> update -> log -> checkpoint.
+
+:func:`run_training` builds everything from a :class:`~a2c_ppo_acktr.config.arguments.RunConfig` and runs
+``ppo.num_iterations`` iterations; each phase is one call and is timed (``time/*`` metrics). The
+loop reads top to bottom in :func:`run_training`; the helpers below it build objects, compute the
+learning-rate schedule, gather rollout statistics and write/read checkpoints.
+
+Reproducibility: every random stream (python, numpy, torch, the PPO minibatch shuffler, the envs'
+generators and scene/question cursors) is seeded from ``cfg.seed`` (offset by the process rank where
+ranks must differ) and saved in every checkpoint, so that on CPU a run of 4 iterations equals 2
+iterations + resume + 2 iterations, weight for weight.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import random
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Iterator, Optional
+
+import numpy as np
+import torch
+
+from a2c_ppo_acktr.common.atomic import publish_dir
+from a2c_ppo_acktr.algo.schedule import build_optimizer, lr_factor
+from a2c_ppo_acktr.config.arguments import PPOConfig, RunConfig
+from a2c_ppo_acktr.run.checkpoint import CheckpointManager, resolve_resume
+from a2c_ppo_acktr.run.distributed import build_accelerator, full_trainable, gather_lists, gathered_for_rollout, reduce_mean
+from a2c_ppo_acktr.run.logger import RunLogger
+from a2c_ppo_acktr.run.preemption import STOP_FILE, Preempted, StopOnSignal
+from a2c_ppo_acktr.rl.rollouts import rollout_rows, write_rollouts
+from a2c_ppo_acktr.run.rundir import check_output_path, check_shared_directory, run_lock
+from a2c_ppo_acktr.rl.run_state import (
+    CHECKPOINTS_SUBDIR,
+    Run,
+    config_changes,
+    load_checkpoint,
+    pre_rollout_state,
+    prepare_output_dir,
+    record_resume,
+    restore_pre_rollout_state,
+    write_checkpoint,
+)
+from a2c_ppo_acktr.rl.storage import BOOTSTRAPPING_ESTIMATORS
+from a2c_ppo_acktr.eval.validation import BestPolicy, run_validation
+
+logger = logging.getLogger(__name__)
+
+# Env seeds of different processes are this far apart, so their scene/question streams never overlap.
+RANK_SEED_STRIDE = 100_003
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (all devices) global generators."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+# ------------------------------------------------------------------------------------ rollout
+@dataclass
+class RolloutStats:
+    """What one rollout saw, per process (reduced across processes before logging)."""
+
+    episodes: list[dict] = field(default_factory=list)  # info["episode"] of every finished episode
+    valid: int = 0
+    turns: int = 0
+    reward_sum: float = 0.0
+    temperature_sum: float = 0.0
+    act_seconds: float = 0.0  # policy.act (processor, generate, log-probs)
+    env_seconds: float = 0.0  # envs.step (parsing, moving, rendering, resets)
+    value_seconds: float = 0.0  # the one batched value forward (truncated final observations, V(s_T))
+    value_rows: int = 0  # observations it valued (0: no forward)
+    # (N,) V(s_T) of the observations after the last step where an episode goes on; NaN elsewhere
+    # (never read there); None when the estimator reads no bootstrap.
+    next_value: Optional[torch.Tensor] = None
+
+
+def _bootstrap_values(policy, storage, finals: list[tuple[int, int, dict]], observations: list[dict], stats: RolloutStats) -> None:
+    """The values GAE reads, in one batched pass (one processor run; forwards of at most num_envs
+    rows): V(final observation) of every truncated step of the rollout (into ``storage``) and V(s_T)
+    of the envs still mid-episode (``stats.next_value``). No row, no forward."""
+    mid = [n for n, going_on in enumerate(storage.needs_bootstrap.tolist()) if going_on]
+    batch = [obs for _, _, obs in finals] + [observations[n] for n in mid]
+    stats.next_value = torch.full((len(observations),), float("nan"))
+    if not batch:
+        return
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        # At most num_envs rows per forward: never a larger batch than act's prefill, which fits.
+        values = policy.get_values(batch, max_rows=len(observations))
+    stats.value_seconds += time.perf_counter() - t0
+    stats.value_rows += len(batch)
+    k = len(finals)
+    if k:
+        storage.set_final_values([t for t, _, _ in finals], [n for _, n, _ in finals], values[:k])
+    stats.next_value[mid] = values[k:]
+
+
+def collect_rollout(
+    policy,
+    envs,
+    storage,
+    observations: list[dict],
+    num_steps: int,
+    gather: Callable[[], ContextManager] = contextlib.nullcontext,
+    bootstrap: bool = True,
+) -> tuple[list[dict], RolloutStats]:
+    """Step the envs ``num_steps`` times with the policy, filling ``storage``.
+
+    Args:
+        gather: context manager factory entered once per step around acting (and, at the last
+            step, the values below): :func:`~a2c_ppo_acktr.run.distributed.gathered_for_rollout` under
+            ZeRO-3 gathers the weights once per step, not once per decoded token, and forwards inside
+            are local, so ranks may run different forwards there.
+        With grouped envs (``rollout.group_size`` > 1) the rollout starts with ``envs.resync``:
+        every group restarts on one common episode (the episodes cut there were bootstrapped, or
+        incomplete for rloo/grpo, in the previous rollout).
+        bootstrap: compute the values of states after a step that GAE reads (the estimator is in
+            :data:`~a2c_ppo_acktr.rl.storage.BOOTSTRAPPING_ESTIMATORS`): V(final observation) of every
+            truncated step and V(s_T) of every env still mid-episode after the last step, in ONE
+            batched pass per rollout (one forward unless there are more than num_envs of them),
+            inside the last step's gathered block. False (rloo, grpo: nothing reads them) computes
+            none.
+
+    Returns:
+        The observations after the last step (the next rollout starts from them) and statistics
+        (with ``next_value`` when ``bootstrap``).
+    """
+    stats = RolloutStats()
+    finals: list[tuple[int, int, dict]] = []  # (step, env, final observation) of truncated steps
+    # Grouped envs restart every group on one episode (siblings compared); a no-op otherwise.
+    observations, restarted = envs.resync(observations)
+    if restarted:
+        storage.starts_episode[:] = True
+    for t in range(num_steps):
+        with gather():
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                act = policy.act(observations)
+            t1 = time.perf_counter()
+            observations, rewards, terminated, truncated, infos = envs.step(act.texts)
+            stats.act_seconds += t1 - t0
+            stats.env_seconds += time.perf_counter() - t1
+            terminated, truncated = np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool)
+            group_ids = [info["group_id"] for info in infos] if all("group_id" in i for i in infos) else None
+            storage.insert(act, rewards, terminated, truncated, group_ids=group_ids, defer_final_values=True)
+            if bootstrap:
+                finals += [(t, n, infos[n]["final_observation"]) for n in np.flatnonzero(truncated).tolist()]
+                if t == num_steps - 1:
+                    _bootstrap_values(policy, storage, finals, observations, stats)
+        for info in infos:
+            stats.valid += int(bool(info.get("valid", False)))
+            if "episode" in info:
+                stats.episodes.append(dict(info["episode"]))
+        stats.turns += len(infos)
+        stats.reward_sum += float(np.sum(rewards))
+        stats.temperature_sum += float(act.temperatures.float().sum())
+    return observations, stats
+
+
+def rollout_metrics(accelerator, stats: RolloutStats) -> dict[str, float]:
+    """Rollout statistics over all processes (episodes gathered, counts summed)."""
+    episodes = gather_lists(accelerator, stats.episodes)
+    counts = torch.tensor([stats.valid, stats.turns, stats.reward_sum, stats.temperature_sum], dtype=torch.float64, device=accelerator.device)
+    if accelerator.num_processes > 1:
+        counts = accelerator.reduce(counts, reduction="sum")
+    valid, turns, reward_sum, temp_sum = counts.tolist()
+    nan = float("nan")
+    return {
+        "rollout/episodes": float(len(episodes)),
+        "rollout/episode_score_mean": float(np.mean([e["score"] for e in episodes])) if episodes else nan,
+        "rollout/episode_reward_mean": float(np.mean([e["reward"] for e in episodes])) if episodes else nan,
+        "rollout/mean_turns": float(np.mean([e["turns"] for e in episodes])) if episodes else nan,
+        "rollout/valid_action_rate": valid / turns,
+        "rollout/reward_mean": reward_sum / turns,
+        "charts/temperature_mean": temp_sum / turns,
+    }
+
+
+def param_rank_max_dev(accelerator, module: torch.nn.Module) -> float:
+    """Largest difference between this run's processes in (sum, sum of squares) of the trainable
+    weights; 0.0 when every process holds the same weights (what DDP/DeepSpeed must guarantee).
+
+    Cheap (two float64 reductions on the device), so it is logged every iteration as a tripwire.
+    """
+    if accelerator.num_processes == 1:
+        return 0.0
+    with torch.no_grad(), full_trainable(module) as params:
+        sums = torch.zeros(2, dtype=torch.float64, device=accelerator.device)
+        for _, p in params:
+            x = p.detach().to(torch.float64)
+            sums[0] += x.sum()
+            sums[1] += (x * x).sum()
+    gathered = accelerator.gather(sums.reshape(1, 2))  # (num_processes, 2)
+    return float((gathered - gathered[0]).abs().max())
+
+
+# ------------------------------------------------------------------------------------ the run
+@contextmanager
+def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
+    start = time.perf_counter()
+    yield
+    timings[f"time/{name}"] = time.perf_counter() - start
+
+
+def _build_run(cfg: RunConfig, accelerator) -> Run:
+    from a2c_ppo_acktr.algo.ppo import PPO
+    from a2c_ppo_acktr.envs.batch import BatchEnv
+    from a2c_ppo_acktr.policy.model import VLMPolicy
+    from a2c_ppo_acktr.rl.storage import RolloutStorage
+
+    rank = accelerator.process_index
+    # Same seed on every rank for the weights (LoRA/head init), so ranks start identical.
+    seed_everything(cfg.seed)
+    module = VLMPolicy(cfg.model)
+    if cfg.model.sft_adapter is not None:
+        module.load_adapter(cfg.model.sft_adapter)  # its settings were adopted by _train before the config was saved
+    optimizer = build_optimizer(module, cfg.ppo)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda it: lr_factor(it, cfg.ppo))
+    policy, prepared_optimizer = accelerator.prepare(module, optimizer)
+    module = accelerator.unwrap_model(policy)
+    if cfg.ppo.reference == "ema":  # starts at the weights the run starts with (the SFT adapter's when warm-started)
+        module.init_ema_reference()
+    # From here on ranks must differ (sampling, shuffles): offset by rank.
+    seed_everything(cfg.seed + rank)
+    envs = BatchEnv(cfg.env, cfg.rollout.num_envs, seed=cfg.seed + rank * RANK_SEED_STRIDE, group_size=cfg.rollout.group_size)
+    observations = envs.reset()
+    ppo = PPO(policy, prepared_optimizer, cfg.ppo, accelerator, seed=cfg.seed + rank, kl_ref_interval=cfg.log.kl_ref_interval)
+    storage = RolloutStorage(cfg.rollout.num_steps, cfg.rollout.num_envs)
+    best = BestPolicy(cfg.log.output_dir, accelerator.is_main_process)
+    return Run(cfg, accelerator, policy, module, optimizer, prepared_optimizer, scheduler, ppo, storage, envs, observations, best)
+
+
+def compute_advantages(storage, next_value: Optional[torch.Tensor], cfg: PPOConfig, horizon: Optional[int] = None) -> None:
+    """Fill advantages/returns from the rollout and its bootstrap ``V(s_T)`` (``(N,)``, read only
+    for envs still mid-episode; None when the estimator reads none: see :func:`collect_rollout`).
+    ``horizon`` (``env.max_turns``): rloo/grpo compare only episodes bound to end inside the rollout
+    (:func:`a2c_ppo_acktr.rl.storage.episode_ids`)."""
+    storage.compute_returns(next_value, cfg.advantage_estimator, cfg.gamma, cfg.gae_lambda, std_floor=cfg.adv_std_floor, horizon=horizon)
+
+
+def apply_kl_reward(run: "Run") -> dict[str, float]:
+    """``ppo.kl_penalty=reward``: subtract ``kl_coef`` x each response's KL to the reference from
+    its turn's reward (before the advantages). Returns the penalty's metrics ({} when off)."""
+    if run.cfg.ppo.kl_penalty != "reward" or run.ppo.kl_coef <= 0:
+        return {}
+    kl = run.ppo.reward_kl(run.storage)
+    run.storage.rewards -= run.ppo.kl_coef * kl
+    return {"rollout/kl_reward_penalty": float(run.ppo.kl_coef * kl.mean()), "rollout/kl_to_reference": float(kl.mean())}
+
+
+def apply_perception_weighting(run: "Run", iteration: int) -> dict[str, float]:
+    """``ppo.perception_weighting``: reweight the rollout's tokens and advantages by visual
+    dependency (:mod:`a2c_ppo_acktr.algo.perception`; after the advantages). {} when off."""
+    if not run.cfg.ppo.perception_weighting:
+        return {}
+    from a2c_ppo_acktr.algo import perception
+
+    return perception.apply(run.module, run.storage, run.cfg.ppo, seed=run.cfg.seed * 1_000_003 + iteration)
+
+
+def validate(run: "Run", iteration: int, log: Optional[RunLogger] = None) -> dict[str, float]:
+    """Validation after iteration ``iteration`` (1-based) when ``log.val_interval`` says so, and the
+    best policy kept; ``val/*`` metrics ({} when no validation is due).
+
+    With a ``log`` that sends media (tensorboard or wandb on), the trajectory picture of the first
+    validation question (``val/trajectory``) and a table of this process's validation episodes
+    (``val/samples``: question, reply, answer, score, reward) are logged too."""
+    interval = run.cfg.log.val_interval
+    if interval <= 0 or iteration % interval != 0:
+        return {}
+    acc = run.accelerator
+    with tempfile.TemporaryDirectory() as tmp:
+        result = run_validation(
+            run.module, run.cfg, acc.process_index, acc.num_processes,
+            gather_lists=functools.partial(gather_lists, acc), gather_weights=functools.partial(gathered_for_rollout, run.policy),
+            picture_dir=Path(tmp) if log is not None and log.wants_media else None,
+        )
+        records, pictures = result.pop("records"), result.pop("pictures")
+        if log is not None and log.wants_media:
+            from PIL import Image
+
+            from a2c_ppo_acktr.reports.records import sample_table
+
+            log.log_images("val/trajectory", [np.asarray(Image.open(p).convert("RGB")) for p in pictures], iteration)
+            log.log_text_table("val/samples", *sample_table(records), iteration)
+
+    def save_policy(target: Path) -> None:
+        with full_trainable(run.module):
+            if acc.is_main_process:
+                run.module.save_pretrained(target)
+
+    improved = run.best.update(iteration, result, save_policy)
+    metrics = {f"val/{k}": float(result[k]) for k in ("score", "valid_rate", "answered", "seconds")}
+    metrics.update({f"val/score_{t}": v for t, v in result["per_type"].items()})
+    metrics["val/best_score"] = float(run.best.score)
+    metrics["val/improved"] = float(improved)
+    return metrics
+
+
+def update_policy(run: Run, iteration: int) -> dict[str, float]:
+    """PPO epochs over the rollout, then make room for the next one and advance the lr schedule."""
+    metrics = run.ppo.update(run.storage)
+    if metrics.get("losses/skipped_minibatches", 0.0) > 0 or metrics.get("optim/skipped_windows", 0.0) > 0:
+        logger.warning(
+            "iteration %d: %d minibatch(es) skipped for a non-finite loss, %d accumulation window(s) without an optimizer step "
+            "(see losses/skipped_minibatches, optim/skipped_windows)",
+            iteration + 1, int(metrics.get("losses/skipped_minibatches", 0)), int(metrics.get("optim/skipped_windows", 0)),
+        )
+    run.storage.after_update()
+    run.scheduler.step()
+    return metrics
+
+
+def iteration_metrics(run: Run, stats: RolloutStats, update_metrics: dict[str, float], lrs: list[float], iteration: int) -> dict[str, float]:
+    """One row of metrics, reduced over processes (identical on every process)."""
+    acc = run.accelerator
+    return {
+        **rollout_metrics(acc, stats),
+        **reduce_mean(acc, update_metrics),
+        "charts/learning_rate": lrs[0],
+        "charts/head_learning_rate": lrs[-1],
+        "charts/turns": float((iteration + 1) * run.cfg.rollout.batch_size * acc.num_processes),
+        "debug/param_rank_max_dev": param_rank_max_dev(acc, run.module),
+    }
+
+
+# ------------------------------------------------------------------------------------ rollout engine
+def _save_engine_adapter(module: Any, path: Path) -> None:
+    """The policy's adapter written whole into ``path`` (through a temporary sibling, then renamed):
+    the server never loads a half-written adapter."""
+    import shutil
+
+    tmp = path.with_name(f".tmp-{path.name}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    module.save_pretrained(tmp)
+    publish_dir(tmp, path, durable=False)
+
+
+def engine_metrics(run: Run) -> dict[str, float]:
+    """``engine/*``: the adapter version the server answered with, sync and generate seconds,
+    requests and retries, and the off-policy gap ``|logp_engine - logp_policy|`` per turn (mean and
+    max over the turns the engine scored)."""
+    if run.engine is None:
+        return {}
+    st = run.engine.pop_stats()
+    gap = (run.storage.old_log_probs - run.storage.engine_log_probs).abs()
+    gap = gap[torch.isfinite(gap)]
+    nan = float("nan")
+    return {
+        "engine/adapter_version": st.version,
+        "engine/requests": float(st.requests),
+        "engine/retries": float(st.retries),
+        "engine/logp_gap_mean": float(gap.mean()) if gap.numel() else nan,
+        "engine/logp_gap_max": float(gap.max()) if gap.numel() else nan,
+        "time/engine_sync": st.sync_seconds,
+        "time/engine_generate": st.generate_seconds,
+    }
+
+
+def run_training(cfg: RunConfig) -> Path:
+    """Train with PPO as configured; returns the last checkpoint directory.
+
+    Writes into ``cfg.log.output_dir``: ``config.yaml`` (resolved config), ``metrics.jsonl`` (one
+    row per iteration), ``tensorboard/``, ``wandb/`` (unless disabled) and ``checkpoints/``. One run
+    at a time holds the directory (:func:`a2c_ppo_acktr.run.rundir.run_lock`). SIGTERM, SIGINT or a
+    ``STOP`` file end the run after the current iteration with a checkpoint
+    (:class:`a2c_ppo_acktr.run.preemption.Preempted`).
+    """
+    cfg.validate()
+    check_output_path(cfg.log.output_dir, option="log.output_dir")  # not the current directory, not a file
+    accelerator = build_accelerator(cfg)
+    lock = run_lock(cfg.log.output_dir, accelerator.is_main_process, accelerator.num_processes)
+    try:
+        check_shared_directory(cfg.log.output_dir, accelerator.is_main_process, accelerator.num_processes)
+        stop_file = Path(cfg.log.output_dir) / STOP_FILE
+        if accelerator.is_main_process and stop_file.exists():
+            logger.warning("removing %s, left by an earlier invocation (this one stops on a new one)", stop_file)
+            stop_file.unlink()
+        accelerator.wait_for_everyone()
+        with StopOnSignal(stop_file) as stop:
+            return _train(cfg, accelerator, stop)
+    finally:
+        lock.release()
+
+
+def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
+    """:func:`run_training` inside the run directory's lock; ``stop`` says when a signal asks to stop."""
+    out = Path(cfg.log.output_dir)
+    ckpt_root = out / CHECKPOINTS_SUBDIR
+    if cfg.model.sft_adapter is not None:
+        # The warm start's own rank, alpha and targets, before the config is compared and saved; a base
+        # model other than the configured one is warned about, never switched.
+        from a2c_ppo_acktr.policy.loading import adopt_adapter_settings
+
+        for note in adopt_adapter_settings(cfg.model, cfg.model.sft_adapter):
+            if accelerator.is_main_process:
+                logger.warning(note)
+    resume_from = resolve_resume(cfg.log.resume, ckpt_root)
+    changed = config_changes(resume_from, cfg) if resume_from is not None else {}  # before minutes of loading
+    prepare_output_dir(cfg, resume_from, accelerator)
+    run = _build_run(cfg, accelerator)
+    start = load_checkpoint(run, resume_from) if resume_from is not None else 0
+    if resume_from is not None:
+        logger.info("resumed from %s at iteration %d", resume_from, start)
+        if accelerator.is_main_process:
+            record_resume(out, resume_from, start, changed)
+    if accelerator.is_main_process:
+        cfg.save(out / "config.yaml")
+    from a2c_ppo_acktr.policy.rollout_engine import make_engine
+
+    run.engine = make_engine(cfg, run.module, out, accelerator.process_index)
+    if run.engine is not None:
+        served = run.engine.check_health()  # before the first rollout: a wrong URL stops the run now
+        logger.info("rollout engine %s serves %s", run.engine.base, served)
+    log = RunLogger(cfg, out, is_main=accelerator.is_main_process, start_iteration=start, wandb_run_id=run.wandb_run_id)
+    run.wandb_run_id = log.wandb_run_id
+    checkpoints = CheckpointManager(ckpt_root, cfg.log.keep_checkpoints, accelerator.is_main_process, accelerator.wait_for_everyone)
+    end = cfg.ppo.num_iterations if cfg.log.stop_after_iterations is None else min(cfg.ppo.num_iterations, start + cfg.log.stop_after_iterations)
+    last: Optional[Path] = resume_from
+    from tqdm.auto import tqdm
+
+    bar = tqdm(range(start, end), initial=start, total=cfg.ppo.num_iterations, desc="PPO", disable=not (accelerator.is_main_process and cfg.log.progress_bar))
+    checkpoint_seconds = 0.0  # time spent writing the previous iteration's checkpoint
+    try:
+        for it in bar:
+            timings: dict[str, float] = {"time/checkpoint": checkpoint_seconds}
+            lrs = [g["lr"] for g in run.optimizer.param_groups]  # the rates this iteration trains with
+            with _timed(timings, "collect"):
+                gather = functools.partial(gathered_for_rollout, run.policy)
+                bootstrap = cfg.ppo.advantage_estimator in BOOTSTRAPPING_ESTIMATORS
+                if run.engine is None:
+                    run.observations, stats = collect_rollout(
+                        run.module, run.envs, run.storage, run.observations, cfg.rollout.num_steps, gather, bootstrap=bootstrap
+                    )
+                else:
+                    stats = _collect_through_engine(run, it, last, checkpoints, gather, bootstrap)
+            with _timed(timings, "advantages"):  # no forward here (but the KL reward's): the rollout made the one batched value pass
+                extra_metrics = apply_kl_reward(run)
+                compute_advantages(run.storage, stats.next_value, cfg.ppo, horizon=cfg.env.max_turns)
+                extra_metrics.update(apply_perception_weighting(run, it))
+            with _timed(timings, "save_rollouts"):
+                if cfg.log.save_rollouts_every and (it + 1) % cfg.log.save_rollouts_every == 0:  # every rank its own envs' turns
+                    rows = rollout_rows(run.storage, run.module.tokenizer, cfg.env.env_id, it + 1, accelerator.process_index)
+                    write_rollouts(rows, out, it + 1, accelerator.process_index, keep=cfg.log.keep_rollouts)
+            with _timed(timings, "update"):
+                update_metrics = update_policy(run, it)
+            timings["time/iteration"] = timings["time/collect"] + timings["time/advantages"] + timings["time/update"]
+            timings["time/collect_act"], timings["time/collect_env"] = stats.act_seconds, stats.env_seconds
+            timings["time/collect_values"] = stats.value_seconds
+            metrics = {**iteration_metrics(run, stats, update_metrics, lrs, it), **(reduce_mean(accelerator, extra_metrics) if extra_metrics else {})}
+            metrics.update(engine_metrics(run))
+            with _timed(timings, "validation"):
+                metrics.update(validate(run, it + 1, log))
+            log.log({**metrics, **timings}, iteration=it + 1)
+            bar.set_postfix(score=f"{metrics['rollout/episode_score_mean']:.3f}", kl=f"{metrics['losses/approx_kl']:.2e}")
+            checkpoint_seconds = 0.0
+            stop_reason = stop.agreed(accelerator)
+            if (it + 1) % cfg.log.save_interval == 0 or it + 1 == end or stop_reason:
+                t0 = time.perf_counter()
+                last = checkpoints.save(it + 1, lambda tmp, it=it: write_checkpoint(run, it + 1, tmp), meta={"num_processes": accelerator.num_processes})
+                checkpoint_seconds = time.perf_counter() - t0
+                logger.info("checkpoint %s written in %.2fs", last, checkpoint_seconds)
+            if stop_reason:
+                stop.consume(accelerator.is_main_process)
+                if it + 1 < end:
+                    raise Preempted(stop_reason, it + 1, last)
+    finally:
+        bar.close()
+        log.close()
+    if last is None:
+        raise RuntimeError(f"no iteration ran: the run starts at iteration {start} and ends at {end}; raise ppo.num_iterations to continue")
+    return last
+
+
+def _collect_through_engine(run: Run, it: int, last: Optional[Path], checkpoints: Any, gather: Any, bootstrap: bool) -> RolloutStats:
+    """Iteration ``it``'s rollout through the rollout engine: this iteration's adapter is loaded into
+    the server first (``<tag>-v<it+1>``, :func:`~a2c_ppo_acktr.policy.rollout_engine.adapter_name`). If a
+    server fails, the run is put back as it was after iteration ``it`` and a checkpoint of it is
+    written (unless one exists), then :class:`~a2c_ppo_acktr.policy.rollout_engine.EngineStopped` ends the
+    run with one line."""
+    from a2c_ppo_acktr.policy.rollout_engine import EngineError, EngineStopped
+
+    acc = run.accelerator
+    snapshot = pre_rollout_state(run)
+    error: Optional[EngineError] = None
+    stats = RolloutStats()
+    try:
+        run.engine.sync_adapter(lambda path: _save_engine_adapter(run.module, path), it + 1)
+        with run.module.with_engine(run.engine):
+            run.observations, stats = collect_rollout(
+                run.module, run.envs, run.storage, run.observations, run.cfg.rollout.num_steps, gather, bootstrap=bootstrap
+            )
+    except EngineError as e:
+        error = e
+    # Every process learns whether any one's server failed (one all-reduce), so all stop after the same
+    # iteration and write the checkpoint together: a process that went on to the update alone would hang.
+    failed = torch.tensor([0.0 if error is None else 1.0], device=acc.device)
+    if acc.num_processes > 1:
+        failed = acc.reduce(failed, reduction="sum")
+    if float(failed.item()) == 0.0:
+        return stats
+    restore_pre_rollout_state(run, snapshot)
+    if last is None or not last.name.endswith(f"{it:06d}"):
+        last = checkpoints.save(it, lambda tmp: write_checkpoint(run, it, tmp), meta={"num_processes": acc.num_processes})
+    reason = str(error) if error is not None else "the rollout server of another process failed (see that process's log)"
+    raise EngineStopped(reason, it, last) from None
