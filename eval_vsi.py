@@ -1,14 +1,20 @@
 """Evaluate a VLM agent on VSI-Bench-style questions and write the benchmark's reports.
 
-What to evaluate (exactly one):
-  --model-path PATH            a base model (or model.model_path from the config)
-  --model-path PATH --adapter DIR   base model + SFT LoRA adapter
-  --checkpoint DIR             a PPO checkpoint of main_vsi.py (adapter and heads)
-  --oracle / --dummy           the privileged oracle teacher / uniformly random legal actions
-  --score-file PREDS.jsonl     score ready-made predictions (no model, no env)
-  --compare A/report.json B/report.json ...   side-by-side table and bar chart
+    python eval_vsi.py MODE [options]
+
+Modes (the first word; the flags in brackets are the same and still accepted):
+  policy --model-path PATH [--adapter DIR]   a base model (or model.model_path from the config),
+                               optionally with an SFT LoRA adapter  [no mode word]
+  policy --checkpoint DIR      a PPO checkpoint of main_vsi.py (adapter and heads)  [no mode word]
+  oracle                       the privileged oracle teacher  [--oracle]
+  dummy                        uniformly random legal actions  [--dummy]
+  video --vsibench ROWS --video-root VIDEOS --model-path PATH   the benchmark's own video protocol
+                               [--protocol video]
+  score PREDS.jsonl            score ready-made predictions (no model, no env)  [--score-file PREDS.jsonl]
+  compare A/report.json B/report.json ...   side-by-side table and bar chart  [--compare ...]
       [--paired A B]           ... plus Overall(A) - Overall(B) on the same questions with a paired
                                bootstrap 95% interval (A, B: row names; repeat for more pairs)
+  curves METRICS.jsonl         learning curves of a training run only  [--metrics METRICS.jsonl]
 Questions: the fixed procedural set (eval.num_episodes, eval.seed), or VSI-Bench rows with
 --vsibench ROWS --data-root SCANS. --blind withholds images; --zero-images keeps the prompt and
 zeroes every frame (the blind twin of a trained policy). --metrics PATH adds learning curves
@@ -24,13 +30,13 @@ that wrote it (its config.yaml) and with its model settings; --preset/--config/-
 env, and each field they change relative to the checkpoint's is logged in one warning.
 
 Examples:
-  python eval_vsi.py --preset cpu-demo --dummy --out outputs/eval/dummy
-  python eval_vsi.py --model-path Qwen/Qwen2.5-VL-3B-Instruct --model.dtype bfloat16 --out outputs/eval/base
-  python eval_vsi.py --checkpoint outputs/run/checkpoints/checkpoint-000010 --out outputs/eval/ppo
-  python eval_vsi.py --protocol video --vsibench test.parquet --video-root VIDEOS --model-path Qwen/Qwen2.5-VL-3B-Instruct --out outputs/eval/video
-  python eval_vsi.py --score-file preds.jsonl --out outputs/eval/preds
-  python eval_vsi.py --compare outputs/eval/*/report.json --out outputs/eval
-  python eval_vsi.py --compare outputs/eval/{sft,ppo}/report.json --names sft ppo --paired ppo sft --out outputs/eval
+  python eval_vsi.py dummy --preset cpu-demo --out outputs/eval/dummy
+  python eval_vsi.py policy --model-path Qwen/Qwen2.5-VL-3B-Instruct --model.dtype bfloat16 --out outputs/eval/base
+  python eval_vsi.py policy --checkpoint outputs/run/checkpoints/checkpoint-000010 --out outputs/eval/ppo
+  python eval_vsi.py video --vsibench test.parquet --video-root VIDEOS --model-path Qwen/Qwen2.5-VL-3B-Instruct --out outputs/eval/video
+  python eval_vsi.py score preds.jsonl --out outputs/eval/preds
+  python eval_vsi.py compare outputs/eval/*/report.json --out outputs/eval
+  python eval_vsi.py compare outputs/eval/{sft,ppo}/report.json --names sft ppo --paired ppo sft --out outputs/eval
 """
 from __future__ import annotations
 
@@ -95,10 +101,46 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# A mode word -> the flag it stands for (the word's operands, if any, follow it as the flag's).
+MODES: dict[str, tuple[str, ...]] = {
+    "policy": (),
+    "oracle": ("--oracle",),
+    "dummy": ("--dummy",),
+    "video": ("--protocol", "video"),
+    "score": ("--score-file",),
+    "compare": ("--compare",),
+    "curves": ("--metrics",),
+}
+
+
+def expand_mode(argv: Sequence[str]) -> list[str]:
+    """``eval_vsi.py MODE ...`` as the flags it stands for (:data:`MODES`); a command line that
+    starts with a flag is returned as it is, so the flag forms keep working.
+
+    Raises:
+        SystemExit: an unknown first word, or a mode word with its own flag's contrary (exit 2).
+    """
+    argv = list(argv)
+    if not argv or argv[0].startswith("-"):
+        return argv
+    mode, rest = argv[0], argv[1:]
+    if mode not in MODES:
+        build_parser().error(f"unknown mode {mode!r}: the first word is one of {', '.join(MODES)}, or a flag (--help lists both)")
+    if mode == "policy" and (given := [f for f in ("--oracle", "--dummy", "--score-file", "--compare") if f in rest]):
+        build_parser().error(f"the policy mode evaluates a model; {given[0]} is a mode of its own (eval_vsi.py {given[0][2:].split('-')[0]} ...)")
+    if mode == "video" and "--protocol" in rest:
+        build_parser().error("the video mode sets --protocol video itself; drop --protocol")
+    if mode in ("score", "curves") and (not rest or rest[0].startswith("-")):
+        build_parser().error(f"{mode} takes a file first: eval_vsi.py {mode} {'PREDS' if mode == 'score' else 'METRICS'}.jsonl --out DIR")
+    if mode == "compare" and (not rest or rest[0].startswith("-")):
+        build_parser().error("compare takes report.json files first: eval_vsi.py compare A/report.json B/report.json --out DIR")
+    return [*MODES[mode], *rest]
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Parse the command line and run one evaluation (see the module docstring)."""
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    args, extra = parser.parse_known_args(expand_mode(sys.argv[1:] if argv is None else argv))
     check_flag_typos(parser, extra)
     if not 0.0 <= args.smooth < 1.0:
         parser.error(f"--smooth={args.smooth} must be in [0, 1) (0 = raw curves, 0.9 = strong smoothing)")

@@ -29,7 +29,7 @@
 #   CHECKPOINT=/data/runs/run1/checkpoints/checkpoint-000200 bash scripts/eval_vsi_qwen.sh 1 run1 /data/runs 0
 #   ADAPTER=/data/sft/adapter VSIBENCH=data/vsibench/test.parquet DATA_ROOT=data/scans OUT=/data/eval/sft bash scripts/eval_vsi_qwen.sh
 # Compare the runs afterwards:
-#   python eval_vsi.py --compare /data/runs/*/eval/report.json --out /data/eval/compare
+#   python eval_vsi.py compare /data/runs/*/eval/report.json --out /data/eval/compare
 set -euo pipefail
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
   sed -n '2,33p' "$0"

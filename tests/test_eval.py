@@ -177,6 +177,75 @@ def test_score_file_and_compare_through_the_cli(tmp_path, capsys):
         eval_vsi.main(["--score-file", str(preds), "--dummy", "--out", str(tmp_path / "x")])
 
 
+def test_mode_words_parse_as_the_flags_they_stand_for(tmp_path):
+    """Each mode word of eval_vsi.py gives the namespace of the flags it stands for, and the flag
+    forms still parse (a command line that starts with a flag is left as it is)."""
+    pairs = [
+        (["oracle", "--out", "o"], ["--oracle", "--out", "o"]),
+        (["dummy", "--preset", "cpu-demo", "--out", "o"], ["--dummy", "--preset", "cpu-demo", "--out", "o"]),
+        (["score", "p.jsonl", "--out", "o"], ["--score-file", "p.jsonl", "--out", "o"]),
+        (["compare", "a.json", "b.json", "--paired", "x", "y", "--out", "o"], ["--compare", "a.json", "b.json", "--paired", "x", "y", "--out", "o"]),
+        (["video", "--vsibench", "r.parquet", "--video-root", "v", "--out", "o"], ["--protocol", "video", "--vsibench", "r.parquet", "--video-root", "v", "--out", "o"]),
+        (["curves", "m.jsonl", "--smooth", "0.6", "--out", "o"], ["--metrics", "m.jsonl", "--smooth", "0.6", "--out", "o"]),
+        (["policy", "--checkpoint", "c", "--env.max_turns", "3", "--out", "o"], ["--checkpoint", "c", "--env.max_turns", "3", "--out", "o"]),
+    ]
+    parser = eval_vsi.build_parser()
+    for words, flags in pairs:
+        assert eval_vsi.expand_mode(words) == flags
+        assert parser.parse_known_args(eval_vsi.expand_mode(words)) == parser.parse_known_args(flags)
+    assert set(eval_vsi.MODES) == {w[0] for w, _ in pairs}  # every mode is checked above
+    assert eval_vsi.expand_mode(["--dummy", "--out", "o"]) == ["--dummy", "--out", "o"] and eval_vsi.expand_mode([]) == []
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["evaluate", "--out", "o"], "unknown mode 'evaluate'"),
+    (["video", "--protocol", "interactive", "--out", "o"], "drop --protocol"),
+    (["score", "--out", "o"], "score takes a file first"),
+    (["compare", "--out", "o"], "compare takes report.json files first"),
+    (["policy", "--oracle", "--out", "o"], "--oracle is a mode of its own"),
+    (["oracle", "--dummy", "--out", "o"], "not allowed with argument"),
+])
+def test_a_wrong_mode_line_is_one_usage_error(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        eval_vsi.main(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_every_documented_eval_command_parses():
+    """The ``python eval_vsi.py ...`` lines of the README and docs/ (continuation lines joined) parse:
+    a known mode word or flag first, known flags, and the checks main() makes before it runs."""
+    import re
+    import shlex
+
+    from a2c_ppo_acktr.config.cli import check_flag_typos
+
+    repo = Path(__file__).resolve().parent.parent
+    commands = []
+    for doc in [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]:
+        text = doc.read_text(encoding="utf-8").replace("\\\n", " ")
+        commands += [(doc.name, m.group(1)) for m in re.finditer(r"^\s*python eval_vsi\.py (.+)$", text, re.M)]
+    assert len(commands) >= 15
+    parser = eval_vsi.build_parser()
+    for doc, line in commands:
+        argv = eval_vsi.expand_mode(shlex.split(line.split("  #")[0]))
+        args, extra = parser.parse_known_args(argv)
+        check_flag_typos(parser, extra)
+        assert args.out, f"{doc}: {line}"
+
+
+def test_score_and_compare_modes_write_what_their_flags_write(tmp_path):
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text(json.dumps({"question_type": "object_counting", "prediction": "3", "ground_truth": "3"}) + "\n"
+                     + json.dumps({"question_type": "route_planning", "prediction": "A.", "ground_truth": "B"}) + "\n")
+    assert eval_vsi.main(["score", str(preds), "--out", str(tmp_path / "word"), "--name", "p"]) == 0
+    assert eval_vsi.main(["--score-file", str(preds), "--out", str(tmp_path / "flag"), "--name", "p"]) == 0
+    assert (tmp_path / "word" / "report.md").read_text() == (tmp_path / "flag" / "report.md").read_text()
+    assert eval_vsi.main(["compare", str(tmp_path / "word" / "report.json"), str(tmp_path / "flag" / "report.json"), "--names", "w", "f",
+                          "--out", str(tmp_path / "c")]) == 0
+    table = (tmp_path / "c" / "compare.md").read_text()
+    assert "| w | 50.0 |" in table and "| f | 50.0 |" in table
+
+
 def test_checkpoint_loads_adapter_and_heads_and_evaluates(tmp_path):
     import torch
 
