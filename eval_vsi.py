@@ -50,6 +50,7 @@ from a2c_ppo_acktr.config.cli import check_flag_typos, config_parser, exit_if_pr
 def build_parser() -> argparse.ArgumentParser:
     """The command line (config overrides are the unknown ``--section.key`` arguments)."""
     p = config_parser(__doc__)
+    p.usage = "eval_vsi.py [policy | oracle | dummy | video | score PREDS.jsonl | compare REPORT... | curves METRICS.jsonl] [options]"
     what = p.add_mutually_exclusive_group()
     what.add_argument("--checkpoint", default=None, help="PPO checkpoint directory written by main_vsi.py")
     what.add_argument("--oracle", action="store_true", help="evaluate the privileged oracle teacher (upper reference)")
@@ -126,6 +127,8 @@ def expand_mode(argv: Sequence[str]) -> list[str]:
     mode, rest = argv[0], argv[1:]
     if mode not in MODES:
         build_parser().error(f"unknown mode {mode!r}: the first word is one of {', '.join(MODES)}, or a flag (--help lists both)")
+    if any(a in ("-h", "--help", "--help-all") or a.startswith("--help-section") for a in rest):
+        return rest  # `eval_vsi.py compare --help`: the one help, which lists every mode
     if mode == "policy" and (given := [f for f in ("--oracle", "--dummy", "--score-file", "--compare") if f in rest]):
         build_parser().error(f"the policy mode evaluates a model; {given[0]} is a mode of its own (eval_vsi.py {given[0][2:].split('-')[0]} ...)")
     if mode == "video" and "--protocol" in rest:

@@ -195,6 +195,7 @@ def test_mode_words_parse_as_the_flags_they_stand_for(tmp_path):
         assert parser.parse_known_args(eval_vsi.expand_mode(words)) == parser.parse_known_args(flags)
     assert set(eval_vsi.MODES) == {w[0] for w, _ in pairs}  # every mode is checked above
     assert eval_vsi.expand_mode(["--dummy", "--out", "o"]) == ["--dummy", "--out", "o"] and eval_vsi.expand_mode([]) == []
+    assert eval_vsi.expand_mode(["compare", "--help"]) == ["--help"]  # help after a mode word is the one help
 
 
 @pytest.mark.parametrize("argv, message", [
