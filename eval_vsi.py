@@ -102,48 +102,54 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-# A mode word -> the flag it stands for (the word's operands, if any, follow it as the flag's).
-MODES: dict[str, tuple[str, ...]] = {
-    "policy": (),
-    "oracle": ("--oracle",),
-    "dummy": ("--dummy",),
-    "video": ("--protocol", "video"),
-    "score": ("--score-file",),
-    "compare": ("--compare",),
-    "curves": ("--metrics",),
+# A mode word -> the flags it stands for, and what must follow it (its operands become the flag's),
+# as (what, example) for the message when they are missing.
+MODES: dict[str, tuple[tuple[str, ...], Optional[tuple[str, str]]]] = {
+    "policy": ((), None),
+    "oracle": (("--oracle",), None),
+    "dummy": (("--dummy",), None),
+    "video": (("--protocol", "video"), None),
+    "score": (("--score-file",), ("a file", "PREDS.jsonl")),
+    "compare": (("--compare",), ("report.json files", "A/report.json B/report.json")),
+    "curves": (("--metrics",), ("a file", "METRICS.jsonl")),
 }
 
 
-def expand_mode(argv: Sequence[str]) -> list[str]:
+def expand_mode(argv: Sequence[str], parser: Optional[argparse.ArgumentParser] = None) -> list[str]:
     """``eval_vsi.py MODE ...`` as the flags it stands for (:data:`MODES`); a command line that
-    starts with a flag is returned as it is, so the flag forms keep working.
+    starts with a flag is returned as it is, so the flag forms keep working. Errors go through
+    ``parser`` (built here only when one is needed and none is given).
 
     Raises:
-        SystemExit: an unknown first word, or a mode word with its own flag's contrary (exit 2).
+        SystemExit: an unknown first word, a mode word without its operands, or with its own flag's
+            contrary (exit 2).
     """
     argv = list(argv)
     if not argv or argv[0].startswith("-"):
         return argv
+
+    def fail(message: str) -> None:
+        (parser or build_parser()).error(message)
+
     mode, rest = argv[0], argv[1:]
     if mode not in MODES:
-        build_parser().error(f"unknown mode {mode!r}: the first word is one of {', '.join(MODES)}, or a flag (--help lists both)")
+        fail(f"unknown mode {mode!r}: the first word is one of {', '.join(MODES)}, or a flag (--help lists both)")
     if any(a in ("-h", "--help", "--help-all") or a.startswith("--help-section") for a in rest):
         return rest  # `eval_vsi.py compare --help`: the one help, which lists every mode
+    flags, operands = MODES[mode]
     if mode == "policy" and (given := [f for f in ("--oracle", "--dummy", "--score-file", "--compare") if f in rest]):
-        build_parser().error(f"the policy mode evaluates a model; {given[0]} is a mode of its own (eval_vsi.py {given[0][2:].split('-')[0]} ...)")
+        fail(f"the policy mode evaluates a model; {given[0]} is a mode of its own (eval_vsi.py {given[0][2:].split('-')[0]} ...)")
     if mode == "video" and "--protocol" in rest:
-        build_parser().error("the video mode sets --protocol video itself; drop --protocol")
-    if mode in ("score", "curves") and (not rest or rest[0].startswith("-")):
-        build_parser().error(f"{mode} takes a file first: eval_vsi.py {mode} {'PREDS' if mode == 'score' else 'METRICS'}.jsonl --out DIR")
-    if mode == "compare" and (not rest or rest[0].startswith("-")):
-        build_parser().error("compare takes report.json files first: eval_vsi.py compare A/report.json B/report.json --out DIR")
-    return [*MODES[mode], *rest]
+        fail("the video mode sets --protocol video itself; drop --protocol")
+    if operands and (not rest or rest[0].startswith("-")):
+        fail(f"{mode} takes {operands[0]} first: eval_vsi.py {mode} {operands[1]} --out DIR")
+    return [*flags, *rest]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Parse the command line and run one evaluation (see the module docstring)."""
     parser = build_parser()
-    args, extra = parser.parse_known_args(expand_mode(sys.argv[1:] if argv is None else argv))
+    args, extra = parser.parse_known_args(expand_mode(sys.argv[1:] if argv is None else argv, parser))
     check_flag_typos(parser, extra)
     if not 0.0 <= args.smooth < 1.0:
         parser.error(f"--smooth={args.smooth} must be in [0, 1) (0 = raw curves, 0.9 = strong smoothing)")
