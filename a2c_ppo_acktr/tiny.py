@@ -156,6 +156,11 @@ VISION_VARIANTS: dict[str, tuple[str, dict]] = {
     # Reads EZPoints' cards (held-out suits) at 1.000 with 2000 steps at lr 1e-3; 1000 steps gave
     # 0.908 and the default lr 3e-4 0.575 (bench/README.md, "A second image-only game").
     "qwen2_5_vl-ezpoints": ("qwen2_5_vl", {"vision_pretrain_steps": 2000, "vision_pretrain_lr": 1e-3, "vision_pretrain_tasks": ("ezpoints_cards",)}),
+    # Reads a procedural room's floor area from the 4 frames of its sweep (VSI-Bench's room-size
+    # question; held-out scenes). At lr 1e-3 it stayed at a constant answer (bench/README.md,
+    # "Room size from the sweep").
+    "qwen2_5_vl-rooms": ("qwen2_5_vl", {"vision_pretrain_steps": 2500, "vision_pretrain_lr": 3e-4, "vision_pretrain_tasks": ("room_size",),
+                                        "vision_pretrain_scenes": 2000}),
 }
 BUILDS = FAMILIES + tuple(VISION_VARIANTS)
 
@@ -698,6 +703,8 @@ def spec_hash(family: str, seed: int) -> str:
 _TASK_SOURCES: dict[str, tuple[str, ...]] = {
     "numberline": ("envs/cards/numberline.py", "envs/cards/drawing.py"),
     "ezpoints_cards": ("envs/cards/ezpoints.py", "envs/cards/formula.py", "envs/cards/common.py", "envs/cards/drawing.py"),
+    "room_size": ("envs/procedural.py", "envs/scene.py", "envs/renderer.py", "envs/navigation.py", "envs/furniture.py",
+                  "envs/materials.py", "envs/questions.py", "common/scoring.py", "config/arguments.py"),
     "minigrid_facing": ("envs/minigrid_text.py",),
     "minigrid_action": ("envs/minigrid_text.py",),
 }

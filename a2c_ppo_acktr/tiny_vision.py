@@ -30,6 +30,12 @@ dealt hand in suits it was never seen in:
 * ``ezpoints_cards``: "what number does the left (right) card count?" -> ``2`` .. ``10`` (J, Q, K
   count 10; chance: the most common answer).
 
+and on procedural rooms as the VSI env shows them (:data:`ROOM_SWEEP_FRAMES` frames of the
+360-degree sweep from a random free pose, as the cpu-demo preset's ``env.num_sweep_frames``):
+
+* ``room_size``: VSI-Bench's room-size question -> the floor area in whole square meters. Scored by
+  VSI-Bench's mean relative accuracy (MRA), not by exact match; chance: the best constant's MRA.
+
 Each sample is one user turn (the frame, then the question) and one assistant turn (the answer),
 trained by next-token prediction on the answer only, with the whole model (tower, merger, language
 model) trainable. :func:`probe` asks the same questions greedily about renders the pre-training never
@@ -46,7 +52,7 @@ import numpy as np
 
 TASKS = ("numberline", "left_right", "present")
 # Tasks a caller must name; never part of the default tuple above.
-OPT_IN_TASKS = ("minigrid_facing", "minigrid_action", "ezpoints_cards")
+OPT_IN_TASKS = ("minigrid_facing", "minigrid_action", "ezpoints_cards", "room_size")
 MINIGRID_TASKS = ("minigrid_facing", "minigrid_action")
 ALL_TASKS = TASKS + OPT_IN_TASKS
 MINIGRID_ID = "MiniGrid-Empty-Random-6x6-v0"
@@ -61,6 +67,8 @@ SCENE_SEED_PROBE = 600_000
 VISIBLE_FRACTION = 0.01
 # Two objects are "left" of each other only when their pixel centroids are this fraction of the width apart.
 LEFT_RIGHT_MARGIN = 0.15
+ROOM_SWEEP_FRAMES = 4  # the cpu-demo preset's env.num_sweep_frames
+MRA_TASKS = ("room_size",)  # scored by mean relative accuracy, not exact match
 
 
 @dataclass(frozen=True)
@@ -68,8 +76,8 @@ class VisionSample:
     """One pre-training or probe sample.
 
     Attributes:
-        image: (H, W, 3) uint8 frame.
-        question: The user's text after the frame.
+        image: (H, W, 3) uint8 frame, or (N, H, W, 3): N frames, in order, before the question.
+        question: The user's text after the frame(s).
         answer: The exact expected reply.
         task: One of :data:`TASKS`.
     """
@@ -78,6 +86,11 @@ class VisionSample:
     question: str
     answer: str
     task: str
+
+    @property
+    def frames(self) -> list[np.ndarray]:
+        """The sample's frames, in order."""
+        return list(self.image) if self.image.ndim == 4 else [self.image]
 
 
 # ------------------------------------------------------------------------------------ NumberLine
@@ -166,6 +179,19 @@ def room_samples(seeds: Iterable[int], image_size: int, frames_per_scene: int = 
                 pool = names if want else absent
                 lab = pool[int(rng.integers(len(pool)))]
                 out.append(VisionSample(frame.rgb, f"Is there a {lab} in the picture?", "yes" if want else "no", "present"))
+    return out
+
+
+def room_size_samples(seeds: Iterable[int], image_size: int, num_frames: int = ROOM_SWEEP_FRAMES) -> list[VisionSample]:
+    """``room_size`` samples: per scene of ``seeds``, its sweep of ``num_frames`` frames and VSI-Bench's
+    room-size question, answered with the floor area rounded to whole square meters."""
+    from a2c_ppo_acktr.envs.questions import ROOM_SIZE_QUESTION
+
+    out: list[VisionSample] = []
+    for seed in seeds:
+        scene, frames = _scene_frames(seed, image_size, num_frames)
+        area = int(round(float(scene.room_area)))
+        out.append(VisionSample(np.stack([f.rgb for f in frames]), ROOM_SIZE_QUESTION, str(area), "room_size"))
     return out
 
 
@@ -263,6 +289,9 @@ def _samples(image_size: int, num_scenes: int, tasks: Sequence[str], held_out: b
     if {"left_right", "present"} & set(tasks) and num_scenes > 0:
         first = SCENE_SEED_PROBE if held_out else SCENE_SEED_TRAIN
         out += [s for s in room_samples(range(first, first + num_scenes), image_size) if s.task in tasks]
+    if "room_size" in tasks and num_scenes > 0:
+        first = SCENE_SEED_PROBE if held_out else SCENE_SEED_TRAIN
+        out += room_size_samples(range(first, first + num_scenes), image_size)
     return out
 
 
@@ -277,16 +306,17 @@ def probe_samples(image_size: int, num_scenes: int, tasks: Sequence[str] = TASKS
 
 
 # ------------------------------------------------------------------------------------ encoding
-def _user_text(question: str) -> str:
-    """A user turn of the chat template holding one frame, then the question, and the assistant's opening."""
-    return f"<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>{question}<|im_end|>\n<|im_start|>assistant\n"
+def _user_text(question: str, num_frames: int = 1) -> str:
+    """A user turn of the chat template holding ``num_frames`` frames, then the question, and the assistant's opening."""
+    frames = "<|vision_start|><|image_pad|><|vision_end|>" * num_frames
+    return f"<|im_start|>user\n{frames}{question}<|im_end|>\n<|im_start|>assistant\n"
 
 
 def _process(processor: Any, texts: Sequence[str], samples: Sequence[VisionSample], padding_side: str, zero_images: bool = False) -> Any:
     """The processor's batch of ``texts`` with each sample's frame (zeros of its shape with
     ``zero_images``), padded on ``padding_side``; the tokenizer's own side is restored after."""
     tok = processor.tokenizer
-    images = [np.zeros_like(s.image) if zero_images else s.image for s in samples]
+    images = [np.zeros_like(f) if zero_images else f for s in samples for f in s.frames]
     side = tok.padding_side
     tok.padding_side = padding_side
     try:
@@ -304,7 +334,7 @@ def encode_batch(processor: Any, samples: Sequence[VisionSample]) -> dict:
     import torch
 
     tok = processor.tokenizer
-    batch = _process(processor, [_user_text(s.question) + f"{s.answer}<|im_end|>\n" for s in samples], samples, "right")
+    batch = _process(processor, [_user_text(s.question, len(s.frames)) + f"{s.answer}<|im_end|>\n" for s in samples], samples, "right")
     labels = torch.full_like(batch["input_ids"], -100)
     for k, s in enumerate(samples):
         answer = tok(f"{s.answer}<|im_end|>\n", add_special_tokens=False)["input_ids"]
@@ -382,8 +412,22 @@ def _append_text_rows(batch: dict, docs: Sequence[Sequence[int]], pad: int) -> d
 
 
 # ------------------------------------------------------------------------------------ probe
+def _score(task: str, reply: str, answer: str) -> float:
+    """One probe answer's score: VSI-Bench's MRA for :data:`MRA_TASKS`, else exact match."""
+    if task in MRA_TASKS:
+        from a2c_ppo_acktr.common.scoring import mean_relative_accuracy
+
+        try:
+            value = float(reply)
+        except ValueError:
+            return 0.0
+        return mean_relative_accuracy(value, float(answer))
+    return float(reply == answer)
+
+
 def probe(model: Any, processor: Any, samples: Sequence[VisionSample], batch_size: int = 16, zero_images: bool = False) -> dict[str, float]:
-    """Greedy answers to ``samples``' questions; exact-match accuracy per task.
+    """Greedy answers to ``samples``' questions; the mean score per task (exact match, or MRA for
+    :data:`MRA_TASKS`).
 
     Args:
         zero_images: Ask about zeroed frames instead (same tokens): what the text alone gives.
@@ -391,25 +435,29 @@ def probe(model: Any, processor: Any, samples: Sequence[VisionSample], batch_siz
     import torch
 
     tok = processor.tokenizer
-    correct: dict[str, list[bool]] = {}
+    correct: dict[str, list[float]] = {}
     for start in range(0, len(samples), batch_size):
         chunk = samples[start:start + batch_size]
-        batch = _process(processor, [_user_text(s.question) for s in chunk], chunk, "left", zero_images)
+        batch = _process(processor, [_user_text(s.question, len(s.frames)) for s in chunk], chunk, "left", zero_images)
         with torch.no_grad():
             out = model.generate(**batch, max_new_tokens=6, do_sample=False)
         replies = tok.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
         for s, reply in zip(chunk, replies):
-            correct.setdefault(s.task, []).append(reply.strip() == s.answer)
+            correct.setdefault(s.task, []).append(_score(s.task, reply.strip(), s.answer))
     return {task: float(np.mean(v)) for task, v in correct.items()}
 
 
 def chance_levels(samples: Sequence[VisionSample]) -> dict[str, float]:
-    """The best constant answer's accuracy per task (what a policy blind to the frame can reach
-    without reading the question; ``left_right`` questions name both answers, so 0.5 there)."""
+    """The best constant answer's score per task (what a policy blind to the frame can reach
+    without reading the question; ``left_right`` questions name both answers, so 0.5 there; for
+    :data:`MRA_TASKS` the best whole-number constant's MRA)."""
     out: dict[str, float] = {}
     for task in sorted({s.task for s in samples}):
         answers = [s.answer for s in samples if s.task == task]
-        if task == "left_right":
+        if task in MRA_TASKS:
+            values = [float(a) for a in answers]
+            out[task] = max(float(np.mean([_score(task, str(c), a) for a in answers])) for c in range(1, int(max(values)) + 2))
+        elif task == "left_right":
             out[task] = 0.5
         else:
             out[task] = max(answers.count(a) for a in set(answers)) / len(answers)

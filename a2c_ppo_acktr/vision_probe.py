@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from a2c_ppo_acktr.tiny_vision import ALL_TASKS, TASKS, chance_levels, probe, probe_samples
+from a2c_ppo_acktr.tiny_vision import ALL_TASKS, MRA_TASKS, TASKS, chance_levels, probe, probe_samples
 
 
 def probe_table(model_path: str, tasks: Sequence[str] = TASKS, num_scenes: int = 20, image_size: int = 64) -> list[dict[str, Any]]:
@@ -45,13 +45,16 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--model", default="tiny:qwen2_5_vl", help="model path (default: the embedded default, built on first use)")
     parser.add_argument("--tasks", nargs="+", default=["numberline"], choices=ALL_TASKS,
                         help="default: numberline, the default model's pre-training task (bench/bench_vision_pretrain.py tries the others)")
-    parser.add_argument("--scenes", type=int, default=20, help="held-out procedural scenes for the room tasks")
+    parser.add_argument("--scenes", type=int, default=20, help="held-out procedural scenes for the room tasks (room_size: one sample per scene)")
     args = parser.parse_args(argv)
     rows = probe_table(args.model, args.tasks, args.scenes)
     print("| task | held-out samples | best constant | accuracy | zeroed frames |")
     print("|---|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['task']} | {r['n']} | {r['chance']:.3f} | {r['accuracy']:.3f} | {r['zeroed']:.3f} |")
+    scored = [r["task"] for r in rows if r["task"] in MRA_TASKS]
+    if scored:
+        print(f"\n{', '.join(scored)}: scores are VSI-Bench's mean relative accuracy of the number, not exact matches.")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,11 @@ Tasks (:data:`TASKS`) and their targets:
   ezpoints_headroom  the same protocol on gym-cards EZPoints (configs/envs/ezpoints.yaml) with the
                tiny build that reads its cards (tiny:qwen2_5_vl-ezpoints), SFT stopped at
                EZPOINTS_HEADROOM_SFT_STEPS
+  room_size_headroom  VSI's room-size question (one text, an answer that changes from scene to
+               scene) on the tiny build that reads a room's floor area from its 4-frame sweep
+               (tiny:qwen2_5_vl-rooms), over ROOM_SIZE_HEADROOM_SCENES training scenes, from an SFT
+               adapter the bench trains on oracle answers, stopped at ROOM_SIZE_HEADROOM_SFT_STEPS:
+               run - SFT and run - its zeroed twin per seed on the held-out questions (paired CIs)
   minigrid_empty  the same on MiniGrid-Empty-Random-6x6 (configs/envs/minigrid-empty.yaml,
                outputs/quickstart_minigrid_empty)
   numberline_headroom  NumberLine from an SFT adapter the bench trains itself on the quickstart's
@@ -153,6 +158,8 @@ EMBEDDING_LORA = f"model.lora_target_modules={load_config(preset=PRESET).model.l
 
 NUMBERLINE_HEADROOM_SFT_STEPS = 200
 EZPOINTS_HEADROOM_SFT_STEPS = 200
+ROOM_SIZE_HEADROOM_SFT_STEPS = 50
+ROOM_SIZE_HEADROOM_SCENES = 512
 
 TASKS: dict[str, Task] = {
     t.name: t
@@ -173,6 +180,11 @@ TASKS: dict[str, Task] = {
         # frames zeroed, in the calibration); the best policy from the text alone wins 0.667.
         Task("ezpoints_headroom", ("env.max_turns=10", "model.model_path=tiny:qwen2_5_vl-ezpoints"), "game_success", 0.95,
              env_config="configs/envs/ezpoints.yaml", sft=(f"sft.max_steps={EZPOINTS_HEADROOM_SFT_STEPS}",)),
+        # VSI's room-size question on the build that reads a room's floor area from its sweep
+        # (tiny:qwen2_5_vl-rooms), SFT on oracle answers stopped at ROOM_SIZE_HEADROOM_SFT_STEPS.
+        Task("room_size_headroom", ("env.question_types=[room_size_estimation]", f"env.num_scenes={ROOM_SIZE_HEADROOM_SCENES}",
+                                    "model.model_path=tiny:qwen2_5_vl-rooms"), "held_out",
+             sft=(f"sft.max_steps={ROOM_SIZE_HEADROOM_SFT_STEPS}",)),
         Task("minigrid_empty", ("env.max_turns=20",), "game_success", env_config="configs/envs/minigrid-empty.yaml",
              adapter="outputs/quickstart_minigrid_empty/sft/adapter"),
     )
@@ -349,6 +361,18 @@ def held_out_summary(diffs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     mean, half = stats.mean_ci([d["diff"] for d in diffs])
     return {"n": len(diffs), "diff": mean, "low": mean - half, "high": mean + half,
             "text": f"{mean:+.1f} ± {half:.1f} ({len(diffs)} seeds, t over seeds)"}
+
+
+def held_out_lines(args: argparse.Namespace, held: dict[str, Any]) -> list[str]:
+    """Per (estimator, lr) of a ``held_out`` task: each seed's run - SFT paired difference on the
+    held-out questions with its bootstrap CI, and in how many seeds that CI excludes 0."""
+    out = []
+    for (estimator, lr), per_seed in sorted(held["diffs"].items()):
+        above = sum(1 for c in per_seed if c["low"] > 0)
+        cells = ", ".join(f"seed {c['seed']} {_fmt_paired(c)}" for c in per_seed)
+        out.append(f"{estimator} {lr} - SFT, greedy on {args.eval_episodes} held-out questions (Overall points): {cells}; "
+                   f"CI above 0 in {above} of {len(per_seed)} seed(s)")
+    return out
 
 
 def _fmt_paired(c: dict[str, Any]) -> str:
@@ -607,9 +631,12 @@ def evaluate_held_out(args: argparse.Namespace, results: list[RunResult]) -> dic
     task_runs = [r for r in results if TASKS[r.spec.task].target == "held_out" and r.status == "ok"]
     if not task_runs:
         return {"sft": None, "diffs": {}}
-    task = TASKS[task_runs[0].spec.task]
+    names = sorted({r.spec.task for r in task_runs})
+    if len(names) > 1:
+        raise ValueError(f"held-out tasks {names} share one set of per-seed differences; run them one --tasks at a time")
+    task = TASKS[names[0]]
     sft_dir = args.out / task.name / "sft_eval"
-    jobs += sighted_and_twin(args, task, ["--adapter", str(args.sft_adapter)], "sft", sft_dir, args.out / task.name / "sft_eval_zeroed")
+    jobs += sighted_and_twin(args, task, ["--adapter", str(task_adapter(args, task))], "sft", sft_dir, args.out / task.name / "sft_eval_zeroed")
     for r in task_runs:
         d = r.spec.directory(args.out)
         jobs += sighted_and_twin(args, task, evaluated_policy(args, r.spec), f"{r.spec.estimator}-{r.spec.lr_label}-seed{r.spec.seed}",
@@ -980,6 +1007,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         "",
         *[f"Greedy held-out: {g['text']}" for g in greedy],
         *[f"Game: {g['text']}" for g in games],
+        *[f"Held-out: {line}" for line in held_out_lines(args, held)],
         *[f"Blind twin: {t['text']}" for t in twins],
         "",
         "Best constant answers: " + (", ".join(f"{k}: {v['score']:.3f} (answer {v['answer']}, {v['source']})" for k, v in best.items()) or "n/a"),

@@ -66,6 +66,53 @@ def test_room_left_right_follows_the_pixel_columns(monkeypatch):
                                                   ("Is there a table in the picture?", "yes")}
 
 
+def test_room_size_samples_show_the_envs_sweep_and_answer_the_rounded_floor_area():
+    """A ``room_size`` sample holds the 4 sweep frames the VSI env shows for the same scene and pose
+    (turning left from the start heading) and answers the scene's floor area in whole square meters."""
+    from a2c_ppo_acktr.config.arguments import EnvConfig
+    from a2c_ppo_acktr.envs.navigation import sample_free_pose
+    from a2c_ppo_acktr.envs.procedural import make_procedural_scene
+    from a2c_ppo_acktr.envs.questions import ROOM_SIZE_QUESTION
+    from a2c_ppo_acktr.envs.renderer import Pose, Renderer
+
+    (sample,) = tiny_vision.room_size_samples([7], 64)
+    assert sample.task == "room_size" and sample.question == ROOM_SIZE_QUESTION
+    assert sample.image.shape == (4, 64, 64, 3) and len(sample.frames) == 4
+    cfg = EnvConfig(image_size=64)
+    scene = make_procedural_scene(7, cfg.procedural_min_room, cfg.procedural_max_room)
+    assert sample.answer == str(int(round(scene.room_area)))
+    start = sample_free_pose(scene, np.random.default_rng(7), cfg.agent_radius)
+    third = Renderer.for_env(scene, cfg).render_many([Pose(start.x, start.y, (start.yaw_deg + 180.0) % 360.0)])[0]
+    assert np.array_equal(sample.frames[2], third.rgb)
+    assert tiny_vision.room_size_samples([7], 64)[0].answer == sample.answer  # seeded
+
+
+def test_room_size_is_scored_by_mra_and_its_chance_is_the_best_constants_mra():
+    """MRA, not exact match: 12% off scores 0.8 (relative error <= 1 - t for t in 0.50..0.85, 8 of the
+    10 thresholds, none at a boundary), a non-number 0."""
+    assert tiny_vision._score("room_size", "22.4", "20") == pytest.approx(0.8)
+    assert tiny_vision._score("room_size", "20", "20") == 1.0
+    assert tiny_vision._score("room_size", "big", "20") == 0.0
+    assert tiny_vision._score("numberline", "3", "3") == 1.0 and tiny_vision._score("numberline", "3.0", "3") == 0.0
+    frame = np.zeros((2, 8, 8, 3), dtype=np.uint8)
+    samples = [tiny_vision.VisionSample(frame, "q", a, "room_size") for a in ("10", "10", "40")]
+    # The constant 10: MRA 1, 1 and 0 (75% off) -> 2/3; no whole number does better here.
+    assert tiny_vision.chance_levels(samples)["room_size"] == pytest.approx(2 / 3)
+
+
+def test_multi_frame_samples_put_one_image_block_per_frame(tiny_model_path):
+    from a2c_ppo_acktr.config.arguments import ModelConfig
+
+    processor = load_vlm(ModelConfig(model_path=tiny_model_path, device="cpu", dtype="float32")).processor
+    frames = np.full((3, 64, 64, 3), 255, dtype=np.uint8)
+    batch = tiny_vision.encode_batch(processor, [tiny_vision.VisionSample(frames, "How big?", "12", "room_size")])
+    pad = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    start = processor.tokenizer.convert_tokens_to_ids("<|vision_start|>")
+    assert int((batch["input_ids"] == pad).sum()) == 3 * 16 and int((batch["input_ids"] == start).sum()) == 3
+    labelled = batch["labels"][0][batch["labels"][0] >= 0]
+    assert processor.tokenizer.decode(labelled) == "12<|im_end|>\n"
+
+
 def test_default_processor_gives_16_tokens_per_frame_and_maps_white_to_zero(tiny_model_path):
     from a2c_ppo_acktr.config.arguments import ModelConfig
 
