@@ -85,3 +85,19 @@ def test_the_ezpoints_build_is_the_default_spec_with_its_own_vision_pretraining(
     assert tiny.spec_hash("qwen2_5_vl-ezpoints", 0) != tiny.spec_hash("qwen2_5_vl", 0)  # its own cache directory
     with pytest.raises(loading.ModelLoadError, match="tiny:qwen2_5_vl-ezpoints"):  # the error lists the builds
         loading.resolve_model_path("tiny:qwen2_5_vl-nope")
+
+
+def test_the_rooms_build_is_the_default_spec_with_room_size_pretraining_and_hashes_the_room_renderer():
+    from dataclasses import asdict
+
+    from a2c_ppo_acktr import tiny
+
+    default, variant = asdict(tiny.tiny_spec("qwen2_5_vl")), asdict(tiny.tiny_spec("qwen2_5_vl-rooms"))
+    differ = {k for k in default if default[k] != variant[k]}
+    assert differ == {"vision_pretrain_steps", "vision_pretrain_lr", "vision_pretrain_tasks", "vision_pretrain_scenes"}
+    assert variant["vision_pretrain_tasks"] == ("room_size",) and variant["vision_pretrain_scenes"] > 0
+    assert tiny.spec_hash("qwen2_5_vl-rooms", 0) != tiny.spec_hash("qwen2_5_vl", 0)
+    # The modules that draw the rooms are part of this build's hash, and not of the default's.
+    rooms = {p.name for p in tiny._vision_sources("qwen2_5_vl-rooms")}
+    assert {"renderer.py", "procedural.py", "scene.py"} <= rooms
+    assert "renderer.py" not in {p.name for p in tiny._vision_sources("qwen2_5_vl")}
