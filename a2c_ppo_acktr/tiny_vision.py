@@ -286,12 +286,12 @@ def _samples(image_size: int, num_scenes: int, tasks: Sequence[str], held_out: b
         out += minigrid_samples(minigrid_states(held_out), image_size, tasks)
     if "ezpoints_cards" in tasks:
         out += ezpoints_samples(ezpoints_deals(held_out), image_size)
-    if {"left_right", "present"} & set(tasks) and num_scenes > 0:
-        first = SCENE_SEED_PROBE if held_out else SCENE_SEED_TRAIN
-        out += [s for s in room_samples(range(first, first + num_scenes), image_size) if s.task in tasks]
-    if "room_size" in tasks and num_scenes > 0:
-        first = SCENE_SEED_PROBE if held_out else SCENE_SEED_TRAIN
-        out += room_size_samples(range(first, first + num_scenes), image_size)
+    first = SCENE_SEED_PROBE if held_out else SCENE_SEED_TRAIN
+    scenes = range(first, first + num_scenes)
+    if {"left_right", "present"} & set(tasks):
+        out += [s for s in room_samples(scenes, image_size) if s.task in tasks]
+    if "room_size" in tasks:
+        out += room_size_samples(scenes, image_size)
     return out
 
 
