@@ -310,7 +310,7 @@ def test_mix_held_out_evaluates_a_zeroed_twin_of_the_sft_adapter_and_every_run(b
     assert line["per_seed"][1]["diff"] == pytest.approx(75.0)  # Overall 75 sighted against 0 with zeroed frames
 
 
-def test_a_held_out_task_with_its_own_sft_stage_is_judged_against_that_adapter_per_seed(bl, tmp_path, monkeypatch):
+def test_a_held_out_task_with_its_own_sft_stage_is_judged_against_that_adapter_per_seed(bl, tmp_path, monkeypatch, capsys):
     """``room_size_headroom``: its SFT start is the adapter of its own stage (or ``--adapter``), not
     ``--sft-adapter``; each seed's run - SFT is a paired CI, counted where it excludes 0."""
     own = tmp_path / "own_adapter"
@@ -318,6 +318,7 @@ def test_a_held_out_task_with_its_own_sft_stage_is_judged_against_that_adapter_p
     args = bl.parse_args(["--tasks", "room_size_headroom", "--estimators", "gae", "--seeds", "2", "--out", str(tmp_path),
                           "--sft-adapter", str(tmp_path / "quickstart_adapter"), "--model-path", str(tmp_path), "--eval-episodes", "3",
                           "--adapter", f"room_size_headroom={own}"])
+    assert "share one set of per-seed differences" in capsys.readouterr().err
     runs = [bl.RunResult(bl.RunSpec("room_size_headroom", "gae", seed, False), "ok") for seed in (1, 2)]
     sft_scores, run_scores = (0.2, 0.2, 0.2), {1: (0.9, 0.8, 0.9), 2: (0.2, 0.2, 0.2)}
     reports = {tmp_path / "room_size_headroom" / "sft_eval": sft_scores, tmp_path / "room_size_headroom" / "sft_eval_zeroed": (0.0,) * 3}
@@ -339,6 +340,10 @@ def test_a_held_out_task_with_its_own_sft_stage_is_judged_against_that_adapter_p
     assert sft_argv[sft_argv.index("--adapter") + 1] == str(own)
     (line,) = bl.held_out_lines(args, held)
     assert "seed 1 +66.7 [" in line and "seed 2 +0.0 [+0.0, +0.0]" in line and line.endswith("CI above 0 in 1 of 2 seed(s)")
+    with pytest.raises(SystemExit):  # two held-out tasks are refused before any run, not after hours of them
+        bl.parse_args(["--tasks", "room_size_headroom", "mix", "--sft-adapter", str(own), "--model-path", str(tmp_path),
+                       "--adapter", f"room_size_headroom={own}"])
+    assert "share one set of per-seed differences" in capsys.readouterr().err
 
 
 def test_eval_policy_best_judges_the_policy_validation_kept(bl, tmp_path):
