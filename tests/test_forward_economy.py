@@ -25,7 +25,7 @@ from a2c_ppo_acktr.config.arguments import ConfigError, LogConfig, PPOConfig
 from a2c_ppo_acktr.policy.loading import LoadedVLM, load_vlm
 from a2c_ppo_acktr.policy.model import VLMPolicy
 from a2c_ppo_acktr.rl.storage import RolloutStorage, compute_gae
-from a2c_ppo_acktr.rl.train import collect_rollout, compute_advantages
+from a2c_ppo_acktr.rl.train import collect_rollout, compute_advantages, same_observation
 from helpers import tiny_model_cfg, toy_storage
 from numerics import f32_chain_tolerance, head_terms, vlm_forward_terms
 
@@ -150,6 +150,90 @@ def test_more_values_than_envs_are_forwarded_num_envs_rows_at_a_time(policy):
     together = policy.get_values(list(env.finals.values()))
     atol = _value_tolerance(policy, list(env.finals.values()), together)
     torch.testing.assert_close(policy.get_values(list(env.finals.values()), max_rows=2), together, atol=atol, rtol=0)
+
+
+class StandStillEnv:
+    """One-turn episodes over a fixed prompt set, two envs per prompt (a group): each reply is cut
+    (truncated) on the state it answered, whose final observation is a copy of the acted one (equal,
+    not the same object), or, with ``moved``, that state with one pixel changed."""
+
+    def __init__(self, num_envs: int, moved: bool = False) -> None:
+        rng = np.random.default_rng(3)
+        self.prompts = [_obs(rng, f"prompt {k}") for k in range(num_envs // 2)]
+        self.num_envs, self.moved, self.t = num_envs, moved, 0
+        self.finals: list[dict] = []
+
+    def _show(self) -> list[dict]:
+        k0 = self.t * (self.num_envs // 2)
+        return [self.prompts[(k0 + n // 2) % len(self.prompts)] for n in range(self.num_envs)]
+
+    def reset(self) -> list[dict]:
+        return self._show()
+
+    def resync(self, observations):
+        return observations, False
+
+    def step(self, texts):
+        shown = self._show()
+        finals = [{"images": [im.copy() for im in o["images"]], "text": str(o["text"])} for o in shown]
+        if self.moved:
+            for f in finals:
+                f["images"][0][0, 0, 0] ^= 1
+        self.finals = finals
+        self.t += 1
+        N = self.num_envs
+        infos = [{"valid": False, "final_observation": f} for f in finals]
+        return self._show(), np.zeros(N, np.float32), np.zeros(N, bool), np.ones(N, bool), infos
+
+
+def test_a_step_cut_on_the_state_act_valued_takes_acts_value_without_a_forward(policy):
+    """A one-turn episode cut at its reply ends on the state it acted on: V(final observation) is
+    the value act computed (bit for bit), and no forward runs, while a state one pixel away is
+    forwarded, each distinct state once (two envs of a group share one)."""
+    env = StandStillEnv(4)
+    st = RolloutStorage(2, 4)
+    values = []
+    original = policy.act
+
+    def recording_act(observations, **kw):
+        out = original(observations, **kw)
+        values.append(out.values.clone())
+        return out
+
+    policy.act = recording_act
+    try:
+        with counted_forwards(policy) as rows:
+            _, stats = collect_rollout(policy, env, st, env.reset(), 2, bootstrap=True)
+    finally:
+        del policy.act
+    assert rows == [] and stats.value_rows == 0
+    assert torch.equal(st.next_values, torch.stack(values))
+    assert not bool(st.final_pending.any())
+
+    env = StandStillEnv(4, moved=True)
+    st = RolloutStorage(1, 4)
+    with counted_forwards(policy) as rows:
+        collect_rollout(policy, env, st, env.reset(), 1, bootstrap=True)
+    assert rows == [2] and not bool(st.final_pending.any())  # 4 cut envs, 2 distinct states
+    alone = policy.get_values([env.finals[0], env.finals[2]])
+    atol = _value_tolerance(policy, env.finals, alone)
+    torch.testing.assert_close(st.next_values[0], alone.repeat_interleave(2), atol=atol, rtol=0)
+    assert st.next_values[0, 0] == st.next_values[0, 1] and st.next_values[0, 2] == st.next_values[0, 3]
+
+
+@pytest.mark.parametrize("a, b, equal", [
+    ({"text": "x", "images": [np.zeros((2, 2, 3), np.uint8)]}, {"text": "x", "images": [np.zeros((2, 2, 3), np.uint8)]}, True),
+    ({"text": "x", "images": [np.zeros((2, 2, 3), np.uint8)]}, {"text": "y", "images": [np.zeros((2, 2, 3), np.uint8)]}, False),
+    ({"text": "x", "images": [np.zeros((2, 2, 3), np.uint8)]}, {"text": "x", "images": [np.zeros((2, 3, 3), np.uint8)]}, False),
+    ({"text": "x", "images": [np.zeros((2, 2, 3), np.uint8)]}, {"text": "x", "images": [np.zeros((2, 2, 3), np.float32)]}, False),
+    ({"text": "x", "images": []}, {"text": "x", "images": [], "turn": 1}, False),
+    ({"text": "x", "turn": torch.tensor([1, 2])}, {"text": "x", "turn": torch.tensor([1, 2])}, True),
+    ({"text": "x", "turn": torch.tensor([1, 2])}, {"text": "x", "turn": torch.tensor([1, 3])}, False),
+    ({"text": "x", "turn": 1}, {"text": "x", "turn": 1.0}, False),
+])
+def test_same_observation_compares_every_field(a, b, equal):
+    assert same_observation(a, b) is equal
+    assert same_observation(b, a) is equal
 
 
 def test_no_forward_when_every_episode_ended_by_termination(policy):

@@ -21,7 +21,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Iterator, Optional
+from typing import Any, Callable, ContextManager, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -81,21 +81,64 @@ class RolloutStats:
     next_value: Optional[torch.Tensor] = None
 
 
+def same_observation(a: Any, b: Any) -> bool:
+    """Whether two observations are equal in every field (arrays element by element): the policy's
+    value of one is then the value of the other."""
+    if a is b:
+        return True
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape
+                and a.dtype == b.dtype and bool(np.array_equal(a, b)))
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_observation(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same_observation(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def _find_equal(obs: Any, candidates: Sequence[Any]) -> Optional[int]:
+    """The index of the first candidate equal to ``obs`` (:func:`same_observation`; texts compared
+    first, as they are cheap), or None."""
+    text = obs.get("text") if isinstance(obs, dict) else None
+    for j, c in enumerate(candidates):
+        if (not isinstance(c, dict) or c.get("text") == text) and same_observation(c, obs):
+            return j
+    return None
+
+
+def _unique_rows(batch: Sequence[dict]) -> tuple[list[dict], list[int]]:
+    """``batch`` without repeats, and for each row the index of its copy in the unique list (the
+    siblings of a group cut on one shared state are valued once)."""
+    unique: list[dict] = []
+    where: list[int] = []
+    for obs in batch:
+        k = _find_equal(obs, unique)
+        if k is None:
+            k = len(unique)
+            unique.append(obs)
+        where.append(k)
+    return unique, where
+
+
 def _bootstrap_values(policy, storage, finals: list[tuple[int, int, dict]], observations: list[dict], stats: RolloutStats) -> None:
     """The values GAE reads, in one batched pass (one processor run; forwards of at most num_envs
     rows): V(final observation) of every truncated step of the rollout (into ``storage``) and V(s_T)
-    of the envs still mid-episode (``stats.next_value``). No row, no forward."""
+    of the envs still mid-episode (``stats.next_value``). Equal observations are valued once. No
+    row, no forward."""
     mid = [n for n, going_on in enumerate(storage.needs_bootstrap.tolist()) if going_on]
     batch = [obs for _, _, obs in finals] + [observations[n] for n in mid]
     stats.next_value = torch.full((len(observations),), float("nan"))
     if not batch:
         return
     t0 = time.perf_counter()
+    unique, where = _unique_rows(batch)
     with torch.no_grad():
         # At most num_envs rows per forward: never a larger batch than act's prefill, which fits.
-        values = policy.get_values(batch, max_rows=len(observations))
+        values = policy.get_values(unique, max_rows=len(observations))[torch.tensor(where, dtype=torch.long)]
     stats.value_seconds += time.perf_counter() - t0
-    stats.value_rows += len(batch)
+    stats.value_rows += len(unique)
     k = len(finals)
     if k:
         storage.set_final_values([t for t, _, _ in finals], [n for _, n, _ in finals], values[:k])
@@ -143,6 +186,7 @@ def collect_rollout(
             t0 = time.perf_counter()
             with torch.no_grad():
                 act = policy.act(observations)
+            acted = observations
             t1 = time.perf_counter()
             observations, rewards, terminated, truncated, infos = envs.step(act.texts)
             stats.act_seconds += t1 - t0
@@ -151,7 +195,18 @@ def collect_rollout(
             group_ids = [info["group_id"] for info in infos] if all("group_id" in i for i in infos) else None
             storage.insert(act, rewards, terminated, truncated, group_ids=group_ids, defer_final_values=True)
             if bootstrap:
-                finals += [(t, n, infos[n]["final_observation"]) for n in np.flatnonzero(truncated).tolist()]
+                # A step cut on the state act has just valued (a one-turn episode cut at its reply,
+                # an illegal move that changed nothing) takes act's value: no forward.
+                known: list[tuple[int, float]] = []
+                for n in np.flatnonzero(truncated).tolist():
+                    final = infos[n]["final_observation"]
+                    j = _find_equal(final, acted)
+                    if j is None:
+                        finals.append((t, n, final))
+                    else:
+                        known.append((n, float(act.values[j])))
+                if known:
+                    storage.set_final_values([t] * len(known), [n for n, _ in known], torch.tensor([v for _, v in known]))
                 if t == num_steps - 1:
                     _bootstrap_values(policy, storage, finals, observations, stats)
         for info in infos:
