@@ -25,7 +25,8 @@ from a2c_ppo_acktr.config.arguments import ConfigError, LogConfig, PPOConfig
 from a2c_ppo_acktr.policy.loading import LoadedVLM, load_vlm
 from a2c_ppo_acktr.policy.model import VLMPolicy
 from a2c_ppo_acktr.rl.storage import RolloutStorage, compute_gae
-from a2c_ppo_acktr.rl.train import collect_rollout, compute_advantages, same_observation
+from a2c_ppo_acktr.common.sameness import same_observation
+from a2c_ppo_acktr.rl.train import collect_rollout, compute_advantages
 from helpers import tiny_model_cfg, toy_storage
 from numerics import f32_chain_tolerance, head_terms, vlm_forward_terms
 
@@ -89,29 +90,31 @@ class ScriptedEnv:
 
 @contextlib.contextmanager
 def counted_forwards(policy: VLMPolicy):
-    """Rows of every forward of the transformers model outside ``generate``."""
+    """Rows of every forward of the transformers model outside ``generate`` and act's shared prefill."""
     rows: list[int] = []
     inside = [False]
-    original = policy.model.generate
 
-    def generate(*args, **kwargs):
-        inside[0] = True
-        try:
-            return original(*args, **kwargs)
-        finally:
-            inside[0] = False
+    def entered(original):
+        def wrapped(*args, **kwargs):
+            inside[0] = True
+            try:
+                return original(*args, **kwargs)
+            finally:
+                inside[0] = False
+        return wrapped
 
     def hook(_module, _args, kwargs):
         if not inside[0]:
             rows.append(int(kwargs["input_ids"].shape[0]))
 
     handle = policy.base_model.register_forward_pre_hook(hook, with_kwargs=True)
-    policy.model.generate = generate
+    policy.model.generate = entered(policy.model.generate)
+    policy._shared_prefill = entered(policy._shared_prefill)
     try:
         yield rows
     finally:
         handle.remove()
-        del policy.model.generate  # the instance attribute; the class method is back
+        del policy.model.generate, policy._shared_prefill  # the instance attributes; the class methods are back
 
 
 def test_gae_values_are_one_batched_forward_on_the_right_turns(policy):

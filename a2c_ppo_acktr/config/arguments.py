@@ -175,6 +175,10 @@ class ModelConfig:
     # for bfloat16/float16, where generate's cached decoding puts ~20% of turns more than 1e-2 off
     # ratio 1 on the first PPO minibatch, against ~4% (docs/TRAINING.md, "bf16 and the ratio invariant").
     rollout_log_probs: str = "auto"
+    # Rows of one act() batch with the same prompt (a group's siblings, rollout.group_size > 1) are
+    # processed and prefilled once, and generate continues every row from that shared KV cache;
+    # false prefills every row (docs/TRAINING.md, "One prefill per distinct prompt").
+    shared_prefill: bool = True
     # Response positions per logit chunk of the training forward (each chunk is one lm_head call and a
     # chunk x vocabulary float32 working set); null = 2**23 / vocabulary (55 at Qwen's 152k). A small
     # value forces several chunks, which the GPU smoke test uses to exercise ZeRO-3's equal call counts.

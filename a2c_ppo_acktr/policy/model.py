@@ -51,9 +51,10 @@ import numpy as np
 import torch
 from safetensors import SafetensorError
 from torch import Tensor, nn
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from a2c_ppo_acktr.common import prompts
+from a2c_ppo_acktr.common.sameness import unique_rows
 from a2c_ppo_acktr.config.arguments import ModelConfig
 from a2c_ppo_acktr.run.distributed import agreed_chunk_count
 from a2c_ppo_acktr.policy.distributions import (
@@ -67,7 +68,7 @@ from a2c_ppo_acktr.policy.distributions import (
     sequence_log_prob,
     token_log_probs,
 )
-from a2c_ppo_acktr.policy.encoding import TurnEncoding, collate, split_rows
+from a2c_ppo_acktr.policy.encoding import IMAGE_KEYS, TurnEncoding, collate, split_rows
 from a2c_ppo_acktr.policy.loading import ContextLengthError, LoadedVLM, ModelLoadError, adapter_settings, forbidden_token_ids, load_vlm, record_base_model
 from a2c_ppo_acktr.policy.references import PERCEPTION_PROBES, EMAWeights, reference_named
 from a2c_ppo_acktr.policy.references import REFERENCES as KL_REFERENCES
@@ -658,7 +659,8 @@ class VLMPolicy(nn.Module):
         temperature: Optional[float] = None,
     ) -> ActOutput:
         """Choose one response per observation with ONE batched ``generate`` (or through the rollout
-        engine inside :meth:`with_engine`: :meth:`_act_with_engine`).
+        engine inside :meth:`with_engine`: :meth:`_act_with_engine`). Rows that repeat a prompt are
+        processed and prefilled once (``model.shared_prefill``: :meth:`_shared_prefill`).
 
         Args:
             observations: N env observations ``{"images": [uint8 HxWx3, ...], "text": str}``.
@@ -678,11 +680,13 @@ class VLMPolicy(nn.Module):
             return self._act_with_engine(observations, greedy, blind, temperature)
         with self._eval_mode():
             texts, images = self._prompts_and_images(observations, blind)
-            cpu_enc = self._process(texts, images)
+            cpu_enc, unique = self._process_distinct(texts, images)
             self._check_context(cpu_enc["input_ids"].shape[1])
             enc = self._to_device(cpu_enc)
             P = enc["input_ids"].shape[1]
             recompute = self.cfg.rollout_log_probs == "recompute"
+            # With repeated prompts, generate continues every row from the distinct prompts' cache.
+            gen_inputs = enc if unique is None else self._shared_prefill(enc, *unique)
             with self._catch_lm_head_input() as caught:
                 proc = _RowTemperatureProcessor(
                     lambda: self._temperatures(caught[0][:, -1], temperature), self.forbidden_ids, record_log_probs=not recompute,
@@ -692,7 +696,7 @@ class VLMPolicy(nn.Module):
                 # transformers' default there (all-reduce every decoded token until every rank is done)
                 # would hang ranks that call generate different numbers of times (validation's episodes).
                 seqs = self.model.generate(
-                    **enc, generation_config=self._generation_config(greedy), logits_processor=LogitsProcessorList([proc]),
+                    **gen_inputs, generation_config=self._generation_config(greedy), logits_processor=LogitsProcessorList([proc]),
                     synced_gpus=False,
                 )
             # Trimmed on the CPU: one device-to-host copy instead of a sync per row.
@@ -727,6 +731,47 @@ class VLMPolicy(nn.Module):
             token_weights=weights,
             encodings=encodings,
         )
+
+    def _process_distinct(
+        self, texts: Sequence[str], images: Sequence[Sequence[np.ndarray]]
+    ) -> tuple[dict[str, Tensor], Optional[tuple[dict[str, Tensor], list[int]]]]:
+        """The processor's batch of all rows, and, when some rows repeat a prompt (equal text and
+        images; the batch shows images) and ``model.shared_prefill`` is on, the batch of the distinct prompts with each
+        row's index in it (else None). The processor then runs on the distinct prompts only, and the
+        full batch is laid out from them exactly as the processor lays it out (:func:`collate`)."""
+        # Text-only batches are not shared: without images Qwen-VL's forward derives no positions from
+        # the padding mask (generate does), so a prefill outside generate would place them otherwise.
+        if self.cfg.shared_prefill and len(texts) > 1 and any(len(row) for row in images):
+            distinct, where = unique_rows([{"text": t, "images": im} for t, im in zip(texts, images)])
+            if len(distinct) < len(texts):
+                few = self._process([d["text"] for d in distinct], [d["images"] for d in distinct])
+                try:
+                    rows = split_rows(few, [len(d["images"]) for d in distinct])
+                except ValueError:  # a processor output encoding cannot lay out: every row on its own
+                    return self._process(texts, images), None
+                return collate([rows[k] for k in where], self._pad_token_id), (few, where)
+        return self._process(texts, images), None
+
+    def _shared_prefill(self, enc: dict[str, Tensor], few: dict[str, Tensor], where: list[int]) -> dict[str, Any]:
+        """generate's inputs for ``enc``, whose rows repeat the prompts of ``few`` (row ``i`` is
+        ``few``'s row ``where[i]``): the distinct prompts are forwarded once, all but their last
+        token, and the KV cache is copied to every row; generate then forwards only each row's last
+        prompt token (the temperature and value heads read its hidden state, as without sharing)
+        and decodes on. The images lie in the cached part, so generate gets token tensors only;
+        Qwen-VL's multimodal rope offsets, computed by the prefill, are copied per row like the cache."""
+        few = self._to_device(few)
+        B_few = few["input_ids"].shape[0]
+        tokens = {k for k, v in few.items() if k not in IMAGE_KEYS and isinstance(v, Tensor) and v.shape == few["input_ids"].shape}
+        head = {k: (v[:, :-1] if k in tokens else v) for k, v in few.items()}
+        cache = DynamicCache(config=self.base_model.config)
+        self.model(**self._with_positions(head), cache=cache, use_cache=True, logits_to_keep=1)
+        index = torch.tensor(where, dtype=torch.long, device=self.device)
+        cache.batch_select_indices(index)
+        for module in self.base_model.modules():
+            deltas = getattr(module, "rope_deltas", None)
+            if isinstance(deltas, Tensor) and deltas.shape[0] == B_few:
+                module.rope_deltas = deltas[index]
+        return {**{k: enc[k] for k in tokens}, "cache": cache}
 
     def _act_with_engine(self, observations: Sequence[dict], greedy: bool, blind: bool, temperature: Optional[float]) -> ActOutput:
         """:meth:`act` through a rollout engine, in three steps: a prompt-only forward gives each

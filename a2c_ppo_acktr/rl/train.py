@@ -21,12 +21,13 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Iterator, Optional, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Optional
 
 import numpy as np
 import torch
 
 from a2c_ppo_acktr.common.atomic import publish_dir
+from a2c_ppo_acktr.common.sameness import find_equal, unique_rows
 from a2c_ppo_acktr.algo.schedule import build_optimizer, lr_factor
 from a2c_ppo_acktr.config.arguments import PPOConfig, RunConfig
 from a2c_ppo_acktr.run.checkpoint import CheckpointManager, resolve_resume
@@ -81,47 +82,6 @@ class RolloutStats:
     next_value: Optional[torch.Tensor] = None
 
 
-def same_observation(a: Any, b: Any) -> bool:
-    """Whether two observations are equal in every field (arrays element by element): the policy's
-    value of one is then the value of the other."""
-    if a is b:
-        return True
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape
-                and a.dtype == b.dtype and bool(np.array_equal(a, b)))
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same_observation(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same_observation(x, y) for x, y in zip(a, b))
-    return type(a) is type(b) and a == b
-
-
-def _find_equal(obs: Any, candidates: Sequence[Any]) -> Optional[int]:
-    """The index of the first candidate equal to ``obs`` (:func:`same_observation`; texts compared
-    first, as they are cheap), or None."""
-    text = obs.get("text") if isinstance(obs, dict) else None
-    for j, c in enumerate(candidates):
-        if (not isinstance(c, dict) or c.get("text") == text) and same_observation(c, obs):
-            return j
-    return None
-
-
-def _unique_rows(batch: Sequence[dict]) -> tuple[list[dict], list[int]]:
-    """``batch`` without repeats, and for each row the index of its copy in the unique list (the
-    siblings of a group cut on one shared state are valued once)."""
-    unique: list[dict] = []
-    where: list[int] = []
-    for obs in batch:
-        k = _find_equal(obs, unique)
-        if k is None:
-            k = len(unique)
-            unique.append(obs)
-        where.append(k)
-    return unique, where
-
-
 def _bootstrap_values(policy, storage, finals: list[tuple[int, int, dict]], observations: list[dict], stats: RolloutStats) -> None:
     """The values GAE reads, in one batched pass (one processor run; forwards of at most num_envs
     rows): V(final observation) of every truncated step of the rollout (into ``storage``) and V(s_T)
@@ -133,7 +93,7 @@ def _bootstrap_values(policy, storage, finals: list[tuple[int, int, dict]], obse
     if not batch:
         return
     t0 = time.perf_counter()
-    unique, where = _unique_rows(batch)
+    unique, where = unique_rows(batch)
     with torch.no_grad():
         # At most num_envs rows per forward: never a larger batch than act's prefill, which fits.
         values = policy.get_values(unique, max_rows=len(observations))[torch.tensor(where, dtype=torch.long)]
@@ -200,7 +160,7 @@ def collect_rollout(
                 known: list[tuple[int, float]] = []
                 for n in np.flatnonzero(truncated).tolist():
                     final = infos[n]["final_observation"]
-                    j = _find_equal(final, acted)
+                    j = find_equal(final, acted)
                     if j is None:
                         finals.append((t, n, final))
                     else:
