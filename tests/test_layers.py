@@ -16,7 +16,7 @@ PACKAGE = REPO / "a2c_ppo_acktr"
 LAYERS: dict[str, int] = {
     **dict.fromkeys(["common", "common.choices", "common.errors", "common.atomic", "common.jsonl", "common.bounded_read", "common.stats",
                      "common.scoring", "common.env_ids", "run", "run.preemption"], 0),
-    **dict.fromkeys(["config", "config.arguments", "config.cli", "common.prompts", "run.rundir", "run.checkpoint", "run.distributed", "run.logger"], 1),
+    **dict.fromkeys(["config", "config.arguments", "config.cli", "common.prompts", "common.sameness", "run.rundir", "run.checkpoint", "run.distributed", "run.logger"], 1),
     "envs.*": 2,
     **dict.fromkeys(["policy.*", "tiny_training", "tiny_vision", "tiny"], 3),
     **dict.fromkeys(["rl", "rl.storage", "algo.*", "rl.rollouts", "rl.run_state"], 4),
