@@ -23,7 +23,8 @@ Each (trainer, setting) runs in a fresh process per round, rounds interleaved (l
 alike); per run: ``--warmup`` steps, then ``--steps`` timed steps. Reported: the best round's mean
 seconds per step, completions/s, mean reward, and where the time goes, by patching the libraries'
 entry points (outermost call only): processor (chat template + tokenizer + image processor),
-``generate``, model forwards outside generate (value, reference: LoRA disabled, training: with
+``generate`` (with the project's prefill of the distinct prompts, ``model.shared_prefill``, which
+runs just before it), model forwards outside generate (value, reference: LoRA disabled, training: with
 grad), ``Tensor.backward``, optimizer (``AdamW.step`` + gradient clipping), env/reward; "other" is
 the rest (log-prob/loss maths, decoding, Python).
 
@@ -31,7 +32,7 @@ Needs TRL, an optional extra: ``pip install -e '.[bench]'`` (trl 1.16.0 was used
 datasets, pandas, dill and multiprocess and leaves the pinned torch and transformers alone). Without
 it the script says so and exits 0.
 
-Usage: ``python bench/bench_vs_trl.py [--rounds 3] [--steps 20] [--warmup 2] [--kl 0.04]``
+Usage: ``python bench/bench_vs_trl.py [--rounds 3] [--steps 20] [--warmup 2] [--kl 0.04] [--shared-prefill 0]``
 """
 from __future__ import annotations
 
@@ -221,7 +222,7 @@ def _model_config(args: argparse.Namespace):
 
     # Fixed temperature 1 (no temperature head): exactly TRL's sampling distribution.
     return ModelConfig(model_path=args.model_path, device="cpu", dtype="float32", max_new_tokens=args.max_new_tokens,
-                       lora_r=8, lora_alpha=16, use_temp_predictor=False, temperature=1.0)
+                       lora_r=8, lora_alpha=16, use_temp_predictor=False, temperature=1.0, shared_prefill=bool(args.shared_prefill))
 
 
 def run_project(args: argparse.Namespace, kl: float, estimator: str) -> dict[str, Any]:
@@ -246,6 +247,7 @@ def run_project(args: argparse.Namespace, kl: float, estimator: str) -> dict[str
     storage = RolloutStorage(1, args.completions)
     timer = PhaseTimer()
     timer.instrument(policy.processor, policy.base_model)
+    timer.wrap(VLMPolicy, "_shared_prefill", "generate")  # the prompts' prefill, shared by repeated rows
     envs = PromptSetEnv(prompts, args.completions, args.group, env_cfg, timer)
     observations = envs.reset()
     bootstrap = estimator in BOOTSTRAPPING_ESTIMATORS
@@ -364,6 +366,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--kl", type=float, default=0.04, help="TRL beta and project kl_coef of the 'KL' rows")
     ap.add_argument("--kl-ref-interval", type=int, default=10, help="the project's log.kl_ref_interval")
+    ap.add_argument("--shared-prefill", type=int, default=1, choices=[0, 1],
+                    help="the project's model.shared_prefill (1: each distinct prompt prefilled once; 0: every row)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", nargs="*", default=None, choices=list(RUNS), help="runs to make (default: all)")
@@ -401,7 +405,7 @@ def report(args: argparse.Namespace, results: dict[str, list[dict]], trl_version
     best = {key: min(runs, key=lambda x: x["s_per_step"]) for key, runs in results.items()}
     name = {key: RUNS[key][0].replace("KL", str(args.kl)) for key in RUNS}
     load = os.getloadavg()
-    print(f"\nbench_vs_trl: {args.model_path} fp32, {args.threads} thread(s), {args.num_prompts} one-turn prompts "
+    print(f"\nbench_vs_trl: {args.model_path} fp32, shared_prefill={bool(args.shared_prefill)}, {args.threads} thread(s), {args.num_prompts} one-turn prompts "
           f"(5 frames 64x64), {args.completions} completions/step ({args.group} per prompt), <= {args.max_new_tokens} new tokens, "
           f"LoRA r=8; {args.steps} steps after {args.warmup} warm-up, best of {args.rounds} interleaved rounds; "
           f"trl {trl_version}, transformers {transformers.__version__}, torch {torch.__version__}; "
