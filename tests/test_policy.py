@@ -323,9 +323,10 @@ def test_chunked_training_forward_equals_the_full_logits_computation(loaded, tin
 def test_gradient_checkpointing_keeps_ratio_one_and_trains_lora(loaded, tiny_model_path, storage):
     """With model.gradient_checkpointing on: the first PPO ratio is still 1, every LoRA-B weight gets a
     non-zero gradient equal to the one without checkpointing, and the frozen vision tower stays out
-    of autograd (transformers' input-require-grads hooks would pull it in)."""
+    of autograd (transformers' input-require-grads hooks would pull it in) when it runs in the update
+    (``model.reuse_vision_outputs=false``; with it on the tower does not run there at all)."""
     plain = fresh_policy(loaded, tiny_model_path)
-    ckpt = fresh_policy(loaded, tiny_model_path, gradient_checkpointing=True)
+    ckpt = fresh_policy(loaded, tiny_model_path, gradient_checkpointing=True, reuse_vision_outputs=False)
     layers = [m for m in ckpt.base_model.modules() if hasattr(m, "gradient_checkpointing") and type(m).__name__.endswith("DecoderLayer")]
     assert layers and all(m.gradient_checkpointing for m in layers)
     tower_grad = []

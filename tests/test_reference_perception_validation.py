@@ -130,8 +130,9 @@ def test_visual_dependency_equals_an_independent_masked_forward(loaded, tiny_mod
     mb = next(st.minibatches(NUM_ENVS * NUM_STEPS, torch.Generator().manual_seed(0)))
     with torch.no_grad():
         k1 = policy.evaluate_actions(mb, with_kl=True, kl_estimator="k1", reference="masked_images")
-        zeroed = [
-            dataclasses.replace(e, images=[{k: torch.zeros_like(v) if k.startswith("pixel_values") else v for k, v in img.items()} for img in e.images])
+        zeroed = [  # vision=None: the zeroed pixels go through the tower, not the rollout's encodings of the real ones
+            dataclasses.replace(e, images=[{k: torch.zeros_like(v) if k.startswith("pixel_values") else v for k, v in img.items()} for img in e.images],
+                                vision=None)
             for e in mb.encodings
         ]
         masked = policy.evaluate_actions(dataclasses.replace(mb, encodings=zeroed))

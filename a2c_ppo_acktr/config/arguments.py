@@ -179,6 +179,10 @@ class ModelConfig:
     # processed and prefilled once, and generate continues every row from that shared KV cache;
     # false prefills every row (docs/TRAINING.md, "One prefill per distinct prompt").
     shared_prefill: bool = True
+    # With a frozen vision tower (train_vision=none, no adapter on it), each image's tower output in
+    # the rollout is kept with its turn and the update forwards it instead of running the tower again
+    # on every minibatch of every epoch (docs/TRAINING.md, "The frozen vision tower and flash attention").
+    reuse_vision_outputs: bool = True
     # Response positions per logit chunk of the training forward (each chunk is one lm_head call and a
     # chunk x vocabulary float32 working set); null = 2**23 / vocabulary (55 at Qwen's 152k). A small
     # value forces several chunks, which the GPU smoke test uses to exercise ZeRO-3's equal call counts.

@@ -43,6 +43,11 @@ class TurnEncoding:
 
     tokens: dict[str, Tensor]
     images: list[dict[str, Tensor]]
+    # Per image, the frozen vision encoder's output in the rollout (``pooled``: the image's visual
+    # tokens as the language model receives them; ``deepstack.<l>``: Qwen3-VL's features for deepstack
+    # layer l), which the update forwards instead of running the tower again; None: not kept (a
+    # turn whose pixels are changed after the rollout must drop them, or the change is not seen).
+    vision: Optional[list[dict[str, Tensor]]] = None
 
     @property
     def input_ids(self) -> Tensor:
@@ -51,6 +56,7 @@ class TurnEncoding:
     def nbytes(self) -> int:
         """Bytes held by this turn's tensors (shared image slices counted once per turn)."""
         tensors = list(self.tokens.values()) + [t for im in self.images for t in im.values()]
+        tensors += [t for im in self.vision or [] for t in im.values()]
         return sum(t.numel() * t.element_size() for t in tensors)
 
 
@@ -169,11 +175,14 @@ class ImageFeatureStore:
 
     A turn's image whose raw bytes equal an earlier turn's, and whose processed tensors are equal
     too (checked, not assumed: a processor that depended on the batch would simply not share), is
-    replaced by the stored copy.
+    replaced by the stored copy. The vision encoder's output of an image (:attr:`TurnEncoding.vision`)
+    is kept once per distinct image too: the first one seen (another batch computes it up to float
+    rounding, so equality is not asked there; one image, one encoding per rollout).
     """
 
     def __init__(self) -> None:
         self._features: dict[tuple, dict[str, Tensor]] = {}
+        self._vision: dict[tuple, dict[str, Tensor]] = {}
 
     def __len__(self) -> int:
         return len(self._features)
@@ -182,8 +191,11 @@ class ImageFeatureStore:
         """``turn`` with each image's tensors replaced by the stored copy where one is equal."""
         if len(raw_images) != len(turn.images):
             raise ValueError(f"{len(raw_images)} raw images for a turn encoded with {len(turn.images)}")
+        if turn.vision is not None and len(turn.vision) != len(turn.images):
+            raise ValueError(f"{len(turn.vision)} vision encodings for a turn of {len(turn.images)} images")
         shared = []
-        for raw, feats in zip(raw_images, turn.images):
+        vision: Optional[list[dict[str, Tensor]]] = None if turn.vision is None else []
+        for j, (raw, feats) in enumerate(zip(raw_images, turn.images)):
             key = image_key(raw)
             known = self._features.get(key)
             if known is not None and known.keys() == feats.keys() and all(torch.equal(known[k], feats[k]) for k in feats):
@@ -193,11 +205,19 @@ class ImageFeatureStore:
                 feats = {k: v.clone() for k, v in feats.items()}
                 self._features.setdefault(key, feats)
                 shared.append(feats)
-        return TurnEncoding(tokens=turn.tokens, images=shared)
+            if vision is not None:
+                seen = self._vision.get(key)
+                if seen is None or seen.keys() != turn.vision[j].keys():
+                    seen = {k: v.clone() for k, v in turn.vision[j].items()}
+                    self._vision.setdefault(key, seen)
+                vision.append(seen)
+        return TurnEncoding(tokens=turn.tokens, images=shared, vision=vision)
 
     def nbytes(self) -> int:
-        """Bytes of the distinct image features held."""
-        return sum(t.numel() * t.element_size() for f in self._features.values() for t in f.values())
+        """Bytes of the distinct image features (and vision encodings) held."""
+        held = list(self._features.values()) + list(self._vision.values())
+        return sum(t.numel() * t.element_size() for f in held for t in f.values())
 
     def clear(self) -> None:
         self._features.clear()
+        self._vision.clear()

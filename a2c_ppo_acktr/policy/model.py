@@ -41,6 +41,8 @@ The reference policy for the KL penalty is the same network with the adapter dis
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import logging
 import os
 from dataclasses import dataclass
@@ -52,6 +54,7 @@ import torch
 from safetensors import SafetensorError
 from torch import Tensor, nn
 from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList
+from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from a2c_ppo_acktr.common import prompts
 from a2c_ppo_acktr.common.sameness import unique_rows
@@ -96,6 +99,15 @@ VISION_MODULES: dict[str, dict[str, list[str]]] = {
 # the tiny model), but not for RoPE scalings that depend on the largest position (``dynamic``):
 # the training forward is given generate's positions and computes exactly what the rollout did.
 MASK_POSITION_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
+
+
+@dataclass
+class VisionOutputs(BaseModelOutputWithPooling):
+    """The vision encoder's output as a forward reads it from ``mm_encoder_outputs["image"]``:
+    ``pooler_output``, one tensor of visual tokens per image, and Qwen3-VL's deepstack features (per
+    layer, per image)."""
+
+    deepstack_features: Optional[list[tuple[Tensor, ...]]] = None
 
 
 @dataclass
@@ -290,6 +302,8 @@ class VLMPolicy(nn.Module):
         self._ema: Optional[EMAWeights] = None  # ppo.reference=ema: float32 averages (init_ema_reference)
         limit = getattr(text_cfg, "max_position_embeddings", None)
         self.context_limit: Optional[int] = int(limit) if limit else None  # prompt + response positions (_check_context)
+        # The inner model whose vision encoder outputs the rollout keeps (model.reuse_vision_outputs), or None.
+        self._vision_owner: Optional[nn.Module] = self._reusable_vision(base)
 
     # ------------------------------------------------------------------ construction
     @staticmethod
@@ -332,6 +346,87 @@ class VLMPolicy(nn.Module):
         if suffixes and not names:
             raise ValueError(f"no module of this model ends with any of {list(suffixes)}; check model.train_vision for this family")
         return names
+
+    def _reusable_vision(self, base: nn.Module) -> Optional[nn.Module]:
+        """The module whose ``get_image_features`` encodes images and whose forward takes them back as
+        ``mm_encoder_outputs``, when ``model.reuse_vision_outputs`` is on and nothing in the vision
+        tower or projector trains (``train_vision=none`` and no adapter there); else None."""
+        inner = getattr(base, "model", None)
+        tower = VISION_MODULES.get(self.family, {}).get("tower")
+        if not (self.cfg.reuse_vision_outputs and self.cfg.train_vision == "none" and tower and inner is not None
+                and callable(getattr(inner, "get_image_features", None))
+                and "mm_encoder_outputs" in inspect.signature(inner.forward).parameters):
+            return None
+        trains = any(p.requires_grad and any(f".{v}." in f".{n}" for v in tower) for n, p in self.model.named_parameters())
+        return None if trains else inner
+
+    @contextlib.contextmanager
+    def _capture_vision(self) -> Iterator[list[Any]]:
+        """The vision encoder's outputs (``get_image_features``) of the forwards in the block, in call
+        order; nothing is captured when the outputs are not reused."""
+        caught: list[Any] = []
+        owner = self._vision_owner
+        if owner is None:
+            yield caught
+            return
+        original = owner.get_image_features
+
+        @functools.wraps(original)  # generate reads the encoder's signature to pick its inputs
+        def spy(*args: Any, **kwargs: Any) -> Any:
+            out = original(*args, **kwargs)
+            caught.append(out)
+            return out
+
+        owner.get_image_features = spy
+        try:
+            yield caught
+        finally:
+            del owner.get_image_features  # the instance attribute: the method is back
+
+    def _vision_entries(self, caught: list[Any], images_per_row: Sequence[int]) -> Optional[list[list[dict[str, Tensor]]]]:
+        """Each row's per-image vision encodings (:attr:`TurnEncoding.vision`, on the CPU) from the
+        outputs :meth:`_capture_vision` caught, or None (not reused, or an output this cannot split
+        per image)."""
+        if self._vision_owner is None:
+            return None
+        total = int(sum(images_per_row))
+        pooled = [t for out in caught for t in out.pooler_output]
+        if len(pooled) != total:
+            return None
+        flat: list[dict[str, Tensor]] = [{"pooled": t.detach().cpu()} for t in pooled]
+        start = 0
+        for out in caught:
+            count = len(out.pooler_output)
+            for layer, feats in enumerate(getattr(out, "deepstack_features", None) or []):
+                if len(feats) != count:
+                    return None
+                for j, t in enumerate(feats):
+                    flat[start + j][f"deepstack.{layer}"] = t.detach().cpu()
+            start += count
+        rows, start = [], 0
+        for n in images_per_row:
+            rows.append(flat[start:start + n])
+            start += n
+        return rows
+
+    @staticmethod
+    def _fresh(inputs: dict[str, Any]) -> dict[str, Any]:
+        """``inputs`` with a new ``mm_encoder_outputs`` dict per forward (a forward may fill it in)."""
+        if "mm_encoder_outputs" not in inputs:
+            return inputs
+        return {**inputs, "mm_encoder_outputs": dict(inputs["mm_encoder_outputs"])}
+
+    def _vision_inputs(self, inputs: dict[str, Any], entries: Sequence[dict[str, Tensor]]) -> dict[str, Any]:
+        """``inputs`` with the pixels replaced by the kept vision encodings of its images (in order):
+        the forward then skips the tower."""
+        out = {k: v for k, v in inputs.items() if not k.startswith("pixel_values")}
+        if entries:
+            layers = sorted((k for k in entries[0] if k.startswith("deepstack.")), key=lambda k: int(k.split(".")[1]))
+            out["mm_encoder_outputs"] = {"image": VisionOutputs(
+                pooler_output=tuple(e["pooled"].to(self.device) for e in entries),
+                deepstack_features=[tuple(e[k].to(self.device) for e in entries) for k in layers] or None,
+            )}
+        return out
 
     @property
     def has_reference(self) -> bool:
@@ -438,11 +533,14 @@ class VLMPolicy(nn.Module):
         detach_temperature: bool = False,
         reference: str = "base",
         noise_seed: int = 0,
+        vision: Optional[Sequence[dict[str, Tensor]]] = None,
     ) -> EvalOutput:
         """The training forward on ``[left-padded prompt | right-padded response]``.
 
         ``reference``: what the KL (``with_kl``) compares with, one of :data:`REFERENCES`;
-        ``noise_seed`` seeds the ``noised_images`` pixels.
+        ``noise_seed`` seeds the ``noised_images`` pixels. ``vision``: the kept vision encodings of
+        the batch's images in order (:attr:`TurnEncoding.vision`), forwarded instead of the pixels
+        (the tower does not run; a reference that changes the pixels still gets them).
 
         ``kl_estimator``: ``full`` (exact per-token KL over the vocabulary) or ``k1``/``k2``/``k3``
         (:func:`~a2c_ppo_acktr.policy.distributions.sample_kl` on the sampled tokens). ``detach_temperature``:
@@ -469,18 +567,19 @@ class VLMPolicy(nn.Module):
         if "mm_token_type_ids" in enc:  # generated tokens are text
             inputs["mm_token_type_ids"] = torch.cat([enc["mm_token_type_ids"], torch.zeros_like(resp, dtype=enc["mm_token_type_ids"].dtype)], dim=1)
         inputs = self._with_positions(inputs)
+        encoded = inputs if vision is None else self._vision_inputs(inputs, vision)
         head = self.base_model.get_output_embeddings()
         ref_final = ref_head = None
         if with_kl:
             # Before the policy's forward: this no-grad pass's working set then never sits on top
             # of the activations the policy's forward keeps for backward.
             strategy = reference_named(reference)
-            ref_final = strategy.hidden(self, inputs, R, noise_seed)
+            ref_final = strategy.hidden(self, inputs if strategy.reads_pixels else self._fresh(encoded), R, noise_seed)
             ref_head = strategy.head(self, head)
         # The model runs up to lm_head's input only; the logits are made chunk by chunk below, so no
         # full (B, R+1, V) tensor (model dtype) nor its float32 derivatives exist at once.
         with self._catch_lm_head_input(skip_logits=True) as caught:
-            self.model(**inputs, use_cache=False, logits_to_keep=R + 1)
+            self.model(**self._fresh(encoded), use_cache=False, logits_to_keep=R + 1)
         # (B, R+1, H) final hidden states: the last prompt token, then the generated ones; a copy,
         # so that the chunks' references do not keep the whole (B, T, H) tensor alive.
         final = caught[0].clone()
@@ -575,11 +674,14 @@ class VLMPolicy(nn.Module):
                 tokenizes differently).
         """
         encodings = getattr(minibatch, "encodings", None)
+        vision = None
         if encodings is not None:
             # The rollout's own tensors (no processor run); the comparison is on CPU tensors, no device sync.
             now_ids = [e.input_ids for e in encodings]
             enc = self._to_device(collate(encodings, self._pad_token_id))
             fix = "the storage paired a turn's encoding with another turn's prompt ids"
+            if self._vision_owner is not None and all(e.vision is not None for e in encodings):
+                vision = [entry for e in encodings for entry in e.vision]  # the rollout's: no tower pass
         else:
             enc = self._encode(minibatch.prompts, minibatch.images)
             now_ids = self._unpadded(enc)
@@ -590,6 +692,7 @@ class VLMPolicy(nn.Module):
         return self._forward_turns(
             enc, minibatch.generated_ids, minibatch.token_weights, with_kl,
             kl_estimator=kl_estimator, detach_temperature=detach_temperature, reference=reference, noise_seed=noise_seed,
+            vision=vision,
         )
 
     def _split_encodings(self, cpu_enc: dict[str, Tensor], images: Sequence[Sequence[np.ndarray]]) -> Optional[list[TurnEncoding]]:
@@ -685,26 +788,18 @@ class VLMPolicy(nn.Module):
             enc = self._to_device(cpu_enc)
             P = enc["input_ids"].shape[1]
             recompute = self.cfg.rollout_log_probs == "recompute"
-            # With repeated prompts, generate continues every row from the distinct prompts' cache.
-            gen_inputs = enc if unique is None else self._shared_prefill(enc, *unique)
-            with self._catch_lm_head_input() as caught:
-                proc = _RowTemperatureProcessor(
-                    lambda: self._temperatures(caught[0][:, -1], temperature), self.forbidden_ids, record_log_probs=not recompute,
-                    top_k=self.cfg.top_k, top_p=self.cfg.top_p,
-                )
-                # synced_gpus=False: under ZeRO-3 act runs inside gathered_for_rollout (local forwards), and
-                # transformers' default there (all-reduce every decoded token until every rank is done)
-                # would hang ranks that call generate different numbers of times (validation's episodes).
-                seqs = self.model.generate(
-                    **gen_inputs, generation_config=self._generation_config(greedy), logits_processor=LogitsProcessorList([proc]),
-                    synced_gpus=False,
-                )
+            with self._capture_vision() as encoded:
+                # With repeated prompts, generate continues every row from the distinct prompts' cache.
+                gen_inputs = enc if unique is None else self._shared_prefill(enc, *unique)
+                seqs, proc, caught = self._generate(gen_inputs, greedy, temperature, recompute)
+            vision = self._row_vision(encoded, images, None if unique is None else unique[1])
             # Trimmed on the CPU: one device-to-host copy instead of a sync per row.
             generated = [self._trim(row) for row in seqs[:, P:].cpu()]
             decoded = self.tokenizer.batch_decode([g.tolist() for g in generated], skip_special_tokens=True)
             weights = [response_token_weights(self.tokenizer, g.tolist(), self.cfg.thought_prob_coef) for g in generated]
             if recompute:
-                ev = self._forward_turns(enc, generated, weights, with_kl=False, temperature=temperature)
+                ev = self._forward_turns(enc, generated, weights, with_kl=False, temperature=temperature,
+                                         vision=None if vision is None else [e for row in vision for e in row])
                 log_probs, values, temps = ev.log_probs, ev.values, ev.temperatures
             else:
                 # Same functions as the training forward: process_logits -> token_log_probs ->
@@ -718,7 +813,7 @@ class VLMPolicy(nn.Module):
                 log_probs = sequence_log_prob(tok_lp, w.to(tok_lp.device), mask.to(tok_lp.device))
                 values = self._values(caught[0][:, -1])
                 temps = proc.temperatures
-        encodings = self._split_encodings(cpu_enc, images)
+        encodings = self._with_vision(self._split_encodings(cpu_enc, images), vision)
         return ActOutput(
             generated_ids=generated,
             texts=decoded,
@@ -731,6 +826,43 @@ class VLMPolicy(nn.Module):
             token_weights=weights,
             encodings=encodings,
         )
+
+    def _generate(self, inputs: dict[str, Any], greedy: bool, temperature: Optional[float], recompute: bool) -> tuple[Tensor, "_RowTemperatureProcessor", list[Tensor]]:
+        """``generate`` under the per-row temperature processor: the sequences, the processor (its
+        recorded log-probs and temperatures) and the caught ``lm_head`` inputs (the first: each row's
+        last prompt token, which the heads read)."""
+        with self._catch_lm_head_input() as caught:
+            proc = _RowTemperatureProcessor(
+                lambda: self._temperatures(caught[0][:, -1], temperature), self.forbidden_ids, record_log_probs=not recompute,
+                top_k=self.cfg.top_k, top_p=self.cfg.top_p,
+            )
+            # synced_gpus=False: under ZeRO-3 act runs inside gathered_for_rollout (local forwards), and
+            # transformers' default there (all-reduce every decoded token until every rank is done)
+            # would hang ranks that call generate different numbers of times (validation's episodes).
+            seqs = self.model.generate(
+                **inputs, generation_config=self._generation_config(greedy), logits_processor=LogitsProcessorList([proc]),
+                synced_gpus=False,
+            )
+        return seqs, proc, caught
+
+    def _row_vision(self, encoded: list[Any], images: Sequence[Sequence[np.ndarray]], where: Optional[list[int]]) -> Optional[list[list[dict[str, Tensor]]]]:
+        """Each row's vision encodings from the outputs caught while acting, or None: the rows'
+        images in order, or, after a shared prefill, the distinct prompts' images (row ``i`` is
+        distinct prompt ``where[i]``)."""
+        if where is None:
+            return self._vision_entries(encoded, [len(row) for row in images])
+        first = {k: i for i, k in reversed(list(enumerate(where)))}
+        distinct = self._vision_entries(encoded, [len(images[first[k]]) for k in range(len(first))])
+        return None if distinct is None else [distinct[k] for k in where]
+
+    @staticmethod
+    def _with_vision(encodings: Optional[list[TurnEncoding]], vision: Optional[list[list[dict[str, Tensor]]]]) -> Optional[list[TurnEncoding]]:
+        """``encodings`` with each row's vision encodings attached, on the CPU (kept with the rollout)."""
+        if encodings is None or vision is None:
+            return encodings
+        for e, row in zip(encodings, vision):
+            e.vision = [{k: v.cpu() for k, v in entry.items()} for entry in row]
+        return encodings
 
     def _process_distinct(
         self, texts: Sequence[str], images: Sequence[Sequence[np.ndarray]]
@@ -786,8 +918,9 @@ class VLMPolicy(nn.Module):
             cpu_enc = self._process(texts, images)
             self._check_context(cpu_enc["input_ids"].shape[1])
             enc = self._to_device(cpu_enc)
-            with self._catch_lm_head_input(skip_logits=True) as caught:
+            with self._capture_vision() as encoded, self._catch_lm_head_input(skip_logits=True) as caught:
                 self.model(**self._with_positions(enc), use_cache=False, logits_to_keep=1)
+            vision = self._row_vision(encoded, images, None)
             temps = self._temperatures(caught[0][:, -1], temperature).float().cpu()
             seeds = torch.randint(0, 2**31 - 1, (len(observations),)).tolist()
             prompt_ids = self._unpadded(cpu_enc)
@@ -800,8 +933,9 @@ class VLMPolicy(nn.Module):
             generated = [self._trim(torch.tensor(r.token_ids, dtype=torch.long)) for r in replies]
             decoded = self.tokenizer.batch_decode([g.tolist() for g in generated], skip_special_tokens=True)
             weights = [response_token_weights(self.tokenizer, g.tolist(), self.cfg.thought_prob_coef) for g in generated]
-            ev = self._forward_turns(enc, generated, weights, with_kl=False, temperature=temperature)
-        encodings = self._split_encodings(cpu_enc, images)
+            ev = self._forward_turns(enc, generated, weights, with_kl=False, temperature=temperature,
+                                     vision=None if vision is None else [e for row in vision for e in row])
+        encodings = self._with_vision(self._split_encodings(cpu_enc, images), vision)
         return ActOutput(
             generated_ids=generated,
             texts=decoded,

@@ -95,6 +95,9 @@ class Reference:
     """One reference of the KL (or perception probe)."""
 
     name: ClassVar[str] = ""
+    # The pass changes the pixels themselves, so it needs them (and runs the vision tower) even when
+    # the policy's forward takes the rollout's vision encodings instead.
+    reads_pixels: ClassVar[bool] = False
 
     def forward(self, policy: Any, kwargs: dict[str, Any], noise_seed: int) -> tuple[Any, Any, dict[str, Any]]:
         """``(forward, context, kwargs)``: how the no-grad reference pass calls the model."""
@@ -150,6 +153,8 @@ class MovingAverage(Reference):
 
 class ImageProbe(Reference):
     """The policy itself on uninformative images (a perception probe, not a KL reference)."""
+
+    reads_pixels = True
 
     def __init__(self, name: str, noise: bool) -> None:
         self.name, self.noise = name, noise  # type: ignore[misc]
