@@ -8,8 +8,10 @@ the bootstrap values), the update (every minibatch of every epoch, and the KL re
 ``ppo.kl_coef > 0``). Prints a Markdown table per setting; the first iteration is left out (warm-up).
 
 What it shows: with ``model.train_vision=none`` the tower's output is the same every time an image
-passes through it, so every call after an image's first is work a per-rollout cache of image
-embeddings would save (issue: the rollout-engine and speed work).
+passes through it. ``model.reuse_vision_outputs`` (default on) keeps each image's output from the
+rollout and the update forwards it, so the tower runs in the rollout only (once per step; the
+bootstrap values' forward aside) and in the update only for a reference that changes the pixels;
+the last row turns it off, the tower running again on every minibatch of every epoch.
 """
 from __future__ import annotations
 
@@ -25,6 +27,9 @@ SETTINGS = {
     "debug preset": [],
     "+ KL to the reference (ppo.kl_coef 0.05)": ["ppo.kl_coef=0.05"],
     "+ 4 PPO epochs": ["ppo.ppo_epochs=4"],
+    "+ 4 PPO epochs, KL, tower outputs not reused (model.reuse_vision_outputs=false)":
+        ["ppo.ppo_epochs=4", "ppo.kl_coef=0.05", "model.reuse_vision_outputs=false"],
+    "+ 4 PPO epochs, KL, reused (the default)": ["ppo.ppo_epochs=4", "ppo.kl_coef=0.05"],
 }
 
 
