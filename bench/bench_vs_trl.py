@@ -217,6 +217,13 @@ def _split(timer: PhaseTimer, before: dict[str, float], steps: int) -> dict[str,
 
 
 # ------------------------------------------------------------------------------------ one run
+def _reward_stats(rewards: list[float]) -> dict[str, Any]:
+    """Mean reward of the timed steps' completions, its standard error and their number."""
+    n = len(rewards)
+    se = statistics.stdev(rewards) / n**0.5 if n > 1 else float("nan")
+    return {"reward": statistics.mean(rewards), "reward_se": se, "n": n}
+
+
 def _model_config(args: argparse.Namespace):
     from a2c_ppo_acktr.config.arguments import ModelConfig
 
@@ -262,7 +269,7 @@ def run_project(args: argparse.Namespace, kl: float, estimator: str) -> dict[str
         storage.after_update()
         durations.append(time.perf_counter() - t0)
     measured = durations[args.warmup:]
-    return {"s_per_step": statistics.mean(measured), "split": _split(timer, before, args.steps), "reward": statistics.mean(envs.rewards)}
+    return {"s_per_step": statistics.mean(measured), "split": _split(timer, before, args.steps), **_reward_stats(envs.rewards)}
 
 
 def run_trl(args: argparse.Namespace, beta: float) -> dict[str, Any]:
@@ -326,7 +333,7 @@ def run_trl(args: argparse.Namespace, beta: float) -> dict[str, Any]:
         shutil.rmtree(out, ignore_errors=True)
     steps = [b - a for a, b in zip(marks, marks[1:])][args.warmup:]
     return {"s_per_step": statistics.mean(steps), "split": _split(timer, state["before"], len(steps)),
-            "reward": statistics.mean(rewards[state["n_rewards"]:])}
+            **_reward_stats(rewards[state["n_rewards"]:])}
 
 
 # One-turn cpu-demo env: 4 sweep frames + 1 view of 64x64 per prompt.
@@ -410,11 +417,11 @@ def report(args: argparse.Namespace, results: dict[str, list[dict]], trl_version
           f"LoRA r=8; {args.steps} steps after {args.warmup} warm-up, best of {args.rounds} interleaved rounds; "
           f"trl {trl_version}, transformers {transformers.__version__}, torch {torch.__version__}; "
           f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}\n")
-    print("| run | s/step (best round) | rounds | completions/s | mean reward |")
+    print("| run | s/step (best round) | rounds | completions/s | mean reward +- s.e. (completions) |")
     print("|---|---|---|---|---|")
     for key, b in best.items():
         rounds = ", ".join(f"{x['s_per_step']:.3f}" for x in results[key])
-        print(f"| {name[key]} | {b['s_per_step']:.3f} | {rounds} | {args.completions / b['s_per_step']:.1f} | {b['reward']:+.3f} |")
+        print(f"| {name[key]} | {b['s_per_step']:.3f} | {rounds} | {args.completions / b['s_per_step']:.1f} | {b['reward']:+.3f} +- {b['reward_se']:.3f} ({b['n']}) |")
     print("\nWhere the time goes, seconds per step (best round):\n")
     print("| phase | " + " | ".join(name[key] for key in best) + " |")
     print("|---|" + "---|" * len(best))
