@@ -6,7 +6,7 @@
 #                   the first PPO minibatch's max |ratio - 1| stays under the bf16 bound
 #                   (a2c_ppo_acktr/gpu_smoke.py ratio_bound: a fraction of ppo.clip_coef in bf16; docs/TRAINING.md); peak GPU memory
 #   3. PPO          2 iterations under accelerate + DeepSpeed ZeRO-2 on all visible GPUs through
-#                   scripts/run_vsi_qwen.sh (PRESET=debug): ratio deviation, debug/param_rank_max_dev
+#                   scripts/run_vsi_qwen.sh (PRESET=debug, groups of 2 envs: a shared prefill): ratio deviation, debug/param_rank_max_dev
 #                   (must be 0), steps/s
 #   3c. vLLM        (cuda, vllm importable) run_vsi_qwen.sh with ROLLOUT_SERVER=1: a real `vllm serve` of the
 #                   tiny model, 2 iterations through it; adapter versions, |logp_engine - logp_policy|,
@@ -90,8 +90,11 @@ smoke ratio --out "$WORK/ratio.json" ${RATIO_ARGS[@]+"${RATIO_ARGS[@]}"} || fail
 
 echo "== 3/5 PPO: 2 iterations (EMA reference in the loss, perception weighting, validation)"
 # The options whose code paths differ under a launcher: the EMA reference's functional forward, the
-# masked-image pass (it re-sums the rollout log-probs: the ratio check below covers it), validation.
-PPO_OPTIONS="--ppo.reference ema --ppo.kl_coef 0.05 --ppo.perception_weighting true --log.val_interval 2 --log.val_episodes 4"
+# masked-image pass (it re-sums the rollout log-probs: the ratio check below covers it), validation;
+# and groups of 2 envs, whose first turns share one prefill (model.shared_prefill) in bf16 on CUDA
+# (flash attention when it imports), with the vision tower's outputs reused in the update: the ratio
+# check covers both.
+PPO_OPTIONS="--ppo.reference ema --ppo.kl_coef 0.05 --ppo.perception_weighting true --log.val_interval 2 --log.val_episodes 4 --rollout.group_size 2"
 PORT=$(smoke free-port) || fail "could not find a free port"
 if [ "$DEVICE" = cuda ]; then
   logged ppo env PRESET=debug \
