@@ -384,16 +384,16 @@ class VLMPolicy(nn.Module):
             del owner.get_image_features  # the instance attribute: the method is back
 
     def _vision_entries(self, caught: list[Any], images_per_row: Sequence[int]) -> Optional[list[list[dict[str, Tensor]]]]:
-        """Each row's per-image vision encodings (:attr:`TurnEncoding.vision`, on the CPU) from the
-        outputs :meth:`_capture_vision` caught, or None (not reused, or an output this cannot split
-        per image)."""
+        """Each row's per-image vision encodings (:attr:`TurnEncoding.vision`, on the model's device)
+        from the outputs :meth:`_capture_vision` caught, or None (not reused, or an output this
+        cannot split per image)."""
         if self._vision_owner is None:
             return None
         total = int(sum(images_per_row))
         pooled = [t for out in caught for t in out.pooler_output]
         if len(pooled) != total:
             return None
-        flat: list[dict[str, Tensor]] = [{"pooled": t.detach().cpu()} for t in pooled]
+        flat: list[dict[str, Tensor]] = [{"pooled": t.detach()} for t in pooled]
         start = 0
         for out in caught:
             count = len(out.pooler_output)
@@ -401,7 +401,7 @@ class VLMPolicy(nn.Module):
                 if len(feats) != count:
                     return None
                 for j, t in enumerate(feats):
-                    flat[start + j][f"deepstack.{layer}"] = t.detach().cpu()
+                    flat[start + j][f"deepstack.{layer}"] = t.detach()
             start += count
         rows, start = [], 0
         for n in images_per_row:
@@ -868,9 +868,10 @@ class VLMPolicy(nn.Module):
         self, texts: Sequence[str], images: Sequence[Sequence[np.ndarray]]
     ) -> tuple[dict[str, Tensor], Optional[tuple[dict[str, Tensor], list[int]]]]:
         """The processor's batch of all rows, and, when some rows repeat a prompt (equal text and
-        images; the batch shows images) and ``model.shared_prefill`` is on, the batch of the distinct prompts with each
-        row's index in it (else None). The processor then runs on the distinct prompts only, and the
-        full batch is laid out from them exactly as the processor lays it out (:func:`collate`)."""
+        images; the batch shows images) and ``model.shared_prefill`` is on, the batch of the
+        distinct prompts with each row's index in it (else None). The processor then runs on the
+        distinct prompts only, and the full batch is laid out from them exactly as the processor
+        lays it out (:func:`collate`)."""
         # Text-only batches are not shared: without images Qwen-VL's forward derives no positions from
         # the padding mask (generate does), so a prefill outside generate would place them otherwise.
         if self.cfg.shared_prefill and len(texts) > 1 and any(len(row) for row in images):
