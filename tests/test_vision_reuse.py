@@ -16,7 +16,7 @@ from a2c_ppo_acktr.policy.loading import load_vlm
 from a2c_ppo_acktr.policy.model import VISION_MODULES, VLMPolicy
 from a2c_ppo_acktr.rl.storage import RolloutStorage
 from helpers import NUM_ENVS, fresh_policy, policy_observations, tiny_model_cfg
-from numerics import recorded_forwards, widest
+from numerics import f32_chain_tolerance, recorded_forwards, vlm_forward_terms, widest
 
 
 @contextlib.contextmanager
@@ -76,9 +76,18 @@ def test_the_update_forwards_the_rollouts_vision_outputs_and_computes_the_same(t
     assert ((out.log_probs - mb.old_log_probs).exp() - 1).abs().max() < bounds.ratio  # ratio 1 before any step
     (out.log_probs.sum() + out.values.sum()).backward()
     (again.log_probs.sum() + again.values.sum()).backward()
+    # The same function of the same weights on tower outputs computed in other batches: the
+    # gradients differ by the rounding of a forward and a backward through the model at this length,
+    # at each gradient's magnitude (numerics: f32_chain_tolerance, as the forward bounds are made).
+    seq = max(len(p) for p in mb.prompt_ids) + max(len(g) for g in mb.generated_ids)
+    terms = 2 * vlm_forward_terms(reuse.base_model.config, seq)
+    checked = 0
     for (name, p), q in zip(reuse.named_parameters(), fresh.parameters()):
         if p.requires_grad and "lora_B" in name:
-            torch.testing.assert_close(p.grad, q.grad, atol=1e-6, rtol=1e-4)
+            assert q.grad.abs().max() > 0, f"{name}: no gradient"
+            torch.testing.assert_close(p.grad, q.grad, atol=f32_chain_tolerance(terms, float(q.grad.abs().max())), rtol=0)
+            checked += 1
+    assert checked > 0
 
 
 def test_a_reference_that_changes_the_pixels_still_runs_the_tower_on_them(loaded, tiny_model_path):
