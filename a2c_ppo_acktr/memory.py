@@ -39,9 +39,11 @@ from typing import Any, Callable, Optional, Sequence
 
 GIB = 1024**3
 
-# Values of the public config.json of each checkpoint on the Hugging Face hub (the numbers this
-# estimate needs; everything else takes the config class's defaults). Used only when the model is
-# neither a local directory nor in the local HF cache, so that the table prints offline.
+# Values of the public config.json of each checkpoint on the Hugging Face hub: the numbers this
+# estimate needs, and those where the config class's defaults differ from the checkpoint (positions,
+# norm epsilon, RoPE), so that :mod:`a2c_ppo_acktr.real_size` builds the same architecture; the rest
+# takes the class's defaults. The estimate uses them only when the model is neither a local directory
+# nor in the local HF cache, so that the table prints offline.
 KNOWN_CONFIGS: dict[str, dict[str, Any]] = {
     "Qwen/Qwen2.5-VL-3B-Instruct": {
         "model_type": "qwen2_5_vl",
@@ -49,11 +51,13 @@ KNOWN_CONFIGS: dict[str, dict[str, Any]] = {
         "text_config": {
             "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
             "num_attention_heads": 16, "num_key_value_heads": 2, "vocab_size": 151936,
+            "max_position_embeddings": 128000, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+            "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
         },
         "vision_config": {
             "depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "out_hidden_size": 2048,
             "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 112,
-            "fullatt_block_indexes": [7, 15, 23, 31],
+            "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2,
         },
         # preprocessor_config.json
         "min_pixels": 3136, "max_pixels": 12845056,
@@ -64,11 +68,13 @@ KNOWN_CONFIGS: dict[str, dict[str, Any]] = {
         "text_config": {
             "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
             "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+            "max_position_embeddings": 128000, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+            "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
         },
         "vision_config": {
             "depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "out_hidden_size": 3584,
             "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 112,
-            "fullatt_block_indexes": [7, 15, 23, 31],
+            "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2,
         },
         "min_pixels": 3136, "max_pixels": 12845056,
     },
@@ -78,6 +84,8 @@ KNOWN_CONFIGS: dict[str, dict[str, Any]] = {
         "text_config": {
             "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32,
             "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": True,
+            "max_position_embeddings": 262144, "rms_norm_eps": 1e-06, "rope_theta": 5000000,
+            "rope_scaling": {"mrope_interleaved": True, "mrope_section": [24, 20, 20], "rope_type": "default"},
         },
         "vision_config": {
             "depth": 24, "hidden_size": 1024, "intermediate_size": 4096, "num_heads": 16, "out_hidden_size": 2560,
@@ -92,6 +100,8 @@ KNOWN_CONFIGS: dict[str, dict[str, Any]] = {
         "text_config": {
             "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
             "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": False,
+            "max_position_embeddings": 262144, "rms_norm_eps": 1e-06, "rope_theta": 5000000,
+            "rope_scaling": {"mrope_interleaved": True, "mrope_section": [24, 20, 20], "rope_type": "default"},
         },
         "vision_config": {
             "depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16, "out_hidden_size": 4096,
