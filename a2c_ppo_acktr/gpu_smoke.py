@@ -526,6 +526,110 @@ def check_sft_run(out_dir: str | os.PathLike) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
+# real-size, check-real-size: a preset's architecture with random weights (a2c_ppo_acktr.real_size)
+# ---------------------------------------------------------------------------------------------
+# act's seconds per decoded position over a bare batched generate's: the goal, reported beside the
+# measured ratio (act's own prompt forward and forbidden ids cost something; how much is the question).
+ACT_GENERATE_GOAL = 1.15
+# The peak allocated memory of a rollout and two training steps may differ from
+# python -m a2c_ppo_acktr.memory's formula, evaluated at the shapes that ran, by this share.
+REAL_SIZE_MEMORY_TOLERANCE = 0.25
+# Phases of a training iteration the real-size PPO run reports (metrics.jsonl keys; old log-probs
+# only where the update recomputes them).
+REAL_SIZE_PHASES = ("time/collect", "time/old_log_probs", "time/update", "time/iteration")
+
+
+def real_size_check(device: str, model_path: str, preset: str, config: Optional[str] = None, settings: Sequence[str] = (),
+                    seed: int = 0) -> dict[str, Any]:
+    """Speed and memory of a :mod:`a2c_ppo_acktr.real_size` build under ``preset``'s settings (plus the
+    overlay ``config`` and the ``settings`` overrides, which set the stage's small rollout).
+
+    Measures one batched turn of ``act`` against a bare ``generate`` on the same prompts (seconds per
+    decoded position), then on CUDA the peak allocated memory of a rollout of ``rollout.num_envs`` x
+    ``num_steps`` turns and two training steps on its first minibatch (the second with the optimizer's
+    moments allocated), against the memory formula at the shapes that rollout had (within
+    :data:`REAL_SIZE_MEMORY_TOLERANCE`).
+
+    Raises:
+        SmokeFailure: the peak memory is outside the tolerance; the message has both numbers.
+    """
+    import torch
+
+    from a2c_ppo_acktr import real_size_probe as probe
+    from a2c_ppo_acktr.config.arguments import load_config, merge_dicts, parse_overrides
+    from a2c_ppo_acktr.envs.batch import VSIBatchEnv
+    from a2c_ppo_acktr.policy.loading import load_vlm
+    from a2c_ppo_acktr.policy.model import VLMPolicy
+
+    run = load_config(config=config, preset=preset, overrides=merge_dicts(parse_overrides(settings), {"model": {"model_path": model_path, "device": device}}))
+    on_cuda = device == "cuda"
+    torch.manual_seed(seed)
+    t0 = time.perf_counter()
+    policy = VLMPolicy(run.model, load_vlm(run.model))
+    t1 = time.perf_counter()
+    timing = probe.decode_timing(policy, VSIBatchEnv(run.env, run.rollout.num_envs, seed=seed * 1000).reset())
+    t2 = time.perf_counter()
+    if on_cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    storage = collect(policy, run.env, run.rollout.num_envs, run.rollout.num_steps, seed)
+    first = next(iter(storage.minibatches(run.ppo.mini_batch_size, torch.Generator().manual_seed(seed))))
+    probe.training_steps(policy, first, run.ppo.lr)
+    peak = torch.cuda.max_memory_allocated() / 2**30 if on_cuda else None
+    t3 = time.perf_counter()
+    shapes = probe.measured_shapes(policy, storage, run.ppo.mini_batch_size, run.model.max_new_tokens)
+    estimate = probe.estimated_peak_bytes(run, shapes) / 2**30
+    build = Path(model_path) / "real_size_build.json"
+    result = {
+        "model_path": model_path, "preset": preset, "dtype": run.model.dtype, "env_id": run.env.env_id,
+        "build": json.loads(build.read_text(encoding="utf-8")) if build.is_file() else None,
+        "num_envs": run.rollout.num_envs, "num_steps": run.rollout.num_steps, "mini_batch_size": run.ppo.mini_batch_size,
+        "max_new_tokens": run.model.max_new_tokens, "image_size": run.env.image_size, "rollout_log_probs": policy.cfg.rollout_log_probs,
+        "act_seconds": timing.act_seconds, "act_positions": timing.act_positions, "bare_seconds": timing.bare_seconds,
+        "bare_positions": timing.bare_positions, "act_per_token_s": timing.act_per_token, "bare_per_token_s": timing.bare_per_token,
+        "act_over_bare": timing.ratio, "act_goal": ACT_GENERATE_GOAL,
+        "shapes": asdict(shapes), "peak_allocated_gib": peak, "estimate_gib": estimate, "memory_tolerance": REAL_SIZE_MEMORY_TOLERANCE,
+        "phase_seconds": {"load": t1 - t0, "act_vs_generate": t2 - t1, "rollout_and_step": t3 - t2},
+    }
+    if peak is not None and abs(peak / estimate - 1.0) > REAL_SIZE_MEMORY_TOLERANCE:
+        raise SmokeFailure(
+            f"real size {preset}: peak allocated {peak:.2f} GiB over a rollout and two training steps is not within "
+            f"{REAL_SIZE_MEMORY_TOLERANCE:.0%} of python -m a2c_ppo_acktr.memory's {estimate:.2f} GiB at the shapes that ran "
+            f"({shapes.batch} turns x {shapes.seq} tokens, {shapes.images} images x {shapes.image_tokens} tokens): a term of the formula is off"
+        )
+    return result
+
+
+def check_real_size_run(run_dir: str | os.PathLike, iterations: int) -> dict[str, Any]:
+    """:func:`check_ppo_run` on the real-size PPO run, plus: with ``ppo.old_log_probs=update`` the
+    first minibatch's ratio is exactly 1 (old and new log-probs are one forward in one layout), and
+    the seconds of each phase in :data:`REAL_SIZE_PHASES` (mean over the iterations after the first).
+
+    Raises:
+        SmokeFailure: as :func:`check_ppo_run`, or a nonzero first-minibatch deviation under ``update``.
+    """
+    import yaml
+
+    from a2c_ppo_acktr.run.logger import read_metrics
+
+    run_dir = Path(run_dir)
+    result = check_ppo_run(run_dir, iterations)
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    mode = cfg["ppo"].get("old_log_probs", "rollout")  # a config without the field predates update: rollout
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    devs = [float(r["debug/first_minibatch_ratio_max_dev"]) for r in rows]
+    if mode == "update" and any(d != 0.0 for d in devs):
+        raise SmokeFailure(
+            f"real-size PPO run: debug/first_minibatch_ratio_max_dev per iteration {devs} is not exactly 0 with ppo.old_log_probs=update: "
+            "the update's old log-probs and its first minibatch must be the same forward in the same layout"
+        )
+    steady = rows[1:] or rows
+    phases = {k: sum(float(r[k]) for r in steady) / len(steady) for k in REAL_SIZE_PHASES if all(k in r for r in steady)}
+    return {**result, "old_log_probs": mode, "ratio_level": cfg["ppo"].get("ratio_level", "sequence"), "phase_seconds": phases,
+            "clip_coef": cfg["ppo"]["clip_coef"], "turns_per_iteration": cfg["rollout"]["num_envs"] * cfg["rollout"]["num_steps"]}
+
+
+# ---------------------------------------------------------------------------------------------
 # summary and the command line
 # ---------------------------------------------------------------------------------------------
 def summary_table(work: str | os.PathLike, device: str) -> str:
@@ -542,7 +646,8 @@ def summary_table(work: str | os.PathLike, device: str) -> str:
     lines.append(f"| device | {', '.join(g['name'] for g in gpus) if device == 'cuda' else 'cpu'} | |")
     lines.append(f"| torch / CUDA / flash-attn | {info.get('torch')} / {info.get('torch_cuda_build')} / {info.get('flash_attn')} | |")
     peaks = []
-    for r in ratio_rows(load("ratio.json") or []):
+    ratio = load("ratio.json")
+    for r in ratio_rows(ratio or []):
         lines.append(
             f"| ratio dev, tiny {r['dtype']} {r['attn_implementation']}, {r['setting']}, mode {r['rollout_log_probs']}, {r['seeds']} seed(s) "
             f"| max {r['max_dev']:.3g}; {r['share_over_typical']:.0%} of {r['turns']} turns > {TYPICAL_DEV:g}, "
@@ -550,7 +655,8 @@ def summary_table(work: str | os.PathLike, device: str) -> str:
         )
         if r["peak_memory_gib"] is not None:
             peaks.append(r["peak_memory_gib"])
-    lines.append(f"| peak GPU memory (tiny model: act + one backward, own step) | {f'{max(peaks):.2f} GiB' if peaks else 'n/a (cpu)'} | |")
+    if ratio is not None:
+        lines.append(f"| peak GPU memory (tiny model: act + one backward, own step) | {f'{max(peaks):.2f} GiB' if peaks else 'n/a (cpu)'} | |")
     ppo = load("ppo.json")
     if ppo:
         lines.append(f"| PPO ratio dev ({ppo['processes']} processes, {ppo['dtype']}, {ppo['rollout_log_probs']}) | {ppo['ratio_max_dev']:.3g} | < {ppo['bound']:g} |")
@@ -580,7 +686,34 @@ def summary_table(work: str | os.PathLike, device: str) -> str:
         reserved = "n/a (cpu)" if real["reserved_gib"] is None else f"{real['reserved_gib']:.1f} GiB"
         lines.append(f"| real checkpoint: peak reserved memory (one GPU) | {reserved} | <= {REAL_MEMORY_SLACK:g} x estimate {real['estimate_gib']:.1f} GiB |")
         lines.append(f"| real checkpoint: phases | {phases} | |")
+    lines += real_size_rows(load("real_size.json"), load("real_size_ppo.json"))
     return "\n".join(lines)
+
+
+def real_size_rows(probe: Optional[dict[str, Any]], ppo: Optional[dict[str, Any]]) -> list[str]:
+    """Summary rows of the real-size stage (its ``real-size`` and ``check-real-size`` JSON files)."""
+    lines = []
+    if probe:
+        build = probe.get("build") or {}
+        what = f"real size {probe['preset']} ({build.get('architecture_of', '?')}'s architecture, {build.get('num_parameters', 0):.3g} params, " \
+               f"{probe['dtype']}, random weights)"
+        lines.append(f"| {what}: act vs bare generate, {probe['num_envs']} envs x {probe['max_new_tokens']} tokens, s per decoded position "
+                     f"| act {probe['act_per_token_s'] * 1e3:.1f} ms, bare {probe['bare_per_token_s'] * 1e3:.1f} ms: {probe['act_over_bare']:.2f}x "
+                     f"| goal <= {probe['act_goal']:g}x |")
+        s = probe["shapes"]
+        peak = "n/a (cpu)" if probe["peak_allocated_gib"] is None else f"{probe['peak_allocated_gib']:.2f} GiB"
+        lines.append(f"| real size: peak allocated, rollout {probe['num_envs']}x{probe['num_steps']} + two training steps "
+                     f"({s['batch']} turns x {s['prompt_tokens'] + s['response_tokens']} tokens, {s['images']} images x {s['image_tokens']} tokens) "
+                     f"| {peak} | within {probe['memory_tolerance']:.0%} of the formula's {probe['estimate_gib']:.2f} GiB |")
+        if build:
+            lines.append(f"| real size: build (random weights on {build.get('device')}) + write | {build['build_seconds']:.1f} s + {build['write_seconds']:.1f} s | |")
+    if ppo:
+        expected = "0 exactly" if ppo["old_log_probs"] == "update" else f"< {ppo['bound']:g}"
+        lines.append(f"| real size PPO ({ppo['processes']} process(es), {ppo['dtype']}, old log-probs {ppo['old_log_probs']}, "
+                     f"{ppo['ratio_level']} ratios): first-minibatch max abs(ratio-1) | {ppo['ratio_max_dev']:.3g} | {expected} |")
+        phases = ", ".join(f"{k.split('/', 1)[1]} {v:.1f} s" for k, v in ppo["phase_seconds"].items())
+        lines.append(f"| real size PPO: s per iteration after the first ({ppo['turns_per_iteration']} turns) | {phases} | |")
+    return lines
 
 
 def free_port() -> int:
@@ -598,9 +731,10 @@ def _write_json(path: Optional[str], data: Any) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m a2c_ppo_acktr.gpu_smoke", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("stage", choices=["info", "ratio", "real", "check-ppo", "check-engine", "check-sft", "summary", "free-port"])
-    p.add_argument("--model", default=None, help="real: a local checkpoint directory (GPU_SMOKE_MODEL)")
-    p.add_argument("--preset", default="qwen2.5-vl-3b", help="real: the preset whose settings the checkpoint runs with")
+    p.add_argument("stage", choices=["info", "ratio", "real", "real-size", "check-ppo", "check-real-size", "check-engine", "check-sft", "summary",
+                                     "free-port"])
+    p.add_argument("--model", default=None, help="real: a local checkpoint directory (GPU_SMOKE_MODEL); real-size: the built directory")
+    p.add_argument("--preset", default="qwen2.5-vl-3b", help="real, real-size: the preset whose settings the model runs with")
     p.add_argument("--device", choices=["cuda", "cpu"], default=os.environ.get("GPU_SMOKE_DEVICE", "cuda"))
     p.add_argument("--out", default=None, help="JSON file for this stage's numbers")
     p.add_argument("--run-dir", default=None, help="check-ppo: the training run's directory (metrics.jsonl); check-sft: sft.output_dir")
@@ -608,8 +742,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--hf-run-dir", default=None, help="check-engine: the HF-engine run to compare turns/s with")
     p.add_argument("--seeds", type=int, default=None, help="ratio: seeds per setting (default 4 on cuda, 1 on cpu)")
     p.add_argument("--work", default=None, help="summary: the directory holding the stages' JSON files")
-    p.add_argument("--config", default=None, help="ratio: an env overlay (configs/envs/*.yaml, ENV_CONFIG) merged over the debug preset")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="ratio: one more config override (repeatable)")
+    p.add_argument("--config", default=None, help="ratio, real-size: an env overlay (configs/envs/*.yaml, ENV_CONFIG) merged over the preset")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="ratio, real-size: one more config override (repeatable)")
     return p
 
 
@@ -637,6 +771,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if not args.model:
                 raise SmokeFailure("real needs --model (a local checkpoint directory)")
             result = real_checkpoint_check(args.device, args.model, args.preset)
+            _write_json(args.out, result)
+            print(json.dumps(result))
+        elif args.stage == "real-size":
+            if not args.model:
+                raise SmokeFailure("real-size needs --model (a directory written by python -m a2c_ppo_acktr.real_size)")
+            result = real_size_check(args.device, args.model, args.preset, args.config, args.set)
+            _write_json(args.out, result)
+            print(json.dumps(result))
+        elif args.stage == "check-real-size":
+            if not args.run_dir:
+                raise SmokeFailure("check-real-size needs --run-dir (the run's output directory)")
+            result = check_real_size_run(args.run_dir, args.iterations)
             _write_json(args.out, result)
             print(json.dumps(result))
         elif args.stage == "check-ppo":

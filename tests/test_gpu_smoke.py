@@ -164,3 +164,85 @@ def test_real_checkpoint_stage_fails_on_a_prompt_past_the_models_positions(tmp_p
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith(FAILED)]
     assert len(lines) == 1 and lines[0].startswith(f"{FAILED}: real: a prompt of ") and "exceeds the model's 128 positions" in lines[0]
     assert main(["real", "--device", "cpu"]) == 1 and "real needs --model" in capsys.readouterr().err
+
+
+def _real_size_run(tmp_path: Path, devs: list[float], old_log_probs: str) -> Path:
+    """A run directory as the real-size stage's PPO run leaves it, with ``ppo.old_log_probs`` set in
+    its saved config (and per-phase seconds in its metrics)."""
+    import yaml
+
+    phases = {"time/collect": 3.0, "time/old_log_probs": 0.5, "time/update": 2.0}
+    tmp_path.mkdir()
+    run = _run_dir(tmp_path, [{**_row(i + 1, ratio=d, seconds=5.5), **phases} for i, d in enumerate(devs)], dtype="bfloat16")
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    cfg["ppo"]["old_log_probs"] = old_log_probs
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    return run
+
+
+def test_real_size_run_must_start_at_ratio_one_exactly_when_the_update_recomputes_old_log_probs(tmp_path):
+    from a2c_ppo_acktr.gpu_smoke import check_real_size_run
+
+    ok = check_real_size_run(_real_size_run(tmp_path / "a", [0.0, 0.0], "update"), iterations=2)
+    assert ok["old_log_probs"] == "update" and ok["ratio_max_dev"] == 0.0
+    assert ok["phase_seconds"] == {"time/collect": 3.0, "time/old_log_probs": 0.5, "time/update": 2.0, "time/iteration": 5.5}
+    # One ulp of bf16 rounding is a failure under update (the same forward in the same layout) ...
+    with pytest.raises(SmokeFailure, match=r"not exactly 0 with ppo.old_log_probs=update"):
+        check_real_size_run(_real_size_run(tmp_path / "b", [0.0, 2.0**-8], "update"), iterations=2)
+    # ... and rollout's log-probs get the dtype's bound (a fraction of the clip range).
+    assert check_real_size_run(_real_size_run(tmp_path / "c", [0.0, 2.0**-8], "rollout"), iterations=2)["ratio_max_dev"] == 2.0**-8
+    with pytest.raises(SmokeFailure, match="first_minibatch_ratio_max_dev"):
+        check_real_size_run(_real_size_run(tmp_path / "d", [2.21, 0.0], "rollout"), iterations=2)
+
+
+def test_measured_shapes_count_images_and_visual_tokens_in_the_prompt_ids():
+    from types import SimpleNamespace
+
+    import torch
+
+    from a2c_ppo_acktr.real_size_probe import measured_shapes
+
+    ids = {"<|vision_start|>": 7, "<|image_pad|>": 8}
+    tokenizer = SimpleNamespace(convert_tokens_to_ids=ids.__getitem__)
+    vision = SimpleNamespace(spatial_merge_size=2, temporal_patch_size=2, patch_size=14)
+    policy = SimpleNamespace(tokenizer=tokenizer, model=SimpleNamespace(config=SimpleNamespace(vision_config=vision)))
+
+    def prompt(images: int, text: int) -> torch.Tensor:
+        return torch.tensor([1] * text + [7, *[8] * 16, 9] * images)
+
+    storage = SimpleNamespace(prompt_ids=[prompt(2, 30), prompt(1, 50), None], num_envs=3)
+    shapes = measured_shapes(policy, storage, mini_batch_size=2, max_new_tokens=64)
+    # The worst turn of each kind, as the formula takes them: the most images, the longest prompt.
+    assert (shapes.images, shapes.image_tokens, shapes.prompt_tokens) == (2, 16, 50 + 18)
+    assert shapes.pixel_values == 16 * 4 * 2 * 14 * 14 * 3  # tokens x merged patches x temporal x patch area x RGB
+    assert (shapes.text_tokens, shapes.seq, shapes.batch, shapes.padded) == (68 - 2 * 16, 68 + 64, 2, True)
+
+
+def test_real_size_stages_need_a_preset(tmp_path):
+    bad = _script(tmp_path, "cpu", timeout=60, GPU_SMOKE_STAGES="real-size")
+    assert bad.returncode == 2 and f"{FAILED}: GPU_SMOKE_STAGES=real-size needs GPU_SMOKE_REAL_SIZE=<preset>" in bad.stderr
+    bad = _script(tmp_path, "cpu", timeout=60, GPU_SMOKE_STAGES="tiny")
+    assert bad.returncode == 2 and f"{FAILED}: GPU_SMOKE_STAGES=tiny; use all or real-size" in bad.stderr
+
+
+@pytest.mark.slow
+def test_script_real_size_stage_on_cpu(tmp_path):
+    """GPU_SMOKE_REAL_SIZE on CPU: a 2-layer float32 proxy of Qwen2.5-VL-3B's architecture (the real
+    vocabulary and tower widths) built by python -m a2c_ppo_acktr.real_size, act against a bare
+    generate, and 2 PPO iterations of the preset on NumberLine, checked and tabled (~80 s)."""
+    proc = _script(tmp_path, "cpu", timeout=400, GPU_SMOKE_STAGES="real-size", GPU_SMOKE_REAL_SIZE="qwen2.5-vl-3b",
+                   ENV_CONFIG="configs/envs/numberline.yaml")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.rstrip().endswith("GPU SMOKE PASSED") and "== 2/5" not in proc.stdout
+    work = tmp_path / "smoke"
+    probe = json.loads((work / "real_size.json").read_text())
+    assert probe["build"]["architecture_of"] == "Qwen/Qwen2.5-VL-3B-Instruct" and probe["build"]["vocab_rows"] == 151936
+    assert probe["env_id"] == "NumberLine-v0" and probe["act_positions"] >= 1 and probe["bare_positions"] >= 1
+    assert probe["act_per_token_s"] > 0 and probe["bare_per_token_s"] > 0 and probe["peak_allocated_gib"] is None
+    assert probe["shapes"]["images"] >= 1 and probe["estimate_gib"] > 0
+    ppo = json.loads((work / "real_size_ppo.json").read_text())
+    assert ppo["iterations"] == 2 and ppo["dtype"] == "float32" and "time/collect" in ppo["phase_seconds"]
+    if ppo["old_log_probs"] == "update":  # the same forward in the same layout: exact on any machine
+        assert ppo["ratio_max_dev"] == 0.0
+    table = summary_table(work, "cpu")
+    assert "| real size PPO (1 process(es), float32" in table and table in proc.stdout

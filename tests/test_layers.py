@@ -22,7 +22,7 @@ LAYERS: dict[str, int] = {
     **dict.fromkeys(["rl", "rl.storage", "algo.*", "rl.rollouts", "rl.run_state"], 4),
     **dict.fromkeys(["reports.*", "eval.*"], 5),
     "rl.train": 6,
-    **dict.fromkeys(["export", "prefetch", "memory", "real_size", "vision_probe", "gpu_smoke", "gymnasium_plugin"], 7),
+    **dict.fromkeys(["export", "prefetch", "memory", "real_size", "real_size_probe", "vision_probe", "gpu_smoke", "gymnasium_plugin"], 7),
 }
 
 
