@@ -260,7 +260,10 @@ def ratio_check(
     from a2c_ppo_acktr.policy.model import VLMPolicy
 
     model = {"device": device, "dtype": dtype, "attn_implementation": attn_implementation, **(model_overrides or {})}
-    cfg = load_config(config=config, preset=preset, overrides=merge_dicts(parse_overrides(settings), {"model": model}))
+    # What this measures is the rollout's own log-probs against the update's forward: the old
+    # log-probs of ppo.old_log_probs=rollout (the default recomputes them in the update's layout).
+    rollout_old = {"ppo": {"old_log_probs": "rollout"}}
+    cfg = load_config(config=config, preset=preset, overrides=merge_dicts(merge_dicts(rollout_old, parse_overrides(settings)), {"model": model}))
     t0 = time.perf_counter()
     on_cuda = device == "cuda"
     if on_cuda:

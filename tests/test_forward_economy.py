@@ -27,7 +27,7 @@ from a2c_ppo_acktr.policy.model import VLMPolicy
 from a2c_ppo_acktr.rl.storage import RolloutStorage, compute_gae
 from a2c_ppo_acktr.common.sameness import same_observation
 from a2c_ppo_acktr.rl.train import collect_rollout, compute_advantages
-from helpers import tiny_model_cfg, toy_storage
+from helpers import one_token_output, tiny_model_cfg, toy_storage
 from numerics import f32_chain_tolerance, head_terms, vlm_forward_terms
 
 
@@ -277,7 +277,7 @@ class _KLToy(nn.Module):
     def forward(self, mb, with_kl=False):
         self.calls.append(with_kl)
         th = self.theta[mb.indices]
-        return SimpleNamespace(log_probs=nn.functional.logsigmoid(th), values=th * 0, entropy=th * 0, kl=th**2 if with_kl else None)
+        return one_token_output(nn.functional.logsigmoid(th), th * 0, th * 0, th**2 if with_kl else None)
 
 
 def test_reference_forward_only_when_the_kl_is_read():
@@ -285,7 +285,7 @@ def test_reference_forward_only_when_the_kl_is_read():
     otherwise, and losses/kl_ref is NaN in between; kl_coef > 0: on every minibatch."""
     st = toy_storage()
     pol = _KLToy(8)
-    cfg = PPOConfig(ppo_epochs=2, mini_batch_size=2, lr=0.1)
+    cfg = PPOConfig(ppo_epochs=2, mini_batch_size=2, lr=0.1, old_log_probs="rollout")  # the update's own forwards only
     ppo = PPO(pol, torch.optim.SGD(pol.parameters(), lr=0.1), cfg, seed=0, kl_ref_interval=3)
     logged = []
     for _ in range(4):
@@ -301,7 +301,8 @@ def test_reference_forward_only_when_the_kl_is_read():
     ppo = PPO(pol, torch.optim.SGD(pol.parameters(), lr=0.1), PPOConfig(ppo_epochs=2, mini_batch_size=2, kl_coef=0.1), seed=0, kl_ref_interval=3)
     for _ in range(2):
         assert math.isfinite(ppo.update(st)["losses/kl_ref"])
-    assert pol.calls == [True] * 16
+    # ppo.old_log_probs=update first re-scores the 4 minibatches without the reference, then the 8 read the KL
+    assert pol.calls == ([False] * 4 + [True] * 8) * 2
 
 
 def test_reference_forward_decision_is_the_same_on_every_rank():
@@ -310,7 +311,8 @@ def test_reference_forward_decision_is_the_same_on_every_rank():
     runs = []
     for rank in range(2):
         pol = _KLToy(8)
-        ppo = PPO(pol, torch.optim.SGD(pol.parameters(), lr=0.1), PPOConfig(ppo_epochs=1, mini_batch_size=4), seed=rank, kl_ref_interval=2)
+        ppo = PPO(pol, torch.optim.SGD(pol.parameters(), lr=0.1), PPOConfig(ppo_epochs=1, mini_batch_size=4, old_log_probs="rollout"), seed=rank,
+                  kl_ref_interval=2)
         for _ in range(5):
             ppo.update(toy_storage(seed=rank + 10 * ppo.num_updates))
         runs.append(pol.calls)
@@ -341,7 +343,7 @@ class _Counted(torch.Tensor):
 class _CountedToy(_KLToy):
     def forward(self, mb, with_kl=False):
         out = super().forward(mb, with_kl)
-        return SimpleNamespace(**{k: (v.as_subclass(_Counted) if v is not None else None) for k, v in vars(out).items()})
+        return SimpleNamespace(**{k: (v.as_subclass(_Counted) if isinstance(v, torch.Tensor) else v) for k, v in vars(out).items()})
 
 
 @pytest.mark.parametrize("epochs, target_kl", [(1, None), (3, None), (2, 1e9)])

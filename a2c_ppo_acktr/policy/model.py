@@ -128,6 +128,10 @@ class ActOutput:
     # (N,) the rollout engine's own log-probs of the replies, weighted like log_probs (rollout.engine
     # other than hf; NaN where it returned none); None when the policy sampled itself.
     engine_log_probs: Optional[Tensor] = None
+    # (R_i,) each reply's per-token log-probs (unweighted; log_probs are their weighted sums).
+    token_log_probs: Optional[list[Tensor]] = None
+    # (N,) bool: the reply was cut by model.max_new_tokens before an end-of-sequence token.
+    reply_cut: Optional[Tensor] = None
 
 
 @dataclass
@@ -147,6 +151,7 @@ class EvalOutput:
     token_log_probs: Optional[Tensor] = None
     token_kl: Optional[Tensor] = None
     token_mask: Optional[Tensor] = None
+    token_entropy: Optional[Tensor] = None
 
 
 # The names the forward's ``reference`` option takes: the KL references, then the perception probes.
@@ -531,7 +536,7 @@ class VLMPolicy(nn.Module):
         temperature: Optional[float] = None,
         kl_estimator: str = "full",
         detach_temperature: bool = False,
-        reference: str = "base",
+        reference: str = "start",
         noise_seed: int = 0,
         vision: Optional[Sequence[dict[str, Tensor]]] = None,
     ) -> EvalOutput:
@@ -601,7 +606,7 @@ class VLMPolicy(nn.Module):
             kl, kl_sum = masked_mean(per_token, resp_mask), masked_sum(per_token, resp_mask)
         return EvalOutput(
             log_probs=log_probs, values=values, entropy=entropy, kl=kl, temperatures=temps, seq_entropy=seq_entropy, kl_sum=kl_sum,
-            token_log_probs=stats.log_probs, token_kl=per_token, token_mask=resp_mask,
+            token_log_probs=stats.log_probs, token_kl=per_token, token_mask=resp_mask, token_entropy=stats.entropy,
         )
 
     # ------------------------------------------------------------------ EMA reference (references.MovingAverage)
@@ -653,14 +658,14 @@ class VLMPolicy(nn.Module):
 
     def evaluate_actions(
         self, minibatch: Any, with_kl: bool = False, kl_estimator: str = "full", detach_temperature: bool = False,
-        reference: str = "base", noise_seed: int = 0,
+        reference: str = "start", noise_seed: int = 0,
     ) -> EvalOutput:
         """Re-forward prompt + action of stored turns.
 
         Args:
             minibatch: a :class:`~a2c_ppo_acktr.rl.storage.Minibatch` (``prompts``, ``images``,
                 ``prompt_ids``, ``generated_ids``, ``token_weights`` are read).
-            with_kl: also compute the KL to the reference (adapter disabled); one more forward.
+            with_kl: also compute the KL to the reference (``reference``: the starting policy by default); one more forward.
             kl_estimator, detach_temperature, reference, noise_seed: see :meth:`_forward_turns`
                 (``ppo.kl_estimator``, ``ppo.temperature_loss=entropy_target``, ``ppo.reference``,
                 the perception pass).
@@ -787,7 +792,7 @@ class VLMPolicy(nn.Module):
             self._check_context(cpu_enc["input_ids"].shape[1])
             enc = self._to_device(cpu_enc)
             P = enc["input_ids"].shape[1]
-            recompute = self.cfg.rollout_log_probs == "recompute"
+            recompute = self.cfg.recompute_rollout_log_probs
             with self._capture_vision() as encoded:
                 # With repeated prompts, generate continues every row from the distinct prompts' cache.
                 gen_inputs = enc if unique is None else self._shared_prefill(enc, *unique)
@@ -800,7 +805,7 @@ class VLMPolicy(nn.Module):
             if recompute:
                 ev = self._forward_turns(enc, generated, weights, with_kl=False, temperature=temperature,
                                          vision=None if vision is None else [e for row in vision for e in row])
-                log_probs, values, temps = ev.log_probs, ev.values, ev.temperatures
+                log_probs, values, temps, tok_lp = ev.log_probs, ev.values, ev.temperatures, ev.token_log_probs
             else:
                 # Same functions as the training forward: process_logits -> token_log_probs ->
                 # sequence_log_prob; the value head on the same (last prompt token) hidden state.
@@ -825,7 +830,20 @@ class VLMPolicy(nn.Module):
             prompt_ids=[e.input_ids for e in encodings] if encodings is not None else self._unpadded(cpu_enc),
             token_weights=weights,
             encodings=encodings,
+            token_log_probs=self._rows(tok_lp, generated),
+            reply_cut=self._reply_cut(generated),
         )
+
+    @staticmethod
+    def _rows(per_token: Tensor, generated: Sequence[Tensor]) -> list[Tensor]:
+        """Each reply's entries of a ``(N, R)`` per-token tensor, on the CPU (one copy)."""
+        cpu = per_token.detach().float().cpu()
+        return [cpu[i, : len(g)].clone() for i, g in enumerate(generated)]
+
+    def _reply_cut(self, generated: Sequence[Tensor]) -> Tensor:
+        """``(N,)`` bool: replies that reached ``max_new_tokens`` without an end-of-sequence token."""
+        return torch.tensor([len(g) >= self.cfg.max_new_tokens and (len(g) == 0 or int(g[-1]) not in self.eos_ids) for g in generated],
+                            dtype=torch.bool)
 
     def _generate(self, inputs: dict[str, Any], greedy: bool, temperature: Optional[float], recompute: bool) -> tuple[Tensor, "_RowTemperatureProcessor", list[Tensor]]:
         """``generate`` under the per-row temperature processor: the sequences, the processor (its
@@ -949,6 +967,8 @@ class VLMPolicy(nn.Module):
             token_weights=weights,
             encodings=encodings,
             engine_log_probs=torch.tensor(sequence_log_probs(replies, weights), dtype=torch.float32),
+            token_log_probs=self._rows(ev.token_log_probs, generated),
+            reply_cut=self._reply_cut(generated),
         )
 
     def _check_context(self, prompt_tokens: int) -> None:

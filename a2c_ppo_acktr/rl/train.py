@@ -240,7 +240,7 @@ def _build_run(cfg: RunConfig, accelerator) -> Run:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda it: lr_factor(it, cfg.ppo))
     policy, prepared_optimizer = accelerator.prepare(module, optimizer)
     module = accelerator.unwrap_model(policy)
-    if cfg.ppo.reference == "ema":  # starts at the weights the run starts with (the SFT adapter's when warm-started)
+    if cfg.reference_copies_weights:  # ema, or start after a warm start: a copy of the weights the run starts with
         module.init_ema_reference()
     # From here on ranks must differ (sampling, shuffles): offset by rank.
     seed_everything(cfg.seed + rank)
