@@ -333,6 +333,13 @@ class PPOConfig:
     # Dual clip (Ye et al. 2020): for a negative advantage the loss is capped at -A * clip_ratio_c, so one
     # sample whose ratio has run far above 1 cannot dominate the update; null = off, else > 1 (verl: 3).
     clip_ratio_c: Optional[float] = None
+    # DAPO's dynamic sampling (Yu et al. 2025), for the grouped estimators (rloo, grpo): a group whose
+    # episodes all have the same return has every advantage 0 and teaches nothing. Its turns are
+    # dropped and more rollouts are collected (at most dynamic_sampling_max_rounds in all) until the
+    # update's batch holds rollout.num_envs * num_steps turns of groups that differ; if the rounds run
+    # out first, the rest of the batch is filled with turns that take no advantage.
+    dynamic_sampling: bool = False
+    dynamic_sampling_max_rounds: int = 4
     # DAPO's overlong filtering: a reply cut by model.max_new_tokens (no end-of-sequence token) takes no
     # policy gradient (its tokens leave the policy loss), since its reward judges a reply that was never
     # finished.
@@ -438,6 +445,10 @@ class PPOConfig:
         for side in ("clip_low", "clip_high"):
             value = getattr(self, side)
             _check(value is None or value > 0, f"ppo.{side}={value} must be > 0 (or null for ppo.clip_coef)")
+        _check(
+            self.dynamic_sampling_max_rounds >= 1,
+            f"ppo.dynamic_sampling_max_rounds={self.dynamic_sampling_max_rounds} must be >= 1 (rollouts collected per update at most)",
+        )
         _check(self.clip_low is None or self.clip_low < 1, f"ppo.clip_low={self.clip_low} must be < 1 (the ratio's floor is 1 - clip_low > 0)")
         _check(
             self.clip_ratio_c is None or self.clip_ratio_c > 1,
@@ -749,6 +760,12 @@ class RunConfig:
                 self.dist.zero_stage < 3,
                 f"ppo.reference={self.ppo.reference} keeps a full copy of the trainable weights on every process (here: of the warm "
                 "start's adapter); with dist.zero_stage=3 they are partitioned: use ppo.reference=base or dist.zero_stage=2",
+            )
+        if self.ppo.dynamic_sampling:
+            _check(
+                self.ppo.advantage_estimator in ("rloo", "grpo"),
+                f"ppo.dynamic_sampling drops groups whose episodes all score alike; ppo.advantage_estimator="
+                f"{self.ppo.advantage_estimator!r} has no groups: use rloo or grpo (with rollout.group_size >= 2), or turn it off",
             )
         if self.model.rollout_log_probs == "auto":  # resolved here, so the saved config.yaml holds the mode used
             update = self.ppo.old_log_probs == "update"

@@ -286,6 +286,18 @@ def normalize_advantages(
     return out
 
 
+def informative_turns(advantages: Tensor, adv_mask: Tensor, group_ids: Optional[Tensor]) -> Tensor:
+    """``(T, N)`` bool: the compared turns of groups whose episodes do not all score alike (DAPO's
+    dynamic sampling keeps only those: a group of equal returns has every advantage 0 under rloo and
+    grpo, and teaches nothing). A group counts when any of its compared turns has a non-zero
+    advantage; all of its compared turns are kept then, zero-advantage ones included."""
+    if group_ids is None:
+        return adv_mask.clone()
+    moving = adv_mask & (advantages != 0)
+    keys = group_ids[moving].unique()
+    return adv_mask & torch.isin(group_ids, keys)
+
+
 def get_advantage_estimator(name: str) -> Callable[..., tuple[Tensor, Tensor]]:
     """The estimator registered as ``name``; an unknown name raises listing the known ones."""
     if name not in ADVANTAGE_ESTIMATORS:
@@ -596,6 +608,40 @@ class RolloutStorage:
             old_token_log_probs=old_tokens if all(t is not None for t in old_tokens) else None,
             reply_cut=self.reply_cut.flatten()[idx],
         )
+
+    # Per-turn fields (flat index t * num_envs + n) that :meth:`copy_turns` carries: lists, then (T, N) tensors.
+    _TURN_LISTS = ("prompts", "images", "prompt_ids", "generated_ids", "token_weights", "old_token_log_probs", "encodings")
+    _TURN_TENSORS = ("old_log_probs", "values", "old_values", "rewards", "terminated", "truncated", "next_values", "temperatures",
+                     "engine_log_probs", "reply_cut", "advantages", "returns", "adv_mask", "group_ids")
+
+    @classmethod
+    def batch_like(cls, other: "RolloutStorage") -> "RolloutStorage":
+        """An empty storage of ``other``'s shape to gather turns of several rollouts into
+        (:meth:`copy_turns`): the update reads it like a rollout (flat indices only)."""
+        batch = cls(other.num_steps, other.num_envs)
+        shape = (other.num_steps, other.num_envs)
+        batch.advantages, batch.returns = torch.zeros(shape), torch.zeros(shape)
+        batch.adv_mask = torch.zeros(shape, dtype=torch.bool)
+        batch.group_ids = torch.full(shape, -1, dtype=torch.long)
+        batch.step = other.num_steps
+        return batch
+
+    def copy_turns(self, src: "RolloutStorage", indices: Sequence[int], positions: Sequence[int]) -> None:
+        """Copy ``src``'s turns at flat ``indices`` (after its advantages) into this storage's flat
+        ``positions``, every per-turn field with them (the turns' processed images are shared, not copied)."""
+        if src.advantages is None or src.returns is None or src.adv_mask is None:
+            raise RuntimeError("copy_turns reads the advantages: call compute_returns on the source first")
+        idx = torch.as_tensor(list(indices), dtype=torch.long)
+        pos = torch.as_tensor(list(positions), dtype=torch.long)
+        for name in self._TURN_LISTS:
+            mine, theirs = getattr(self, name), getattr(src, name)
+            for i, p in zip(idx.tolist(), pos.tolist()):
+                mine[p] = theirs[i]
+        for name in self._TURN_TENSORS:
+            theirs = getattr(src, name)
+            if theirs is None:  # no groups in the source: its turns are groupless
+                continue
+            getattr(self, name).view(-1)[pos] = theirs.reshape(-1)[idx].to(getattr(self, name).dtype)
 
     def after_update(self) -> None:
         """Make room for the next rollout; remember which envs start mid-episode."""
