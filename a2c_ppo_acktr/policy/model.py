@@ -12,16 +12,17 @@ with :func:`~a2c_ppo_acktr.policy.distributions.chunked_token_stats`: ``lm_head`
 vocabulary-wide work run a chunk of positions at a time, recomputed in backward, so no ``(B, R, V)``
 tensor is ever alive (the formulas are those of ``process_logits``/``token_log_probs``).
 
-The rollout's log-probs come from the same functions the update uses, on the same numbers:
-with ``model.rollout_log_probs = "generate"`` (the float32 default, no extra forward) the processor keeps each
-step's processed logits and reads the sampled token's log-prob with
+The rollout's log-probs (per token, and their weighted sums) come from the same functions the update
+uses, on the same numbers: with ``model.rollout_log_probs = "generate"`` (no extra forward) the
+processor keeps each step's processed logits and reads the sampled token's log-prob with
 :func:`~a2c_ppo_acktr.policy.distributions.token_log_probs`, and the value head reads the hidden state
 caught at generate's first step; with ``"recompute"`` a no-grad training forward
-(:meth:`VLMPolicy.evaluate_actions`'s code; the bf16/fp16 default) re-scores the batch. Either way
-the first PPO minibatch sees ``ratio == 1`` to float rounding (tested: < 1e-4 in fp32; in bf16 the
-rounding depends on the batch layout: docs/TRAINING.md, "bf16 and the ratio invariant"). Dropout is
-off while acting; keep ``model.lora_dropout = 0`` for PPO, or the update's dropout masks make the
-first ratio differ from 1.
+(:meth:`VLMPolicy.evaluate_actions`'s code) re-scores the batch. They are the update's old log-probs
+only with ``ppo.old_log_probs=rollout`` (then within 1e-4 of the update's in fp32; in bf16 the
+rounding depends on the batch layout); by default the update re-scores the rollout in its own layout
+and its first ratio is exactly 1 (docs/TRAINING.md, "The first ratio"). Dropout is off while acting;
+keep ``model.lora_dropout = 0`` for PPO, or the update's dropout masks make the first ratio differ
+from 1.
 
 Batch layout of the training forward: ``[left-padded prompt | generated ids right-padded]``; the
 attention mask covers both paddings, and ``logits_to_keep = R + 1`` makes ``lm_head`` see exactly the
