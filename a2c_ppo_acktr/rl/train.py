@@ -152,6 +152,9 @@ def collect_rollout(
             stats.act_seconds += t1 - t0
             stats.env_seconds += time.perf_counter() - t1
             terminated, truncated = np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool)
+            # A turn limit the observations announced ends that MDP: no value is bootstrapped there (TextEnv).
+            announced = truncated & np.array([bool(info.get("time_limit_announced", False)) for info in infos], dtype=bool)
+            terminated, truncated = terminated | announced, truncated & ~announced
             group_ids = [info["group_id"] for info in infos] if all("group_id" in i for i in infos) else None
             storage.insert(act, rewards, terminated, truncated, group_ids=group_ids, defer_final_values=True)
             if bootstrap:
