@@ -7,7 +7,7 @@
 - ``ratio``: the tiny model (``tiny:qwen2_5_vl``) acts on procedural VSI scenes, the rollout is
   stored, and :meth:`~a2c_ppo_acktr.policy.model.VLMPolicy.evaluate_actions` re-scores every minibatch
   before any update: ``max |ratio - 1|`` must stay under :func:`ratio_bound` (float32: 1e-4; bf16
-  and fp16: a fraction of ``ppo.clip_coef``; docs/TRAINING.md, "bf16 and the ratio invariant"), and
+  and fp16: a fraction of ``ppo.clip_coef``; docs/TRAINING.md, "The first ratio"), and
   the share of turns outside the clip range is reported. On CUDA: bf16 with sdpa, and with flash_attention_2 when ``flash_attn`` imports.
   Also measures the peak GPU memory of acting plus one backward (the training loop does not log it).
 - ``check-ppo``: reads a short training run's ``metrics.jsonl``: the ratio deviation (same bound),
@@ -260,7 +260,10 @@ def ratio_check(
     from a2c_ppo_acktr.policy.model import VLMPolicy
 
     model = {"device": device, "dtype": dtype, "attn_implementation": attn_implementation, **(model_overrides or {})}
-    cfg = load_config(config=config, preset=preset, overrides=merge_dicts(parse_overrides(settings), {"model": model}))
+    # What this measures is the rollout's own log-probs against the update's forward: the old
+    # log-probs of ppo.old_log_probs=rollout (the default recomputes them in the update's layout).
+    rollout_old = {"ppo": {"old_log_probs": "rollout"}}
+    cfg = load_config(config=config, preset=preset, overrides=merge_dicts(merge_dicts(rollout_old, parse_overrides(settings)), {"model": model}))
     t0 = time.perf_counter()
     on_cuda = device == "cuda"
     if on_cuda:
@@ -386,7 +389,7 @@ def check_ratio_results(results: Sequence[RatioResult]) -> None:
         raise SmokeFailure(
             f"first-minibatch ratio deviates from 1 ({worst}) in {bad[0].dtype}, mode {bad[0].rollout_log_probs}: rollout and update "
             "disagree about the log-probs; compare model.rollout_log_probs=recompute and generate, and attention "
-            "implementations (docs/TRAINING.md, 'bf16 and the ratio invariant')"
+            "implementations (docs/TRAINING.md, 'The first ratio')"
         )
 
 

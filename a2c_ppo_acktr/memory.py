@@ -650,7 +650,7 @@ def measure_update_peak(policy: Any, minibatch: Any, with_kl: bool = True) -> in
 
     def step() -> None:
         out = policy(minibatch, with_kl=with_kl)
-        loss, _ = ppo_loss(out.log_probs, out.values, out.entropy, out.kl, minibatch, ppo_cfg, 0.0)
+        loss, _ = ppo_loss(out, minibatch, ppo_cfg, 0.0)
         loss.backward()
         for p in policy.parameters():
             p.grad = None

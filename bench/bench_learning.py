@@ -48,6 +48,8 @@ Tasks (:data:`TASKS`) and their targets:
                oracle labels, stopped at NUMBERLINE_HEADROOM_SFT_STEPS so that PPO has room (the
                quickstart's adapter already wins every deal with the seeing model): greedy success
                >= 0.95 in every seed, and run - SFT per seed (paired CIs)
+  numberline9_headroom  the same on a NumberLine no recipe was tuned on: a line of 0..9
+               (env.game.max_position=9), 12 turns
 Greedy evaluations judge each run's last checkpoint, or with ``--eval-policy best`` the policy the
 run's own validation kept (``--extra log.val_interval=K``: greedy on ``log.val_episodes`` deals or
 questions seeded apart from the held-out set; ``<run>/best/policy``).
@@ -185,6 +187,10 @@ TASKS: dict[str, Task] = {
         Task("room_size_headroom", ("env.question_types=[room_size_estimation]", f"env.num_scenes={ROOM_SIZE_HEADROOM_SCENES}",
                                     "model.model_path=tiny:qwen2_5_vl-rooms"), "held_out",
              sft=(f"sft.max_steps={ROOM_SIZE_HEADROOM_SFT_STEPS}",)),
+        # A NumberLine no recipe was tuned on: a line of 0..9 (the vision pre-training reads 0..9), 12
+        # turns, SFT stopped at NUMBERLINE_HEADROOM_SFT_STEPS like numberline_headroom's.
+        Task("numberline9_headroom", ("env.max_turns=12", "env.game={max_position: 9}"), "game_success", 0.95,
+             env_config="configs/envs/numberline.yaml", sft=(f"sft.max_steps={NUMBERLINE_HEADROOM_SFT_STEPS}",)),
         Task("minigrid_empty", ("env.max_turns=20",), "game_success", env_config="configs/envs/minigrid-empty.yaml",
              adapter="outputs/quickstart_minigrid_empty/sft/adapter"),
     )

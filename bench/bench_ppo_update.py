@@ -117,7 +117,7 @@ def measure(args: argparse.Namespace) -> None:
             loss = bare_loss(policy, mb)
         else:
             out = policy(mb, with_kl=True)  # an update's first minibatch also runs the reference forward
-            loss, _ = ppo_loss(out.log_probs, out.values, out.entropy, out.kl, mb, ppo_cfg, 0.0)
+            loss, _ = ppo_loss(out, mb, ppo_cfg, 0.0)
         loss.backward()
         for p in policy.parameters():
             p.grad = None

@@ -117,6 +117,16 @@ def write_sft_rows(tmp_path: Path, rows: list[tuple[dict, str]]) -> Path:
 
 
 # ------------------------------------------------------------------------------ PPO on a toy tensor policy
+def one_token_output(log_probs, values, entropy, kl=None, **extra):
+    """A policy output for turns of one generated token each: the per-token tensors ``(B, 1)`` are
+    the per-turn ones (so every ratio level and aggregation reads the same numbers)."""
+    return SimpleNamespace(
+        log_probs=log_probs, values=values, entropy=entropy, kl=kl,
+        token_log_probs=log_probs[:, None], token_mask=torch.ones(log_probs.shape[0], 1, dtype=torch.bool),
+        token_entropy=entropy[:, None], token_kl=None if kl is None else kl[:, None], **extra,
+    )
+
+
 class ToyPolicy(nn.Module):
     """One logit and one value per stored turn; the KL to the reference is theta^2."""
 
@@ -134,12 +144,7 @@ class ToyPolicy(nn.Module):
         th = self.theta[mb.indices]
         log_probs = nn.functional.logsigmoid(th)
         self.seen.append((log_probs.detach().clone(), mb.old_log_probs.clone()))
-        return SimpleNamespace(
-            log_probs=log_probs,
-            values=self.v[mb.indices],
-            entropy=torch.zeros_like(th),
-            kl=th**2 if with_kl else None,
-        )
+        return one_token_output(log_probs, self.v[mb.indices], torch.zeros_like(th), th**2 if with_kl else None)
 
 
 def toy_storage(T=2, N=4, seed=0):
@@ -153,6 +158,7 @@ def toy_storage(T=2, N=4, seed=0):
             texts=[""] * N, prompts=[""] * N, images=[[] for _ in range(N)], prompt_ids=[torch.zeros(1)] * N,
             generated_ids=[torch.zeros(1)] * N, token_weights=[torch.ones(1)] * N,
             log_probs=torch.full((N,), math.log(0.5)), values=torch.zeros(N), temperatures=torch.ones(N),
+            token_log_probs=[torch.full((1,), math.log(0.5))] * N,
         )
         st.insert(act, torch.randn(N, generator=g), torch.zeros(N), torch.zeros(N))
     st.compute_returns(torch.zeros(N))
@@ -164,7 +170,9 @@ def toy_ppo(policy, lr=0.1, **over):
     from a2c_ppo_acktr.algo.ppo import PPO
     from a2c_ppo_acktr.config.arguments import PPOConfig
 
-    cfg = PPOConfig(**{"ppo_epochs": 2, "mini_batch_size": 2, "lr": lr, "max_grad_norm": 10.0, **over})
+    # The toy storages hold fixed old log-probs that the tests' expectations start from: the update
+    # takes them as they are (ppo.old_log_probs=rollout) unless a test asks for the recompute.
+    cfg = PPOConfig(**{"ppo_epochs": 2, "mini_batch_size": 2, "lr": lr, "max_grad_norm": 10.0, "old_log_probs": "rollout", **over})
     return PPO(policy, torch.optim.SGD(policy.parameters(), lr=lr), cfg, seed=0)
 
 
@@ -181,6 +189,7 @@ def toy_minibatch(old_log_probs, old_values, advantages, returns):
         prompts=[""] * B, images=[[] for _ in range(B)], prompt_ids=[torch.zeros(1)] * B, generated_ids=[torch.zeros(1)] * B,
         token_weights=[torch.ones(1)] * B, old_log_probs=t(old_log_probs), old_values=t(old_values),
         advantages=t(advantages), returns=t(returns), indices=torch.arange(B),
+        old_token_log_probs=[t([x]) for x in old_log_probs],
     )
 
 

@@ -17,7 +17,7 @@ from a2c_ppo_acktr.policy.distributions import (
     token_kl,
     token_log_probs,
 )
-from helpers import toy_minibatch, toy_storage
+from helpers import one_token_output, toy_minibatch, toy_storage
 
 
 # ------------------------------------------------------------------------ top-k / top-p
@@ -99,8 +99,7 @@ class KLToyPolicy(nn.Module):
         self.calls.append((with_kl, options, self.training))
         n = len(mb.indices)
         zero = self.w.expand(n) * 0.0  # differentiable zeros: the update runs a backward
-        return SimpleNamespace(log_probs=zero, values=zero, entropy=zero, kl=zero,
-                               kl_sum=10.0 * mb.indices.float(), temperatures=torch.ones(n) + zero)
+        return one_token_output(zero, zero, zero, zero, kl_sum=10.0 * mb.indices.float(), temperatures=torch.ones(n) + zero)
 
 
 def test_reward_kl_is_per_turn_in_storage_layout_and_enters_the_rewards():
@@ -128,8 +127,9 @@ def test_kl_penalty_reward_keeps_the_kl_out_of_the_loss():
     mb = toy_minibatch([math.log(0.5)] * 2, [0.0, 0.0], [1.0, -1.0], [0.0, 0.0])
     lp = torch.full((2,), math.log(0.5))
     kl = torch.tensor([0.3, 0.5])
-    in_loss, _ = ppo_loss(lp, torch.zeros(2), torch.zeros(2), kl, mb, PPOConfig(kl_coef=0.2), 0.2)
-    as_reward, m = ppo_loss(lp, torch.zeros(2), torch.zeros(2), kl, mb, PPOConfig(kl_coef=0.2, kl_penalty="reward"), 0.2)
+    out = one_token_output(lp, torch.zeros(2), torch.zeros(2), kl)
+    in_loss, _ = ppo_loss(out, mb, PPOConfig(kl_coef=0.2), 0.2)
+    as_reward, m = ppo_loss(out, mb, PPOConfig(kl_coef=0.2, kl_penalty="reward"), 0.2)
     assert float(in_loss - as_reward) == pytest.approx(0.2 * 0.4)
     assert m["kl_ref"].item() == pytest.approx(0.4)  # still monitored
 
@@ -137,14 +137,14 @@ def test_kl_penalty_reward_keeps_the_kl_out_of_the_loss():
 # ------------------------------------------------------------------------ entropy and temperature
 def test_sequence_entropy_bonus_uses_the_response_entropy():
     mb = toy_minibatch([0.0] * 2, [0.0] * 2, [0.0] * 2, [0.0] * 2)
-    out = SimpleNamespace(seq_entropy=torch.tensor([2.0, 4.0]), temperatures=torch.ones(2))
-    args = (torch.zeros(2), torch.zeros(2), torch.tensor([0.1, 0.2]), None, mb)
-    tok, _ = ppo_loss(*args, PPOConfig(ent_coef=0.5, vf_coef=0.0), 0.0, out)
-    seq, m = ppo_loss(*args, PPOConfig(ent_coef=0.5, vf_coef=0.0, entropy_bonus="sequence"), 0.0, out)
+    out = one_token_output(torch.zeros(2), torch.zeros(2), torch.tensor([0.1, 0.2]), seq_entropy=torch.tensor([2.0, 4.0]), temperatures=torch.ones(2))
+    tok, _ = ppo_loss(out, mb, PPOConfig(ent_coef=0.5, vf_coef=0.0), 0.0)
+    seq, m = ppo_loss(out, mb, PPOConfig(ent_coef=0.5, vf_coef=0.0, entropy_bonus="sequence"), 0.0)
     assert float(tok) == pytest.approx(-0.5 * 0.15) and float(seq) == pytest.approx(-0.5 * 3.0)
     assert m["seq_entropy"].item() == 3.0
+    out.seq_entropy = None
     with pytest.raises(ValueError, match="needs the policy's seq_entropy"):
-        ppo_loss(*args, PPOConfig(entropy_bonus="sequence"), 0.0, None)
+        ppo_loss(out, mb, PPOConfig(entropy_bonus="sequence"), 0.0)
 
 
 def test_temperature_loss_moves_temperature_toward_the_target_entropy():
@@ -157,9 +157,9 @@ def test_temperature_loss_moves_temperature_toward_the_target_entropy():
     # in ppo_loss it is added with temp_coef and reported
     mb = toy_minibatch([0.0] * 2, [0.0] * 2, [0.0] * 2, [0.0] * 2)
     temps = torch.tensor([2.0, 2.0], requires_grad=True)
-    out = SimpleNamespace(temperatures=temps)
+    out = one_token_output(torch.zeros(2), torch.zeros(2), torch.tensor([0.5, 0.5]), temperatures=temps)
     cfg = PPOConfig(vf_coef=0.0, temperature_loss="entropy_target", target_entropy=0.3, temp_coef=2.0)
-    total, m = ppo_loss(torch.zeros(2), torch.zeros(2), torch.tensor([0.5, 0.5]), None, mb, cfg, 0.0, out)
+    total, m = ppo_loss(out, mb, cfg, 0.0)
     assert total.item() == pytest.approx(2.0 * math.log(2.0) * 0.2, rel=1e-6)
     assert m["temperature_loss"].item() == pytest.approx(math.log(2.0) * 0.2, rel=1e-6)
 
@@ -172,7 +172,7 @@ def test_value_loss_only_for_an_estimator_that_reads_values(estimator, value_in_
     mb = toy_minibatch([0.0] * 2, [0.0] * 2, [0.0] * 2, [-10.0] * 2)
     values = torch.zeros(2, requires_grad=True)
     cfg = PPOConfig(advantage_estimator=estimator, vf_coef=0.5, clip_vloss=False)
-    total, m = ppo_loss(torch.zeros(2), values, torch.zeros(2), None, mb, cfg, 0.0)
+    total, m = ppo_loss(one_token_output(torch.zeros(2), values, torch.zeros(2)), mb, cfg, 0.0)
     total.backward()
     assert m["value_loss"].item() == pytest.approx(50.0)  # 0.5 * (0 - (-10))^2
     if value_in_loss:
@@ -186,6 +186,7 @@ def test_forward_options_reach_the_policy_only_when_not_default():
     st = toy_storage(T=1, N=2)
     PPO(policy, torch.optim.SGD(policy.parameters(), lr=0.0), PPOConfig(mini_batch_size=2, ppo_epochs=1)).update(st)
     assert policy.calls[-1][1] == {}
+    assert policy.calls[0] == (False, {}, True)  # the old-policy recompute: no KL, no option, in training mode
     PPO(policy, torch.optim.SGD(policy.parameters(), lr=0.0),
         PPOConfig(mini_batch_size=2, ppo_epochs=1, kl_estimator="k2", temperature_loss="entropy_target")).update(st)
     assert policy.calls[-1][1] == {"kl_estimator": "k2", "detach_temperature": True}

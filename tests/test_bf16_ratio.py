@@ -1,6 +1,6 @@
-"""bf16 and the ratio invariant: ``model.rollout_log_probs=auto`` picks the mode per dtype (and the
-saved config keeps the resolved mode), and in bf16 the default mode keeps the first PPO ratio near 1
-(docs/TRAINING.md, "bf16 and the ratio invariant")."""
+"""bf16 and the ratio invariant: ``model.rollout_log_probs=auto`` picks act's mode from the dtype and
+``ppo.old_log_probs`` (and the saved config keeps the resolved mode), and with ``old_log_probs=rollout``
+in bf16 the default act mode keeps the first PPO ratio near 1 (docs/TRAINING.md, "The first ratio")."""
 from __future__ import annotations
 
 import statistics
@@ -12,34 +12,46 @@ from a2c_ppo_acktr.config.arguments import ConfigError, ModelConfig, RunConfig, 
 
 
 
-@pytest.mark.parametrize("dtype, mode", [("float32", "generate"), ("bfloat16", "recompute"), ("float16", "recompute")])
-def test_auto_rollout_log_probs_resolves_by_dtype_and_round_trips(tmp_path, dtype, mode):
-    cfg = load_config(preset="debug", overrides={"model": {"dtype": dtype}})
+@pytest.mark.parametrize("dtype, old_log_probs, mode", [
+    ("float32", "update", "generate"), ("bfloat16", "update", "generate"), ("float32", "rollout", "generate"),
+    ("bfloat16", "rollout", "recompute"), ("float16", "rollout", "recompute"),
+])
+def test_auto_rollout_log_probs_resolves_by_dtype_and_old_log_probs_and_round_trips(tmp_path, dtype, old_log_probs, mode):
+    """act re-scores its replies only where they are the update's old log-probs (ppo.old_log_probs=rollout)
+    in low precision; with the update's own recompute (the default) they are only monitored."""
+    cfg = load_config(preset="debug", overrides={"model": {"dtype": dtype}, "ppo": {"old_log_probs": old_log_probs}})
     assert cfg.model.rollout_log_probs == mode
     path = tmp_path / "config.yaml"
     cfg.save(path)
     assert yaml.safe_load(path.read_text())["model"]["rollout_log_probs"] == mode  # the mode used, not "auto"
     assert RunConfig.from_yaml(path) == cfg
     for explicit in ("generate", "recompute"):  # an explicit choice is never overridden
-        assert ModelConfig(dtype=dtype, rollout_log_probs=explicit).rollout_log_probs == explicit
+        over = {"model": {"dtype": dtype, "rollout_log_probs": explicit}, "ppo": {"old_log_probs": old_log_probs}}
+        assert load_config(preset="debug", overrides=over).model.rollout_log_probs == explicit
+    # Outside a run (evaluation) an unresolved auto follows the dtype.
+    assert ModelConfig(dtype=dtype).recompute_rollout_log_probs == (dtype != "float32")
 
 
-def test_gpu_presets_recompute_rollout_log_probs_and_bad_modes_are_rejected():
-    for preset in ("qwen2.5-vl-3b", "qwen2.5-vl-7b"):
+def test_gpu_presets_recompute_old_log_probs_in_the_update_and_bad_modes_are_rejected():
+    for preset in ("qwen2.5-vl-3b", "qwen2.5-vl-7b", "qwen3-vl-4b", "qwen3-vl-8b"):
         cfg = load_config(preset=preset)
-        assert (cfg.model.dtype, cfg.model.rollout_log_probs) == ("bfloat16", "recompute")
-        # A float32 override of a GPU preset goes back to the cheaper, exact-in-fp32 mode.
-        assert load_config(preset=preset, overrides={"model": {"dtype": "float32"}}).model.rollout_log_probs == "generate"
+        assert (cfg.model.dtype, cfg.ppo.old_log_probs, cfg.model.rollout_log_probs) == ("bfloat16", "update", "generate")
+        assert (cfg.ppo.ratio_level, cfg.ppo.loss_agg) == ("token", "token-mean")
+        # Trained on act's own log-probs, bf16 re-scores them in the rollout's layout.
+        assert load_config(preset=preset, overrides={"ppo": {"old_log_probs": "rollout"}}).model.rollout_log_probs == "recompute"
     with pytest.raises(ConfigError, match=r"model.rollout_log_probs='cached'.*'auto'"):
         ModelConfig(rollout_log_probs="cached")
+    with pytest.raises(ConfigError, match=r"ppo.old_log_probs='recompute'.*'update'"):
+        load_config(preset="debug", overrides={"ppo": {"old_log_probs": "recompute"}})
 
 
 @pytest.mark.slow
 def test_bf16_default_mode_keeps_the_first_minibatch_ratio_near_one():
-    """The tiny model in bf16 on CPU, 4 seeds x the debug preset's and the GPU presets' temperatures:
-    every turn's ``|ratio - 1|`` stays under the bf16 bound in the default mode, few turns exceed the
-    typical level, and ``generate`` mode (cached decoding's logits) exceeds it on several times as
-    many turns, which is why bf16 defaults to ``recompute`` (~25 s)."""
+    """The tiny model in bf16 on CPU, 4 seeds x the debug preset's and the GPU presets' temperatures,
+    old log-probs from the rollout (``ratio_check``): every turn's ``|ratio - 1|`` stays under the bf16
+    bound in act's default mode there, few turns exceed the typical level, and ``generate`` mode
+    (cached decoding's logits) exceeds it on several times as many turns, which is why bf16 with
+    ``old_log_probs=rollout`` re-scores with ``recompute`` (~25 s)."""
     from a2c_ppo_acktr.gpu_smoke import TEMPERATURE_SETTINGS, TYPICAL_DEV, ratio_bound, ratio_check
 
     def run(mode: dict) -> list:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from a2c_ppo_acktr.algo import surrogate
 from a2c_ppo_acktr.common import choices, scoring
 from a2c_ppo_acktr.rl import storage
 from a2c_ppo_acktr.eval import teachers
@@ -22,6 +23,8 @@ def test_every_registry_implements_exactly_its_family():
     assert list(references.REFERENCES) == list(choices.REFERENCES)
     assert REFERENCES == choices.REFERENCES + tuple(references.PERCEPTION_PROBES)
     assert list(GENERATORS) == list(QUESTION_TYPES) == list(scoring.TASKS)
+    assert list(surrogate.RATIO_LEVELS) == list(choices.RATIO_LEVELS)
+    assert list(surrogate.LOSS_AGGREGATIONS) == list(choices.LOSS_AGGREGATIONS)
     logits = torch.randn(3)
     for estimator in choices.KL_ESTIMATORS:
         if estimator != "full":  # the exact KL is computed over the vocabulary, not per sample
@@ -39,7 +42,8 @@ def test_a_registry_out_of_step_with_its_family_fails_at_import():
     [("ppo.advantage_estimator", choices.ADVANTAGE_ESTIMATORS), ("ppo.adv_norm", choices.ADV_NORMS),
      ("ppo.kl_estimator", choices.KL_ESTIMATORS), ("ppo.reference", choices.REFERENCES),
      ("label.teacher", choices.TEACHERS), ("label.oracle_thoughts", choices.THOUGHT_STYLES),
-     ("rollout.engine", choices.ROLLOUT_ENGINES)],
+     ("rollout.engine", choices.ROLLOUT_ENGINES), ("ppo.old_log_probs", choices.OLD_LOG_PROBS),
+     ("ppo.ratio_level", choices.RATIO_LEVELS), ("ppo.loss_agg", choices.LOSS_AGGREGATIONS)],
 )
 def test_the_config_accepts_the_family_and_names_it_when_refusing(key, family):
     for value in family:  # the name is accepted (a value may still need a companion setting, e.g. rloo a group size)

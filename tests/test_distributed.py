@@ -7,6 +7,7 @@ sync) and, for DeepSpeed, a 3-iteration run against 2 iterations + resume + 1.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -226,7 +227,14 @@ def _launch(launcher: list[str], out: Path, hashes: Path, extra: list[str], time
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        import psutil  # accelerate's dependency
+
+        # torchrun may start its workers in sessions of their own: kill the whole tree, not only the group
+        workers = psutil.Process(proc.pid).children(recursive=True)
         os.killpg(proc.pid, signal.SIGKILL)
+        for w in workers:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                w.kill()
         stdout, stderr = proc.communicate()
         pytest.fail(f"launch still running after {timeout} s (a hang?):\n{stdout[-3000:]}\n{stderr[-6000:]}")
     assert proc.returncode == 0, f"launch failed ({proc.returncode}):\n{stdout[-3000:]}\n{stderr[-6000:]}"
@@ -347,6 +355,27 @@ def test_zero3_ranks_with_unequal_chunks_and_validation_work_do_not_hang(tmp_pat
     rows = read_metrics(tmp_path / "out" / "metrics.jsonl")
     assert [r["iteration"] for r in rows] == [1, 2] and all("val/score" in r for r in rows)
     assert rows[0]["debug/first_minibatch_ratio_max_dev"] < _ratio_bound(hashes)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_zero3_bf16_recompute_in_validation_does_not_hang(tmp_path):
+    """ZeRO-3 in bf16 with act re-scoring its replies (``model.rollout_log_probs=recompute``, what bf16 with
+    ``ppo.old_log_probs=rollout`` resolves to): validation gives the ranks different numbers of act calls
+    (one episode: the second rank has none), and each recompute is a training forward that makes logit
+    chunks. Forwards inside a rollout step are local (weights gathered), so their chunk count must not be
+    agreed with a collective the other rank never enters. A hang fails at the launch's time bound."""
+    ds_json = json.loads(DS3_JSON.read_text())
+    ds_json["zero_optimization"]["stage3_param_persistence_threshold"] = 0
+    path = tmp_path / "zero3.json"
+    path.write_text(json.dumps(ds_json))
+    ds = ["--dist.zero_stage", "3", "--dist.deepspeed_config", str(path), "--ppo.num_iterations", "2", "--model.dtype", "bfloat16",
+          "--model.rollout_log_probs", "recompute", "--ppo.old_log_probs", "rollout", "--ppo.reference", "base",
+          "--log.val_interval", "1", "--log.val_episodes", "1", "--model.logits_chunk_tokens", "4"]
+    _launch(_torchrun(), tmp_path / "out", tmp_path / "h", ds, timeout=300)
+    rows = read_metrics(tmp_path / "out" / "metrics.jsonl")
+    assert [r["iteration"] for r in rows] == [1, 2] and all("val/score" in r for r in rows)
+    assert [r["debug/param_rank_max_dev"] for r in rows] == [0.0, 0.0]
 
 
 @pytest.mark.slow

@@ -27,7 +27,7 @@ from a2c_ppo_acktr.policy.model import VLMPolicy
 from a2c_ppo_acktr.rl.storage import RolloutStorage, compute_gae
 from a2c_ppo_acktr.common.sameness import same_observation
 from a2c_ppo_acktr.rl.train import collect_rollout, compute_advantages
-from helpers import tiny_model_cfg, toy_storage
+from helpers import one_token_output, tiny_model_cfg, toy_storage
 from numerics import f32_chain_tolerance, head_terms, vlm_forward_terms
 
 
@@ -71,11 +71,11 @@ class ScriptedEnv:
         ends = self.ends[self.t]
         N = len(ends)
         term = np.array([e == "term" for e in ends])
-        trunc = np.array([e == "trunc" for e in ends])
+        trunc = np.array([e in ("trunc", "limit") for e in ends])
         obs, infos = [], []
         for n in range(N):
             o = _obs(self.rng, f"step {self.t} env {n}")
-            info = {"valid": True}
+            info = {"valid": True, "time_limit_announced": ends[n] == "limit"}  # "limit": a turn limit the prompt showed
             if self.group_ids:
                 info["group_id"] = n // 2
             if term[n] or trunc[n]:
@@ -249,6 +249,47 @@ def test_no_forward_when_every_episode_ended_by_termination(policy):
     assert torch.isfinite(st.advantages).all()
 
 
+def test_an_announced_turn_limit_is_terminal_and_bootstraps_nothing(policy):
+    """A turn limit every observation showed ("Turns left", info["time_limit_announced"]) ends the MDP
+    (Pardo et al. 2018): stored as terminated, no value forward for it; an unannounced cut of the same
+    shape still bootstraps from its final observation."""
+    env = ScriptedEnv([["limit", "trunc"], ["limit", "limit"]])
+    st = RolloutStorage(2, 2)
+    with counted_forwards(policy) as rows:
+        _, stats = collect_rollout(policy, env, st, env.reset(), 2, bootstrap=True)
+    assert rows == [1] and stats.value_rows == 1  # env 1's unannounced cut at step 0 only
+    assert st.terminated.tolist() == [[True, False], [True, True]] and st.truncated.tolist() == [[False, True], [False, False]]
+    compute_advantages(st, stats.next_value, PPOConfig(gamma=0.9, gae_lambda=1.0))
+    # terminal: the advantage of an announced end is its reward minus its value, no bootstrap term
+    assert st.advantages[1, 0].item() == pytest.approx(float(st.rewards[1, 0] - st.values[1, 0]), abs=1e-6)
+
+
+def test_the_envs_announce_their_turn_limits_only_where_their_prompts_show_them():
+    from a2c_ppo_acktr.envs.registry import make_env
+    from a2c_ppo_acktr.config.arguments import load_config
+
+    vsi = make_env(load_config(preset="debug", overrides=["env.max_turns=1"]).env)
+    vsi.reset(seed=0)
+    assert "Turns left" in vsi._observation()["text"] or "last turn" in vsi._observation()["text"]
+    *_, term, trunc, info = vsi.step("not a reply")
+    assert (term, trunc, info["time_limit_announced"]) == (False, True, True)
+    vsi.reset(seed=0)
+    *_, term, trunc, info = vsi.step('{"thoughts": "x", "action": {"answer": "3"}}')
+    assert term and not info["time_limit_announced"]
+    numberline = make_env(load_config(preset="debug", config="configs/envs/numberline.yaml",
+                                      overrides=["env.image_size=64", "env.max_turns=1"]).env)
+    obs, _ = numberline.reset(seed=0)
+    assert "Turns left" not in obs["text"]
+    *_, term, trunc, info = numberline.step("not a reply")
+    assert trunc and not info["time_limit_announced"]  # its prompt never shows the turns left: a truncation
+    grid = make_env(load_config(preset="debug", config="configs/envs/minigrid-empty.yaml",
+                                overrides=["env.image_size=64", "env.max_turns=1"]).env)
+    obs, _ = grid.reset(seed=0)
+    assert "Turns left: 1" in obs["text"]
+    *_, term, trunc, info = grid.step("not a reply")
+    assert trunc and info["time_limit_announced"]
+
+
 def test_grpo_rollout_computes_no_value(policy):
     """Episode-level estimators read no value of a later state: no forward, even with truncations
     and envs mid-episode, and the deferred final values are never asked for."""
@@ -277,7 +318,7 @@ class _KLToy(nn.Module):
     def forward(self, mb, with_kl=False):
         self.calls.append(with_kl)
         th = self.theta[mb.indices]
-        return SimpleNamespace(log_probs=nn.functional.logsigmoid(th), values=th * 0, entropy=th * 0, kl=th**2 if with_kl else None)
+        return one_token_output(nn.functional.logsigmoid(th), th * 0, th * 0, th**2 if with_kl else None)
 
 
 def test_reference_forward_only_when_the_kl_is_read():
@@ -285,7 +326,7 @@ def test_reference_forward_only_when_the_kl_is_read():
     otherwise, and losses/kl_ref is NaN in between; kl_coef > 0: on every minibatch."""
     st = toy_storage()
     pol = _KLToy(8)
-    cfg = PPOConfig(ppo_epochs=2, mini_batch_size=2, lr=0.1)
+    cfg = PPOConfig(ppo_epochs=2, mini_batch_size=2, lr=0.1, old_log_probs="rollout")  # the update's own forwards only
     ppo = PPO(pol, torch.optim.SGD(pol.parameters(), lr=0.1), cfg, seed=0, kl_ref_interval=3)
     logged = []
     for _ in range(4):
@@ -301,7 +342,8 @@ def test_reference_forward_only_when_the_kl_is_read():
     ppo = PPO(pol, torch.optim.SGD(pol.parameters(), lr=0.1), PPOConfig(ppo_epochs=2, mini_batch_size=2, kl_coef=0.1), seed=0, kl_ref_interval=3)
     for _ in range(2):
         assert math.isfinite(ppo.update(st)["losses/kl_ref"])
-    assert pol.calls == [True] * 16
+    # ppo.old_log_probs=update first re-scores the 4 minibatches without the reference, then the 8 read the KL
+    assert pol.calls == ([False] * 4 + [True] * 8) * 2
 
 
 def test_reference_forward_decision_is_the_same_on_every_rank():
@@ -310,7 +352,8 @@ def test_reference_forward_decision_is_the_same_on_every_rank():
     runs = []
     for rank in range(2):
         pol = _KLToy(8)
-        ppo = PPO(pol, torch.optim.SGD(pol.parameters(), lr=0.1), PPOConfig(ppo_epochs=1, mini_batch_size=4), seed=rank, kl_ref_interval=2)
+        ppo = PPO(pol, torch.optim.SGD(pol.parameters(), lr=0.1), PPOConfig(ppo_epochs=1, mini_batch_size=4, old_log_probs="rollout"), seed=rank,
+                  kl_ref_interval=2)
         for _ in range(5):
             ppo.update(toy_storage(seed=rank + 10 * ppo.num_updates))
         runs.append(pol.calls)
@@ -341,7 +384,7 @@ class _Counted(torch.Tensor):
 class _CountedToy(_KLToy):
     def forward(self, mb, with_kl=False):
         out = super().forward(mb, with_kl)
-        return SimpleNamespace(**{k: (v.as_subclass(_Counted) if v is not None else None) for k, v in vars(out).items()})
+        return SimpleNamespace(**{k: (v.as_subclass(_Counted) if isinstance(v, torch.Tensor) else v) for k, v in vars(out).items()})
 
 
 @pytest.mark.parametrize("epochs, target_kl", [(1, None), (3, None), (2, 1e9)])

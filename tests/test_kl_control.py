@@ -58,9 +58,9 @@ def test_a_reference_is_one_class_and_unknown_names_are_listed():
     from a2c_ppo_acktr.common import choices
     from a2c_ppo_acktr.policy import references
 
-    assert {type(r).__name__ for r in references.REFERENCES.values()} == {"AdapterDisabled", "MovingAverage"}
+    assert {type(r).__name__ for r in references.REFERENCES.values()} == {"StartingPolicy", "AdapterDisabled", "MovingAverage"}
     assert references.reference_named("noised_images").noise and not references.reference_named("masked_images").noise
-    with pytest.raises(ValueError, match=r"reference='frozen' is not one of \['base', 'ema', 'masked_images', 'noised_images'\]"):
+    with pytest.raises(ValueError, match=r"reference='frozen' is not one of \['start', 'base', 'ema', 'masked_images', 'noised_images'\]"):
         references.reference_named("frozen")
     with pytest.raises(ImportError, match="ppo.reference"):  # a class registered without its name in choices.py
         choices.check_registry("ppo.reference", [*references.REFERENCES, "frozen"], choices.REFERENCES)

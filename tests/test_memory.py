@@ -154,7 +154,8 @@ for i in range(B):  # long prompts of different lengths (left padding), response
     gens.append(allowed[torch.randint(len(allowed), (R - 5 * i,), generator=torch.Generator().manual_seed(i))])
 enc = policy._encode(texts, images)
 z = torch.zeros(B)
-mb = Minibatch(texts, images, policy._unpadded(enc), gens, [torch.ones(len(g)) for g in gens], z, z, torch.randn(B), z, torch.arange(B))
+mb = Minibatch(texts, images, policy._unpadded(enc), gens, [torch.ones(len(g)) for g in gens], z, z, torch.randn(B), z, torch.arange(B),
+               old_token_log_probs=[torch.zeros(len(g)) for g in gens])
 policy.train()
 peak = memory.measure_update_peak(policy, mb)
 print(json.dumps({"peak": peak, "prompt": enc["input_ids"].shape[1], "images": len(images[-1]),

@@ -13,9 +13,10 @@ import torch
 from torch import nn
 
 from a2c_ppo_acktr.algo.kl import adapt_kl_coef
-from a2c_ppo_acktr.algo.ppo import PPO, explained_variance, policy_loss, ppo_loss, value_loss
+from a2c_ppo_acktr.algo.ppo import PPO, explained_variance, ppo_loss, value_loss
+from a2c_ppo_acktr.algo.surrogate import policy_loss
 from a2c_ppo_acktr.config.arguments import PPOConfig
-from helpers import ToyPolicy, toy_minibatch, toy_ppo, toy_storage
+from helpers import ToyPolicy, one_token_output, toy_minibatch, toy_ppo, toy_storage
 from numerics import f32_tolerance
 
 
@@ -42,19 +43,14 @@ class LinearToyPolicy(nn.Module):
         x = self.features[mb.indices]
         logit = x @ self.w
         p = torch.sigmoid(logit)
-        return SimpleNamespace(
-            log_probs=nn.functional.logsigmoid(logit),
-            values=x @ self.u,
-            entropy=-(p * p.log() + (1 - p) * (1 - p).log()),
-            kl=logit**2 if with_kl else None,
-        )
+        return one_token_output(nn.functional.logsigmoid(logit), x @ self.u, -(p * p.log() + (1 - p) * (1 - p).log()), logit**2 if with_kl else None)
 
 
 def _full_batch_gradient(policy, st, cfg, kl_coef):
     """The gradient of ``ppo_loss`` over the whole rollout in one batch (no accumulation, no clipping)."""
     mb = next(st.minibatches(st.num_steps * st.num_envs, torch.Generator(), adv_norm="none"))
     out = policy(mb, with_kl=True)
-    loss, _ = ppo_loss(out.log_probs, out.values, out.entropy, out.kl, mb, cfg, kl_coef)
+    loss, _ = ppo_loss(out, mb, cfg, kl_coef)
     return torch.cat([g.flatten() for g in torch.autograd.grad(loss, list(policy.parameters()))])
 
 
@@ -71,7 +67,7 @@ def _step_tolerance(policy, st, cfg, kl_coef, windows):
     terms = 0
     for mb in st.minibatches(1, torch.Generator(), adv_norm="none"):
         out = policy(mb, with_kl=True)
-        loss, _ = ppo_loss(out.log_probs, out.values, out.entropy, out.kl, mb, cfg, kl_coef)
+        loss, _ = ppo_loss(out, mb, cfg, kl_coef)
         terms = terms + torch.cat([g.flatten() for g in torch.autograd.grad(loss, list(policy.parameters()))]).abs() / n
     return f32_tolerance(n + windows, float(terms.max())) + f32_tolerance(2, float(_flat_weights(policy).abs().max()))
 
@@ -95,18 +91,20 @@ def _update(policy, st, cfg, backend):
 
 def test_policy_loss_closed_form():
     adv = torch.tensor([1.0, -1.0, 2.0])
-    old = torch.zeros(3)
-    new = torch.log(torch.tensor([1.5, 1.5, 0.9]))
-    loss, m = policy_loss(new, old, adv, 0.2)
+    old = torch.zeros(3, 1)
+    new = torch.log(torch.tensor([1.5, 1.5, 0.9]))[:, None]
+    ones = torch.ones(3, 1)
+    mask = ones.bool()
+    loss, m = policy_loss(new, old, adv, mask, ones, clip_low=0.2, clip_high=0.2)
     # max(-A r, -A clip(r)): row0 -1.2 (clipped), row1 +1.5 (unclipped, pessimistic), row2 -1.8
     assert loss.item() == pytest.approx((-1.2 + 1.5 - 1.8) / 3, rel=1e-5)
     assert m["clipfrac"].item() == pytest.approx(2 / 3)
     assert m["ratio_max_dev"].item() == pytest.approx(0.5, rel=1e-5)
     r = torch.tensor([1.5, 1.5, 0.9])
     assert m["approx_kl"].item() == pytest.approx(((r - 1) - r.log()).mean().item(), rel=1e-5)
-    # a ratio exactly on the clip boundary counts as inside it (|r - 1| > clip, strictly)
-    on_edge = float((new.exp()[2] - 1).abs())
-    assert policy_loss(new, old, adv, on_edge)[1]["clipfrac"].item() == pytest.approx(2 / 3)
+    # a ratio exactly on the clip boundary counts as inside it (outside means strictly beyond 1 -+ clip)
+    on_edge = float(1 - new.exp()[2, 0])
+    assert policy_loss(new, old, adv, mask, ones, clip_low=on_edge, clip_high=0.2)[1]["clipfrac"].item() == pytest.approx(2 / 3)
 
 
 def test_value_loss_clipped_and_unclipped():
@@ -183,7 +181,7 @@ def test_non_finite_loss_skips_minibatch_and_keeps_weights():
     st.advantages.fill_(float("nan"))
     pol2 = ToyPolicy(8)
     opt = torch.optim.Adam(pol2.parameters(), lr=0.1)
-    ppo = PPO(pol2, opt, PPOConfig(ppo_epochs=1, mini_batch_size=2, norm_adv=False), seed=0)
+    ppo = PPO(pol2, opt, PPOConfig(old_log_probs="rollout", ppo_epochs=1, mini_batch_size=2, norm_adv=False), seed=0)
     before = {k: v.clone() for k, v in pol2.state_dict().items()}
     out = ppo.update(st)
     assert out["losses/skipped_minibatches"] == 4
@@ -203,10 +201,10 @@ def test_grad_accumulation_steps_once_per_window():
     opt = torch.optim.SGD(pol.parameters(), lr=0.1)
     steps = []
     opt.register_step_post_hook(lambda *_: steps.append(1))
-    PPO(pol, opt, PPOConfig(ppo_epochs=2, mini_batch_size=2, grad_accum_steps=2), seed=0).update(st)
+    PPO(pol, opt, PPOConfig(old_log_probs="rollout", ppo_epochs=2, mini_batch_size=2, grad_accum_steps=2), seed=0).update(st)
     assert len(steps) == 2 * (4 // 2)
     with pytest.raises(ValueError, match="grad_accum_steps"):
-        PPO(pol, opt, PPOConfig(ppo_epochs=1, mini_batch_size=4, grad_accum_steps=4), seed=0).update(st)
+        PPO(pol, opt, PPOConfig(old_log_probs="rollout", ppo_epochs=1, mini_batch_size=4, grad_accum_steps=4), seed=0).update(st)
 
 
 def _epoch_mean_kls(seen, per_epoch):
@@ -277,7 +275,7 @@ def test_update_through_accelerate_matches_plain():
     toy_ppo(plain).update(st)
     opt = torch.optim.SGD(wrapped.parameters(), lr=0.1)
     model, opt = acc.prepare(wrapped, opt)
-    cfg = PPOConfig(ppo_epochs=2, mini_batch_size=2, lr=0.1, max_grad_norm=10.0)
+    cfg = PPOConfig(old_log_probs="rollout", ppo_epochs=2, mini_batch_size=2, lr=0.1, max_grad_norm=10.0)
     PPO(model, opt, cfg, accelerator=acc, seed=0).update(st)
     torch.testing.assert_close(acc.unwrap_model(model).theta, plain.theta)
     with pytest.raises(ValueError, match=r"create the Accelerator with gradient_accumulation_steps=cfg.ppo.grad_accum_steps$"):
@@ -295,7 +293,7 @@ def test_ppo_loss_hand_computed_with_every_term():
     entropy = torch.tensor([0.5, 1.5, 1.0], requires_grad=True)
     kl = torch.tensor([0.1, 0.3, 0.2], requires_grad=True)
     cfg = PPOConfig(clip_coef=0.2, clip_vloss=True, vf_coef=0.5, ent_coef=0.1)
-    loss, m = ppo_loss(log_probs, values, entropy, kl, mb, cfg, kl_coef=0.3)
+    loss, m = ppo_loss(one_token_output(log_probs, values, entropy, kl), mb, cfg, kl_coef=0.3)
     # policy, max(-A r, -A clip(r, 0.8, 1.2)): row0 max(-1.5, -1.2); row1 max(1.0, 1.6); row2 (in range) -1.8
     pg = (-1.2 + 1.6 - 1.8) / 3
     # value, 0.5 * max((v - R)^2, (old + clip(v - old, +-0.2) - R)^2): row0 max(1, 3.24); row1 1; row2 1.21
@@ -315,10 +313,10 @@ def test_ppo_loss_hand_computed_with_every_term():
     # Row0's value is past the clip (the clipped branch is flat); rows 1 and 2: vf_coef * (v - R) / B.
     torch.testing.assert_close(values.grad, torch.tensor([0.0, 0.5 * (0.0 - 1.0) / 3, 0.5 * (0.1 + 1.0) / 3]))
     # No penalty term without kl_coef, and a missing KL with a penalty is refused.
-    no_kl, _ = ppo_loss(log_probs, values, entropy, kl, mb, cfg, kl_coef=0.0)
+    no_kl, _ = ppo_loss(one_token_output(log_probs, values, entropy, kl), mb, cfg, kl_coef=0.0)
     assert no_kl.item() == pytest.approx(pg + 0.5 * v - 0.1 * ent, rel=1e-5)
     with pytest.raises(ValueError, match="^kl_coef > 0 but the policy returned no KL; evaluate_actions must be called with with_kl=True$"):
-        ppo_loss(log_probs, values, entropy, None, mb, cfg, kl_coef=0.3)
+        ppo_loss(one_token_output(log_probs, values, entropy, None), mb, cfg, kl_coef=0.3)
 
 
 @pytest.mark.parametrize("backend", ["plain", "accelerate"])
@@ -329,7 +327,7 @@ def test_accumulated_gradient_equals_full_batch_gradient(backend, k):
     (by the window on the plain path, by ``accelerator.backward`` under accelerate)."""
     st = toy_storage()
     pol = LinearToyPolicy(8)
-    cfg = PPOConfig(ppo_epochs=1, mini_batch_size=8 // k, grad_accum_steps=k, lr=1.0, max_grad_norm=1e6,
+    cfg = PPOConfig(old_log_probs="rollout", ppo_epochs=1, mini_batch_size=8 // k, grad_accum_steps=k, lr=1.0, max_grad_norm=1e6,
                     norm_adv=False, vf_coef=0.5, ent_coef=0.1, kl_coef=0.3)
     expected = _full_batch_gradient(pol, st, cfg, kl_coef=0.3)
     atol = _step_tolerance(pol, st, cfg, 0.3, windows=k)
@@ -348,7 +346,7 @@ def test_gradient_clipping_caps_the_step_and_keeps_its_direction(backend):
     st = toy_storage()
     for ratio in (0.25, 2.0):
         pol = LinearToyPolicy(8)
-        base = dict(ppo_epochs=1, mini_batch_size=8, lr=1.0, norm_adv=False, vf_coef=0.5, ent_coef=0.1)
+        base = dict(old_log_probs="rollout", ppo_epochs=1, mini_batch_size=8, lr=1.0, norm_adv=False, vf_coef=0.5, ent_coef=0.1)
         grad = _full_batch_gradient(pol, st, PPOConfig(**base), kl_coef=0.0)
         norm = grad.norm().item()
         cfg = PPOConfig(**base, max_grad_norm=ratio * norm)
@@ -388,6 +386,7 @@ class _RecordingPolicy(ToyPolicy):
         out = super().forward(mb, with_kl)
         p = out.log_probs.exp()
         out.entropy = -(p * p.log() + (1 - p) * (1 - p).log())
+        out.token_entropy = out.entropy[:, None]
         self.record.append((mb, SimpleNamespace(**{k: (v.detach().clone() if v is not None else None) for k, v in vars(out).items()})))
         return out
 
@@ -399,7 +398,9 @@ def test_update_logs_each_metric_as_its_mean_over_minibatches():
     g = torch.Generator().manual_seed(7)
     st = toy_storage()
     st.old_log_probs = math.log(0.5) + 0.3 * torch.randn(2, 4, generator=g)  # ratios on both sides of the clip
+    st.old_token_log_probs = [x.reshape(1) for x in st.old_log_probs.flatten()]  # one token per turn
     st.values = 0.5 * torch.randn(2, 4, generator=g)  # rollout values the value clip is centred on
+    st.old_values = st.values.clone()
     pol = _RecordingPolicy(8)
     with torch.no_grad():
         pol.theta.copy_(0.5 * torch.randn(8, generator=g))
@@ -441,7 +442,7 @@ def test_minibatch_order_follows_the_seed_not_the_global_rng():
 
     for seed in (None, 5):
         pol = _RecordingPolicy(8)
-        cfg = PPOConfig(ppo_epochs=2, mini_batch_size=2)
+        cfg = PPOConfig(old_log_probs="rollout", ppo_epochs=2, mini_batch_size=2)
         opt = torch.optim.SGD(pol.parameters(), lr=0.1)
         torch.manual_seed(123)  # the global RNG must not matter
         ppo = PPO(pol, opt, cfg) if seed is None else PPO(pol, opt, cfg, seed=seed)
@@ -488,14 +489,14 @@ def test_skips_and_early_stops_are_decided_across_processes():
     matched); target-KL stopping and the adaptive KL coefficient use the KL averaged over ranks."""
     st = toy_storage()
     pol = ToyPolicy(8)
-    cfg = PPOConfig(ppo_epochs=1, mini_batch_size=2, lr=0.1)
+    cfg = PPOConfig(old_log_probs="rollout", ppo_epochs=1, mini_batch_size=2, lr=0.1)
     out = PPO(pol, torch.optim.SGD(pol.parameters(), lr=0.1), cfg, accelerator=_TwoRankAccelerator(0.0, 0.0)).update(st)
     assert out["losses/skipped_minibatches"] == 4 and out["optim/steps"] == 0
     assert pol.theta.abs().sum() == 0 and pol.v.abs().sum() == 0
     # Here the first epoch's KL is 0 (ToyPolicy's turns are independent) and so is the KL to the
     # reference (theta 0); the other rank reports 1.0 for both: the means, 0.5, are above target.
     pol = ToyPolicy(8)
-    cfg = PPOConfig(ppo_epochs=3, mini_batch_size=2, lr=0.1, target_kl=0.1, kl_coef=0.1, kl_adaptive=True, kl_target=0.05)
+    cfg = PPOConfig(old_log_probs="rollout", ppo_epochs=3, mini_batch_size=2, lr=0.1, target_kl=0.1, kl_coef=0.1, kl_adaptive=True, kl_target=0.05)
     acc = _TwoRankAccelerator(1.0, 1.0)
     ppo = PPO(pol, torch.optim.SGD(pol.parameters(), lr=0.1), cfg, accelerator=acc)
     out = ppo.update(st)
@@ -542,7 +543,7 @@ def test_deepspeed_engine_steps_once_per_window():
     engine = _FakeEngine(8, k=2, lr=0.1)
     acc = SimpleNamespace(num_processes=1, device=torch.device("cpu"), distributed_type="DistributedType.DEEPSPEED",
                           gradient_accumulation_steps=2, unwrap_model=lambda m: m)
-    cfg = PPOConfig(ppo_epochs=2, mini_batch_size=2, grad_accum_steps=2, lr=0.1, max_grad_norm=10.0)
+    cfg = PPOConfig(old_log_probs="rollout", ppo_epochs=2, mini_batch_size=2, grad_accum_steps=2, lr=0.1, max_grad_norm=10.0)
     out = PPO(engine, engine.inner, cfg, accelerator=acc, seed=0).update(st)
     # per window: first backward, boundary backward, then the flag reset after engine.step()
     assert engine.boundaries == [False, True, False] * 4 and engine.engine_steps == 4
@@ -550,3 +551,19 @@ def test_deepspeed_engine_steps_once_per_window():
     plain = ToyPolicy(8)
     PPO(plain, torch.optim.SGD(plain.parameters(), lr=0.1), cfg, seed=0).update(st)
     torch.testing.assert_close(engine.theta.detach(), plain.theta.detach())
+
+
+def test_truncated_replies_leave_the_policy_loss_only_when_asked():
+    """``ppo.mask_truncated_replies`` (DAPO's overlong filtering): a reply cut by ``max_new_tokens`` takes
+    no policy gradient and leaves the aggregation's denominator; value, entropy and KL keep it."""
+    mb = toy_minibatch(old_log_probs=[0.0, 0.0], old_values=[0.0, 0.0], advantages=[1.0, -1.0], returns=[0.0, 0.0])
+    mb.reply_cut = torch.tensor([False, True])
+    log_probs = torch.log(torch.tensor([1.1, 0.9])).requires_grad_()
+    out = one_token_output(log_probs, torch.zeros(2), torch.tensor([0.2, 0.4]), torch.tensor([0.1, 0.3]))
+    _, m_kept = ppo_loss(out, mb, PPOConfig(vf_coef=0.0, mask_truncated_replies=False), 0.0)
+    masked, m = ppo_loss(out, mb, PPOConfig(vf_coef=0.0, mask_truncated_replies=True), 0.0)
+    assert float(m_kept["policy_loss"]) == pytest.approx((-1.1 + 0.9) / 2, rel=1e-6)
+    assert float(m["policy_loss"]) == pytest.approx(-1.1, rel=1e-6)  # reply 1 gone, denominator 1
+    assert float(m["entropy"]) == pytest.approx(0.3) and float(m["kl_ref"]) == pytest.approx(0.2)  # both replies
+    (grad,) = torch.autograd.grad(masked, log_probs)
+    assert float(grad[1]) == 0.0 and float(grad[0]) == pytest.approx(-1.1, rel=1e-6)

@@ -21,7 +21,8 @@ class BernoulliToyPolicy(ToyPolicy):
     def forward(self, mb, with_kl=False):
         out = super().forward(mb, with_kl)
         p = out.log_probs.exp()
-        return SimpleNamespace(**{**vars(out), "entropy": -(p * p.log() + (1 - p) * (1 - p).log())})
+        entropy = -(p * p.log() + (1 - p) * (1 - p).log())
+        return SimpleNamespace(**{**vars(out), "entropy": entropy, "token_entropy": entropy[:, None]})
 
 
 def _bernoulli_entropy(theta):

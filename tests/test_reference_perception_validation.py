@@ -95,8 +95,10 @@ def test_ema_reference_kl_closed_forms(loaded, tiny_model_path, targets):
     before = {n: p.detach().clone() for n, p in _lora(policy)}
     assert policy.evaluate_actions(mb, with_kl=True, reference="ema").kl.abs().max().item() < 1e-6
     assert all(torch.equal(p, before[n]) for n, p in _lora(policy))
-    base_kl = policy.evaluate_actions(mb, with_kl=True).kl
+    base_kl = policy.evaluate_actions(mb, with_kl=True, reference="base").kl
     assert (base_kl > 1e-6).all()
+    # "start" is the frozen copy once there is one (a warm start's adapter), the adapter disabled before
+    assert policy.evaluate_actions(mb, with_kl=True, reference="start").kl.abs().max().item() < 1e-6
     # the closed form of one update: ema = d * ema + (1 - d) * w, with the weights moved meanwhile
     with torch.no_grad():
         for n, p in _lora(policy):
@@ -110,7 +112,7 @@ def test_ema_reference_kl_closed_forms(loaded, tiny_model_path, targets):
     policy.load_ema_reference_state(zeroed)
     params = [p for _, p in _lora(policy)]
     ema_kl = policy.evaluate_actions(mb, with_kl=True, reference="ema").kl
-    base_kl = policy.evaluate_actions(mb, with_kl=True).kl
+    base_kl = policy.evaluate_actions(mb, with_kl=True, reference="base").kl
     torch.testing.assert_close(ema_kl, base_kl, rtol=1e-4, atol=1e-6)
     for g_ema, g_base in zip(torch.autograd.grad(ema_kl.sum(), params), torch.autograd.grad(base_kl.sum(), params)):
         torch.testing.assert_close(g_ema, g_base, rtol=1e-3, atol=1e-6)

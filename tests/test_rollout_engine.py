@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from a2c_ppo_acktr.algo.ppo import policy_loss, tis_weights
+from a2c_ppo_acktr.algo.surrogate import policy_loss, tis_weights
 from a2c_ppo_acktr.config.arguments import ConfigError, load_config
 from a2c_ppo_acktr.run.logger import read_metrics
 from a2c_ppo_acktr.policy.loopback_server import LoopbackServer
@@ -32,7 +32,8 @@ def test_tis_weights_and_the_weighted_surrogate_match_their_closed_form():
     assert w.tolist() == pytest.approx([1.5, 1.0, math.exp(-2.0), 1.0])
     new = torch.tensor([0.3, -1.2, -1.9, -0.7], requires_grad=True)
     adv = torch.tensor([1.0, -0.5, 2.0, -1.0])
-    loss, _ = policy_loss(new, old, adv, 0.2, w)
+    ones = torch.ones(4, 1)
+    loss, _ = policy_loss(new[:, None], old[:, None], adv, ones.bool(), ones, level="sequence", clip_low=0.2, clip_high=0.2, sample_weights=w)
     ratio = (new - old).exp()
     per = torch.max(-adv * ratio, -adv * ratio.clamp(0.8, 1.2))
     assert float(loss.detach()) == pytest.approx(float((per * w).mean().detach()), rel=1e-6)

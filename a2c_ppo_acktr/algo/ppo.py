@@ -29,6 +29,7 @@ epoch).
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Iterator, Optional
 
 import torch
@@ -36,52 +37,11 @@ from torch import Tensor
 
 from a2c_ppo_acktr.algo.accumulation import AccumulationWindow
 from a2c_ppo_acktr.algo.kl import KLControl
+from a2c_ppo_acktr.algo.surrogate import aggregate, policy_loss, tis_weights
 from a2c_ppo_acktr.algo.tally import UpdateTally
 from a2c_ppo_acktr.config.arguments import PPOConfig
 from a2c_ppo_acktr.rl.storage import BOOTSTRAPPING_ESTIMATORS, Minibatch, RolloutStorage
 
-
-
-def tis_weights(old_log_probs: Tensor, engine_log_probs: Optional[Tensor], cap: float) -> Tensor:
-    """Truncated importance sampling weights (verl's TIS): ``min(exp(old - engine), cap)`` per turn,
-    where ``old`` is the policy's log-prob of the reply at rollout time and ``engine`` the sampler's
-    own. They correct the policy gradient for replies drawn from the engine's distribution, not the
-    policy's; the cap bounds the variance. A turn the engine did not score (NaN) weighs 1."""
-    if engine_log_probs is None:
-        return torch.ones_like(old_log_probs)
-    w = (old_log_probs - engine_log_probs.to(old_log_probs.device)).exp().clamp(max=cap)
-    return torch.where(torch.isnan(w), torch.ones_like(w), w)
-
-
-def policy_loss(
-    log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, clip_coef: float, weights: Optional[Tensor] = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """Clipped surrogate objective (to minimise).
-
-    Args:
-        log_probs: ``(B,)`` new action log-probs (with grad).
-        old_log_probs: ``(B,)`` rollout action log-probs.
-        advantages: ``(B,)``.
-        clip_coef: epsilon of the ratio clip.
-        weights: ``(B,)`` per-turn weights of the surrogate (:func:`tis_weights`), detached; None = 1.
-
-    Returns:
-        ``(loss, metrics)`` with metrics ``approx_kl`` (k3 estimator, CleanRL), ``clipfrac`` and
-        ``ratio_max_dev`` (max ``|ratio - 1|``), all detached scalars.
-    """
-    log_ratio = log_probs - old_log_probs
-    ratio = log_ratio.exp()
-    pg1 = -advantages * ratio
-    pg2 = -advantages * ratio.clamp(1.0 - clip_coef, 1.0 + clip_coef)
-    per_turn = torch.max(pg1, pg2)
-    loss = (per_turn * weights.detach()).mean() if weights is not None else per_turn.mean()
-    with torch.no_grad():
-        metrics = {
-            "approx_kl": ((ratio - 1.0) - log_ratio).mean(),
-            "clipfrac": ((ratio - 1.0).abs() > clip_coef).float().mean(),
-            "ratio_max_dev": (ratio - 1.0).abs().max(),
-        }
-    return loss, metrics
 
 
 def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, clip_coef: float, clip_vloss: bool) -> tuple[Tensor, dict[str, Tensor]]:
@@ -114,18 +74,15 @@ def temperature_loss(temperatures: Tensor, entropy: Tensor, target_entropy: floa
     return (temperatures.log() * (entropy.detach() - target_entropy)).mean()
 
 
-def ppo_loss(
-    log_probs: Tensor,
-    values: Tensor,
-    entropy: Tensor,
-    kl: Optional[Tensor],
-    mb: Minibatch,
-    cfg: PPOConfig,
-    kl_coef: float,
-    out: Any = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
+def ppo_loss(out: Any, mb: Minibatch, cfg: PPOConfig, kl_coef: float, max_tokens: int = 1) -> tuple[Tensor, dict[str, Tensor]]:
     """Total loss ``pg + vf_coef * v - ent_coef * H + kl_coef * KL (+ temp_coef * temperature loss)``
-    and its parts (all ``(B,)`` in).
+    and its parts.
+
+    ``pg`` is :func:`~a2c_ppo_acktr.algo.surrogate.policy_loss` at ``ppo.ratio_level`` against the
+    minibatch's per-token old log-probs (``ppo.loss_agg``, ``clip_low``/``clip_high``,
+    ``clip_ratio_c``; TIS weights with ``ppo.tis_cap``; replies cut by ``max_new_tokens`` left out with
+    ``ppo.mask_truncated_replies``). At the token level the entropy and the KL are aggregated over
+    tokens the same way; the sequence levels average each reply's mean per-token entropy and KL.
 
     The value term is left out (``v`` still logged) for an estimator that reads no value
     (``rloo``, ``grpo``: not in :data:`~a2c_ppo_acktr.rl.storage.BOOTSTRAPPING_ESTIMATORS`). The value
@@ -133,19 +90,39 @@ def ppo_loss(
     shared LoRA weights for nothing, and an update whose advantages are all 0 could still change the
     policy.
 
-    ``H`` is the mean per-token entropy (``ppo.entropy_bonus=token``) or the response's entropy
+    ``H`` is the per-token entropy (``ppo.entropy_bonus=token``) or the response's entropy
     (``sequence``: ``out.seq_entropy``). The KL is in the loss only with ``ppo.kl_penalty=loss``.
-    ``out`` is the policy's :class:`~a2c_ppo_acktr.policy.model.EvalOutput` (read for ``seq_entropy`` and
-    the temperatures); the loss of the bare tensors needs it only for those options.
+
+    Args:
+        out: the policy's :class:`~a2c_ppo_acktr.policy.model.EvalOutput` for ``mb`` (per-token
+            ``token_log_probs``, ``token_mask``, ``token_entropy``, ``token_kl``; per-turn ``values``,
+            ``entropy``, ``kl``, ``seq_entropy``, ``temperatures``).
+        mb: the minibatch (old per-token log-probs, token weights, advantages, returns, old values).
+        cfg: :class:`PPOConfig`.
+        kl_coef: the KL coefficient now.
+        max_tokens: ``model.max_new_tokens`` (Dr. GRPO's constant of ``seq-mean-token-sum-norm``).
     """
-    dev = log_probs.device
-    old = mb.old_log_probs.to(dev)
-    weights = tis_weights(old, getattr(mb, "engine_log_probs", None), cfg.tis_cap) if cfg.tis_cap is not None else None
-    pg, pg_m = policy_loss(log_probs, old, mb.advantages.to(dev), cfg.clip_coef, weights)
-    if weights is not None:
-        pg_m = {**pg_m, "tis_weight": weights.mean(), "tis_capped_frac": (weights >= cfg.tis_cap).float().mean()}
-    v, v_m = value_loss(values, mb.old_values.to(dev), mb.returns.to(dev), cfg.clip_coef, cfg.clip_vloss)
-    ent = entropy.mean()
+    dev = out.token_log_probs.device
+    mask = out.token_mask
+    width = mask.shape[1]
+    if mb.old_token_log_probs is None:
+        raise ValueError("the minibatch holds no per-token old log-probs: fill them (ppo.old_log_probs=update) or store act's")
+    old = mb.padded("old_token_log_probs", width).to(dev)
+    weights = mb.padded("token_weights", width).to(dev)
+    pg_mask = mask
+    if cfg.mask_truncated_replies and mb.reply_cut is not None:
+        pg_mask = mask & ~mb.reply_cut.to(dev)[:, None]
+    sample_weights = tis_weights(mb.old_log_probs.to(dev), mb.engine_log_probs, cfg.tis_cap) if cfg.tis_cap is not None else None
+    low, high = cfg.clip_range
+    pg, pg_m = policy_loss(
+        out.token_log_probs, old, mb.advantages.to(dev), pg_mask, weights, level=cfg.ratio_level, loss_agg=cfg.loss_agg or "token-mean",
+        clip_low=low, clip_high=high, clip_ratio_c=cfg.clip_ratio_c, max_tokens=max_tokens, sample_weights=sample_weights,
+    )
+    if sample_weights is not None:
+        pg_m = {**pg_m, "tis_weight": sample_weights.mean(), "tis_capped_frac": (sample_weights >= cfg.tis_cap).float().mean()}
+    v, v_m = value_loss(out.values, mb.old_values.to(dev), mb.returns.to(dev), cfg.clip_coef, cfg.clip_vloss)
+    per_token = cfg.ratio_level == "token"
+    ent = aggregate(out.token_entropy, mask, cfg.loss_agg, max_tokens) if per_token else out.entropy.mean()
     bonus = ent
     if cfg.entropy_bonus == "sequence":
         seq = getattr(out, "seq_entropy", None)
@@ -154,7 +131,9 @@ def ppo_loss(
         bonus = seq.mean()
     vf_coef = cfg.vf_coef if cfg.advantage_estimator in BOOTSTRAPPING_ESTIMATORS else 0.0
     loss = pg + vf_coef * v - cfg.ent_coef * bonus
-    kl_mean = kl.mean() if kl is not None else None
+    kl_mean = None
+    if out.kl is not None:
+        kl_mean = aggregate(out.token_kl, mask, cfg.loss_agg, max_tokens) if per_token else out.kl.mean()
     if kl_coef > 0 and cfg.kl_penalty == "loss":
         if kl_mean is None:
             raise ValueError("kl_coef > 0 but the policy returned no KL; evaluate_actions must be called with with_kl=True")
@@ -163,7 +142,7 @@ def ppo_loss(
     if cfg.entropy_bonus == "sequence":
         metrics["seq_entropy"] = bonus.detach()
     if cfg.temperature_loss == "entropy_target":
-        t_loss = temperature_loss(out.temperatures, entropy, cfg.target_entropy)
+        t_loss = temperature_loss(out.temperatures, out.entropy, cfg.target_entropy)
         loss = loss + cfg.temp_coef * t_loss
         metrics["temperature_loss"] = t_loss.detach()
     if kl_mean is not None:
@@ -280,7 +259,7 @@ class PPO:
         options: dict[str, Any] = self.kl.forward_options()
         if self.cfg.temperature_loss == "entropy_target":
             options["detach_temperature"] = True
-        if self.cfg.reference != "base":
+        if self.cfg.reference != "start":
             options["reference"] = self.cfg.reference
         return options
 
@@ -324,13 +303,17 @@ class PPO:
         options = self._forward_options()
         tally = UpdateTally()
         has_reference = self._has_reference
+        max_tokens = int(getattr(getattr(self._module, "cfg", None), "max_new_tokens", 1))
+        first_order = storage.shuffled_order(self.generator)
+        old_seconds = self.recompute_old_policy(storage, first_order) if cfg.old_log_probs == "update" else 0.0
         for epoch in range(cfg.ppo_epochs):
             epoch_kl: Optional[Tensor] = None
             epoch_counted = 0
-            for k, mb in enumerate(storage.minibatches(cfg.mini_batch_size, self.generator, cfg.adv_norm, cfg.adv_std_floor)):
+            order = first_order if epoch == 0 else storage.shuffled_order(self.generator)
+            for k, mb in enumerate(storage.minibatches(cfg.mini_batch_size, adv_norm=cfg.adv_norm, std_floor=cfg.adv_std_floor, order=order)):
                 with_kl = self.kl.with_reference(epoch == 0 and k == 0, self.num_updates, has_reference)
                 out = self.policy(mb, with_kl=with_kl, **options)
-                loss, m = ppo_loss(out.log_probs, out.values, out.entropy, out.kl, mb, cfg, self.kl_coef, out)
+                loss, m = ppo_loss(out, mb, cfg, self.kl_coef, max_tokens)
                 if epoch == 0 and k == 0:
                     tally.first_dev = m["ratio_max_dev"]
                 if self._all_finite(loss):  # the one host read per minibatch: skipping is decided before backward
@@ -354,7 +337,25 @@ class PPO:
         if cfg.reference == "ema" and cfg.ema_decay < 1.0:  # the reference trails the weights this update ended with
             self._module.update_ema_reference(cfg.ema_decay)
         self.num_updates += 1
-        return update_metrics(mean, kl_ref, first, tally, storage, self.kl_coef, self.optimizer_steps)
+        metrics = update_metrics(mean, kl_ref, first, tally, storage, self.kl_coef, self.optimizer_steps)
+        metrics["time/old_log_probs"] = old_seconds
+        return metrics
+
+    @torch.no_grad()
+    def recompute_old_policy(self, storage: RolloutStorage, order: Tensor) -> float:
+        """``ppo.old_log_probs=update``: score every stored turn with the policy as it is now, before
+        any step, in the minibatches the first epoch will use (``order``, same rows, same padding,
+        same mode), and store the per-token log-probs, their weighted sums and the values as the
+        update's old ones (verl recomputes ``old_log_prob`` the same way). The first epoch's
+        forward of a minibatch then repeats this one bit for bit until the first optimizer step, so
+        its ratio is exactly 1 in any dtype and at any depth. Costs one no-grad forward per
+        minibatch (every process the same number: under ZeRO-3 a forward is a collective). Returns
+        the seconds it took."""
+        start = time.perf_counter()
+        for mb in storage.minibatches(self.cfg.mini_batch_size, order=order):
+            out = self.policy(mb, with_kl=False)
+            storage.set_old_policy(mb.indices, out.token_log_probs, out.token_mask, out.log_probs, out.values)
+        return time.perf_counter() - start
 
 
 def update_metrics(

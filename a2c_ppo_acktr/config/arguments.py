@@ -24,7 +24,10 @@ from typing import Any, Optional, Sequence
 import yaml
 
 from a2c_ppo_acktr.common import atomic
-from a2c_ppo_acktr.common.choices import ADV_NORMS, ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, REFERENCES, ROLLOUT_ENGINES, TEACHERS, THOUGHT_STYLES
+from a2c_ppo_acktr.common.choices import (
+    ADV_NORMS, ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, OLD_LOG_PROBS, RATIO_LEVELS, REFERENCES, ROLLOUT_ENGINES, TEACHERS,
+    THOUGHT_STYLES,
+)
 from a2c_ppo_acktr.common.errors import UserError
 from a2c_ppo_acktr.common.scoring import TASKS as SCORING_TASKS
 
@@ -170,10 +173,12 @@ class ModelConfig:
     thought_prob_coef: float = 0.5  # lambda in log pi = lambda * log p(thought) + log p(action)
     # Where act() takes log-probs/values from: "generate" (generate's own processed logits and first
     # step, no extra forward) or "recompute" (a no-grad training forward after generate: bit-identical
-    # to the update's computation in the same layout, one more forward per step). "auto" (resolved in
-    # __post_init__, so the saved config.yaml holds the mode used): "generate" for float32, "recompute"
-    # for bfloat16/float16, where generate's cached decoding puts ~20% of turns more than 1e-2 off
-    # ratio 1 on the first PPO minibatch, against ~4% (docs/TRAINING.md, "bf16 and the ratio invariant").
+    # to the update's computation in the same layout, one more forward per step). "auto": "generate"
+    # when the update recomputes its old log-probs itself (ppo.old_log_probs=update: act's are then
+    # only monitored) or in float32; "recompute" for bfloat16/float16 with ppo.old_log_probs=rollout,
+    # where generate's cached decoding puts ~20% of turns more than 1e-2 off ratio 1 on the first PPO
+    # minibatch, against ~4% (docs/TRAINING.md, "The first ratio"). A run's saved config.yaml holds
+    # the mode used (RunConfig.validate resolves it).
     rollout_log_probs: str = "auto"
     # Rows of one act() batch with the same prompt (a group's siblings, rollout.group_size > 1) are
     # processed and prefilled once, and generate continues every row from that shared KV cache;
@@ -194,8 +199,6 @@ class ModelConfig:
         _choice("model.device", self.device, ["auto", "cpu", "cuda"])
         _choice("model.train_vision", self.train_vision, ["none", "projector", "tower"])
         _choice("model.rollout_log_probs", self.rollout_log_probs, ["auto", "generate", "recompute"])
-        if self.rollout_log_probs == "auto":
-            self.rollout_log_probs = "generate" if self.dtype == "float32" else "recompute"
         _check(self.logits_chunk_tokens is None or self.logits_chunk_tokens >= 1,
                f"model.logits_chunk_tokens={self.logits_chunk_tokens} must be >= 1 (or null for the default)")
         _check(self.lora_r >= 1, f"model.lora_r={self.lora_r} must be >= 1")
@@ -232,6 +235,14 @@ class ModelConfig:
         _check(self.temp_head_hidden >= 1, f"model.temp_head_hidden={self.temp_head_hidden} must be >= 1")
         if self.attn_implementation == "flash_attention_2":
             _check(self.dtype != "float32", "model.attn_implementation=flash_attention_2 needs model.dtype bfloat16 or float16")
+
+    @property
+    def recompute_rollout_log_probs(self) -> bool:
+        """Whether ``act`` re-scores its replies with a training forward (``rollout_log_probs``; an
+        unresolved ``auto`` outside a run, e.g. in evaluation, follows the dtype)."""
+        if self.rollout_log_probs == "auto":
+            return self.dtype != "float32"
+        return self.rollout_log_probs == "recompute"
 
 
 @dataclass
@@ -297,7 +308,43 @@ class PPOConfig:
     # sequence: the response's entropy, sum over its tokens weighted like its log-prob
     # (thought_prob_coef on thought tokens), the entropy that matches a whole-response log-prob.
     entropy_bonus: str = "token"
-    kl_coef: float = 0.0  # KL to the reference (adapter disabled); 0 disables
+    # Where the update's old log-probs (and the value clip's centre) come from. update: a no-grad
+    # forward of the policy over the rollout in the first epoch's own minibatch layout, just before the
+    # update (verl's recomputed old_log_prob): the first minibatch's ratio is exactly 1 in any dtype and
+    # at any depth, for one more no-grad forward per minibatch. rollout: act's own log-probs
+    # (model.rollout_log_probs), which agree with the update only up to the low-precision rounding of
+    # another batch layout (docs/TRAINING.md, "The first ratio").
+    old_log_probs: str = "update"
+    # The importance ratio and its clip (docs/TRAINING.md, "Policy losses"). token: one ratio per
+    # generated token, clipped per token (PPO as verl, TRL and OpenRLHF apply it to LLMs); sequence:
+    # RL4VLM's ratio of the whole reply, exp(sum_t w_t (log p_t - log p_old_t)), w_t =
+    # model.thought_prob_coef on thought tokens; sequence_mean: GSPO's length-normalised sequence ratio,
+    # the exp of the w-weighted mean of the token log-ratios.
+    ratio_level: str = "token"
+    # How per-token losses become one number (ratio_level=token only; the sequence levels average
+    # their per-reply losses): token-mean (every token of the minibatch counts once), seq-mean-token-sum,
+    # seq-mean-token-mean, seq-mean-token-sum-norm (Dr. GRPO: each reply's token sum over the constant
+    # model.max_new_tokens). null = token-mean at the token level.
+    loss_agg: Optional[str] = None
+    # Decoupled clip range [1 - clip_low, 1 + clip_high] (DAPO's clip-higher: 0.2 and 0.28); null =
+    # clip_coef on that side.
+    clip_low: Optional[float] = None
+    clip_high: Optional[float] = None
+    # Dual clip (Ye et al. 2020): for a negative advantage the loss is capped at -A * clip_ratio_c, so one
+    # sample whose ratio has run far above 1 cannot dominate the update; null = off, else > 1 (verl: 3).
+    clip_ratio_c: Optional[float] = None
+    # DAPO's dynamic sampling (Yu et al. 2025), for the grouped estimators (rloo, grpo): a group whose
+    # episodes all have the same return has every advantage 0 and teaches nothing. Its turns are
+    # dropped and more rollouts are collected (at most dynamic_sampling_max_rounds in all) until the
+    # update's batch holds rollout.num_envs * num_steps turns of groups that differ; if the rounds run
+    # out first, the rest of the batch is filled with turns that take no advantage.
+    dynamic_sampling: bool = False
+    dynamic_sampling_max_rounds: int = 4
+    # DAPO's overlong filtering: a reply cut by model.max_new_tokens (no end-of-sequence token) takes no
+    # policy gradient (its tokens leave the policy loss), since its reward judges a reply that was never
+    # finished.
+    mask_truncated_replies: bool = False
+    kl_coef: float = 0.0  # KL to the reference (ppo.reference); 0 disables
     # full: exact per-token KL(pi || ref) over the vocabulary; k1/k2/k3: Schulman's sample estimators
     # on the sampled tokens (k1 = log pi/ref, k2 = (log pi/ref)^2 / 2, k3 = ref/pi - 1 - log ref/pi).
     kl_estimator: str = "full"
@@ -306,13 +353,14 @@ class PPOConfig:
     kl_penalty: str = "loss"
     kl_adaptive: bool = False
     kl_target: float = 0.05  # target KL of the adaptive controller
-    # The reference policy of the KL (and of losses/kl_ref): base (the adapter disabled, no copy) or
-    # ema (an exponential moving average of the trainable weights, started from the weights the run
-    # starts with, the SFT adapter's when warm-started; updated after every PPO update:
-    # ema <- ema_decay * ema + (1 - ema_decay) * weights). The ema reference trails the policy
-    # instead of pinning it to the base model; ema_decay 1 freezes it at the starting weights (the
-    # SFT policy of a warm start: RLHF's usual reference).
-    reference: str = "base"
+    # The reference policy of the KL (and of losses/kl_ref). start: the policy the run starts from (a
+    # warm start's SFT adapter, kept as a frozen copy of the adapter; without a warm start the
+    # adapter-disabled model, no copy), RLHF's usual reference: a KL to it keeps what SFT taught. base:
+    # the adapter disabled, no copy (after a warm start, the model before SFT). ema: an exponential
+    # moving average of the trainable weights, started from the starting weights and updated after
+    # every PPO update (ema <- ema_decay * ema + (1 - ema_decay) * weights): it trails the policy
+    # instead of pinning it; ema_decay 1 is the same as start.
+    reference: str = "start"
     ema_decay: float = 0.95
     # Perception-aware token weighting (VPPO, Huang et al. 2025): after each rollout a no-grad pass
     # measures every generated token's visual dependency, the KL between the policy's next-token
@@ -383,6 +431,30 @@ class PPOConfig:
         _check(self.target_entropy >= 0, f"ppo.target_entropy={self.target_entropy} must be >= 0 (nats per token)")
         _check(self.temp_coef >= 0, f"ppo.temp_coef={self.temp_coef} must be >= 0")
         _choice("ppo.reference", self.reference, REFERENCES)
+        _choice("ppo.old_log_probs", self.old_log_probs, OLD_LOG_PROBS)
+        _choice("ppo.ratio_level", self.ratio_level, RATIO_LEVELS)
+        if self.ratio_level == "token":
+            self.loss_agg = "token-mean" if self.loss_agg is None else self.loss_agg
+            _choice("ppo.loss_agg", self.loss_agg, LOSS_AGGREGATIONS)
+        else:
+            _check(
+                self.loss_agg is None,
+                f"ppo.loss_agg={self.loss_agg!r} aggregates per-token losses, but ppo.ratio_level={self.ratio_level!r} has one "
+                "loss per reply (averaged over the replies): leave ppo.loss_agg null, or use ppo.ratio_level=token",
+            )
+        for side in ("clip_low", "clip_high"):
+            value = getattr(self, side)
+            _check(value is None or value > 0, f"ppo.{side}={value} must be > 0 (or null for ppo.clip_coef)")
+        _check(
+            self.dynamic_sampling_max_rounds >= 1,
+            f"ppo.dynamic_sampling_max_rounds={self.dynamic_sampling_max_rounds} must be >= 1 (rollouts collected per update at most)",
+        )
+        _check(self.clip_low is None or self.clip_low < 1, f"ppo.clip_low={self.clip_low} must be < 1 (the ratio's floor is 1 - clip_low > 0)")
+        _check(
+            self.clip_ratio_c is None or self.clip_ratio_c > 1,
+            f"ppo.clip_ratio_c={self.clip_ratio_c} must be > 1 (the dual clip's cap on a negative advantage's ratio; verl uses 3) or null",
+        )
+
         _check(
             0.0 <= self.ema_decay <= 1.0,
             f"ppo.ema_decay={self.ema_decay} must be in [0, 1] (0 = the reference is the last update's weights, 1 = the starting weights)",
@@ -400,6 +472,12 @@ class PPOConfig:
         if self.kl_adaptive:
             _check(self.kl_coef > 0, "ppo.kl_adaptive needs an initial ppo.kl_coef > 0")
             _check(self.kl_target > 0, f"ppo.kl_target={self.kl_target} must be > 0")
+
+    @property
+    def clip_range(self) -> tuple[float, float]:
+        """``(clip_low, clip_high)``: the ratio is clipped to ``[1 - low, 1 + high]``."""
+        low = self.clip_coef if self.clip_low is None else self.clip_low
+        return low, self.clip_coef if self.clip_high is None else self.clip_high
 
 
 @dataclass
@@ -677,11 +755,22 @@ class RunConfig:
             _check(self.model.use_temp_predictor, "ppo.temperature_loss=entropy_target trains the temperature head: set model.use_temp_predictor=true")
         if self.ppo.reference == "ema":
             _check(self.model.use_lora, "ppo.reference=ema averages the LoRA adapter: set model.use_lora=true")
+        if self.reference_copies_weights:
             _check(
                 self.dist.zero_stage < 3,
-                "ppo.reference=ema keeps a full copy of the trainable weights on every process; with dist.zero_stage=3 "
-                "they are partitioned: use ppo.reference=base or zero_stage=2",
+                f"ppo.reference={self.ppo.reference} keeps a full copy of the trainable weights on every process (here: of the warm "
+                "start's adapter); with dist.zero_stage=3 they are partitioned: use ppo.reference=base or dist.zero_stage=2",
             )
+        if self.ppo.dynamic_sampling:
+            _check(
+                self.ppo.advantage_estimator in ("rloo", "grpo"),
+                f"ppo.dynamic_sampling drops groups whose episodes all score alike; ppo.advantage_estimator="
+                f"{self.ppo.advantage_estimator!r} has no groups: use rloo or grpo (with rollout.group_size >= 2), or turn it off",
+            )
+        if self.model.rollout_log_probs == "auto":  # resolved here, so the saved config.yaml holds the mode used
+            update = self.ppo.old_log_probs == "update"
+            self.model.rollout_log_probs = "generate" if update or self.model.dtype == "float32" else "recompute"
+
         if self.log.val_interval > 0 and self.env.scene_source == "procedural":
             train = range(self.env.scene_seed, self.env.scene_seed + self.env.num_scenes)
             val = range(self.log.val_seed, self.log.val_seed + self.log.val_episodes)
@@ -693,6 +782,12 @@ class RunConfig:
             )
         if self.ppo.kl_coef > 0:
             _check(self.model.use_lora, "a KL to the reference (ppo.kl_coef > 0) needs LoRA (model.use_lora=true): the reference is the adapter-disabled model")
+
+    @property
+    def reference_copies_weights(self) -> bool:
+        """Whether the KL's reference is a copy of the trainable weights (``ema``, or ``start`` after a
+        warm start); ``start`` without a warm start and ``base`` disable the adapter instead."""
+        return self.model.use_lora and (self.ppo.reference == "ema" or (self.ppo.reference == "start" and self.model.sft_adapter is not None))
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:

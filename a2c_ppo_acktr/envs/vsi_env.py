@@ -327,6 +327,7 @@ class VSIEnv(gym.Env):
         self._done = terminated or truncated
         self._episode_reward += reward
         info = self._info(action=parsed, valid=not isinstance(parsed, Invalid), collided=collided)
+        info["time_limit_announced"] = truncated  # every prompt shows the turns left (TextEnv)
         if score is not None:
             info["score"] = score
         return self._observation(), float(reward), terminated, truncated, info

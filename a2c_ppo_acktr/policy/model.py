@@ -12,16 +12,17 @@ with :func:`~a2c_ppo_acktr.policy.distributions.chunked_token_stats`: ``lm_head`
 vocabulary-wide work run a chunk of positions at a time, recomputed in backward, so no ``(B, R, V)``
 tensor is ever alive (the formulas are those of ``process_logits``/``token_log_probs``).
 
-The rollout's log-probs come from the same functions the update uses, on the same numbers:
-with ``model.rollout_log_probs = "generate"`` (the float32 default, no extra forward) the processor keeps each
-step's processed logits and reads the sampled token's log-prob with
+The rollout's log-probs (per token, and their weighted sums) come from the same functions the update
+uses, on the same numbers: with ``model.rollout_log_probs = "generate"`` (no extra forward) the
+processor keeps each step's processed logits and reads the sampled token's log-prob with
 :func:`~a2c_ppo_acktr.policy.distributions.token_log_probs`, and the value head reads the hidden state
 caught at generate's first step; with ``"recompute"`` a no-grad training forward
-(:meth:`VLMPolicy.evaluate_actions`'s code; the bf16/fp16 default) re-scores the batch. Either way
-the first PPO minibatch sees ``ratio == 1`` to float rounding (tested: < 1e-4 in fp32; in bf16 the
-rounding depends on the batch layout: docs/TRAINING.md, "bf16 and the ratio invariant"). Dropout is
-off while acting; keep ``model.lora_dropout = 0`` for PPO, or the update's dropout masks make the
-first ratio differ from 1.
+(:meth:`VLMPolicy.evaluate_actions`'s code) re-scores the batch. They are the update's old log-probs
+only with ``ppo.old_log_probs=rollout`` (then within 1e-4 of the update's in fp32; in bf16 the
+rounding depends on the batch layout); by default the update re-scores the rollout in its own layout
+and its first ratio is exactly 1 (docs/TRAINING.md, "The first ratio"). Dropout is off while acting;
+keep ``model.lora_dropout = 0`` for PPO, or the update's dropout masks make the first ratio differ
+from 1.
 
 Batch layout of the training forward: ``[left-padded prompt | generated ids right-padded]``; the
 attention mask covers both paddings, and ``logits_to_keep = R + 1`` makes ``lm_head`` see exactly the
@@ -128,6 +129,10 @@ class ActOutput:
     # (N,) the rollout engine's own log-probs of the replies, weighted like log_probs (rollout.engine
     # other than hf; NaN where it returned none); None when the policy sampled itself.
     engine_log_probs: Optional[Tensor] = None
+    # (R_i,) each reply's per-token log-probs (unweighted; log_probs are their weighted sums).
+    token_log_probs: Optional[list[Tensor]] = None
+    # (N,) bool: the reply was cut by model.max_new_tokens before an end-of-sequence token.
+    reply_cut: Optional[Tensor] = None
 
 
 @dataclass
@@ -147,6 +152,7 @@ class EvalOutput:
     token_log_probs: Optional[Tensor] = None
     token_kl: Optional[Tensor] = None
     token_mask: Optional[Tensor] = None
+    token_entropy: Optional[Tensor] = None
 
 
 # The names the forward's ``reference`` option takes: the KL references, then the perception probes.
@@ -531,7 +537,7 @@ class VLMPolicy(nn.Module):
         temperature: Optional[float] = None,
         kl_estimator: str = "full",
         detach_temperature: bool = False,
-        reference: str = "base",
+        reference: str = "start",
         noise_seed: int = 0,
         vision: Optional[Sequence[dict[str, Tensor]]] = None,
     ) -> EvalOutput:
@@ -601,7 +607,7 @@ class VLMPolicy(nn.Module):
             kl, kl_sum = masked_mean(per_token, resp_mask), masked_sum(per_token, resp_mask)
         return EvalOutput(
             log_probs=log_probs, values=values, entropy=entropy, kl=kl, temperatures=temps, seq_entropy=seq_entropy, kl_sum=kl_sum,
-            token_log_probs=stats.log_probs, token_kl=per_token, token_mask=resp_mask,
+            token_log_probs=stats.log_probs, token_kl=per_token, token_mask=resp_mask, token_entropy=stats.entropy,
         )
 
     # ------------------------------------------------------------------ EMA reference (references.MovingAverage)
@@ -653,14 +659,14 @@ class VLMPolicy(nn.Module):
 
     def evaluate_actions(
         self, minibatch: Any, with_kl: bool = False, kl_estimator: str = "full", detach_temperature: bool = False,
-        reference: str = "base", noise_seed: int = 0,
+        reference: str = "start", noise_seed: int = 0,
     ) -> EvalOutput:
         """Re-forward prompt + action of stored turns.
 
         Args:
             minibatch: a :class:`~a2c_ppo_acktr.rl.storage.Minibatch` (``prompts``, ``images``,
                 ``prompt_ids``, ``generated_ids``, ``token_weights`` are read).
-            with_kl: also compute the KL to the reference (adapter disabled); one more forward.
+            with_kl: also compute the KL to the reference (``reference``: the starting policy by default); one more forward.
             kl_estimator, detach_temperature, reference, noise_seed: see :meth:`_forward_turns`
                 (``ppo.kl_estimator``, ``ppo.temperature_loss=entropy_target``, ``ppo.reference``,
                 the perception pass).
@@ -787,7 +793,7 @@ class VLMPolicy(nn.Module):
             self._check_context(cpu_enc["input_ids"].shape[1])
             enc = self._to_device(cpu_enc)
             P = enc["input_ids"].shape[1]
-            recompute = self.cfg.rollout_log_probs == "recompute"
+            recompute = self.cfg.recompute_rollout_log_probs
             with self._capture_vision() as encoded:
                 # With repeated prompts, generate continues every row from the distinct prompts' cache.
                 gen_inputs = enc if unique is None else self._shared_prefill(enc, *unique)
@@ -800,7 +806,7 @@ class VLMPolicy(nn.Module):
             if recompute:
                 ev = self._forward_turns(enc, generated, weights, with_kl=False, temperature=temperature,
                                          vision=None if vision is None else [e for row in vision for e in row])
-                log_probs, values, temps = ev.log_probs, ev.values, ev.temperatures
+                log_probs, values, temps, tok_lp = ev.log_probs, ev.values, ev.temperatures, ev.token_log_probs
             else:
                 # Same functions as the training forward: process_logits -> token_log_probs ->
                 # sequence_log_prob; the value head on the same (last prompt token) hidden state.
@@ -825,7 +831,20 @@ class VLMPolicy(nn.Module):
             prompt_ids=[e.input_ids for e in encodings] if encodings is not None else self._unpadded(cpu_enc),
             token_weights=weights,
             encodings=encodings,
+            token_log_probs=self._rows(tok_lp, generated),
+            reply_cut=self._reply_cut(generated),
         )
+
+    @staticmethod
+    def _rows(per_token: Tensor, generated: Sequence[Tensor]) -> list[Tensor]:
+        """Each reply's entries of a ``(N, R)`` per-token tensor, on the CPU (one copy)."""
+        cpu = per_token.detach().float().cpu()
+        return [cpu[i, : len(g)].clone() for i, g in enumerate(generated)]
+
+    def _reply_cut(self, generated: Sequence[Tensor]) -> Tensor:
+        """``(N,)`` bool: replies that reached ``max_new_tokens`` without an end-of-sequence token."""
+        return torch.tensor([len(g) >= self.cfg.max_new_tokens and (len(g) == 0 or int(g[-1]) not in self.eos_ids) for g in generated],
+                            dtype=torch.bool)
 
     def _generate(self, inputs: dict[str, Any], greedy: bool, temperature: Optional[float], recompute: bool) -> tuple[Tensor, "_RowTemperatureProcessor", list[Tensor]]:
         """``generate`` under the per-row temperature processor: the sequences, the processor (its
@@ -949,6 +968,8 @@ class VLMPolicy(nn.Module):
             token_weights=weights,
             encodings=encodings,
             engine_log_probs=torch.tensor(sequence_log_probs(replies, weights), dtype=torch.float32),
+            token_log_probs=self._rows(ev.token_log_probs, generated),
+            reply_cut=self._reply_cut(generated),
         )
 
     def _check_context(self, prompt_tokens: int) -> None:

@@ -4,6 +4,11 @@ A reference gives, without gradients, the final hidden states at the response's 
 (:meth:`Reference.hidden`) and the output layer that turns them into logits (:meth:`Reference.head`);
 the policy's forward then computes the KL chunk by chunk against them.
 
+* ``start`` (:class:`StartingPolicy`, the default): the policy the run started from. After a warm
+  start that is the SFT adapter, kept as a frozen copy (:class:`EMAWeights` that never move); without
+  one it is the adapter-disabled model, no copy (LoRA's ``B`` starts at zero, so the adapter adds
+  nothing at the start). A KL to it keeps what SFT taught (the reply format) instead of pulling the
+  policy back to the model before SFT;
 * ``base`` (:class:`AdapterDisabled`): the policy with its LoRA adapter disabled, no copy (needs LoRA);
 * ``ema`` (:class:`MovingAverage`): the policy with the adapter's exponential moving average
   (``ppo.reference=ema``; the averaged weights are :class:`EMAWeights`, checkpointed with the run).
@@ -163,6 +168,23 @@ class ImageProbe(Reference):
         return policy.model, contextlib.nullcontext(), masked_images(kwargs, noise=self.noise, seed=noise_seed)
 
 
+class StartingPolicy(Reference):
+    """The weights the run started from: the frozen copy :meth:`VLMPolicy.init_ema_reference` made
+    of a warm start's adapter, or, with no copy (no warm start), the adapter-disabled model, which is
+    the same function."""
+
+    name = "start"
+
+    def _same_as(self, policy: Any) -> Reference:
+        return REFERENCES["ema"] if policy.has_ema_reference else REFERENCES["base"]
+
+    def forward(self, policy: Any, kwargs: dict[str, Any], noise_seed: int) -> tuple[Any, Any, dict[str, Any]]:
+        return self._same_as(policy).forward(policy, kwargs, noise_seed)
+
+    def head(self, policy: Any, head: nn.Module) -> Any:
+        return self._same_as(policy).head(policy, head)
+
+
 def _ema_params(policy: Any) -> dict[str, Tensor]:
     ema: Optional[EMAWeights] = policy._ema
     if ema is None:
@@ -170,7 +192,7 @@ def _ema_params(policy: Any) -> dict[str, Tensor]:
     return ema.as_params(policy.averaged_parameters())
 
 
-REFERENCES: dict[str, Reference] = {"base": AdapterDisabled(), "ema": MovingAverage()}
+REFERENCES: dict[str, Reference] = {"start": StartingPolicy(), "base": AdapterDisabled(), "ema": MovingAverage()}
 check_registry("ppo.reference", REFERENCES, choices.REFERENCES)
 PERCEPTION_PROBES: dict[str, Reference] = {"masked_images": ImageProbe("masked_images", noise=False), "noised_images": ImageProbe("noised_images", noise=True)}
 

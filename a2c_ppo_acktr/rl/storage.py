@@ -286,6 +286,18 @@ def normalize_advantages(
     return out
 
 
+def informative_turns(advantages: Tensor, adv_mask: Tensor, group_ids: Optional[Tensor]) -> Tensor:
+    """``(T, N)`` bool: the compared turns of groups whose episodes do not all score alike (DAPO's
+    dynamic sampling keeps only those: a group of equal returns has every advantage 0 under rloo and
+    grpo, and teaches nothing). A group counts when any of its compared turns has a non-zero
+    advantage; all of its compared turns are kept then, zero-advantage ones included."""
+    if group_ids is None:
+        return adv_mask.clone()
+    moving = adv_mask & (advantages != 0)
+    keys = group_ids[moving].unique()
+    return adv_mask & torch.isin(group_ids, keys)
+
+
 def get_advantage_estimator(name: str) -> Callable[..., tuple[Tensor, Tensor]]:
     """The estimator registered as ``name``; an unknown name raises listing the known ones."""
     if name not in ADVANTAGE_ESTIMATORS:
@@ -311,8 +323,8 @@ class Minibatch:
     prompt_ids: list[Tensor]  # (P_i,) prompt token ids as the processor made them in the rollout
     generated_ids: list[Tensor]  # (R_i,) generated ids, padding removed
     token_weights: list[Tensor]  # (R_i,) thought_prob_coef on thought tokens, 1 elsewhere
-    old_log_probs: Tensor
-    old_values: Tensor
+    old_log_probs: Tensor  # (B,) weighted sums of the old per-token log-probs
+    old_values: Tensor  # (B,) the value clip's centre
     advantages: Tensor
     returns: Tensor
     indices: Tensor  # flat index t * num_envs + n of each turn in the storage
@@ -320,9 +332,22 @@ class Minibatch:
     encodings: Optional[list[TurnEncoding]] = None
     # (B,) the rollout engine's log-probs of the replies (NaN where none; None: no engine column).
     engine_log_probs: Optional[Tensor] = None
+    # (R_i,) old per-token log-probs of each reply (unweighted); None when the rollout kept none.
+    old_token_log_probs: Optional[list[Tensor]] = None
+    # (B,) bool: the reply was cut by model.max_new_tokens (no end-of-sequence token); None: unknown.
+    reply_cut: Optional[Tensor] = None
 
     def __len__(self) -> int:
         return len(self.prompts)
+
+    def padded(self, name: str, width: int) -> Tensor:
+        """``(B, width)`` float32 of the per-reply list ``name`` (``old_token_log_probs``,
+        ``token_weights``), each row right-padded with 0."""
+        rows = getattr(self, name)
+        out = torch.zeros(len(rows), width, dtype=torch.float32)
+        for i, row in enumerate(rows):
+            out[i, : len(row)] = row.float()
+        return out
 
 
 class RolloutStorage:
@@ -340,6 +365,9 @@ class RolloutStorage:
         shape = (num_steps, num_envs)
         self.old_log_probs = torch.zeros(shape)
         self.values = torch.zeros(shape)
+        # The value clip's centre: the rollout's values, or the update's recompute (set_old_policy).
+        self.old_values = torch.zeros(shape)
+        self.reply_cut = torch.zeros(shape, dtype=torch.bool)
         self.rewards = torch.zeros(shape)
         self.terminated = torch.zeros(shape, dtype=torch.bool)
         self.truncated = torch.zeros(shape, dtype=torch.bool)
@@ -361,6 +389,7 @@ class RolloutStorage:
         self.prompt_ids: list[Optional[Tensor]] = [None] * n
         self.generated_ids: list[Optional[Tensor]] = [None] * n
         self.token_weights: list[Optional[Tensor]] = [None] * n
+        self.old_token_log_probs: list[Optional[Tensor]] = [None] * n
         self.encodings: list[Optional[TurnEncoding]] = [None] * n
         self.image_store = ImageFeatureStore()
         self.step = 0
@@ -411,6 +440,9 @@ class RolloutStorage:
         self.terminated[t], self.truncated[t] = term, trunc
         self.old_log_probs[t] = act.log_probs.detach().float().cpu()
         self.values[t] = act.values.detach().float().cpu()
+        self.old_values[t] = self.values[t]
+        cut = getattr(act, "reply_cut", None)
+        self.reply_cut[t] = False if cut is None else torch.as_tensor(cut, dtype=torch.bool).reshape(N)
         self.temperatures[t] = act.temperatures.detach().float().cpu()
         engine_lp = getattr(act, "engine_log_probs", None)
         self.engine_log_probs[t] = float("nan") if engine_lp is None else engine_lp.detach().float().cpu().reshape(N)
@@ -419,6 +451,7 @@ class RolloutStorage:
                 self.group_ids = torch.full((self.num_steps, N), -1, dtype=torch.long)
             self.group_ids[t] = torch.as_tensor(group_ids, dtype=torch.long).reshape(N)
         encodings = getattr(act, "encodings", None)
+        token_lps = getattr(act, "token_log_probs", None)
         for n in range(N):
             i = t * N + n
             self.prompts[i] = act.prompts[n]
@@ -426,6 +459,7 @@ class RolloutStorage:
             self.prompt_ids[i] = act.prompt_ids[n].detach().cpu()
             self.generated_ids[i] = act.generated_ids[n].detach().cpu()
             self.token_weights[i] = act.token_weights[n].detach().float().cpu()
+            self.old_token_log_probs[i] = None if token_lps is None else token_lps[n].detach().float().cpu()
             if encodings is not None:
                 self.encodings[i] = self.image_store.share(encodings[n], self.images[i])
         self.step += 1
@@ -445,6 +479,18 @@ class RolloutStorage:
                 raise ValueError(f"step {t} env {n} is not a truncated step whose final value was deferred")
             self.next_values[t, n] = v
             self.final_pending[t, n] = False
+
+    def set_old_policy(self, indices: Tensor, token_log_probs: Tensor, mask: Tensor, log_probs: Tensor, values: Tensor) -> None:
+        """Replace the old policy's numbers of the turns at flat ``indices`` (``(B,)``) with a
+        recompute's (``ppo.old_log_probs=update``): per-token log-probs ``(B, R)`` on ``mask``, their
+        weighted sums ``(B,)`` and the values ``(B,)`` (the value clip's centre; the advantages keep
+        the rollout's values)."""
+        lps = token_log_probs.detach().float().cpu()
+        keep = mask.detach().cpu()
+        for row, i in enumerate(indices.tolist()):
+            self.old_token_log_probs[i] = lps[row][keep[row]].clone()
+        self.old_log_probs.view(-1)[indices] = log_probs.detach().float().cpu()
+        self.old_values.view(-1)[indices] = values.detach().float().cpu()
 
     @property
     def needs_bootstrap(self) -> Tensor:
@@ -501,24 +547,35 @@ class RolloutStorage:
         )
         self.adv_mask = advantage_mask(estimator, self.terminated, self.truncated, self.group_ids, self.starts_episode, horizon)
 
+    def shuffled_order(self, generator: torch.Generator) -> Tensor:
+        """A random order of the ``num_steps * num_envs`` stored turns (one epoch's)."""
+        return torch.randperm(self.num_steps * self.num_envs, generator=generator)
+
     def minibatches(
-        self, mini_batch_size: int, generator: torch.Generator, adv_norm: str = "none", std_floor: float = 0.0
+        self, mini_batch_size: int, generator: Optional[torch.Generator] = None, adv_norm: str = "none", std_floor: float = 0.0,
+        order: Optional[Tensor] = None,
     ) -> Iterator[Minibatch]:
         """Yield shuffled minibatches covering every turn once.
 
         Args:
             mini_batch_size: turns per minibatch; must divide ``num_steps * num_envs``.
-            generator: torch Generator seeded from the run (reproducible shuffles).
+            generator: torch Generator seeded from the run (reproducible shuffles); drawn from
+                when no ``order`` is given.
             adv_norm, std_floor: :func:`normalize_advantages` over the whole rollout first (one
                 mean/std for all minibatches, so tiny minibatches do not get degenerate statistics).
+            order: the turns' order (:meth:`shuffled_order`), when the caller needs the same
+                minibatches twice (the old-policy recompute and the first epoch).
         """
         if self.advantages is None or self.returns is None:
             raise RuntimeError("call compute_returns before minibatches")
         total = self.num_steps * self.num_envs
         if total % mini_batch_size != 0:
             raise ValueError(f"mini_batch_size={mini_batch_size} must divide num_steps*num_envs={total}")
+        if order is None:
+            if generator is None:
+                raise ValueError("minibatches needs a generator (to shuffle) or an order")
+            order = self.shuffled_order(generator)
         adv = normalize_advantages(self.advantages, adv_norm, std_floor, self.group_ids, self.adv_mask).flatten()
-        order = torch.randperm(total, generator=generator)
         for start in range(0, total, mini_batch_size):
             yield self._minibatch(order[start : start + mini_batch_size], adv, self.returns.flatten())
 
@@ -534,6 +591,7 @@ class RolloutStorage:
     def _minibatch(self, idx: Tensor, adv: Tensor, returns: Tensor) -> Minibatch:
         ii = idx.tolist()
         encodings = [self.encodings[i] for i in ii]
+        old_tokens = [self.old_token_log_probs[i] for i in ii]
         return Minibatch(
             prompts=[self.prompts[i] for i in ii],
             images=[self.images[i] for i in ii],
@@ -541,13 +599,49 @@ class RolloutStorage:
             generated_ids=[self.generated_ids[i] for i in ii],
             token_weights=[self.token_weights[i] for i in ii],
             old_log_probs=self.old_log_probs.flatten()[idx],
-            old_values=self.values.flatten()[idx],
+            old_values=self.old_values.flatten()[idx],
             advantages=adv[idx],
             returns=returns[idx],
             indices=idx,
             encodings=encodings if all(e is not None for e in encodings) else None,
             engine_log_probs=self.engine_log_probs.flatten()[idx],
+            old_token_log_probs=old_tokens if all(t is not None for t in old_tokens) else None,
+            reply_cut=self.reply_cut.flatten()[idx],
         )
+
+    # Per-turn fields (flat index t * num_envs + n) that :meth:`copy_turns` carries: lists, then (T, N) tensors.
+    _TURN_LISTS = ("prompts", "images", "prompt_ids", "generated_ids", "token_weights", "old_token_log_probs", "encodings")
+    _TURN_TENSORS = ("old_log_probs", "values", "old_values", "rewards", "terminated", "truncated", "next_values", "temperatures",
+                     "engine_log_probs", "reply_cut", "advantages", "returns", "adv_mask", "group_ids")
+
+    @classmethod
+    def batch_like(cls, other: "RolloutStorage") -> "RolloutStorage":
+        """An empty storage of ``other``'s shape to gather turns of several rollouts into
+        (:meth:`copy_turns`): the update reads it like a rollout (flat indices only)."""
+        batch = cls(other.num_steps, other.num_envs)
+        shape = (other.num_steps, other.num_envs)
+        batch.advantages, batch.returns = torch.zeros(shape), torch.zeros(shape)
+        batch.adv_mask = torch.zeros(shape, dtype=torch.bool)
+        batch.group_ids = torch.full(shape, -1, dtype=torch.long)
+        batch.step = other.num_steps
+        return batch
+
+    def copy_turns(self, src: "RolloutStorage", indices: Sequence[int], positions: Sequence[int]) -> None:
+        """Copy ``src``'s turns at flat ``indices`` (after its advantages) into this storage's flat
+        ``positions``, every per-turn field with them (the turns' processed images are shared, not copied)."""
+        if src.advantages is None or src.returns is None or src.adv_mask is None:
+            raise RuntimeError("copy_turns reads the advantages: call compute_returns on the source first")
+        idx = torch.as_tensor(list(indices), dtype=torch.long)
+        pos = torch.as_tensor(list(positions), dtype=torch.long)
+        for name in self._TURN_LISTS:
+            mine, theirs = getattr(self, name), getattr(src, name)
+            for i, p in zip(idx.tolist(), pos.tolist()):
+                mine[p] = theirs[i]
+        for name in self._TURN_TENSORS:
+            theirs = getattr(src, name)
+            if theirs is None:  # no groups in the source: its turns are groupless
+                continue
+            getattr(self, name).view(-1)[pos] = theirs.reshape(-1)[idx].to(getattr(self, name).dtype)
 
     def after_update(self) -> None:
         """Make room for the next rollout; remember which envs start mid-episode."""
@@ -560,5 +654,6 @@ class RolloutStorage:
         n = self.num_steps * self.num_envs
         self.prompts, self.images = [None] * n, [None] * n
         self.prompt_ids, self.generated_ids, self.token_weights = [None] * n, [None] * n, [None] * n
+        self.old_token_log_probs = [None] * n
         self.encodings = [None] * n
         self.image_store.clear()

@@ -152,6 +152,9 @@ def collect_rollout(
             stats.act_seconds += t1 - t0
             stats.env_seconds += time.perf_counter() - t1
             terminated, truncated = np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool)
+            # A turn limit the observations announced ends that MDP: no value is bootstrapped there (TextEnv).
+            announced = truncated & np.array([bool(info.get("time_limit_announced", False)) for info in infos], dtype=bool)
+            terminated, truncated = terminated | announced, truncated & ~announced
             group_ids = [info["group_id"] for info in infos] if all("group_id" in i for i in infos) else None
             storage.insert(act, rewards, terminated, truncated, group_ids=group_ids, defer_final_values=True)
             if bootstrap:
@@ -240,7 +243,7 @@ def _build_run(cfg: RunConfig, accelerator) -> Run:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda it: lr_factor(it, cfg.ppo))
     policy, prepared_optimizer = accelerator.prepare(module, optimizer)
     module = accelerator.unwrap_model(policy)
-    if cfg.ppo.reference == "ema":  # starts at the weights the run starts with (the SFT adapter's when warm-started)
+    if cfg.reference_copies_weights:  # ema, or start after a warm start: a copy of the weights the run starts with
         module.init_ema_reference()
     # From here on ranks must differ (sampling, shuffles): offset by rank.
     seed_everything(cfg.seed + rank)
@@ -319,9 +322,74 @@ def validate(run: "Run", iteration: int, log: Optional[RunLogger] = None) -> dic
     return metrics
 
 
-def update_policy(run: Run, iteration: int) -> dict[str, float]:
-    """PPO epochs over the rollout, then make room for the next one and advance the lr schedule."""
-    metrics = run.ppo.update(run.storage)
+def merge_stats(a: RolloutStats, b: RolloutStats) -> RolloutStats:
+    """The statistics of two rollouts of one iteration (dynamic sampling's rounds): counts and
+    seconds added, episodes joined; the bootstrap values are the later rollout's."""
+    return RolloutStats(
+        episodes=a.episodes + b.episodes, valid=a.valid + b.valid, turns=a.turns + b.turns, reward_sum=a.reward_sum + b.reward_sum,
+        temperature_sum=a.temperature_sum + b.temperature_sum, act_seconds=a.act_seconds + b.act_seconds,
+        env_seconds=a.env_seconds + b.env_seconds, value_seconds=a.value_seconds + b.value_seconds,
+        value_rows=a.value_rows + b.value_rows, next_value=b.next_value,
+    )
+
+
+def dynamic_batch(
+    run: Run, stats: RolloutStats, collect: Callable[[], RolloutStats], estimate: Callable[[RolloutStats], dict[str, float]],
+) -> tuple[Any, RolloutStats, dict[str, float]]:
+    """DAPO's dynamic sampling (``ppo.dynamic_sampling``; Yu et al. 2025): the update's batch from the
+    compared turns of groups whose episodes differ (:func:`~a2c_ppo_acktr.rl.storage.informative_turns`),
+    collecting more rollouts (``collect`` then ``estimate``, as the first) until it holds
+    ``num_steps * num_envs`` of them or ``ppo.dynamic_sampling_max_rounds`` rollouts were made. If the
+    rounds run out, the last rollout's other turns fill the batch with no advantage (they take no
+    policy gradient and no part in the normalisation). Every process makes as many rounds (the most
+    any needs): a rollout step may be a collective (ZeRO-3).
+
+    Returns:
+        The batch (a storage the update reads by flat index), the rounds' statistics together, and
+        ``rollout/dynamic_rounds``, ``rollout/informative_fraction`` (of all collected turns) and
+        ``rollout/uninformative_fill`` (the batch's share filled without an advantage).
+    """
+    from a2c_ppo_acktr.rl.storage import RolloutStorage, informative_turns
+
+    storage, acc = run.storage, run.accelerator
+    size = storage.num_steps * storage.num_envs
+    batch = RolloutStorage.batch_like(storage)
+    filled, rounds, informative = 0, 1, 0
+    while True:
+        keep = informative_turns(storage.advantages, storage.adv_mask, storage.group_ids).flatten()
+        informative += int(keep.sum())
+        take = keep.nonzero().flatten().tolist()[: size - filled]
+        batch.copy_turns(storage, take, range(filled, filled + len(take)))
+        filled += len(take)
+        wanting = torch.tensor([float(filled < size)], device=acc.device)
+        if acc.num_processes > 1:
+            wanting = acc.reduce(wanting, reduction="sum")
+        if float(wanting.item()) == 0.0 or rounds >= run.cfg.ppo.dynamic_sampling_max_rounds:
+            break
+        storage.after_update()  # the kept turns live on in the batch
+        more = collect()
+        estimate(more)
+        stats = merge_stats(stats, more)
+        rounds += 1
+    fill = size - filled
+    if fill:
+        rest = (~keep).nonzero().flatten().tolist()[:fill]
+        positions = list(range(filled, size))
+        batch.copy_turns(storage, rest, positions)
+        at = torch.tensor(positions, dtype=torch.long)
+        batch.adv_mask.view(-1)[at] = False
+        batch.advantages.view(-1)[at] = 0.0
+    return batch, stats, {
+        "rollout/dynamic_rounds": float(rounds),
+        "rollout/informative_fraction": informative / (rounds * size),
+        "rollout/uninformative_fill": fill / size,
+    }
+
+
+def update_policy(run: Run, iteration: int, batch: Any = None) -> dict[str, float]:
+    """PPO epochs over the rollout (or the ``batch`` dynamic sampling gathered), then make room for
+    the next rollout and advance the lr schedule."""
+    metrics = run.ppo.update(run.storage if batch is None else batch)
     if metrics.get("losses/skipped_minibatches", 0.0) > 0 or metrics.get("optim/skipped_windows", 0.0) > 0:
         logger.warning(
             "iteration %d: %d minibatch(es) skipped for a non-finite loss, %d accumulation window(s) without an optimizer step "
@@ -447,26 +515,41 @@ def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
         for it in bar:
             timings: dict[str, float] = {"time/checkpoint": checkpoint_seconds}
             lrs = [g["lr"] for g in run.optimizer.param_groups]  # the rates this iteration trains with
-            with _timed(timings, "collect"):
-                gather = functools.partial(gathered_for_rollout, run.policy)
-                bootstrap = cfg.ppo.advantage_estimator in BOOTSTRAPPING_ESTIMATORS
+            gather = functools.partial(gathered_for_rollout, run.policy)
+            bootstrap = cfg.ppo.advantage_estimator in BOOTSTRAPPING_ESTIMATORS
+
+            def collect(it: int = it, last: Optional[Path] = last) -> RolloutStats:
                 if run.engine is None:
-                    run.observations, stats = collect_rollout(
+                    run.observations, collected = collect_rollout(
                         run.module, run.envs, run.storage, run.observations, cfg.rollout.num_steps, gather, bootstrap=bootstrap
                     )
-                else:
-                    stats = _collect_through_engine(run, it, last, checkpoints, gather, bootstrap)
-            with _timed(timings, "advantages"):  # no forward here (but the KL reward's): the rollout made the one batched value pass
-                extra_metrics = apply_kl_reward(run)
-                compute_advantages(run.storage, stats.next_value, cfg.ppo, horizon=cfg.env.max_turns)
-                extra_metrics.update(apply_perception_weighting(run, it))
+                    return collected
+                return _collect_through_engine(run, it, last, checkpoints, gather, bootstrap)
+
+            def estimate(collected: RolloutStats, it: int = it) -> dict[str, float]:
+                # no forward here (but the KL reward's): the rollout made the one batched value pass
+                found = apply_kl_reward(run)
+                compute_advantages(run.storage, collected.next_value, cfg.ppo, horizon=cfg.env.max_turns)
+                found.update(apply_perception_weighting(run, it))
+                return found
+
+            with _timed(timings, "collect"):
+                stats = collect()
+            with _timed(timings, "advantages"):
+                extra_metrics = estimate(stats)
+            batch = run.storage
+            timings["time/dynamic_sampling"] = 0.0
+            if cfg.ppo.dynamic_sampling:
+                with _timed(timings, "dynamic_sampling"):
+                    batch, stats, sampled = dynamic_batch(run, stats, collect, estimate)
+                extra_metrics.update(sampled)
             with _timed(timings, "save_rollouts"):
                 if cfg.log.save_rollouts_every and (it + 1) % cfg.log.save_rollouts_every == 0:  # every rank its own envs' turns
-                    rows = rollout_rows(run.storage, run.module.tokenizer, cfg.env.env_id, it + 1, accelerator.process_index)
+                    rows = rollout_rows(batch, run.module.tokenizer, cfg.env.env_id, it + 1, accelerator.process_index)
                     write_rollouts(rows, out, it + 1, accelerator.process_index, keep=cfg.log.keep_rollouts)
             with _timed(timings, "update"):
-                update_metrics = update_policy(run, it)
-            timings["time/iteration"] = timings["time/collect"] + timings["time/advantages"] + timings["time/update"]
+                update_metrics = update_policy(run, it, batch)
+            timings["time/iteration"] = timings["time/collect"] + timings["time/advantages"] + timings["time/dynamic_sampling"] + timings["time/update"]
             timings["time/collect_act"], timings["time/collect_env"] = stats.act_seconds, stats.env_seconds
             timings["time/collect_values"] = stats.value_seconds
             metrics = {**iteration_metrics(run, stats, update_metrics, lrs, it), **(reduce_mean(accelerator, extra_metrics) if extra_metrics else {})}

@@ -178,6 +178,11 @@ def zero_stage(policy: Any) -> int:
     return int(stage()) if callable(stage) else 0
 
 
+# > 0 while a gathered_for_rollout block runs: forwards are local there (each rank its own number of
+# act calls, validation's episodes included), so nothing inside may be agreed with a collective.
+_LOCAL_FORWARDS = 0
+
+
 @contextlib.contextmanager
 def gathered_for_rollout(policy: Any) -> Iterator[None]:
     """Hold the whole model on every rank for one rollout step (ZeRO-3); a no-op otherwise.
@@ -200,8 +205,13 @@ def gathered_for_rollout(policy: Any) -> Iterator[None]:
         from deepspeed.runtime.zero.stage3 import unwrap_model_for_generation
     except ImportError as e:  # added in DeepSpeed 0.16
         raise ConfigError("ZeRO-3 rollouts need deepspeed>=0.16 (deepspeed.runtime.zero.stage3.unwrap_model_for_generation); upgrade deepspeed or use dist.zero_stage=2") from e
+    global _LOCAL_FORWARDS
     with unwrap_model_for_generation(policy):
-        yield
+        _LOCAL_FORWARDS += 1
+        try:
+            yield
+        finally:
+            _LOCAL_FORWARDS -= 1
 
 
 def agreed_chunk_count(needed: int, head: torch.nn.Module) -> int:
@@ -211,10 +221,14 @@ def agreed_chunk_count(needed: int, head: torch.nn.Module) -> int:
     A partitioned ``lm_head`` all-gathers its weight at every call, in the forward and again in the
     checkpointed backward, so processes whose responses need different numbers of chunks would issue
     different numbers of collectives and hang. With the agreed count the others make empty chunks.
-    One all-reduce of one integer per training forward; none without partitioning.
+    One all-reduce of one integer per training forward; none without partitioning, and none inside
+    :func:`gathered_for_rollout`, where the weights are whole on every rank and ranks run different
+    numbers of forwards (act's recompute, validation's episodes): agreeing there would wait for a
+    rank that never comes.
     """
     weight = getattr(head, "weight", None)
-    if weight is None or not hasattr(weight, "ds_id") or not torch.distributed.is_initialized() or torch.distributed.get_world_size() == 1:
+    if (weight is None or not hasattr(weight, "ds_id") or _LOCAL_FORWARDS > 0 or not torch.distributed.is_initialized()
+            or torch.distributed.get_world_size() == 1):
         return needed
     on_gpu = torch.distributed.get_backend() == "nccl"
     count = torch.tensor([needed], dtype=torch.long, device=torch.device("cuda", torch.cuda.current_device()) if on_gpu else "cpu")
