@@ -10,13 +10,18 @@
   and fp16: a fraction of ``ppo.clip_coef``; docs/TRAINING.md, "The first ratio"), and
   the share of turns outside the clip range is reported. On CUDA: bf16 with sdpa, and with flash_attention_2 when ``flash_attn`` imports.
   Also measures the peak GPU memory of acting plus one backward (the training loop does not log it).
-- ``check-ppo``: reads a short training run's ``metrics.jsonl``: the ratio deviation (same bound),
+- ``check-ppo``: reads a short training run's ``metrics.jsonl``: the first minibatch's ratio deviation
+  (exactly 0 with ``ppo.old_log_probs=update``; with ``rollout`` the same bound),
   ``debug/param_rank_max_dev`` (must be exactly 0: ranks hold the same weights) and steps/s.
 - ``check-sft``: one SFT step wrote a finite loss and the adapter.
 - ``real``: ``--model PATH --preset P``: the ratio check on a real local checkpoint with the preset's
   settings; checks the share of turns outside the clip range, the prompt length against the model's
   positions and (CUDA) peak reserved memory against ``python -m a2c_ppo_acktr.memory``; logs per-phase
   seconds (:func:`real_checkpoint_check`).
+- ``real-size``: ``--model DIR --preset P``: on a :mod:`a2c_ppo_acktr.real_size` build, ``act`` against a
+  bare ``generate`` (seconds per decoded position) and (CUDA) the peak memory of a rollout and two
+  training steps against the memory formula (:func:`real_size_check`); ``check-real-size``: its PPO
+  run, as ``check-ppo`` plus the phases' seconds (:func:`check_real_size_run`).
 - ``summary``: one table of everything measured; ``free-port``: a free TCP port for a launch.
 
 Each stage writes its numbers to a JSON file for ``summary``, prints what it checked, and on a failed
@@ -402,10 +407,12 @@ def check_ppo_run(run_dir: str | os.PathLike, iterations: int) -> dict[str, Any]
     Returns:
         ``ratio_max_dev`` (max over iterations), ``param_rank_max_dev``, ``iterations``,
         ``seconds_per_iteration`` (mean of ``time/iteration`` after the first, which includes
-        warm-up), ``env_steps_per_s`` (turns of all processes per second), ``processes``.
+        warm-up), ``env_steps_per_s`` (turns of all processes per second), ``processes``,
+        ``old_log_probs``.
 
     Raises:
-        SmokeFailure: Missing rows, a ratio over the bound, or ranks whose weights differ.
+        SmokeFailure: Missing rows, a first ratio off 1 (with ``ppo.old_log_probs=update`` by any
+            amount, with ``rollout`` by the dtype's bound), or ranks whose weights differ.
     """
     import yaml
 
@@ -436,9 +443,15 @@ def check_ppo_run(run_dir: str | os.PathLike, iterations: int) -> dict[str, Any]
     turns = cfg["rollout"]["num_envs"] * cfg["rollout"]["num_steps"] * processes
     result = {
         "dtype": dtype, "rollout_log_probs": cfg["model"]["rollout_log_probs"], "iterations": len(rows), "processes": processes,
+        "old_log_probs": cfg["ppo"].get("old_log_probs", "rollout"),  # a config without the field predates update
         "ratio_max_dev": max(ratio), "bound": ratio_bound(dtype, cfg["ppo"]["clip_coef"]), "param_rank_max_dev": max(rank_dev),
         "seconds_per_iteration": sec, "iterations_per_s": 1.0 / sec, "env_steps_per_s": turns / sec,
     }
+    if result["old_log_probs"] == "update" and any(x != 0.0 for x in ratio):
+        raise SmokeFailure(
+            f"PPO run: debug/first_minibatch_ratio_max_dev per iteration {ratio} is not exactly 0 with ppo.old_log_probs=update ({dtype}): "
+            "the update's old log-probs and its first minibatch must be one forward in one layout (docs/TRAINING.md, 'The first ratio')"
+        )
     if not all(math.isfinite(x) and x < result["bound"] for x in ratio):
         raise SmokeFailure(
             f"PPO run: debug/first_minibatch_ratio_max_dev per iteration {ratio} is not below {result['bound']:g} ({dtype}, "
@@ -604,12 +617,12 @@ def real_size_check(device: str, model_path: str, preset: str, config: Optional[
 
 
 def check_real_size_run(run_dir: str | os.PathLike, iterations: int) -> dict[str, Any]:
-    """:func:`check_ppo_run` on the real-size PPO run, plus: with ``ppo.old_log_probs=update`` the
-    first minibatch's ratio is exactly 1 (old and new log-probs are one forward in one layout), and
-    the seconds of each phase in :data:`REAL_SIZE_PHASES` (mean over the iterations after the first).
+    """:func:`check_ppo_run` on the real-size PPO run (with ``ppo.old_log_probs=update`` its first
+    ratio must be exactly 1), plus the seconds of each phase in :data:`REAL_SIZE_PHASES` (mean over
+    the iterations after the first) and the ratio level.
 
     Raises:
-        SmokeFailure: as :func:`check_ppo_run`, or a nonzero first-minibatch deviation under ``update``.
+        SmokeFailure: as :func:`check_ppo_run`.
     """
     import yaml
 
@@ -618,18 +631,11 @@ def check_real_size_run(run_dir: str | os.PathLike, iterations: int) -> dict[str
     run_dir = Path(run_dir)
     result = check_ppo_run(run_dir, iterations)
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
-    mode = cfg["ppo"].get("old_log_probs", "rollout")  # a config without the field predates update: rollout
     rows = read_metrics(run_dir / "metrics.jsonl")
-    devs = [float(r["debug/first_minibatch_ratio_max_dev"]) for r in rows]
-    if mode == "update" and any(d != 0.0 for d in devs):
-        raise SmokeFailure(
-            f"real-size PPO run: debug/first_minibatch_ratio_max_dev per iteration {devs} is not exactly 0 with ppo.old_log_probs=update: "
-            "the update's old log-probs and its first minibatch must be the same forward in the same layout"
-        )
     steady = rows[1:] or rows
     phases = {k: sum(float(r[k]) for r in steady) / len(steady) for k in REAL_SIZE_PHASES if all(k in r for r in steady)}
-    return {**result, "old_log_probs": mode, "ratio_level": cfg["ppo"].get("ratio_level", "sequence"), "phase_seconds": phases,
-            "clip_coef": cfg["ppo"]["clip_coef"], "turns_per_iteration": cfg["rollout"]["num_envs"] * cfg["rollout"]["num_steps"]}
+    return {**result, "ratio_level": cfg["ppo"].get("ratio_level", "sequence"), "phase_seconds": phases, "clip_coef": cfg["ppo"]["clip_coef"],
+            "turns_per_iteration": cfg["rollout"]["num_envs"] * cfg["rollout"]["num_steps"]}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -662,13 +668,16 @@ def summary_table(work: str | os.PathLike, device: str) -> str:
         lines.append(f"| peak GPU memory (tiny model: act + one backward, own step) | {f'{max(peaks):.2f} GiB' if peaks else 'n/a (cpu)'} | |")
     ppo = load("ppo.json")
     if ppo:
-        lines.append(f"| PPO ratio dev ({ppo['processes']} processes, {ppo['dtype']}, {ppo['rollout_log_probs']}) | {ppo['ratio_max_dev']:.3g} | < {ppo['bound']:g} |")
+        expected = "0 exactly" if ppo.get("old_log_probs") == "update" else f"< {ppo['bound']:g}"
+        lines.append(f"| PPO ratio dev ({ppo['processes']} processes, {ppo['dtype']}, old log-probs {ppo.get('old_log_probs', 'rollout')}) "
+                     f"| {ppo['ratio_max_dev']:.3g} | {expected} |")
         lines.append(f"| PPO debug/param_rank_max_dev | {ppo['param_rank_max_dev']:g} | 0 |")
         lines.append(f"| PPO speed (time/iteration after the first) | {ppo['seconds_per_iteration']:.2f} s/it, {ppo['env_steps_per_s']:.1f} env steps/s | |")
     zero3 = load("ppo_zero3.json")
     if zero3:
+        expected = "0 exactly" if zero3.get("old_log_probs") == "update" else f"< {zero3['bound']:g}"
         lines.append(f"| PPO ZeRO-3 ({zero3['processes']} processes, {zero3['dtype']}, 4-token logit chunks, validation) ratio dev "
-                     f"| {zero3['ratio_max_dev']:.3g} | < {zero3['bound']:g} |")
+                     f"| {zero3['ratio_max_dev']:.3g} | {expected} |")
     engine = load("engine.json")
     if engine:
         hf = f", HF engine {engine['hf_turns_per_s']:.1f}" if "hf_turns_per_s" in engine else ""
