@@ -220,6 +220,17 @@ def _check_out(out: Path) -> None:
         raise RealSizeError(f"--out {out} exists and is not empty; name a new directory (nothing is overwritten)")
 
 
+def _check_device(device: str) -> None:
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except RuntimeError as e:
+        raise RealSizeError(f"--device {device!r} is not a device ({e}); use cpu, cuda or cuda:N") from e
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise RealSizeError(f"--device {device} but CUDA is not available here; use --device cpu (with reductions for a CPU proxy)")
+
+
 def _instantiate(config: Any, dtype: str, device: str, seed: int) -> Any:
     """The model of ``config`` with the class's random initialisation, created on ``device``."""
     import torch
@@ -267,6 +278,7 @@ def build_real_size(
     hub_id = hub_id_of(preset)
     if dtype not in DTYPES:
         raise RealSizeError(f"--dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    _check_device(device)
     out = Path(out)
     _check_out(out)
     family = _family(hub_id)

@@ -62,10 +62,10 @@ def _timed(fn: Callable[[], Any], sync: Callable[[], None]) -> tuple[Any, float]
 def decode_timing(policy: Any, observations: Sequence[dict]) -> DecodeTiming:
     """Time ``policy.act(observations)`` against ``model.generate`` on the same encoded prompts.
 
-    The bare call is what a user would write: the processor's inputs, ``max_new_tokens`` and
-    sampling at the policy's initial temperature, with no logits processor (no forbidden ids, no
-    top-k or top-p). ``act`` adds its own work on top (the prompt forward for the value and the
-    temperature, the forbidden ids, and with ``model.rollout_log_probs=recompute`` a re-scoring
+    The bare call is what a user would write: the processor's inputs, ``max_new_tokens`` and plain
+    sampling, with no logits processor or warper at all (temperature 1, no top-k or top-p, no
+    forbidden ids). ``act`` adds its own work on top (the prompt forward for the value and the
+    temperature, its logits processor, and with ``model.rollout_log_probs=recompute`` a re-scoring
     forward). Each is warmed up with a :data:`WARMUP_TOKENS`-token call first.
     """
     import torch
@@ -77,7 +77,7 @@ def decode_timing(policy: Any, observations: Sequence[dict]) -> DecodeTiming:
     def bare(tokens: int) -> int:
         enc = policy._encode(texts, images)
         with torch.no_grad():
-            seqs = policy.model.generate(**enc, max_new_tokens=tokens, do_sample=True, temperature=cfg.temperature, top_k=0, top_p=1.0)
+            seqs = policy.model.generate(**enc, max_new_tokens=tokens, do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
         return int(seqs.shape[1] - enc["input_ids"].shape[1])
 
     def act(tokens: int) -> int:

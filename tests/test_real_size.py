@@ -123,6 +123,15 @@ def test_reductions_that_do_not_fit_the_architecture_say_what_fits():
     assert KNOWN_CONFIGS["Qwen/Qwen2.5-VL-7B-Instruct"]["text_config"]["hidden_size"] == 3584  # the stored values are not edited
 
 
+def test_a_device_that_is_not_there_is_refused_before_building(tmp_path):
+    with pytest.raises(real_size.RealSizeError, match="use cpu, cuda or cuda:N"):
+        real_size.build_real_size("qwen2.5-vl-3b", tmp_path / "m", PROXY, device="gpu0")
+    if not torch.cuda.is_available():
+        with pytest.raises(real_size.RealSizeError, match="CUDA is not available here; use --device cpu"):
+            real_size.build_real_size("qwen2.5-vl-3b", tmp_path / "m", PROXY, device="cuda")
+    assert not (tmp_path / "m").exists()
+
+
 def test_a_bad_preset_is_one_line_listing_the_known_ones(tmp_path, capsys):
     from a2c_ppo_acktr.config.cli import run_main
 
