@@ -364,3 +364,77 @@ def test_a_password_in_engine_url_is_sent_as_basic_auth_and_named_nowhere(tmp_pa
     assert "s3cret" not in str(e.value) and basic not in str(e.value) and "vsi:" not in engine.base
     with pytest.raises(EngineError, match=r"\*\*\* where its password was"):
         VLLMServerEngine("http://***@127.0.0.1:1", tmp_path, max_new_tokens=8)
+
+
+@pytest.mark.slow
+def test_training_stops_with_exit_69_and_a_checkpoint_when_the_server_answers_impossible_ids(tmp_path):
+    """End to end: a server whose replies hold 5,000 times max_tokens ids stops the run as a dead
+    one does (checkpoint of the last finished iteration, EngineStopped, exit 69, one line), before
+    anything is sized by the reply."""
+    import torch
+    from test_rollout_engine import _overrides
+
+    from a2c_ppo_acktr.config.arguments import load_config
+    from a2c_ppo_acktr.policy.loopback_server import LoopbackServer
+    from a2c_ppo_acktr.rl.train import run_training
+
+    class HugeReplies(LoopbackServer):
+        def chat(self, body: dict) -> dict:
+            out = super().chat(body)
+            out["choices"][0]["token_ids"] = [5] * (int(body["max_tokens"]) * 5000)
+            return out
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with HugeReplies(load_config(preset="debug").model) as srv:
+            with pytest.raises(EngineStopped) as stopped:
+                run_training(load_config(preset="debug", overrides=_overrides(tmp_path / "run", srv.url, **{"ppo.num_iterations": "1"})))
+    finally:
+        torch.set_num_threads(threads)
+    assert stopped.value.exit_code == 69 and stopped.value.checkpoint.name.endswith("000000")
+    assert "max_tokens" in str(stopped.value) and "\n" not in str(stopped.value)
+
+
+@pytest.mark.slow
+def test_sigterm_while_the_server_hangs_mid_rollout_ends_the_run_with_a_checkpoint_and_exit_75(tmp_path):
+    """End to end: the server accepts a chat request and never answers (rollout.engine_timeout_s is
+    600 s); a SIGTERM then ends the run within seconds with the checkpoint of the last finished
+    iteration and the preemption exit code, not after 600 s x 3 tries."""
+    import torch
+    from test_rollout_engine import _overrides
+
+    from a2c_ppo_acktr.config.arguments import load_config
+    from a2c_ppo_acktr.policy.loopback_server import LoopbackServer
+    from a2c_ppo_acktr.rl.train import run_training
+
+    entered, release = threading.Event(), threading.Event()
+
+    class Hangs(LoopbackServer):
+        def chat(self, body: dict) -> dict:
+            entered.set()
+            release.wait(120)
+            return {}  # released at the end of the test: no model work left running at exit
+
+    def signal_when_hung() -> None:
+        if entered.wait(300):
+            time.sleep(0.3)
+            signalled.append(time.monotonic())
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    signalled: list[float] = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with Hangs(load_config(preset="debug").model) as srv:
+            threading.Thread(target=signal_when_hung, daemon=True).start()
+            over = _overrides(tmp_path / "run", srv.url, **{"ppo.num_iterations": "1", "rollout.engine_timeout_s": "600", "rollout.engine_retries": "3"})
+            with pytest.raises(EngineStopped) as stopped:
+                run_training(load_config(preset="debug", overrides=over))
+            ended = time.monotonic()
+    finally:
+        release.set()
+        torch.set_num_threads(threads)
+    assert signalled and ended - signalled[0] < 5.0
+    assert stopped.value.exit_code == PREEMPTED_EXIT_CODE and stopped.value.checkpoint.name.endswith("000000")
+    assert "stopped by SIGTERM" in str(stopped.value)
