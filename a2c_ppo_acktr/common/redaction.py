@@ -37,6 +37,7 @@ _KEY_PREFIXES = re.compile(r"(?i)^(sk-|sk_|hf_|ghp_|gho_|ghs_|github_pat_|xox[ab
 # Query parameters whose values are credentials.
 _SECRET_PARAM = re.compile(r"(?i)(key|token|secret|passw|pwd|auth|sig|credential)")
 _URL_START = re.compile(r"(?i)[a-z][a-z0-9+.\-]*://")
+_URL_SPAN = re.compile(r"(?i)[a-z][a-z0-9+.\-]*://(?:(?!,\s*[a-z][a-z0-9+.\-]*://)\S)+")
 
 
 def key_env_problem(value: str) -> Optional[str]:
@@ -92,22 +93,12 @@ def _redact_userinfo_text(text: str) -> str:
 
 
 def redact_urls(value: str) -> str:
-    """Every URL in ``value`` redacted with :func:`redact_url`; a comma-separated list of URLs
-    (``rollout.engine_url``) entry by entry. Text without ``://`` is returned unchanged."""
+    """Every URL in ``value`` redacted with :func:`redact_url`: a URL runs from its scheme to the next
+    white space, or to a comma that starts another URL (``rollout.engine_url`` lists them so; a
+    password may hold a comma itself). Text without ``://`` is returned unchanged."""
     if "://" not in value:
         return value
-    # Split only before a comma that starts a new URL: a password may hold a comma itself.
-    pieces = re.split(r"(,\s*)(?=[A-Za-z][A-Za-z0-9+.\-]*://)", value)
-    return "".join(p if i % 2 else _redact_piece(p) for i, p in enumerate(pieces))
-
-
-def _redact_piece(piece: str) -> str:
-    start = _URL_START.search(piece)
-    if start is None:
-        return piece
-    body = piece[start.start():]
-    end = len(body.rstrip())
-    return piece[: start.start()] + redact_url(body[:end]) + body[end:]
+    return _URL_SPAN.sub(lambda m: redact_url(m.group(0)), value)
 
 
 def redact_written(data: Any) -> Any:
