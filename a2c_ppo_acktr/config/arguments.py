@@ -29,6 +29,7 @@ from a2c_ppo_acktr.common.choices import (
     THOUGHT_STYLES,
 )
 from a2c_ppo_acktr.common.errors import UserError
+from a2c_ppo_acktr.common.redaction import key_env_problem, redact_written
 from a2c_ppo_acktr.common.scoring import TASKS as SCORING_TASKS
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
@@ -52,6 +53,14 @@ def _check(cond: bool, msg: str) -> None:
 
 def _choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
     _check(value in allowed, f"{name}={value!r} is not allowed; choose one of {list(allowed)}")
+
+
+def _check_key_env(name: str, value: str) -> None:
+    """A ``*_key_env`` setting names the environment variable holding a key. A key passed in its
+    place is refused before the config is written anywhere, and the message does not repeat it."""
+    problem = key_env_problem(value)
+    _check(problem is None, f"{name} {problem}; pass the NAME of the environment variable that holds the key "
+                            f"(export MY_API_KEY=... in the shell, then --{name} MY_API_KEY), never the key itself")
 
 
 @dataclass
@@ -576,7 +585,7 @@ class LabelConfig:
         _check(self.retries >= 0, f"label.retries={self.retries} must be >= 0")
         _check(self.backoff_s >= 0, f"label.backoff_s={self.backoff_s} must be >= 0")
         _check(self.request_temperature >= 0, f"label.request_temperature={self.request_temperature} must be >= 0")
-        _check(self.api_key_env.strip() != "", "label.api_key_env is empty; name the environment variable that holds the key (e.g. OPENAI_API_KEY)")
+        _check_key_env("label.api_key_env", self.api_key_env)
         if self.teacher == "openai":
             _check(bool(self.model), "label.teacher=openai needs label.model (the served model name, e.g. Qwen/Qwen2.5-VL-72B-Instruct)")
         _check(0.0 <= self.min_score <= 1.0, f"label.min_score={self.min_score} must be in [0, 1]")
@@ -704,6 +713,12 @@ class RunConfig:
 
     def validate(self) -> None:
         """Cross-component rules; each message says the fix."""
+        for section in dataclasses.fields(self):
+            value = getattr(self, section.name)
+            if dataclasses.is_dataclass(value):  # every *_key_env field, those added later included
+                for f in dataclasses.fields(value):
+                    if f.name.endswith("_key_env"):
+                        _check_key_env(f"{section.name}.{f.name}", getattr(value, f.name))
         for name, value in (("seed", self.seed), ("env.scene_seed", self.env.scene_seed), ("label.seed", self.label.seed),
                             ("eval.seed", self.eval.seed), ("log.val_seed", self.log.val_seed)):
             _check(0 <= value <= MAX_SEED, f"{name}={value} must be in [0, {MAX_SEED}] (seeds add offsets per rank, scene and episode)")
@@ -791,13 +806,17 @@ class RunConfig:
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The config as it may be written or logged (``config.yaml``, checkpoints, tensorboard,
+        wandb, resume records): every URL's ``user:password@`` part and credential-like query values
+        are ``***`` (:func:`~a2c_ppo_acktr.common.redaction.redact_url`); the running objects read the
+        fields themselves, with their credentials."""
+        return redact_written(dataclasses.asdict(self))
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the resolved config as YAML (atomic: temp file then rename)."""
+        """Write the resolved config as YAML (atomic: temp file then rename), credentials redacted (:meth:`to_dict`)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic.write_text(path, self.to_yaml())

@@ -64,6 +64,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from a2c_ppo_acktr.common.errors import UserError
+from a2c_ppo_acktr.common.safe_paths import PathOutsideRoot, inside, plain_name_problem
 from a2c_ppo_acktr.envs.scene import OccupancyGrid, Scene, SceneObject
 
 logger = logging.getLogger(__name__)
@@ -601,19 +602,31 @@ def read_axis_alignment(path: str | Path) -> np.ndarray:
     raise SceneLoadError(f"{str(path)!r} has no 'axisAlignment = ...' line (ScanNet test scenes lack it; use a train/val scene)")
 
 
-def load_scannet_scene(scene_dir: str | Path, scene_name: Optional[str] = None) -> Scene:
+def _scene_files(scene_dir: Path, names: list[str], root: Optional[str | Path]) -> list[Path]:
+    """``scene_dir / name`` for each name; with ``root``, each must resolve inside it (a link in the
+    scene's directory may not lead out of the data root)."""
+    paths = [scene_dir / n for n in names]
+    if root is not None:
+        try:
+            paths = [inside(root, p, f"scene {scene_dir.name!r}") for p in paths]
+        except PathOutsideRoot as e:
+            raise SceneLoadError(str(e)) from None
+    return paths
+
+
+def load_scannet_scene(scene_dir: str | Path, scene_name: Optional[str] = None, root: Optional[str | Path] = None) -> Scene:
     """Load a ScanNet scene directory (see the module docstring for the files and conventions).
 
     Args:
         scene_dir: Directory holding the scene's files.
         scene_name: Scene id such as ``scene0011_00``; defaults to the directory name.
+        root: The data root every file read must resolve into (links followed); None: not checked.
     """
     scene_dir = Path(scene_dir)
     name = scene_name or scene_dir.name
-    ply = scene_dir / f"{name}_vh_clean_2.ply"
-    segs_path = scene_dir / f"{name}_vh_clean_2.0.010000.segs.json"
-    agg_path = scene_dir / f"{name}.aggregation.json"
-    meta_path = scene_dir / f"{name}.txt"
+    ply, segs_path, agg_path, meta_path = _scene_files(
+        scene_dir, [f"{name}_vh_clean_2.ply", f"{name}_vh_clean_2.0.010000.segs.json", f"{name}.aggregation.json", f"{name}.txt"], root
+    )
     vertices, triangles, colors = read_ply_mesh(ply)
     align = read_axis_alignment(meta_path)
     segs = _load_json(segs_path)
@@ -670,17 +683,17 @@ def load_scannet_scene(scene_dir: str | Path, scene_name: Optional[str] = None) 
 
 
 # ---------------------------------------------------------------------------- ARKitScenes
-def load_arkitscenes_scene(scene_dir: str | Path, video_id: Optional[str] = None) -> Scene:
+def load_arkitscenes_scene(scene_dir: str | Path, video_id: Optional[str] = None, root: Optional[str | Path] = None) -> Scene:
     """Load an ARKitScenes 3DOD scene directory (see the module docstring).
 
     Args:
         scene_dir: Directory holding ``<video_id>_3dod_mesh.ply`` and ``<video_id>_3dod_annotation.json``.
         video_id: Defaults to the directory name.
+        root: The data root every file read must resolve into (links followed); None: not checked.
     """
     scene_dir = Path(scene_dir)
     vid = video_id or scene_dir.name
-    ply = scene_dir / f"{vid}_3dod_mesh.ply"
-    ann_path = scene_dir / f"{vid}_3dod_annotation.json"
+    ply, ann_path = _scene_files(scene_dir, [f"{vid}_3dod_mesh.ply", f"{vid}_3dod_annotation.json"], root)
     vertices, triangles, colors = read_ply_mesh(ply)
     ann = _load_json(ann_path)
     objects: list[SceneObject] = []
@@ -733,21 +746,31 @@ def find_scene(data_root: str | Path, dataset: str, scene_name: str) -> Scene:
 
     Looked-up directories: ``<root>/<name>``, ``<root>/scans/<name>`` (ScanNet),
     ``<root>/<split>/<name>`` and ``<root>/3dod/<split>/<name>`` (ARKitScenes' Training/Validation).
+    The name comes from data (a benchmark row): it must be one path component, and the directory and
+    every file read must resolve inside ``data_root``, symbolic links followed.
 
     Raises:
-        SceneLoadError: unknown dataset or no directory found (the message lists where it looked).
+        SceneLoadError: unknown dataset, a name or a link that leads out of ``data_root``, or no
+            directory found (the message lists where it looked).
     """
     root = Path(data_root)
     loaders = {"scannet": load_scannet_scene, "arkitscenes": load_arkitscenes_scene}
     if dataset not in loaders:
         raise SceneLoadError(f"unknown dataset {dataset!r} for scene {scene_name!r}; known: {sorted(loaders)}")
+    problem = plain_name_problem(scene_name)
+    if problem:
+        raise SceneLoadError(f"{dataset} scene name {scene_name[:80]!r} {problem}; a scene is named like scene0011_00 or 41069025")
     candidates = [root / scene_name, root / "scans" / scene_name, root / dataset / scene_name, root / dataset / "scans" / scene_name]
     for split in ("Validation", "Training", "val", "train"):
         candidates += [root / split / scene_name, root / "3dod" / split / scene_name, root / dataset / split / scene_name,
                        root / dataset / "3dod" / split / scene_name]
     for c in candidates:
         if c.is_dir():
-            return loaders[dataset](c, scene_name)
+            try:
+                inside(root, c, f"{dataset} scene {scene_name!r}")
+            except PathOutsideRoot as e:
+                raise SceneLoadError(str(e)) from None
+            return loaders[dataset](c, scene_name, root=root)
     raise SceneLoadError(
         f"{dataset} scene {scene_name!r} not found under {str(root)!r}; looked in: " + ", ".join(str(c) for c in candidates)
     )

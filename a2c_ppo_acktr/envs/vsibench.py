@@ -14,6 +14,7 @@ from typing import Any
 
 from a2c_ppo_acktr.common.jsonl import JsonlError, iter_jsonl
 from a2c_ppo_acktr.common.errors import UserError
+from a2c_ppo_acktr.common.safe_paths import plain_name_problem
 from a2c_ppo_acktr.common.scoring import MULTIPLE_CHOICE_TYPES, TASKS
 from a2c_ppo_acktr.envs.questions import Question
 
@@ -95,6 +96,10 @@ def validate_row(row: Any, where: str = "row") -> dict:
     for key in ("scene_name", "question"):
         if not isinstance(row[key], str) or not row[key].strip():
             raise VSIBenchRowError(f"{where}: {key} must be a non-empty string, got {row[key]!r}")
+    # The name becomes a directory and a video file under the data roots: it must not be a path.
+    problem = plain_name_problem(row["scene_name"])
+    if problem:
+        raise VSIBenchRowError(f"{where}: scene_name {row['scene_name'][:80]!r} {problem}; a scene is named like scene0011_00 or 41069025")
     gt = str(row["ground_truth"]).strip()
     options = row.get("options")
     if qtype in MULTIPLE_CHOICE_TYPES:
@@ -138,7 +143,8 @@ def scene_for_row(row: dict, data_root: str | Path):
     """Load the scan a row is about from ``data_root`` (via ``real_scans.find_scene``).
 
     Raises:
-        SceneLoadError: When the scene is not available locally; the message names the scene.
+        SceneLoadError: When the scene is not available locally, or its name or a link leads out of
+            ``data_root``; the message names the row and the scene.
     """
     from a2c_ppo_acktr.envs.real_scans import SceneLoadError, find_scene  # real-scan loading only when used
 
@@ -146,6 +152,5 @@ def scene_for_row(row: dict, data_root: str | Path):
         return find_scene(data_root, row["dataset"], row["scene_name"])
     except SceneLoadError as e:
         raise SceneLoadError(
-            f"VSI-Bench row {row.get('id')!r} needs {row['dataset']} scene {row['scene_name']!r}, which is not available under "
-            f"{str(data_root)!r}: {e}"
+            f"VSI-Bench row {row.get('id')!r} needs {row['dataset']} scene {row['scene_name'][:80]!r} from {str(data_root)!r}: {e}"
         ) from e
