@@ -1,11 +1,13 @@
 """The training-set builder on small scans it writes in each dataset's layout (ScanNet, ARKitScenes,
 ScanNet++): rows in the benchmark's format with exact ground truth, VSI-Bench test scenes refused,
-the env replaying each row (``env.scene_source=parquet``), PPO and evaluation reading the same file."""
+the env replaying each row (``env.scene_source=parquet``), PPO and evaluation reading the same file,
+and every command of docs/DATA.md parsing."""
 from __future__ import annotations
 
 import json
 import logging
 import re
+import shlex
 import zlib
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from a2c_ppo_acktr.config.arguments import ConfigError, EnvConfig
 from a2c_ppo_acktr.envs import make_dataset
 from helpers import write_arkit_scan, write_scannet_scan, write_scannetpp_scan
 
+REPO = Path(__file__).resolve().parent.parent
 # The build's env: the debug preset's 32-px frames, with 4 sweep frames so that appearance order can be asked.
 BUILD_ENV = ["--preset", "debug", "--env.num_sweep_frames", "4"]
 PER_SCENE = 12
@@ -285,3 +288,75 @@ def test_ppo_trains_on_the_set_and_eval_reads_it(built, data, tmp_path):
     rep = json.loads((out / "report.json").read_text())
     assert rep["meta"]["question_set"] == "parquet" and rep["meta"]["num_skipped"] == 0
     assert sorted(r["episode_id"] for r in rep["records"]) == ["vsibench-0", "vsibench-1", "vsibench-2"]
+
+
+# ------------------------------------------------------------------------------ docs/DATA.md
+def _doc_commands(doc: Path) -> list[str]:
+    """The command lines of the doc's ```bash blocks, continuation lines joined, comments dropped."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", doc.read_text(encoding="utf-8"), re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split("  #")[0].strip()
+            if line and not line.startswith("#"):
+                commands.append(line)
+    return commands
+
+
+def _script_usage(script: Path) -> int:
+    """How many operands a launcher's ``# Usage:  bash scripts/X.sh A B ...`` line names."""
+    usage = re.search(r"^# Usage:\s+bash \S+ (.*)$", script.read_text(encoding="utf-8"), re.M)
+    return len(usage.group(1).split()) if usage else 0
+
+
+def test_every_command_in_data_md_parses():
+    """Each command of docs/DATA.md runs its program's own parsing: the builder's flags, the config
+    overrides of every python entry point, a launcher's operands and the overrides in its EXTRA_ARGS."""
+    import eval_vsi
+    import main_vsi
+    from a2c_ppo_acktr.config.arguments import load_config
+    from a2c_ppo_acktr.config.cli import check_flag_typos, parse_run_config
+
+    doc = REPO / "docs" / "DATA.md"
+    commands = _doc_commands(doc)
+    assert len(commands) >= 8
+    seen = set()
+    for line in commands:
+        words = shlex.split(line)
+        env = {}
+        while words and re.fullmatch(r"[A-Z_]+=.*", words[0]):
+            k, v = words.pop(0).split("=", 1)
+            env[k] = v
+        head = words[:3] if words[:2] == ["python", "-m"] else words[:2]
+        argv = words[len(head):]
+        where = f"docs/DATA.md: {line}"
+        if head == ["python", "-m", "a2c_ppo_acktr.envs.make_dataset"]:
+            parser = make_dataset.build_parser()
+            args, extra = parser.parse_known_args(argv)
+            check_flag_typos(parser, extra)
+            load_config(args.config, args.preset, extra)
+            assert args.exclude, f"{where}: a build without --exclude would train on test scenes"
+        elif head == ["python", "eval_vsi.py"]:
+            parser = eval_vsi.build_parser()
+            args, extra = parser.parse_known_args(eval_vsi.expand_mode(argv))
+            check_flag_typos(parser, extra)
+            assert args.out, where
+        elif head == ["python", "main_vsi.py"]:
+            main_vsi.parse_config(argv)
+        elif head[0] == "python" and head[1] in ("vlm_traj_label.py", "vlm_traj_preprocess.py", "train_sft.py"):
+            parse_run_config(argv, None)
+        elif head[0] in ("bash", "sbatch"):
+            script = REPO / next(w for w in words[1:] if w.endswith(".sh"))
+            assert script.is_file(), where
+            operands = words[words.index(script.relative_to(REPO).as_posix()) + 1:]
+            assert len(operands) == _script_usage(script), f"{where}: {script.name} takes {_script_usage(script)} operands"
+            preset = env.get("PRESET", "qwen2.5-vl-3b")
+            extra = shlex.split(env.get("EXTRA_ARGS", ""))
+            if script.name == "run_vsi_qwen.sh":
+                main_vsi.parse_config(["--preset", preset, *extra])
+            elif script.name == "run_vsi_sft.sh":
+                assert env.get("DATA_PATH"), f"{where}: run_vsi_sft.sh needs DATA_PATH"
+                parse_run_config(["--preset", preset, *extra], None)
+        else:
+            pytest.fail(f"{where}: no parser known for this command; add one to this test")
+        seen.add(" ".join(head))
+    assert {"python -m a2c_ppo_acktr.envs.make_dataset", "python eval_vsi.py", "python vlm_traj_label.py"} <= seen
