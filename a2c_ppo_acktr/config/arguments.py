@@ -63,6 +63,11 @@ def _check_key_env(name: str, value: str) -> None:
                             f"(export MY_API_KEY=... in the shell, then --{name} MY_API_KEY), never the key itself")
 
 
+# Scene sources that generate questions in real scans, and those that read rows of questions from a file.
+SCAN_SOURCES = ("scannet", "arkitscenes", "scannetpp")
+ROW_SOURCES = ("vsibench", "parquet")
+
+
 @dataclass
 class EnvConfig:
     """The environment (``a2c_ppo_acktr/envs``): ``env_id`` picks it (``envs/registry.py``). The
@@ -70,9 +75,11 @@ class EnvConfig:
 
     env_id: str = "VSI-v0"  # VSI-v0 | NumberLine-v0 | EZPoints-v0 | Points24-v0 | Blackjack-v0 | Sokoban-v0 | MiniGrid-<...> (any minigrid id)
     game: dict[str, Any] = field(default_factory=dict)  # settings of a game env's own config, e.g. {max_position: 7} or {dim_room: [7, 7], num_boxes: 2}
-    scene_source: str = "procedural"  # procedural | scannet | arkitscenes | vsibench
-    data_root: Optional[str] = None  # directory with real scans (scannet/arkitscenes) or VSI-Bench rows
-    vsibench_path: Optional[str] = None  # parquet/JSON of VSI-Bench rows (scene_source=vsibench)
+    # procedural | scannet | arkitscenes | scannetpp (questions generated in the scans) | vsibench (the
+    # benchmark's rows) | parquet (a training set of rows written by python -m a2c_ppo_acktr.envs.make_dataset)
+    scene_source: str = "procedural"
+    data_root: Optional[str] = None  # directory with the real scans (scannet/arkitscenes/scannetpp, and those the rows name)
+    vsibench_path: Optional[str] = None  # parquet/JSON of rows (scene_source=vsibench or parquet)
     num_scenes: int = 64  # procedural scenes drawn from (scene k has seed env.scene_seed + k)
     question_types: list[str] = field(default_factory=lambda: list(QUESTION_TYPES))
     image_size: int = 224  # rendered frames are image_size x image_size
@@ -106,7 +113,7 @@ class EnvConfig:
         except UnknownEnvError as e:
             raise ConfigError(str(e)) from None
         _check(isinstance(self.game, dict), f"env.game must be a mapping of a game's settings, got {self.game!r}")
-        _choice("env.scene_source", self.scene_source, ["procedural", "scannet", "arkitscenes", "vsibench"])
+        _choice("env.scene_source", self.scene_source, ["procedural", *SCAN_SOURCES, *ROW_SOURCES])
         for q in self.question_types:
             _check(q in QUESTION_TYPES, f"env.question_types contains unknown type {q!r}; known: {list(QUESTION_TYPES)}")
         _check(len(self.question_types) > 0, "env.question_types is empty; list at least one of " f"{list(QUESTION_TYPES)}")
@@ -130,12 +137,12 @@ class EnvConfig:
             0 < self.procedural_min_room <= self.procedural_max_room,
             f"env.procedural_min_room={self.procedural_min_room} must be > 0 and <= env.procedural_max_room={self.procedural_max_room}",
         )
-        if self.scene_source in ("scannet", "arkitscenes"):
+        if self.scene_source in SCAN_SOURCES:
             _check(self.data_root is not None, f"env.scene_source={self.scene_source!r} needs env.data_root (directory of scans)")
-        if self.scene_source == "vsibench":
+        if self.scene_source in ROW_SOURCES:
             _check(
                 self.vsibench_path is not None and self.data_root is not None,
-                "env.scene_source='vsibench' needs env.vsibench_path (parquet/JSON rows) and env.data_root (scans)",
+                f"env.scene_source={self.scene_source!r} needs env.vsibench_path (parquet/JSON rows) and env.data_root (scans)",
             )
 
 

@@ -4,6 +4,13 @@ Row fields (docs/BENCHMARK.md): ``id``, ``dataset`` (``arkitscenes`` | ``scannet
 ``scannetpp``), ``scene_name``, ``question_type``, ``question``, ``options`` (list of ``"A. ..."``
 strings for multiple choice, null otherwise) and ``ground_truth`` (an option letter, or a number as a
 string). Every row is checked on load so that a bad file fails at start with the row it is about.
+
+Rows written by ``python -m a2c_ppo_acktr.envs.make_dataset`` (training sets built from real scans,
+read with ``env.scene_source=parquet``) carry more fields, checked when present: ``start_pose``
+(``[x, y, yaw_deg]``, the pose the question was generated from and the episode starts at),
+``object_ids`` (the scan's objects the question is about, first = the main one), ``sweep`` (for
+``obj_appearance_order``: the sweep settings its order was read with) and ``video``
+(``<dataset>/<scene_name>.mp4`` when the scan's video was found, else null).
 """
 from __future__ import annotations
 
@@ -20,6 +27,8 @@ from a2c_ppo_acktr.envs.questions import Question
 
 DATASETS = ("arkitscenes", "scannet", "scannetpp")
 REQUIRED_FIELDS = ("id", "dataset", "scene_name", "question_type", "question", "ground_truth")
+# What a training row (env.scene_source=parquet) needs beyond the benchmark's fields.
+TRAINING_FIELDS = ("start_pose", "object_ids")
 
 
 class VSIBenchRowError(ValueError, UserError):
@@ -27,7 +36,7 @@ class VSIBenchRowError(ValueError, UserError):
 
 
 def load_vsibench_rows(path: str | Path) -> list[dict]:
-    """Read and validate VSI-Bench rows.
+    """Read and validate VSI-Bench rows (the benchmark's, or a training set's: see the module docstring).
 
     Args:
         path: A ``.parquet`` file (needs pyarrow), a ``.json`` file holding a list of rows, or a
@@ -119,23 +128,52 @@ def validate_row(row: Any, where: str = "row") -> dict:
             raise VSIBenchRowError(f"{where}: ground_truth {gt!r} must be a finite number > 0 (MRA divides by it)")
     out["options"] = options
     out["ground_truth"] = gt
+    if row.get("start_pose") is not None:
+        pose = row["start_pose"]
+        try:
+            values = [float(v) for v in pose]
+        except (TypeError, ValueError):
+            values = []
+        if len(values) != 3 or not all(math.isfinite(v) for v in values):
+            raise VSIBenchRowError(f"{where}: start_pose must be three finite numbers [x, y, yaw_deg], got {pose!r}")
+        out["start_pose"] = values
+    if row.get("object_ids") is not None:
+        ids = row["object_ids"]
+        if not isinstance(ids, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+            raise VSIBenchRowError(f"{where}: object_ids must be a list of object ids (integers >= 0), got {ids!r}")
+        out["object_ids"] = [int(i) for i in ids]
     return out
+
+
+def check_training_rows(rows: list[dict], path: str | Path) -> None:
+    """Refuse rows that lack the fields of a training set (:data:`TRAINING_FIELDS`), such as the
+    benchmark's own test rows given to ``env.scene_source=parquet`` by mistake."""
+    for i, row in enumerate(rows):
+        missing = [k for k in TRAINING_FIELDS if row.get(k) is None]
+        if missing:
+            raise VSIBenchRowError(
+                f"{Path(path).name} row {i} (id {row.get('id')!r}) has no {' or '.join(missing)}: env.scene_source=parquet trains on a set "
+                "written by python -m a2c_ppo_acktr.envs.make_dataset (the benchmark's rows are for env.scene_source=vsibench)"
+            )
 
 
 def question_from_row(row: dict) -> Question:
     """A :class:`Question` from a VSI-Bench row (validated first).
 
-    ``object_ids`` is empty (rows do not name mesh objects); ``meta`` keeps the row's id, dataset and
-    scene name.
+    ``object_ids`` is the row's (a training row's), else empty (the benchmark's rows do not name mesh
+    objects); ``meta`` keeps the row's id, dataset and scene name, and its start pose when it has one.
     """
     row = validate_row(row)
+    meta = {"id": row["id"], "dataset": row["dataset"], "scene_name": row["scene_name"], "source": "vsibench"}
+    if row.get("start_pose") is not None:
+        meta["start_pose"] = tuple(row["start_pose"])
     return Question(
         question_type=row["question_type"],
         question=row["question"].strip(),
         options=row["options"],
         ground_truth=row["ground_truth"],
-        object_ids=[],
-        meta={"id": row["id"], "dataset": row["dataset"], "scene_name": row["scene_name"], "source": "vsibench"},
+        object_ids=list(row.get("object_ids") or []),
+        meta=meta,
     )
 
 
