@@ -128,7 +128,8 @@ vsi_rollout_engine() {
     ROLLOUT_SERVER_PID=$!
     trap 'kill "$ROLLOUT_SERVER_PID" 2>/dev/null || true' EXIT
     ROLLOUT_URL=http://127.0.0.1:$port
-    until "$PYTHON" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + '/health', timeout=5)" "$ROLLOUT_URL" 2>/dev/null; do
+    # timeout bounds each probe as a whole (urlopen's timeout bounds each read only).
+    until timeout 10 "$PYTHON" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + '/health', timeout=5)" "$ROLLOUT_URL" 2>/dev/null; do
       if ! kill -0 "$ROLLOUT_SERVER_PID" 2>/dev/null; then
         echo "the rollout server exited before answering; its log: $run_dir/rollout_server.log" >&2
         tail -n 20 "$run_dir/rollout_server.log" >&2

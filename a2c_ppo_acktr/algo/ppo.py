@@ -372,7 +372,7 @@ def update_metrics(
         "losses/kl_ref": kl_ref,
         "losses/kl_coef": kl_coef,
     })
-    out.update({f"losses/{k}": mean.get(k, nan) for k in ("seq_entropy", "temperature_loss", "tis_weight", "tis_capped_frac")})
+    out.update({f"losses/{k}": mean.get(k, nan) for k in ("seq_entropy", "temperature_loss", "tis_weight", "tis_capped_frac", "dual_clipfrac")})
     out.update({
         "adv/compared_fraction": float(storage.adv_mask.float().mean()) if storage.adv_mask is not None else nan,
         "adv/raw_std": float(storage.advantages.float().std(unbiased=False)),

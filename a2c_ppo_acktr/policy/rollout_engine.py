@@ -31,9 +31,18 @@ The contract, each part enforced here and tested against a loopback server
   tokens are kept, as in the HF engine.
 * **Token alignment.** ``return_token_ids`` asks the server for its prompt ids; they must equal the
   processor's, or the run stops naming the chat template (:class:`TokenAlignmentError`).
-* **Failures.** Every request has a total deadline (``rollout.engine_timeout_s``); a server that
-  cannot be reached after ``rollout.engine_retries`` tries raises :class:`EngineUnavailable`, and
-  the trainer writes a resumable checkpoint and stops with one line.
+* **Replies are checked before use.** Every sampled id is an integer in ``[0, vocab)`` and not one
+  of the ids the request banned, there are at most ``max_tokens`` of them (one more when the stop
+  token is appended here), and log-probs are numbers <= 0; anything else is a
+  :class:`BadReplyError`, never a traceback or an allocation sized by the server.
+* **Failures.** Every request has a total deadline (``rollout.engine_timeout_s``) over connect,
+  headers and body, an error's body included; a server that cannot be reached after
+  ``rollout.engine_retries`` tries raises :class:`EngineUnavailable`, a stop signal (or the run's
+  ``STOP`` file) ends a waiting request within a second (:class:`EngineInterrupted`), and in every
+  case the trainer writes a resumable checkpoint and stops with one line (exit 69, or 75 when a
+  stop was asked for).
+* **Credentials.** A ``user:password@`` in ``rollout.engine_url`` is sent as HTTP basic
+  authentication and never appears in a message or a written config.
 """
 from __future__ import annotations
 
@@ -50,10 +59,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from a2c_ppo_acktr.common.bounded_read import ReplyTooLarge, error_body, read_within
+from a2c_ppo_acktr.common.bounded_read import Deadline, ReplyTooLarge, RequestAborted, error_body, open_within, read_within, timed_out, wait
 from a2c_ppo_acktr.common.choices import ROLLOUT_ENGINES
 from a2c_ppo_acktr.common.errors import UserError
-from a2c_ppo_acktr.run.preemption import Preempted
+from a2c_ppo_acktr.common.redaction import basic_auth, has_redacted_credentials, redact_all, strip_credentials, url_secrets
+from a2c_ppo_acktr.run.preemption import PREEMPTED_EXIT_CODE, Preempted, stop_requested
 
 logger = logging.getLogger(__name__)
 
@@ -65,13 +75,21 @@ MAX_REPLY_BYTES = 16 * 1024 * 1024
 
 class EngineStopped(Preempted):
     """The run stopped because its rollout server failed, after writing a checkpoint of the last
-    finished iteration; ``exit_code`` 69 (EX_UNAVAILABLE): continue with ``--resume auto``."""
+    finished iteration; ``exit_code`` 69 (EX_UNAVAILABLE): continue with ``--resume auto``. When a
+    stop was asked for meanwhile (a signal, the ``STOP`` file: what interrupted the request), the
+    exit is a preemption's, 75, which the launch scripts requeue."""
 
     exit_code = 69
 
     def __init__(self, error: str, iteration: int, checkpoint: Path) -> None:
-        Exception.__init__(self, f"{error}; checkpoint {checkpoint} holds the {iteration} iterations done: "
-                                 "continue with --resume auto once the server answers")
+        stop = stop_requested()
+        if stop:
+            Exception.__init__(self, f"stopped by {stop} while waiting for the rollout server; checkpoint {checkpoint} holds the "
+                                     f"{iteration} iterations done: continue with --resume auto")
+            self.exit_code = PREEMPTED_EXIT_CODE
+        else:
+            Exception.__init__(self, f"{error}; checkpoint {checkpoint} holds the {iteration} iterations done: "
+                                     "continue with --resume auto once the server answers")
         self.checkpoint = checkpoint
 
 
@@ -89,6 +107,25 @@ class StaleAdapterError(EngineError):
 
 class TokenAlignmentError(EngineError):
     """The server's prompt token ids are not the processor's."""
+
+
+class BadReplyError(EngineError):
+    """The server's reply cannot be what it was asked for (ids out of the vocabulary or banned, more
+    tokens than ``max_tokens``, log-probs that are not log-probabilities)."""
+
+
+class EngineInterrupted(EngineError, Preempted):
+    """A stop signal (or the run's ``STOP`` file) ended a request while it waited for the server.
+
+    Inside a rollout the trainer turns it into :class:`EngineStopped` after a checkpoint; raised
+    anywhere else (the health check before the first iteration) it still ends the run as a stop
+    does, exit 75, so that a launcher requeues the job."""
+
+    exit_code = PREEMPTED_EXIT_CODE
+
+    def __init__(self, message: str) -> None:
+        Exception.__init__(self, f"{message}; continue with --resume auto (from the last checkpoint, if any)")
+        self.checkpoint = None
 
 
 @dataclass
@@ -140,9 +177,12 @@ class VLLMServerEngine:
             the server can read: on one node, the run directory).
         max_new_tokens, top_k, top_p, stop_ids, forbidden_ids: The policy's sampling settings.
         chat_template: What to name in a token-alignment error (the processor's template source).
-        timeout_s: Total deadline of one request (connect, generate, read).
+        timeout_s: Total deadline of one request (connect, headers, generate, body).
         retries: Tries per request before :class:`EngineUnavailable`.
         max_concurrency: Requests in flight at once (the server batches them).
+        vocab_size: The policy's vocabulary (its embedding rows); sampled ids must lie below it.
+        should_stop: Polled while a request waits; something true ends it (:class:`EngineInterrupted`).
+            Default: :func:`~a2c_ppo_acktr.run.preemption.stop_requested`, the training run's signal or STOP file.
     """
 
     def __init__(
@@ -160,9 +200,19 @@ class VLLMServerEngine:
         max_concurrency: int = 64,
         backoff_s: float = 1.0,
         tag: str = "policy",
+        vocab_size: Optional[int] = None,
+        should_stop: Optional[Callable[[], Any]] = stop_requested,
     ) -> None:
+        if has_redacted_credentials(url):
+            raise EngineError("rollout.engine_url holds *** where its password was (configs are written without it): "
+                              "pass the URL with its user:password again")
         base = url.rstrip("/")
-        self.base = base[: -len("/v1")] if base.endswith("/v1") else base
+        base = base[: -len("/v1")] if base.endswith("/v1") else base
+        # The password travels as basic authentication; names and messages carry the address only.
+        self._auth, self._secrets = basic_auth(base), url_secrets(base)
+        self.base = strip_credentials(base)
+        self.vocab_size = None if vocab_size is None else int(vocab_size)
+        self.should_stop = should_stop
         self.adapter_dir = Path(adapter_dir)
         self.max_new_tokens, self.top_k, self.top_p = int(max_new_tokens), int(top_k), float(top_p)
         self.stop_ids, self.forbidden_ids = [int(i) for i in stop_ids], [int(i) for i in forbidden_ids]
@@ -175,38 +225,46 @@ class VLLMServerEngine:
 
     # ------------------------------------------------------------------ HTTP
     def _request(self, method: str, path: str, payload: Optional[dict] = None, timeout_s: Optional[float] = None) -> Any:
-        """One JSON request with retries; :class:`EngineUnavailable` when every try failed to get an
-        answer, :class:`EngineError` on a 4xx (a request the server refuses: retrying cannot help)."""
+        """One JSON request with retries, each try within its own total deadline; :class:`EngineUnavailable`
+        when every try failed to get an answer, :class:`EngineError` on a 4xx (a request the server
+        refuses: retrying cannot help), :class:`EngineInterrupted` when a stop is asked for."""
         url = self.base + path
         timeout = self.timeout_s if timeout_s is None else timeout_s
         body = None if payload is None else json.dumps(payload).encode("utf-8")
+        headers = {"Content-Type": "application/json", **({"Authorization": "Basic " + self._auth} if self._auth else {})}
         last = ""
-        for attempt in range(self.retries):
-            if attempt:
-                self.stats.retries += 1
-                time.sleep(self.backoff_s * 2 ** (attempt - 1))
-            req = urllib.request.Request(url, data=body, method=method, headers={"Content-Type": "application/json"})
-            deadline = time.monotonic() + timeout  # the whole request, not each read
-            try:
-                with urllib.request.urlopen(req, timeout=timeout) as resp:
-                    raw = read_within(resp, deadline, MAX_REPLY_BYTES)
-            except ReplyTooLarge:
-                raise EngineError(f"the reply from {url} is larger than {MAX_REPLY_BYTES} bytes: refused") from None
-            except urllib.error.HTTPError as e:
-                detail = error_body(e, 2000)[:300]
-                if 400 <= e.code < 500 and e.code != 429:
-                    raise EngineError(f"the rollout server refused {method} {path} with HTTP {e.code}: {detail}") from None
-                last = f"HTTP {e.code}: {detail}"
-                continue
-            except (urllib.error.URLError, http.client.HTTPException, OSError, TimeoutError) as e:
-                last = f"{type(getattr(e, 'reason', e)).__name__}: {getattr(e, 'reason', e)}"
-                continue
-            if not raw:
-                return None
-            try:
-                return json.loads(raw)
-            except (ValueError, RecursionError) as e:
-                last = f"unreadable reply ({type(e).__name__})"
+        try:
+            for attempt in range(self.retries):
+                if attempt:
+                    self.stats.retries += 1
+                    wait(self.backoff_s * 2 ** (attempt - 1), self.should_stop)
+                req = urllib.request.Request(url, data=body, method=method, headers=headers)
+                deadline = Deadline(timeout, self.should_stop)  # the whole request: connect, headers, body
+                try:
+                    with open_within(req, deadline) as resp:
+                        raw = read_within(resp, deadline, MAX_REPLY_BYTES)
+                except ReplyTooLarge:
+                    raise EngineError(f"the reply from {url} is larger than {MAX_REPLY_BYTES} bytes: refused") from None
+                except urllib.error.HTTPError as e:
+                    detail = redact_all(error_body(e, 2000), self._secrets)[:300]
+                    if 400 <= e.code < 500 and e.code != 429:
+                        raise EngineError(f"the rollout server refused {method} {path} with HTTP {e.code}: {detail}") from None
+                    last = f"HTTP {e.code}: {detail}"
+                    continue
+                except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
+                    if timed_out(e):
+                        last = f"no complete reply within rollout.engine_timeout_s={timeout:g}"
+                    else:
+                        last = redact_all(f"{type(getattr(e, 'reason', e)).__name__}: {getattr(e, 'reason', e)}", self._secrets)
+                    continue
+                if not raw:
+                    return None
+                try:
+                    return json.loads(raw)
+                except (ValueError, RecursionError) as e:
+                    last = f"unreadable reply ({type(e).__name__})"
+        except RequestAborted as e:
+            raise EngineInterrupted(f"{e} while waiting for {method} {path} from the rollout server {self.base}") from None
         raise EngineUnavailable(
             f"the rollout server {self.base} did not answer {method} {path} after {self.retries} tries ({last}); "
             "check that it is running (rollout.engine_url, ROLLOUT_URL) and resume with --resume auto"
@@ -281,7 +339,7 @@ class VLLMServerEngine:
 
     def _one(self, row: EngineRow) -> EngineReply:
         data = self._request("POST", "/v1/chat/completions", self.request_body(row))
-        reply = parse_reply(data, self.stop_ids)
+        reply = parse_reply(data, self.stop_ids, vocab_size=self.vocab_size, banned_ids=self.forbidden_ids, max_tokens=self.max_new_tokens)
         expected = adapter_name(self.version, self.tag)  # type: ignore[arg-type]
         if reply.model != expected:
             raise StaleAdapterError(
@@ -318,29 +376,53 @@ class VLLMServerEngine:
         return stats
 
 
-def parse_reply(data: Any, stop_ids: Sequence[int] = ()) -> EngineReply:
+def parse_reply(
+    data: Any,
+    stop_ids: Sequence[int] = (),
+    vocab_size: Optional[int] = None,
+    banned_ids: Sequence[int] = (),
+    max_tokens: Optional[int] = None,
+) -> EngineReply:
     """An :class:`EngineReply` from a chat-completions response with ``return_token_ids`` and
     ``logprobs`` (``return_tokens_as_token_ids``: each logprob entry names its token as
     ``token_id:N``). A reply that stopped on a stop token it did not list gets that token appended:
     stopping is part of the action, as in the HF engine.
 
+    Args:
+        data: The decoded JSON response.
+        stop_ids: The request's stop token ids.
+        vocab_size: Sampled and prompt ids must lie in ``[0, vocab_size)`` (None: not checked).
+        banned_ids: Ids the request banned (``logit_bias`` -100): a reply holding one is refused.
+        max_tokens: The request's ``max_tokens``: a reply holding more ids is refused.
+
     Raises:
-        EngineError: the response is not of that shape.
+        EngineError: the response is not of that shape (:class:`BadReplyError`: its values are impossible).
     """
     try:
         choice = data["choices"][0]
-        ids = [int(t) for t in choice["token_ids"]]
+        raw_ids = choice["token_ids"]
         model = str(data["model"])
-    except (TypeError, KeyError, IndexError, ValueError) as e:
+        if not isinstance(raw_ids, list):
+            raise TypeError("token_ids is not a list")
+    except (TypeError, KeyError, IndexError) as e:
         raise EngineError(f"the rollout server's reply has no choices[0].token_ids ({type(e).__name__}): it needs return_token_ids (vLLM >= 0.10.2)") from None
-    prompt = data.get("prompt_token_ids")
-    prompt_ids = [int(t) for t in prompt] if isinstance(prompt, list) else None
+    if max_tokens is not None and len(raw_ids) > max_tokens:
+        raise BadReplyError(f"the rollout server returned {len(raw_ids)} token ids for a request of max_tokens={max_tokens}: a broken or foreign server")
+    ids = _checked_ids(raw_ids, "choices[0].token_ids", vocab_size)
+    banned = set(banned_ids).intersection(ids)
+    if banned:
+        raise BadReplyError(f"the rollout server sampled token id(s) {sorted(banned)[:5]} that the request banned (logit_bias -100): "
+                            "a server that ignores logit_bias, or another model than the policy's")
+    prompt = data.get("prompt_token_ids") if isinstance(data, dict) else None
+    prompt_ids = _checked_ids(prompt, "prompt_token_ids", vocab_size) if isinstance(prompt, list) else None
     log_probs: Optional[list[float]] = None
     content = ((choice.get("logprobs") or {}).get("content")) if isinstance(choice.get("logprobs"), dict) else None
+    if isinstance(content, list) and not all(isinstance(e, dict) for e in content[: len(ids)]):
+        raise BadReplyError("the rollout server's choices[0].logprobs.content holds entries that are not objects")
     if isinstance(content, list) and len(content) >= len(ids) > 0:
         named = [_token_id(entry.get("token")) for entry in content[: len(ids)]]
         if all(n is None or n == i for n, i in zip(named, ids)):
-            log_probs = [float(entry.get("logprob", math.nan)) for entry in content[: len(ids)]]
+            log_probs = [_checked_log_prob(entry.get("logprob", math.nan), k) for k, entry in enumerate(content[: len(ids)])]
     finish = choice.get("finish_reason")
     stop_reason = choice.get("stop_reason")
     if finish == "stop" and stop_ids and (not ids or ids[-1] not in stop_ids):
@@ -348,7 +430,31 @@ def parse_reply(data: Any, stop_ids: Sequence[int] = ()) -> EngineReply:
         ids.append(stop)
         if log_probs is not None:
             log_probs.append(math.nan)  # the server did not score the token it stopped on
-    return EngineReply(token_ids=ids, token_log_probs=log_probs, model=model, prompt_ids=prompt_ids, finish_reason=finish)
+    return EngineReply(token_ids=ids, token_log_probs=log_probs, model=model, prompt_ids=prompt_ids,
+                       finish_reason=finish if isinstance(finish, str) else None)
+
+
+def _checked_ids(values: list, field: str, vocab_size: Optional[int]) -> list[int]:
+    """``values`` as token ids: integers (not floats, strings or booleans) in ``[0, vocab_size)``."""
+    for k, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise BadReplyError(f"the rollout server's {field}[{k}] is {type(v).__name__} {str(v)[:40]!r}, not a token id")
+        if v < 0 or (vocab_size is not None and v >= vocab_size):
+            bound = f"[0, {vocab_size})" if vocab_size is not None else ">= 0"
+            raise BadReplyError(f"the rollout server's {field}[{k}] = {v} is outside the policy's vocabulary {bound}: "
+                                "is it serving another model than rollout's policy (model.model_path)?")
+    return list(values)
+
+
+def _checked_log_prob(value: Any, k: int) -> float:
+    """A log-prob the server returned for the ``k``-th sampled token: a number <= 0 (NaN: unscored)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadReplyError(f"the rollout server's logprob of token {k} is {type(value).__name__} {str(value)[:40]!r}, not a number")
+    value = float(value)
+    # A sampled token has a probability in (0, 1]: its log is finite and <= 0 (up to rounding).
+    if not math.isnan(value) and not (-math.inf < value <= 1e-4):
+        raise BadReplyError(f"the rollout server's logprob of token {k} is {value}, not the log of a probability of a sampled token")
+    return value
 
 
 def _token_id(token: Any) -> Optional[int]:
@@ -403,4 +509,5 @@ def make_engine(cfg: Any, policy: Any, output_dir: str | Path, rank: int = 0) ->
         retries=cfg.rollout.engine_retries,
         max_concurrency=cfg.rollout.engine_max_concurrency,
         tag=tag,
+        vocab_size=policy.vocab_size,
     )
