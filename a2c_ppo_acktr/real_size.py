@@ -128,8 +128,6 @@ def _reduce_text(text: dict[str, Any], r: Reductions) -> None:
         kv -= 1
     text.update(hidden_size=r.hidden, num_attention_heads=new_heads, num_key_value_heads=kv,
                 intermediate_size=_scaled(text["intermediate_size"], r.hidden / hidden, 64))
-    if "head_dim" in text:
-        text["head_dim"] = head_dim
 
 
 def _kept_indexes(indexes: Sequence[int], depth: int) -> list[int]:
@@ -215,7 +213,7 @@ def _progress(message: str) -> None:
 def _check_out(out: Path) -> None:
     """Refuse to write where user files are (or could be) replaced."""
     if out.is_file() or out.is_symlink():
-        raise RealSizeError(f"--out {out} is a file; name a new directory")
+        raise RealSizeError(f"--out {out} is a file or a link; name a new directory")
     if out.is_dir() and any(out.iterdir()):
         raise RealSizeError(f"--out {out} exists and is not empty; name a new directory (nothing is overwritten)")
 
