@@ -595,6 +595,7 @@ def real_size_check(device: str, model_path: str, preset: str, config: Optional[
     t3 = time.perf_counter()
     shapes = probe.measured_shapes(policy, storage, run.ppo.mini_batch_size, run.model.max_new_tokens)
     estimate = probe.estimated_peak_bytes(run, shapes) / 2**30
+    preset_estimate = probe.preset_peak_bytes(run) / 2**30
     build = Path(model_path) / "real_size_build.json"
     result = {
         "model_path": model_path, "preset": preset, "dtype": run.model.dtype, "env_id": run.env.env_id,
@@ -605,6 +606,7 @@ def real_size_check(device: str, model_path: str, preset: str, config: Optional[
         "bare_positions": timing.bare_positions, "act_per_token_s": timing.act_per_token, "bare_per_token_s": timing.bare_per_token,
         "act_over_bare": timing.ratio, "act_goal": ACT_GENERATE_GOAL,
         "shapes": asdict(shapes), "peak_allocated_gib": peak, "estimate_gib": estimate, "memory_tolerance": REAL_SIZE_MEMORY_TOLERANCE,
+        "preset_estimate_gib": preset_estimate,
         "phase_seconds": {"load": t1 - t0, "act_vs_generate": t2 - t1, "rollout_and_step": t3 - t2},
     }
     if peak is not None and abs(peak / estimate - 1.0) > REAL_SIZE_MEMORY_TOLERANCE:
@@ -716,7 +718,8 @@ def real_size_rows(probe: Optional[dict[str, Any]], ppo: Optional[dict[str, Any]
         peak = "n/a (cpu)" if probe["peak_allocated_gib"] is None else f"{probe['peak_allocated_gib']:.2f} GiB"
         lines.append(f"| real size: peak allocated, rollout {probe['num_envs']}x{probe['num_steps']} + two training steps "
                      f"({s['batch']} turns x {s['prompt_tokens'] + s['response_tokens']} tokens, {s['images']} images x {s['image_tokens']} tokens) "
-                     f"| {peak} | within {probe['memory_tolerance']:.0%} of the formula's {probe['estimate_gib']:.2f} GiB |")
+                     f"| {peak} | within {probe['memory_tolerance']:.0%} of the formula's {probe['estimate_gib']:.2f} GiB (the preset's own "
+                     f"table, its longest VSI turn: {probe['preset_estimate_gib']:.2f} GiB) |")
         if build:
             lines.append(f"| real size: build (random weights on {build.get('device')}) + write | {build['build_seconds']:.1f} s + {build['write_seconds']:.1f} s | |")
     if ppo:

@@ -147,3 +147,14 @@ def estimated_peak_bytes(run: Any, shapes: Any) -> float:
     setup = dataclasses.replace(memory.setup_from_run(run, 1), zero_stage=0, lora_bytes=4, reduce_bucket_elements=0)
     heads = memory.head_params(dims.hidden, run.model.value_head_hidden, run.model.temp_head_hidden, run.model.use_temp_predictor)
     return memory.totals(memory.estimate(dims, shapes, setup, heads=heads))["peak"]
+
+
+def preset_peak_bytes(run: Any) -> float:
+    """The peak of tensors ``python -m a2c_ppo_acktr.memory --preset ... --gpus 1`` prints for ``run``:
+    the preset's own longest VSI turn and its ZeRO setting (for reference beside the measured shapes)."""
+    from a2c_ppo_acktr import memory
+
+    dims = memory.model_dims(run.model)
+    heads = memory.head_params(dims.hidden, run.model.value_head_hidden, run.model.temp_head_hidden, run.model.use_temp_predictor)
+    terms = memory.estimate(dims, memory.preset_shapes(run, dims), memory.setup_from_run(run, 1), heads=heads)
+    return memory.totals(terms)["peak"]

@@ -232,7 +232,7 @@ def test_script_real_size_stage_on_cpu(tmp_path):
     assert probe["build"]["architecture_of"] == "Qwen/Qwen2.5-VL-3B-Instruct" and probe["build"]["vocab_rows"] == 151936
     assert probe["env_id"] == "NumberLine-v0" and probe["act_positions"] >= 1 and probe["bare_positions"] >= 1
     assert probe["act_per_token_s"] > 0 and probe["bare_per_token_s"] > 0 and probe["peak_allocated_gib"] is None
-    assert probe["shapes"]["images"] >= 1 and probe["estimate_gib"] > 0
+    assert probe["shapes"]["images"] >= 1 and probe["estimate_gib"] > 0 and probe["preset_estimate_gib"] > 0
     ppo = json.loads((work / "real_size_ppo.json").read_text())
     assert ppo["iterations"] == 2 and ppo["dtype"] == "float32" and "time/collect" in ppo["phase_seconds"]
     if ppo["old_log_probs"] == "update":  # the same forward in the same layout: exact on any machine
