@@ -22,6 +22,7 @@ from a2c_ppo_acktr.policy.rollout_engine import (
 )
 from a2c_ppo_acktr.rl.storage import RolloutStorage
 from helpers import free_port, fresh_policy, tiny_model_cfg
+from numerics import recorded_forwards
 
 
 # ------------------------------------------------------------------------------ pure parts
@@ -98,6 +99,35 @@ def _policy(loaded, path) -> VLMPolicy:
     return pol
 
 
+def _spread_temperatures(pol: VLMPolicy, observations) -> None:
+    """Set the temperature head so that the rows of ``observations`` get the temperatures of the
+    pre-sigmoid outputs -1, 0 and 1 (0.77, 1.0, 1.23): apart by construction, where random head
+    weights saturate on some builds and give two rows nearly the same temperature.
+
+    One hidden unit reads the rows' hidden states (the head's input) along the direction that puts
+    them at -1, 0 and 1 about their mean (exactly: three distinct prompts' states span a plane);
+    the output layer passes it on.
+    """
+    inputs = []
+    handle = pol.temp_predictor.register_forward_pre_hook(lambda _module, args: inputs.append(args[0].detach().float()))
+    try:
+        with torch.no_grad():
+            pol.act(observations)
+    finally:
+        handle.remove()
+    hidden = inputs[0]
+    centre = hidden.mean(0)
+    direction = torch.linalg.pinv(hidden - centre) @ torch.linspace(-1.0, 1.0, len(hidden))
+    first, last = pol.temp_predictor.mlp[0], pol.temp_predictor.mlp[-1]
+    with torch.no_grad():
+        for layer in (first, last):
+            layer.weight.zero_()
+            layer.bias.zero_()
+        first.weight[0] = direction
+        first.bias[0] = -(direction @ centre)
+        last.weight[0, 0] = 1.0 / math.tanh(1.0)
+
+
 def _engine(pol, url, tmp_path, **over) -> VLLMServerEngine:
     kw = dict(max_new_tokens=pol.cfg.max_new_tokens, stop_ids=pol.eos_ids, forbidden_ids=pol.forbidden_ids.tolist(), retries=1,
               backoff_s=0.0, timeout_s=60.0)
@@ -113,6 +143,7 @@ def _observations(n=3, step=0):
 
 def test_act_through_the_engine_keeps_the_contract(loaded, tiny_model_path, server, tmp_path):
     pol = _policy(loaded, tiny_model_path)
+    _spread_temperatures(pol, _observations())
     eng = _engine(pol, server.url, tmp_path, max_concurrency=1)  # one request at a time: the server's log is in row order
     assert "base" in eng.check_health()
     eng.sync_adapter(pol.save_pretrained, 1)
@@ -121,26 +152,29 @@ def test_act_through_the_engine_keeps_the_contract(loaded, tiny_model_path, serv
     with pol.with_engine(eng):
         out = pol.act(_observations())
     sent = server.requests[before:]
-    # Per-row temperature reaches the server (the head predicted them before sampling) and differs by row.
-    assert [r["temperature"] for r in sent] == pytest.approx(out.temperatures.tolist(), rel=1e-5)
-    assert len({round(t, 4) for t in out.temperatures.tolist()}) == 3
+    # Per-row temperature reaches the server (the head predicted them before sampling): the rows'
+    # temperatures lie farther apart than this comparison's tolerance, so one sent for another row fails it.
+    temps = out.temperatures.tolist()
+    assert [r["temperature"] for r in sent] == pytest.approx(temps, rel=1e-5)
+    assert min(abs(a - b) for i, a in enumerate(temps) for b in temps[i + 1:]) > 2e-5 * max(temps)
     assert all(r["model"] == adapter_name(1) and r["return_token_ids"] and r["logprobs"] for r in sent)
     assert sent[0]["stop_token_ids"] == pol.eos_ids and sent[0]["max_tokens"] == pol.cfg.max_new_tokens
     assert set(sent[0]["logit_bias"]) == {str(i) for i in pol.forbidden_ids.tolist()} and set(sent[0]["logit_bias"].values()) == {-100}
     # Token ids round-trip: the ids the server sampled are the ones the policy stores and decodes.
     assert [g.tolist() for g in out.generated_ids] == server.replies[before:]
     assert out.texts == pol.tokenizer.batch_decode(server.replies[before:], skip_special_tokens=True)
-    # The log-probs are the policy's own (recomputed), and the server's match them (same model, same numerics).
-    assert torch.isfinite(out.engine_log_probs).all()
-    assert torch.allclose(out.engine_log_probs, out.log_probs, atol=1e-4, rtol=0)
     # Ratio 1 on the first minibatch: the update's forward of the stored turns gives the rollout's log-probs.
     st = RolloutStorage(1, 3)
     st.insert(out, torch.zeros(3), torch.zeros(3, dtype=torch.bool), torch.zeros(3, dtype=torch.bool))
     st.compute_returns(torch.zeros(3))
     (mb,) = list(st.ordered_minibatches(3))
-    with torch.no_grad():
+    with torch.no_grad(), recorded_forwards(VLMPolicy) as forwards:
         ev = pol.evaluate_actions(mb)
-    assert (ev.log_probs - mb.old_log_probs).abs().max() < 1e-4
+    # Each pair computes the same turns in another batch layout: rounding only (numerics.forward_bounds).
+    assert (ev.log_probs - mb.old_log_probs).abs().max() < forwards[0].log_prob
+    # The log-probs are the policy's own (recomputed), and the server's match them (same model, each row alone).
+    assert torch.isfinite(out.engine_log_probs).all()
+    assert torch.allclose(out.engine_log_probs, out.log_probs, atol=forwards[0].log_prob, rtol=0)
     assert torch.equal(mb.engine_log_probs, out.engine_log_probs)
     # The same torch seed draws the same per-row seeds: the same replies (what makes resume exact),
     # also with the rows' requests in flight together (replies come back in row order).
