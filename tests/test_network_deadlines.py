@@ -275,10 +275,10 @@ class FakeVLLM:
 VOCAB, MAX_TOKENS, BANNED = 1000, 16, [900, 901]
 
 
-def _reply(ids, logprobs=None, prompt=(1, 2, 3), finish="length") -> dict:
+def _reply(ids, logprobs=None, prompt=(1, 2, 3), finish="length", stop_reason=None) -> dict:
     content = [{"token": f"token_id:{i}", "logprob": lp} for i, lp in zip(ids, logprobs)] if logprobs is not None else None
     return {"model": adapter_name(1), "prompt_token_ids": list(prompt),
-            "choices": [{"token_ids": ids, "finish_reason": finish, "logprobs": {"content": content} if content else None}]}
+            "choices": [{"token_ids": ids, "finish_reason": finish, "stop_reason": stop_reason, "logprobs": {"content": content} if content else None}]}
 
 
 BAD_REPLIES = {
@@ -323,7 +323,7 @@ def test_an_impossible_reply_is_an_engine_error_not_a_traceback(case, tmp_path):
 
 
 def test_a_good_reply_passes_and_a_stop_token_may_be_the_one_past_max_tokens(tmp_path):
-    good = _reply([5] * MAX_TOKENS, logprobs=[-0.5] * MAX_TOKENS, finish="stop")
+    good = _reply([5] * MAX_TOKENS, logprobs=[-0.5] * MAX_TOKENS, finish="stop", stop_reason=999)  # a server that strips the stop token
     with FakeVLLM(good) as server:
         engine = VLLMServerEngine(server.url, tmp_path, max_new_tokens=MAX_TOKENS, stop_ids=[999], forbidden_ids=BANNED, vocab_size=VOCAB,
                                   retries=1, should_stop=None)

@@ -112,7 +112,7 @@ def ppo_loss(out: Any, mb: Minibatch, cfg: PPOConfig, kl_coef: float, max_tokens
     pg_mask = mask
     if cfg.mask_truncated_replies and mb.reply_cut is not None:
         pg_mask = mask & ~mb.reply_cut.to(dev)[:, None]
-    sample_weights = tis_weights(mb.old_log_probs.to(dev), mb.engine_log_probs, cfg.tis_cap) if cfg.tis_cap is not None else None
+    sample_weights = tis_weights(mb.old_log_probs.to(dev), mb.engine_log_probs, cfg.tis_cap) if cfg.tis_cap else None  # 0: off
     low, high = cfg.clip_range
     pg, pg_m = policy_loss(
         out.token_log_probs, old, mb.advantages.to(dev), pg_mask, weights, level=cfg.ratio_level, loss_agg=cfg.loss_agg or "token-mean",

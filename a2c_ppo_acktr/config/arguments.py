@@ -31,6 +31,7 @@ from a2c_ppo_acktr.common.choices import (
 from a2c_ppo_acktr.common.errors import UserError
 from a2c_ppo_acktr.common.redaction import key_env_problem, redact_written
 from a2c_ppo_acktr.common.scoring import TASKS as SCORING_TASKS
+from a2c_ppo_acktr.common.vllm_compat import temperature_problem
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
@@ -44,6 +45,8 @@ class ConfigError(ValueError, UserError):
 
 # Seeds stay far below 2**32 (numpy's limit) after the per-rank, per-scene and per-episode offsets.
 MAX_SEED = 2**31 - 1
+# What ppo.tis_cap=null becomes with rollout.engine=vllm: verl's default cap for truncated importance sampling.
+VLLM_TIS_CAP = 2.0
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -273,9 +276,9 @@ class RolloutConfig:
     # them). 1 = no groups.
     group_size: int = 1
     # What samples the replies (a2c_ppo_acktr/policy/rollout_engine.py): hf = in-process generate; vllm = a
-    # vLLM OpenAI-compatible server at engine_url (comma-separated: one per rank, rank % count),
-    # started with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; the adapter is loaded into
-    # it by name every iteration and the policy recomputes the log-probs.
+    # vLLM OpenAI-compatible server at engine_url (comma-separated: one node's servers, split among its
+    # processes by local rank), started with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; one
+    # adapter is loaded into every server by name each iteration and the policy recomputes the log-probs.
     engine: str = "hf"
     engine_url: Optional[str] = None
     engine_timeout_s: float = 600.0  # total deadline of one request
@@ -394,7 +397,8 @@ class PPOConfig:
     target_kl: Optional[float] = None  # early-stop the epoch loop above this approx KL
     # Truncated importance sampling (verl's TIS) for a rollout engine whose sampler is not the policy's
     # numerics (rollout.engine=vllm): each turn's policy-gradient term is weighted by
-    # min(exp(logp_policy_old - logp_engine), tis_cap), the weight detached; None = off. Turns the
+    # min(exp(logp_policy_old - logp_engine), tis_cap), the weight detached. null = the engine's
+    # default: 2.0 with rollout.engine=vllm (verl's default cap), off with hf; 0 = off. Turns the
     # engine did not score weigh 1.
     tis_cap: Optional[float] = None
     max_grad_norm: float = 0.5
@@ -429,7 +433,8 @@ class PPOConfig:
         _choice("ppo.lr_schedule", self.lr_schedule, ["cosine", "constant"])
         _check(0 <= self.min_lr_ratio <= 1, f"ppo.min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
         _check(self.clip_coef > 0, f"ppo.clip_coef={self.clip_coef} must be > 0")
-        _check(self.tis_cap is None or self.tis_cap >= 1.0, f"ppo.tis_cap={self.tis_cap} must be >= 1 (a cap on the importance weight) or null")
+        _check(self.tis_cap is None or self.tis_cap == 0 or self.tis_cap >= 1.0,
+               f"ppo.tis_cap={self.tis_cap} must be >= 1 (a cap on the importance weight), 0 (off) or null (the engine's default)")
         _check(self.vf_coef >= 0 and self.ent_coef >= 0 and self.kl_coef >= 0, "ppo.vf_coef, ppo.ent_coef and ppo.kl_coef must be >= 0")
         _check(self.max_grad_norm > 0, f"ppo.max_grad_norm={self.max_grad_norm} must be > 0")
         _check(0 <= self.gamma <= 1, f"ppo.gamma={self.gamma} must be in [0, 1]")
@@ -734,8 +739,12 @@ class RunConfig:
             _check(self.model.use_lora and self.model.train_vision == "none",
                    f"rollout.engine={self.rollout.engine} loads the policy into the server as a LoRA adapter: it needs model.use_lora=true "
                    "and model.train_vision=none (fully trained modules do not travel as an adapter)")
-            _check(self.dist.zero_stage < 3, f"rollout.engine={self.rollout.engine} saves each rank's whole adapter every iteration; use dist.zero_stage=2")
-        _check(self.ppo.tis_cap is None or self.rollout.engine != "hf",
+            _check(self.dist.zero_stage < 3, f"rollout.engine={self.rollout.engine} saves the whole adapter every iteration; use dist.zero_stage=2")
+            problem = temperature_problem(self.model.min_temperature, self.model.max_temperature)
+            _check(problem is None, str(problem))
+            if self.ppo.tis_cap is None:
+                self.ppo.tis_cap = VLLM_TIS_CAP
+        _check(not self.ppo.tis_cap or self.rollout.engine != "hf",
                "ppo.tis_cap corrects for a rollout engine's own sampler; with rollout.engine=hf the policy samples itself: leave it null")
         bs = self.rollout.batch_size
         mb = self.ppo.mini_batch_size
