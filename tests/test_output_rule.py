@@ -323,3 +323,18 @@ def test_claim_output_files_refuses_named_files_and_moves_only_those(tmp_path):
         claim_output_files(folder, ["a.png", "c.png"], overwrite=False)
     claim_output_files(folder, ["a.png", "c.png"], overwrite=True)
     assert sorted(p.name for p in folder.iterdir() if not p.name.startswith("a.png.old-")) == ["b.txt"]
+
+
+def test_a_second_labeller_on_one_folder_is_refused(tmp_path):
+    from a2c_ppo_acktr.eval.labeling import label_trajectories
+
+    labels = tmp_path / "lab"
+    holder = _holder(labels)  # a labeller appending to trajectories.jsonl
+    try:
+        cfg = load_config(preset="debug", overrides={"label": {"out_dir": str(labels), "num_episodes": 1}, "log": {"progress_bar": False}})
+        with pytest.raises(RunLockedError, match=f"pid {holder.pid}"):
+            label_trajectories(cfg)
+    finally:
+        _stop(holder)
+    assert not (labels / "trajectories.jsonl").exists()
+
