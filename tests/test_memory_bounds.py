@@ -49,6 +49,7 @@ def test_frames_and_envs_are_bounded_together_by_their_bytes():
     assert cfg.env.memory_bytes() == ENV_BASE_BYTES + 11 * 448 * 448 * FRAME_BYTES_PER_PIXEL
 
 
+@pytest.mark.slow
 def test_a_rollout_that_decompresses_past_its_bounds_is_one_line_without_inflating_it(tmp_path, capsys):
     """A 0.5 MB file whose one line inflates to 500 MB is stopped at the row bound; the memory the
     command used stays far below what the line would take."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from a2c_ppo_acktr.config.arguments import load_config
+from a2c_ppo_acktr.config.arguments import ConfigError, load_config
 from a2c_ppo_acktr.config.cli import run_main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -106,10 +106,13 @@ def test_a_label_directory_whose_name_is_not_utf8_is_one_line_in_preprocessing(t
     import vlm_traj_preprocess
     from a2c_ppo_acktr.eval.labeling import label_trajectories
 
-    labels = os.fsdecode(os.fsencode(str(tmp_path)) + b"/lab\xe9")  # Latin-1 "labe"
     overrides = {"env": {"image_size": 16, "num_sweep_frames": 2, "image_history": 1, "max_turns": 3, "num_scenes": 6},
-                 "label": {"out_dir": labels, "num_episodes": 2, "batch_size": 2, "seed": 100}, "log": {"progress_bar": False}}
+                 "label": {"out_dir": str(tmp_path / "lab"), "num_episodes": 2, "batch_size": 2, "seed": 100}, "log": {"progress_bar": False}}
     label_trajectories(load_config(preset="debug", overrides=overrides))
+    labels = os.fsdecode(os.fsencode(str(tmp_path)) + b"/lab\xe9")  # Latin-1 "labe", as a copy from another system
+    os.rename(tmp_path / "lab", labels)
+    with pytest.raises(ConfigError, match="label.out_dir .* is not UTF-8 text"):  # the labeller refuses to write there
+        label_trajectories(load_config(preset="debug", overrides={**overrides, "label": {**overrides["label"], "out_dir": labels}}))
     args = ["--preset", "debug", "--label.out_dir", labels, "--label.dataset_dir", str(tmp_path / "data")]
     rc = run_main(lambda: vlm_traj_preprocess.main(args), "vlm_traj_preprocess.py")
     _one_line(capsys, rc, "holds text that is not UTF-8", "rename the folder")
@@ -260,6 +263,7 @@ def _report(tmp_path, name: str) -> Path:
     return tmp_path / name / "report.json"
 
 
+@pytest.mark.slow
 def test_compare_with_duplicate_names_is_one_line_and_one_report_twice_gets_numbered_rows(tmp_path, capsys):
     import eval_vsi
 
