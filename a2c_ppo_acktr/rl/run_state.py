@@ -183,9 +183,8 @@ def load_checkpoint(run: Run, path: Path) -> int:
     run.best.load_state(state.get("best_val"))
     per_rank_path = path / rank_file(acc.process_index)
     per_rank = load_pickle(per_rank_path)
-    missing = sorted(set(RANK_STATE_KEYS) - set(per_rank)) if isinstance(per_rank, dict) else None
-    if missing != []:
-        what = f"lacks {missing}" if missing else f"holds a {type(per_rank).__name__}"
+    if not isinstance(per_rank, dict) or not set(RANK_STATE_KEYS) <= set(per_rank):
+        what = f"lacks {sorted(set(RANK_STATE_KEYS) - set(per_rank))}" if isinstance(per_rank, dict) else f"holds a {type(per_rank).__name__}"
         raise CheckpointError(f"{per_rank_path} is not this run's per-process state (it {what}; expected a mapping of {list(RANK_STATE_KEYS)}); resume from an earlier checkpoint")
     try:
         run.ppo.load_state_dict(per_rank["ppo"])

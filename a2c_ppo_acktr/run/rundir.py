@@ -307,13 +307,13 @@ class RunLock:
         try:
             self.acquire()
         except RunLockedError:
-            os.close(lost)
             raise RunLockLostError(
                 f"the lock file {self.path} was removed while this process held {self.directory}, and another process now "
                 f"holds a new one: {self._who()}; this process stops here without writing into the directory again (let one "
                 "run use a directory at a time; never delete a live run's lock file)"
             ) from None
-        os.close(lost)
+        finally:
+            os.close(lost)  # after the new lock is held: the directory is never unguarded in between
         logger.warning("the lock file %s was removed while this process held %s; it is locked again", self.path, self.directory)
 
     def release(self) -> None:
