@@ -69,10 +69,11 @@ setup(
         "dev": ["pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.5,<4", "mutmut>=3.8,<4", "ruff>=0.17,<0.18"],
         # bench/bench_vs_trl.py (TRL's GRPO side by side); 1.16 installs beside the pinned torch/transformers.
         "bench": ["trl>=1.16,<2"],
-        # The rollout server (rollout.engine=vllm): return_token_ids needs vLLM >= 0.10.2. It runs as its own
-        # process (`vllm serve`); nothing in this package imports vllm. Install it where the server runs,
-        # in its own environment if its torch pin differs from this one's.
-        "vllm": ["vllm>=0.10.2"],
+        # The rollout server (rollout.engine=vllm): return_token_ids needs vLLM >= 0.10.2, and its fields were
+        # checked up to 0.33 (a2c_ppo_acktr/common/vllm_compat.py). It runs as its own process (`vllm serve`);
+        # nothing in this package imports vllm. Install it where the server runs, in its own environment
+        # (VLLM_PYTHON) if its torch pin differs from this one's.
+        "vllm": ["vllm>=0.10.2,<0.34"],
     },
     entry_points={
         "console_scripts": [

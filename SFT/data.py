@@ -79,13 +79,15 @@ _EPISODE_FIELDS = {"episode_id": str, "scene_id": str, "question_type": str, "tu
 _TURN_FIELDS = {"images": list, "observation_text": str, "teacher_output": str, "executed": str}
 
 
-def check_episode(episode: dict, where: str) -> None:
+def check_episode(episode: dict, where: str, label_dir: Optional[Path] = None) -> None:
     """Refuse a labelled episode whose fields have the wrong types, or whose image paths leave the
-    label directory (absolute, or with ``..``), before anything is built from it.
+    label directory (absolute, with ``..``, or, given ``label_dir``, through a symbolic link: each
+    path is resolved), before anything is built from it.
 
     Raises:
         ConfigError: naming ``where`` (file and line), the field and what was expected.
     """
+    from a2c_ppo_acktr.common.safe_paths import PathOutsideRoot, inside
     from a2c_ppo_acktr.config.arguments import ConfigError
 
     def bad(field: str, value: Any, expected: str) -> ConfigError:
@@ -111,6 +113,11 @@ def check_episode(episode: dict, where: str) -> None:
             parts = Path(image).parts
             if not image or Path(image).is_absolute() or ".." in parts:
                 raise ConfigError(f"{where}: turns[{t}].images holds {image[:80]!r}; image paths must stay inside the label directory")
+            if label_dir is not None:
+                try:
+                    inside(label_dir, label_dir / image, f"{where}: turns[{t}].images", shown=image[:80])
+                except PathOutsideRoot as e:
+                    raise ConfigError(str(e)) from None
 
 
 def episode_samples(episode: dict, cfg: LabelConfig) -> list[dict]:
@@ -195,7 +202,7 @@ def build_sft_dataset(
     # An episode labelled again (after a teacher failure) appears twice: its last line counts.
     lines = read_episodes(trajectories)
     for n, ep in enumerate(lines, 1):
-        check_episode(ep, f"{trajectories} (episode {n})")
+        check_episode(ep, f"{trajectories} (episode {n})", label_dir)
     episodes, superseded = latest_episodes(lines)
     kept = [e for e in episodes if e["score"] >= cfg.min_score]
     # Refused before anything is written: an existing dataset in out_dir is never replaced by an empty one.

@@ -18,7 +18,10 @@ but builds in seconds without a hub. This module makes one per family (:data:`FA
   (:mod:`a2c_ppo_acktr.tiny_vision`), so its visual tokens carry what the frame shows.
 
 ``tiny_model_dir(family, seed)`` builds once into a cache directory whose name carries a hash
-of everything that defines the model, so editing the corpus or sizes invalidates old builds.
+of everything that defines the model, so editing the corpus or sizes invalidates old builds. The
+seed defaults to ``$VSI_TINY_SEED`` (else 0): ``tiny:<family>`` and the tests use it, so a suite
+run with another seed checks that no test depends on one build's weights (another CPU's rounding
+changes them too).
 CLI: ``python -m a2c_ppo_acktr.tiny --family qwen2_5_vl --out DIR [--seed N]`` (or ``vsi-tiny``).
 """
 from __future__ import annotations
@@ -40,6 +43,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
+from a2c_ppo_acktr.common.errors import UserError
 from a2c_ppo_acktr.tiny_training import next_token_training, text_rows
 
 QWEN_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
@@ -50,6 +54,13 @@ FAMILIES = QWEN_FAMILIES + LLAVA_FAMILIES
 
 # Bump when the build procedure changes in a way the spec hash below does not capture.
 TINY_VERSION = "3"
+
+# Names the weight seed of the builds that ``tiny:<family>`` and the tests use (default_seed).
+SEED_ENV = "VSI_TINY_SEED"
+
+
+class TinySeedError(ValueError, UserError):
+    """``$VSI_TINY_SEED`` holds something other than a seed; the message says what it accepts."""
 
 # Qwen2/2.5/3-VL special tokens in the order the real tokenizers list them (ids follow the base
 # vocabulary, as in the real checkpoints, so code never assumes special ids are small or large).
@@ -774,6 +785,23 @@ def build_tiny_model(family: str, out_dir: str | os.PathLike, seed: int = 0) -> 
     return out
 
 
+def default_seed() -> int:
+    """The weight seed of the default tiny builds: ``$VSI_TINY_SEED``, else 0.
+
+    The weights are not a contract: a build is byte-identical only on CPUs that round alike, so
+    code and tests must hold for a build from any seed, and another seed is how to check that here.
+
+    Raises:
+        TinySeedError: ``$VSI_TINY_SEED`` is set but not an integer from 0 to 2**32 - 1.
+    """
+    raw = os.environ.get(SEED_ENV, "").strip()
+    if not raw:
+        return 0
+    if not (raw.isascii() and raw.isdigit()) or int(raw) >= 2**32:
+        raise TinySeedError(f"{SEED_ENV}={raw!r} is not a tiny-build seed: set it to an integer from 0 to 4294967295 (0 is the default), or unset it")
+    return int(raw)
+
+
 def default_cache_dir() -> Path:
     """``$VSI_CACHE/tiny`` when set, else ``~/.cache/vsi_ppo/tiny``."""
     root = os.environ.get("VSI_CACHE")
@@ -811,7 +839,7 @@ def _build_in_clean_process(family: str, out: Path, seed: int) -> None:
         raise RuntimeError(f"building the tiny {family} model in a child process failed ({' '.join(cmd)}):\n{res.stderr[-3000:]}")
 
 
-def tiny_model_dir(family: str, cache_dir: Optional[str | os.PathLike] = None, *, seed: int = 0) -> Path:
+def tiny_model_dir(family: str, cache_dir: Optional[str | os.PathLike] = None, *, seed: Optional[int] = None) -> Path:
     """The cached tiny ``family`` model directory, built on first use.
 
     The build runs in a temporary sibling directory renamed into place under a file lock, so
@@ -821,9 +849,14 @@ def tiny_model_dir(family: str, cache_dir: Optional[str | os.PathLike] = None, *
     Args:
         family: one of :data:`BUILDS` (a family, or a build with another vision pre-training).
         cache_dir: where builds live; default :func:`default_cache_dir`.
-        seed: weight-initialisation seed (keyword-only).
+        seed: weight-initialisation seed (keyword-only); default :func:`default_seed`.
+
+    Raises:
+        ValueError: an unknown ``family``.
+        TinySeedError: ``seed`` is omitted and ``$VSI_TINY_SEED`` is not a seed.
     """
     _check_family(family)
+    seed = default_seed() if seed is None else seed
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     final = root / f"{family}-seed{seed}-v{TINY_VERSION}-{spec_hash(family, seed)}"
     if (final / "tiny_build.json").is_file():
@@ -848,17 +881,21 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description="Build an offline tiny VLM (Qwen-VL or LLaVA family), tokenizer and processor.")
     parser.add_argument("--family", choices=BUILDS, default="qwen2_5_vl", help="a family, or a build with another vision pre-training")
     parser.add_argument("--out", default=None, help="output directory (default: the tiny cache, printed)")
-    parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
+    parser.add_argument("--seed", type=int, default=None, help=f"weight initialisation seed (default: ${SEED_ENV}, else 0)")
     parser.add_argument("--overwrite", action="store_true", help="move an --out that holds files aside to OUT.old-<time> first (nothing is deleted)")
     args = parser.parse_args(argv)
+    try:
+        seed = default_seed() if args.seed is None else args.seed
+    except TinySeedError as err:
+        parser.error(str(err))
     if args.out is None:
-        print(tiny_model_dir(args.family, seed=args.seed))
+        print(tiny_model_dir(args.family, seed=seed))
         return
     from a2c_ppo_acktr.run.rundir import check_output_path, claim_output_dir, directory_lock
 
     with directory_lock(check_output_path(args.out)):
         claim_output_dir(args.out, overwrite=args.overwrite)
-        print(build_tiny_model(args.family, args.out, seed=args.seed))
+        print(build_tiny_model(args.family, args.out, seed=seed))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_policy_args(ap)
     args = ap.parse_args()
+    from a2c_ppo_acktr.common.vllm_compat import server_lora_rank
     from a2c_ppo_acktr.policy.loopback_server import LoopbackServer
     from a2c_ppo_acktr.policy.rollout_engine import VLLMServerEngine
 
@@ -37,7 +38,7 @@ def main() -> None:
     obs = [{"images": [rng.integers(0, 256, (args.image_size, args.image_size, 3), dtype=np.uint8) for _ in range(args.images)],
             "text": f"Question {n}: how many chairs are in the room?"} for n in range(args.num_envs)]
     rows = []
-    with LoopbackServer(policy.cfg) as server, tempfile.TemporaryDirectory() as tmp:
+    with LoopbackServer(policy.cfg, max_lora_rank=server_lora_rank(policy.cfg.lora_r)) as server, tempfile.TemporaryDirectory() as tmp:
         engines = {}
         for flight in (1, args.num_envs):
             eng = VLLMServerEngine(server.url, Path(tmp) / f"c{flight}", max_new_tokens=policy.cfg.max_new_tokens,

@@ -21,8 +21,8 @@
 # if an iteration plus a checkpoint takes longer). The script writes OUTDIR/NAME/STOP; every process
 # finishes its iteration, the run writes a checkpoint and exits 75, and the script requeues the job,
 # which continues with --resume auto (run_vsi_qwen.sh's default).
-# Rollouts through vLLM: ROLLOUT_SERVER=1 starts a server on every node (its ranks use their own
-# node's), ROLLOUT_URL names running ones (run_vsi_qwen.sh's header).
+# Rollouts through vLLM: ROLLOUT_SERVER=1 starts one server per GPU on every node (its ranks use their
+# own node's), ROLLOUT_URL names running ones (run_vsi_qwen.sh's header).
 set -euo pipefail
 
 if [ "$#" -lt 3 ] || [ "$#" -gt 4 ]; then

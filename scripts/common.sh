@@ -104,44 +104,63 @@ vsi_prefetch_model() {
 }
 
 # The rollout engine (a2c_ppo_acktr/policy/rollout_engine.py), appended to `args`:
-#   ROLLOUT_URL=http://host:port[,http://host2:port]  use running vLLM servers (one per rank, rank % count)
-#   ROLLOUT_SERVER=1  start one on this node first: $ROLLOUT_SERVER_CMD MODEL --port ROLLOUT_PORT
-#     --enable-lora --max-lora-rank R --gpu-memory-utilization ROLLOUT_GPU_MEMORY --logprobs-mode
-#     processed_logprobs (default command
-#     `vllm serve`, port 8000, memory 0.3 of each GPU beside the trainer), with
-#     VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, appending to RUN_DIR/rollout_server.log; its /health is
-#     awaited for up to ROLLOUT_START_TIMEOUT seconds (default 900) and it is stopped when the launcher exits.
-# $1: the run directory; the remaining arguments: the config options that pick the model (as vsi_prefetch_model).
+#   ROLLOUT_URL=http://host:port[,http://host2:port]  use running vLLM servers: the list names one node's
+#     servers (the same list on every node); local rank r of NUM_GPUS uses entry r * count / NUM_GPUS
+#   ROLLOUT_SERVER=1  start this node's servers first, planned by `python -m a2c_ppo_acktr.rollout_servers`
+#     (its docstring says how each number is derived): NUM_GPUS / ROLLOUT_TP servers (ROLLOUT_TP GPUs
+#     each, default 1), server i on the GPUs of local ranks i*ROLLOUT_TP.. (CUDA_VISIBLE_DEVICES) and
+#     port ROLLOUT_PORT+i (default 8000), bound to 127.0.0.1, taking ROLLOUT_GPU_MEMORY of each GPU
+#     (default 0.3, beside the trainer), with --max-model-len from the run's longest prompt plus
+#     model.max_new_tokens (ROLLOUT_MAX_MODEL_LEN overrides), --max-lora-rank model.lora_r rounded up to
+#     a rank vLLM accepts, --enable-lora, --logprobs-mode processed_logprobs, --generation-config vllm
+#     and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True. VLLM_PYTHON is the python of vLLM's own environment
+#     (default: the `vllm` on PATH); a vLLM outside the supported versions is refused before anything
+#     starts. Each server appends to RUN_DIR/rollout_server-<i>.log; every /health is awaited for up to
+#     ROLLOUT_START_TIMEOUT seconds (default 900) and the servers are stopped when the launcher exits.
+# $1: the run directory; the remaining arguments: main_vsi.py's (the run's config options).
 vsi_rollout_engine() {
   local run_dir=$1
   shift
   if [ "${ROLLOUT_SERVER:-0}" = 1 ]; then
-    local port=${ROLLOUT_PORT:-8000} model rank waited=0
-    read -r model rank <<< "$("$PYTHON" -m a2c_ppo_acktr.prefetch --print-model "$@")"
+    local plan plan_args=(--gpus "$NUM_GPUS" --tp "${ROLLOUT_TP:-1}" --port "${ROLLOUT_PORT:-8000}" --gpu-memory "${ROLLOUT_GPU_MEMORY:-0.3}")
+    if [ -n "${VLLM_PYTHON:-}" ]; then plan_args+=(--vllm-python "$VLLM_PYTHON"); fi
+    if [ -n "${ROLLOUT_MAX_MODEL_LEN:-}" ]; then plan_args+=(--max-model-len "$ROLLOUT_MAX_MODEL_LEN"); fi
+    if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then plan_args+=(--devices "$CUDA_VISIBLE_DEVICES"); fi
+    plan=$("$PYTHON" -m a2c_ppo_acktr.rollout_servers "${plan_args[@]}" "$@") || exit 2
+    # Assignments of ROLLOUT_SERVE/MODEL/FLAGS/DEVICES/PORTS, every value shell-quoted by the planner.
+    eval "$plan"
     mkdir -p "$run_dir"
-    local cmd
-    read -r -a cmd <<< "${ROLLOUT_SERVER_CMD:-vllm serve}"
-    # Appended: a requeued or resumed job keeps the log of the server that failed before it.
-    echo "== $(date -u '+%Y-%m-%d %H:%M:%S') ${cmd[*]} $model --port $port" >> "$run_dir/rollout_server.log"
-    VLLM_ALLOW_RUNTIME_LORA_UPDATING=True "${cmd[@]}" "$model" --port "$port" --enable-lora --max-lora-rank "$rank" \
-      --gpu-memory-utilization "${ROLLOUT_GPU_MEMORY:-0.3}" --logprobs-mode processed_logprobs >> "$run_dir/rollout_server.log" 2>&1 &
-    ROLLOUT_SERVER_PID=$!
-    trap 'kill "$ROLLOUT_SERVER_PID" 2>/dev/null || true' EXIT
-    ROLLOUT_URL=http://127.0.0.1:$port
-    until "$PYTHON" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + '/health', timeout=5)" "$ROLLOUT_URL" 2>/dev/null; do
-      if ! kill -0 "$ROLLOUT_SERVER_PID" 2>/dev/null; then
-        echo "the rollout server exited before answering; its log: $run_dir/rollout_server.log" >&2
-        tail -n 20 "$run_dir/rollout_server.log" >&2
-        exit 2
-      fi
-      if [ "$waited" -ge "${ROLLOUT_START_TIMEOUT:-900}" ]; then
-        echo "the rollout server did not answer $ROLLOUT_URL/health within ${ROLLOUT_START_TIMEOUT:-900} s; its log: $run_dir/rollout_server.log" >&2
-        exit 2
-      fi
-      sleep 2
-      waited=$((waited + 2))
+    local i urls=() log waited=0
+    ROLLOUT_SERVER_PIDS=()
+    trap 'if [ "${#ROLLOUT_SERVER_PIDS[@]}" -gt 0 ]; then kill "${ROLLOUT_SERVER_PIDS[@]}" 2>/dev/null || true; fi' EXIT
+    for i in "${!ROLLOUT_PORTS[@]}"; do
+      log="$run_dir/rollout_server-$i.log"
+      # Appended: a requeued or resumed job keeps the log of the server that failed before it.
+      echo "== $(date -u '+%Y-%m-%d %H:%M:%S') vLLM $ROLLOUT_VLLM_VERSION on GPU(s) ${ROLLOUT_DEVICES[$i]}: ${ROLLOUT_SERVE[*]} $ROLLOUT_MODEL --port ${ROLLOUT_PORTS[$i]} ${ROLLOUT_FLAGS[*]}" >> "$log"
+      CUDA_VISIBLE_DEVICES=${ROLLOUT_DEVICES[$i]} VLLM_ALLOW_RUNTIME_LORA_UPDATING=True \
+        "${ROLLOUT_SERVE[@]}" "$ROLLOUT_MODEL" --port "${ROLLOUT_PORTS[$i]}" "${ROLLOUT_FLAGS[@]}" >> "$log" 2>&1 &
+      ROLLOUT_SERVER_PIDS+=($!)
+      urls+=("http://127.0.0.1:${ROLLOUT_PORTS[$i]}")
     done
-    echo "[rollout] server $ROLLOUT_URL (pid $ROLLOUT_SERVER_PID) serves $model" >&2
+    for i in "${!urls[@]}"; do
+      log="$run_dir/rollout_server-$i.log"
+      # timeout bounds each probe as a whole (urlopen's timeout bounds each read only).
+      until timeout 10 "$PYTHON" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + '/health', timeout=5)" "${urls[$i]}" 2>/dev/null; do
+        if ! kill -0 "${ROLLOUT_SERVER_PIDS[$i]}" 2>/dev/null; then
+          echo "rollout server $i exited before answering; its log: $log" >&2
+          tail -n 20 "$log" >&2
+          exit 2
+        fi
+        if [ "$waited" -ge "${ROLLOUT_START_TIMEOUT:-900}" ]; then
+          echo "rollout server $i did not answer ${urls[$i]}/health within ${ROLLOUT_START_TIMEOUT:-900} s; its log: $log" >&2
+          exit 2
+        fi
+        sleep 2
+        waited=$((waited + 2))
+      done
+    done
+    ROLLOUT_URL=$(IFS=,; echo "${urls[*]}")
+    echo "[rollout] servers $ROLLOUT_URL (pids ${ROLLOUT_SERVER_PIDS[*]}) serve $ROLLOUT_MODEL" >&2
   fi
   if [ -n "${ROLLOUT_URL:-}" ]; then
     args+=(--rollout.engine vllm --rollout.engine_url "$ROLLOUT_URL")

@@ -3,11 +3,13 @@
 
 Real scans label objects in their own words ("office chair", "kitchen cabinets", "tv_monitor"); the
 benchmark's questions use a curated, remapped vocabulary ("chair", "cabinet", "tv"). This script
-writes the three tables the loaders in ``a2c_ppo_acktr/envs/real_scans.py`` read:
+writes the four tables the loaders in ``a2c_ppo_acktr/envs/real_scans.py`` read:
 
 * ``vsibench_categories.tsv``: the benchmark vocabulary, one category per row with its evidence;
 * ``scannet_labels.tsv``: every ``raw_category`` of ScanNet's label table -> status + category;
-* ``arkitscenes_labels.tsv``: the 17 ARKitScenes 3DOD classes -> status + category.
+* ``arkitscenes_labels.tsv``: the 17 ARKitScenes 3DOD classes -> status + category;
+* ``scannetpp_labels.tsv``: the 84 ScanNet++ instance classes the benchmark draws from -> status +
+  category (the loader excludes every raw label this table does not list).
 
 Usage (from the repository root)::
 
@@ -48,7 +50,11 @@ https://github.com/Zhanpeng1202/SpatialReasoner/tree/cfeae6f7f5b93faaae439be0100
   ``CATE_MAPPER = {"tv": ["tv_monitor"]}``: ARKitScenes objects of those four classes are never asked
   about, and ``tv_monitor`` is called **tv** (so ``tv_monitor -> tv``, not ``monitor``);
 * ``scannetpp_utils.py``: ``SCANNETPP_INST_SEG_CATEGORY`` minus ``INVALID_CATES`` with ``CATE_MAPPER``
-  (office chair -> chair, ceiling lamp -> ceiling light, mouse -> computer mouse; cabinets dropped);
+  (office chair -> chair, ceiling lamp -> ceiling light, mouse -> computer mouse; cabinets dropped).
+  The authors' ScanNet++ metadata step (``metadata_generation/ScanNetpp/scannetpp_metadata.py`` in
+  the same tree) keeps a ``segments_anno.json`` group only when its raw ``label`` is one of
+  ``SCANNETPP_INST_SEG_CATEGORY`` as written, so the ScanNet++ table lists exactly those 84 names
+  and no others (a few per-scene exceptions in ``magic_category_checker`` are not reproduced);
 * ``scannetv2_utils.py``: ``SCANNETV2_VALID_CATEGORY_NAME`` (bed, chair, sofa, table, window,
   bookshelf, counter, desk, refrigerator) with ``SCANNET_CLASS_REMAPPER = {"table": ["desk", "table"]}``.
   Its ScanNet200 half (``scannet200_utils.py``: valid names and ``SCANNET200_CLASS_REMAPPER``) is not
@@ -245,6 +251,20 @@ def scannet_rows(table_text: str) -> list[dict[str, str]]:
     return out
 
 
+def scannetpp_rows() -> list[dict[str, str]]:
+    """The benchmark's 84 ScanNet++ instance classes, each mapped (renamed by its mapper) or excluded."""
+    inverse = {v: k for k, vs in SCANNETPP_MAPPER.items() for v in vs}
+    out = []
+    for c in SCANNETPP_INST_SEG_CATEGORY:
+        if c in SCANNETPP_INVALID:
+            out.append({"raw_label": c, "status": "excluded", "vsibench_category": "", "rule": "VSI-Bench INVALID_CATES for ScanNet++"})
+        elif c in inverse:
+            out.append({"raw_label": c, "status": "mapped", "vsibench_category": inverse[c], "rule": f"VSI-Bench CATE_MAPPER {inverse[c]} <- {c}"})
+        else:
+            out.append({"raw_label": c, "status": "mapped", "vsibench_category": c, "rule": "ScanNet++ instance class name"})
+    return out
+
+
 def arkit_rows() -> list[dict[str, str]]:
     inverse = {v: k for k, vs in ARKIT_MAPPER.items() for v in vs}
     out = []
@@ -273,7 +293,7 @@ COLUMNS = "Columns: status is mapped (vsibench_category is the benchmark's name)
 
 
 def render(table_text: str) -> dict[str, str]:
-    """File name -> contents of the three tables."""
+    """File name -> contents of the four tables."""
     vocab = vocabulary()
     srows = scannet_rows(table_text)
     return {
@@ -290,6 +310,11 @@ def render(table_text: str) -> dict[str, str]:
             [GENERATED, f"Source: ARKitScenes 3DOD class_names, {ARKIT_TAXONOMY_URL}",
              f"  and VSI-Bench's ARKitScenes filter/mapper (arkitscenes_utils.py, {VSI_UTILS_URL}).", COLUMNS],
             ["raw_label", "status", "vsibench_category", "rule"], arkit_rows()),
+        "scannetpp_labels.tsv": _tsv(
+            [GENERATED, "Source: VSI-Bench's ScanNet++ class list, filter and mapper (SCANNETPP_INST_SEG_CATEGORY, INVALID_CATES,",
+             f"  CATE_MAPPER in scannetpp_utils.py, {VSI_UTILS_URL}).",
+             "Raw labels are segments_anno.json segGroups labels; a label not listed here is excluded by the loader.", COLUMNS],
+            ["raw_label", "status", "vsibench_category", "rule"], scannetpp_rows()),
     }
 
 

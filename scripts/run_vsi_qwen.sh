@@ -21,15 +21,16 @@
 #   PYTHON        interpreter (default .venv/bin/python when present, else python)
 #   RESUME        auto (default: continue from the latest complete checkpoint) | none | PATH
 #   ROLLOUT_URL   roll out through running vLLM servers (rollout.engine=vllm), e.g. http://node1:8000
-#   ROLLOUT_SERVER 1 = start a vLLM server on this node first (ROLLOUT_PORT, ROLLOUT_GPU_MEMORY,
-#                 ROLLOUT_SERVER_CMD, ROLLOUT_START_TIMEOUT: scripts/common.sh, vsi_rollout_engine)
+#   ROLLOUT_SERVER 1 = start this node's vLLM servers first, one per GPU (ROLLOUT_TP, ROLLOUT_PORT,
+#                 ROLLOUT_GPU_MEMORY, ROLLOUT_MAX_MODEL_LEN, VLLM_PYTHON, ROLLOUT_START_TIMEOUT:
+#                 scripts/common.sh, vsi_rollout_engine)
 # Before the ranks start, the model is fetched once into the HF cache and the ranks run with
 # HF_HUB_OFFLINE=1; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True and OMP_NUM_THREADS = cores /
 # processes unless set (scripts/common.sh, vsi_gpu_env, also lists the NCCL interface variables).
 set -euo pipefail
 
 if [ "$#" -ne 4 ]; then
-  sed -n '2,28p' "$0" >&2
+  sed -n '2,29p' "$0" >&2
   exit 2
 fi
 SEED=$1
@@ -79,12 +80,12 @@ prefetch=(--preset "$PRESET")
 if [ -n "${ENV_CONFIG:-}" ]; then prefetch+=(--config "$ENV_CONFIG"); fi
 if [ -n "${MODEL_PATH:-}" ]; then prefetch+=(--model-path "$MODEL_PATH"); fi
 vsi_prefetch_model "${prefetch[@]}"
-vsi_rollout_engine "$OUTDIR/$NAME" "${prefetch[@]}"
+vsi_rollout_engine "$OUTDIR/$NAME" "${args[@]:1}"
 vsi_gpu_env "$NUM_GPUS"
 echo "[run_vsi_qwen] node $MACHINE_RANK/$NUM_MACHINES, $NUM_GPUS GPUs here, $NUM_PROCESSES processes, main $MAIN_ADDR:$PORT" >&2
 # Not exec'd when a rollout server was started here: the launcher's EXIT trap stops it.
 exec_or_run=exec
-if [ -n "${ROLLOUT_SERVER_PID:-}" ]; then exec_or_run=; fi
+if [ -n "${ROLLOUT_SERVER_PIDS[*]:-}" ]; then exec_or_run=; fi
 $exec_or_run "$PYTHON" -m accelerate.commands.launch \
   --config_file "$ACCEL_CONFIG" \
   --num_machines "$NUM_MACHINES" \

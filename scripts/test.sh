@@ -9,6 +9,8 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=disabled DS_ACCELERATO
 # OpenMP workers on a busy 2-core machine made generation ~25x slower (measured).
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
 export VSI_CACHE=${VSI_CACHE:-$(pwd)/.cache/vsi_ppo}
+# VSI_TINY_SEED (default 0) passes through to pytest: the seed of the tiny builds the tests use, so
+# `VSI_TINY_SEED=1 bash scripts/test.sh ...` checks that no test relies on one build's weights.
 # The whole suite (no arguments, as CI runs it) starts with the lint (pyproject.toml's rules, ~1 s),
 # then runs on TEST_WORKERS pytest-xdist workers (default: 2, or 1 on a 1-core machine). Each test
 # computes on one thread, so a 2-core machine runs two at a time; the tests that start several

@@ -3,14 +3,16 @@
 Offline variables are set in ``pytest_configure`` (before any test module imports
 ``huggingface_hub``, which reads them at import time), so no test can reach the network.
 Tiny models are cached under pytest's cache directory (``.pytest_cache/d/vsi_cache``); the
-cache key hashes everything that defines a tiny model, so a stale build is never reused.
+cache key hashes everything that defines a tiny model, so a stale build is never reused. Their
+weight seed is ``$VSI_TINY_SEED`` (default 0): the suite must pass with any seed, since another
+CPU's rounding changes the weights as another seed does.
 """
 from __future__ import annotations
 
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import pytest
 
@@ -20,14 +22,27 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     cache = getattr(config, "cache", None)  # None under `-p no:cacheprovider`: use a fresh temp dir
     os.environ["VSI_CACHE"] = str(cache.mkdir("vsi_cache")) if cache is not None else tempfile.mkdtemp(prefix="vsi_cache_")
+    from a2c_ppo_acktr.tiny import TinySeedError, default_seed
+
+    try:  # one line at start-up, not the same traceback in every test that builds a model
+        default_seed()
+    except TinySeedError as err:
+        raise pytest.UsageError(str(err)) from None
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    from a2c_ppo_acktr.tiny import SEED_ENV, default_seed
+
+    return f"tiny builds: seed {default_seed()} (${SEED_ENV}, default 0)"
 
 
 @pytest.fixture(scope="session")
 def tiny_family_path() -> Callable[..., str]:
-    """Factory: ``tiny_family_path(family, seed=0) -> str``, the cached tiny model directory."""
+    """Factory: ``tiny_family_path(family, seed=None) -> str``, the cached tiny model directory
+    (seed ``None``: ``$VSI_TINY_SEED``, else 0)."""
     from a2c_ppo_acktr.tiny import tiny_model_dir
 
-    def get(family: str, seed: int = 0) -> str:
+    def get(family: str, seed: Optional[int] = None) -> str:
         return str(tiny_model_dir(family, seed=seed))
 
     return get
@@ -35,7 +50,7 @@ def tiny_family_path() -> Callable[..., str]:
 
 @pytest.fixture(scope="session")
 def tiny_model_path(tiny_family_path: Callable[..., str]) -> str:
-    """The cached tiny Qwen2.5-VL directory (the default ``tiny:qwen2_5_vl`` model)."""
+    """The cached tiny Qwen2.5-VL directory (the default ``tiny:qwen2_5_vl`` model, at ``$VSI_TINY_SEED``)."""
     return tiny_family_path("qwen2_5_vl")
 
 

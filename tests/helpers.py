@@ -225,3 +225,57 @@ def write_arkit_scan(root: Path, video_id: str, scene) -> None:
     data = [{"label": o.label, "segments": {"obbAligned": {"centroid": o.center.tolist(), "axesLengths": o.extent.tolist(),
                                                              "normalizedAxes": o.rotation.T.reshape(-1).tolist()}}} for o in scene.objects]
     (d / f"{video_id}_3dod_annotation.json").write_text(json.dumps({"data": data}))
+
+
+def _write_binary_ply(path: Path, vertices, triangles, colors) -> None:
+    """A binary little-endian PLY triangle mesh with uchar vertex colors (colors in [0, 1])."""
+    vdt = np.dtype([("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("r", "u1"), ("g", "u1"), ("b", "u1")])
+    va = np.zeros(len(vertices), vdt)
+    va["x"], va["y"], va["z"] = np.asarray(vertices, dtype=np.float64).T
+    va["r"], va["g"], va["b"] = (np.clip(np.asarray(colors), 0, 1) * 255).astype(np.uint8).T
+    fdt = np.dtype([("n", "u1"), ("i", "<i4", (3,))])
+    fa = np.zeros(len(triangles), fdt)
+    fa["n"], fa["i"] = 3, triangles
+    head = ["ply", "format binary_little_endian 1.0", f"element vertex {len(vertices)}", "property float x", "property float y",
+            "property float z", "property uchar red", "property uchar green", "property uchar blue", f"element face {len(triangles)}",
+            "property list uchar int vertex_indices", "end_header"]
+    path.write_bytes(("\n".join(head) + "\n").encode() + va.tobytes() + fa.tobytes())
+
+
+def _unshared(scene):
+    """One vertex per triangle corner (so each vertex has its triangle's object and color), their
+    faces, and the per-vertex object ids."""
+    corners = scene.vertices[scene.triangles].reshape(-1, 3)
+    faces = np.arange(len(corners)).reshape(-1, 3)
+    return corners, faces, np.repeat(scene.triangle_colors, 3, axis=0), np.repeat(scene.triangle_object_ids, 3)
+
+
+def write_scannet_scan(root: Path, name: str, scene) -> Path:
+    """Write ``scene`` as a ScanNet scan directory ``root/name`` (identity axis alignment; one segment
+    per object, segment 0 the structure, labelled wall)."""
+    d = root / name
+    d.mkdir(parents=True)
+    v, f, c, ids = _unshared(scene)
+    _write_binary_ply(d / f"{name}_vh_clean_2.ply", v, f, c)
+    (d / f"{name}_vh_clean_2.0.010000.segs.json").write_text(json.dumps({"sceneId": name, "segIndices": (ids + 1).tolist()}))
+    groups = [{"id": 0, "objectId": 0, "label": "wall", "segments": [0]}]
+    groups += [{"id": o.object_id + 1, "objectId": o.object_id + 1, "label": o.label, "segments": [o.object_id + 1]} for o in scene.objects]
+    (d / f"{name}.aggregation.json").write_text(json.dumps({"sceneId": name, "segGroups": groups}))
+    (d / f"{name}.txt").write_text("axisAlignment = " + " ".join(str(x) for x in np.eye(4).ravel()) + "\n")
+    return d
+
+
+def write_scannetpp_scan(root: Path, scene_id: str, scene) -> Path:
+    """Write ``scene`` as a ScanNet++ scene ``root/scene_id/scans/`` (mesh_aligned_0.05.ply,
+    segments.json, segments_anno.json with each object's obb; segment 0 the structure, a wall)."""
+    d = root / scene_id / "scans"
+    d.mkdir(parents=True)
+    v, f, c, ids = _unshared(scene)
+    _write_binary_ply(d / "mesh_aligned_0.05.ply", v, f, c)
+    (d / "segments.json").write_text(json.dumps({"sceneId": scene_id, "segIndices": (ids + 1).tolist()}))
+    groups = [{"id": 0, "objectId": 0, "label": "wall", "segments": [0]}]
+    groups += [{"id": o.object_id + 1, "objectId": o.object_id + 1, "label": o.label, "segments": [o.object_id + 1],
+                "obb": {"centroid": o.center.tolist(), "axesLengths": o.extent.tolist(), "normalizedAxes": o.rotation.T.reshape(-1).tolist()}}
+               for o in scene.objects]
+    (d / "segments_anno.json").write_text(json.dumps({"sceneId": scene_id, "segGroups": groups}))
+    return root / scene_id

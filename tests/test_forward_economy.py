@@ -71,11 +71,11 @@ class ScriptedEnv:
         ends = self.ends[self.t]
         N = len(ends)
         term = np.array([e == "term" for e in ends])
-        trunc = np.array([e == "trunc" for e in ends])
+        trunc = np.array([e in ("trunc", "limit") for e in ends])
         obs, infos = [], []
         for n in range(N):
             o = _obs(self.rng, f"step {self.t} env {n}")
-            info = {"valid": True}
+            info = {"valid": True, "time_limit_announced": ends[n] == "limit"}  # "limit": a turn limit the prompt showed
             if self.group_ids:
                 info["group_id"] = n // 2
             if term[n] or trunc[n]:
@@ -247,6 +247,47 @@ def test_no_forward_when_every_episode_ended_by_termination(policy):
     assert rows == [] and stats.value_rows == 0
     compute_advantages(st, stats.next_value, PPOConfig())  # the NaN placeholders are never read
     assert torch.isfinite(st.advantages).all()
+
+
+def test_an_announced_turn_limit_is_terminal_and_bootstraps_nothing(policy):
+    """A turn limit every observation showed ("Turns left", info["time_limit_announced"]) ends the MDP
+    (Pardo et al. 2018): stored as terminated, no value forward for it; an unannounced cut of the same
+    shape still bootstraps from its final observation."""
+    env = ScriptedEnv([["limit", "trunc"], ["limit", "limit"]])
+    st = RolloutStorage(2, 2)
+    with counted_forwards(policy) as rows:
+        _, stats = collect_rollout(policy, env, st, env.reset(), 2, bootstrap=True)
+    assert rows == [1] and stats.value_rows == 1  # env 1's unannounced cut at step 0 only
+    assert st.terminated.tolist() == [[True, False], [True, True]] and st.truncated.tolist() == [[False, True], [False, False]]
+    compute_advantages(st, stats.next_value, PPOConfig(gamma=0.9, gae_lambda=1.0))
+    # terminal: the advantage of an announced end is its reward minus its value, no bootstrap term
+    assert st.advantages[1, 0].item() == pytest.approx(float(st.rewards[1, 0] - st.values[1, 0]), abs=1e-6)
+
+
+def test_the_envs_announce_their_turn_limits_only_where_their_prompts_show_them():
+    from a2c_ppo_acktr.envs.registry import make_env
+    from a2c_ppo_acktr.config.arguments import load_config
+
+    vsi = make_env(load_config(preset="debug", overrides=["env.max_turns=1"]).env)
+    vsi.reset(seed=0)
+    assert "Turns left" in vsi._observation()["text"] or "last turn" in vsi._observation()["text"]
+    *_, term, trunc, info = vsi.step("not a reply")
+    assert (term, trunc, info["time_limit_announced"]) == (False, True, True)
+    vsi.reset(seed=0)
+    *_, term, trunc, info = vsi.step('{"thoughts": "x", "action": {"answer": "3"}}')
+    assert term and not info["time_limit_announced"]
+    numberline = make_env(load_config(preset="debug", config="configs/envs/numberline.yaml",
+                                      overrides=["env.image_size=64", "env.max_turns=1"]).env)
+    obs, _ = numberline.reset(seed=0)
+    assert "Turns left" not in obs["text"]
+    *_, term, trunc, info = numberline.step("not a reply")
+    assert trunc and not info["time_limit_announced"]  # its prompt never shows the turns left: a truncation
+    grid = make_env(load_config(preset="debug", config="configs/envs/minigrid-empty.yaml",
+                                overrides=["env.image_size=64", "env.max_turns=1"]).env)
+    obs, _ = grid.reset(seed=0)
+    assert "Turns left: 1" in obs["text"]
+    *_, term, trunc, info = grid.step("not a reply")
+    assert trunc and info["time_limit_announced"]
 
 
 def test_grpo_rollout_computes_no_value(policy):

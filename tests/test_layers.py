@@ -14,15 +14,15 @@ PACKAGE = REPO / "a2c_ppo_acktr"
 
 # module (or package prefix ending in ".*") -> layer, as docs/CONTRACTS.md lists them
 LAYERS: dict[str, int] = {
-    **dict.fromkeys(["common", "common.choices", "common.errors", "common.atomic", "common.jsonl", "common.bounded_read", "common.stats",
-                     "common.scoring", "common.env_ids", "run", "run.preemption"], 0),
+    **dict.fromkeys(["common", "common.choices", "common.errors", "common.atomic", "common.jsonl", "common.bounded_read", "common.redaction",
+                     "common.safe_paths", "common.stats", "common.scoring", "common.env_ids", "common.vllm_compat", "run", "run.preemption"], 0),
     **dict.fromkeys(["config", "config.arguments", "config.cli", "common.prompts", "common.sameness", "run.rundir", "run.checkpoint", "run.distributed", "run.logger"], 1),
     "envs.*": 2,
     **dict.fromkeys(["policy.*", "tiny_training", "tiny_vision", "tiny"], 3),
     **dict.fromkeys(["rl", "rl.storage", "algo.*", "rl.rollouts", "rl.run_state"], 4),
     **dict.fromkeys(["reports.*", "eval.*"], 5),
     "rl.train": 6,
-    **dict.fromkeys(["export", "prefetch", "memory", "vision_probe", "gpu_smoke", "gymnasium_plugin"], 7),
+    **dict.fromkeys(["export", "prefetch", "memory", "rollout_servers", "vision_probe", "gpu_smoke", "gymnasium_plugin"], 7),
 }
 
 

@@ -258,13 +258,15 @@ def test_chunked_training_forward_equals_the_full_logits_computation(loaded, tin
                 p.normal_(0.0, 0.05)
     policy.train()
     mb = next(storage.minibatches(NUM_ENVS * NUM_STEPS, torch.Generator().manual_seed(0)))
-    # responses of different lengths (prefixes of the stored ones): right padding inside the batch
+    # responses of lengths 1, 3, 5, ...: right padding inside the batch. The stored tokens and their
+    # weights repeat to each length, since how long the sampled replies are depends on the build.
+    lengths = [1 + 2 * i for i in range(len(mb.generated_ids))]
     mb = dataclasses.replace(
         mb,
-        generated_ids=[g[: max(1, len(g) - 2 * i)] for i, g in enumerate(mb.generated_ids)],
-        token_weights=[w[: max(1, len(w) - 2 * i)] for i, w in enumerate(mb.token_weights)],
+        generated_ids=[g.repeat(-(-n // len(g)))[:n] for g, n in zip(mb.generated_ids, lengths)],
+        token_weights=[w.repeat(-(-n // len(w)))[:n] for w, n in zip(mb.token_weights, lengths)],
     )
-    assert len({len(g) for g in mb.generated_ids}) > 2
+    assert [len(g) for g in mb.generated_ids] == [len(w) for w in mb.token_weights] == lengths
     enc = policy._encode(mb.prompts, mb.images)
     named = [(n, p) for n, p in policy.named_parameters() if p.requires_grad and not n.startswith("value_head")]
     params = [p for _, p in named]

@@ -1,5 +1,5 @@
-"""ScanNet and ARKitScenes loaders on tiny files written in the real formats (ASCII and binary PLY), and the
-raw label -> VSI-Bench category tables they apply (``envs/data/``, ``scripts/make_label_maps.py``)."""
+"""ScanNet, ARKitScenes and ScanNet++ loaders on tiny files written in the real formats (ASCII and binary PLY),
+and the raw label -> VSI-Bench category tables they apply (``envs/data/``, ``scripts/make_label_maps.py``)."""
 
 import ast
 import fnmatch
@@ -14,17 +14,21 @@ import numpy as np
 import pytest
 
 from a2c_ppo_acktr.envs.real_scans import (
+    SceneLoadError,
+    find_scan_names,
+    find_scene,
+    load_arkitscenes_scene,
+    load_scannet_scene,
+    load_scannetpp_scene,
+    read_ply_mesh,
+)
+from a2c_ppo_acktr.envs.scan_labels import (
     LABEL_TABLES,
     VOCABULARY_TABLE,
     LabelMapError,
-    SceneLoadError,
     benchmark_categories,
-    find_scene,
     label_map,
-    load_arkitscenes_scene,
-    load_scannet_scene,
     parse_label_table,
-    read_ply_mesh,
 )
 from a2c_ppo_acktr.envs.scene import yaw_rotation
 
@@ -184,6 +188,126 @@ def test_arkitscenes_loader(tmp_path):
     assert s.room_area == pytest.approx(12.0, abs=1e-4)
 
 
+# ScanNet++: room x in [0, 5], y in [0, 4], floor at z = -0.7. Groups (objectId, raw label, part, has obb):
+# the table's group also holds the book's segment (ScanNet++ lets annotations overlap; the smaller
+# object wins), the office chair has no obb (its vertices' box is used), "lamp" is a benchmark
+# category but not one of ScanNet++'s 84 instance classes (excluded), "book" is left out by the benchmark.
+PP_FLOOR = -0.7
+PP_TABLE_YAW = 30.0
+PP_PARTS = {
+    "table": ((2.0, 2.0, PP_FLOOR + 0.375), (1.2, 0.7, 0.75), PP_TABLE_YAW),
+    "book": ((2.0, 2.0, PP_FLOOR + 0.8), (0.2, 0.15, 0.05), 0.0),
+    "chair": ((3.5, 1.0, PP_FLOOR + 0.45), (0.5, 0.5, 0.9), 0.0),
+    "ceiling lamp": ((2.5, 3.0, PP_FLOOR + 2.4), (0.4, 0.4, 0.1), 0.0),
+    "lamp": ((0.5, 3.5, PP_FLOOR + 0.8), (0.3, 0.3, 1.6), 0.0),
+}
+PP_GROUPS = [(1, "wall", ["wall"], False), (2, "floor", ["floor"], False), (3, "table", ["table", "book"], True),
+             (4, "book", ["book"], True), (5, "office chair", ["chair"], False), (6, "ceiling lamp", ["ceiling lamp"], True),
+             (7, "lamp", ["lamp"], True)]
+
+
+def make_scannetpp(root, sid="3db0a1c8f3", binary=True):
+    """A ScanNet++ scene ``root/<sid>/scans/`` (mesh_aligned_0.05.ply, segments.json, segments_anno.json)."""
+    d = root / sid / "scans"
+    d.mkdir(parents=True)
+    m = room(PP_FLOOR, 0.0, 5.0, 0.0, 4.0)
+    for part, (center, extent, yaw) in PP_PARTS.items():
+        m.box(center, extent, (50, 60 + len(part), 70), part, yaw_rotation(yaw))
+    v, f, c = m.arrays()
+    write_ply(d / "mesh_aligned_0.05.ply", v, f, c, binary)
+    seg_of = {p: 100 + 7 * i for i, p in enumerate(["wall", "floor", *PP_PARTS])}
+    (d / "segments.json").write_text(json.dumps({"sceneId": sid, "segIndices": [seg_of[p] for p in m.vert_part]}))
+    groups = []
+    for oid, label, parts, with_obb in PP_GROUPS:
+        g = {"id": oid, "objectId": oid, "label": label, "segments": [seg_of[p] for p in parts]}
+        if with_obb:
+            center, extent, yaw = PP_PARTS[parts[0]]
+            g["obb"] = {"centroid": list(center), "axesLengths": list(extent), "normalizedAxes": yaw_rotation(yaw).T.ravel().tolist()}
+        groups.append(g)
+    (d / "segments_anno.json").write_text(json.dumps({"sceneId": sid, "segGroups": groups}))
+    return root / sid, m
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_scannetpp_loader(tmp_path, binary):
+    from a2c_ppo_acktr.envs.navigation import is_free
+
+    d, m = make_scannetpp(tmp_path, binary=binary)
+    s = load_scannetpp_scene(d)
+    assert s.scene_id == "3db0a1c8f3" and s.dataset == "scannetpp"
+    assert s.label_counts() == {"table": 1, "chair": 1, "ceiling light": 1}  # office chair -> chair, ceiling lamp -> ceiling light
+    assert s.excluded_labels == {"book": 1, "lamp": 1}
+    table = s.object(3)
+    np.testing.assert_allclose(table.rotation, yaw_rotation(PP_TABLE_YAW), atol=1e-9)  # normalizedAxes rows are the axes
+    np.testing.assert_allclose(table.center, [2.0, 2.0, 0.375], atol=1e-5)  # the floor moved to z = 0
+    np.testing.assert_allclose(table.extent, [1.2, 0.7, 0.75])
+    chair = s.object(5)  # no obb: the box of its vertices
+    np.testing.assert_allclose(chair.center, [3.5, 1.0, 0.45], atol=1e-5)
+    np.testing.assert_allclose(chair.extent, [0.5, 0.5, 0.9], atol=1e-5)
+    np.testing.assert_allclose(chair.rotation, np.eye(3))
+    assert s.vertices[:, 2].min() == pytest.approx(0.0, abs=1e-5)
+    assert s.ceiling_height == pytest.approx(2.5, abs=1e-3)
+    assert s.room_area == pytest.approx(20.0, abs=1e-4)
+    parts = np.array(m.face_part)
+    # The book's triangles are in the table's group too: the smaller book wins, and is excluded.
+    expected = np.select([parts == "table", parts == "chair", parts == "ceiling lamp"], [3, 5, 6], -1)
+    np.testing.assert_array_equal(s.triangle_object_ids, expected)
+    assert s.occupancy is not None
+    assert not is_free(s, 0.5, 3.5, 0.1)  # the excluded lamp still blocks walking
+    assert not is_free(s, 3.5, 1.0, 0.1) and is_free(s, 4.3, 3.3, 0.1)
+
+
+def test_scannetpp_table_is_closed_and_lists_the_benchmarks_classes():
+    table = label_map("scannetpp")
+    assert table.lookup("office chair") == ("mapped", "chair") and table.lookup("mouse") == ("mapped", "computer mouse")
+    assert table.lookup("kitchen cabinet") == ("excluded", None) and table.lookup("towel") == ("excluded", None)
+    # "lamp" and "mirror" are benchmark categories (ScanNet rows), but not ScanNet++ instance classes.
+    assert table.lookup("lamp") == ("excluded", None) and table.lookup("Mirror") == ("excluded", None)
+    assert table.lookup("wall") == ("structure", None)
+    assert len(table.categories) + len(table.excluded) == 84
+    assert label_map("scannet").lookup("zorbulator") == ("excluded", None) and label_map("arkitscenes").lookup("lamp") == ("mapped", "lamp")
+
+
+def test_scannetpp_missing_and_corrupt_files_name_the_file(tmp_path):
+    d, _ = make_scannetpp(tmp_path)
+    scans = d / "scans"
+    anno = json.loads((scans / "segments_anno.json").read_text())
+    bad = json.loads(json.dumps(anno))
+    bad["segGroups"][2]["obb"]["normalizedAxes"] = [1, 0, 0, 1, 0, 0, 0, 0, 1]
+    (scans / "segments_anno.json").write_text(json.dumps(bad))
+    with pytest.raises(SceneLoadError, match=r"segments_anno.json.*object 3 \(table\) has a malformed obb.*orthonormal"):
+        load_scannetpp_scene(d)
+    del bad["segGroups"][2]["obb"]["centroid"]
+    (scans / "segments_anno.json").write_text(json.dumps(bad))
+    with pytest.raises(SceneLoadError, match="segments_anno.json.*malformed obb.*centroid"):
+        load_scannetpp_scene(d)
+    bad = json.loads(json.dumps(anno))
+    bad["segGroups"][3]["objectId"] = 3
+    (scans / "segments_anno.json").write_text(json.dumps(bad))
+    with pytest.raises(SceneLoadError, match="segments_anno.json.*objectId 3 appears in more than one"):
+        load_scannetpp_scene(d)
+    (scans / "segments_anno.json").write_text(json.dumps({"segGroups": [{"label": "table"}]}))
+    with pytest.raises(SceneLoadError, match="segments_anno.json.*expected 'segGroups' with objectId"):
+        load_scannetpp_scene(d)
+    (scans / "segments_anno.json").write_text("{not json")
+    with pytest.raises(SceneLoadError, match="segments_anno.json.*not valid JSON"):
+        load_scannetpp_scene(d)
+    (scans / "segments_anno.json").write_text(json.dumps(anno))
+    (scans / "segments.json").write_text(json.dumps({"segIndices": [1, 2]}))
+    with pytest.raises(SceneLoadError, match="segments.json.*2 segIndices for .* mesh vertices"):
+        load_scannetpp_scene(d)
+    (scans / "segments.json").unlink()
+    with pytest.raises(SceneLoadError, match="segments.json.*does not exist"):
+        load_scannetpp_scene(d)
+    ply = scans / "mesh_aligned_0.05.ply"
+    ply.write_bytes(ply.read_bytes()[:-40])
+    with pytest.raises(SceneLoadError, match="mesh_aligned_0.05.ply.*truncated"):
+        load_scannetpp_scene(d)
+    ply.unlink()
+    with pytest.raises(SceneLoadError, match="mesh_aligned_0.05.ply.*does not exist"):
+        load_scannetpp_scene(d)
+
+
 def test_find_scene_layouts(tmp_path):
     make_scannet(tmp_path / "scans", binary=True, name="scene0002_00")
     assert find_scene(tmp_path, "scannet", "scene0002_00").scene_id == "scene0002_00"
@@ -192,8 +316,12 @@ def test_find_scene_layouts(tmp_path):
     assert find_scene(tmp_path, "arkitscenes", "4200").dataset == "arkitscenes"
     with pytest.raises(SceneLoadError, match="scene9999_00.*not found"):
         find_scene(tmp_path, "scannet", "scene9999_00")
+    (tmp_path / "scannetpp" / "data").mkdir(parents=True)
+    make_scannetpp(tmp_path / "scannetpp" / "data", sid="0a5c013435")
+    assert find_scene(tmp_path, "scannetpp", "0a5c013435").dataset == "scannetpp"
+    assert find_scan_names(tmp_path, "scannetpp") == ["0a5c013435"] and find_scan_names(tmp_path, "arkitscenes") == ["4200"]
     with pytest.raises(SceneLoadError, match="unknown dataset"):
-        find_scene(tmp_path, "scannetpp", "x")
+        find_scene(tmp_path, "matterport", "x")
 
 
 def test_missing_and_corrupt_files_name_the_file(tmp_path):
@@ -448,6 +576,7 @@ def test_label_tables_are_installed_package_data_and_well_formed():
     scannet = [ln for ln in data.joinpath(LABEL_TABLES["scannet"]).read_text().splitlines() if ln and not ln.startswith("#")]
     assert scannet[0].split("\t")[:4] == ["raw_category", "category", "nyu40class", "count"] and len(scannet) == 1 + 607
     assert len(label_map("arkitscenes").categories) + len(label_map("arkitscenes").excluded) == len(ARKIT_CLASSES)
+    assert len(label_map("scannetpp").categories) + len(label_map("scannetpp").excluded) == 84
     # Installs carry the tables: setup.py's package_data covers every file, MANIFEST.in does for sdists.
     root = Path(__file__).resolve().parents[1]
     call = next(n for n in ast.walk(ast.parse((root / "setup.py").read_text())) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "setup")
@@ -466,6 +595,7 @@ def test_committed_tables_match_the_generator():
         pytest.skip("open3d's copy of scannetv2-labels.combined.tsv is not installed")
     assert gen.main(["--check"]) == 0
     assert [r["raw_label"] for r in gen.arkit_rows()] == ARKIT_CLASSES
+    assert len(gen.scannetpp_rows()) == len(set(gen.SCANNETPP_INST_SEG_CATEGORY)) == 84
 
 
 @pytest.mark.parametrize(

@@ -498,7 +498,7 @@ def test_openai_teacher_redacts_an_echoed_key_everywhere(monkeypatch, caplog, ca
 def test_redact_catches_cut_off_and_encoded_echoes_of_the_key():
     import urllib.parse
 
-    from a2c_ppo_acktr.eval.teachers import MIN_ECHO, redact
+    from a2c_ppo_acktr.common.redaction import MIN_ECHO, redact
 
     cases = {
         f"echo {SECRET} end": "echo *** end",

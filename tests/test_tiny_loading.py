@@ -295,7 +295,37 @@ def test_cache_builds_once_under_concurrency_then_reuses(tmp_path, monkeypatch):
     assert len(builds) == 1 and marker.stat().st_mtime_ns == mtime
     # Only the finished directory and its lock file remain: no half-built temp directories.
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == [results[0].name]
-    assert tiny.TINY_VERSION in results[0].name and tiny.spec_hash("qwen2_vl", 0) in results[0].name
+    assert tiny.TINY_VERSION in results[0].name and tiny.spec_hash("qwen2_vl", tiny.default_seed()) in results[0].name
+
+
+def test_tiny_seed_env_selects_the_build_and_rejects_a_bad_value_in_one_line(tmp_path, monkeypatch):
+    """``$VSI_TINY_SEED`` picks the seed of ``tiny:<family>``'s build (its own cache directory); a
+    value that is not a seed stops the load with one line that names the variable."""
+    from a2c_ppo_acktr.common.errors import UserError
+
+    built = []
+
+    def fake_build(family, out, seed):  # the cache's bookkeeping only: no weights needed
+        built.append(seed)
+        (out / "tiny_build.json").write_text("{}")
+
+    monkeypatch.setattr(tiny, "_build_in_clean_process", fake_build)
+    monkeypatch.setenv("VSI_CACHE", str(tmp_path))
+    monkeypatch.delenv(tiny.SEED_ENV, raising=False)
+    assert tiny.default_seed() == 0
+    for raw, seed in (("7", 7), (" 2 ", 2), ("", 0)):
+        monkeypatch.setenv(tiny.SEED_ENV, raw)
+        path = Path(resolve_model_path("tiny:qwen2_vl"))
+        assert path.name.startswith(f"qwen2_vl-seed{seed}-") and tiny.spec_hash("qwen2_vl", seed) in path.name
+        assert path == tiny.tiny_model_dir("qwen2_vl")  # built once, then the cache
+    assert built == [7, 2, 0]
+    assert tiny.tiny_model_dir("qwen2_vl", seed=5).name.startswith("qwen2_vl-seed5-")  # an explicit seed wins
+    for bad in ("abc", "-1", "1.5", "0x10", str(2**32)):
+        monkeypatch.setenv(tiny.SEED_ENV, bad)
+        with pytest.raises(UserError, match=f"VSI_TINY_SEED={bad!r}.*integer from 0 to 4294967295") as err:
+            resolve_model_path("tiny:qwen2_5_vl")
+        assert "\n" not in str(err.value)
+    assert built == [7, 2, 0, 5]
 
 
 def test_pretraining_teaches_the_reply_format_not_the_task(tiny_model_path):

@@ -112,7 +112,7 @@ def ppo_loss(out: Any, mb: Minibatch, cfg: PPOConfig, kl_coef: float, max_tokens
     pg_mask = mask
     if cfg.mask_truncated_replies and mb.reply_cut is not None:
         pg_mask = mask & ~mb.reply_cut.to(dev)[:, None]
-    sample_weights = tis_weights(mb.old_log_probs.to(dev), mb.engine_log_probs, cfg.tis_cap) if cfg.tis_cap is not None else None
+    sample_weights = tis_weights(mb.old_log_probs.to(dev), mb.engine_log_probs, cfg.tis_cap) if cfg.tis_cap else None  # 0: off
     low, high = cfg.clip_range
     pg, pg_m = policy_loss(
         out.token_log_probs, old, mb.advantages.to(dev), pg_mask, weights, level=cfg.ratio_level, loss_agg=cfg.loss_agg or "token-mean",
@@ -372,7 +372,7 @@ def update_metrics(
         "losses/kl_ref": kl_ref,
         "losses/kl_coef": kl_coef,
     })
-    out.update({f"losses/{k}": mean.get(k, nan) for k in ("seq_entropy", "temperature_loss", "tis_weight", "tis_capped_frac")})
+    out.update({f"losses/{k}": mean.get(k, nan) for k in ("seq_entropy", "temperature_loss", "tis_weight", "tis_capped_frac", "dual_clipfrac")})
     out.update({
         "adv/compared_fraction": float(storage.adv_mask.float().mean()) if storage.adv_mask is not None else nan,
         "adv/raw_std": float(storage.advantages.float().std(unbiased=False)),

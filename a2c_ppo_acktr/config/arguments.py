@@ -29,7 +29,9 @@ from a2c_ppo_acktr.common.choices import (
     THOUGHT_STYLES,
 )
 from a2c_ppo_acktr.common.errors import UserError
+from a2c_ppo_acktr.common.redaction import key_env_problem, redact_written
 from a2c_ppo_acktr.common.scoring import TASKS as SCORING_TASKS
+from a2c_ppo_acktr.common.vllm_compat import temperature_problem
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
@@ -43,6 +45,8 @@ class ConfigError(ValueError, UserError):
 
 # Seeds stay far below 2**32 (numpy's limit) after the per-rank, per-scene and per-episode offsets.
 MAX_SEED = 2**31 - 1
+# What ppo.tis_cap=null becomes with rollout.engine=vllm: verl's default cap for truncated importance sampling.
+VLLM_TIS_CAP = 2.0
 
 # Bounds from memory, for counts that validation would otherwise accept and a process cannot hold (a
 # mistyped count fills the machine minutes later). A process's envs get HOST_MEMORY_BUDGET: each env
@@ -69,6 +73,19 @@ def _choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
     _check(value in allowed, f"{name}={value!r} is not allowed; choose one of {list(allowed)}")
 
 
+def _check_key_env(name: str, value: str) -> None:
+    """A ``*_key_env`` setting names the environment variable holding a key. A key passed in its
+    place is refused before the config is written anywhere, and the message does not repeat it."""
+    problem = key_env_problem(value)
+    _check(problem is None, f"{name} {problem}; pass the NAME of the environment variable that holds the key "
+                            f"(export MY_API_KEY=... in the shell, then --{name} MY_API_KEY), never the key itself")
+
+
+# Scene sources that generate questions in real scans, and those that read rows of questions from a file.
+SCAN_SOURCES = ("scannet", "arkitscenes", "scannetpp")
+ROW_SOURCES = ("vsibench", "parquet")
+
+
 @dataclass
 class EnvConfig:
     """The environment (``a2c_ppo_acktr/envs``): ``env_id`` picks it (``envs/registry.py``). The
@@ -76,9 +93,11 @@ class EnvConfig:
 
     env_id: str = "VSI-v0"  # VSI-v0 | NumberLine-v0 | EZPoints-v0 | Points24-v0 | Blackjack-v0 | Sokoban-v0 | MiniGrid-<...> (any minigrid id)
     game: dict[str, Any] = field(default_factory=dict)  # settings of a game env's own config, e.g. {max_position: 7} or {dim_room: [7, 7], num_boxes: 2}
-    scene_source: str = "procedural"  # procedural | scannet | arkitscenes | vsibench
-    data_root: Optional[str] = None  # directory with real scans (scannet/arkitscenes) or VSI-Bench rows
-    vsibench_path: Optional[str] = None  # parquet/JSON of VSI-Bench rows (scene_source=vsibench)
+    # procedural | scannet | arkitscenes | scannetpp (questions generated in the scans) | vsibench (the
+    # benchmark's rows) | parquet (a training set of rows written by python -m a2c_ppo_acktr.envs.make_dataset)
+    scene_source: str = "procedural"
+    data_root: Optional[str] = None  # directory with the real scans (scannet/arkitscenes/scannetpp, and those the rows name)
+    vsibench_path: Optional[str] = None  # parquet/JSON of rows (scene_source=vsibench or parquet)
     num_scenes: int = 64  # procedural scenes drawn from (scene k has seed env.scene_seed + k)
     question_types: list[str] = field(default_factory=lambda: list(QUESTION_TYPES))
     image_size: int = 224  # rendered frames are image_size x image_size
@@ -112,7 +131,7 @@ class EnvConfig:
         except UnknownEnvError as e:
             raise ConfigError(str(e)) from None
         _check(isinstance(self.game, dict), f"env.game must be a mapping of a game's settings, got {self.game!r}")
-        _choice("env.scene_source", self.scene_source, ["procedural", "scannet", "arkitscenes", "vsibench"])
+        _choice("env.scene_source", self.scene_source, ["procedural", *SCAN_SOURCES, *ROW_SOURCES])
         for q in self.question_types:
             _check(q in QUESTION_TYPES, f"env.question_types contains unknown type {q!r}; known: {list(QUESTION_TYPES)}")
         _check(len(self.question_types) > 0, "env.question_types is empty; list at least one of " f"{list(QUESTION_TYPES)}")
@@ -143,12 +162,12 @@ class EnvConfig:
             0 < self.procedural_min_room <= self.procedural_max_room,
             f"env.procedural_min_room={self.procedural_min_room} must be > 0 and <= env.procedural_max_room={self.procedural_max_room}",
         )
-        if self.scene_source in ("scannet", "arkitscenes"):
+        if self.scene_source in SCAN_SOURCES:
             _check(self.data_root is not None, f"env.scene_source={self.scene_source!r} needs env.data_root (directory of scans)")
-        if self.scene_source == "vsibench":
+        if self.scene_source in ROW_SOURCES:
             _check(
                 self.vsibench_path is not None and self.data_root is not None,
-                "env.scene_source='vsibench' needs env.vsibench_path (parquet/JSON rows) and env.data_root (scans)",
+                f"env.scene_source={self.scene_source!r} needs env.vsibench_path (parquet/JSON rows) and env.data_root (scans)",
             )
 
     def memory_bytes(self) -> int:
@@ -285,9 +304,9 @@ class RolloutConfig:
     # them). 1 = no groups.
     group_size: int = 1
     # What samples the replies (a2c_ppo_acktr/policy/rollout_engine.py): hf = in-process generate; vllm = a
-    # vLLM OpenAI-compatible server at engine_url (comma-separated: one per rank, rank % count),
-    # started with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; the adapter is loaded into
-    # it by name every iteration and the policy recomputes the log-probs.
+    # vLLM OpenAI-compatible server at engine_url (comma-separated: one node's servers, split among its
+    # processes by local rank), started with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; one
+    # adapter is loaded into every server by name each iteration and the policy recomputes the log-probs.
     engine: str = "hf"
     engine_url: Optional[str] = None
     engine_timeout_s: float = 600.0  # total deadline of one request
@@ -411,7 +430,8 @@ class PPOConfig:
     target_kl: Optional[float] = None  # early-stop the epoch loop above this approx KL
     # Truncated importance sampling (verl's TIS) for a rollout engine whose sampler is not the policy's
     # numerics (rollout.engine=vllm): each turn's policy-gradient term is weighted by
-    # min(exp(logp_policy_old - logp_engine), tis_cap), the weight detached; None = off. Turns the
+    # min(exp(logp_policy_old - logp_engine), tis_cap), the weight detached. null = the engine's
+    # default: 2.0 with rollout.engine=vllm (verl's default cap), off with hf; 0 = off. Turns the
     # engine did not score weigh 1.
     tis_cap: Optional[float] = None
     max_grad_norm: float = 0.5
@@ -446,7 +466,8 @@ class PPOConfig:
         _choice("ppo.lr_schedule", self.lr_schedule, ["cosine", "constant"])
         _check(0 <= self.min_lr_ratio <= 1, f"ppo.min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
         _check(self.clip_coef > 0, f"ppo.clip_coef={self.clip_coef} must be > 0")
-        _check(self.tis_cap is None or self.tis_cap >= 1.0, f"ppo.tis_cap={self.tis_cap} must be >= 1 (a cap on the importance weight) or null")
+        _check(self.tis_cap is None or self.tis_cap == 0 or self.tis_cap >= 1.0,
+               f"ppo.tis_cap={self.tis_cap} must be >= 1 (a cap on the importance weight), 0 (off) or null (the engine's default)")
         _check(self.vf_coef >= 0 and self.ent_coef >= 0 and self.kl_coef >= 0, "ppo.vf_coef, ppo.ent_coef and ppo.kl_coef must be >= 0")
         _check(self.max_grad_norm > 0, f"ppo.max_grad_norm={self.max_grad_norm} must be > 0")
         _check(0 <= self.gamma <= 1, f"ppo.gamma={self.gamma} must be in [0, 1]")
@@ -609,7 +630,7 @@ class LabelConfig:
         _check(self.retries >= 0, f"label.retries={self.retries} must be >= 0")
         _check(self.backoff_s >= 0, f"label.backoff_s={self.backoff_s} must be >= 0")
         _check(self.request_temperature >= 0, f"label.request_temperature={self.request_temperature} must be >= 0")
-        _check(self.api_key_env.strip() != "", "label.api_key_env is empty; name the environment variable that holds the key (e.g. OPENAI_API_KEY)")
+        _check_key_env("label.api_key_env", self.api_key_env)
         if self.teacher == "openai":
             _check(bool(self.model), "label.teacher=openai needs label.model (the served model name, e.g. Qwen/Qwen2.5-VL-72B-Instruct)")
         _check(0.0 <= self.min_score <= 1.0, f"label.min_score={self.min_score} must be in [0, 1]")
@@ -741,6 +762,12 @@ class RunConfig:
 
     def validate(self) -> None:
         """Cross-component rules; each message says the fix."""
+        for section in dataclasses.fields(self):
+            value = getattr(self, section.name)
+            if dataclasses.is_dataclass(value):  # every *_key_env field, those added later included
+                for f in dataclasses.fields(value):
+                    if f.name.endswith("_key_env"):
+                        _check_key_env(f"{section.name}.{f.name}", getattr(value, f.name))
         for name, value in (("seed", self.seed), ("env.scene_seed", self.env.scene_seed), ("label.seed", self.label.seed),
                             ("eval.seed", self.eval.seed), ("log.val_seed", self.log.val_seed)):
             _check(0 <= value <= MAX_SEED, f"{name}={value} must be in [0, {MAX_SEED}] (seeds add offsets per rank, scene and episode)")
@@ -749,8 +776,12 @@ class RunConfig:
             _check(self.model.use_lora and self.model.train_vision == "none",
                    f"rollout.engine={self.rollout.engine} loads the policy into the server as a LoRA adapter: it needs model.use_lora=true "
                    "and model.train_vision=none (fully trained modules do not travel as an adapter)")
-            _check(self.dist.zero_stage < 3, f"rollout.engine={self.rollout.engine} saves each rank's whole adapter every iteration; use dist.zero_stage=2")
-        _check(self.ppo.tis_cap is None or self.rollout.engine != "hf",
+            _check(self.dist.zero_stage < 3, f"rollout.engine={self.rollout.engine} saves the whole adapter every iteration; use dist.zero_stage=2")
+            problem = temperature_problem(self.model.min_temperature, self.model.max_temperature)
+            _check(problem is None, str(problem))
+            if self.ppo.tis_cap is None:
+                self.ppo.tis_cap = VLLM_TIS_CAP
+        _check(not self.ppo.tis_cap or self.rollout.engine != "hf",
                "ppo.tis_cap corrects for a rollout engine's own sampler; with rollout.engine=hf the policy samples itself: leave it null")
         need = self.rollout.num_envs * self.env.memory_bytes()
         _check(
@@ -835,13 +866,17 @@ class RunConfig:
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The config as it may be written or logged (``config.yaml``, checkpoints, tensorboard,
+        wandb, resume records): every URL's ``user:password@`` part and credential-like query values
+        are ``***`` (:func:`~a2c_ppo_acktr.common.redaction.redact_url`); the running objects read the
+        fields themselves, with their credentials."""
+        return redact_written(dataclasses.asdict(self))
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the resolved config as YAML (atomic: temp file then rename)."""
+        """Write the resolved config as YAML (atomic: temp file then rename), credentials redacted (:meth:`to_dict`)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic.write_text(path, self.to_yaml())

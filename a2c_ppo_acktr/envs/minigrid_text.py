@@ -173,6 +173,8 @@ class MiniGridTextEnv(TokenGameEnv):
     def _vocabulary(self) -> tuple[str, ...]:
         return VOCABULARY
 
+    shows_turns_left = True  # "Turns left: N" in every observation
+
     def _turn_cap(self) -> int:
         steps = int(self.inner.max_steps)
         return steps if self.cfg.max_turns is None else min(self.cfg.max_turns, steps)

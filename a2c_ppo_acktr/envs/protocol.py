@@ -46,6 +46,11 @@ class TextEnv(Protocol):
     ``{"images": (uint8 HxWx3, ...), "text": str}`` (plus ``"system"``, a game's system prompt) and,
     at an episode's end, ``info["score"]`` in [0, 1] (VSI: the benchmark's score of the answer; a
     game: 1 when won or solved), an env has the members below.
+
+    A step ``truncated`` at a turn limit that every observation showed (VSI's and MiniGrid's "Turns
+    left") sets ``info["time_limit_announced"]``: the time left is then part of the state, so the end
+    is a termination of that MDP and the learner bootstraps no value there (Pardo et al. 2018, "Time
+    Limits in Reinforcement Learning"); a limit the agent is not told stays a truncation.
     """
 
     turn: int  # turns taken this episode

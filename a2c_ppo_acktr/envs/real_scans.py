@@ -1,4 +1,4 @@
-"""Loaders that turn ScanNet and ARKitScenes (3DOD) scans into :class:`~.scene.Scene` objects.
+"""Loaders that turn ScanNet, ARKitScenes (3DOD) and ScanNet++ scans into :class:`~.scene.Scene` objects.
 
 ScanNet (``<scene_dir>/``):
 
@@ -25,7 +25,21 @@ triangles lie on the box faces) gets that object's id (the smallest box wins whe
 since small objects sit on or in large ones; an excluded object's box claims its triangles for -1).
 Object ids are the annotation's order (0, 1, ...; excluded objects leave gaps).
 
-Both: the floor height is a low percentile of vertex z and the scene is shifted so the floor is at
+ScanNet++ (v1/v2, ``<scene_dir>/scans/``, ``<scene_dir>`` named by the scene id such as ``3db0a1c8f3``):
+
+* ``mesh_aligned_0.05.ply``: triangle mesh with per-vertex colors, already aligned (z up, meters);
+* ``segments.json``: ``segIndices``, one segment id per mesh vertex;
+* ``segments_anno.json``: ``segGroups``, each an object (``objectId``, ``label``, ``segments``) with
+  its oriented box ``obb`` = ``{centroid, axesLengths, normalizedAxes}`` (``normalizedAxes`` row-major,
+  its **rows** the box axes, as for ARKitScenes). ``mesh_aligned_0.05_semantic.ply`` is not read.
+
+A vertex belongs to the objects whose segments contain its segment; ScanNet++ lets objects overlap,
+and as in ScanNet++'s own single-label preparation the object with the fewest vertices wins. A
+triangle then takes an object id by majority as for ScanNet. An object's box is its ``obb`` (the box
+VSI-Bench measured); a group without one gets the axis-aligned box of its vertices, and a group with
+neither is dropped.
+
+All: the floor height is a low percentile of vertex z and the scene is shifted so the floor is at
 z = 0; the ceiling height is a high percentile of z; the floor polygon is the 2-D convex hull of the
 vertices within 10 cm of the floor (of all vertices when too few are that low). Triangle colors are
 the mean of their vertices' colors. Because a convex hull can span several rooms, a 5 cm occupancy
@@ -33,42 +47,32 @@ raster (:func:`build_occupancy`: scanned floor, minus cells with surface between
 attached as ``Scene.occupancy`` and keeps the agent off walls and out of unscanned space. Missing or unreadable files raise :class:`SceneLoadError` naming
 the file.
 
-Labels speak the benchmark's vocabulary. Each raw label is looked up (lower case, ``_`` as a space,
-single spaces) in the dataset's table in ``envs/data/`` (``scannet_labels.tsv``,
-``arkitscenes_labels.tsv``, written by ``scripts/make_label_maps.py`` from ScanNet's
-``scannetv2-labels.combined.tsv`` and the benchmark authors' category lists) and the object's
-``label`` is the VSI-Bench category it maps to (``office chair`` -> ``chair``, ``kitchen cabinets`` ->
-``cabinet``, ScanNet ``trash can`` -> ``trash bin``, ARKitScenes ``tv_monitor`` -> ``tv``). Every such
-category is in ``vsibench_categories.tsv`` (:func:`benchmark_categories`). An object whose label has no
-benchmark category (``paper towel dispenser``, a label missing from the table, and the ARKitScenes
-classes the benchmark leaves out: cabinet, shelf, sink, oven) is **excluded** (a label the table does
-not list but which already is a benchmark category is kept as is): it is not in
-``Scene.objects`` and its triangles get id -1, so it is still rendered and still blocks walking but
-no question names it. ``Scene.excluded_labels`` (raw label -> number of objects) records the
-exclusions and one INFO line per loaded scan logs them.
+Labels speak the benchmark's vocabulary: each raw label is looked up in the dataset's table
+(:mod:`~.scan_labels`) and the object's ``label`` is the VSI-Bench category it maps to. An object
+whose label has no benchmark category is **excluded**: it is not in ``Scene.objects`` and its
+triangles get id -1, so it is still rendered and still blocks walking but no question names it.
+``Scene.excluded_labels`` (raw label -> number of objects) records the exclusions and one INFO line
+per loaded scan logs them.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import re
 from collections import Counter
-from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
-from types import MappingProxyType
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 import numpy as np
 
 from a2c_ppo_acktr.common.errors import UserError
+from a2c_ppo_acktr.common.safe_paths import PathOutsideRoot, inside, plain_name_problem
+from a2c_ppo_acktr.envs.scan_labels import clean_label, label_map
 from a2c_ppo_acktr.envs.scene import OccupancyGrid, Scene, SceneObject
 
 logger = logging.getLogger(__name__)
 
-STRUCTURE_LABELS = frozenset({"wall", "floor", "ceiling", "remove", "unknown", "object", "otherstructure"})
 FLOOR_PERCENTILE = 1.0
 CEILING_PERCENTILE = 99.5
 FLOOR_BAND = 0.10  # vertices this close to the floor outline the floor polygon (m)
@@ -80,148 +84,6 @@ BOX_MARGIN = 0.02  # ARKit: triangle centroids this far outside a box still belo
 
 class SceneLoadError(ValueError, UserError):
     """A scan could not be loaded; the message names the file or scene and what was wrong."""
-
-
-# ---------------------------------------------------------------------------- benchmark labels
-LABEL_TABLES = {"scannet": "scannet_labels.tsv", "arkitscenes": "arkitscenes_labels.tsv"}
-VOCABULARY_TABLE = "vsibench_categories.tsv"
-LABEL_STATUSES = ("mapped", "excluded", "structure")
-
-
-class LabelMapError(ValueError):
-    """A label table in ``envs/data/`` is malformed; the message names the file and line."""
-
-
-@dataclass(frozen=True)
-class LabelMap:
-    """Raw label -> VSI-Bench category for one dataset (see the module docstring).
-
-    Attributes:
-        dataset: ``"scannet"`` or ``"arkitscenes"``.
-        categories: Normalised raw label -> benchmark category, for labels with status ``mapped``.
-        structure: Normalised raw labels of structure (walls, floors, ceilings, "object").
-        excluded: Normalised raw labels the table lists without a benchmark category.
-        vocabulary: The benchmark's categories (:func:`benchmark_categories`).
-    """
-
-    dataset: str
-    categories: Mapping[str, str]
-    structure: frozenset
-    excluded: frozenset
-    vocabulary: frozenset = frozenset()
-
-    def lookup(self, raw_label: Any) -> tuple[str, Optional[str]]:
-        """``("mapped", category)``, ``("structure", None)`` or ``("excluded", None)``.
-
-        The table decides for the labels it lists; a label it does not list is kept as itself when it
-        already is a benchmark category (scans converted from other sources, test fixtures) and
-        excluded otherwise.
-        """
-        key = _clean_label(raw_label)
-        if key in STRUCTURE_LABELS or key in self.structure:
-            return "structure", None
-        if key in self.categories:
-            return "mapped", self.categories[key]
-        if key not in self.excluded and key in self.vocabulary:
-            return "mapped", key
-        return "excluded", None
-
-
-def read_data_file(name: str) -> str:
-    """Text of ``envs/data/<name>`` from the installed package (``importlib.resources``)."""
-    try:
-        return resources.files(__package__).joinpath("data").joinpath(name).read_text(encoding="utf-8")
-    except (FileNotFoundError, OSError) as e:
-        raise LabelMapError(f"package data file envs/data/{name} is missing ({e}); reinstall the package or run scripts/make_label_maps.py") from e
-
-
-def _parse_table(text: str, name: str) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
-    """(columns, [(line number, row)]) of a tab-separated table; ``#`` lines are comments."""
-    header: Optional[list[str]] = None
-    rows: list[tuple[int, dict[str, str]]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        cells = line.split("\t")
-        if header is None:
-            header = cells
-            continue
-        if len(cells) != len(header):
-            raise LabelMapError(f"{name} line {number}: {len(cells)} fields, the header has {len(header)}: {line!r}")
-        rows.append((number, dict(zip(header, cells))))
-    if header is None:
-        raise LabelMapError(f"{name} has no header row")
-    return header, rows
-
-
-@functools.lru_cache(maxsize=None)
-def benchmark_categories() -> Mapping[str, str]:
-    """The categories VSI-Bench questions name -> the evidence for each (``envs/data/vsibench_categories.tsv``;
-    read-only, loaded once)."""
-    header, rows = _parse_table(read_data_file(VOCABULARY_TABLE), f"envs/data/{VOCABULARY_TABLE}")
-    if header[:2] != ["category", "evidence"]:
-        raise LabelMapError(f"envs/data/{VOCABULARY_TABLE}: expected columns category, evidence; got {header}")
-    out: dict[str, str] = {}
-    for number, row in rows:
-        name = row["category"]
-        if not name or name != _clean_label(name) or name in out:
-            raise LabelMapError(f"envs/data/{VOCABULARY_TABLE} line {number}: category {name!r} is empty, not normalised or repeated")
-        out[name] = row["evidence"]
-    return MappingProxyType(out)
-
-
-@functools.lru_cache(maxsize=None)
-def label_map(dataset: str) -> LabelMap:
-    """The raw-label table of ``dataset`` (``envs/data/<dataset>_labels.tsv``), checked on load: one row per
-    normalised raw label, a known status, and every mapped category a :func:`benchmark_categories` name."""
-    if dataset not in LABEL_TABLES:
-        raise LabelMapError(f"no label table for dataset {dataset!r}; known: {sorted(LABEL_TABLES)}")
-    return parse_label_table(dataset, read_data_file(LABEL_TABLES[dataset]), benchmark_categories(), f"envs/data/{LABEL_TABLES[dataset]}")
-
-
-def parse_label_table(dataset: str, text: str, vocabulary: Mapping[str, str], name: str = "label table") -> LabelMap:
-    """A :class:`LabelMap` from a table's text (see :func:`label_map`); errors name ``name`` and the line.
-
-    Args:
-        dataset: Dataset the table is for.
-        text: Tab-separated: ``#`` comment lines, a header whose first column is the raw label, then
-            ``status`` and ``vsibench_category`` columns (others are for the reader).
-        vocabulary: The allowed categories (:func:`benchmark_categories`).
-        name: How errors refer to the table.
-
-    Raises:
-        LabelMapError: A repeated raw label (after normalising), an unknown status, a mapped label whose
-            category is not in ``vocabulary``, or an excluded/structure label with a category.
-    """
-    header, rows = _parse_table(text, name)
-    missing = [c for c in ("status", "vsibench_category") if c not in header]
-    if missing:
-        raise LabelMapError(f"{name}: columns {missing} missing; got {header}")
-    key_column = header[0]
-    seen: dict[str, int] = {}
-    categories: dict[str, str] = {}
-    structure: set[str] = set()
-    excluded: set[str] = set()
-    for number, row in rows:
-        key = _clean_label(row[key_column])
-        status, target = row["status"], row["vsibench_category"]
-        where = f"{name} line {number} ({key_column} {row[key_column]!r})"
-        if not key:
-            raise LabelMapError(f"{where}: empty raw label")
-        if key in seen:
-            raise LabelMapError(f"{where}: raw label {key!r} already on line {seen[key]}")
-        seen[key] = number
-        if status not in LABEL_STATUSES:
-            raise LabelMapError(f"{where}: status {status!r} is not one of {list(LABEL_STATUSES)}")
-        if status == "mapped":
-            if target not in vocabulary:
-                raise LabelMapError(f"{where}: category {target!r} is not in envs/data/{VOCABULARY_TABLE}")
-            categories[key] = target
-        elif target:
-            raise LabelMapError(f"{where}: a {status} label must have no category, got {target!r}")
-        else:
-            (structure if status == "structure" else excluded).add(key)
-    return LabelMap(dataset, categories, frozenset(structure), frozenset(excluded), frozenset(vocabulary))
 
 
 def _log_exclusions(scene: Scene, excluded: Counter) -> None:
@@ -568,11 +430,6 @@ def build_occupancy(vertices: np.ndarray, triangles: np.ndarray, polygon: np.nda
     return OccupancyGrid(origin, OCC_CELL, ~floor | obstacle)
 
 
-def _clean_label(label: Any) -> str:
-    """Lower case, ``_`` as a space, single spaces: the key of the label tables."""
-    return " ".join(str(label).replace("_", " ").lower().split())
-
-
 def _load_json(path: Path) -> Any:
     if not path.is_file():
         raise SceneLoadError(f"file {str(path)!r} does not exist")
@@ -601,34 +458,58 @@ def read_axis_alignment(path: str | Path) -> np.ndarray:
     raise SceneLoadError(f"{str(path)!r} has no 'axisAlignment = ...' line (ScanNet test scenes lack it; use a train/val scene)")
 
 
-def load_scannet_scene(scene_dir: str | Path, scene_name: Optional[str] = None) -> Scene:
+def _majority_ids(vertex_obj: np.ndarray, triangles: np.ndarray) -> np.ndarray:
+    """Per triangle, the object id held by at least two of its vertices (-1 when all three differ)."""
+    t = vertex_obj[triangles]
+    return np.where((t[:, 0] == t[:, 1]) | (t[:, 0] == t[:, 2]), t[:, 0], np.where(t[:, 1] == t[:, 2], t[:, 1], -1))
+
+
+def _read_seg_indices(path: Path, num_vertices: int, mesh: Path) -> np.ndarray:
+    """``segIndices`` of a ScanNet/ScanNet++ segments file: one integer per mesh vertex."""
+    segs = _load_json(path)
+    try:
+        raw = np.asarray(segs["segIndices"])
+        if raw.ndim != 1 or not (np.issubdtype(raw.dtype, np.integer) or raw.size == 0):
+            raise ValueError(f"found {raw.dtype} values of shape {raw.shape}")
+        seg_indices = raw.astype(np.int64)
+    except (KeyError, TypeError, ValueError) as e:
+        raise SceneLoadError(f"{str(path)!r}: expected a 'segIndices' list of integers ({e})") from e
+    if len(seg_indices) != num_vertices:
+        raise SceneLoadError(f"{str(path)!r}: {len(seg_indices)} segIndices for {num_vertices} mesh vertices in {str(mesh)!r}")
+    return seg_indices
+
+
+def _scene_files(scene_dir: Path, names: list[str], root: Optional[str | Path]) -> list[Path]:
+    """``scene_dir / name`` for each name; with ``root``, each must resolve inside it (a link in the
+    scene's directory may not lead out of the data root)."""
+    paths = [scene_dir / n for n in names]
+    if root is not None:
+        try:
+            paths = [inside(root, p, f"scene {scene_dir.name!r}") for p in paths]
+        except PathOutsideRoot as e:
+            raise SceneLoadError(str(e)) from None
+    return paths
+
+
+def load_scannet_scene(scene_dir: str | Path, scene_name: Optional[str] = None, root: Optional[str | Path] = None) -> Scene:
     """Load a ScanNet scene directory (see the module docstring for the files and conventions).
 
     Args:
         scene_dir: Directory holding the scene's files.
         scene_name: Scene id such as ``scene0011_00``; defaults to the directory name.
+        root: The data root every file read must resolve into (links followed); None: not checked.
     """
     scene_dir = Path(scene_dir)
     name = scene_name or scene_dir.name
-    ply = scene_dir / f"{name}_vh_clean_2.ply"
-    segs_path = scene_dir / f"{name}_vh_clean_2.0.010000.segs.json"
-    agg_path = scene_dir / f"{name}.aggregation.json"
-    meta_path = scene_dir / f"{name}.txt"
+    ply, segs_path, agg_path, meta_path = _scene_files(
+        scene_dir, [f"{name}_vh_clean_2.ply", f"{name}_vh_clean_2.0.010000.segs.json", f"{name}.aggregation.json", f"{name}.txt"], root
+    )
     vertices, triangles, colors = read_ply_mesh(ply)
     align = read_axis_alignment(meta_path)
-    segs = _load_json(segs_path)
     agg = _load_json(agg_path)
+    seg_indices = _read_seg_indices(segs_path, len(vertices), ply)
     try:
-        raw_segs = np.asarray(segs["segIndices"])
-        if raw_segs.ndim != 1 or not (np.issubdtype(raw_segs.dtype, np.integer) or raw_segs.size == 0):
-            raise ValueError(f"found {raw_segs.dtype} values of shape {raw_segs.shape}")
-        seg_indices = raw_segs.astype(np.int64)
-    except (KeyError, TypeError, ValueError) as e:
-        raise SceneLoadError(f"{str(segs_path)!r}: expected a 'segIndices' list of integers ({e})") from e
-    if len(seg_indices) != len(vertices):
-        raise SceneLoadError(f"{str(segs_path)!r}: {len(seg_indices)} segIndices for {len(vertices)} mesh vertices in {str(ply)!r}")
-    try:
-        groups = [(int(g["objectId"]), _clean_label(g["label"]), [int(s) for s in g["segments"]]) for g in agg["segGroups"]]
+        groups = [(int(g["objectId"]), clean_label(g["label"]), [int(s) for s in g["segments"]]) for g in agg["segGroups"]]
     except (KeyError, TypeError, ValueError) as e:
         raise SceneLoadError(f"{str(agg_path)!r}: expected 'segGroups' with objectId, label, segments ({e})") from e
     ids = [oid for oid, _, _ in groups]
@@ -654,8 +535,7 @@ def load_scannet_scene(scene_dir: str | Path, scene_name: Optional[str] = None) 
             seg_to_obj[s] = oid
     uniq, inverse = np.unique(seg_indices, return_inverse=True)
     vertex_obj = np.array([seg_to_obj.get(int(s), -1) for s in uniq], dtype=np.int64)[inverse]
-    t = vertex_obj[triangles]
-    tri_obj = np.where((t[:, 0] == t[:, 1]) | (t[:, 0] == t[:, 2]), t[:, 0], np.where(t[:, 1] == t[:, 2], t[:, 1], -1))
+    tri_obj = _majority_ids(vertex_obj, triangles)
 
     objects: list[SceneObject] = []
     for oid, label, _ in kept:
@@ -670,17 +550,17 @@ def load_scannet_scene(scene_dir: str | Path, scene_name: Optional[str] = None) 
 
 
 # ---------------------------------------------------------------------------- ARKitScenes
-def load_arkitscenes_scene(scene_dir: str | Path, video_id: Optional[str] = None) -> Scene:
+def load_arkitscenes_scene(scene_dir: str | Path, video_id: Optional[str] = None, root: Optional[str | Path] = None) -> Scene:
     """Load an ARKitScenes 3DOD scene directory (see the module docstring).
 
     Args:
         scene_dir: Directory holding ``<video_id>_3dod_mesh.ply`` and ``<video_id>_3dod_annotation.json``.
         video_id: Defaults to the directory name.
+        root: The data root every file read must resolve into (links followed); None: not checked.
     """
     scene_dir = Path(scene_dir)
     vid = video_id or scene_dir.name
-    ply = scene_dir / f"{vid}_3dod_mesh.ply"
-    ann_path = scene_dir / f"{vid}_3dod_annotation.json"
+    ply, ann_path = _scene_files(scene_dir, [f"{vid}_3dod_mesh.ply", f"{vid}_3dod_annotation.json"], root)
     vertices, triangles, colors = read_ply_mesh(ply)
     ann = _load_json(ann_path)
     objects: list[SceneObject] = []
@@ -689,7 +569,7 @@ def load_arkitscenes_scene(scene_dir: str | Path, video_id: Optional[str] = None
         for i, entry in enumerate(entries):
             obb = entry["segments"]["obbAligned"]
             axes = np.asarray(obb["normalizedAxes"], dtype=np.float64).reshape(3, 3)
-            objects.append(SceneObject(i, _clean_label(entry["label"]), np.asarray(obb["centroid"], dtype=np.float64).reshape(3),
+            objects.append(SceneObject(i, clean_label(entry["label"]), np.asarray(obb["centroid"], dtype=np.float64).reshape(3),
                                        np.asarray(obb["axesLengths"], dtype=np.float64).reshape(3), axes.T))
     except (KeyError, TypeError, ValueError) as e:
         raise SceneLoadError(
@@ -727,27 +607,154 @@ def load_arkitscenes_scene(scene_dir: str | Path, video_id: Optional[str] = None
     return _finish_scene(vid, "arkitscenes", vertices, triangles, colors, tri_obj, kept, ply, excluded)
 
 
-# ---------------------------------------------------------------------------- lookup
-def find_scene(data_root: str | Path, dataset: str, scene_name: str) -> Scene:
-    """Find and load a scan under ``data_root``.
+# ---------------------------------------------------------------------------- ScanNet++
+SCANNETPP_FILES = ("mesh_aligned_0.05.ply", "segments.json", "segments_anno.json")
 
-    Looked-up directories: ``<root>/<name>``, ``<root>/scans/<name>`` (ScanNet),
-    ``<root>/<split>/<name>`` and ``<root>/3dod/<split>/<name>`` (ARKitScenes' Training/Validation).
+
+def load_scannetpp_scene(scene_dir: str | Path, scene_id: Optional[str] = None, root: Optional[str | Path] = None) -> Scene:
+    """Load a ScanNet++ scene directory (see the module docstring).
+
+    Args:
+        scene_dir: ``<data>/<scene_id>``, holding ``scans/`` with :data:`SCANNETPP_FILES`.
+        scene_id: Defaults to the directory name.
+        root: The data root every file read must resolve into (links followed); None: not checked.
+    """
+    scene_dir = Path(scene_dir)
+    sid = scene_id or scene_dir.name
+    ply, segs_path, anno_path = _scene_files(scene_dir / "scans", list(SCANNETPP_FILES), root)
+    vertices, triangles, colors = read_ply_mesh(ply)
+    anno = _load_json(anno_path)
+    seg_indices = _read_seg_indices(segs_path, len(vertices), ply)
+    try:
+        groups = [(int(g["objectId"]), clean_label(g["label"]), [int(s) for s in g["segments"]], g.get("obb")) for g in anno["segGroups"]]
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise SceneLoadError(f"{str(anno_path)!r}: expected 'segGroups' with objectId, label, segments ({type(e).__name__}: {e})") from e
+    ids = [oid for oid, *_ in groups]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise SceneLoadError(f"{str(anno_path)!r}: objectId {dup} appears in more than one segGroup")
+    if any(oid < 0 for oid in ids):
+        raise SceneLoadError(f"{str(anno_path)!r}: objectId {min(ids)} is negative; object ids are >= 0")
+
+    labels = label_map("scannetpp")
+    excluded: Counter = Counter()
+    status = {oid: labels.lookup(raw) for oid, raw, _, _ in groups}
+    for oid, raw, _, _ in groups:
+        if status[oid][0] == "excluded":
+            excluded[raw] += 1
+    # Each unique segment goes to the smallest non-structure group holding it: groups are applied
+    # largest first, so a smaller one overwrites (ScanNet++'s single-label rule for overlaps).
+    uniq, inverse = np.unique(seg_indices, return_inverse=True)
+    seg_size = np.bincount(inverse, minlength=len(uniq))
+    members: dict[int, np.ndarray] = {}
+    for oid, _, segments, _ in groups:
+        if status[oid][0] == "structure":
+            continue
+        segs = np.unique(np.asarray(segments, dtype=np.int64))
+        pos = np.searchsorted(uniq, segs)
+        found = pos < len(uniq)
+        found[found] = uniq[pos[found]] == segs[found]  # segments no vertex has are ignored
+        members[oid] = pos[found]
+    seg_owner = np.full(len(uniq), -1, dtype=np.int64)
+    for oid in sorted(members, key=lambda o: (-int(seg_size[members[o]].sum()), o)):
+        seg_owner[members[oid]] = oid
+    vertex_obj = seg_owner[inverse]
+    dropped = [oid for oid, (st, _) in status.items() if st != "mapped"]
+    vertex_obj[np.isin(vertex_obj, dropped)] = -1
+
+    objects: list[SceneObject] = []
+    for oid, _, _, obb in groups:
+        st, category = status[oid]
+        if st != "mapped":
+            continue
+        try:
+            if obb is not None:
+                axes = np.asarray(obb["normalizedAxes"], dtype=np.float64).reshape(3, 3)
+                obj = SceneObject(oid, category, np.asarray(obb["centroid"], dtype=np.float64).reshape(3),
+                                  np.asarray(obb["axesLengths"], dtype=np.float64).reshape(3), axes.T)
+                if not np.isfinite(obj.center).all():
+                    raise ValueError(f"centroid {obj.center.tolist()} is not finite")
+            else:
+                pts = vertices[vertex_obj == oid]
+                if len(pts) == 0:
+                    continue  # documented: no box and no vertices
+                lo, hi = pts.min(axis=0), pts.max(axis=0)
+                obj = SceneObject(oid, category, (lo + hi) / 2.0, hi - lo, np.eye(3))
+        except (KeyError, TypeError, ValueError) as e:
+            raise SceneLoadError(
+                f"{str(anno_path)!r}: object {oid} ({category}) has a malformed obb; expected centroid, axesLengths and a "
+                f"rotation normalizedAxes ({type(e).__name__}: {e})"
+            ) from e
+        objects.append(obj)
+    kept = {o.object_id for o in objects}
+    tri_obj = _majority_ids(vertex_obj, triangles)
+    tri_obj = np.where(np.isin(tri_obj, list(kept)), tri_obj, -1) if kept else np.full(len(tri_obj), -1)
+    return _finish_scene(sid, "scannetpp", vertices, triangles, colors, tri_obj, objects, ply, excluded)
+
+
+# ---------------------------------------------------------------------------- lookup
+# A file every scan of a dataset has once: its name (or, for ScanNet++, its directory) names the scan.
+SCAN_MARKERS = {"scannet": "*_vh_clean_2.ply", "arkitscenes": "*_3dod_mesh.ply", "scannetpp": "scans/mesh_aligned_0.05.ply"}
+
+
+def find_scan_names(data_root: str | Path, dataset: str) -> list[str]:
+    """Names of the scans of ``dataset`` anywhere under ``data_root``, found by :data:`SCAN_MARKERS`, sorted.
 
     Raises:
-        SceneLoadError: unknown dataset or no directory found (the message lists where it looked).
+        SceneLoadError: An unknown dataset.
+        FileNotFoundError: No scan found (the message names the file looked for).
     """
+    if dataset not in SCAN_MARKERS:
+        raise SceneLoadError(f"unknown scan dataset {dataset!r}; known: {sorted(SCAN_MARKERS)}")
+    pattern = SCAN_MARKERS[dataset]
+    if dataset == "scannetpp":
+        names = {p.parent.parent.name for p in Path(data_root).rglob(Path(pattern).name) if p.parent.name == "scans"}
+    else:
+        names = {p.name[: -len(pattern) + 1] for p in Path(data_root).rglob(pattern)}
+    if not names:
+        raise FileNotFoundError(f"no {dataset} scans ({pattern}) found under {str(data_root)!r}")
+    return sorted(names)
+
+
+def scene_candidates(data_root: str | Path, dataset: str, scene_name: str) -> list[Path]:
+    """The directories :func:`find_scene` tries, in order (see there)."""
     root = Path(data_root)
-    loaders = {"scannet": load_scannet_scene, "arkitscenes": load_arkitscenes_scene}
-    if dataset not in loaders:
-        raise SceneLoadError(f"unknown dataset {dataset!r} for scene {scene_name!r}; known: {sorted(loaders)}")
-    candidates = [root / scene_name, root / "scans" / scene_name, root / dataset / scene_name, root / dataset / "scans" / scene_name]
+    candidates = [root / scene_name, root / "scans" / scene_name, root / "data" / scene_name,
+                  root / dataset / scene_name, root / dataset / "scans" / scene_name, root / dataset / "data" / scene_name]
     for split in ("Validation", "Training", "val", "train"):
         candidates += [root / split / scene_name, root / "3dod" / split / scene_name, root / dataset / split / scene_name,
                        root / dataset / "3dod" / split / scene_name]
+    return candidates
+
+
+def find_scene(data_root: str | Path, dataset: str, scene_name: str) -> Scene:
+    """Find and load a scan under ``data_root``.
+
+    Looked-up directories: ``<root>/<name>``, ``<root>/scans/<name>`` (ScanNet), ``<root>/data/<name>``
+    (ScanNet++), ``<root>/<split>/<name>`` and ``<root>/3dod/<split>/<name>`` (ARKitScenes'
+    Training/Validation), and each of these under ``<root>/<dataset>/`` too. The name comes from data
+    (a benchmark row): it must be one path component, and the directory and every file read must
+    resolve inside ``data_root``, symbolic links followed.
+
+    Raises:
+        SceneLoadError: unknown dataset, a name or a link that leads out of ``data_root``, or no
+            directory found (the message lists where it looked).
+    """
+    root = Path(data_root)
+    loaders = {"scannet": load_scannet_scene, "arkitscenes": load_arkitscenes_scene, "scannetpp": load_scannetpp_scene}
+    if dataset not in loaders:
+        raise SceneLoadError(f"unknown dataset {dataset!r} for scene {scene_name!r}; known: {sorted(loaders)}")
+    problem = plain_name_problem(scene_name)
+    if problem:
+        raise SceneLoadError(f"{dataset} scene name {scene_name[:80]!r} {problem}; a scene is named like scene0011_00, 41069025 or 3db0a1c8f3")
+    candidates = scene_candidates(root, dataset, scene_name)
     for c in candidates:
         if c.is_dir():
-            return loaders[dataset](c, scene_name)
+            try:
+                inside(root, c, f"{dataset} scene {scene_name!r}")
+            except PathOutsideRoot as e:
+                raise SceneLoadError(str(e)) from None
+            return loaders[dataset](c, scene_name, root=root)
     raise SceneLoadError(
         f"{dataset} scene {scene_name!r} not found under {str(root)!r}; looked in: " + ", ".join(str(c) for c in candidates)
     )

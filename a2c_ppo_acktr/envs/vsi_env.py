@@ -2,10 +2,12 @@
 
 One episode:
 
-1. ``reset`` picks a scene (procedural scene ``scene_seed + k``, a real scan, or the scan of a real
-   VSI-Bench row), a question type (uniform over ``EnvConfig.question_types``), a free start pose,
-   renders the initial 360-degree sweep (the "video" frames, turning left from the start heading),
-   derives the objects' first-appearance order from it and generates the question.
+1. ``reset`` picks a scene (procedural scene ``scene_seed + k``, a real scan, or the scan of a row
+   of ``env.vsibench_path``), a question type (uniform over ``EnvConfig.question_types``), a free start
+   pose, renders the initial 360-degree sweep (the "video" frames, turning left from the start
+   heading), derives the objects' first-appearance order from it and generates the question. A row
+   asks its own question; a training row (``scene_source=parquet``,
+   :mod:`~a2c_ppo_acktr.envs.make_dataset`) also fixes the start pose its question was made from.
 2. Each ``step(text)`` parses the model's text with :func:`a2c_ppo_acktr.common.prompts.parse_action`:
 
    * a move turns, then walks (blocked by walls and furniture: ``collision_penalty`` and feedback),
@@ -34,7 +36,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from a2c_ppo_acktr.config.arguments import EnvConfig
+from a2c_ppo_acktr.config.arguments import ROW_SOURCES, SCAN_SOURCES, EnvConfig
 from a2c_ppo_acktr.common.prompts import Answer, Invalid, Move, feedback_text, format_response, observation_text, parse_action
 from a2c_ppo_acktr.common.scoring import is_multiple_choice, score_prediction
 from a2c_ppo_acktr.envs.base import env_config
@@ -56,14 +58,41 @@ def _printable(text: str) -> str:
     return "".join(c if c in _PRINTABLE else "?" for c in text)
 
 
-def _find_scan_names(data_root: str, dataset: str) -> list[str]:
-    """Scene names under ``data_root`` for a scan dataset, found by their mesh files."""
-    pattern = {"scannet": "*_vh_clean_2.ply", "arkitscenes": "*_3dod_mesh.ply"}[dataset]
-    suffix = pattern[1:]
-    names = sorted({p.name[: -len(suffix)] for p in Path(data_root).rglob(pattern)})
-    if not names:
-        raise FileNotFoundError(f"no {dataset} scans ({pattern}) found under env.data_root={data_root!r}")
-    return names
+def sweep_poses(start: Pose, num_frames: int) -> list[Pose]:
+    """The poses of the initial sweep: ``num_frames`` headings turning left from ``start``, evenly over 360 degrees."""
+    return [Pose(start.x, start.y, (start.yaw_deg + k * 360.0 / num_frames) % 360.0) for k in range(num_frames)]
+
+
+def appearance_min_pixels(cfg: EnvConfig) -> int:
+    """Pixels an object must cover in a sweep frame to count as seen (``appearance_min_fraction``)."""
+    return max(1, int(round(cfg.appearance_min_fraction * cfg.image_size**2)))
+
+
+# The settings that decide which objects a sweep from a given pose sees first: an appearance-order
+# row is only true under the settings it was built with.
+SWEEP_SETTINGS = ("image_size", "fov_deg", "eye_height", "num_sweep_frames", "appearance_min_fraction")
+
+
+def sweep_settings(cfg: EnvConfig) -> dict[str, float]:
+    """The :data:`SWEEP_SETTINGS` of ``cfg``."""
+    return {k: getattr(cfg, k) for k in SWEEP_SETTINGS}
+
+
+def check_row_sweep(row: dict, cfg: EnvConfig, where: str) -> None:
+    """Refuse an ``obj_appearance_order`` row with a ``sweep`` made under other settings than ``cfg``'s."""
+    from a2c_ppo_acktr.envs.vsibench import VSIBenchRowError
+
+    built = row.get("sweep")
+    if row["question_type"] != "obj_appearance_order" or built is None:
+        return
+    now = sweep_settings(cfg)
+    differ = [k for k in SWEEP_SETTINGS if k not in built or float(built[k]) != float(now[k])]
+    if differ:
+        detail = ", ".join(f"env.{k}={built.get(k)!r} there, {now[k]!r} here" for k in differ)
+        raise VSIBenchRowError(
+            f"{where} (obj_appearance_order) was built for another sweep ({detail}); rebuild the set with the training "
+            "preset (make_dataset --preset ...) or leave obj_appearance_order out of env.question_types"
+        )
 
 
 # The dummy's "plausible number" per numerical type: uniform over these ranges, in the unit the
@@ -138,7 +167,7 @@ class VSIEnv(gym.Env):
         self.views: list[Frame] = []
         self.sweep_images: list[np.ndarray] = []  # what the agent sees of sweep_frames (labelled or not)
         self.view_images: list[np.ndarray] = []  # what the agent sees of views, in step with it
-        self._min_pixels = max(1, int(round(cfg.appearance_min_fraction * cfg.image_size**2)))
+        self._min_pixels = appearance_min_pixels(cfg)
         self.appearance_order: list[int] = []
         self._feedback = ""
         self._done = True
@@ -170,13 +199,18 @@ class VSIEnv(gym.Env):
 
         return self._cached((dataset, name), lambda: find_scene(self.cfg.data_root, dataset, name))
 
-    def _vsibench_rows(self) -> list[dict]:
+    def _file_rows(self) -> list[dict]:
         if self._rows is None:
-            from a2c_ppo_acktr.envs.vsibench import load_vsibench_rows
+            from a2c_ppo_acktr.envs.vsibench import check_training_rows, load_vsibench_rows
 
-            rows = [r for r in load_vsibench_rows(self.cfg.vsibench_path) if r["question_type"] in self.cfg.question_types]
+            path = self.cfg.vsibench_path
+            rows = [r for r in load_vsibench_rows(path) if r["question_type"] in self.cfg.question_types]
             if not rows:
-                raise ValueError(f"{self.cfg.vsibench_path!r} has no rows of the types in env.question_types={self.cfg.question_types}")
+                raise ValueError(f"{path!r} has no rows of the types in env.question_types={self.cfg.question_types}")
+            if self.cfg.scene_source == "parquet":
+                check_training_rows(rows, path)
+            for row in rows:
+                check_row_sweep(row, self.cfg, f"{Path(path).name} row id {row['id']}")
             self._rows = rows
         return self._rows
 
@@ -193,13 +227,15 @@ class VSIEnv(gym.Env):
         if src == "procedural":
             index = int(options["scene_index"]) if "scene_index" in options else int(self.np_random.integers(self.cfg.num_scenes))
             return ("procedural", index), *self._procedural(index)
-        if src in ("scannet", "arkitscenes"):
+        if src in SCAN_SOURCES:
             if self._scan_names is None:
-                self._scan_names = _find_scan_names(self.cfg.data_root, src)
+                from a2c_ppo_acktr.envs.real_scans import find_scan_names
+
+                self._scan_names = find_scan_names(self.cfg.data_root, src)
             index = int(options["scene_index"]) if "scene_index" in options else int(self.np_random.integers(len(self._scan_names)))
             name = self._scan_names[index % len(self._scan_names)]
             return (src, name), *self._scan(src, name)
-        raise AssertionError(f"unhandled scene_source {src!r}")  # vsibench is handled by reset
+        raise AssertionError(f"unhandled scene_source {src!r}")  # row sources are handled by reset
 
     # ------------------------------------------------------------------ episode
     def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None) -> tuple[dict, dict]:
@@ -209,9 +245,9 @@ class VSIEnv(gym.Env):
             seed: Reseeds ``self.np_random`` (the only randomness source).
             options: Optional ``scene`` (a Scene), ``scene_index``, ``question_type`` and
                 ``question`` (a Question; needs ``scene`` or ``scene_index`` naming its scene unless
-                the source is vsibench). ``scene_index`` k means procedural scene ``scene_seed + k``
+                the source reads rows). ``scene_index`` k means procedural scene ``scene_seed + k``
                 (any k >= 0, not limited to ``num_scenes``: held-out scenes), scan k (modulo the
-                number of scans found) or VSI-Bench row k (modulo the number of rows). When a scene
+                number of scans found) or row k (modulo the number of rows). When a scene
                 is forced, other types are drawn if ``question_type`` is unavailable in it; when
                 both are forced, :class:`QuestionUnavailable` propagates.
 
@@ -220,8 +256,8 @@ class VSIEnv(gym.Env):
         """
         super().reset(seed=seed)
         options = dict(options or {})
-        if self.cfg.scene_source == "vsibench" and "scene" not in options:
-            self._reset_vsibench(options)
+        if self.cfg.scene_source in ROW_SOURCES and "scene" not in options:
+            self._reset_row(options)
         else:
             self._reset_generated(options)
         self.path = [self.pose]
@@ -231,13 +267,11 @@ class VSIEnv(gym.Env):
         self._feedback = feedback_text(None)
         return self._observation(), self._info(action=None, valid=True, collided=False)
 
-    def _start(self, scene: Scene, renderer: Renderer) -> None:
-        """Start pose, sweep and appearance order in ``scene``."""
+    def _start(self, scene: Scene, renderer: Renderer, pose: Optional[Pose] = None) -> None:
+        """Start pose (``pose``, else a free one drawn), sweep and appearance order in ``scene``."""
         self.scene, self.renderer = scene, renderer
-        self.pose = sample_free_pose(scene, self.np_random, self.cfg.agent_radius)
-        n = self.cfg.num_sweep_frames
-        poses = [Pose(self.pose.x, self.pose.y, (self.pose.yaw_deg + k * 360.0 / n) % 360.0) for k in range(n)]
-        self.sweep_frames = renderer.render_many(poses)
+        self.pose = pose if pose is not None else sample_free_pose(scene, self.np_random, self.cfg.agent_radius)
+        self.sweep_frames = renderer.render_many(sweep_poses(self.pose, self.cfg.num_sweep_frames))
         self.appearance_order, self._appearance_frames = appearance_from_frames([f.object_ids for f in self.sweep_frames], self._min_pixels)
         self.sweep_images = [self._image(f) for f in self.sweep_frames]
         # The sweep starts at the start heading, so its first frame is also the current view.
@@ -284,14 +318,15 @@ class VSIEnv(gym.Env):
             "Widen env.question_types or use larger/more varied scenes"
         )
 
-    def _reset_vsibench(self, options: dict) -> None:
-        rows = self._vsibench_rows()
+    def _reset_row(self, options: dict) -> None:
+        rows = self._file_rows()
         index = int(options["scene_index"]) if "scene_index" in options else int(self.np_random.integers(len(rows)))
         row = rows[index % len(rows)]
         from a2c_ppo_acktr.envs.vsibench import question_from_row, scene_for_row
 
         scene, renderer = self._cached((row["dataset"], row["scene_name"]), lambda: scene_for_row(row, self.cfg.data_root))
-        self._start(scene, renderer)
+        start = Pose(*row["start_pose"]) if row.get("start_pose") is not None else None
+        self._start(scene, renderer, start)
         self.question = options.get("question") or question_from_row(row)
 
     def step(self, action: str) -> tuple[dict, float, bool, bool, dict]:
@@ -327,6 +362,7 @@ class VSIEnv(gym.Env):
         self._done = terminated or truncated
         self._episode_reward += reward
         info = self._info(action=parsed, valid=not isinstance(parsed, Invalid), collided=collided)
+        info["time_limit_announced"] = truncated  # every prompt shows the turns left (TextEnv)
         if score is not None:
             info["score"] = score
         return self._observation(), float(reward), terminated, truncated, info

@@ -14,6 +14,7 @@ the same questions:
   ``eval.seed + i``;
 * VSI-Bench: the rows of ``env.vsibench_path`` whose scans are found under ``env.data_root``; rows
   whose scene is not available locally are counted and listed as skipped, never silently dropped.
+  The same for a training set of rows (``env.scene_source=parquet``).
 
 :func:`run_episodes` keeps ``eval.batch_size`` envs busy: each agent call answers every active env
 at once, and a finished env immediately starts the next question.
@@ -33,7 +34,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 import numpy as np
 
 from a2c_ppo_acktr import reports
-from a2c_ppo_acktr.config.arguments import EnvConfig, RunConfig
+from a2c_ppo_acktr.config.arguments import ROW_SOURCES, EnvConfig, RunConfig
 from a2c_ppo_acktr.common.prompts import Answer, Invalid, Move, response_spans
 from a2c_ppo_acktr.reports import EpisodeRecord, PictureLayout, TurnRecord
 from a2c_ppo_acktr.common.errors import UserError
@@ -198,13 +199,13 @@ def game_specs(cfg: RunConfig) -> list[EpisodeSpec]:
 
 
 def eval_specs(cfg: RunConfig, vsibench_limit: Optional[int] = None) -> list[EpisodeSpec]:
-    """The evaluation set ``cfg`` asks for: a game's deals, the VSI-Bench rows
-    (``env.scene_source == "vsibench"``) or the procedural questions."""
+    """The evaluation set ``cfg`` asks for: a game's deals, the rows of ``env.vsibench_path``
+    (``env.scene_source`` vsibench or parquet) or the procedural questions."""
     from a2c_ppo_acktr.envs.registry import is_vsi
 
     if not is_vsi(cfg.env.env_id):
         return game_specs(cfg)
-    if cfg.env.scene_source == "vsibench":
+    if cfg.env.scene_source in ROW_SOURCES:
         return vsibench_specs(cfg, vsibench_limit)
     return procedural_specs(cfg)
 
@@ -242,7 +243,7 @@ def eval_env_config(cfg: RunConfig) -> EnvConfig:
     training, whose scenes are ``env.scene_seed + k`` for ``k < env.num_scenes``)."""
     from a2c_ppo_acktr.envs.registry import is_vsi
 
-    if cfg.env.scene_source == "vsibench" or not is_vsi(cfg.env.env_id):
+    if cfg.env.scene_source in ROW_SOURCES or not is_vsi(cfg.env.env_id):
         return cfg.env
     return dataclasses.replace(cfg.env, scene_source="procedural", scene_seed=cfg.eval.seed)
 
@@ -482,8 +483,8 @@ def evaluate(
 ) -> dict[str, Any]:
     """Evaluate ``agent`` on the configured question set and write the reports into ``out_dir``.
 
-    Procedural questions unless ``env.scene_source == "vsibench"`` (then the VSI-Bench rows whose
-    scans are under ``env.data_root``).
+    Procedural questions unless ``env.scene_source`` is vsibench or parquet (then the rows of
+    ``env.vsibench_path`` whose scans are under ``env.data_root``).
 
     Args:
         cfg: The run config (``env``, ``eval``, ``log.progress_bar``).
@@ -504,7 +505,7 @@ def evaluate(
     from a2c_ppo_acktr.envs.registry import is_vsi
 
     game = not is_vsi(cfg.env.env_id)
-    vsibench = cfg.env.scene_source == "vsibench" and not game
+    rows = cfg.env.scene_source in ROW_SOURCES and not game
     specs = eval_specs(cfg, vsibench_limit)
     env_cfg = eval_env_config(cfg)
     result = run_episodes(
@@ -522,7 +523,7 @@ def evaluate(
             f"{_scans_hint(cfg.env.data_root)} (the first reason: {result.skipped[0]['reason'] if result.skipped else 'no questions'})"
         )
     full_meta = {
-        "question_set": "game" if game else "vsibench" if vsibench else "procedural",
+        "question_set": "game" if game else cfg.env.scene_source if rows else "procedural",
         "env_id": cfg.env.env_id,
         "num_questions": len(specs),
         "num_skipped": len(result.skipped),

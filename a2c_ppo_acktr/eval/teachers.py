@@ -19,7 +19,6 @@ model that does not fit as failed would silently produce a dataset of failures.
 """
 from __future__ import annotations
 
-import base64
 import http.client
 import json
 import logging
@@ -37,7 +36,8 @@ from a2c_ppo_acktr.common import choices
 from a2c_ppo_acktr.config.arguments import ConfigError, LabelConfig, ModelConfig
 from a2c_ppo_acktr.common.choices import check_registry
 from a2c_ppo_acktr.envs.protocol import OracleStyle
-from a2c_ppo_acktr.common.bounded_read import ReplyTooLarge, ReplyTooSlow, error_body, read_within
+from a2c_ppo_acktr.common.bounded_read import Deadline, ReplyTooLarge, ReplyTooSlow, error_body, open_within, read_within, timed_out
+from a2c_ppo_acktr.common.redaction import basic_auth, has_redacted_credentials, key_env_problem, redact_all, strip_credentials, url_secrets
 from a2c_ppo_acktr.common.prompts import build_messages, openai_messages, render_prompt
 
 logger = logging.getLogger(__name__)
@@ -321,15 +321,6 @@ def _origin(url: str) -> str:
     return f"{parts.scheme}://{parts.hostname or ''}{':' + str(parts.port) if parts.port else ''}"
 
 
-def strip_credentials(url: str) -> str:
-    """``url`` without a ``user:password@`` part (what may be logged or written)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
-    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
-
-
 class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
     """Redirects are never followed: the request carries the API key, and urllib would send it to
     whatever origin a 30x names (and turn the POST into a GET without its body)."""
@@ -341,49 +332,9 @@ class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
         )
 
 
-# A run of this many characters of a secret (or of one of its encodings) is taken for an echo of it:
-# servers truncate what they echo, so a cut-off key is redacted too.
-MIN_ECHO = 8
 # How much of an error body is read before it is redacted and cut to ERROR_BODY_CHARS.
 _MAX_ERROR_BODY = 65536
 ERROR_BODY_CHARS = 200
-
-
-def _encodings(secret: str) -> list[str]:
-    """The forms in which a server may echo ``secret``: as sent, URL-encoded, JSON-escaped, base64."""
-    forms = {
-        secret,
-        urllib.parse.quote(secret, safe=""),
-        urllib.parse.quote_plus(secret),
-        json.dumps(secret)[1:-1],
-        base64.b64encode(secret.encode("utf-8")).decode("ascii"),
-        base64.b64encode(f"Bearer {secret}".encode("utf-8")).decode("ascii"),
-    }
-    return sorted(forms, key=len, reverse=True)
-
-
-def redact(text: str, secret: str) -> str:
-    """``text`` with every echo of ``secret`` replaced by ``***``: whole or cut off after at least
-    :data:`MIN_ECHO` characters, as sent or in one of its encodings (no-op for an empty secret)."""
-    if not secret:
-        return text
-    for form in _encodings(secret):
-        head = form[:MIN_ECHO]
-        pieces, i = [], 0
-        while (j := text.find(head, i)) != -1:
-            k = j + len(head)
-            while k < len(text) and k - j < len(form) and text[k] == form[k - j]:
-                k += 1
-            pieces += [text[i:j], "***"]
-            i = k
-        text = "".join(pieces) + text[i:]
-    return text
-
-
-def redact_all(text: str, secrets: Sequence[str]) -> str:
-    for secret in secrets:
-        text = redact(text, secret)
-    return text
 
 
 class OpenAITeacher(Teacher):
@@ -415,14 +366,25 @@ class OpenAITeacher(Teacher):
             model: Served model name.
             api_key_env: Environment variable holding the key; unset or empty sends no
                 ``Authorization`` header (local vLLM/SGLang servers need none).
-            timeout_s: Per-request timeout.
+            timeout_s: Total deadline of one attempt: connect, headers, body, an error's body.
             max_concurrency: Requests in flight at once.
             retries: Extra attempts after the first on retryable failures.
             backoff_s: Delay before the first retry; doubles each retry.
             max_tokens: Completion budget.
             temperature: Sampling temperature sent to the server (0 = greedy).
             sleep: Injected for tests.
+
+        Raises:
+            ConfigError: ``api_key_env`` holds a key rather than a variable's name (the key is not
+                repeated), or ``base_url`` holds the ``***`` a written config has for a password.
         """
+        problem = key_env_problem(api_key_env)
+        if problem:
+            raise ConfigError(f"label.api_key_env {problem}; pass the NAME of the environment variable that holds the key "
+                              "(export OPENAI_API_KEY=...; --label.api_key_env OPENAI_API_KEY), never the key itself")
+        if has_redacted_credentials(base_url):
+            raise ConfigError("label.base_url holds *** where its password was (configs are written without it): "
+                              "pass the URL with its user:password again")
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.display_url = strip_credentials(self.url)  # what messages and label files name
         self.model = model
@@ -439,19 +401,10 @@ class OpenAITeacher(Teacher):
         # The key's variable name is fine to record; its value never is.
         return {"teacher": self.name, "base_url": self.display_url, "model": self.model, "max_tokens": self.max_tokens, "temperature": self.temperature}
 
-    def _basic_auth(self) -> str:
-        """``base64(user:password)`` of a base_url with credentials, else ''."""
-        parts = urllib.parse.urlsplit(self.url)
-        if parts.username is None:
-            return ""
-        pair = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
-        return base64.b64encode(pair.encode("utf-8")).decode("ascii")
-
     def _secrets(self) -> list[str]:
         """What no message, log line or label may contain: the key, and base_url's password and the
         basic-auth value made of it."""
-        password = urllib.parse.urlsplit(self.url).password or ""
-        return [s for s in (os.environ.get(self.api_key_env, ""), password, urllib.parse.unquote(password), self._basic_auth()) if s]
+        return [s for s in (os.environ.get(self.api_key_env, ""), *url_secrets(self.url)) if s]
 
     def generate(self, observations: Sequence[dict], envs: Sequence[Any] | None = None) -> list[TeacherReply]:
         if not observations:
@@ -492,13 +445,13 @@ class OpenAITeacher(Teacher):
         key = os.environ.get(self.api_key_env, "")
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        elif self._basic_auth():  # user:password in base_url: HTTP basic authentication
-            headers["Authorization"] = "Basic " + self._basic_auth()
+        elif basic_auth(self.url):  # user:password in base_url: HTTP basic authentication
+            headers["Authorization"] = "Basic " + basic_auth(self.url)
         request = urllib.request.Request(self.display_url, data=body, headers=headers, method="POST")
-        opener = urllib.request.build_opener(_RefuseRedirects())
-        deadline = time.monotonic() + self.timeout_s  # for the whole request, not per read
+        # One deadline for the whole attempt: connect, status line and headers, body, and an error's body.
+        deadline = Deadline(self.timeout_s)
         try:
-            with opener.open(request, timeout=self.timeout_s) as resp:
+            with open_within(request, deadline, _RefuseRedirects()) as resp:
                 raw = _read_bounded(resp, deadline, self.display_url)
         except urllib.error.HTTPError as e:
             # Messages carry the status and a slice of the body only (redacted, then cut), never the request headers.
@@ -507,6 +460,8 @@ class OpenAITeacher(Teacher):
                 raise _Retryable(f"HTTP {e.code} from {self.display_url}: {detail}") from None
             raise _Fatal(f"HTTP {e.code} from {self.display_url}: {detail} (not retried; check label.model and label.base_url)") from None
         except (urllib.error.URLError, http.client.HTTPException, OSError) as e:  # OSError covers timeouts and resets
+            if timed_out(e):
+                raise _Retryable(f"the reply from {self.display_url} took longer than label.timeout_s={self.timeout_s:g}") from None
             reason = getattr(e, "reason", e)
             raise _Retryable(f"cannot reach {self.display_url}: {type(reason).__name__}: {reason}") from None
         try:
@@ -530,12 +485,12 @@ class OpenAITeacher(Teacher):
 MAX_REPLY_BYTES = 4 * 1024 * 1024
 
 
-def _read_bounded(resp: Any, deadline: float, url: str) -> bytes:
-    """The response body within ``deadline`` (the whole read, not each piece) and :data:`MAX_REPLY_BYTES`."""
+def _read_bounded(resp: Any, deadline: Deadline, url: str) -> bytes:
+    """The response body within ``deadline`` (the whole request's, not each read's) and :data:`MAX_REPLY_BYTES`."""
     try:
         return read_within(resp, deadline, MAX_REPLY_BYTES)
     except ReplyTooSlow:
-        raise _Retryable(f"the reply from {url} took longer than label.timeout_s") from None
+        raise _Retryable(f"the reply from {url} took longer than label.timeout_s={deadline.seconds:g}") from None
     except ReplyTooLarge:
         raise _Fatal(f"the reply from {url} is larger than {MAX_REPLY_BYTES} bytes: refused (not retried)") from None
 

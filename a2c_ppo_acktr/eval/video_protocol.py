@@ -70,6 +70,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from a2c_ppo_acktr.common import prompts, scoring
+from a2c_ppo_acktr.common.safe_paths import PathOutsideRoot, contained, plain_name_problem
 from a2c_ppo_acktr import reports
 from a2c_ppo_acktr.envs.vsibench import VSIBenchRowError
 from a2c_ppo_acktr.common.jsonl import write_jsonl
@@ -173,9 +174,18 @@ def sample_frames(sampling: str, total_frames: int, video_fps: float, num_frames
 
 
 # --------------------------------------------------------------------------------------- video files
-def video_file(video_root: str | Path, dataset: str, scene_name: str) -> Path:
-    """Where the benchmark keeps a scene's video: ``<video_root>/<dataset>/<scene_name>.mp4``."""
-    return Path(video_root) / dataset / f"{scene_name}.mp4"
+def video_file(video_root: str | Path, dataset: str, scene_name: str, where: str = "a VSI-Bench row") -> Path:
+    """Where the benchmark keeps a scene's video: ``<video_root>/<dataset>/<scene_name>.mp4``.
+
+    Raises:
+        PathOutsideRoot: The names (they come from the rows) or a symbolic link lead out of
+            ``video_root``; the message names ``where``.
+    """
+    for name in (dataset, scene_name):
+        problem = plain_name_problem(name)
+        if problem:
+            raise PathOutsideRoot(f"{where}: {name[:80]!r} {problem}; a video is named <dataset>/<scene_name>.mp4")
+    return contained(video_root, Path(dataset) / f"{scene_name}.mp4", where)
 
 
 def _video_error(path: Path, e: Exception) -> VideoError:
@@ -504,6 +514,7 @@ def video_questions(rows: Sequence[dict], video_root: str | Path) -> list[VideoQ
     Raises:
         FileNotFoundError: ``video_root`` is not a directory, or a row's video is missing (the message
             names the path and how many are missing).
+        PathOutsideRoot: A row's names or a link lead out of ``video_root`` (the message names the row).
     """
     if not Path(video_root).is_dir():
         raise FileNotFoundError(
@@ -512,7 +523,7 @@ def video_questions(rows: Sequence[dict], video_root: str | Path) -> list[VideoQ
         )
     questions = [
         VideoQuestion(row=r, prompt=prompts.benchmark_prompt(r["question_type"], r["question"], r["options"]),
-                      video=video_file(video_root, r["dataset"], r["scene_name"]))
+                      video=video_file(video_root, r["dataset"], r["scene_name"], where=f"VSI-Bench row {r['id']}"))
         for r in rows
     ]
     missing = sorted({str(q.video) for q in questions if not q.video.is_file()})

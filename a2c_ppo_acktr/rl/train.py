@@ -153,6 +153,9 @@ def collect_rollout(
             stats.act_seconds += t1 - t0
             stats.env_seconds += time.perf_counter() - t1
             terminated, truncated = np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool)
+            # A turn limit the observations announced ends that MDP: no value is bootstrapped there (TextEnv).
+            announced = truncated & np.array([bool(info.get("time_limit_announced", False)) for info in infos], dtype=bool)
+            terminated, truncated = terminated | announced, truncated & ~announced
             group_ids = [info["group_id"] for info in infos] if all("group_id" in i for i in infos) else None
             storage.insert(act, rewards, terminated, truncated, group_ids=group_ids, defer_final_values=True)
             if bootstrap:
@@ -424,6 +427,23 @@ def _save_engine_adapter(module: Any, path: Path) -> None:
     publish_dir(tmp, path, durable=False)
 
 
+def local_world_size(accelerator: Any) -> int:
+    """Processes on this node: the launcher's ``LOCAL_WORLD_SIZE`` (torchrun, accelerate), else all of them."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE") or accelerator.num_processes)
+
+
+def engine_session(accelerator: Any) -> str:
+    """A token naming this launch, the same on every process (rank 0's): the adapters' paths hold it."""
+    import secrets
+
+    token = [secrets.token_hex(4)]
+    if accelerator.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        broadcast_object_list(token, from_process=0)
+    return str(token[0])
+
+
 def engine_metrics(run: Run) -> dict[str, float]:
     """``engine/*``: the adapter version the server answered with, sync and generate seconds,
     requests and retries, and the off-policy gap ``|logp_engine - logp_policy|`` per turn (mean and
@@ -496,10 +516,9 @@ def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
         cfg.save(out / "config.yaml")
     from a2c_ppo_acktr.policy.rollout_engine import make_engine
 
-    run.engine = make_engine(cfg, run.module, out, accelerator.process_index)
-    if run.engine is not None:
-        served = run.engine.check_health()  # before the first rollout: a wrong URL stops the run now
-        logger.info("rollout engine %s serves %s", run.engine.base, served)
+    if cfg.rollout.engine != "hf":
+        run.engine = make_engine(cfg, run.module, out, accelerator.local_process_index, local_world_size(accelerator), engine_session(accelerator))
+        _check_engine_health(run)
     log = RunLogger(cfg, out, is_main=accelerator.is_main_process, start_iteration=start, wandb_run_id=run.wandb_run_id)
     run.wandb_run_id = log.wandb_run_id
     # Before each checkpoint (and each metrics row) the run confirms that its lock file is still its own.
@@ -579,33 +598,72 @@ def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
     return last
 
 
-def _collect_through_engine(run: Run, it: int, last: Optional[Path], checkpoints: Any, gather: Any, bootstrap: bool) -> RolloutStats:
-    """Iteration ``it``'s rollout through the rollout engine: this iteration's adapter is loaded into
-    the server first (``<tag>-v<it+1>``, :func:`~a2c_ppo_acktr.policy.rollout_engine.adapter_name`). If a
-    server fails, the run is put back as it was after iteration ``it`` and a checkpoint of it is
-    written (unless one exists), then :class:`~a2c_ppo_acktr.policy.rollout_engine.EngineStopped` ends the
-    run with one line."""
-    from a2c_ppo_acktr.policy.rollout_engine import EngineError, EngineStopped
-
-    acc = run.accelerator
-    snapshot = pre_rollout_state(run)
-    error: Optional[EngineError] = None
-    stats = RolloutStats()
-    try:
-        run.engine.sync_adapter(lambda path: _save_engine_adapter(run.module, path), it + 1)
-        with run.module.with_engine(run.engine):
-            run.observations, stats = collect_rollout(
-                run.module, run.envs, run.storage, run.observations, run.cfg.rollout.num_steps, gather, bootstrap=bootstrap
-            )
-    except EngineError as e:
-        error = e
-    # Every process learns whether any one's server failed (one all-reduce), so all stop after the same
-    # iteration and write the checkpoint together: a process that went on to the update alone would hang.
+def _any_failed(acc: Any, error: Optional[BaseException]) -> bool:
+    """Whether any process holds an error (one all-reduce, so also a barrier): a process that went on
+    alone after another's failure would hang in the next collective."""
     failed = torch.tensor([0.0 if error is None else 1.0], device=acc.device)
     if acc.num_processes > 1:
         failed = acc.reduce(failed, reduction="sum")
-    if float(failed.item()) == 0.0:
-        return stats
+    return float(failed.item()) > 0.0
+
+
+def _check_engine_health(run: Run) -> None:
+    """Every process checks its server before the first rollout (a wrong URL or an unsupported server
+    stops the run now, not minutes later); a failure on any one stops all of them."""
+    from a2c_ppo_acktr.policy.rollout_engine import EngineError
+
+    error: Optional[EngineError] = None
+    try:
+        served = run.engine.check_health()
+        logger.info("rollout engine %s serves %s", run.engine.base, served)
+    except EngineError as e:
+        error = e
+    if _any_failed(run.accelerator, error):
+        raise error or EngineError("the rollout server of another process failed its health check (see that process's log)")
+
+
+def _collect_through_engine(run: Run, it: int, last: Optional[Path], checkpoints: Any, gather: Any, bootstrap: bool) -> RolloutStats:
+    """Iteration ``it``'s rollout through the rollout engine, in three steps, each ended by every
+    process learning whether one failed (which is also a barrier): rank 0 saves this iteration's
+    adapter (``<tag>-v<it+1>``, :func:`~a2c_ppo_acktr.policy.rollout_engine.adapter_name`) once; one
+    process per server loads it, the others ask for it by that name; every process rolls out. If a
+    step failed anywhere, the run is put back as it was after iteration ``it`` and a checkpoint of it
+    is written (unless one exists), then :class:`~a2c_ppo_acktr.policy.rollout_engine.EngineStopped`
+    ends the run with one line."""
+    from a2c_ppo_acktr.policy.rollout_engine import EngineError, EngineStopped
+
+    acc, engine, version = run.accelerator, run.engine, it + 1
+    snapshot = pre_rollout_state(run)
+    collected = [RolloutStats()]
+
+    def publish() -> None:
+        if acc.is_main_process:
+            engine.publish_adapter(lambda path: _save_engine_adapter(run.module, path), version)
+
+    def load() -> None:
+        if engine.loads_adapter:
+            engine.load_adapter(version)
+        else:
+            engine.use_adapter(version)
+
+    def rollout() -> None:
+        if acc.is_main_process:
+            engine.discard_adapters(keep=version)  # every server holds this version now
+        with run.module.with_engine(engine):
+            run.observations, collected[0] = collect_rollout(
+                run.module, run.envs, run.storage, run.observations, run.cfg.rollout.num_steps, gather, bootstrap=bootstrap
+            )
+
+    error: Optional[EngineError] = None
+    for step in (publish, load, rollout):
+        try:
+            step()
+        except EngineError as e:
+            error = e
+        if _any_failed(acc, error):  # all stop after the same step and write the checkpoint together
+            break
+    else:
+        return collected[0]
     restore_pre_rollout_state(run, snapshot)
     if last is None or not last.name.endswith(f"{it:06d}"):
         last = checkpoints.save(it, lambda tmp: write_checkpoint(run, it, tmp), meta={"num_processes": acc.num_processes})

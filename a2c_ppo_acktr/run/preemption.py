@@ -8,6 +8,9 @@ when the run stops; it reaches every process of every node whatever the launcher
 (``scripts/batch_vsi.sh`` writes it when SLURM signals the job). A second signal stops at once (exit 130, nothing saved beyond
 the last checkpoint). In a multi-process run the processes agree on the flag after every iteration
 (a one-element all-reduce), so all of them stop after the same iteration.
+
+A request the run is waiting on (the rollout server's) does not hold the stop back: it polls
+:func:`stop_requested` and gives up within a second of the signal or the file.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -26,6 +30,20 @@ logger = logging.getLogger(__name__)
 PREEMPTED_EXIT_CODE = 75
 STOP_FILE = "STOP"  # in the run directory
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# The stop file is looked at this often by waiting requests (a run directory on a network file
+# system answers each look with a metadata request).
+STOP_FILE_POLL_S = 0.5
+_ACTIVE: list["StopOnSignal"] = []  # the StopOnSignal blocks entered in this process, innermost last
+
+
+def stop_requested() -> Optional[str]:
+    """What asks this process's run to stop (a signal, the stop file), or None; for code that waits
+    on something slow inside an iteration and should give up at once (see the module docstring)."""
+    for stopper in reversed(_ACTIVE):
+        what = stopper.requested()
+        if what:
+            return what
+    return None
 
 
 class Preempted(Exception):
@@ -76,6 +94,8 @@ class StopOnSignal:
         self.signame: Optional[str] = None
         self.stop_file = stop_file
         self._previous: dict[int, object] = {}
+        self._file_seen: Optional[str] = None
+        self._file_checked = -float("inf")
 
     def _handle(self, signum: int, frame) -> None:
         name = signal.Signals(signum).name
@@ -88,12 +108,26 @@ class StopOnSignal:
         if threading.current_thread() is threading.main_thread():
             for sig in _SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
+        _ACTIVE.append(self)
         return self
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
+
+    def requested(self) -> Optional[str]:
+        """:meth:`_local`, with the stop file looked at most every :data:`STOP_FILE_POLL_S` seconds
+        (many request threads ask many times a second)."""
+        if self.signame:
+            return self.signame
+        now = time.monotonic()
+        if now - self._file_checked >= STOP_FILE_POLL_S:
+            self._file_checked = now
+            self._file_seen = self._local()
+        return self._file_seen
 
     def _local(self) -> Optional[str]:
         if self.signame:
@@ -123,3 +157,4 @@ class StopOnSignal:
                 remove_stop_file(self.stop_file)
             except StopFileError as e:
                 logger.warning("%s", e)
+        self._file_seen, self._file_checked = None, -float("inf")

@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
+from a2c_ppo_acktr.common.redaction import redact_urls
 from a2c_ppo_acktr.config.arguments import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -284,7 +285,7 @@ class RunLock:
         old = self._holder()
         if old.get("pid"):
             logger.info("taking over the lock of %s: pid %s on %s is gone", self.directory, old.get("pid"), old.get("host"))
-        info = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv)[:500]}
+        info = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "command": redact_urls(" ".join(sys.argv))[:500]}
         os.ftruncate(fd, 0)
         os.write(fd, json.dumps(info).encode("utf-8"))
         self._fd = fd

@@ -227,6 +227,9 @@ class TokenGameEnv(gym.Env):
         """Reply tokens (:func:`count_tokens`) an episode may use before ``truncated``; None: no budget."""
         return None
 
+    # Whether the observation's text shows the turns left (the turn cap is then part of the state).
+    shows_turns_left = False
+
     def _turn_cap(self) -> int:
         """Turns before ``truncated``: ``max_turns``, or less where the game has its own cap."""
         return self.cfg.max_turns
@@ -294,11 +297,15 @@ class TokenGameEnv(gym.Env):
         over_budget = budget is not None and self.tokens_used >= budget
         if over_budget and not terminated:
             self._feedback += f" The episode's budget of {budget} reply tokens is used up."
-        truncated = not terminated and (game_truncated or self.turn >= self._turn_cap() or over_budget)
+        at_cap = self.turn >= self._turn_cap()
+        truncated = not terminated and (game_truncated or at_cap or over_budget)
         reward = float(self._end_step(reward, parsed, terminated, truncated))
         self._done = terminated or truncated
         self._episode_reward += reward
-        return self._observation(), reward, terminated, truncated, self._info(action=parsed)
+        info = self._info(action=parsed)
+        # The turn cap ended the episode and every observation showed the turns left: see TextEnv.
+        info["time_limit_announced"] = bool(truncated and at_cap and not over_budget and self.shows_turns_left)
+        return self._observation(), reward, terminated, truncated, info
 
     def _observation(self) -> dict:
         text = f"{self._prompt()}\nLast turn: {self._feedback}"
