@@ -41,6 +41,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -180,6 +181,8 @@ def _check_protocol(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     """Reject flag combinations that belong to the other protocol (the message says which to use)."""
     video_flags = [f for f, v in (("--video-root", args.video_root), ("--num-frames", args.num_frames),
                                   ("--frame-sampling", args.frame_sampling), ("--batch-size", args.batch_size)) if v is not None]
+    if args.data_root is not None and not os.path.isdir(args.data_root):
+        parser.error(f"--data-root {args.data_root} is not a directory; pass the folder that holds the scans")
     if args.protocol == "interactive":
         if video_flags:
             parser.error(f"{', '.join(video_flags)} belong to --protocol video; add it (the interactive protocol uses --data-root)")

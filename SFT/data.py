@@ -15,6 +15,7 @@ Dataset rows (JSONL, one per sample)::
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -26,7 +27,7 @@ from typing import Any, Iterator, Optional, Sequence
 import numpy as np
 
 from a2c_ppo_acktr.common import atomic
-from a2c_ppo_acktr.config.arguments import LabelConfig
+from a2c_ppo_acktr.config.arguments import ConfigError, LabelConfig
 from a2c_ppo_acktr.common.jsonl import JsonlError, iter_jsonl, write_jsonl
 from a2c_ppo_acktr.common.prompts import Invalid, assistant_message, build_messages, parse_action, render_prompt
 
@@ -35,6 +36,8 @@ logger = logging.getLogger(__name__)
 IGNORE_INDEX = -100  # label value the loss skips (prompt, image and padding tokens)
 TRAIN_FILE = "train.jsonl"
 VAL_FILE = "val.jsonl"
+STATS_FILE = "stats.json"
+DATASET_FILES = (TRAIN_FILE, VAL_FILE, STATS_FILE)  # what vlm_traj_preprocess.py writes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -163,21 +166,30 @@ def split_scenes(scene_ids: Sequence[str], val_fraction: float, seed: int) -> se
     return set(rng.sample(scenes, n_val))
 
 
-def build_sft_dataset(trajectories: str | os.PathLike, out_dir: str | os.PathLike, cfg: LabelConfig, seed: int = 0) -> dict:
-    """Labelled trajectories -> ``out_dir/train.jsonl`` and ``out_dir/val.jsonl``.
+def build_sft_dataset(
+    trajectories: str | os.PathLike, out_dir: str | os.PathLike, cfg: LabelConfig, seed: int = 0, overwrite: bool = False
+) -> dict:
+    """Labelled trajectories -> ``out_dir/train.jsonl``, ``out_dir/val.jsonl`` and ``out_dir/stats.json``.
+
+    A dataset already in ``out_dir`` is never replaced: it is refused, or with ``overwrite`` its files
+    are moved aside to ``NAME.old-<time>`` (:func:`a2c_ppo_acktr.run.rundir.claim_output_files`; the
+    folder's other files stay where they are).
 
     Args:
         trajectories: ``trajectories.jsonl`` written by the labeller (its images beside it).
         out_dir: Where the dataset goes; image paths are rewritten relative to it.
         cfg: ``min_score``, ``per_turn``, ``history_turns``, ``val_fraction``.
         seed: Seed of the scene split.
+        overwrite: Move an existing dataset's files aside instead of refusing.
 
     Returns:
         Counts: episodes read/kept, samples per split, turns skipped for unusable labels.
+
+    Raises:
+        ConfigError: no usable episode, a dataset already in ``out_dir`` (without ``overwrite``), or
+            text that cannot be written as UTF-8.
     """
     from a2c_ppo_acktr.eval.labeling import latest_episodes, read_episodes
-
-    from a2c_ppo_acktr.config.arguments import ConfigError
 
     trajectories = Path(trajectories)
     label_dir = trajectories.parent
@@ -201,17 +213,39 @@ def build_sft_dataset(trajectories: str | os.PathLike, out_dir: str | os.PathLik
             f"none of the {len(episodes)} episodes in {trajectories} scores >= label.min_score={cfg.min_score}; "
             f"lower label.min_score (nothing was written to {out_dir})"
         )
-    out_dir.mkdir(parents=True, exist_ok=True)
+    from a2c_ppo_acktr.run.rundir import check_output_path, claim_output_files, directory_lock
+
+    out_dir = check_output_path(out_dir, option="label.dataset_dir")
     val_scenes = split_scenes([e["scene_id"] for e in kept], cfg.val_fraction, seed)
     splits: dict[str, list[dict]] = {TRAIN_FILE: [], VAL_FILE: []}
     unusable = 0
-    for ep in kept:
+    for n, ep in enumerate(kept, 1):
         unusable += sum(not usable_label(t) for t in ep["turns"])
         for sample in episode_samples(ep, cfg):
             sample["images"] = [os.path.relpath(label_dir / p, out_dir) for p in sample["images"]]
+            _check_utf8(sample, f"episode {ep.get('episode_id', n)} of {trajectories}")
             splits[VAL_FILE if ep["scene_id"] in val_scenes else TRAIN_FILE].append(sample)
-    for name, rows in splits.items():
-        write_jsonl(rows, out_dir / name)
+    with directory_lock(out_dir):
+        claim_output_files(out_dir, DATASET_FILES, overwrite=overwrite, option="label.dataset_dir")
+        for name, rows in splits.items():
+            write_jsonl(rows, out_dir / name)
+        stats = _dataset_stats(episodes, superseded, kept, splits, val_scenes, unusable, cfg)
+        atomic.write_json(stats, out_dir / STATS_FILE)
+    return stats
+
+
+def _check_utf8(sample: dict, where: str) -> None:
+    """A sample must be writable as UTF-8 (a path that is not, a lone surrogate from a JSON escape)."""
+    try:
+        json.dumps(sample, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ConfigError(
+            f"{where} holds text that is not UTF-8 ({e.reason} in {e.object[max(0, e.start - 40):e.end + 10]!r}); the label directory's "
+            "path and the episodes' text must be UTF-8: rename the folder, or relabel"
+        ) from None
+
+
+def _dataset_stats(episodes: list, superseded: int, kept: list, splits: dict, val_scenes: set, unusable: int, cfg: LabelConfig) -> dict:
     stats = {
         "episodes": len(episodes),
         "superseded_lines": superseded,
@@ -224,7 +258,6 @@ def build_sft_dataset(trajectories: str | os.PathLike, out_dir: str | os.PathLik
         "per_turn": cfg.per_turn,
         "history_turns": cfg.history_turns,
     }
-    atomic.write_json(stats, out_dir / "stats.json")
     return stats
 
 

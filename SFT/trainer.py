@@ -7,11 +7,17 @@ same LoRA configuration as the PPO policy (:func:`a2c_ppo_acktr.policy.model.bui
 adapter only and ``main_vsi.py --sft-adapter OUTPUT_DIR/adapter`` continues from it.
 
 Outputs under ``sft.output_dir``: ``checkpoint-<step>/`` (adapter, optimizer, scheduler and
-trainer state; ``sft.resume=auto`` continues from the latest), ``adapter/`` (the final adapter:
-``adapter_config.json`` + ``adapter_model.safetensors``), ``config.yaml`` and ``train_log.json``.
-A fresh start in a directory that holds an SFT run is refused unless ``sft.overwrite`` (the old run is
-moved aside, never deleted), and one process at a time trains in a directory (its lock,
-:class:`a2c_ppo_acktr.run.rundir.RunLock`).
+trainer state; ``sft.resume=auto`` continues from the latest complete one), ``adapter/`` (the final
+adapter: ``adapter_config.json`` + ``adapter_model.safetensors``), ``config.yaml`` and
+``train_log.json``. A checkpoint and the final adapter are written into a hidden temporary sibling
+and renamed into place, so an interrupted write never leaves a ``checkpoint-<step>/`` that resuming
+would trip on. A fresh start in a directory that holds an SFT run is refused unless
+``sft.overwrite`` (the old run is moved aside, never deleted), and one process at a time trains in a
+directory (its lock, :class:`a2c_ppo_acktr.run.rundir.RunLock`, confirmed before every checkpoint).
+
+SIGTERM, SIGINT or a ``STOP`` file in ``sft.output_dir`` end the run as they end a PPO run
+(:mod:`a2c_ppo_acktr.run.preemption`): the step in progress finishes, a checkpoint is written, and the
+run exits with code 75; ``--sft.resume auto`` continues it.
 """
 from __future__ import annotations
 
@@ -19,12 +25,16 @@ import functools
 import json
 import logging
 import os
+import re
+import shutil
 from pathlib import Path
 from typing import Any, Optional
 
-from transformers import Trainer, TrainingArguments, set_seed
+from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 
+from a2c_ppo_acktr.common import atomic
 from a2c_ppo_acktr.config.arguments import ConfigError, RunConfig
+from a2c_ppo_acktr.run.preemption import STOP_FILE, Preempted, StopOnSignal, remove_stop_file
 from a2c_ppo_acktr.policy.loading import record_base_model
 from a2c_ppo_acktr.policy.model import build_lora_config, enable_gradient_checkpointing
 from SFT.data import ModalityGroupedBatchSampler, SFTCollator, SFTDataset, resolve_data_files
@@ -33,6 +43,8 @@ logger = logging.getLogger(__name__)
 
 ADAPTER_DIR = "adapter"
 TRAIN_LOG = "train_log.json"  # the Trainer's log history (loss per logging step, eval loss)
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")  # the Trainer's checkpoint directories
+_STAGING = ".tmp-"  # prefix of the temporary siblings checkpoints and the adapter are written into
 
 
 class VLMTrainer(Trainer):
@@ -47,6 +59,46 @@ class VLMTrainer(Trainer):
     def __init__(self, *args: Any, group_by_modality: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.group_by_modality = group_by_modality
+        self._staging_root: Optional[Path] = None
+
+    def _get_output_dir(self, trial: Any) -> str:
+        # While a checkpoint is written, the Trainer's run directory is the staging folder.
+        return str(self._staging_root) if self._staging_root is not None else super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """The Trainer's checkpoint, written whole into a hidden staging folder, then renamed into place.
+
+        Every process writes into ``.tmp-checkpoint-<step>/`` (a DeepSpeed engine writes its shards
+        from every rank); the main process confirms the run's lock, renames the finished
+        ``checkpoint-<step>`` beside the others and keeps the newest ``sft.save_total_limit``.
+        """
+        from a2c_ppo_acktr.run.rundir import confirm_lock, confirm_run_lock
+        from transformers.trainer_utils import rotate_checkpoints
+
+        run_dir = Path(super()._get_output_dir(trial))
+        name = f"checkpoint-{self.state.global_step}"
+        staging = run_dir / f"{_STAGING}{name}"
+        main = self.args.should_save
+        confirm_run_lock(run_dir, self.is_world_process_zero(), self.accelerator.num_processes)
+        if main:
+            shutil.rmtree(staging, ignore_errors=True)  # left by an interrupted write
+            staging.mkdir(parents=True)
+        self.accelerator.wait_for_everyone()
+        self._staging_root = staging
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._staging_root = None
+        self.accelerator.wait_for_everyone()
+        if main:
+            confirm_lock(run_dir)  # another run may have taken the directory while this one wrote
+            atomic.publish_dir(staging / name, run_dir / name)
+            staging.rmdir()
+            for debris in run_dir.glob(f"{_STAGING}checkpoint-*"):  # of writes a crash interrupted
+                shutil.rmtree(debris, ignore_errors=True)
+            rotate_checkpoints(output_dir=str(run_dir), save_total_limit=self.args.save_total_limit,
+                               best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=False)
+        self.accelerator.wait_for_everyone()
 
     def get_train_dataloader(self):
         if not self.group_by_modality:
@@ -161,17 +213,55 @@ def _check(cfg: RunConfig) -> None:
         raise ConfigError(f"dist.zero_stage={cfg.dist.zero_stage} needs dist.deepspeed_config (e.g. scripts/ds_config.json)")
 
 
-def resume_checkpoint(cfg: RunConfig) -> Optional[str]:
-    """The checkpoint to resume from: None, the latest under ``sft.output_dir`` (``auto``) or a path."""
-    from transformers.trainer_utils import get_last_checkpoint
+def checkpoint_problem(path: Path) -> Optional[str]:
+    """What keeps ``path`` from being resumed (a file the Trainer writes missing or unreadable), or None.
 
+    Checkpoints are published whole (:meth:`VLMTrainer._save_checkpoint`); this catches the ones an
+    interrupted write of an older version left, and files damaged since.
+    """
+    state = path / "trainer_state.json"
+    try:
+        data = json.loads(state.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return "it holds no trainer_state.json (its write was interrupted)"
+    except (OSError, ValueError) as e:
+        return f"its trainer_state.json cannot be read ({type(e).__name__})"
+    if not isinstance(data, dict) or "global_step" not in data:
+        return "its trainer_state.json is not a trainer state"
+    if not any((path / n).is_file() for n in ("adapter_model.safetensors", "adapter_model.bin", "model.safetensors")):
+        return "it holds no weights (adapter_model.safetensors)"
+    return None
+
+
+def resume_checkpoint(cfg: RunConfig) -> Optional[str]:
+    """The checkpoint to resume from: None, the newest resumable one under ``sft.output_dir``
+    (``auto``; each newer one that is not is skipped with a warning saying why) or a path.
+
+    Raises:
+        ConfigError: an explicit path that is not a resumable checkpoint, or ``auto`` where every
+            checkpoint is unresumable.
+    """
     if cfg.sft.resume is None:
         return None
     if cfg.sft.resume == "auto":
         out = Path(cfg.sft.output_dir)
-        return get_last_checkpoint(str(out)) if out.is_dir() else None
+        found = sorted((int(m.group(1)), p) for p in out.iterdir() if (m := _CHECKPOINT.match(p.name)) and p.is_dir()) if out.is_dir() else []
+        for _, path in reversed(found):
+            problem = checkpoint_problem(path)
+            if problem is None:
+                return str(path)
+            logger.warning("skipping %s: %s; falling back to an earlier checkpoint", path, problem)
+        if found:
+            raise ConfigError(
+                f"no checkpoint under {out} can be resumed (see the warnings above); move them away and start afresh with "
+                "--sft.overwrite true, or restore one from a backup"
+            )
+        return None
     if not Path(cfg.sft.resume).is_dir():
         raise ConfigError(f"sft.resume={cfg.sft.resume!r} is not a directory; pass a checkpoint-<step> folder, 'auto' or null")
+    problem = checkpoint_problem(Path(cfg.sft.resume))
+    if problem is not None:
+        raise ConfigError(f"sft.resume={cfg.sft.resume!r} cannot be resumed: {problem}; pass an earlier checkpoint or --sft.resume auto")
     return cfg.sft.resume
 
 
@@ -210,8 +300,30 @@ def build_trainer(cfg: RunConfig, loaded: Any = None) -> VLMTrainer:
     )
 
 
+class _StopCallback(TrainerCallback):
+    """Asks the Trainer for a checkpoint and a stop after the step in which a signal or the stop file
+    arrived (every process agrees, :meth:`StopOnSignal.agreed`)."""
+
+    def __init__(self, stop: StopOnSignal, trainer: Trainer) -> None:
+        self.stop = stop
+        self.trainer = trainer
+        self.reason: Optional[str] = None
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        reason = self.stop.agreed(self.trainer.accelerator)
+        if reason:
+            self.reason = reason
+            control.should_save = True
+            control.should_training_stop = True
+        return control
+
+
 def run_sft(cfg: RunConfig, loaded: Any = None) -> Path:
-    """Train the SFT adapter and save it to ``sft.output_dir/adapter``; returns that path."""
+    """Train the SFT adapter and save it to ``sft.output_dir/adapter``; returns that path.
+
+    Raises:
+        Preempted: a signal or the ``STOP`` file ended the run early, after a checkpoint (exit 75).
+    """
     from a2c_ppo_acktr.run.rundir import check_output_path, run_lock
 
     out = Path(cfg.sft.output_dir)
@@ -223,17 +335,43 @@ def run_sft(cfg: RunConfig, loaded: Any = None) -> Path:
     try:
         if is_main:
             _claim_sft_dir(cfg)
+            for debris in out.glob(f"{_STAGING}*"):  # writes an earlier invocation did not finish
+                shutil.rmtree(debris, ignore_errors=True)
+            if os.path.lexists(out / STOP_FILE):
+                logger.warning("removing %s, left by an earlier invocation (this one stops on a new one)", out / STOP_FILE)
+                remove_stop_file(out / STOP_FILE)
         trainer = build_trainer(cfg, loaded=loaded)
         if trainer.is_world_process_zero():
             cfg.save(out / "config.yaml")
-        trainer.train(resume_from_checkpoint=resume_checkpoint(cfg))
-        adapter = out / ADAPTER_DIR
-        trainer.save_model(str(adapter))  # PeftModel.save_pretrained: adapter weights and config only
-        if trainer.is_world_process_zero():
-            record_base_model(adapter)  # an absolute base path, so the adapter loads from any directory
-            (out / TRAIN_LOG).write_text(json.dumps(trainer.state.log_history, indent=1), encoding="utf-8")
+        with StopOnSignal(out / STOP_FILE) as stop:
+            stopper = _StopCallback(stop, trainer)
+            trainer.add_callback(stopper)
+            trainer.train(resume_from_checkpoint=resume_checkpoint(cfg))
+        if stopper.reason and trainer.state.global_step < trainer.state.max_steps:
+            stop.consume(trainer.is_world_process_zero())
+            raise Preempted(stopper.reason, trainer.state.global_step, out / f"checkpoint-{trainer.state.global_step}",
+                            unit="step", resume="--sft.resume auto")
+        return _save_adapter(trainer, out)
     finally:
         lock.release()
+
+
+def _save_adapter(trainer: VLMTrainer, out: Path) -> Path:
+    """The final adapter and the log history, each written whole (a temporary sibling, then renamed)."""
+    from a2c_ppo_acktr.run.rundir import confirm_lock
+
+    adapter = out / ADAPTER_DIR
+    staging = out / f"{_STAGING}{ADAPTER_DIR}"
+    if trainer.is_world_process_zero():
+        shutil.rmtree(staging, ignore_errors=True)
+    trainer.accelerator.wait_for_everyone()
+    trainer.save_model(str(staging))  # PeftModel.save_pretrained: adapter weights and config only
+    trainer.accelerator.wait_for_everyone()
+    if trainer.is_world_process_zero():
+        record_base_model(staging)  # an absolute base path, so the adapter loads from any directory
+        confirm_lock(out)
+        atomic.publish_dir(staging, adapter)
+        atomic.write_json(trainer.state.log_history, out / TRAIN_LOG, indent=1)
     return adapter
 
 

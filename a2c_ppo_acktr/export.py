@@ -14,7 +14,9 @@ directory and nothing else.
 
 ``--out`` must be a new directory: an existing one is refused unless ``--overwrite`` (it is then moved
 to ``OUT.old-<time>``, never deleted), and so are the current directory and any directory that is,
-holds or lies inside the adapter or the base model.
+holds or lies inside the adapter or the base model. The export holds the lock of ``--out`` from start
+to end: a directory where a run is training (or another export is writing) is refused, with or
+without ``--overwrite``.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 EXPORT_FILE = "export.json"
 
@@ -35,6 +37,7 @@ def resolve_adapter(path: str | Path) -> tuple[Path, Optional[str]]:
 
     Raises:
         FileNotFoundError: no ``adapter_config.json`` there.
+        ModelLoadError: ``adapter_config.json`` is not a JSON object.
         CheckpointError: a damaged checkpoint.
     """
     from a2c_ppo_acktr.run.checkpoint import COMPLETE_MARKER, require_intact
@@ -51,9 +54,12 @@ def resolve_adapter(path: str | Path) -> tuple[Path, Optional[str]]:
     if base is None:
         # Adapters saved by this package record a local base model by its absolute path
         # (loading.record_base_model); a relative one (older adapters) is trusted only if it exists.
-        import json
+        from a2c_ppo_acktr.policy.loading import ModelLoadError
 
-        recorded = json.loads((path / "adapter_config.json").read_text(encoding="utf-8")).get("base_model_name_or_path")
+        try:
+            recorded = json.loads((path / "adapter_config.json").read_text(encoding="utf-8")).get("base_model_name_or_path")
+        except (ValueError, AttributeError) as e:  # not JSON, not UTF-8, or not an object
+            raise ModelLoadError(f"{path / 'adapter_config.json'} is not an adapter config ({type(e).__name__}); the file is truncated or damaged") from e
         if recorded and (Path(recorded).is_absolute() or Path(recorded).is_dir()):
             base = str(recorded)
     return path, base
@@ -70,34 +76,67 @@ def merge_adapter(
     Raises:
         ConfigError: ``out`` is used (without ``overwrite``), is the current directory, or overlaps
             the adapter or the base model.
+        RunLockedError: another process (a training run, another export) holds ``out``.
+        ModelLoadError: the adapter's files are damaged.
     """
-    import shutil
-    import tempfile
-
-    from peft import PeftModel
-
     from a2c_ppo_acktr.config.arguments import ConfigError, ModelConfig
-    from a2c_ppo_acktr.common.atomic import fsync_tree
     from a2c_ppo_acktr.policy.loading import load_vlm
-    from a2c_ppo_acktr.run.rundir import check_output_path, claim_output_dir
+    from a2c_ppo_acktr.run.rundir import RunLock, check_output_path, claim_output_dir
 
     adapter_dir, recorded = resolve_adapter(adapter)
     base = model_path or recorded
     if base is None:
         raise ConfigError(f"cannot tell the base model of {adapter}; pass --model-path (the model the adapter was trained on)")
     inputs = [adapter, adapter_dir, base]
-    check_output_path(out, inputs)  # before the minutes of loading and merging
-    loaded = load_vlm(ModelConfig(model_path=base, device="cpu", dtype=dtype))
-    merged = PeftModel.from_pretrained(loaded.model, str(adapter_dir)).merge_and_unload()
-    if loaded.shipped_generation_config is not None:  # the base checkpoint's decoding defaults travel with it
-        merged.generation_config = loaded.shipped_generation_config
-    target = Path(out).expanduser().resolve()
+    target = check_output_path(out, inputs)  # before the minutes of loading and merging
+    # The lock of --out, held to the end: a run training there (or another export) is refused before
+    # anything loads, and nothing can start there before the result is in place.
+    with RunLock(target):
+        if not overwrite:  # a used --out is refused now, not after minutes of merging
+            claim_output_dir(out, overwrite=False, inputs=inputs, create=False)
+        loaded = load_vlm(ModelConfig(model_path=base, device="cpu", dtype=dtype))
+        merged = _merged(loaded.model, adapter_dir)
+        if loaded.shipped_generation_config is not None:  # the base checkpoint's decoding defaults travel with it
+            merged.generation_config = loaded.shipped_generation_config
+        _publish(merged, loaded.processor, target, out, overwrite, inputs, {"base_model": str(base), "adapter": str(adapter_dir.resolve()), "dtype": dtype})
+    return Path(out)
+
+
+def _merged(model: Any, adapter_dir: Path) -> Any:
+    """``model`` with the adapter of ``adapter_dir`` merged into its weights.
+
+    Raises:
+        ModelLoadError: the adapter's files are truncated or damaged.
+    """
+    from peft import PeftModel
+    from safetensors import SafetensorError
+
+    from a2c_ppo_acktr.policy.loading import ModelLoadError
+
+    try:
+        return PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+    except (SafetensorError, OSError, EOFError, ValueError, RuntimeError, KeyError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ModelLoadError(
+            f"the adapter at {adapter_dir} cannot be read ({type(e).__name__}: {first}); its files are truncated or damaged, or it "
+            "was trained on another base model: export an intact copy, or pass --model-path with its base model"
+        ) from e
+
+
+def _publish(merged: Any, processor: Any, target: Path, out: str | Path, overwrite: bool, inputs: list, info: dict) -> None:
+    """Save the merged model into a temporary sibling of ``target``, then claim ``out`` and rename it
+    into place (a failure removes the temporary directory and nothing else)."""
+    import shutil
+    import tempfile
+
+    from a2c_ppo_acktr.common.atomic import fsync_tree
+    from a2c_ppo_acktr.run.rundir import claim_output_dir
+
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-export-{target.name}-", dir=target.parent))
     try:
         merged.save_pretrained(str(tmp))
-        loaded.processor.save_pretrained(str(tmp))
-        info = {"base_model": str(base), "adapter": str(adapter_dir.resolve()), "dtype": dtype}
+        processor.save_pretrained(str(tmp))
         (tmp / EXPORT_FILE).write_text(json.dumps(info, indent=1), encoding="utf-8")
         fsync_tree(tmp)
         claim_output_dir(out, overwrite=overwrite, inputs=inputs, create=False)
@@ -107,7 +146,6 @@ def merge_adapter(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return Path(out)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

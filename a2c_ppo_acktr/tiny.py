@@ -882,14 +882,23 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--family", choices=BUILDS, default="qwen2_5_vl", help="a family, or a build with another vision pre-training")
     parser.add_argument("--out", default=None, help="output directory (default: the tiny cache, printed)")
     parser.add_argument("--seed", type=int, default=None, help=f"weight initialisation seed (default: ${SEED_ENV}, else 0)")
+    parser.add_argument("--overwrite", action="store_true", help="move an --out that holds files aside to OUT.old-<time> first (nothing is deleted)")
     args = parser.parse_args(argv)
     try:
         seed = default_seed() if args.seed is None else args.seed
     except TinySeedError as err:
         parser.error(str(err))
-    path = build_tiny_model(args.family, args.out, seed=seed) if args.out else tiny_model_dir(args.family, seed=seed)
-    print(path)
+    if args.out is None:
+        print(tiny_model_dir(args.family, seed=seed))
+        return
+    from a2c_ppo_acktr.run.rundir import check_output_path, claim_output_dir, directory_lock
+
+    with directory_lock(check_output_path(args.out)):
+        claim_output_dir(args.out, overwrite=args.overwrite)
+        print(build_tiny_model(args.family, args.out, seed=seed))
 
 
 if __name__ == "__main__":
-    main()
+    from a2c_ppo_acktr.config.cli import run_main
+
+    sys.exit(run_main(main, "python -m a2c_ppo_acktr.tiny"))

@@ -42,11 +42,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import numpy as np
+
+from a2c_ppo_acktr.common.errors import UserError
 
 logger = logging.getLogger("make_mini_vsibench")
 
@@ -226,32 +229,64 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
+class MiniBenchError(ValueError, UserError):
+    """A setting the mini benchmark cannot be built with; the message says what to change."""
+
+
 def make_mini_vsibench(out: str | Path, scenes: int = 4, seed: int = 0, frames: int = 32, size: int = 128,
-                       per_type: int = 1, fps: float = DEFAULT_FPS) -> Path:
+                       per_type: int = 1, fps: float = DEFAULT_FPS, overwrite: bool = False) -> Path:
     """Build the mini benchmark (see the module docstring); returns the rows file ``OUT/test.parquet``.
 
+    The whole tree is built in a temporary sibling of ``out`` and renamed into place at the end: a
+    failure leaves nothing behind, and an ``out`` that already holds files is refused, or with
+    ``overwrite`` moved aside to ``OUT.old-<time>`` (nothing is deleted).
+
     Raises:
-        ValueError: On bad sizes, or when the rooms together do not support all 10 question types
+        MiniBenchError: On bad sizes, or when the rooms together do not support all 10 question types
             (the message names the missing types and suggests more ``--scenes`` or another ``--seed``).
+        ConfigError: ``out`` holds files (without ``overwrite``), or is held by another process.
     """
+    import shutil
+    import tempfile
+
+    from a2c_ppo_acktr.run.rundir import check_output_path, claim_output_dir, directory_lock
+
+    if scenes < 1:
+        raise MiniBenchError(f"--scenes={scenes} must be >= 1")
+    if frames < 4:
+        raise MiniBenchError(f"--frames={frames} must be >= 4 (half of them turn in place, half walk)")
+    if size < 16 or size % 2:
+        raise MiniBenchError(f"--size={size} must be an even number >= 16 (yuv420p video needs even sides)")
+    if per_type < 1:
+        raise MiniBenchError(f"--per-type={per_type} must be >= 1")
+    if not fps > 0:
+        raise MiniBenchError(f"--fps={fps} must be > 0")
+    target = check_output_path(out)
+    with directory_lock(target):
+        if not overwrite:  # refused now, not after minutes of rendering
+            claim_output_dir(out, overwrite=False, create=False)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
+        try:
+            _build(tmp, scenes, seed, frames, size, per_type, fps)
+            claim_output_dir(out, overwrite=overwrite, create=False)
+            if target.exists():  # an empty directory the user made
+                target.rmdir()
+            os.rename(tmp, target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return target / "test.parquet"
+
+
+def _build(out: Path, scenes: int, seed: int, frames: int, size: int, per_type: int, fps: float) -> None:
+    """Write the benchmark's files into the (new, empty) directory ``out``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from a2c_ppo_acktr.envs.vsibench import load_vsibench_rows, validate_row
     from a2c_ppo_acktr.common.scoring import TASKS
 
-    if scenes < 1:
-        raise ValueError(f"--scenes={scenes} must be >= 1")
-    if frames < 4:
-        raise ValueError(f"--frames={frames} must be >= 4 (half of them turn in place, half walk)")
-    if size < 16 or size % 2:
-        raise ValueError(f"--size={size} must be an even number >= 16 (yuv420p video needs even sides)")
-    if per_type < 1:
-        raise ValueError(f"--per-type={per_type} must be >= 1")
-    if not fps > 0:
-        raise ValueError(f"--fps={fps} must be > 0")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
     manifest: dict[str, Any] = {"seed": seed, "scenes": [], "frames": frames, "size": size, "fps": fps, "dataset": DATASET}
     for k in range(scenes):
@@ -261,7 +296,7 @@ def make_mini_vsibench(out: str | Path, scenes: int = 4, seed: int = 0, frames: 
         logger.info("scene %s: %d questions, video %s", entry["scene_name"], len(scene_rows), entry["video"])
     missing = [t for t in TASKS if not any(r["question_type"] == t for r in rows)]
     if missing:
-        raise ValueError(
+        raise MiniBenchError(
             f"the {scenes} room(s) from seed {seed} support no question of types {missing}; "
             "use more --scenes or another --seed"
         )
@@ -272,30 +307,27 @@ def make_mini_vsibench(out: str | Path, scenes: int = 4, seed: int = 0, frames: 
     manifest["num_rows"] = len(rows)
     manifest["counts"] = {t: sum(r["question_type"] == t for r in rows) for t in TASKS}
     (out / "manifest.json").write_text(json.dumps(_jsonable(manifest), indent=1), encoding="utf-8")
-    return path
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--out", required=True, help="output directory (new; one that holds files is refused unless --overwrite)")
     p.add_argument("--scenes", type=int, default=4, help="procedural rooms (seeds SEED, SEED+1, ...)")
     p.add_argument("--seed", type=int, default=0, help="seed of the first room")
     p.add_argument("--frames", type=int, default=32, help="video frames per room")
     p.add_argument("--size", type=int, default=128, help="frame width and height in pixels (even)")
     p.add_argument("--per-type", type=int, default=1, help="questions per type and room (where the room supports the type)")
     p.add_argument("--fps", type=float, default=DEFAULT_FPS, help="video frame rate (2: qwen-vl-utils reads every frame)")
+    p.add_argument("--overwrite", action="store_true", help="move an --out that holds files aside to OUT.old-<time> (nothing is deleted)")
     args = p.parse_args(argv)
-    path = make_mini_vsibench(args.out, args.scenes, args.seed, args.frames, args.size, args.per_type, args.fps)
-    manifest = json.loads((Path(args.out) / "manifest.json").read_text(encoding="utf-8"))
+    path = make_mini_vsibench(args.out, args.scenes, args.seed, args.frames, args.size, args.per_type, args.fps, overwrite=args.overwrite)
+    manifest = json.loads((path.parent / "manifest.json").read_text(encoding="utf-8"))
     print(f"{manifest['num_rows']} questions over {len(manifest['scenes'])} rooms: {path}")
     print("per type: " + ", ".join(f"{t} {n}" for t, n in manifest["counts"].items()))
     return 0
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        sys.exit(main())
-    except ValueError as e:
-        print(f"make_mini_vsibench.py: error: {e}", file=sys.stderr)
-        sys.exit(2)
+    from a2c_ppo_acktr.config.cli import run_main
+
+    sys.exit(run_main(main, "make_mini_vsibench.py"))

@@ -94,14 +94,14 @@ def test_reports_never_go_into_a_run_and_an_earlier_report_is_moved_aside_whole(
     sft = tmp_path / "sft"
     (sft / "checkpoint-000010").mkdir(parents=True)
     with pytest.raises(ConfigError, match="checkpoint-000010"):
-        claim_report_dir(sft, overwrite=False, writes_report=False)
+        claim_report_dir(sft, overwrite=False, files=["compare.md"])
     report = tmp_path / "eval"
     (report / "trajectories").mkdir(parents=True)
     (report / "trajectories" / "old.png").write_bytes(b"png")
     (report / "report.json").write_text("{}")
     with pytest.raises(ConfigError, match="already holds output"):
         claim_report_dir(report, overwrite=False)
-    assert claim_report_dir(report, overwrite=False, writes_report=False) == report.resolve()  # --compare beside it
+    assert claim_report_dir(report, overwrite=False, files=["compare.md"]) == report.resolve()  # --compare beside it
     claim_report_dir(report, overwrite=True)
     assert not (report / "trajectories").exists()  # no stale picture beside the next report
     aside = next(p for p in tmp_path.iterdir() if p.name.startswith("eval.old-"))

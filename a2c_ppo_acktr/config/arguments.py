@@ -48,6 +48,21 @@ MAX_SEED = 2**31 - 1
 # What ppo.tis_cap=null becomes with rollout.engine=vllm: verl's default cap for truncated importance sampling.
 VLLM_TIS_CAP = 2.0
 
+# Bounds from memory, for counts that validation would otherwise accept and a process cannot hold (a
+# mistyped count fills the machine minutes later). A process's envs get HOST_MEMORY_BUDGET: each env
+# keeps about ENV_BASE_BYTES for its scene and ray caster, and FRAME_BYTES_PER_PIXEL for every pixel of
+# every frame of its observation (RGB, depth and object ids of the sweep, and the observation's copies:
+# 36 B/px measured on 64 px frames).
+HOST_MEMORY_BUDGET = 32 * 2**30
+ENV_BASE_BYTES = 2**20
+FRAME_BYTES_PER_PIXEL = 40
+# Every prompt of an episode holds its whole sweep; qwen-vl-utils reads at most 768 frames of a video
+# (its FPS_MAX_FRAMES), and no model here is given more at once.
+MAX_SWEEP_FRAMES = 768
+# Evaluation builds its question set up front and keeps a record per episode (question, reply, score,
+# about 1-2 KiB) for its report: a million episodes stay within ~2 GiB (VSI-Bench has 5,130 questions).
+MAX_EVAL_EPISODES = 1_000_000
+
 
 def _check(cond: bool, msg: str) -> None:
     if not cond:
@@ -123,8 +138,15 @@ class EnvConfig:
         _check(16 <= self.image_size <= 2048, f"env.image_size={self.image_size} must be in [16, 2048]")
         _check(10.0 <= self.fov_deg <= 170.0, f"env.fov_deg={self.fov_deg} must be in [10, 170] degrees")
         _check(self.max_turns >= 1, f"env.max_turns={self.max_turns} must be >= 1")
-        _check(self.num_sweep_frames >= 1, f"env.num_sweep_frames={self.num_sweep_frames} must be >= 1")
-        _check(self.image_history >= 0, f"env.image_history={self.image_history} must be >= 0")
+        _check(1 <= self.num_sweep_frames <= MAX_SWEEP_FRAMES,
+               f"env.num_sweep_frames={self.num_sweep_frames} must be in [1, {MAX_SWEEP_FRAMES}] (every prompt of an episode holds the whole sweep)")
+        _check(0 <= self.image_history <= MAX_SWEEP_FRAMES, f"env.image_history={self.image_history} must be in [0, {MAX_SWEEP_FRAMES}]")
+        _check(
+            self.memory_bytes() <= HOST_MEMORY_BUDGET,
+            f"env.num_sweep_frames={self.num_sweep_frames} + env.image_history={self.image_history} frames of {self.image_size}x{self.image_size} "
+            f"need about {self.memory_bytes() / 2**30:.1f} GiB per env ({FRAME_BYTES_PER_PIXEL} bytes per pixel), more than the "
+            f"{HOST_MEMORY_BUDGET // 2**30} GiB a process's envs may use; use fewer frames or a smaller env.image_size",
+        )
         _check(self.num_scenes >= 1, f"env.num_scenes={self.num_scenes} must be >= 1")
         _check(0 < self.appearance_min_fraction < 1, f"env.appearance_min_fraction={self.appearance_min_fraction} must be in (0, 1)")
         _choice("env.look", self.look, ["shaded", "flat"])
@@ -147,6 +169,12 @@ class EnvConfig:
                 self.vsibench_path is not None and self.data_root is not None,
                 f"env.scene_source={self.scene_source!r} needs env.vsibench_path (parquet/JSON rows) and env.data_root (scans)",
             )
+
+    def memory_bytes(self) -> int:
+        """Host memory one env holds, by the estimate above :data:`HOST_MEMORY_BUDGET`: its scene, and
+        its observation's frames (the sweep, the history and the current view)."""
+        frames = self.num_sweep_frames + self.image_history + 1
+        return ENV_BASE_BYTES + frames * self.image_size**2 * FRAME_BYTES_PER_PIXEL
 
 
 # The alternative to append (with "|") to model.lora_target_modules for LoRA on the language model's
@@ -290,7 +318,12 @@ class RolloutConfig:
         _check(self.engine_timeout_s > 0, f"rollout.engine_timeout_s={self.engine_timeout_s} must be > 0")
         _check(self.engine_retries >= 1, f"rollout.engine_retries={self.engine_retries} must be >= 1")
         _check(self.engine_max_concurrency >= 1, f"rollout.engine_max_concurrency={self.engine_max_concurrency} must be >= 1")
-        _check(self.num_envs >= 1, f"rollout.num_envs={self.num_envs} must be >= 1")
+        _check(
+            1 <= self.num_envs <= HOST_MEMORY_BUDGET // ENV_BASE_BYTES,
+            f"rollout.num_envs={self.num_envs} must be in [1, {HOST_MEMORY_BUDGET // ENV_BASE_BYTES}] per process (each env keeps its "
+            f"scene, about {ENV_BASE_BYTES // 2**20} MiB, and its frames: {HOST_MEMORY_BUDGET // 2**30} GiB for a process's envs); "
+            "more processes run more envs",
+        )
         _check(self.num_steps >= 1, f"rollout.num_steps={self.num_steps} must be >= 1")
         _check(
             self.group_size >= 1 and self.num_envs % self.group_size == 0,
@@ -621,7 +654,11 @@ class EvalConfig:
     num_trajectory_pictures: int = 4
 
     def __post_init__(self) -> None:
-        _check(self.num_episodes >= 1, f"eval.num_episodes={self.num_episodes} must be >= 1")
+        _check(
+            1 <= self.num_episodes <= MAX_EVAL_EPISODES,
+            f"eval.num_episodes={self.num_episodes} must be in [1, {MAX_EVAL_EPISODES}] (the question set and a record per episode are "
+            "kept in memory for the report); split a larger evaluation into runs with different eval.seed",
+        )
         _check(
             not (self.blind and self.zero_images),
             "eval.blind and eval.zero_images are two different blind baselines (no images in the prompt vs. the same "
@@ -746,6 +783,13 @@ class RunConfig:
                 self.ppo.tis_cap = VLLM_TIS_CAP
         _check(not self.ppo.tis_cap or self.rollout.engine != "hf",
                "ppo.tis_cap corrects for a rollout engine's own sampler; with rollout.engine=hf the policy samples itself: leave it null")
+        need = self.rollout.num_envs * self.env.memory_bytes()
+        _check(
+            need <= HOST_MEMORY_BUDGET,
+            f"rollout.num_envs={self.rollout.num_envs} envs of {self.env.num_sweep_frames + self.env.image_history + 1} frames at "
+            f"{self.env.image_size}x{self.env.image_size} need about {need / 2**30:.1f} GiB of host memory per process ({FRAME_BYTES_PER_PIXEL} bytes per pixel of a frame), "
+            f"more than {HOST_MEMORY_BUDGET // 2**30} GiB; use fewer envs (more processes), fewer frames or a smaller env.image_size",
+        )
         bs = self.rollout.batch_size
         mb = self.ppo.mini_batch_size
         _check(

@@ -324,7 +324,8 @@ MAX_ERROR_CHARS = 2000
 def _report(prog: str, e: BaseException) -> int:
     if os.environ.get("VSI_DEBUG"):
         raise e
-    text = str(e)
+    # A path that is not UTF-8 reaches the message as surrogates, which no UTF-8 stream can print.
+    text = str(e).encode("utf-8", "backslashreplace").decode("utf-8")
     if len(text) > MAX_ERROR_CHARS:
         text = f"{text[:MAX_ERROR_CHARS]} ... ({len(text) - MAX_ERROR_CHARS} more characters cut)"
     print(f"{prog}: error: {text}", file=sys.stderr)

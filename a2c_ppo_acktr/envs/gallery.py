@@ -10,14 +10,15 @@
 
 Options: ``--size`` (tile side in pixels, default 224), ``--seed`` (which rooms and looks),
 ``--look shaded|flat`` (handed to the renderer when it takes a ``look`` argument), ``--categories``
-(a subset), ``--rooms`` (how many rooms, default 6).
+(a subset), ``--rooms`` (how many rooms, default 6). ``--out`` may hold other files: the two sheets are
+refused where they already are, and ``--overwrite`` moves the old ones to ``NAME.old-<time>`` first
+(nothing is deleted).
 """
 
 from __future__ import annotations
 
 import argparse
 import inspect
-import os
 from typing import Optional, Sequence
 
 import numpy as np
@@ -134,8 +135,14 @@ def rooms_sheet(num_rooms: int, size: int, look: Optional[str], seed: int, frame
 MIN_TILE, MAX_TILE, MAX_ROOMS = 16, 1024, 64
 
 
+SHEETS = ("categories.png", "rooms.png")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> dict[str, str]:
     """Command line entry; returns ``{"categories": path, "rooms": path}``."""
+    from a2c_ppo_acktr.common.atomic import open_atomic
+    from a2c_ppo_acktr.run.rundir import check_output_path, claim_output_files, directory_lock
+
     parser = argparse.ArgumentParser(prog="python -m a2c_ppo_acktr.envs.gallery", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="output folder (created)")
     parser.add_argument("--size", type=int, default=224, help="tile side in pixels")
@@ -143,23 +150,33 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, str]:
     parser.add_argument("--look", choices=("shaded", "flat"), default=None, help="renderer look (when the renderer supports it)")
     parser.add_argument("--categories", nargs="*", default=None, help="subset of categories (default: all)")
     parser.add_argument("--rooms", type=int, default=6, help="number of rooms")
+    parser.add_argument("--overwrite", action="store_true", help="move sheets already in --out aside to NAME.old-<time> (nothing is deleted)")
     args = parser.parse_args(argv)
     labels = list(CATEGORIES) if args.categories is None else list(args.categories)
     unknown = [lab for lab in labels if lab not in CATEGORIES]
     if unknown:
         parser.error(f"unknown categories {unknown}; known: {sorted(CATEGORIES)}")
+    if not labels:
+        parser.error("--categories names no category; name at least one, or leave the flag out for all of them")
     if not MIN_TILE <= args.size <= MAX_TILE:
         parser.error(f"--size={args.size} must be in [{MIN_TILE}, {MAX_TILE}] pixels (a sheet holds dozens of tiles)")
     if not 1 <= args.rooms <= MAX_ROOMS:
         parser.error(f"--rooms={args.rooms} must be in [1, {MAX_ROOMS}]")
-    os.makedirs(args.out, exist_ok=True)
-    out = {"categories": os.path.join(args.out, "categories.png"), "rooms": os.path.join(args.out, "rooms.png")}
-    categories_sheet(labels, args.size, args.look, args.seed).save(out["categories"])
-    print(f"categories.png: {len(labels)} categories x {len(VIEWS)} views at {args.size}px -> {out['categories']}", flush=True)
-    rooms_sheet(args.rooms, args.size, args.look, args.seed).save(out["rooms"])
-    print(f"rooms.png: {args.rooms} rooms x 8 frames at {args.size}px -> {out['rooms']}", flush=True)
+    with directory_lock(check_output_path(args.out)):
+        folder = claim_output_files(args.out, SHEETS, overwrite=args.overwrite)
+        out = {"categories": str(folder / "categories.png"), "rooms": str(folder / "rooms.png")}
+        with open_atomic(out["categories"], "wb") as f:
+            categories_sheet(labels, args.size, args.look, args.seed).save(f, format="PNG")
+        print(f"categories.png: {len(labels)} categories x {len(VIEWS)} views at {args.size}px -> {out['categories']}", flush=True)
+        with open_atomic(out["rooms"], "wb") as f:
+            rooms_sheet(args.rooms, args.size, args.look, args.seed).save(f, format="PNG")
+        print(f"rooms.png: {args.rooms} rooms x 8 frames at {args.size}px -> {out['rooms']}", flush=True)
     return out
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from a2c_ppo_acktr.config.cli import run_main
+
+    sys.exit(run_main(main, "python -m a2c_ppo_acktr.envs.gallery"))

@@ -33,11 +33,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from a2c_ppo_acktr.common.errors import UserError
 from a2c_ppo_acktr.common.env_ids import (  # noqa: F401 (re-exported)
     CARD_IDS, CARD_NAMESPACE, MINIGRID_PREFIXES, OVERLAYS, SOKOBAN_ID, TESTED_IDS, VSI_ID, UnknownEnvError, canonical_id, is_vsi, overlay_path,
 )
 
 _SHARED_FIELDS = ("image_size", "max_turns", "invalid_penalty")
+
+
+class GameConfigError(ValueError, UserError):
+    """``env.game`` (or a shared ``env.*`` field) holds a setting the game refuses; the message says where to change it."""
 
 
 def _load(entry_point: str) -> type:
@@ -72,13 +77,13 @@ def game_config(env_cfg: Any) -> Any:
     shared fields it has and ``env.game`` applied (``env.game`` wins where both set a field).
 
     Raises:
-        ValueError: ``env.game`` names a field the game does not have, or a value it refuses (the
-            message names the env and the known fields).
+        GameConfigError: ``env.game`` names a field the game does not have, or a value it refuses (the
+            message names the env and the known fields, or the flag to change).
     """
     name = canonical_id(env_cfg.env_id)
     if name == VSI_ID:
         if env_cfg.game:
-            raise ValueError(f"env.game={env_cfg.game!r} is set but env.env_id={name!r} takes its settings from the other env.* fields; leave env.game empty")
+            raise GameConfigError(f"env.game={env_cfg.game!r} is set but env.env_id={name!r} takes its settings from the other env.* fields; leave env.game empty")
         return None
     cls = env_class(name).config_class
     known = {f.name for f in dataclasses.fields(cls)}
@@ -87,12 +92,22 @@ def game_config(env_cfg: Any) -> Any:
         values["minigrid_id"] = name
     unknown = sorted(set(env_cfg.game) - known)
     if unknown:
-        raise ValueError(f"env.game has {unknown}, which {name} does not take; its settings are {sorted(known - {'minigrid_id'})}")
+        raise GameConfigError(f"env.game has {unknown}, which {name} does not take; its settings are {sorted(known - {'minigrid_id'})}")
     values.update(env_cfg.game)
     try:
         return cls(**values)
     except (TypeError, ValueError) as e:
-        raise ValueError(f"{name}: {e} (set in env.game or env.{'/'.join(_SHARED_FIELDS)})") from e
+        raise GameConfigError(f"{name}: {e}; {_setting_hint(cls, str(e))}") from e
+
+
+def _setting_hint(cls: type, message: str) -> str:
+    """Where to change the setting an error names: the shared ``--env.<field>`` flag (with the game's
+    smallest image size, when that is the one), else ``env.game``."""
+    for key in _SHARED_FIELDS:
+        if message.startswith(f"{key}="):
+            floor = getattr(cls, "min_image_size", None) if key == "image_size" else None
+            return f"pass --env.image_size {floor} (or more)" if floor else f"set it with --env.{key}"
+    return f"set it in env.game (or env.{'/'.join(_SHARED_FIELDS)})"
 
 
 def make_env(env_cfg: Any) -> Any:

@@ -37,9 +37,25 @@ from a2c_ppo_acktr import reports
 from a2c_ppo_acktr.config.arguments import ROW_SOURCES, EnvConfig, RunConfig
 from a2c_ppo_acktr.common.prompts import Answer, Invalid, Move, response_spans
 from a2c_ppo_acktr.reports import EpisodeRecord, PictureLayout, TurnRecord
+from a2c_ppo_acktr.common.errors import UserError
 from a2c_ppo_acktr.common.scoring import DEFAULT_SCORING_RULE
 
 logger = logging.getLogger(__name__)
+
+# What the comparison and the learning curves write into --out, beside whatever the folder holds.
+COMPARE_FILES = ("compare.md", "compare.png")
+CURVES_FILE = "learning_curves.png"
+
+
+class EvaluationError(RuntimeError, UserError):
+    """Nothing could be evaluated (every question skipped); the message names the first reason."""
+
+
+def _scans_hint(data_root: Optional[str]) -> str:
+    """A pointer to ``DATA_ROOT/scans`` when the scans sit one level down (make_mini_vsibench's layout)."""
+    if data_root and (Path(data_root) / "scans").is_dir():
+        return f" (it holds scans/: did you mean --data-root {Path(data_root) / 'scans'}?)"
+    return ""
 
 
 
@@ -482,7 +498,7 @@ def evaluate(
         The report dict.
 
     Raises:
-        RuntimeError: If no episode could be evaluated (e.g. no scan of the VSI-Bench rows is found).
+        EvaluationError: If no episode could be evaluated (e.g. no scan of the VSI-Bench rows is found).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -502,9 +518,9 @@ def evaluate(
         progress=cfg.log.progress_bar,
     )
     if not result.records:
-        raise RuntimeError(
-            f"no episode could be evaluated: {len(result.skipped)} of {len(specs)} questions were skipped "
-            f"(first: {result.skipped[0]['reason'] if result.skipped else 'no questions'}); check --data-root"
+        raise EvaluationError(
+            f"no episode could be evaluated: {len(result.skipped)} of {len(specs)} questions were skipped; check --data-root"
+            f"{_scans_hint(cfg.env.data_root)} (the first reason: {result.skipped[0]['reason'] if result.skipped else 'no questions'})"
         )
     full_meta = {
         "question_set": "game" if game else cfg.env.scene_source if rows else "procedural",
@@ -730,13 +746,25 @@ def run_cli(args: Any, extra: Sequence[str]) -> Optional[dict[str, Any]]:
     Returns:
         The report written (None for ``--compare`` and metrics-only runs).
     """
+    from a2c_ppo_acktr.run.rundir import RunLock, check_output_path
+
+    # One command at a time writes into --out, for its whole run: a second one stops with one line
+    # naming this one, and neither report is lost.
+    with RunLock(check_output_path(args.out)):
+        return _run_cli(args, extra)
+
+
+def _run_cli(args: Any, extra: Sequence[str]) -> Optional[dict[str, Any]]:
+    """:func:`run_cli` inside the lock of ``--out``."""
     from a2c_ppo_acktr.run.rundir import claim_report_dir
 
     evaluates = args.model_path or args.adapter or args.checkpoint or args.oracle or args.dummy or args.config or args.preset or extra
     writes_report = not args.compare and (bool(args.score_file) or bool(evaluates) or not args.metrics)
-    out = claim_report_dir(args.out, overwrite=args.overwrite, writes_report=writes_report)
+    # A report claims the whole directory; a comparison or learning curves only their own files.
+    files = None if writes_report else [*(COMPARE_FILES if args.compare else ()), *((CURVES_FILE,) if args.metrics else ())]
+    out = claim_report_dir(args.out, overwrite=args.overwrite, files=files)
     if args.metrics:
-        path = reports.plot_learning_curves(args.metrics, out / "learning_curves.png", smoothing=args.smooth)
+        path = reports.plot_learning_curves(args.metrics, out / CURVES_FILE, smoothing=args.smooth)
         print(f"learning curves: {path}")
     if args.compare:
         paths = reports.compare_reports(args.compare, out, names=args.names, paired=args.paired)

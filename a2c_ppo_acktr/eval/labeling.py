@@ -20,7 +20,9 @@ Resuming: a rerun skips the episode ids already in the file, except episodes in 
 failed (a turn with a ``teacher_error``: a server outage, a timeout): those are labelled again and
 the new line is appended; readers keep the last line of an episode id (:func:`latest_episodes`). A
 run killed mid-write leaves at most one torn last line, which is cut off with a warning; images are
-content-addressed and rewritten identically, so nothing is duplicated.
+content-addressed and rewritten identically, so nothing is duplicated. One labeller at a time
+appends to a folder (its lock, :class:`a2c_ppo_acktr.run.rundir.RunLock`); a second one stops with one
+line naming the first.
 """
 from __future__ import annotations
 
@@ -198,7 +200,19 @@ def label_trajectories(cfg: RunConfig, teacher: Optional[Teacher] = None, envs: 
     Returns:
         Summary: ``written``, ``skipped`` (already done), ``mean_score`` and failure counts of
         the episodes written by this call.
+
+    Raises:
+        RunLockedError: another process is labelling into ``label.out_dir`` (its appends and this
+            one's would interleave).
     """
+    from a2c_ppo_acktr.run.rundir import check_output_path, directory_lock
+
+    with directory_lock(check_output_path(cfg.label.out_dir, option="label.out_dir")):
+        return _label_trajectories(cfg, teacher, envs, progress)
+
+
+def _label_trajectories(cfg: RunConfig, teacher: Optional[Teacher], envs: Optional[list], progress: Optional[bool]) -> dict:
+    """:func:`label_trajectories` inside the lock of ``label.out_dir``."""
     from tqdm.auto import tqdm
 
     lab = cfg.label

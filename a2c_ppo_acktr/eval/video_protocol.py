@@ -646,6 +646,15 @@ def run_cli(args: Any, extra: Sequence[str]) -> dict[str, Any]:
     ``--adapter``, ``--checkpoint`` with its run's model settings); ``--oracle`` and ``--dummy``
     answer without one. Every video is checked to exist before a model is loaded.
     """
+    from a2c_ppo_acktr.run.rundir import RunLock, check_output_path
+
+    # One command at a time writes into --out, for its whole run (as evaluation.run_cli).
+    with RunLock(check_output_path(args.out)):
+        return _run_cli(args, extra)
+
+
+def _run_cli(args: Any, extra: Sequence[str]) -> dict[str, Any]:
+    """:func:`run_cli` inside the lock of ``--out``."""
     from a2c_ppo_acktr.eval import evaluation
     from a2c_ppo_acktr.envs.vsibench import load_vsibench_rows
     from a2c_ppo_acktr.run.rundir import claim_report_dir

@@ -9,11 +9,16 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from a2c_ppo_acktr.common import scoring, stats
+from a2c_ppo_acktr.common import atomic, scoring, stats
+from a2c_ppo_acktr.common.errors import UserError
 from a2c_ppo_acktr.reports.figures import plot_task_bars
 from a2c_ppo_acktr.reports.files import load_report
 from a2c_ppo_acktr.reports.markdown import agent_metrics_markdown, ci_table_markdown, game_table_markdown, game_table_note, paired_markdown, table_markdown
 from a2c_ppo_acktr.reports.records import is_game_type, is_success, split_kinds
+
+
+class CompareError(ValueError, UserError):
+    """Reports that cannot be compared as asked (names, pairs, questions); the message says why."""
 
 
 def compare_reports(
@@ -36,24 +41,29 @@ def compare_reports(
             their common questions with a paired bootstrap 95% interval (:func:`paired_overall_ci`).
 
     Raises:
-        ValueError: If a paired name is not a row, or the two rows were not evaluated on the same questions.
+        CompareError: If names repeat or a paired name is not a row, or the two rows were not evaluated on the same questions.
     """
     if not paths:
-        raise ValueError("compare needs at least one report.json")
+        raise CompareError("compare needs at least one report.json")
     reports = [load_report(p) for p in paths]
     if names is None:
         names = [r.get("name") or Path(p).parent.name for r, p in zip(reports, paths)]
         if len(set(names)) < len(names):
             names = [f"{n} ({Path(p).resolve().parent.name})" for n, p in zip(names, paths)]
+        if len(set(names)) < len(names):  # the same directory twice: number the rows
+            names = [f"{n} #{k}" for k, n in enumerate(names, 1)]
     elif len(names) != len(reports):
-        raise ValueError(f"got {len(names)} names for {len(reports)} reports")
+        raise CompareError(f"got {len(names)} names for {len(reports)} reports; give --names one name per report")
+    elif len(set(names)) < len(names):
+        repeated = sorted({n for n in names if list(names).count(n) > 1})
+        raise CompareError(f"--names repeats {repeated}: each row needs its own name (rows and --paired refer to them by name)")
     rows = list(zip(names, reports))
     by_name = dict(rows)
     differences = []
     for a, b in paired or ():
         unknown = [n for n in (a, b) if n not in by_name]
         if unknown:
-            raise ValueError(f"--paired names {unknown} are not rows of the comparison; rows: {list(names)} (set them with --names or --name)")
+            raise CompareError(f"--paired names {unknown} are not rows of the comparison; rows: {list(names)} (set them with --names or --name)")
         differences.append(paired_overall_ci(by_name[a], by_name[b], names=(a, b)))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -74,7 +84,7 @@ def compare_reports(
     for n, tasks in missing:
         md.append(f"- {n}: no questions for {', '.join(tasks)} (overall over the tasks present)")
     md += ["", "Sources:", ""] + [f"- {n}: {p}" for n, p in zip(names, paths)] + [""]
-    (out / "compare.md").write_text("\n".join(md), encoding="utf-8")
+    atomic.write_text(out / "compare.md", "\n".join(md))
     png = plot_task_bars(rows, out / "compare.png")
     return {"md": out / "compare.md", "png": png}
 
@@ -92,7 +102,7 @@ def question_key(record: dict[str, Any]) -> str:
     key = record.get("episode_id", record.get("id"))
     if key is None:
         where = f" (line {record['line']})" if "line" in record else ""
-        raise ValueError(f"a record{where} has no episode_id or id, so it cannot be paired; give every score-file line an \"id\"")
+        raise CompareError(f"a record{where} has no episode_id or id, so it cannot be paired; give every score-file line an \"id\"")
     return str(key)
 
 
@@ -112,14 +122,14 @@ def paired_records(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str] 
     for name, report in zip(names, (a, b)):
         records = report.get("records") or []
         if not records:
-            raise ValueError(f"{name} has no per-question records to pair; use a report.json written by eval_vsi.py")
+            raise CompareError(f"{name} has no per-question records to pair; use a report.json written by eval_vsi.py")
         by_key = {question_key(r): r for r in records}
         if len(by_key) < len(records):
-            raise ValueError(f"{name} holds {len(records) - len(by_key)} duplicate question id(s); each question must appear once to be paired")
+            raise CompareError(f"{name} holds {len(records) - len(by_key)} duplicate question id(s); each question must appear once to be paired")
         keyed.append(by_key)
     only_a, only_b = keyed[0].keys() - keyed[1].keys(), keyed[1].keys() - keyed[0].keys()
     if only_a or only_b:
-        raise ValueError(
+        raise CompareError(
             f"{names[0]} and {names[1]} were not evaluated on the same questions: {len(only_a)} only in {names[0]} "
             f"(e.g. {sorted(only_a)[:3]}), {len(only_b)} only in {names[1]} (e.g. {sorted(only_b)[:3]}); evaluate both "
             "with the same eval.num_episodes, eval.seed and env.question_types (or the same VSI-Bench rows)"
@@ -130,7 +140,7 @@ def paired_records(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str] 
         diff = [f for f in _QUESTION_FIELDS if ra.get(f) != rb.get(f)]
         if diff:
             f = diff[0]
-            raise ValueError(
+            raise CompareError(
                 f"question {key!r} differs between {names[0]} and {names[1]} ({f}: {ra.get(f)!r} vs {rb.get(f)!r}): the reports "
                 "use the same ids for different questions; evaluate both with the same eval.seed, env.question_types and env settings"
             )

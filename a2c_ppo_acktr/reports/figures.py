@@ -13,11 +13,16 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from a2c_ppo_acktr.common.errors import UserError
 from a2c_ppo_acktr.run.logger import read_metrics
 from a2c_ppo_acktr.reports.records import CI_CONFIDENCE, SHORT_TASK_NAMES, VSI_KIND, game_task_order, is_number, report_kind, split_kinds
 from a2c_ppo_acktr.reports.vsi import report_counts
 
 logger = logging.getLogger(__name__)
+
+
+class NoCurvesError(ValueError, UserError):
+    """A metrics file with nothing to draw."""
 
 
 def _new_figure(width_px: int, height_px: int, dpi: int):
@@ -244,7 +249,8 @@ def learning_curves_figure(
         source: Names the rows in the error message.
 
     Raises:
-        ValueError: If the rows hold no numeric metric, or ``smoothing`` is outside [0, 1).
+        NoCurvesError: If the rows hold no finite numeric metric.
+        ValueError: If ``smoothing`` is outside [0, 1).
     """
     from matplotlib.ticker import MaxNLocator
 
@@ -252,7 +258,10 @@ def learning_curves_figure(
         raise ValueError(f"smoothing={smoothing!r} must be in [0, 1) (0 = raw curves, 0.9 = strong smoothing)")
     keys = curve_keys(rows)
     if not keys:
-        raise ValueError(f"{source} holds no numeric metrics to plot")
+        raise NoCurvesError(
+            f"{source} holds no finite numeric metric to plot ({len(rows)} row(s); every value is missing, NaN, infinite or not a "
+            "number); pass the metrics.jsonl of a run whose iterations logged numbers"
+        )
     step_key = next((k for k in _STEP_KEYS if any(is_number(r.get(k)) for r in rows)), None)
     ncols = 3
     nrows = math.ceil(len(keys) / ncols)
@@ -299,7 +308,7 @@ def plot_learning_curves(
         smoothing: :func:`ema_smooth` weight in [0, 1) (``eval_vsi.py --smooth``); 0 draws the raw curves only.
 
     Raises:
-        ValueError: If the file holds no numeric metric.
+        NoCurvesError: If the file holds no finite numeric metric.
     """
     rows = read_metrics(metrics_path)
     fig = learning_curves_figure(rows, smoothing=smoothing, width_px=width_px, height_px=height_px, dpi=dpi, source=str(metrics_path))

@@ -10,7 +10,9 @@ part of a checkpoint: a resumed run simply goes on writing them.
 
     python -m a2c_ppo_acktr.rl.rollouts show PATH [--episode ID] [--chars 400]
 
-prints a file's episodes readably (every turn's prompt tail, reply, action and numbers).
+prints a file's episodes readably (every turn's prompt tail, reply, action and numbers). A file that
+is not a saved rollout, or that decompresses past the bounds (:data:`MAX_ROW_BYTES` a row,
+:data:`MAX_ROLLOUT_BYTES` in all), is one line naming the file and the row.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import json
 import os
 import re
 import sys
+import zlib
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
@@ -102,10 +105,82 @@ def write_rollouts(rows: Sequence[dict[str, Any]], directory: str | os.PathLike,
     return target
 
 
-def read_rollouts(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The rows of a saved rollout file."""
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+# Bounds of what reading a saved rollout decompresses (a small gzip file can expand to gigabytes: a
+# decompression bomb). A row holds one turn's prompt text (images by reference) and reply, so even a
+# 128k-token context is a few MiB; the rows of a file are held in memory as Python objects, several
+# times their text, so 256 MiB of text stays within a couple of GiB.
+MAX_ROW_BYTES = 16 * 2**20
+MAX_ROLLOUT_BYTES = 256 * 2**20
+# The fields show prints, with the types it needs ("number": an int or float, NaN included).
+_ROW_FIELDS = {
+    "episode": (str,), "env_id": (str,), "iteration": (int,), "env": (int,), "step": (int,), "continued": (bool,),
+    "prompt": (str, type(None)), "images": (list,), "reply": (str,), "action": (object,), "reward": ("number",), "value": ("number",),
+    "advantage": ("number", type(None)), "temperature": ("number",), "log_prob": ("number",), "terminated": (bool,), "truncated": (bool,),
+}
+
+
+class RolloutFileError(ConfigError):
+    """A saved rollout file that cannot be shown: not gzip, a row that is not one, or past the size bounds."""
+
+
+def _type_ok(value: Any, kinds: tuple) -> bool:
+    for kind in kinds:
+        if kind == "number":
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return True
+        elif kind is int:
+            if isinstance(value, int) and not isinstance(value, bool):
+                return True
+        elif isinstance(value, kind):
+            return True
+    return False
+
+
+def _row(line: bytes, path: Path, n: int) -> dict[str, Any]:
+    try:
+        row = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise RolloutFileError(f"{path}: row {n} is not a JSON line ({type(e).__name__}); the file is damaged or not a saved rollout") from None
+    if not isinstance(row, dict):
+        raise RolloutFileError(f"{path}: row {n} is a JSON {type(row).__name__}, not a saved turn; the file is not a saved rollout")
+    for key, kinds in _ROW_FIELDS.items():
+        if key not in row or not _type_ok(row[key], kinds):
+            got = "missing" if key not in row else f"a {type(row[key]).__name__}"
+            raise RolloutFileError(f"{path}: row {n} has no valid {key!r} ({got}); the file is damaged or not a saved rollout")
+    return row
+
+
+def read_rollouts(path: str | os.PathLike, max_row_bytes: int = MAX_ROW_BYTES, max_bytes: int = MAX_ROLLOUT_BYTES) -> list[dict[str, Any]]:
+    """The rows of a saved rollout file, each checked to hold the fields of a saved turn.
+
+    Decompresses at most ``max_bytes`` in all and ``max_row_bytes`` per row (see :data:`MAX_ROW_BYTES`).
+
+    Raises:
+        RolloutFileError: not a gzip file, a malformed row, or a row or file past its bound (the
+            message names the file, the row and the bound).
+    """
+    path = Path(path)
+    rows: list[dict[str, Any]] = []
+    total = 0
+    try:
+        with gzip.open(path, "rb") as f:
+            while line := f.readline(max_row_bytes + 1):
+                total += len(line)
+                if len(line) > max_row_bytes:
+                    raise RolloutFileError(
+                        f"{path}: row {len(rows) + 1} decompresses to more than {max_row_bytes // 2**20} MiB (a saved turn is a few MiB "
+                        "at most); the file is damaged or not a saved rollout"
+                    )
+                if total > max_bytes:
+                    raise RolloutFileError(
+                        f"{path} decompresses to more than {max_bytes // 2**20} MiB after {len(rows)} rows (saved rollouts are far "
+                        "smaller); the file is damaged or not a saved rollout"
+                    )
+                if line.strip():
+                    rows.append(_row(line, path, len(rows) + 1))
+    except (OSError, EOFError, zlib.error) as e:
+        raise RolloutFileError(f"{path} is not a readable saved rollout ({type(e).__name__}: {e})") from e
+    return rows
 
 
 def format_episodes(rows: Iterable[dict[str, Any]], episode: Optional[str] = None, chars: int = 400) -> str:
@@ -150,11 +225,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     path = Path(args.path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist; saved rollouts are OUTPUT_DIR/rollouts/iter-*-rank*.jsonl.gz")
-    try:
-        rows = read_rollouts(path)
-    except (OSError, EOFError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{path} is not a readable saved rollout ({type(e).__name__}: {e})") from e
-    print(format_episodes(rows, args.episode, args.chars))
+    if args.chars < 0:
+        parser.error(f"--chars={args.chars} must be >= 0")
+    print(format_episodes(read_rollouts(path), args.episode, args.chars))
     return 0
 
 

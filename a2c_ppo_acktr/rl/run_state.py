@@ -33,7 +33,8 @@ from a2c_ppo_acktr.run.checkpoint import (
     save_pickle,
 )
 from a2c_ppo_acktr.run.distributed import full_trainable, is_deepspeed
-from a2c_ppo_acktr.run.logger import METRICS_FILE, read_metrics
+from a2c_ppo_acktr.run.logger import METRICS_FILE, check_metrics_file, read_metrics
+from a2c_ppo_acktr.run.rundir import confirm_lock, free_name, move_aside
 
 logger = logging.getLogger(__name__)
 
@@ -138,10 +139,28 @@ def write_checkpoint(run: Run, iteration: int, tmp: Path) -> None:
     save_pickle(per_rank, tmp / rank_file(acc.process_index))
 
 
+# What each process's state file holds (written by :func:`write_checkpoint`).
+RANK_STATE_KEYS = ("rng", "ppo", "env", "observations", "storage_starts_episode")
+
+
+def _torch_file(path: Path) -> Any:
+    """``torch.load`` of a checkpoint's tensor file; a missing, truncated or foreign file is one :class:`CheckpointError`."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CheckpointError(f"checkpoint file {path} cannot be read ({type(e).__name__}: {first}); it is truncated or damaged: resume from an earlier checkpoint") from e
+
+
 def load_checkpoint(run: Run, path: Path) -> int:
     """Restore ``run`` from checkpoint directory ``path``; returns the iterations already done."""
     acc = run.accelerator
-    state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+    try:
+        state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path / 'trainer_state.json'} cannot be read ({type(e).__name__}: {e}); resume from an earlier checkpoint") from e
+    if not isinstance(state, dict) or not {"num_processes", "iteration"} <= set(state):
+        raise CheckpointError(f"{path / 'trainer_state.json'} is not a trainer state (num_processes and iteration expected); resume from an earlier checkpoint")
     if state["num_processes"] != acc.num_processes:
         raise CheckpointError(
             f"checkpoint {path} was written by {state['num_processes']} processes, this run has {acc.num_processes}; "
@@ -154,20 +173,28 @@ def load_checkpoint(run: Run, path: Path) -> int:
         if load_path is None:
             raise CheckpointError(f"DeepSpeed found no engine state under {path / 'deepspeed'}")
     else:
-        load_trainable_state(run.module, torch.load(path / "trainable.pt", map_location="cpu", weights_only=True))
-        run.optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True))
-    run.scheduler.load_state_dict(torch.load(path / "scheduler.pt", map_location="cpu", weights_only=True))
+        load_trainable_state(run.module, _torch_file(path / "trainable.pt"))
+        run.optimizer.load_state_dict(_torch_file(path / "optimizer.pt"))
+    run.scheduler.load_state_dict(_torch_file(path / "scheduler.pt"))
     if run.module.has_ema_reference:
         if not (path / EMA_FILE).is_file():
             raise CheckpointError(f"{path} holds no {EMA_FILE}: it was written without ppo.reference=ema; resume with the run's own ppo.reference")
-        run.module.load_ema_reference_state(torch.load(path / EMA_FILE, map_location="cpu", weights_only=True))
+        run.module.load_ema_reference_state(_torch_file(path / EMA_FILE))
     run.best.load_state(state.get("best_val"))
-    per_rank = load_pickle(path / rank_file(acc.process_index))
-    run.ppo.load_state_dict(per_rank["ppo"])
-    restore_env_state(run.envs, per_rank["env"])
-    run.observations = per_rank["observations"]
-    run.storage.starts_episode = per_rank["storage_starts_episode"].clone()
-    restore_rng_state(per_rank["rng"], owned_generators(run))
+    per_rank_path = path / rank_file(acc.process_index)
+    per_rank = load_pickle(per_rank_path)
+    if not isinstance(per_rank, dict) or not set(RANK_STATE_KEYS) <= set(per_rank):
+        what = f"lacks {sorted(set(RANK_STATE_KEYS) - set(per_rank))}" if isinstance(per_rank, dict) else f"holds a {type(per_rank).__name__}"
+        raise CheckpointError(f"{per_rank_path} is not this run's per-process state (it {what}; expected a mapping of {list(RANK_STATE_KEYS)}); resume from an earlier checkpoint")
+    try:
+        run.ppo.load_state_dict(per_rank["ppo"])
+        restore_env_state(run.envs, per_rank["env"])
+        run.observations = per_rank["observations"]
+        run.storage.starts_episode = per_rank["storage_starts_episode"].clone()
+        restore_rng_state(per_rank["rng"], owned_generators(run))
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        # The file's contents come from disk (a shared or damaged checkpoint): a wrong shape is the file's fault.
+        raise CheckpointError(f"{per_rank_path} does not hold the state this run saves ({type(e).__name__}: {e}); resume from an earlier checkpoint") from e
     run.wandb_run_id = state.get("wandb_run_id")
     apply_resumed_rates(run)
     return int(state["iteration"])
@@ -270,6 +297,7 @@ def prepare_output_dir(cfg: RunConfig, resume_from: Optional[Path], accelerator)
       into a used one it is refused, so the two runs' metrics and checkpoints never mix.
     """
     out = Path(cfg.log.output_dir)
+    check_metrics_file(out / METRICS_FILE)  # before minutes of loading, not at the first row
     stamp = time.strftime("%Y%m%d-%H%M%S")
     if resume_from is not None and Path(resume_from).resolve().parent != (out / CHECKPOINTS_SUBDIR).resolve():
         found = existing_run(out)
@@ -282,8 +310,9 @@ def prepare_output_dir(cfg: RunConfig, resume_from: Optional[Path], accelerator)
     if resume_from is not None:
         newer = [p for p in list_checkpoints(out / CHECKPOINTS_SUBDIR) if checkpoint_iteration(p) > checkpoint_iteration(resume_from)]
         if newer and accelerator.is_main_process:
-            aside = out / CHECKPOINTS_SUBDIR / f"abandoned-{stamp}"
-            aside.mkdir(parents=True, exist_ok=True)
+            confirm_lock(out)  # nothing is moved in a directory another run has taken
+            aside = free_name(out / CHECKPOINTS_SUBDIR / f"abandoned-{stamp}")
+            aside.mkdir(parents=True)
             for p in newer:
                 os.rename(p, aside / p.name)
             # The branch's metrics rows go with its checkpoints (the logger sets them aside too).
@@ -305,8 +334,7 @@ def prepare_output_dir(cfg: RunConfig, resume_from: Optional[Path], accelerator)
         )
     accelerator.wait_for_everyone()  # every process has looked before the main one moves it
     if accelerator.is_main_process:
-        aside = out.with_name(f"{out.name}.old-{stamp}")
-        os.rename(out, aside)
+        aside = move_aside(out)  # confirms this run's lock first
         logger.warning("log.overwrite: the run that was in %s was moved to %s", out, aside)
     accelerator.wait_for_everyone()
 

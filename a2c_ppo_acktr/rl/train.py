@@ -34,9 +34,9 @@ from a2c_ppo_acktr.config.arguments import PPOConfig, RunConfig
 from a2c_ppo_acktr.run.checkpoint import CheckpointManager, resolve_resume
 from a2c_ppo_acktr.run.distributed import build_accelerator, full_trainable, gather_lists, gathered_for_rollout, reduce_mean
 from a2c_ppo_acktr.run.logger import RunLogger
-from a2c_ppo_acktr.run.preemption import STOP_FILE, Preempted, StopOnSignal
+from a2c_ppo_acktr.run.preemption import STOP_FILE, Preempted, StopOnSignal, remove_stop_file
 from a2c_ppo_acktr.rl.rollouts import rollout_rows, write_rollouts
-from a2c_ppo_acktr.run.rundir import check_output_path, check_shared_directory, run_lock
+from a2c_ppo_acktr.run.rundir import check_output_path, check_shared_directory, confirm_lock, confirm_run_lock, run_lock
 from a2c_ppo_acktr.rl.run_state import (
     CHECKPOINTS_SUBDIR,
     Run,
@@ -481,9 +481,9 @@ def run_training(cfg: RunConfig) -> Path:
     try:
         check_shared_directory(cfg.log.output_dir, accelerator.is_main_process, accelerator.num_processes)
         stop_file = Path(cfg.log.output_dir) / STOP_FILE
-        if accelerator.is_main_process and stop_file.exists():
+        if accelerator.is_main_process and os.path.lexists(stop_file):
             logger.warning("removing %s, left by an earlier invocation (this one stops on a new one)", stop_file)
-            stop_file.unlink()
+            remove_stop_file(stop_file)
         accelerator.wait_for_everyone()
         with StopOnSignal(stop_file) as stop:
             return _train(cfg, accelerator, stop)
@@ -521,7 +521,10 @@ def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
         _check_engine_health(run)
     log = RunLogger(cfg, out, is_main=accelerator.is_main_process, start_iteration=start, wandb_run_id=run.wandb_run_id)
     run.wandb_run_id = log.wandb_run_id
-    checkpoints = CheckpointManager(ckpt_root, cfg.log.keep_checkpoints, accelerator.is_main_process, accelerator.wait_for_everyone)
+    # Before each checkpoint (and each metrics row) the run confirms that its lock file is still its own.
+    checkpoints = CheckpointManager(
+        ckpt_root, cfg.log.keep_checkpoints, accelerator.is_main_process, accelerator.wait_for_everyone, guard=functools.partial(confirm_lock, out)
+    )
     end = cfg.ppo.num_iterations if cfg.log.stop_after_iterations is None else min(cfg.ppo.num_iterations, start + cfg.log.stop_after_iterations)
     last: Optional[Path] = resume_from
     from tqdm.auto import tqdm
@@ -573,6 +576,7 @@ def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
             metrics.update(engine_metrics(run))
             with _timed(timings, "validation"):
                 metrics.update(validate(run, it + 1, log))
+            confirm_run_lock(out, accelerator.is_main_process, accelerator.num_processes)
             log.log({**metrics, **timings}, iteration=it + 1)
             bar.set_postfix(score=f"{metrics['rollout/episode_score_mean']:.3f}", kl=f"{metrics['losses/approx_kl']:.2e}")
             checkpoint_seconds = 0.0

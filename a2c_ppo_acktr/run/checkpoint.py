@@ -154,6 +154,9 @@ def verify_checkpoint(path: str | os.PathLike) -> Optional[str]:
     expected = marker["files"]
     if not isinstance(expected, dict) or not all(isinstance(v, str) for v in expected.values()):
         return f"{COMPLETE_MARKER} is malformed (its 'files' entry is not a map of file names to checksums)"
+    if not expected:
+        # Every checkpoint has files; an empty map would verify nothing and pass whatever is there.
+        return f"{COMPLETE_MARKER} is malformed (its 'files' map is empty: it records no checksum)"
     try:
         actual = file_checksums(path)
     except OSError as e:
@@ -196,15 +199,26 @@ class CheckpointManager:
         keep: how many complete checkpoints to keep (older ones are deleted after a save).
         is_main: whether this process publishes and prunes.
         barrier: synchronises processes; a no-op in single-process runs.
+        guard: called by the main process before it touches the directory and again just before it
+            publishes a checkpoint; it raises to stop the save (the run's lock check,
+            :func:`a2c_ppo_acktr.run.rundir.confirm_lock`: another run may have taken the directory).
     """
 
-    def __init__(self, root: str | os.PathLike, keep: int, is_main: bool = True, barrier: Callable[[], None] = lambda: None):
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        keep: int,
+        is_main: bool = True,
+        barrier: Callable[[], None] = lambda: None,
+        guard: Callable[[], None] = lambda: None,
+    ):
         if keep < 1:
             raise CheckpointError(f"keep={keep}: at least one checkpoint must be kept (log.keep_checkpoints >= 1)")
         self.root = Path(root)
         self.keep = keep
         self.is_main = is_main
         self.barrier = barrier
+        self.guard = guard
 
     def save(self, iteration: int, writer: Callable[[Path], None], meta: Optional[Mapping[str, Any]] = None) -> Path:
         """Write checkpoint ``iteration`` atomically.
@@ -221,6 +235,7 @@ class CheckpointManager:
         target = self.root / checkpoint_name(iteration)
         tmp = self.root / f"{_TMP_PREFIX}{target.name}"
         if self.is_main:
+            self.guard()
             self.root.mkdir(parents=True, exist_ok=True)
             if tmp.exists():  # left by an earlier crash
                 shutil.rmtree(tmp)
@@ -235,10 +250,17 @@ class CheckpointManager:
             if self.is_main:
                 marker = {"iteration": iteration, **dict(meta or {}), "files": file_checksums(tmp)}
                 (tmp / COMPLETE_MARKER).write_text(json.dumps(marker, indent=1, sort_keys=True), encoding="utf-8")
+                try:
+                    self.guard()
+                except BaseException:
+                    # The directory is another run's now, and the temporary name may be its own
+                    # write of the same iteration: leave it for that run to publish or clean.
+                    tmp = None
+                    raise
                 publish_dir(tmp, target)  # a re-save of the same iteration (final save after a periodic one) replaces it
                 self._prune()
         except BaseException as e:  # never leave a half-written temporary directory behind
-            if self.is_main:
+            if self.is_main and tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
             if not (isinstance(e, OSError) or _torch_write_failure(e)):
                 raise

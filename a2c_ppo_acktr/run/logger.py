@@ -21,11 +21,28 @@ import numpy as np
 
 from a2c_ppo_acktr.config.arguments import RunConfig
 from a2c_ppo_acktr.common.atomic import open_atomic
+from a2c_ppo_acktr.common.errors import UserError
 from a2c_ppo_acktr.common.jsonl import read_log
+from a2c_ppo_acktr.run.rundir import confirm_lock
 
 logger = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
+
+
+class MetricsFileError(RuntimeError, UserError):
+    """``metrics.jsonl`` is not a file, or writing it failed (a full disk, a quota, permissions)."""
+
+
+def check_metrics_file(path: str | os.PathLike) -> None:
+    """Refuse a ``metrics.jsonl`` path that holds something other than a file (a directory).
+
+    Raises:
+        MetricsFileError: naming the path and the fix.
+    """
+    path = Path(path)
+    if os.path.lexists(path) and not path.is_file():
+        raise MetricsFileError(f"{path} is not a file (a directory?); a run appends its metrics there: move it away, then run again")
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
@@ -94,6 +111,7 @@ class RunLogger:
         if not is_main:
             return
         self.output_dir.mkdir(parents=True, exist_ok=True)
+        check_metrics_file(self.metrics_path)
         self._truncate_metrics(start_iteration)
         if cfg.log.tensorboard:
             # Lazy: tensorboard's import is slow and the package is optional for users of jsonl only.
@@ -122,7 +140,7 @@ class RunLogger:
     def _set_aside_path(self) -> Path:
         """The first free ``metrics.jsonl.old-<k>``: rows set aside are never overwritten."""
         k = 1
-        while (candidate := self.metrics_path.with_name(f"{METRICS_FILE}.old-{k}")).exists():
+        while os.path.lexists(candidate := self.metrics_path.with_name(f"{METRICS_FILE}.old-{k}")):
             k += 1
         return candidate
 
@@ -132,6 +150,7 @@ class RunLogger:
         checkpoint on resume: a crashed tail or an abandoned branch); nothing is deleted."""
         if not self.metrics_path.is_file():
             return
+        confirm_lock(self.output_dir)  # nothing is moved in a directory another run has taken
         if start_iteration == 0:
             # A fresh run in a used directory: keep the old rows apart rather than mixing runs.
             aside = self._set_aside_path()
@@ -155,8 +174,15 @@ class RunLogger:
         if not self.is_main:
             return
         row = {"iteration": iteration, **{k: _json_value(v) for k, v in metrics.items()}}
-        with open(self.metrics_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
+        try:
+            with open(self.metrics_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
+        except OSError as e:
+            # A torn row the failed write may leave is dropped when the run resumes (read_log).
+            raise MetricsFileError(
+                f"writing iteration {iteration}'s row to {self.metrics_path} failed: {e.strerror or e}; free space or fix the directory's "
+                "permissions, then continue with --resume auto (from the last checkpoint; later iterations are redone)"
+            ) from e
         scalars = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         if self._tb is not None:
             for k, v in scalars.items():

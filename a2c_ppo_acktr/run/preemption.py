@@ -15,11 +15,14 @@ A request the run is waiting on (the rollout server's) does not hold the stop ba
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
 from pathlib import Path
 from typing import Optional
+
+from a2c_ppo_acktr.common.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -44,13 +47,43 @@ def stop_requested() -> Optional[str]:
 
 
 class Preempted(Exception):
-    """The run stopped on a signal after writing ``checkpoint``; ``exit_code`` is what the entry script returns."""
+    """The run stopped on a signal after writing ``checkpoint``; ``exit_code`` is what the entry script returns.
+
+    Args:
+        what: What asked to stop (a signal's name, the stop file).
+        iteration: The iteration (PPO) or optimizer step (SFT) the checkpoint holds.
+        checkpoint: The checkpoint written.
+        unit: What ``iteration`` counts, for the message.
+        resume: The flag that continues the run, for the message.
+    """
 
     exit_code = PREEMPTED_EXIT_CODE
 
-    def __init__(self, what: str, iteration: int, checkpoint: Path) -> None:
-        super().__init__(f"stopped by {what} after iteration {iteration}; checkpoint {checkpoint} written; continue with --resume auto")
+    def __init__(self, what: str, iteration: int, checkpoint: Path, unit: str = "iteration", resume: str = "--resume auto") -> None:
+        super().__init__(f"stopped by {what} after {unit} {iteration}; checkpoint {checkpoint} written; continue with {resume}")
         self.checkpoint = checkpoint
+
+
+class StopFileError(RuntimeError, UserError):
+    """A stop request that cannot be removed (a directory that is not empty, a file without permission)."""
+
+
+def remove_stop_file(path: Path) -> None:
+    """Remove the stop request at ``path``: a file, or a directory someone made with ``mkdir`` (when empty).
+
+    Raises:
+        StopFileError: it cannot be removed (the message says what to do).
+    """
+    try:
+        if path.is_dir() and not path.is_symlink():
+            path.rmdir()
+        else:
+            path.unlink(missing_ok=True)
+    except OSError as e:
+        raise StopFileError(
+            f"the stop request {path} cannot be removed ({e.strerror}); remove it yourself (a run stops when a {path.name} "
+            "file appears in its directory), then continue the run"
+        ) from None
 
 
 class StopOnSignal:
@@ -99,7 +132,7 @@ class StopOnSignal:
     def _local(self) -> Optional[str]:
         if self.signame:
             return self.signame
-        if self.stop_file is not None and self.stop_file.exists():
+        if self.stop_file is not None and os.path.lexists(self.stop_file):
             return f"the {self.stop_file.name} file"
         return None
 
@@ -116,7 +149,12 @@ class StopOnSignal:
         return local or "a signal to another process"
 
     def consume(self, is_main: bool) -> None:
-        """Remove the stop file (main process), so the resumed run does not stop at once."""
+        """Remove the stop file (main process), so the resumed run does not stop at once. One that
+        cannot be removed is only warned about here: the checkpoint is written, and the next start
+        refuses it with one line."""
         if is_main and self.stop_file is not None:
-            self.stop_file.unlink(missing_ok=True)
+            try:
+                remove_stop_file(self.stop_file)
+            except StopFileError as e:
+                logger.warning("%s", e)
         self._file_seen, self._file_checked = None, -float("inf")

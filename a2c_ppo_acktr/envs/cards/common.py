@@ -145,10 +145,13 @@ class CardGameConfig:
     image_size: int = 300
     invalid_penalty: float = -1.0
     max_turns: int = 300
+    min_image_size: ClassVar[int] = 64  # below it the cards' digits are not legible
 
     def __post_init__(self) -> None:
-        if self.image_size < 64:
-            raise ValueError(f"image_size={self.image_size} is too small to draw the cards legibly; use at least 64 (the original is 300)")
+        if self.image_size < self.min_image_size:
+            raise ValueError(
+                f"image_size={self.image_size} is too small to draw the cards legibly; use at least {self.min_image_size} (the original is 300)"
+            )
         if not math.isfinite(self.invalid_penalty):
             raise ValueError(f"invalid_penalty={self.invalid_penalty} must be a finite number such as -1.0")
         if self.max_turns < 1:
