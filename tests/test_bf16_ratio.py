@@ -162,3 +162,71 @@ def test_a_copied_float32_head_computes_with_its_own_weights():
         twin[2].bias.fill_(5.0)
     x = torch.ones(4, 3)
     assert (twin(x) - head(x)).abs().min() > 1.0 and twin(x).dtype == torch.float32
+
+
+def test_float32_weight_cache_reuses_one_exact_cast_and_follows_in_place_updates():
+    """Inside float32_weight_cache a no-grad call reuses the weight's cast until the weight changes in
+    place; a grad-enabled call and any call outside the block cast afresh; the block frees the copy."""
+    import torch
+
+    from a2c_ppo_acktr.policy.temp_predictor import compute_in_float32, float32_weight, float32_weight_cache
+
+    layer = compute_in_float32(torch.nn.Linear(5, 3)).to(torch.bfloat16)
+    x = torch.randn(2, 5)
+    with float32_weight_cache(layer), torch.no_grad():
+        first = float32_weight(layer)
+        assert first.dtype == torch.float32 and torch.equal(first, layer.weight.float())
+        assert float32_weight(layer) is first
+        y = layer(x)
+        layer.weight.add_(1.0)  # an optimizer step's in-place update: the version moves
+        second = float32_weight(layer)
+        assert second is not first and torch.equal(second, layer.weight.float())
+        assert torch.equal(layer(x), torch.nn.functional.linear(x, second, layer.bias.float()))
+        assert not torch.equal(layer(x), y)
+    with float32_weight_cache(layer):
+        assert float32_weight(layer) is not float32_weight(layer)  # grad enabled: no cache
+    assert float32_weight(layer) is not float32_weight(layer) and not hasattr(layer, "_vsi_float32_weight")
+    f32 = compute_in_float32(torch.nn.Linear(5, 3))
+    with float32_weight_cache(f32), torch.no_grad():
+        assert float32_weight(f32) is f32.weight  # float32 weights are used as they are
+
+
+def test_act_casts_the_float32_lm_head_once_per_generate_with_the_same_numbers(tiny_model_path, monkeypatch):
+    """A bf16 policy's act casts lm_head's weight once for all its decoded tokens, and samples the same
+    tokens with bitwise the same log-probs as casting at every token."""
+    import contextlib
+
+    import numpy as np
+    import torch
+
+    from a2c_ppo_acktr.policy import model as policy_model
+    from a2c_ppo_acktr.policy import temp_predictor
+
+    cfg = ModelConfig(model_path=tiny_model_path, device="cpu", dtype="bfloat16", lora_r=2, lora_alpha=4, value_head_hidden=8,
+                      temp_head_hidden=8, max_new_tokens=6, rollout_log_probs="generate")
+    torch.manual_seed(0)
+    policy = policy_model.VLMPolicy(cfg)
+    head = policy.model.get_output_embeddings()
+    head = getattr(head, "base_layer", head)
+    rng = np.random.default_rng(0)
+    obs = [{"images": [rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)], "text": f"Question {i}: where is it?"} for i in range(2)]
+    real = temp_predictor.float32_weight
+    casts: list[torch.Tensor] = []
+
+    def spy(layer):
+        w = real(layer)
+        if layer is head:
+            casts.append(w)
+        return w
+
+    monkeypatch.setattr(temp_predictor, "float32_weight", spy)
+    torch.manual_seed(1)
+    cached = policy.act(obs)
+    calls = len(casts)
+    assert calls >= 2 and all(w is casts[0] for w in casts), "one cast per generate"
+    monkeypatch.setattr(policy_model, "float32_weight_cache", lambda module: contextlib.nullcontext())
+    torch.manual_seed(1)
+    fresh = policy.act(obs)
+    assert len({id(w) for w in casts[calls:]}) == len(casts) - calls  # without the block: a cast per call
+    assert [g.tolist() for g in cached.generated_ids] == [g.tolist() for g in fresh.generated_ids]
+    assert all(torch.equal(a, b) for a, b in zip(cached.token_log_probs, fresh.token_log_probs))

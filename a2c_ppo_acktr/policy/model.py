@@ -76,7 +76,7 @@ from a2c_ppo_acktr.policy.encoding import IMAGE_KEYS, TurnEncoding, collate, spl
 from a2c_ppo_acktr.policy.loading import ContextLengthError, LoadedVLM, ModelLoadError, adapter_settings, forbidden_token_ids, load_vlm, record_base_model
 from a2c_ppo_acktr.policy.references import PERCEPTION_PROBES, EMAWeights, reference_named
 from a2c_ppo_acktr.policy.references import REFERENCES as KL_REFERENCES
-from a2c_ppo_acktr.policy.temp_predictor import TempPredictor, compute_in_float32
+from a2c_ppo_acktr.policy.temp_predictor import TempPredictor, compute_in_float32, float32_weight_cache
 
 logger = logging.getLogger(__name__)
 
@@ -850,7 +850,8 @@ class VLMPolicy(nn.Module):
         """``generate`` under the per-row temperature processor: the sequences, the processor (its
         recorded log-probs and temperatures) and the caught ``lm_head`` inputs (the first: each row's
         last prompt token, which the heads read)."""
-        with self._catch_lm_head_input() as caught:
+        # The float32 lm_head casts its weight once for the whole call, not once per decoded token.
+        with self._catch_lm_head_input() as caught, float32_weight_cache(self.model):
             proc = _RowTemperatureProcessor(
                 lambda: self._temperatures(caught[0][:, -1], temperature), self.forbidden_ids, record_log_probs=not recompute,
                 top_k=self.cfg.top_k, top_p=self.cfg.top_p,

@@ -8,8 +8,10 @@ the policy gradient trains it.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import types
+from typing import Iterator
 
 import torch
 from torch import Tensor, nn
@@ -34,7 +36,50 @@ def compute_in_float32(module: nn.Module) -> nn.Module:
 
 def _float32_linear_forward(self: nn.Linear, x: Tensor) -> Tensor:
     bias = None if self.bias is None else self.bias.float()
-    return nn.functional.linear(x.float(), self.weight.float(), bias)
+    return nn.functional.linear(x.float(), float32_weight(self), bias)
+
+
+# The attribute a Linear keeps its float32 weight copy under while a float32_weight_cache is open.
+_CACHE = "_vsi_float32_weight"
+
+
+def float32_weight(layer: nn.Linear) -> Tensor:
+    """``layer.weight`` in float32: the weight itself when it is float32, else a cast.
+
+    Inside :func:`float32_weight_cache`, a no-grad call reuses the cast it made before while the
+    weight is the same storage at the same version (an in-place update bumps the version), so a
+    decode loop casts a bf16 ``lm_head`` once per ``generate`` instead of once per token. The values
+    are the same either way: the cast is exact.
+    """
+    w = layer.weight
+    if w.dtype == torch.float32:
+        return w
+    cache = layer.__dict__.get(_CACHE)
+    if cache is None or torch.is_grad_enabled():
+        return w.float()
+    key = (w.data_ptr(), w._version, w.device, tuple(w.shape))
+    if cache.get("key") != key:
+        cache["key"], cache["weight"] = key, w.detach().float()
+    return cache["weight"]
+
+
+@contextlib.contextmanager
+def float32_weight_cache(module: nn.Module) -> Iterator[None]:
+    """Keep each float32-computing Linear's cast weight (:func:`compute_in_float32`) under ``module``
+    between its no-grad calls until the block ends, then free it.
+
+    Meant around ``generate``: the float32 ``lm_head`` then costs one ``V x H`` cast per call instead
+    of one per decoded token. The copy's memory is what each token's temporary took before (one
+    ``V x H`` float32 array), held for the whole call instead of within each step.
+    """
+    layers = [m for m in module.modules() if isinstance(m, nn.Linear) and getattr(m.forward, "__func__", None) is _float32_linear_forward]
+    for layer in layers:
+        layer.__dict__[_CACHE] = {}
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.__dict__.pop(_CACHE, None)
 
 
 class TempPredictor(nn.Module):
