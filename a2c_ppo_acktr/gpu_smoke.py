@@ -683,7 +683,8 @@ def summary_table(work: str | os.PathLike, device: str) -> str:
     engine = load("engine.json")
     if engine:
         hf = f", HF engine {engine['hf_turns_per_s']:.1f}" if "hf_turns_per_s" in engine else ""
-        lines.append(f"| vLLM engine: max abs(logp_engine - logp_policy) | {engine['logp_gap_max']:.3g} (mean {engine['logp_gap_mean']:.3g}) "
+        version = f" {engine['vllm_version']}" if engine.get("vllm_version") else ""
+        lines.append(f"| vLLM{version} engine: max abs(logp_engine - logp_policy) | {engine['logp_gap_max']:.3g} (mean {engine['logp_gap_mean']:.3g}) "
                      f"| <= {ENGINE_GAP_LIMIT:g} |")
         lines.append(f"| vLLM engine: rollout turns/s (adapter sync {engine['sync_seconds']:.2f} s/it) | {engine['engine_turns_per_s']:.1f}{hf} | |")
     sft = load("sft.json")
@@ -755,6 +756,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", default=None, help="check-ppo: the training run's directory (metrics.jsonl); check-sft: sft.output_dir")
     p.add_argument("--iterations", type=int, default=2, help="check-ppo: iterations the run must have logged")
     p.add_argument("--hf-run-dir", default=None, help="check-engine: the HF-engine run to compare turns/s with")
+    p.add_argument("--vllm-version", default=None, help="check-engine: the server's vLLM version (reported in the summary)")
     p.add_argument("--seeds", type=int, default=None, help="ratio: seeds per setting (default 4 on cuda, 1 on cpu)")
     p.add_argument("--work", default=None, help="summary: the directory holding the stages' JSON files")
     p.add_argument("--config", default=None, help="ratio, real-size: an env overlay (configs/envs/*.yaml, ENV_CONFIG) merged over the preset")
@@ -810,6 +812,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if not args.run_dir:
                 raise SmokeFailure("check-engine needs --run-dir (the run's output directory)")
             result = check_engine_run(args.run_dir, args.hf_run_dir)
+            if args.vllm_version:
+                result["vllm_version"] = args.vllm_version
             _write_json(args.out, result)
             print(json.dumps(result))
         elif args.stage == "check-sft":

@@ -8,7 +8,7 @@
 #   3. PPO          2 iterations under accelerate + DeepSpeed ZeRO-2 on all visible GPUs through
 #                   scripts/run_vsi_qwen.sh (PRESET=debug, groups of 2 envs: a shared prefill): ratio deviation, debug/param_rank_max_dev
 #                   (must be 0), steps/s
-#   3c. vLLM        (cuda, vllm importable) run_vsi_qwen.sh with ROLLOUT_SERVER=1: a real `vllm serve` of the
+#   3c. vLLM        (cuda; VLLM_PYTHON, `vllm` on PATH or an importable vllm) run_vsi_qwen.sh with ROLLOUT_SERVER=1: a real `vllm serve` of the
 #                   tiny model, 2 iterations through it; adapter versions, |logp_engine - logp_policy|,
 #                   rollout turns/s against stage 3's HF engine
 #   4. SFT          oracle labels -> SFT dataset -> one SFT step through scripts/run_vsi_sft.sh
@@ -46,6 +46,7 @@
 #                     of VSI; the GPU paths checked are the same, and a node without open3d (VSI's
 #                     renderer) can still run them
 #   PYTHON            interpreter (default .venv/bin/python when present, else python)
+#   VLLM_PYTHON       the python of vLLM's own environment for stage 3c (default: `vllm` on PATH, else PYTHON's vllm)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -104,6 +105,16 @@ logged() {
   fi
 }
 
+# vLLM where the launcher finds it: VLLM_PYTHON (its own environment), else `vllm` on PATH, else this python.
+VLLM_VERSION=
+if [ -n "${VLLM_PYTHON:-}" ]; then
+  VLLM_VERSION=$("$VLLM_PYTHON" -c 'import importlib.metadata as m; print(m.version("vllm"))' 2> /dev/null) \
+    || fail "VLLM_PYTHON=$VLLM_PYTHON cannot import vllm"
+elif command -v vllm > /dev/null 2>&1; then
+  VLLM_VERSION=$(vllm --version 2> /dev/null | tail -n 1) || VLLM_VERSION=unknown
+elif "$PYTHON" -c "import vllm" > /dev/null 2>&1; then
+  VLLM_VERSION=$("$PYTHON" -c 'import importlib.metadata as m; print(m.version("vllm"))')
+fi
 echo "== gpu_smoke: device $DEVICE, dtype $DTYPE, python $PYTHON, env ${ENV_CONFIG:-VSI, the preset default}, outputs $WORK"
 
 echo "== 1/5 environment"
@@ -146,15 +157,24 @@ if [ "$TINY_STAGES" = 1 ]; then
     fi
   fi
 
-  if [ "$DEVICE" = cuda ] && "$PYTHON" -c "import vllm" > /dev/null 2>&1; then
-    echo "== 3c/5 vLLM rollout engine: vllm serve on the tiny model (started by run_vsi_qwen.sh), 2 PPO iterations through it"
-    logged ppo_vllm env PRESET=debug NUM_GPUS=1 ROLLOUT_SERVER=1 ROLLOUT_PORT="$(smoke free-port)" ROLLOUT_GPU_MEMORY=0.3 \
-      EXTRA_ARGS="--model.device cuda --model.dtype bfloat16 --ppo.num_iterations 2 --log.progress_bar false --ppo.tis_cap 2.0 $LAUNCH_ENV_ARGS" \
-      timeout 1200 bash scripts/run_vsi_qwen.sh 1 smoke_vllm "$WORK/ppo" "$(smoke free-port)"
+  if [ "$DEVICE" = cuda ] && [ -n "$VLLM_VERSION" ]; then
+    echo "== 3c/5 vLLM $VLLM_VERSION rollout engine: vllm serve on the tiny model (started by run_vsi_qwen.sh), 2 PPO iterations through it"
+    # TIS is on by default for rollout.engine=vllm; the server's log is RUN_DIR/rollout_server-0.log.
+    if ! env PRESET=debug NUM_GPUS=1 ROLLOUT_SERVER=1 ROLLOUT_PORT="$(smoke free-port)" ROLLOUT_GPU_MEMORY=0.3 \
+      EXTRA_ARGS="--model.device cuda --model.dtype bfloat16 --ppo.num_iterations 2 --log.progress_bar false $LAUNCH_ENV_ARGS" \
+      timeout 1200 bash scripts/run_vsi_qwen.sh 1 smoke_vllm "$WORK/ppo" "$(smoke free-port)" > "$WORK/ppo_vllm.log" 2>&1; then
+      tail -n 30 "$WORK/ppo_vllm.log" >&2
+      if [ -f "$WORK/ppo/smoke_vllm/rollout_server-0.log" ]; then
+        echo "-- the server's log ($WORK/ppo/smoke_vllm/rollout_server-0.log):" >&2
+        tail -n 30 "$WORK/ppo/smoke_vllm/rollout_server-0.log" >&2
+      fi
+      fail "ppo_vllm exited non-zero (full log: $WORK/ppo_vllm.log)"
+    fi
     smoke check-ppo --run-dir "$WORK/ppo/smoke_vllm" --iterations 2 --out "$WORK/ppo_vllm.json" || fail "vLLM-engine PPO run check (see above)"
-    smoke check-engine --run-dir "$WORK/ppo/smoke_vllm" --hf-run-dir "$WORK/ppo/smoke" --out "$WORK/engine.json" || fail "vLLM engine check (see above)"
+    smoke check-engine --run-dir "$WORK/ppo/smoke_vllm" --hf-run-dir "$WORK/ppo/smoke" --vllm-version "$VLLM_VERSION" --out "$WORK/engine.json" \
+      || fail "vLLM engine check (see above)"
   else
-    echo "== 3c/5 skipped: the vLLM rollout engine needs cuda and an importable vllm (pip install -e .[vllm])"
+    echo "== 3c/5 skipped: the vLLM rollout engine needs cuda and vLLM (VLLM_PYTHON=/path/to/its/python, \`vllm\` on PATH, or pip install -e .[vllm])"
   fi
 
   echo "== 4/5 SFT: oracle labels, dataset, one step"

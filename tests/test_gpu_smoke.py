@@ -239,3 +239,21 @@ def test_script_real_size_stage_on_cpu(tmp_path):
         assert ppo["ratio_max_dev"] == 0.0
     table = summary_table(work, "cpu")
     assert "| real size PPO (1 process(es), float32" in table and table in proc.stdout
+
+
+def test_vllm_stage_reads_vllm_python_and_reports_its_version(tmp_path):
+    """Stage 3c finds vLLM in its own environment (VLLM_PYTHON): one that cannot import vllm stops the
+    script before any stage runs; the engine check's version reaches the summary's rows."""
+    bad = _script(tmp_path, "cpu", timeout=60, VLLM_PYTHON="/bin/false")
+    assert bad.returncode == 1 and f"{FAILED}: VLLM_PYTHON=/bin/false cannot import vllm" in bad.stderr
+    assert "== 1/5" not in bad.stdout
+    rows = [{"iteration": i, "engine/adapter_version": float(i), "engine/logp_gap_max": 0.01, "engine/logp_gap_mean": 0.002,
+             "charts/turns": 4.0 * i, "time/collect": 0.5} for i in (1, 2)]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    work = tmp_path / "work"
+    work.mkdir()
+    assert main(["check-engine", "--device", "cpu", "--run-dir", str(run), "--vllm-version", "0.33.1", "--out", str(work / "engine.json")]) == 0
+    assert json.loads((work / "engine.json").read_text())["vllm_version"] == "0.33.1"
+    assert "| vLLM 0.33.1 engine: max abs(logp_engine - logp_policy) | 0.01 " in summary_table(work, "cpu")
