@@ -12,6 +12,8 @@ All variants decode greedily, so they produce the same tokens and the times comp
 Plus the process's peak resident memory (``resource.getrusage``).
 
 Usage: ``python bench/bench_rollout.py [--num-envs 8] [--images 4] [--max-new-tokens 32] [--repeats 3]``
+On a GPU: ``--device cuda --model-path DIR`` (bf16; DIR e.g. a random real-size build of
+``python -m a2c_ppo_acktr.real_size --device cuda``).
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import argparse
 import numpy as np
 import torch
 
-from common import add_policy_args, best_interleaved, load_policy, peak_rss_mb
+from common import add_policy_args, best_interleaved, load_policy, peak_rss_mb, synchronised
 
 
 
@@ -46,7 +48,7 @@ def cost_parts(policy, obs: list[dict], repeats: int, steps: int = 32) -> tuple[
         cfg.suppress_tokens = policy.forbidden_ids.tolist()
         return torch.no_grad()(lambda: policy.model.generate(**enc, generation_config=cfg))
 
-    t_enc, t_first, t_all = best_interleaved([lambda: policy._encode(texts, images), gen(1), gen(steps)], repeats)
+    t_enc, t_first, t_all = best_interleaved([synchronised(f) for f in (lambda: policy._encode(texts, images), gen(1), gen(steps))], repeats)
     return t_enc, t_first, (t_all - t_first) / (steps - 1)
 
 
@@ -78,7 +80,7 @@ def main() -> None:
     # Greedy everywhere: every variant produces the same tokens, so the times compare like for like.
     same = bare() == policy.act(obs, greedy=True).texts == [policy.act([o], greedy=True).texts[0] for o in obs]
     looped, t_act, t_bare, t_act_recompute = best_interleaved(
-        [lambda: [policy.act([o], greedy=True) for o in obs], lambda: policy.act(obs, greedy=True), bare, act_recompute],
+        [synchronised(f) for f in (lambda: [policy.act([o], greedy=True) for o in obs], lambda: policy.act(obs, greedy=True), bare, act_recompute)],
         args.repeats,
     )
     batched = t_act

@@ -23,14 +23,30 @@ def add_policy_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 on a shared machine)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="where the policy runs (cuda: e.g. a build of python -m a2c_ppo_acktr.real_size as --model-path)")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="model.dtype (default: float32 on cpu, bfloat16 on cuda)")
 
 
 def load_policy(args: argparse.Namespace) -> VLMPolicy:
-    """The policy the benchmark measures, on CPU, with ``args.threads`` torch threads and seed 0."""
+    """The policy the benchmark measures, on ``args.device`` (CPU: ``args.threads`` torch threads),
+    seed 0."""
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    cfg = ModelConfig(model_path=args.model_path, device="cpu", max_new_tokens=args.max_new_tokens)
+    device = getattr(args, "device", "cpu")
+    dtype = getattr(args, "dtype", None) or ("bfloat16" if device == "cuda" else "float32")
+    cfg = ModelConfig(model_path=args.model_path, device=device, dtype=dtype, max_new_tokens=args.max_new_tokens)
     return VLMPolicy(cfg, load_vlm(cfg))
+
+
+def synchronised(fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` followed by a CUDA synchronise when CUDA is in use, so wall time covers queued kernels."""
+    def call() -> object:
+        out = fn()
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+        return out
+    return call
 
 
 def best_interleaved(fns: Sequence[Callable[[], object]], repeats: int, warmup: bool = True) -> list[float]:
