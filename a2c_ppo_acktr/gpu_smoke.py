@@ -556,7 +556,7 @@ REAL_SIZE_PHASES = ("time/collect", "time/old_log_probs", "time/update", "time/i
 
 
 def real_size_check(device: str, model_path: str, preset: str, config: Optional[str] = None, settings: Sequence[str] = (),
-                    seed: int = 0) -> dict[str, Any]:
+                    seed: int = 0, profile: Optional[str] = None) -> dict[str, Any]:
     """Speed and memory of a :mod:`a2c_ppo_acktr.real_size` build under ``preset``'s settings (plus the
     overlay ``config`` and the ``settings`` overrides, which set the stage's small rollout).
 
@@ -583,7 +583,10 @@ def real_size_check(device: str, model_path: str, preset: str, config: Optional[
     t0 = time.perf_counter()
     policy = VLMPolicy(run.model, load_vlm(run.model))
     t1 = time.perf_counter()
-    timing = probe.decode_timing(policy, VSIBatchEnv(run.env, run.rollout.num_envs, seed=seed * 1000).reset())
+    observations = VSIBatchEnv(run.env, run.rollout.num_envs, seed=seed * 1000).reset()
+    timing = probe.decode_timing(policy, observations)
+    if profile:  # where act's time per token goes, beside a bare generate's (GPU_SMOKE_PROFILE=1)
+        probe.profile_decoders(policy, observations, PROFILE_TOKENS, profile)
     t2 = time.perf_counter()
     if on_cuda:
         torch.cuda.empty_cache()
@@ -616,6 +619,10 @@ def real_size_check(device: str, model_path: str, preset: str, config: Optional[
             f"({shapes.batch} turns x {shapes.seq} tokens, {shapes.images} images x {shapes.image_tokens} tokens): a term of the formula is off"
         )
     return result
+
+
+# Decoded positions of each profiled call (a profile of the whole reply would be mostly repetition).
+PROFILE_TOKENS = 16
 
 
 def check_real_size_run(run_dir: str | os.PathLike, iterations: int) -> dict[str, Any]:
@@ -756,6 +763,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", default=None, help="check-ppo: the training run's directory (metrics.jsonl); check-sft: sft.output_dir")
     p.add_argument("--iterations", type=int, default=2, help="check-ppo: iterations the run must have logged")
     p.add_argument("--hf-run-dir", default=None, help="check-engine: the HF-engine run to compare turns/s with")
+    p.add_argument("--profile", default=None, help="real-size: also profile act and a bare generate into this text file")
     p.add_argument("--vllm-version", default=None, help="check-engine: the server's vLLM version (reported in the summary)")
     p.add_argument("--seeds", type=int, default=None, help="ratio: seeds per setting (default 4 on cuda, 1 on cpu)")
     p.add_argument("--work", default=None, help="summary: the directory holding the stages' JSON files")
@@ -793,7 +801,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         elif args.stage == "real-size":
             if not args.model:
                 raise SmokeFailure("real-size needs --model (a directory written by python -m a2c_ppo_acktr.real_size)")
-            result = real_size_check(args.device, args.model, args.preset, args.config, args.set)
+            result = real_size_check(args.device, args.model, args.preset, args.config, args.set, profile=args.profile)
             _write_json(args.out, result)
             print(json.dumps(result))
         elif args.stage == "check-real-size":

@@ -68,10 +68,24 @@ def decode_timing(policy: Any, observations: Sequence[dict]) -> DecodeTiming:
     temperature, its logits processor, and with ``model.rollout_log_probs=recompute`` a re-scoring
     forward). Each is warmed up with a :data:`WARMUP_TOKENS`-token call first.
     """
+    cfg = policy.cfg
+    sync = _synchronised(policy.device)
+
+    act, bare = decoders(policy, observations)
+    act(WARMUP_TOKENS)
+    bare(WARMUP_TOKENS)
+    act_positions, act_seconds = _timed(lambda: act(cfg.max_new_tokens), sync)
+    bare_positions, bare_seconds = _timed(lambda: bare(cfg.max_new_tokens), sync)
+    return DecodeTiming(act_seconds, act_positions, bare_seconds, bare_positions)
+
+
+def decoders(policy: Any, observations: Sequence[dict]) -> tuple[Callable[[int], int], Callable[[int], int]]:
+    """``(act, bare)``: each decodes ``tokens`` positions for ``observations`` and returns the batch's
+    longest reply; ``act`` through the policy, ``bare`` through a plain ``model.generate`` of the same
+    prompts (temperature 1, no warper, no logits processor)."""
     import torch
 
     cfg = policy.cfg
-    sync = _synchronised(policy.device)
     texts, images = policy._prompts_and_images(observations, blind=False)
 
     def bare(tokens: int) -> int:
@@ -87,11 +101,34 @@ def decode_timing(policy: Any, observations: Sequence[dict]) -> DecodeTiming:
         finally:
             cfg.max_new_tokens = full
 
+    return act, bare
+
+
+def profile_decoders(policy: Any, observations: Sequence[dict], tokens: int, path: str, rows: int = 30) -> None:
+    """Profile one ``act`` and one bare ``generate`` of ``tokens`` positions (``torch.profiler``, CPU
+    and, on CUDA, device time) and write both operator tables to ``path``: where ``act``'s extra time
+    per decoded token goes."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    act, bare = decoders(policy, observations)
+    on_cuda = torch.device(policy.device).type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
+    sort = "self_cuda_time_total" if on_cuda else "self_cpu_time_total"
+    sync = _synchronised(policy.device)
     act(WARMUP_TOKENS)
     bare(WARMUP_TOKENS)
-    act_positions, act_seconds = _timed(lambda: act(cfg.max_new_tokens), sync)
-    bare_positions, bare_seconds = _timed(lambda: bare(cfg.max_new_tokens), sync)
-    return DecodeTiming(act_seconds, act_positions, bare_seconds, bare_positions)
+    parts = []
+    for name, fn in (("act", act), ("bare generate", bare)):
+        sync()
+        with profile(activities=activities) as prof:
+            fn(tokens)
+            sync()
+        parts.append(f"== {name}, {tokens} positions, sorted by {sort}\n" + prof.key_averages().table(sort_by=sort, row_limit=rows))
+        parts.append(f"== {name}, sorted by cpu_time_total (Python-side work shows here)\n"
+                     + prof.key_averages().table(sort_by="cpu_time_total", row_limit=rows))
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n\n".join(parts) + "\n")
 
 
 def training_steps(policy: Any, minibatch: Any, lr: float, steps: int = 2) -> None:

@@ -42,6 +42,7 @@
 #   GPU_SMOKE_PRESET  the preset stage 4b runs the checkpoint with (default qwen2.5-vl-3b)
 #   GPU_SMOKE_REAL_SIZE  a GPU preset for stage 4c (its checkpoint's architecture, random weights); unset: skipped
 #   GPU_SMOKE_STAGES  all (default) | real-size: only stages 1, 4c and 5
+#   GPU_SMOKE_PROFILE 1: stage 4c also profiles one act and one bare generate (torch.profiler) into act_profile.txt
 #   ENV_CONFIG        an env overlay (configs/envs/numberline.yaml, ...): stages 2-4 on that env instead
 #                     of VSI; the GPU paths checked are the same, and a node without open3d (VSI's
 #                     renderer) can still run them
@@ -227,7 +228,9 @@ if [ -n "${GPU_SMOKE_REAL_SIZE:-}" ]; then
   if [ -n "${ENV_CONFIG:-}" ]; then RS_OVERLAY=(--config "$ENV_CONFIG"); fi
   logged real_size_build "$PYTHON" -m a2c_ppo_acktr.real_size --preset "$RS_PRESET" --out "$RS_DIR" "${RS_BUILD[@]}"
   grep "^real_size:" "$WORK/real_size_build.log"
-  smoke real-size --model "$RS_DIR" --preset "$RS_PRESET" ${RS_OVERLAY[@]+"${RS_OVERLAY[@]}"} "${RS_SET[@]}" --out "$WORK/real_size.json" \
+  RS_PROFILE=()
+  if [ "${GPU_SMOKE_PROFILE:-0}" = 1 ]; then RS_PROFILE=(--profile "$WORK/act_profile.txt"); fi
+  smoke real-size --model "$RS_DIR" --preset "$RS_PRESET" ${RS_OVERLAY[@]+"${RS_OVERLAY[@]}"} "${RS_SET[@]}" ${RS_PROFILE[@]+"${RS_PROFILE[@]}"} --out "$WORK/real_size.json" \
     > "$WORK/real_size_probe.log" || { tail -n 5 "$WORK/real_size_probe.log" >&2; fail "real-size speed and memory check (see above)"; }
   if [ "$DEVICE" = cuda ]; then
     logged real_size_ppo env PRESET="$RS_PRESET" MODEL_PATH="$RS_DIR" NUM_GPUS=1 EXTRA_ARGS="${RS_FLAGS[*]}" \

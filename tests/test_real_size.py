@@ -150,3 +150,23 @@ def test_an_existing_directory_with_files_is_never_written(tmp_path):
         real_size.build_real_size("qwen2.5-vl-3b", out, PROXY)
     assert [p.name for p in out.iterdir()] == ["notes.txt"] and (out / "notes.txt").read_text() == "keep"
     assert [p.name for p in tmp_path.iterdir()] == ["mine"]  # no temporary directory left behind
+
+
+def test_profile_of_act_and_a_bare_generate_names_the_head_and_the_sampler(proxy_dir, tmp_path):
+    """GPU_SMOKE_PROFILE's table: one profiled act and one bare generate, each with its operators, the
+    float32 head's matmul and the sampler among them."""
+    from a2c_ppo_acktr.policy.model import VLMPolicy
+    from a2c_ppo_acktr.real_size_probe import profile_decoders
+
+    cfg, loaded = _loaded(proxy_dir, max_new_tokens=12)
+    torch.manual_seed(0)
+    policy = VLMPolicy(cfg, loaded)
+    rng = np.random.default_rng(0)
+    obs = [{"images": [rng.integers(0, 256, (56, 56, 3), dtype=np.uint8)], "text": f"Env {i}: where is the chair?"} for i in range(2)]
+    out = tmp_path / "act_profile.txt"
+    profile_decoders(policy, obs, tokens=4, path=str(out))
+    text = out.read_text(encoding="utf-8")
+    act, bare = text.split("== bare generate, 4 positions")
+    assert act.startswith("== act, 4 positions")
+    for part in (act, bare):
+        assert "aten::multinomial" in part and ("aten::linear" in part or "aten::addmm" in part or "aten::mm" in part)
