@@ -447,3 +447,35 @@ def test_decided_cases_braces_in_reasoning_second_objects_fullwidth_and_bounds()
     assert parse_action(near % "-0.0000001", max_forward=3.0) == Move(0.0, 0.0)
     far = parse_action(near % "3.001", max_forward=3.0)
     assert isinstance(far, Invalid) and "forward_meters=3.001 is outside [0, 3]" in far.reason
+
+
+def test_png_data_urls_round_trip_and_encode_a_repeated_frame_once(monkeypatch):
+    """A frame's data URL decodes to its pixels; the same pixels (another array, same content) reuse the
+    encoding; other pixels get their own; the cache keeps only the most recent PNG_CACHE_SIZE frames."""
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from a2c_ppo_acktr.common import prompts
+
+    monkeypatch.setattr(prompts, "_png_cache", type(prompts._png_cache)())
+    monkeypatch.setattr(prompts, "PNG_CACHE_SIZE", 3)
+    encoded = []
+    real = prompts._encode_png
+    monkeypatch.setattr(prompts, "_encode_png", lambda arr: encoded.append(arr.copy()) or real(arr))
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 256, (6, 5, 3), dtype=np.uint8) for _ in range(5)]
+    url = prompts.png_data_url(frames[0])
+    back = np.asarray(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB"))
+    assert np.array_equal(back, frames[0])
+    assert prompts.png_data_url(frames[0].copy()) == url and len(encoded) == 1
+    assert prompts.png_data_url(frames[0][:, ::-1]) != url and len(encoded) == 2  # a view with other pixels
+    for f in frames[1:4]:
+        prompts.png_data_url(f)
+    assert len(encoded) == 5 and len(prompts._png_cache) == 3
+    prompts.png_data_url(frames[0])  # pushed out by the three after it: encoded again
+    assert len(encoded) == 6
+    with pytest.raises(ValueError, match="uint8 HxWx3"):
+        prompts.png_data_url(frames[0].astype(np.float32))

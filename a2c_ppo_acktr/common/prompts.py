@@ -17,6 +17,7 @@ string) otherwise, in the unit the question asks for.
 """
 from __future__ import annotations
 
+import collections
 import json
 import math
 import re
@@ -197,17 +198,41 @@ def build_messages(observation: dict, blind: bool = False) -> list[dict]:
     ]
 
 
+# Data URLs of recent frames, by content: an episode shows the same frames turn after turn (the
+# history, the sweep), and a PNG encode costs far more than hashing the pixels. Bounded by count.
+PNG_CACHE_SIZE = 128
+_png_cache: "collections.OrderedDict[tuple, str]" = collections.OrderedDict()
+
+
 def png_data_url(image: Any) -> str:
-    """A uint8 HxWx3 image as a ``data:image/png;base64,...`` URL (lossless)."""
-    import base64
-    import io
+    """A uint8 HxWx3 image as a ``data:image/png;base64,...`` URL (lossless); an image with the same
+    pixels as one of the last :data:`PNG_CACHE_SIZE` gets the URL made for it then."""
+    import hashlib
 
     import numpy as np
-    from PIL import Image
 
     arr = np.asarray(image)
     if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[2] != 3:
         raise ValueError(f"expected a uint8 HxWx3 image, got dtype {arr.dtype} shape {arr.shape}")
+    arr = np.ascontiguousarray(arr)
+    key = (arr.shape, hashlib.blake2b(arr.data, digest_size=16).digest())
+    url = _png_cache.get(key)
+    if url is None:
+        url = _encode_png(arr)
+        _png_cache[key] = url
+        while len(_png_cache) > PNG_CACHE_SIZE:
+            _png_cache.popitem(last=False)
+    else:
+        _png_cache.move_to_end(key)
+    return url
+
+
+def _encode_png(arr: Any) -> str:
+    import base64
+    import io
+
+    from PIL import Image
+
     buf = io.BytesIO()
     Image.fromarray(arr).save(buf, format="PNG")
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
