@@ -24,6 +24,8 @@ video is the benchmark's own on its videos: --vsibench ROWS --video-root VIDEOS 
 N frames per video (--num-frames, --frame-sampling; default the reference's for the model family),
 the reference prompt, greedy decoding of 16 tokens in batches (--batch-size); it also writes
 records.jsonl, which --score-file scores to the same numbers (a2c_ppo_acktr/eval/video_protocol.py).
+--prompt agent asks in this project's own answer turn instead (the frames as the agent's views, its
+JSON reply read by the training parser, scored by the same rule; a move or unreadable reply scores 0).
 Any config key can be overridden: --eval.num_episodes 20, env.image_size=64, --preset cpu-demo
 (every key is listed at the end of this help). A --checkpoint is evaluated on the env of the run
 that wrote it (its config.yaml) and with its model settings; --preset/--config/--env.* change the
@@ -34,6 +36,7 @@ Examples:
   python eval_vsi.py policy --model-path Qwen/Qwen2.5-VL-3B-Instruct --model.dtype bfloat16 --out outputs/eval/base
   python eval_vsi.py policy --checkpoint outputs/run/checkpoints/checkpoint-000010 --out outputs/eval/ppo
   python eval_vsi.py video --vsibench test.parquet --video-root VIDEOS --model-path Qwen/Qwen2.5-VL-3B-Instruct --out outputs/eval/video
+  python eval_vsi.py video --vsibench test.parquet --video-root VIDEOS --checkpoint CKPT --prompt agent --out outputs/eval/video-agent
   python eval_vsi.py score preds.jsonl --out outputs/eval/preds
   python eval_vsi.py compare outputs/eval/*/report.json --out outputs/eval
   python eval_vsi.py compare outputs/eval/{sft,ppo}/report.json --names sft ppo --paired ppo sft --out outputs/eval
@@ -74,6 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="--protocol video: which frames, a name of video_protocol.FRAME_SAMPLERS (default: the reference's for the model family)",
     )
     p.add_argument("--batch-size", type=int, default=None, help="--protocol video: questions per generate call (default eval.batch_size)")
+    p.add_argument(
+        "--prompt", default=None, metavar="{reference,agent}",
+        help="--protocol video: reference, the benchmark's prompt (default); agent, this project's answer turn and reply "
+        "format, the frames as the agent's views, its JSON reply read by the training parser (a move or unreadable reply scores 0)",
+    )
     p.add_argument("--blind", action="store_true", help="withhold images (sets eval.blind): answers from text alone")
     p.add_argument(
         "--zero-images", action="store_true",
@@ -177,10 +185,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
+# --prompt of --protocol video (video_protocol.PROMPTS, kept here so that argument errors import nothing heavy).
+PROMPTS = ("reference", "agent")
+
+
 def _check_protocol(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject flag combinations that belong to the other protocol (the message says which to use)."""
+    if args.prompt is not None and args.prompt not in PROMPTS:
+        parser.error(f"--prompt {args.prompt!r} is not one of {', '.join(PROMPTS)} (reference: the benchmark's prompt; agent: this project's)")
     video_flags = [f for f, v in (("--video-root", args.video_root), ("--num-frames", args.num_frames),
-                                  ("--frame-sampling", args.frame_sampling), ("--batch-size", args.batch_size)) if v is not None]
+                                  ("--frame-sampling", args.frame_sampling), ("--batch-size", args.batch_size),
+                                  ("--prompt", args.prompt)) if v is not None]
     if args.data_root is not None and not os.path.isdir(args.data_root):
         parser.error(f"--data-root {args.data_root} is not a directory; pass the folder that holds the scans")
     if args.protocol == "interactive":
@@ -194,6 +209,8 @@ def _check_protocol(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     other = [f for f, v in (("--data-root", args.data_root), ("--blind", args.blind), ("--zero-images", args.zero_images), ("--metrics", args.metrics)) if v]
     if other:
         parser.error(f"{', '.join(other)} belong to the interactive protocol; the video protocol reads frames from --video-root")
+    if args.prompt == "agent" and (args.oracle or args.dummy):
+        parser.error(f"--prompt agent is how a model is asked; {'--oracle' if args.oracle else '--dummy'} answers without one (drop --prompt)")
     for flag, value in (("--num-frames", args.num_frames), ("--batch-size", args.batch_size), ("--limit", args.limit)):
         if value is not None and value < 1:
             parser.error(f"{flag}={value} must be >= 1")

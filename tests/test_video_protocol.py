@@ -338,3 +338,229 @@ def test_bad_input_gives_one_line_errors(mini, tmp_path, capsys):
     with pytest.raises(SystemExit):
         eval_vsi.main([*base, "--video-root", str(mini), "--data-root", str(mini)])
     assert "--data-root belong to the interactive protocol" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------- --prompt agent
+def _agent_reply(answer: str) -> str:
+    """A well-formed reply in the agent's format, written out here (not by the package's formatter)."""
+    return json.dumps({"thoughts": "Seen in the frames.", "action": {"answer": answer}})
+
+
+def _unique_question_rows(mini: Path, tmp_path: Path) -> tuple[Path, list[dict]]:
+    """The mini benchmark's rows whose question text is unique (a reply chosen by question is then the row's)."""
+    rows = load_vsibench_rows(mini / "test.parquet")
+    texts = [r["question"].strip() for r in rows]
+    keep = [r for r, t in zip(rows, texts) if texts.count(t) == 1]
+    path = tmp_path / "unique.json"
+    path.write_text(json.dumps(keep))
+    return path, keep
+
+
+def _row_in(text: str, rows: list[dict]) -> dict:
+    """The row whose question the prompt ``text`` asks (the longest question found in it)."""
+    found = [r for r in rows if r["question"].strip() in text]
+    assert found, text[-300:]
+    return max(found, key=lambda r: len(r["question"].strip()))
+
+
+class _StubPolicy:
+    """Stands in for a loaded VLMPolicy: ``act`` answers each observation with ``reply(row)``."""
+
+    family = "qwen2_5_vl"
+
+    def __init__(self, rows: list[dict], reply) -> None:
+        from types import SimpleNamespace
+
+        self.cfg = SimpleNamespace(max_new_tokens=64)
+        self.rows, self.reply, self.seen = rows, reply, []
+
+    def act(self, observations, greedy=False, **_):
+        from types import SimpleNamespace
+
+        assert greedy
+        self.seen.extend(observations)
+        return SimpleNamespace(texts=[self.reply(_row_in(o["text"], self.rows)) for o in observations])
+
+
+def test_the_agent_prompt_is_the_envs_answer_turn_on_the_video_frames(mini, tmp_path):
+    _, rows = _unique_question_rows(mini, tmp_path)
+    policy = _StubPolicy(rows, lambda r: _agent_reply(r["ground_truth"]))
+    questions = vp.video_questions(rows, mini)
+    cfg = vp.VideoProtocolConfig(video_root=str(mini), num_frames=5, frame_sampling="uniform", batch_size=4)
+    result = vp.run_video_protocol(questions, vp.AgentAnswerer(policy, max_forward=2.5), cfg)
+    assert [r["score"] for r in result.records] == [1.0] * len(rows)
+    assert len(policy.seen) == len(rows)
+    by_question = {o["text"]: o for o in policy.seen}
+    for r, rec in zip(rows, result.records):
+        opts = "".join(f"\n{o}" for o in r["options"] or [])
+        ask = "\nOptions:" + opts + "\nAnswer with the option's letter." if r["options"] else "\nAnswer with a single number."
+        expected = (f"Question: {r['question'].strip()}{ask}\nImages: images 1-5 are your latest views, image 5 is the current one.\n"
+                    "Last turn: none yet (this is the start).\nThis is your last turn: answer now.")
+        obs = by_question[expected]
+        frames = vp.read_clip(mini / r["dataset"] / f"{r['scene_name']}.mp4", "uniform", 5).frames
+        assert len(obs["images"]) == 5 and all(np.array_equal(a, b) for a, b in zip(obs["images"], frames))
+        assert rec["reply_kind"] == "answer" and rec["prediction"] == r["ground_truth"] and rec["frame_indices"] == [0, 3, 7, 11, 15]
+    # The policy renders the observation with the training prompt: the agent's system prompt, one image per frame.
+    msgs = prompts.build_messages(policy.seen[0])
+    assert msgs[0]["content"][0]["text"] == prompts.SYSTEM_PROMPT and [c["type"] for c in msgs[1]["content"]] == ["image"] * 5 + ["text"]
+
+
+MALFORMED = {
+    "bare answer, no JSON": lambda gt: gt,  # what the reference prompt asks for, and would score 1 there
+    "cut off": lambda gt: '{"thoughts": "Seen.", "action": {"answer": "' + gt,
+    "extra key": lambda gt: json.dumps({"thoughts": "x", "action": {"answer": gt}, "confidence": 1}),
+    "answer twice": lambda gt: '{"thoughts": "x", "action": {"answer": "' + gt + '", "answer": "' + gt + '"}}',
+    "a move": lambda gt: json.dumps({"thoughts": "Look left.", "action": {"rotation_angle_degrees": 30, "forward_meters": 1}}),
+    "not a string": lambda gt: None,
+    "empty": lambda gt: "",
+}
+
+
+@pytest.mark.parametrize("rule", ["thinking-in-space", "lmms-eval-0.7"])
+def test_malformed_agent_replies_score_0_for_their_row_and_the_rest_are_scored(mini, tmp_path, rule):
+    _, rows = _unique_question_rows(mini, tmp_path)
+    kinds = list(MALFORMED)
+    bad = {r["id"]: kinds[k % len(kinds)] for k, r in enumerate(rows[::2])}  # every other row, each kind at least once
+    assert set(bad.values()) == set(kinds)
+    policy = _StubPolicy(rows, lambda r: MALFORMED[bad[r["id"]]](r["ground_truth"]) if r["id"] in bad else _agent_reply(r["ground_truth"]))
+    cfg = vp.VideoProtocolConfig(video_root=str(mini), num_frames=4, frame_sampling="uniform", batch_size=3, scoring_rule=rule)
+    answerer = vp.AgentAnswerer(policy, max_forward=3.0)
+    records = vp.run_video_protocol(vp.video_questions(rows, mini), answerer, cfg).records
+    for r, rec in zip(rows, records):
+        assert rec["score"] == (0.0 if r["id"] in bad else 1.0), (bad.get(r["id"]), rec)
+        if r["id"] in bad:
+            assert rec["prediction"] == "" and rec["reply_kind"] == ("move" if bad[r["id"]] == "a move" else "invalid")
+    assert answerer.replies == {"answer": len(rows) - len(bad), "move": list(bad.values()).count("a move"),
+                                "invalid": len(bad) - list(bad.values()).count("a move")}
+
+
+def _force_generate(policy, rows: list[dict], reply, prompts_seen: list[str]) -> None:
+    import torch
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    real, tok, eos = policy.model.generate, policy.tokenizer, policy.eos_ids[0]
+
+    def generate(*args, **kwargs):
+        ids = kwargs["input_ids"]
+        texts = tok.batch_decode(ids, skip_special_tokens=False)
+        prompts_seen.extend(texts)
+        targets = [tok.encode(reply(_row_in(t, rows)), add_special_tokens=False) + [eos] for t in texts]
+        start = ids.shape[1]
+
+        class Force(LogitsProcessor):
+            def __call__(self, input_ids, scores):
+                t = input_ids.shape[1] - start
+                out = torch.full_like(scores, float("-inf"))
+                for i, target in enumerate(targets):
+                    out[i, target[min(t, len(target) - 1)]] = 0.0
+                return out
+
+        procs = LogitsProcessorList([*(kwargs.pop("logits_processor", None) or []), Force()])
+        return real(*args, logits_processor=procs, **kwargs)
+
+    policy.model.generate = generate
+
+
+def test_a_policy_answering_in_the_agent_format_scores_only_under_the_agent_prompt(mini, tmp_path, tiny_model_path, monkeypatch):
+    """Side by side on the mini benchmark: the tiny model, loaded by the package's loader and forced to
+    reply in the agent's JSON format with each row's ground truth, scores 100 with --prompt agent and
+    0 with the reference prompt (its JSON is the prediction there, under the reference's rule)."""
+    from a2c_ppo_acktr.eval import evaluation
+
+    path, rows = _unique_question_rows(mini, tmp_path)
+    seen: list[str] = []
+    real_load = evaluation.load_policy
+
+    def load_policy(*args, **kwargs):
+        policy = real_load(*args, **kwargs)
+        _force_generate(policy, rows, lambda r: _agent_reply(r["ground_truth"]), seen)
+        return policy
+
+    monkeypatch.setattr(evaluation, "load_policy", load_policy)
+    common = ["--protocol", "video", "--vsibench", str(path), "--video-root", str(mini), "--model-path", tiny_model_path,
+              "--num-frames", "4", "--batch-size", "4", "--model.max_new_tokens", "40", *FAST]
+    reps = {}
+    for prompt in ("reference", "agent"):
+        assert eval_vsi.main([*common, "--prompt", prompt, "--out", str(tmp_path / prompt)]) == 0
+        reps[prompt] = json.loads((tmp_path / prompt / "report.json").read_text())
+        assert sum(("These are frames of a video." in s) == (prompt == "reference") for s in seen) == len(rows)
+        assert sum(("This is your last turn: answer now." in s) == (prompt == "agent") for s in seen) == len(rows)
+        seen.clear()
+    ref, agent = reps["reference"], reps["agent"]
+    assert ref["overall"] == 0.0 and agent["overall"] == 100.0
+    assert all(r["prediction"].startswith('{"thoughts"') for r in _records(tmp_path / "reference"))
+    assert [r["prediction"] for r in _records(tmp_path / "agent")] == [r["ground_truth"] for r in rows]
+    assert agent["meta"]["prompt_kind"] == "agent" and agent["meta"]["replies"] == {"answer": len(rows), "move": 0, "invalid": 0}
+    assert agent["meta"]["max_new_tokens"] == 40 and ref["meta"]["max_new_tokens"] == 16
+    assert agent["name"].endswith(" (video, agent prompt)") and ref["name"].endswith(" (video)") and ref["meta"]["prompt_kind"] == "reference"
+    assert reports.score_file(tmp_path / "agent" / "records.jsonl")["overall"] == 100.0
+    paths = reports.compare_reports([tmp_path / "reference" / "report.json", tmp_path / "agent" / "report.json"], tmp_path / "cmp",
+                                    names=["reference", "agent"], paired=[("agent", "reference")])
+    md = paths["md"].read_text()
+    assert "| reference | 0.0 |" in md and "| agent | 100.0 |" in md
+
+
+def _usage_error(argv: list[str], capsys) -> str:
+    """An argument error: exit 2 with one ``eval_vsi.py: error:`` line (after argparse's usage line), no traceback."""
+    with pytest.raises(SystemExit) as exit_:
+        run_main(lambda: eval_vsi.main(argv), "eval_vsi.py")
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if ": error: " in line]
+    assert exit_.value.code == 2 and "Traceback" not in err and len(lines) == 1, err
+    return lines[0]
+
+
+def test_prompt_values_and_combinations_give_one_line_errors(mini, tmp_path, capsys):
+    rows = str(mini / "test.parquet")
+    base = ["--protocol", "video", "--vsibench", rows, "--video-root", str(mini), *FAST, "--out", str(tmp_path / "o")]
+    err = _usage_error([*base, "--model-path", "tiny:qwen2_5_vl", "--prompt", "agnet"], capsys)
+    assert "--prompt 'agnet' is not one of reference, agent" in err
+    err = _usage_error([*base, "--oracle", "--prompt", "agent"], capsys)
+    assert "--prompt agent is how a model is asked; --oracle answers without one" in err
+    err = _usage_error(["--vsibench", rows, "--dummy", "--prompt", "agent", "--out", str(tmp_path / "o")], capsys)
+    assert "--prompt belong to --protocol video" in err
+    err = _usage_error(["video", "--vsibench", rows, "--video-root", str(mini), "--dummy", "--prompt", "", "--out", str(tmp_path / "o")], capsys)
+    assert "--prompt '' is not one of reference, agent" in err
+    assert tuple(vp.PROMPTS) == eval_vsi.PROMPTS
+
+
+def test_a_prompt_too_long_for_the_model_names_num_frames(mini, tmp_path):
+    from a2c_ppo_acktr.policy.loading import ContextLengthError
+
+    _, rows = _unique_question_rows(mini, tmp_path)
+
+    class TooLong(_StubPolicy):
+        def act(self, observations, greedy=False, **_):
+            raise ContextLengthError("a prompt of 9000 tokens + model.max_new_tokens 96 exceeds the model's 8192 positions")
+
+    cfg = vp.VideoProtocolConfig(video_root=str(mini), num_frames=4, frame_sampling="uniform", batch_size=2)
+    with pytest.raises(ContextLengthError, match="exceeds the model's 8192 positions; .* lower --num-frames"):
+        vp.run_video_protocol(vp.video_questions(rows[:2], mini), vp.AgentAnswerer(TooLong(rows, None), max_forward=3.0), cfg)
+
+
+def test_the_agent_prompt_evaluates_a_ppo_checkpoint_with_its_adapter(mini, tmp_path, tiny_model_path):
+    """The same loader as the reference prompt: a checkpoint's adapter changes the agent's replies."""
+    import torch
+
+    from a2c_ppo_acktr.config.arguments import RunConfig
+    from a2c_ppo_acktr.policy.model import VLMPolicy
+
+    cfg = RunConfig.from_dict({"model": {"model_path": tiny_model_path, "max_new_tokens": 12}})
+    torch.manual_seed(0)
+    trained = VLMPolicy(cfg.model)
+    with torch.no_grad():  # stand-in for training; LoRA B starts at zero, so this makes the adapter matter
+        for p in trained.trainable_parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    ckpt = tmp_path / "run" / "checkpoints" / "checkpoint-000001"
+    trained.save_pretrained(ckpt / "policy")
+    cfg.save(ckpt / "config.yaml")
+    del trained
+    common = ["--prompt", "agent", "--num-frames", "4", "--batch-size", "8", "--limit", "6"]
+    rep = _video(mini, ["--checkpoint", str(ckpt), *common], tmp_path / "ckpt")
+    base = _video(mini, ["--model-path", tiny_model_path, "--model.max_new_tokens", "12", *common], tmp_path / "base")
+    assert rep["meta"]["checkpoint"] == str(ckpt) and rep["name"] == "checkpoint-000001 (video, agent prompt)"
+    assert base["meta"]["checkpoint"] is None and base["meta"]["prompt_kind"] == "agent"
+    assert rep["meta"]["max_new_tokens"] == 12 and sum(rep["meta"]["replies"].values()) == 6
+    assert [r["reply"] for r in _records(tmp_path / "ckpt")] != [r["reply"] for r in _records(tmp_path / "base")]
+    for r in _records(tmp_path / "ckpt"):  # whatever the tiny model wrote, the row is scored from the parsed reply
+        assert r["reply_kind"] in ("answer", "move", "invalid") and (r["reply_kind"] == "answer" or r["score"] == 0.0)

@@ -58,6 +58,31 @@ def _printable(text: str) -> str:
     return "".join(c if c in _PRINTABLE else "?" for c in text)
 
 
+def turn_text(
+    question: Question,
+    feedback: str,
+    *,
+    turns_left: int,
+    num_sweep_frames: int,
+    num_views: int,
+    max_forward: float,
+    object_labels: str = "none",
+) -> str:
+    """The user text of one VSI turn (:func:`~a2c_ppo_acktr.common.prompts.observation_text`, characters
+    outside ``string.printable`` replaced): what the env shows every turn, and what the video
+    protocol's agent prompt (``eval_vsi.py video --prompt agent``) shows for its one answer turn."""
+    return _printable(observation_text(
+        question.question,
+        question.options,
+        feedback,
+        turns_left=turns_left,
+        num_sweep_frames=num_sweep_frames,
+        num_views=num_views,
+        max_forward=max_forward,
+        object_labels=object_labels,
+    ))
+
+
 def sweep_poses(start: Pose, num_frames: int) -> list[Pose]:
     """The poses of the initial sweep: ``num_frames`` headings turning left from ``start``, evenly over 360 degrees."""
     return [Pose(start.x, start.y, (start.yaw_deg + k * 360.0 / num_frames) % 360.0) for k in range(num_frames)]
@@ -372,10 +397,8 @@ class VSIEnv(gym.Env):
         views = self.view_images[-self.cfg.image_history:] if self.cfg.image_history > 0 else []
         # Fresh arrays every call: callers keep observations, and the sweep is reused every turn.
         images = tuple(im.copy() for im in self.sweep_images) + tuple(im.copy() for im in views)
-        q = self.question
-        text = observation_text(
-            q.question,
-            q.options,
+        text = turn_text(
+            self.question,
             self._feedback,
             turns_left=max(self.cfg.max_turns - self.turn, 0),
             num_sweep_frames=len(self.sweep_frames),
@@ -383,7 +406,7 @@ class VSIEnv(gym.Env):
             max_forward=self.cfg.max_forward,
             object_labels=self.cfg.object_labels,
         )
-        return {"images": images, "text": _printable(text)}
+        return {"images": images, "text": text}
 
     def _info(self, action: Any, valid: bool, collided: bool) -> dict:
         return {

@@ -50,6 +50,14 @@ on top of the checkpoint's own ``generation_config`` (so a ``repetition_penalty`
 Qwen2.5-VL-Instruct, applies there as here; the report's ``meta.generation`` records it), batched with
 left padding. Predictions are the decoded text without special tokens, scored as stored.
 
+The agent's own prompt (``--prompt agent``; ``reference`` is the default): the same N frames become
+the observation of one answer turn in this project's format, the turn the env shows (the question,
+the frames as the agent's views, "this is your last turn"), rendered by the policy as in training;
+the JSON reply is read by the training parser and its answer scored by the same scorer and rule
+(:class:`AgentAnswerer`). A move or an unreadable reply scores 0; records keep the raw ``reply``.
+Trained agents answer the reference prompt in JSON and score 0 there; this prompt measures what
+they know of the same frames.
+
 Outputs (``--out``): ``records.jsonl`` (one line per question: ``id``, ``question_type``,
 ``prediction``, ``ground_truth``, ``score``, plus ``dataset``, ``scene_name``, ``frame_indices``),
 which ``eval_vsi.py --score-file`` scores to the same numbers, and the usual ``report.json``,
@@ -95,6 +103,13 @@ DEFAULT_FRAME_SAMPLING = "uniform"
 # Families whose processor takes the frames as one video (the others get them as images).
 VIDEO_INPUT_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
 IMAGE_INPUT_FAMILIES = frozenset({"llava", "llava_next"})
+
+
+# ``--prompt``: what the model is asked, and how its reply is read (the report's ``meta.prompt``).
+PROMPTS: dict[str, str] = {
+    "reference": "prompts.benchmark_prompt (VSI-Bench reference pre/post prompts); the reply is the prediction",
+    "agent": "the agent's answer turn (vsi_env.turn_text, prompts.build_messages); the reply read by prompts.parse_action",
+}
 
 
 class VideoError(VSIBenchRowError):
@@ -428,6 +443,71 @@ class ModelAnswerer:
         return texts
 
 
+class AgentAnswerer:
+    """A policy answering in this project's own format (``eval_vsi.py video --prompt agent``): the
+    video's N frames are the observation of one VSI answer turn, built as the env builds every turn
+    (:func:`~a2c_ppo_acktr.envs.vsi_env.turn_text`: the question, no moves yet, the last turn, the
+    frames named as the agent's views in order, the last one current) and rendered by the policy
+    itself (``VLMPolicy.act``: :func:`~a2c_ppo_acktr.common.prompts.build_messages`, the agent's system
+    prompt, the frames as images under the policy's own pixel budget). Decoding is greedy, up to
+    ``model.max_new_tokens`` (a JSON reply does not fit the reference's 16 tokens). The reply is read
+    by :func:`~a2c_ppo_acktr.common.prompts.parse_action`, as in training: an answer's text is the
+    prediction; a move or an unreadable reply answers nothing (prediction ``""``, which scores 0).
+
+    Args:
+        policy: The loaded policy (base model, SFT adapter or PPO checkpoint).
+        max_forward: The env's ``max_forward`` (the parser's bound on a move, as in the env).
+    """
+
+    def __init__(self, policy: Any, max_forward: float) -> None:
+        self.policy = policy
+        self.family = policy.family
+        self.max_forward = max_forward
+        self.timings = {"generate_s": 0.0}  # VLMPolicy.act: processor, generate and decoding together
+        self.replies = {"answer": 0, "move": 0, "invalid": 0}
+
+    def describe(self) -> dict[str, Any]:
+        """What the report's ``meta.generation`` records."""
+        return {"do_sample": False, "num_beams": 1, "max_new_tokens": int(self.policy.cfg.max_new_tokens),
+                "video_input": "images", "decoding": "VLMPolicy.act(greedy=True)"}
+
+    def prepare(self, clip: VideoClip) -> Any:
+        """The frames as the turn's images (the processor resizes them as it does in training)."""
+        return tuple(np.ascontiguousarray(f) for f in clip.frames)
+
+    def observation(self, question: VideoQuestion, clip: VideoClip) -> dict:
+        """The env observation of the answer turn on ``clip`` (``{"images", "text"}``)."""
+        from a2c_ppo_acktr.envs.vsi_env import turn_text
+        from a2c_ppo_acktr.envs.vsibench import question_from_row
+
+        text = turn_text(question_from_row(question.row), prompts.feedback_text(None), turns_left=1, num_sweep_frames=0,
+                         num_views=len(clip.visual), max_forward=self.max_forward)
+        return {"images": clip.visual, "text": text}
+
+    def answer(self, questions: Sequence[VideoQuestion], clips: Sequence[VideoClip]) -> list[str]:
+        from a2c_ppo_acktr.policy.loading import ContextLengthError
+
+        t0 = time.perf_counter()
+        try:
+            out = self.policy.act([self.observation(q, c) for q, c in zip(questions, clips)], greedy=True)
+        except ContextLengthError as e:  # the frames here are --num-frames, not the env's sweep
+            raise ContextLengthError(f"{e}; with --prompt agent the images are the video's frames: lower --num-frames") from None
+        self.timings["generate_s"] += time.perf_counter() - t0
+        return list(out.texts)
+
+    def read_reply(self, text: str) -> tuple[str, dict[str, Any]]:
+        """``(prediction, fields for the record)`` of one reply: the answer's text, or ``""`` with why not."""
+        action = prompts.parse_action(text, max_forward=self.max_forward)
+        if isinstance(action, prompts.Answer):
+            self.replies["answer"] += 1
+            return action.text, {"reply": text, "reply_kind": "answer"}
+        if isinstance(action, prompts.Move):
+            self.replies["move"] += 1
+            return "", {"reply": text, "reply_kind": "move"}
+        self.replies["invalid"] += 1
+        return "", {"reply": text, "reply_kind": "invalid", "invalid_reason": action.reason}
+
+
 class OracleAnswerer:
     """Answers with the row's ground truth (checks videos, records and scoring end to end: 100 overall)."""
 
@@ -545,11 +625,14 @@ def run_video_protocol(questions: Sequence[VideoQuestion], answerer: Any, cfg: V
 
     Returns:
         Records ``{id, question_type, prediction, ground_truth, score, dataset, scene_name,
-        frame_indices}`` in the order of ``questions``, and ``timings``.
+        frame_indices}`` in the order of ``questions`` (with an answerer that reads its replies,
+        :meth:`AgentAnswerer.read_reply`, also the raw ``reply`` and what it was), and ``timings``.
     """
     from tqdm.auto import tqdm
 
     order = sorted(range(len(questions)), key=lambda i: (str(questions[i].video), i))
+    # An answerer with its own reply format reads each reply into the prediction the scorer gets.
+    read_reply = getattr(answerer, "read_reply", None)
     records: dict[int, dict] = {}
     clips: dict[Path, VideoClip] = {}
     decode_s = 0.0
@@ -571,15 +654,17 @@ def run_video_protocol(questions: Sequence[VideoQuestion], answerer: Any, cfg: V
             raise RuntimeError(f"the answerer returned {len(answers)} answers for {len(batch)} questions")
         for i, q, clip, text in zip(order[b:b + cfg.batch_size], batch, batch_clips, answers):
             row = q.row
+            prediction, reply = (text, {}) if read_reply is None else read_reply(text)
             records[i] = {
                 "id": row["id"],
                 "question_type": row["question_type"],
-                "prediction": text,
+                "prediction": prediction,
                 "ground_truth": row["ground_truth"],
-                "score": scoring.score_prediction(row["question_type"], text, row["ground_truth"], rule=cfg.scoring_rule),
+                "score": scoring.score_prediction(row["question_type"], prediction, row["ground_truth"], rule=cfg.scoring_rule),
                 "dataset": row["dataset"],
                 "scene_name": row["scene_name"],
                 "frame_indices": clip.sample.indices.tolist(),
+                **reply,
             }
         bar.update(len(batch))
     bar.close()
@@ -665,6 +750,9 @@ def _run_cli(args: Any, extra: Sequence[str]) -> dict[str, Any]:
     if not rows:
         raise ValueError(f"{args.vsibench!r} has no rows of the types in env.question_types={cfg.env.question_types}")
     questions = video_questions(rows, args.video_root)  # fails on a missing video before any model loads
+    prompt = getattr(args, "prompt", None) or "reference"
+    if prompt not in PROMPTS:
+        raise ValueError(f"--prompt {prompt!r} is not one of {', '.join(PROMPTS)}")
     family: Optional[str] = None
     if args.oracle:
         answerer: Any = OracleAnswerer()
@@ -675,7 +763,7 @@ def _run_cli(args: Any, extra: Sequence[str]) -> dict[str, Any]:
     else:
         policy = evaluation.load_policy(cfg, adapter=args.adapter, checkpoint=args.checkpoint, take_base=not args.model_path)
         family = policy.family
-        answerer = ModelAnswerer(policy)
+        answerer = AgentAnswerer(policy, max_forward=cfg.env.max_forward) if prompt == "agent" else ModelAnswerer(policy)
         agent_meta = {"agent": "policy", "model_path": cfg.model.model_path, "adapter": args.adapter,
                       "checkpoint": args.checkpoint, "dtype": cfg.model.dtype, "family": family}
     pcfg = VideoProtocolConfig(
@@ -700,8 +788,9 @@ def _run_cli(args: Any, extra: Sequence[str]) -> dict[str, Any]:
         "scoring_rule": pcfg.scoring_rule,
         "batch_size": pcfg.batch_size,
         "greedy": True,
-        "max_new_tokens": MAX_NEW_TOKENS,
-        "prompt": "prompts.benchmark_prompt (VSI-Bench reference pre/post prompts)",
+        "max_new_tokens": answerer.describe().get("max_new_tokens", MAX_NEW_TOKENS),
+        "prompt": PROMPTS[prompt],
+        "prompt_kind": prompt,
         "generation": answerer.describe(),
         "video_backend": _video_backend(),
         "records": str(records_path),
@@ -710,13 +799,17 @@ def _run_cli(args: Any, extra: Sequence[str]) -> dict[str, Any]:
         "config": args.config,
         **agent_meta,
     }
-    report = build_video_report(result.records, rows, name=evaluation.default_name(args, str(args.model_path or family), " (video)"), meta=meta)
+    if isinstance(answerer, AgentAnswerer):
+        meta["replies"] = dict(answerer.replies)  # answers, moves and unreadable replies (the last two score 0)
+    suffix = " (video, agent prompt)" if prompt == "agent" else " (video)"
+    report = build_video_report(result.records, rows, name=evaluation.default_name(args, str(args.model_path or family), suffix), meta=meta)
     reports.write_report(report, out)
     cfg.save(out / "config.yaml")
     print(reports.table_markdown([(report["name"], report)]))
     t = result.timings
     print(f"{t['questions']} questions, {t['videos']} videos in {t['total_s']:.1f} s (decoding {t['decode_s']:.1f} s"
-          + (f", processor {t['encode_s']:.1f} s, generate {t['generate_s']:.1f} s" if "generate_s" in t else "") + ")")
+          + (f", processor {t['encode_s']:.1f} s" if "encode_s" in t else "")
+          + (f", generate {t['generate_s']:.1f} s" if "generate_s" in t else "") + ")")
     print(f"records: {records_path}; reports: {out / 'report.json'}, {out / 'report.md'}")
     return report
 
