@@ -168,7 +168,7 @@ VISION_VARIANTS: dict[str, tuple[str, dict]] = {
     # 0.908 and the default lr 3e-4 0.575 (bench/README.md, "A second image-only game").
     "qwen2_5_vl-ezpoints": ("qwen2_5_vl", {"vision_pretrain_steps": 2000, "vision_pretrain_lr": 1e-3, "vision_pretrain_tasks": ("ezpoints_cards",)}),
     # Reads a procedural room's floor area from the 4 frames of its sweep (VSI-Bench's room-size
-    # question): held-out MRA 0.627 against the best constant's 0.419 (README, "The embedded model
+    # question): held-out MRA 0.627 against the best constant's 0.419 (docs/RESULTS.md, "The embedded model
     # sees"). In an exploratory run at lr 1e-3 the model kept answering one constant.
     "qwen2_5_vl-rooms": ("qwen2_5_vl", {"vision_pretrain_steps": 2500, "vision_pretrain_lr": 3e-4, "vision_pretrain_tasks": ("room_size",),
                                         "vision_pretrain_scenes": 2000}),

@@ -7,7 +7,7 @@ procedural questions): the oracle teacher (``eval_vsi.py --oracle``) and the cha
 (``--dummy``: uniformly random action tokens for the games) play the same ``--episodes`` held-out
 deals (seeds ``eval.seed + i``). The table: success rate with its 95% Wilson interval (VSI: the
 benchmark's Overall, and the episodes scoring >= 0.5 as success), mean return, mean episode length,
-and the seconds the oracle's episodes took. These are the README's "Environments" figures.
+and the seconds the oracle's episodes took. These are the "Environments" figures of docs/RESULTS.md.
 """
 from __future__ import annotations
 

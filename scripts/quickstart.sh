@@ -9,7 +9,7 @@
 # Environment variables (all optional):
 #   PRESET     config preset under configs/ (default cpu-demo); every step uses it
 #   ENV_CONFIG env overlay for another env than VSI, e.g. configs/envs/numberline.yaml (the oracle
-#              teacher is then the game's own: see README "Environments")
+#              teacher is then the game's own: see docs/USAGE.md "Environments")
 #   FAMILY     tiny model family: qwen2_5_vl (default) | qwen2_vl | qwen3_vl
 #   OVERWRITE  1 = move an existing OUTDIR aside to OUTDIR.old-<time> first (otherwise a non-empty OUTDIR is an error)
 #   PYTHON     interpreter (default: .venv/bin/python, created by scripts/setup.sh)
@@ -70,7 +70,7 @@ NUMBERLINE=${NUMBERLINE:-$([ -z "${ENV_CONFIG:-}" ] && echo 1 || echo 0)}
 NL_SFT_STEPS=${NL_SFT_STEPS:-200}
 NL_PPO_LR=${NL_PPO_LR:-1e-4}
 NL_PPO_KL=${NL_PPO_KL:-1.0}
-# VSI's PPO changes no held-out answer on this model (README): 30 iterations show the stage and keep the budget.
+# VSI's PPO changes no held-out answer on this model (docs/RESULTS.md): 30 iterations show the stage and keep the budget.
 PPO_ITERATIONS=${PPO_ITERATIONS:-$([ -z "${ENV_CONFIG:-}" ] && echo 30 || echo "")}
 NL_PPO_ITERATIONS=${NL_PPO_ITERATIONS:-100}
 NL_EVAL_DEALS=${NL_EVAL_DEALS:-100}

@@ -1,7 +1,7 @@
 """The installed package from outside: gymnasium makes every registered env by its bare id in a fresh
 interpreter that never imported a2c_ppo_acktr.envs (the installed import hook,
-a2c_ppo_acktr/gymnasium_plugin.py), registration imports nothing heavy, and the README's Python
-snippets (found by their ``<!-- snippet: NAME -->`` markers) run as written."""
+a2c_ppo_acktr/gymnasium_plugin.py), registration imports nothing heavy, and the Python snippets of
+README.md and docs/USAGE.md (found by their ``<!-- snippet: NAME -->`` markers) run as written."""
 from __future__ import annotations
 
 import os
@@ -18,6 +18,7 @@ from a2c_ppo_acktr.envs import ENV_IDS, GYMNASIUM_IDS
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
+USAGE = REPO / "docs" / "USAGE.md"
 
 
 def _run(code: str, cwd: Path, timeout: int = 300, **extra_env: str) -> subprocess.CompletedProcess:
@@ -29,11 +30,11 @@ def _run(code: str, cwd: Path, timeout: int = 300, **extra_env: str) -> subproce
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def readme_snippet(name: str) -> str:
-    """The code block right after ``<!-- snippet: NAME -->`` in README.md."""
-    text = README.read_text(encoding="utf-8")
+def readme_snippet(name: str, doc: Path = README) -> str:
+    """The code block right after ``<!-- snippet: NAME -->`` in ``doc`` (README.md unless named)."""
+    text = doc.read_text(encoding="utf-8")
     m = re.search(rf"<!-- snippet: {re.escape(name)} -->\s*```python\n(.*?)```", text, re.S)
-    assert m, f"README.md has no ```python block after <!-- snippet: {name} -->"
+    assert m, f"{doc.relative_to(REPO)} has no ```python block after <!-- snippet: {name} -->"
     return m.group(1)
 
 
@@ -163,14 +164,15 @@ def test_readme_gymnasium_snippet_runs(tmp_path):
 
 @pytest.mark.slow
 def test_readme_policy_snippet_runs(tmp_path):
-    """The snippet loads a main_vsi.py-style checkpoint (a tiny one, made here like tests/test_eval.py
-    does) from the path it names, and plays one episode on the env the checkpoint was trained on."""
+    """The snippet of docs/USAGE.md (linked from the README) loads a main_vsi.py-style checkpoint (a tiny
+    one, made here like tests/test_eval.py does) from the path it names, and plays one episode on the env
+    the checkpoint was trained on."""
     import torch
 
     from a2c_ppo_acktr.config.arguments import load_config
     from a2c_ppo_acktr.policy.model import VLMPolicy
 
-    code = readme_snippet("policy")
+    code = readme_snippet("policy", USAGE)
     m = re.search(r'ckpt = "([^"]+)"', code)
     assert m, "the policy snippet names its checkpoint as ckpt = \"...\""
     ckpt = tmp_path / m.group(1)
