@@ -216,6 +216,23 @@ def test_vsgrpo_preset_values():
 
 
 # ------------------------------------------------------------------ end to end
+def test_eval_vsi_runs_video_qa_episodes(tmp_path):
+    """eval_vsi.py on a video_qa config: every episode is one turn; the oracle answers in it (score 100,
+    reward 1 + the format term 0.1)."""
+    import json
+
+    import eval_vsi
+
+    out = tmp_path / "oracle"
+    argv = ["oracle", "--preset", "debug", "--env.mode", "video_qa", "--env.max_turns", "1", "--env.image_history", "0",
+            "--env.num_sweep_frames", "3", "--eval.num_episodes", "6", "--log.progress_bar", "false", "--out", str(out)]
+    assert eval_vsi.main(argv) == 0
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["records"] and all(r["turns"] == 1 and r["score"] == 1.0 for r in rep["records"])
+    assert rep["overall"] == 100.0
+    assert "1.100" in (out / "report.md").read_text()  # mean episode reward
+
+
 def test_main_vsi_vsgrpo_preset_trains_on_cpu(tmp_path):
     import main_vsi
     from a2c_ppo_acktr.rl.rollouts import read_rollouts
