@@ -119,6 +119,23 @@ def test_observation_is_n_walkthrough_frames_in_order_and_the_question():
     assert again["text"] == text and all(np.array_equal(a, b) for a, b in zip(again["images"], images))
 
 
+def test_a_group_answers_the_same_walkthrough_and_question():
+    """GRPO's group: the envs of a group see the same frames and question, episode after episode; groups differ."""
+    from a2c_ppo_acktr.envs.batch import BatchEnv
+
+    batch = BatchEnv(EnvConfig(**VQA, num_sweep_frames=3), num_envs=4, seed=11, group_size=2)
+    obs = batch.reset()
+    for _ in range(2):
+        same = [o["text"] == obs[g * 2]["text"] and all(np.array_equal(a, b) for a, b in zip(o["images"], obs[g * 2]["images"]))
+                for g in range(2) for o in obs[g * 2:g * 2 + 2]]
+        assert all(same)
+        assert not all(np.array_equal(a, b) for a, b in zip(obs[0]["images"], obs[2]["images"]))
+        obs, rewards, terminated, truncated, infos = batch.step(["not json", _answer("A"), "not json", _answer("1")])
+        assert terminated.all() and not truncated.any()
+        assert rewards[0] == pytest.approx(-0.1) and rewards[2] == pytest.approx(-0.1)
+        assert all(i["group_id"] == infos[n - n % 2]["group_id"] for n, i in enumerate(infos))
+
+
 # ------------------------------------------------------------------ scan videos
 def _mini_module():
     spec = importlib.util.spec_from_file_location("make_mini_vsibench", REPO / "scripts" / "make_mini_vsibench.py")

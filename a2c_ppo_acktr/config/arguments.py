@@ -108,7 +108,7 @@ class EnvConfig:
     image_size: int = 224  # rendered frames are image_size x image_size
     fov_deg: float = 90.0  # horizontal field of view of the pinhole camera
     eye_height: float = 1.5  # camera height above the floor, meters
-    num_sweep_frames: int = 8  # frames of the initial 360-degree sweep ("video" frames)
+    num_sweep_frames: int = 8  # frames of the initial 360-degree sweep ("video" frames); mode video_qa: of the walk-through
     image_history: int = 2  # most recent per-turn views kept in the observation besides the sweep
     max_turns: int = 10  # turns per episode before truncation
     agent_radius: float = 0.2  # meters; movement is blocked when the disk would hit walls/objects
