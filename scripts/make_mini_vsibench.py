@@ -22,7 +22,7 @@ Writes under ``--out``:
 The dataset is named ``arkitscenes`` because the row loader accepts only the benchmark's three dataset
 names (``envs/vsibench.py``, ``DATASETS``); the scene names (``proc_<seed>``) say the rooms are procedural.
 
-Camera path: from a free start pose (``envs/navigation.sample_free_pose``), a 360-degree turn in place
+Camera path (``envs/navigation.walkthrough_poses``): from a free start pose (``envs/navigation.sample_free_pose``), a 360-degree turn in place
 over the first half of the frames, then a walk for the rest: each frame turns up to 30 degrees toward a
 waypoint and steps 0.3 m forward (``envs/navigation.try_move``, collision-checked); a blocked step turns
 90 degrees left instead, and a reached waypoint is replaced by a new free point.
@@ -55,46 +55,13 @@ logger = logging.getLogger("make_mini_vsibench")
 
 DATASET = "arkitscenes"
 DEFAULT_FPS = 2.0
-SWEEP_FRACTION = 0.5  # share of the frames spent on the 360-degree turn at the start
-MAX_TURN_DEG = 30.0  # walk phase: largest turn toward the waypoint per frame
-STEP_M = 0.3  # walk phase: forward step per frame
-BLOCKED_TURN_DEG = 90.0  # walk phase: turn when a step is blocked
-WAYPOINT_REACHED_M = 0.5
-
-
 def camera_path(scene: Any, rng: np.random.Generator, num_frames: int, radius: float) -> list:
-    """Poses of a walk-through: a 360-degree turn in place, then a collision-checked walk.
+    """Poses of the walk-through video: :func:`a2c_ppo_acktr.envs.navigation.walkthrough_poses` (a
+    360-degree turn in place over half the frames, then a collision-checked walk), the path the env's
+    ``video_qa`` mode renders too."""
+    from a2c_ppo_acktr.envs.navigation import walkthrough_poses
 
-    Args:
-        scene: The :class:`~a2c_ppo_acktr.envs.scene.Scene`.
-        rng: Randomness of the start pose and the waypoints.
-        num_frames: Number of poses (one per video frame).
-        radius: The agent's disk radius (``env.agent_radius``).
-
-    Returns:
-        ``num_frames`` :class:`~a2c_ppo_acktr.envs.renderer.Pose` objects.
-    """
-    from a2c_ppo_acktr.envs.navigation import sample_free_pose, try_move
-    from a2c_ppo_acktr.envs.renderer import Pose
-
-    start = sample_free_pose(scene, rng, radius)
-    n_sweep = max(1, int(round(num_frames * SWEEP_FRACTION)))
-    poses = [Pose(start.x, start.y, (start.yaw_deg + k * 360.0 / n_sweep) % 360.0) for k in range(n_sweep)]
-    pose = poses[-1]
-    waypoint = sample_free_pose(scene, rng, radius)
-    while len(poses) < num_frames:
-        to = np.array([waypoint.x - pose.x, waypoint.y - pose.y])
-        if np.linalg.norm(to) < WAYPOINT_REACHED_M:
-            waypoint = sample_free_pose(scene, rng, radius)
-            continue
-        angle = (np.degrees(np.arctan2(to[1], to[0])) - pose.yaw_deg + 180.0) % 360.0 - 180.0
-        turn = float(np.clip(angle, -MAX_TURN_DEG, MAX_TURN_DEG))
-        moved, collided = try_move(scene, pose, turn, STEP_M, radius)
-        if collided:
-            moved, _ = try_move(scene, pose, BLOCKED_TURN_DEG, 0.0, radius)
-        pose = moved
-        poses.append(pose)
-    return poses
+    return walkthrough_poses(scene, rng, num_frames, radius)
 
 
 def encode_video(frames: Sequence[np.ndarray], path: Path, fps: float) -> str:

@@ -15,7 +15,7 @@ from a2c_ppo_acktr.config.arguments import (
 )
 
 
-@pytest.mark.parametrize("preset", ["debug", "cpu-demo", "qwen2.5-vl-3b", "qwen2.5-vl-7b", "qwen3-vl-4b", "qwen3-vl-8b", "rl4vlm"])
+@pytest.mark.parametrize("preset", ["debug", "cpu-demo", "qwen2.5-vl-3b", "qwen2.5-vl-7b", "qwen3-vl-4b", "qwen3-vl-8b", "rl4vlm", "vsgrpo"])
 def test_required_presets_load(preset):
     assert preset in list_presets()
     cfg = load_config(preset=preset)

@@ -84,6 +84,11 @@ def _check_key_env(name: str, value: str) -> None:
 # Scene sources that generate questions in real scans, and those that read rows of questions from a file.
 SCAN_SOURCES = ("scannet", "arkitscenes", "scannetpp")
 ROW_SOURCES = ("vsibench", "parquet")
+# env.mode: the agent moves and answers (interactive), or answers once over a walk-through's frames (video_qa).
+ENV_MODES = ("interactive", "video_qa")
+# What env.format_reward=null becomes in video_qa: a small bonus for a well-formed answer (vsGRPO's format
+# reward, scaled down so that the score, in [0, 1], dominates).
+VIDEO_QA_FORMAT_REWARD = 0.1
 
 
 @dataclass
@@ -103,7 +108,7 @@ class EnvConfig:
     image_size: int = 224  # rendered frames are image_size x image_size
     fov_deg: float = 90.0  # horizontal field of view of the pinhole camera
     eye_height: float = 1.5  # camera height above the floor, meters
-    num_sweep_frames: int = 8  # frames of the initial 360-degree sweep ("video" frames)
+    num_sweep_frames: int = 8  # frames of the initial 360-degree sweep ("video" frames); mode video_qa: of the walk-through
     image_history: int = 2  # most recent per-turn views kept in the observation besides the sweep
     max_turns: int = 10  # turns per episode before truncation
     agent_radius: float = 0.2  # meters; movement is blocked when the disk would hit walls/objects
@@ -122,6 +127,18 @@ class EnvConfig:
     # How a numerical answer is read (reward and reports): thinking-in-space (the reference: first word,
     # float) | lmms-eval-0.7 (the first number anywhere, digits or English words); docs/EVAL.md
     scoring_rule: str = "thinking-in-space"
+    # interactive: the agent may move before it answers (max_turns turns). video_qa: one answer turn over
+    # num_sweep_frames frames of a walk-through of the room (a turn in place, then a walk:
+    # envs/navigation.walkthrough_poses), rendered, or read from the scan's own video under video_root;
+    # reward = the answer's score + format_reward (docs/TRAINING.md, "Single-turn video QA").
+    mode: str = "interactive"
+    # video_qa: reward added to a reply that parses as an answer in the reply format; a reply that does not
+    # parse gets invalid_penalty, a move 0. null = 0.1 in video_qa (EnvConfig.format_bonus); interactive takes none (null or 0).
+    format_reward: Optional[float] = None
+    # video_qa with rows (scene_source vsibench/parquet): the benchmark's video layout,
+    # <video_root>/<dataset>/<scene_name>.mp4 (read with PyAV, num_sweep_frames frames by linspace, resized to
+    # image_size); a row whose video is absent gets a rendered walk-through of its scan. null = always render.
+    video_root: Optional[str] = None
 
     def __post_init__(self) -> None:
         from a2c_ppo_acktr.common.env_ids import UnknownEnvError, canonical_id
@@ -162,6 +179,7 @@ class EnvConfig:
             0 < self.procedural_min_room <= self.procedural_max_room,
             f"env.procedural_min_room={self.procedural_min_room} must be > 0 and <= env.procedural_max_room={self.procedural_max_room}",
         )
+        self._check_mode()
         if self.scene_source in SCAN_SOURCES:
             _check(self.data_root is not None, f"env.scene_source={self.scene_source!r} needs env.data_root (directory of scans)")
         if self.scene_source in ROW_SOURCES:
@@ -169,6 +187,38 @@ class EnvConfig:
                 self.vsibench_path is not None and self.data_root is not None,
                 f"env.scene_source={self.scene_source!r} needs env.vsibench_path (parquet/JSON rows) and env.data_root (scans)",
             )
+
+    def _check_mode(self) -> None:
+        """``mode`` and the settings it needs."""
+        _choice("env.mode", self.mode, list(ENV_MODES))
+        if self.mode == "interactive":
+            _check(not self.format_reward, f"env.format_reward={self.format_reward} applies to env.mode=video_qa only; "
+                                           "leave it null (or 0) in interactive mode")
+            _check(self.video_root is None, "env.video_root (scan videos) is read by env.mode=video_qa only; set env.mode=video_qa or leave it null")
+            return
+        from a2c_ppo_acktr.common.env_ids import canonical_id
+
+        _check(canonical_id(self.env_id) == "VSI-v0",
+               f"env.mode=video_qa is a mode of VSI-v0; env.env_id={self.env_id!r} has its own turns: leave env.mode=interactive")
+        _check(self.max_turns == 1, f"env.mode=video_qa has one answer turn: set env.max_turns=1 (got {self.max_turns})")
+        _check(self.image_history == 0,
+               f"env.mode=video_qa shows only the walk-through's frames (no per-turn views): set env.image_history=0 (got {self.image_history})")
+        _check(self.object_labels == "none",
+               f"env.object_labels={self.object_labels!r} is not supported with env.mode=video_qa (a scan's video has no object ids): use none")
+        _check(self.format_reward is None or (math.isfinite(self.format_reward) and 0.0 <= self.format_reward <= 1.0),
+               f"env.format_reward={self.format_reward} must be in [0, 1] (a small bonus next to a score in [0, 1])")
+        if self.video_root is not None:
+            _check(self.scene_source in ROW_SOURCES,
+                   f"env.video_root holds videos named by rows (<dataset>/<scene_name>.mp4): it needs env.scene_source vsibench or parquet, "
+                   f"not {self.scene_source!r}")
+
+    @property
+    def format_bonus(self) -> float:
+        """The reward a well-formed answer adds: ``format_reward``, null being
+        :data:`VIDEO_QA_FORMAT_REWARD` in video_qa and 0 in interactive mode."""
+        if self.format_reward is not None:
+            return float(self.format_reward)
+        return VIDEO_QA_FORMAT_REWARD if self.mode == "video_qa" else 0.0
 
     def memory_bytes(self) -> int:
         """Host memory one env holds, by the estimate above :data:`HOST_MEMORY_BUDGET`: its scene, and

@@ -167,3 +167,54 @@ def sample_free_pose(
         f"no free pose for an agent of radius {radius} m in scene {scene.scene_id!r} after {max_tries} draws; "
         "use a smaller env.agent_radius or a less cluttered scene"
     )
+
+
+# A walk-through of a room (the mini benchmark's videos, the env's video_qa mode): a turn in place
+# over the first WALK_SWEEP_FRACTION of the frames, then a collision-checked walk toward waypoints.
+WALK_SWEEP_FRACTION = 0.5  # share of the frames spent on the 360-degree turn at the start
+WALK_MAX_TURN_DEG = 30.0  # walk phase: largest turn toward the waypoint per frame
+WALK_STEP_M = 0.3  # walk phase: forward step per frame
+WALK_BLOCKED_TURN_DEG = 90.0  # walk phase: turn when a step is blocked
+WALK_WAYPOINT_REACHED_M = 0.5
+
+
+def walkthrough_poses(scene: Scene, rng: np.random.Generator, num_frames: int, radius: float, start: Pose | None = None) -> list[Pose]:
+    """Poses of a walk-through: a 360-degree turn in place, then a collision-checked walk.
+
+    From ``start`` (else a free pose drawn from ``rng``) the camera turns left in
+    ``round(num_frames * WALK_SWEEP_FRACTION)`` even steps (at least one frame), then walks: each
+    frame turns up to :data:`WALK_MAX_TURN_DEG` toward a waypoint and steps :data:`WALK_STEP_M`
+    forward (:func:`try_move`); a blocked step turns :data:`WALK_BLOCKED_TURN_DEG` left in place
+    instead, and a reached waypoint is replaced by a new free point drawn from ``rng``.
+
+    Args:
+        scene: The room.
+        rng: Randomness of the start pose and the waypoints.
+        num_frames: Number of poses (one per frame), >= 1.
+        radius: The agent's disk radius (``env.agent_radius``).
+        start: The first pose; None draws one.
+
+    Returns:
+        ``num_frames`` poses, in walking order; the first is ``start``.
+    """
+    if num_frames < 1:
+        raise ValueError(f"a walk-through needs num_frames >= 1, got {num_frames}")
+    if start is None:
+        start = sample_free_pose(scene, rng, radius)
+    n_sweep = min(num_frames, max(1, int(round(num_frames * WALK_SWEEP_FRACTION))))
+    poses = [Pose(start.x, start.y, (start.yaw_deg + k * 360.0 / n_sweep) % 360.0) for k in range(n_sweep)]
+    pose = poses[-1]
+    waypoint = sample_free_pose(scene, rng, radius)
+    while len(poses) < num_frames:
+        to = np.array([waypoint.x - pose.x, waypoint.y - pose.y])
+        if np.linalg.norm(to) < WALK_WAYPOINT_REACHED_M:
+            waypoint = sample_free_pose(scene, rng, radius)
+            continue
+        angle = (np.degrees(np.arctan2(to[1], to[0])) - pose.yaw_deg + 180.0) % 360.0 - 180.0
+        turn = float(np.clip(angle, -WALK_MAX_TURN_DEG, WALK_MAX_TURN_DEG))
+        moved, collided = try_move(scene, pose, turn, WALK_STEP_M, radius)
+        if collided:
+            moved, _ = try_move(scene, pose, WALK_BLOCKED_TURN_DEG, 0.0, radius)
+        pose = moved
+        poses.append(pose)
+    return poses

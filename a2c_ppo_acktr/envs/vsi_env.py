@@ -18,6 +18,16 @@ One episode:
 
    After ``max_turns`` turns without an answer the episode is ``truncated``.
 
+``EnvConfig.mode`` ``video_qa`` makes an episode one answer turn instead (the vsGRPO setting): ``reset``
+renders ``num_sweep_frames`` frames along a walk-through of the room
+(:func:`~a2c_ppo_acktr.envs.navigation.walkthrough_poses`, the mini benchmark's camera path; the
+appearance order is the walk's), or, for a row with a video under ``video_root``, reads them from the
+scan's own video (:mod:`~a2c_ppo_acktr.eval.video_protocol`'s reader, ``uniform`` sampling). The
+observation is the video protocol's agent answer turn (the frames as views, in order; "this is your
+last turn"). The one ``step`` terminates the episode with reward :func:`video_qa_reward`: the answer's
+score plus ``format_reward`` for a reply that parses as an answer, 0 for a move, ``invalid_penalty``
+for an unreadable reply.
+
 Observations are ``{"images": (sweep frames..., last image_history views...), "text": str}``; the
 images are a tuple (gymnasium's ``Sequence`` space holds tuples), the last image is the current view.
 With ``EnvConfig.object_labels`` ``names`` or ``ids`` every observed image carries a label on each
@@ -41,7 +51,7 @@ from a2c_ppo_acktr.common.prompts import Answer, Invalid, Move, feedback_text, f
 from a2c_ppo_acktr.common.scoring import is_multiple_choice, score_prediction
 from a2c_ppo_acktr.envs.base import env_config
 from a2c_ppo_acktr.envs.labels import draw_labels
-from a2c_ppo_acktr.envs.navigation import sample_free_pose, try_move
+from a2c_ppo_acktr.envs.navigation import sample_free_pose, try_move, walkthrough_poses
 from a2c_ppo_acktr.envs.protocol import OracleStyle, attribute_state
 from a2c_ppo_acktr.envs.questions import Question, QuestionUnavailable, appearance_from_frames, generate_question
 from a2c_ppo_acktr.envs.renderer import Camera, Frame, Pose, Renderer
@@ -146,6 +156,32 @@ def random_answer(question_type: str, options: Optional[Sequence[str]], rng: np.
         return str(int(rng.integers(int(low), int(high) + 1)))
     return f"{rng.uniform(low, high):.2f}"
 
+def video_qa_reward(parsed: Any, question: Question, cfg: EnvConfig) -> tuple[float, float]:
+    """``(reward, score)`` of video_qa's one reply, already parsed (:func:`parse_action`).
+
+    * an answer: score = the benchmark score of its text (:func:`score_prediction` under
+      ``cfg.scoring_rule``: exact match of the option letter, MRA for numbers), reward = score +
+      ``cfg.format_bonus`` (``env.format_reward``: the reply is well formed);
+    * a move (well-formed JSON, but no answer): score 0, reward 0;
+    * an unreadable reply (:class:`Invalid`): score 0, reward ``cfg.invalid_penalty``.
+    """
+    if isinstance(parsed, Answer):
+        score = score_prediction(question.question_type, parsed.text, question.ground_truth, rule=cfg.scoring_rule)
+        return score + cfg.format_bonus, score
+    if isinstance(parsed, Move):
+        return 0.0, 0.0
+    return float(cfg.invalid_penalty), 0.0
+
+
+def _square(frame: np.ndarray, size: int) -> np.ndarray:
+    """A video frame (H, W, 3) uint8 resized to ``size`` x ``size`` (bilinear), the env's image shape."""
+    from PIL import Image
+
+    if frame.shape[:2] == (size, size):
+        return np.ascontiguousarray(frame)
+    return np.asarray(Image.fromarray(np.ascontiguousarray(frame)).resize((size, size), Image.BILINEAR))
+
+
 # Attributes that are settings, spaces, caches or rebuilt objects, not the state (get_state).
 _NOT_STATE = frozenset({"cfg", "render_mode", "camera", "observation_space", "action_space", "_cache", "_rows", "_scan_names", "renderer", "spec"})
 
@@ -194,6 +230,8 @@ class VSIEnv(gym.Env):
         self.view_images: list[np.ndarray] = []  # what the agent sees of views, in step with it
         self._min_pixels = appearance_min_pixels(cfg)
         self.appearance_order: list[int] = []
+        self.walk_poses: list[Pose] = []  # video_qa: the poses of the rendered walk-through's frames
+        self._frames_source = "render"  # video_qa: "render" or "video" (the scan's own video)
         self._feedback = ""
         self._done = True
         self._episode_reward = 0.0
@@ -236,6 +274,13 @@ class VSIEnv(gym.Env):
                 check_training_rows(rows, path)
             for row in rows:
                 check_row_sweep(row, self.cfg, f"{Path(path).name} row id {row['id']}")
+                if self.cfg.mode == "video_qa" and row.get("sweep") is not None and row["question_type"] == "obj_appearance_order":
+                    from a2c_ppo_acktr.envs.vsibench import VSIBenchRowError
+
+                    raise VSIBenchRowError(
+                        f"{Path(path).name} row id {row['id']} (obj_appearance_order) was built for the interactive start sweep, "
+                        "not a walk-through: leave obj_appearance_order out of env.question_types with env.mode=video_qa"
+                    )
             self._rows = rows
         return self._rows
 
@@ -281,6 +326,7 @@ class VSIEnv(gym.Env):
         """
         super().reset(seed=seed)
         options = dict(options or {})
+        self._frames_source = "render"
         if self.cfg.scene_source in ROW_SOURCES and "scene" not in options:
             self._reset_row(options)
         else:
@@ -292,13 +338,36 @@ class VSIEnv(gym.Env):
         self._feedback = feedback_text(None)
         return self._observation(), self._info(action=None, valid=True, collided=False)
 
-    def _start(self, scene: Scene, renderer: Renderer, pose: Optional[Pose] = None) -> None:
-        """Start pose (``pose``, else a free one drawn), sweep and appearance order in ``scene``."""
+    def _start(self, scene: Scene, renderer: Renderer, pose: Optional[Pose] = None, video: Optional[np.ndarray] = None) -> None:
+        """Start pose (``pose``, else a free one drawn), sweep and appearance order in ``scene``.
+
+        In ``video_qa`` mode the "sweep" is the walk-through: ``num_sweep_frames`` frames rendered
+        along :func:`~a2c_ppo_acktr.envs.navigation.walkthrough_poses` from the start pose (the
+        appearance order is that of the walk, as in the mini benchmark's videos), or ``video``, the
+        frames of the scan's own video (then no frames are rendered and ``sweep_frames`` is empty)."""
         self.scene, self.renderer = scene, renderer
-        self.pose = pose if pose is not None else sample_free_pose(scene, self.np_random, self.cfg.agent_radius)
-        self.sweep_frames = renderer.render_many(sweep_poses(self.pose, self.cfg.num_sweep_frames))
+        video_qa = self.cfg.mode == "video_qa"
+        if video is not None:
+            self.pose = pose if pose is not None else sample_free_pose(scene, self.np_random, self.cfg.agent_radius)
+            self.walk_poses = []
+            self.sweep_frames = []
+            self.appearance_order, self._appearance_frames = [], []
+            self.sweep_images = list(video)
+            self.views, self.view_images = [], []
+            return
+        if video_qa:
+            self.walk_poses = walkthrough_poses(scene, self.np_random, self.cfg.num_sweep_frames, self.cfg.agent_radius, start=pose)
+            self.pose = self.walk_poses[0]
+            poses = self.walk_poses
+        else:
+            self.pose = pose if pose is not None else sample_free_pose(scene, self.np_random, self.cfg.agent_radius)
+            poses = sweep_poses(self.pose, self.cfg.num_sweep_frames)
+        self.sweep_frames = renderer.render_many(poses)
         self.appearance_order, self._appearance_frames = appearance_from_frames([f.object_ids for f in self.sweep_frames], self._min_pixels)
         self.sweep_images = [self._image(f) for f in self.sweep_frames]
+        if video_qa:  # one answer turn over the frames: no current view
+            self.views, self.view_images = [], []
+            return
         # The sweep starts at the start heading, so its first frame is also the current view.
         self.views = [self.sweep_frames[0]]
         self.view_images = [self.sweep_images[0]]
@@ -351,14 +420,33 @@ class VSIEnv(gym.Env):
 
         scene, renderer = self._cached((row["dataset"], row["scene_name"]), lambda: scene_for_row(row, self.cfg.data_root))
         start = Pose(*row["start_pose"]) if row.get("start_pose") is not None else None
-        self._start(scene, renderer, start)
+        self._start(scene, renderer, start, video=self._row_video(row))
         self.question = options.get("question") or question_from_row(row)
+
+    def _row_video(self, row: dict) -> Optional[np.ndarray]:
+        """video_qa with ``env.video_root``: ``num_sweep_frames`` frames of the row's scan video
+        (``<video_root>/<dataset>/<scene_name>.mp4``, the video protocol's reader and its ``uniform``
+        linspace sampling), resized to ``image_size`` squares; None when there is no such file (the
+        walk-through is rendered instead) or no video_root."""
+        if self.cfg.mode != "video_qa" or self.cfg.video_root is None:
+            return None
+        from a2c_ppo_acktr.eval import video_protocol
+
+        path = video_protocol.video_file(self.cfg.video_root, row["dataset"], row["scene_name"], where=f"row id {row.get('id')}")
+        if not path.is_file():
+            self._frames_source = "render"
+            return None
+        self._frames_source = "video"
+        clip = video_protocol.read_clip(path, "uniform", self.cfg.num_sweep_frames)
+        return np.stack([_square(f, self.cfg.image_size) for f in clip.frames])
 
     def step(self, action: str) -> tuple[dict, float, bool, bool, dict]:
         """Apply the model's text for one turn (see the module docstring)."""
         if self._done:
             raise RuntimeError("step() called on a finished episode (or before reset()); call reset() first")
         parsed = parse_action(action, max_forward=self.cfg.max_forward)
+        if self.cfg.mode == "video_qa":
+            return self._answer_turn(parsed)
         self.turn += 1
         reward = 0.0
         terminated = False
@@ -392,11 +480,33 @@ class VSIEnv(gym.Env):
             info["score"] = score
         return self._observation(), float(reward), terminated, truncated, info
 
+    def _answer_turn(self, parsed: Any) -> tuple[dict, float, bool, bool, dict]:
+        """video_qa's one turn: the reward is :func:`video_qa_reward` of the parsed reply, and the
+        episode terminates whatever the reply was."""
+        self.turn += 1
+        reward, score = video_qa_reward(parsed, self.question, self.cfg)
+        self._feedback = feedback_text(parsed)
+        self._done = True
+        self._episode_reward += reward
+        info = self._info(action=parsed, valid=not isinstance(parsed, Invalid), collided=False)
+        info["time_limit_announced"] = False
+        info["format_ok"] = isinstance(parsed, Answer)
+        info["frames_source"] = self._frames_source
+        if isinstance(parsed, Answer):
+            info["score"] = score
+        return self._observation(), float(reward), True, False, info
+
     # ------------------------------------------------------------------ observation
     def _observation(self) -> dict:
         views = self.view_images[-self.cfg.image_history:] if self.cfg.image_history > 0 else []
         # Fresh arrays every call: callers keep observations, and the sweep is reused every turn.
         images = tuple(im.copy() for im in self.sweep_images) + tuple(im.copy() for im in views)
+        if self.cfg.mode == "video_qa":
+            # The answer turn of the video protocol's agent prompt (eval_vsi.py video --prompt agent):
+            # the frames as the agent's views in order, the last turn.
+            text = turn_text(self.question, self._feedback, turns_left=1, num_sweep_frames=0, num_views=len(images),
+                             max_forward=self.cfg.max_forward, object_labels=self.cfg.object_labels)
+            return {"images": images, "text": text}
         text = turn_text(
             self.question,
             self._feedback,

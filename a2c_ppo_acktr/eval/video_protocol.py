@@ -116,6 +116,21 @@ class VideoError(VSIBenchRowError):
     """A row's video cannot be read; the message names the file and what to do about it."""
 
 
+class VideoReaderMissing(VideoError):
+    """PyAV, which decodes the videos, is not installed."""
+
+
+def _av():
+    """The ``av`` module (PyAV), or :class:`VideoReaderMissing` in one line saying how to install it."""
+    try:
+        import av
+    except ImportError:
+        raise VideoReaderMissing(
+            "reading a video needs PyAV, which is not installed: pip install av (or leave env.video_root null to render walk-throughs)"
+        ) from None
+    return av
+
+
 # ------------------------------------------------------------------------------------ frame samplers
 @dataclass(frozen=True)
 class FrameSample:
@@ -217,8 +232,9 @@ def probe_video(path: str | Path) -> tuple[int, float]:
     Raises:
         FileNotFoundError: No file at ``path``.
         VideoError: The file is not a readable video.
+        VideoReaderMissing: PyAV is not installed.
     """
-    import av
+    av = _av()
 
     path = Path(path)
     if not path.is_file():
@@ -245,7 +261,7 @@ def decode_frames(path: str | Path, indices: Sequence[int]) -> np.ndarray:
     Raises:
         VideoError: The file cannot be decoded, or ends before an index asked for (truncated).
     """
-    import av
+    av = _av()
 
     path = Path(path)
     wanted = {int(i) for i in indices}
