@@ -479,3 +479,19 @@ def test_png_data_urls_round_trip_and_encode_a_repeated_frame_once(monkeypatch):
     assert len(encoded) == 6
     with pytest.raises(ValueError, match="uint8 HxWx3"):
         prompts.png_data_url(frames[0].astype(np.float32))
+
+
+def test_png_data_urls_from_many_threads_are_each_frames_own():
+    """The teacher encodes frames from its request threads: every thread gets its own frame's URL."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    from a2c_ppo_acktr.common import prompts
+
+    rng = np.random.default_rng(1)
+    frames = [rng.integers(0, 256, (4, 4, 3), dtype=np.uint8) for _ in range(prompts.PNG_CACHE_SIZE + 40)]
+    want = [prompts._encode_png(f) for f in frames]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        got = list(pool.map(prompts.png_data_url, frames * 3))
+    assert got == want * 3 and len(prompts._png_cache) <= prompts.PNG_CACHE_SIZE

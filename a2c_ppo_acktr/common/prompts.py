@@ -21,6 +21,7 @@ import collections
 import json
 import math
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any, Sequence, Union
 
@@ -202,6 +203,7 @@ def build_messages(observation: dict, blind: bool = False) -> list[dict]:
 # history, the sweep), and a PNG encode costs far more than hashing the pixels. Bounded by count.
 PNG_CACHE_SIZE = 128
 _png_cache: "collections.OrderedDict[tuple, str]" = collections.OrderedDict()
+_png_lock = threading.Lock()  # the teacher encodes from its request threads
 
 
 def png_data_url(image: Any) -> str:
@@ -216,14 +218,16 @@ def png_data_url(image: Any) -> str:
         raise ValueError(f"expected a uint8 HxWx3 image, got dtype {arr.dtype} shape {arr.shape}")
     arr = np.ascontiguousarray(arr)
     key = (arr.shape, hashlib.blake2b(arr.data, digest_size=16).digest())
-    url = _png_cache.get(key)
-    if url is None:
-        url = _encode_png(arr)
+    with _png_lock:
+        url = _png_cache.get(key)
+        if url is not None:
+            _png_cache.move_to_end(key)
+            return url
+    url = _encode_png(arr)  # outside the lock: other threads' frames encode meanwhile
+    with _png_lock:
         _png_cache[key] = url
         while len(_png_cache) > PNG_CACHE_SIZE:
             _png_cache.popitem(last=False)
-    else:
-        _png_cache.move_to_end(key)
     return url
 
 
