@@ -22,7 +22,7 @@ One episode:
 renders ``num_sweep_frames`` frames along a walk-through of the room
 (:func:`~a2c_ppo_acktr.envs.navigation.walkthrough_poses`, the mini benchmark's camera path; the
 appearance order is the walk's), or, for a row with a video under ``video_root``, reads them from the
-scan's own video (:mod:`~a2c_ppo_acktr.eval.video_protocol`'s reader, ``uniform`` sampling). The
+scan's own video (:mod:`~a2c_ppo_acktr.envs.video_frames`' reader, ``uniform`` sampling). The
 observation is the video protocol's agent answer turn (the frames as views, in order; "this is your
 last turn"). The one ``step`` terminates the episode with reward :func:`video_qa_reward`: the answer's
 score plus ``format_reward`` for a reply that parses as an answer, 0 for a move, ``invalid_penalty``
@@ -430,14 +430,14 @@ class VSIEnv(gym.Env):
         walk-through is rendered instead) or no video_root."""
         if self.cfg.mode != "video_qa" or self.cfg.video_root is None:
             return None
-        from a2c_ppo_acktr.eval import video_protocol
+        from a2c_ppo_acktr.envs import video_frames
 
-        path = video_protocol.video_file(self.cfg.video_root, row["dataset"], row["scene_name"], where=f"row id {row.get('id')}")
+        path = video_frames.video_file(self.cfg.video_root, row["dataset"], row["scene_name"], where=f"row id {row.get('id')}")
         if not path.is_file():
             self._frames_source = "render"
             return None
         self._frames_source = "video"
-        clip = video_protocol.read_clip(path, "uniform", self.cfg.num_sweep_frames)
+        clip = video_frames.read_clip(path, "uniform", self.cfg.num_sweep_frames)
         return np.stack([_square(f, self.cfg.image_size) for f in clip.frames])
 
     def step(self, action: str) -> tuple[dict, float, bool, bool, dict]:
