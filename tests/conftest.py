@@ -64,6 +64,17 @@ def loaded(tiny_model_path):
     return load_vlm(tiny_model_cfg(tiny_model_path))
 
 
+@pytest.fixture(scope="module")
+def mini(tmp_path_factory) -> Path:
+    """The mini benchmark (scripts/make_mini_vsibench.py): 2 rooms, 16 frames of 64x64 at 2 fps each,
+    about 20 questions of all 10 types (~2 s); one per test module."""
+    from helpers import mini_vsibench_module
+
+    out = tmp_path_factory.mktemp("mini")
+    mini_vsibench_module().make_mini_vsibench(out, scenes=2, seed=0, frames=16, size=64)
+    return out
+
+
 @pytest.fixture(scope="session")
 def vsi_cache_dir() -> Path:
     """The session's ``$VSI_CACHE`` (tiny models live in its ``tiny`` subdirectory)."""

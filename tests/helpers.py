@@ -279,3 +279,14 @@ def write_scannetpp_scan(root: Path, scene_id: str, scene) -> Path:
                for o in scene.objects]
     (d / "segments_anno.json").write_text(json.dumps({"sceneId": scene_id, "segGroups": groups}))
     return root / scene_id
+
+
+def mini_vsibench_module():
+    """``scripts/make_mini_vsibench.py`` imported as a module (it is a script, not a package module)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "make_mini_vsibench.py"
+    spec = importlib.util.spec_from_file_location("make_mini_vsibench", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

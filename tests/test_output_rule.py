@@ -247,17 +247,10 @@ def test_gallery_refuses_its_sheets_where_they_are_and_keeps_the_users_files(tmp
     assert (out / "rooms.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def _mini():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("make_mini_vsibench", REPO / "scripts" / "make_mini_vsibench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_mini_benchmark_refuses_a_used_folder_and_a_failed_build_leaves_nothing(tmp_path, capsys):
-    mini = _mini()
+    from helpers import mini_vsibench_module
+
+    mini = mini_vsibench_module()
     out = tmp_path / "mini"
     out.mkdir()
     (out / "test.parquet").write_bytes(b"the user's rows")

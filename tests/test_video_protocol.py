@@ -5,7 +5,6 @@ reads back to the same numbers, the tiny model end to end (base and PPO checkpoi
 and video reports of the same rows paired in one comparison, and one-line errors on bad input."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -22,21 +21,6 @@ from a2c_ppo_acktr.envs.vsibench import load_vsibench_rows
 
 REPO = Path(__file__).resolve().parent.parent
 FAST = ["--log.progress_bar", "false"]
-
-
-def _mini_module():
-    spec = importlib.util.spec_from_file_location("make_mini_vsibench", REPO / "scripts" / "make_mini_vsibench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def mini(tmp_path_factory) -> Path:
-    """2 rooms, 16 frames of 64x64 at 2 fps each: about 20 questions of all 10 types (~2 s)."""
-    out = tmp_path_factory.mktemp("mini")
-    _mini_module().make_mini_vsibench(out, scenes=2, seed=0, frames=16, size=64)
-    return out
 
 
 def _video(mini: Path, argv: list[str], out: Path) -> dict:

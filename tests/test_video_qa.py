@@ -3,7 +3,6 @@ against hand-computed numbers, the observation's frames and text, the scan-video
 one-line errors, and main_vsi.py --preset vsgrpo end to end on the tiny model."""
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
 from pathlib import Path
@@ -137,20 +136,6 @@ def test_a_group_answers_the_same_walkthrough_and_question():
 
 
 # ------------------------------------------------------------------ scan videos
-def _mini_module():
-    spec = importlib.util.spec_from_file_location("make_mini_vsibench", REPO / "scripts" / "make_mini_vsibench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def mini(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("mini")
-    _mini_module().make_mini_vsibench(out, scenes=2, seed=0, frames=16, size=64)
-    return out
-
-
 def _row_env(mini: Path, video_root, n: int = 4) -> VSIEnv:
     return VSIEnv(**{**VQA, "num_sweep_frames": n}, scene_source="vsibench", vsibench_path=str(mini / "test.parquet"),
                   data_root=str(mini / "scans"), video_root=None if video_root is None else str(video_root))
