@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -126,26 +125,14 @@ def _merged(model: Any, adapter_dir: Path) -> Any:
 def _publish(merged: Any, processor: Any, target: Path, out: str | Path, overwrite: bool, inputs: list, info: dict) -> None:
     """Save the merged model into a temporary sibling of ``target``, then claim ``out`` and rename it
     into place (a failure removes the temporary directory and nothing else)."""
-    import shutil
-    import tempfile
-
     from a2c_ppo_acktr.common.atomic import fsync_tree
-    from a2c_ppo_acktr.run.rundir import claim_output_dir
+    from a2c_ppo_acktr.run.rundir import staged_output_dir
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-export-{target.name}-", dir=target.parent))
-    try:
+    with staged_output_dir(out, target, overwrite=overwrite, inputs=inputs, prefix=".tmp-export-") as tmp:
         merged.save_pretrained(str(tmp))
         processor.save_pretrained(str(tmp))
         (tmp / EXPORT_FILE).write_text(json.dumps(info, indent=1), encoding="utf-8")
         fsync_tree(tmp)
-        claim_output_dir(out, overwrite=overwrite, inputs=inputs, create=False)
-        if target.exists():  # an empty directory the user made
-            target.rmdir()
-        os.rename(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -213,10 +212,7 @@ def make_mini_vsibench(out: str | Path, scenes: int = 4, seed: int = 0, frames: 
             (the message names the missing types and suggests more ``--scenes`` or another ``--seed``).
         ConfigError: ``out`` holds files (without ``overwrite``), or is held by another process.
     """
-    import shutil
-    import tempfile
-
-    from a2c_ppo_acktr.run.rundir import check_output_path, claim_output_dir, directory_lock
+    from a2c_ppo_acktr.run.rundir import check_output_path, claim_output_dir, directory_lock, staged_output_dir
 
     if scenes < 1:
         raise MiniBenchError(f"--scenes={scenes} must be >= 1")
@@ -232,17 +228,8 @@ def make_mini_vsibench(out: str | Path, scenes: int = 4, seed: int = 0, frames: 
     with directory_lock(target):
         if not overwrite:  # refused now, not after minutes of rendering
             claim_output_dir(out, overwrite=False, create=False)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
-        try:
+        with staged_output_dir(out, target, overwrite=overwrite) as tmp:
             _build(tmp, scenes, seed, frames, size, per_type, fps)
-            claim_output_dir(out, overwrite=overwrite, create=False)
-            if target.exists():  # an empty directory the user made
-                target.rmdir()
-            os.rename(tmp, target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
     return target / "test.parquet"
 
 

@@ -156,6 +156,28 @@ def claim_output_dir(
     return path
 
 
+@contextmanager
+def staged_output_dir(out: str | os.PathLike, target: Path, *, overwrite: bool, inputs: Iterable[str | os.PathLike] = (),
+                      prefix: str = ".tmp-") -> Iterator[Path]:
+    """A temporary sibling of ``target`` to fill in the block; when the block ends cleanly ``out`` is
+    claimed (:func:`claim_output_dir`: refused, or moved aside with ``overwrite``) and the sibling is
+    renamed into place. Any failure removes the sibling and nothing else."""
+    import shutil
+    import tempfile
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}{target.name}-", dir=target.parent))
+    try:
+        yield tmp
+        claim_output_dir(out, overwrite=overwrite, inputs=inputs, create=False)
+        if target.exists():  # an empty directory the user made
+            target.rmdir()
+        os.rename(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def claim_output_files(
     directory: str | os.PathLike,
     names: Sequence[str],
