@@ -290,3 +290,14 @@ def mini_vsibench_module():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def one_line_error(capsys, rc: int, *fragments: str) -> str:
+    """The one ``...: error: ...`` line a command printed on stderr (progress bars and warnings aside),
+    after asserting exit code 2, no traceback, exactly one such line, and each fragment in it."""
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if ": error: " in line]
+    assert rc == 2 and "Traceback" not in err and len(lines) == 1, err
+    for fragment in fragments:
+        assert fragment in lines[0], err
+    return lines[0]

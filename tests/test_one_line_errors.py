@@ -17,16 +17,9 @@ import pytest
 from a2c_ppo_acktr.config.arguments import ConfigError, load_config
 from a2c_ppo_acktr.config.cli import run_main
 
+from helpers import one_line_error as _one_line
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def _one_line(capsys, rc: int, *fragments: str) -> str:
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if ": error: " in line]  # besides progress bars and warnings
-    assert rc == 2 and "Traceback" not in err and len(lines) == 1, err
-    for fragment in fragments:
-        assert fragment in lines[0], err
-    return lines[0]
 
 
 def _exit_code(main) -> int:

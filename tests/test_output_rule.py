@@ -19,6 +19,8 @@ from a2c_ppo_acktr.run.rundir import (
     RunLock, RunLockedError, RunLockLostError, claim_output_dir, claim_output_files, lock_path, move_aside,
 )
 
+from helpers import one_line_error as _one_line
+
 REPO = Path(__file__).resolve().parent.parent
 HOLD = "import sys, time; from a2c_ppo_acktr.run.rundir import RunLock; RunLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(600)"
 PROBE = "import sys; from a2c_ppo_acktr.run.rundir import RunLock, RunLockedError\ntry:\n    RunLock(sys.argv[1]).acquire()\nexcept RunLockedError:\n    print('refused')\n"
@@ -35,15 +37,6 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait(30)
     proc.stdout.close()
-
-
-def _one_line(capsys, rc: int, *fragments: str) -> str:
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if ": error: " in line]  # besides progress bars and warnings
-    assert rc == 2 and "Traceback" not in err and len(lines) == 1, err
-    for fragment in fragments:
-        assert fragment in lines[0], err
-    return lines[0]
 
 
 # ------------------------------------------------------------------------ the lock survives deletion
