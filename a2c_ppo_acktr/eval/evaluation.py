@@ -39,6 +39,7 @@ from a2c_ppo_acktr.common.prompts import Answer, Invalid, Move, response_spans
 from a2c_ppo_acktr.reports import EpisodeRecord, PictureLayout, TurnRecord
 from a2c_ppo_acktr.common.errors import UserError
 from a2c_ppo_acktr.common.scoring import DEFAULT_SCORING_RULE
+from a2c_ppo_acktr.policy.vision_cache import vision_cache_of
 
 logger = logging.getLogger(__name__)
 
@@ -452,7 +453,9 @@ def run_episodes(
         bar.update(1)
         return True
 
-    run_slots(len(envs), list(enumerate(specs)), begin, act, step)
+    # A policy agent's frozen vision tower encodes each distinct frame once over the evaluation.
+    with vision_cache_of(getattr(agent, "policy", None)):
+        run_slots(len(envs), list(enumerate(specs)), begin, act, step)
     bar.close()
     for env in envs:
         env.close()

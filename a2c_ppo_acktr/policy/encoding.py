@@ -16,13 +16,14 @@ that several turns show (the sweep frames repeat on every turn of an episode).
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
+
+from a2c_ppo_acktr.common.sameness import image_key
 
 # Keys whose first dimension runs over images: split per image (or per patch, see _image_rows).
 IMAGE_KEYS = frozenset({"pixel_values", "image_grid_thw", "image_sizes"})
@@ -162,12 +163,6 @@ def _pad_tiles(parts: list[Tensor]) -> list[Tensor]:
         return parts
     most = max(p.shape[1] for p in parts)
     return [torch.nn.functional.pad(p, (0, 0, 0, 0, 0, 0, 0, most - p.shape[1])) for p in parts]
-
-
-def image_key(image: np.ndarray) -> tuple:
-    """Content key of a raw image: shape, dtype and a 128-bit digest of its bytes."""
-    arr = np.ascontiguousarray(image)
-    return arr.shape, arr.dtype.str, hashlib.blake2b(arr.data, digest_size=16).digest()
 
 
 class ImageFeatureStore:

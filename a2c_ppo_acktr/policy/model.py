@@ -55,10 +55,9 @@ import torch
 from safetensors import SafetensorError
 from torch import Tensor, nn
 from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList
-from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from a2c_ppo_acktr.common import prompts
-from a2c_ppo_acktr.common.sameness import unique_rows
+from a2c_ppo_acktr.common.sameness import image_key, unique_rows
 from a2c_ppo_acktr.config.arguments import ModelConfig
 from a2c_ppo_acktr.run.distributed import agreed_chunk_count
 from a2c_ppo_acktr.policy.distributions import (
@@ -77,6 +76,7 @@ from a2c_ppo_acktr.policy.loading import ContextLengthError, LoadedVLM, ModelLoa
 from a2c_ppo_acktr.policy.references import PERCEPTION_PROBES, EMAWeights, reference_named
 from a2c_ppo_acktr.policy.references import REFERENCES as KL_REFERENCES
 from a2c_ppo_acktr.policy.temp_predictor import TempPredictor, compute_in_float32, float32_weight_cache
+from a2c_ppo_acktr.policy.vision_cache import VisionOutputCache, output_entries, vision_outputs
 
 logger = logging.getLogger(__name__)
 
@@ -100,15 +100,6 @@ VISION_MODULES: dict[str, dict[str, list[str]]] = {
 # the tiny model), but not for RoPE scalings that depend on the largest position (``dynamic``):
 # the training forward is given generate's positions and computes exactly what the rollout did.
 MASK_POSITION_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
-
-
-@dataclass
-class VisionOutputs(BaseModelOutputWithPooling):
-    """The vision encoder's output as a forward reads it from ``mm_encoder_outputs["image"]``:
-    ``pooler_output``, one tensor of visual tokens per image, and Qwen3-VL's deepstack features (per
-    layer, per image)."""
-
-    deepstack_features: Optional[list[tuple[Tensor, ...]]] = None
 
 
 @dataclass
@@ -310,6 +301,7 @@ class VLMPolicy(nn.Module):
         self.context_limit: Optional[int] = int(limit) if limit else None  # prompt + response positions (_check_context)
         # The inner model whose vision encoder outputs the rollout keeps (model.reuse_vision_outputs), or None.
         self._vision_owner: Optional[nn.Module] = self._reusable_vision(base)
+        self._vision_cache: Optional[VisionOutputCache] = None  # open inside vision_cache()
 
     # ------------------------------------------------------------------ construction
     @staticmethod
@@ -367,19 +359,56 @@ class VLMPolicy(nn.Module):
         return None if trains else inner
 
     @contextlib.contextmanager
-    def _capture_vision(self) -> Iterator[list[Any]]:
+    def vision_cache(self) -> Iterator[Optional[VisionOutputCache]]:
+        """Inside this block, :meth:`act` and :meth:`get_values` run the frozen vision tower only on
+        images they have not encoded in the block (an episode's sweep frames are encoded once, not at
+        every turn): :class:`~a2c_ppo_acktr.policy.vision_cache.VisionOutputCache`, at most
+        ``model.vision_cache_images`` images. Yields the cache, or None where the tower's outputs are
+        not reused (it trains, ``model.reuse_vision_outputs`` is off) or the size is 0. A rollout opens
+        one (:func:`~a2c_ppo_acktr.rl.train.collect_rollout`), so nothing is kept between rollouts:
+        a step's numbers depend on its own rollout only, and a resumed run computes what an
+        uninterrupted one did."""
+        size = int(self.cfg.vision_cache_images)
+        previous = self._vision_cache
+        self._vision_cache = VisionOutputCache(size) if self._vision_owner is not None and size > 0 else None
+        try:
+            yield self._vision_cache
+        finally:
+            self._vision_cache = previous
+
+    def _image_keys(self, images: Sequence[Sequence[np.ndarray]], where: Optional[list[int]] = None) -> Optional[list[tuple]]:
+        """The content keys of the images the next tower call encodes (rows in order; after a shared
+        prefill, the distinct prompts' rows: row ``i`` is distinct prompt ``where[i]``), or None
+        outside :meth:`vision_cache`."""
+        if self._vision_cache is None:
+            return None
+        if where is not None:
+            first = {k: i for i, k in reversed(list(enumerate(where)))}
+            images = [images[first[k]] for k in range(len(first))]
+        return [image_key(im) for row in images for im in row]
+
+    @contextlib.contextmanager
+    def _capture_vision(self, keys: Optional[Sequence[tuple]] = None) -> Iterator[list[Any]]:
         """The vision encoder's outputs (``get_image_features``) of the forwards in the block, in call
-        order; nothing is captured when the outputs are not reused."""
+        order; nothing is captured when the outputs are not reused. With ``keys`` (:meth:`_image_keys`)
+        the block's first encoder call is served from the open :meth:`vision_cache`: the tower runs
+        on its images not yet encoded only."""
         caught: list[Any] = []
         owner = self._vision_owner
         if owner is None:
             yield caught
             return
         original = owner.get_image_features
+        pending = [keys]
 
         @functools.wraps(original)  # generate reads the encoder's signature to pick its inputs
         def spy(*args: Any, **kwargs: Any) -> Any:
-            out = original(*args, **kwargs)
+            out = None
+            cache, want = self._vision_cache, pending.pop() if pending else None
+            if cache is not None and want is not None:
+                out = cache.encode(original, args, kwargs, want)
+            if out is None:
+                out = original(*args, **kwargs)
             caught.append(out)
             return out
 
@@ -395,20 +424,14 @@ class VLMPolicy(nn.Module):
         cannot split per image)."""
         if self._vision_owner is None:
             return None
-        total = int(sum(images_per_row))
-        pooled = [t for out in caught for t in out.pooler_output]
-        if len(pooled) != total:
-            return None
-        flat: list[dict[str, Tensor]] = [{"pooled": t.detach()} for t in pooled]
-        start = 0
+        flat: list[dict[str, Tensor]] = []
         for out in caught:
-            count = len(out.pooler_output)
-            for layer, feats in enumerate(getattr(out, "deepstack_features", None) or []):
-                if len(feats) != count:
-                    return None
-                for j, t in enumerate(feats):
-                    flat[start + j][f"deepstack.{layer}"] = t.detach()
-            start += count
+            entries = output_entries(out)
+            if entries is None:
+                return None
+            flat += entries
+        if len(flat) != int(sum(images_per_row)):
+            return None
         rows, start = [], 0
         for n in images_per_row:
             rows.append(flat[start:start + n])
@@ -427,11 +450,7 @@ class VLMPolicy(nn.Module):
         the forward then skips the tower."""
         out = {k: v for k, v in inputs.items() if not k.startswith("pixel_values")}
         if entries:
-            layers = sorted((k for k in entries[0] if k.startswith("deepstack.")), key=lambda k: int(k.split(".")[1]))
-            out["mm_encoder_outputs"] = {"image": VisionOutputs(
-                pooler_output=tuple(e["pooled"].to(self.device) for e in entries),
-                deepstack_features=[tuple(e[k].to(self.device) for e in entries) for k in layers] or None,
-            )}
+            out["mm_encoder_outputs"] = {"image": vision_outputs(entries, self.device)}
         return out
 
     @property
@@ -739,7 +758,7 @@ class VLMPolicy(nn.Module):
         texts, images = self._prompts_and_images(observations, blind)
         enc = self._encode(texts, images)
         # Only the value head reads this forward: lm_head computes no vocabulary logits.
-        with self._eval_mode(), self._catch_lm_head_input(skip_logits=True) as caught:
+        with self._eval_mode(), self._catch_lm_head_input(skip_logits=True) as caught, self._capture_vision(self._image_keys(images)):
             self.model(**self._with_positions(enc), use_cache=False, logits_to_keep=1)
         return self._values(caught[0][:, -1]).float().cpu()
 
@@ -794,7 +813,7 @@ class VLMPolicy(nn.Module):
             enc = self._to_device(cpu_enc)
             P = enc["input_ids"].shape[1]
             recompute = self.cfg.recompute_rollout_log_probs
-            with self._capture_vision() as encoded:
+            with self._capture_vision(self._image_keys(images, None if unique is None else unique[1])) as encoded:
                 # With repeated prompts, generate continues every row from the distinct prompts' cache.
                 gen_inputs = enc if unique is None else self._shared_prefill(enc, *unique)
                 seqs, proc, caught = self._generate(gen_inputs, greedy, temperature, recompute)

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from a2c_ppo_acktr.config.arguments import ConfigError
 from a2c_ppo_acktr.common.atomic import open_atomic
-from a2c_ppo_acktr.policy.encoding import image_key
+from a2c_ppo_acktr.common.sameness import image_key
 
 ROLLOUTS_SUBDIR = "rollouts"
 _FILE = re.compile(r"iter-(\d+)-rank(\d+)\.jsonl\.gz$")

@@ -49,6 +49,7 @@ from a2c_ppo_acktr.rl.run_state import (
     write_checkpoint,
 )
 from a2c_ppo_acktr.rl.storage import BOOTSTRAPPING_ESTIMATORS
+from a2c_ppo_acktr.policy.vision_cache import vision_cache_of
 from a2c_ppo_acktr.eval.validation import BestPolicy, run_validation
 
 logger = logging.getLogger(__name__)
@@ -137,11 +138,19 @@ def collect_rollout(
         (with ``next_value`` when ``bootstrap``).
     """
     stats = RolloutStats()
-    finals: list[tuple[int, int, dict]] = []  # (step, env, final observation) of truncated steps
     # Grouped envs restart every group on one episode (siblings compared); a no-op otherwise.
     observations, restarted = envs.resync(observations)
     if restarted:
         storage.starts_episode[:] = True
+    with vision_cache_of(policy):
+        observations = _steps(policy, envs, storage, observations, num_steps, gather, bootstrap, stats)
+    return observations, stats
+
+
+def _steps(policy, envs, storage, observations: list[dict], num_steps: int, gather: Callable[[], ContextManager],
+           bootstrap: bool, stats: RolloutStats) -> list[dict]:
+    """:func:`collect_rollout`'s ``num_steps`` steps; returns the observations after the last."""
+    finals: list[tuple[int, int, dict]] = []  # (step, env, final observation) of truncated steps
     for t in range(num_steps):
         with gather():
             t0 = time.perf_counter()
@@ -180,7 +189,7 @@ def collect_rollout(
         stats.turns += len(infos)
         stats.reward_sum += float(np.sum(rewards))
         stats.temperature_sum += float(act.temperatures.float().sum())
-    return observations, stats
+    return observations
 
 
 def rollout_metrics(accelerator, stats: RolloutStats) -> dict[str, float]:
