@@ -958,7 +958,7 @@ class VLMPolicy(nn.Module):
             cpu_enc = self._process(texts, images)
             self._check_context(cpu_enc["input_ids"].shape[1])
             enc = self._to_device(cpu_enc)
-            with self._capture_vision() as encoded, self._catch_lm_head_input(skip_logits=True) as caught:
+            with self._capture_vision(self._image_keys(images)) as encoded, self._catch_lm_head_input(skip_logits=True) as caught:
                 self.model(**self._with_positions(enc), use_cache=False, logits_to_keep=1)
             vision = self._row_vision(encoded, images, None)
             temps = self._temperatures(caught[0][:, -1], temperature).float().cpu()
