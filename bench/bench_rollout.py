@@ -96,15 +96,22 @@ def episode_costs(policy, n: int, images: int, size: int, repeats: int) -> list[
     kept: list[list[float]] = [[] for _ in turns]
     encoded = [n * images] * len(turns)
     policy.act(turns[0], greedy=True)  # warm-up
-    for _ in range(repeats):
+
+    def plain_episode() -> None:
         for t, o in enumerate(turns):
             plain[t].append(best_interleaved([synchronised(lambda o=o: policy.act(o, greedy=True))], 1, warmup=False)[0])
+
+    def kept_episode() -> None:
         with policy.vision_cache() as cache:
             for t, o in enumerate(turns):
                 before = cache.misses if cache is not None else 0
                 kept[t].append(best_interleaved([synchronised(lambda o=o: policy.act(o, greedy=True))], 1, warmup=False)[0])
                 if cache is not None:
                     encoded[t] = cache.misses - before
+
+    for r in range(repeats):  # the order alternates, so neither episode always runs on a warmer machine
+        for episode in ((plain_episode, kept_episode) if r % 2 == 0 else (kept_episode, plain_episode)):
+            episode()
     return [(min(p), min(k), e) for p, k, e in zip(plain, kept, encoded)]
 
 
