@@ -45,6 +45,37 @@ GIB = 1024**3
 # takes the class's defaults. The estimate uses them only when the model is neither a local directory
 # nor in the local HF cache, so that the table prints offline.
 KNOWN_CONFIGS: dict[str, dict[str, Any]] = {
+    # Qwen2-VL names its tower's width embed_dim (MLP mlp_ratio x wider) and its merger's output hidden_size.
+    "Qwen/Qwen2-VL-2B-Instruct": {
+        "model_type": "qwen2_vl",
+        "tie_word_embeddings": True,
+        "text_config": {
+            "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
+            "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936,
+            "max_position_embeddings": 32768, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+            "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+        },
+        "vision_config": {
+            "depth": 32, "embed_dim": 1280, "mlp_ratio": 4, "num_heads": 16, "hidden_size": 1536,
+            "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
+        },
+        "min_pixels": 3136, "max_pixels": 12845056,
+    },
+    "Qwen/Qwen2-VL-7B-Instruct": {
+        "model_type": "qwen2_vl",
+        "tie_word_embeddings": False,
+        "text_config": {
+            "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+            "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+            "max_position_embeddings": 32768, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+            "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+        },
+        "vision_config": {
+            "depth": 32, "embed_dim": 1280, "mlp_ratio": 4, "num_heads": 16, "hidden_size": 3584,
+            "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
+        },
+        "min_pixels": 3136, "max_pixels": 12845056,
+    },
     "Qwen/Qwen2.5-VL-3B-Instruct": {
         "model_type": "qwen2_5_vl",
         "tie_word_embeddings": True,
@@ -172,6 +203,9 @@ class ModelDims:
     min_pixels: int
     max_pixels: int
     source: str
+    # Feature maps the tower hands the language model per visual token: the merged tokens, plus
+    # Qwen3-VL's deepstack layers.
+    vision_outputs_per_token: int = 1
 
     @property
     def q_dim(self) -> int:
@@ -231,6 +265,7 @@ class Setup:
     gradient_checkpointing: bool
     reduce_bucket_elements: int  # DeepSpeed's gradient bucket (reduce_bucket_size)
     lora_r: int
+    vision_cache_images: int = 0  # model.vision_cache_images where the tower's outputs are reused, else 0
 
 
 @dataclass(frozen=True)
@@ -319,13 +354,17 @@ def model_dims(model_cfg: Any) -> ModelDims:
     patch = int(getattr(vision, "patch_size", 0) or 0)
     heads = int(text.num_attention_heads)
     head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
+    # Qwen2-VL's tower is embed_dim wide with an MLP of mlp_ratio x that; its hidden_size is the merger's output.
+    vision_width = int(getattr(vision, "embed_dim", None) or getattr(vision, "hidden_size", 0) or 0)
+    vision_mlp = int(getattr(vision, "intermediate_size", None) or vision_width * float(getattr(vision, "mlp_ratio", 0) or 0))
     return ModelDims(
         hidden=int(text.hidden_size), intermediate=int(text.intermediate_size), layers=int(text.num_hidden_layers),
         heads=heads, kv_heads=int(getattr(text, "num_key_value_heads", None) or heads), head_dim=head_dim,
         vocab=int(text.vocab_size), total_params=int(total), lora_params=int(lora), trainable_extra=int(extra),
         vision_patches_per_token=merge * merge, patch_factor=patch * merge,
-        vision_hidden=int(getattr(vision, "hidden_size", 0) or 0), vision_intermediate=int(getattr(vision, "intermediate_size", 0) or 0),
+        vision_hidden=vision_width, vision_intermediate=vision_mlp,
         min_pixels=int(known.get("min_pixels", 0)), max_pixels=int(known.get("max_pixels", 0)), source=source,
+        vision_outputs_per_token=1 + len(getattr(vision, "deepstack_visual_indexes", None) or []),
     )
 
 
@@ -506,7 +545,7 @@ def estimate(d: ModelDims, shapes: Shapes, s: Setup, heads: int = 0) -> list[Ter
     # a layer's never coincide.
     c = chunk_tokens(d, shapes)
     # Below float32, lm_head casts its weight to float32 for every call (model.float32_logits): a
-    # V x H float32 temporary beside the chunk's tensors (and once per decoded token in generate).
+    # V x H float32 temporary beside the chunk's tensors (generate holds one such cast for its whole call).
     head_copy = V * H * 4 if b < 4 else 0
     terms.append(Term(
         "logits chunk (chunked log-prob/entropy/KL)", c * V * (CHUNK_FP32_COPIES * 4 + b) + head_copy,
@@ -518,6 +557,12 @@ def estimate(d: ModelDims, shapes: Shapes, s: Setup, heads: int = 0) -> list[Ter
                       f"envs x T x L x 2 x kv x b = {E} x {P_len + R} x {L} x 2 x {d.kv_dim} x {b}", "rollout"))
     prefill = E * P_len * b * (2 * H + d.q_dim + 2 * d.kv_dim + 3 * d.intermediate)
     terms.append(Term("rollout: prefill working set (one layer, no grad)", prefill, "envs x P x b(2H + q + 2kv + 3I)", "rollout"))
+    if s.vision_cache_images:
+        per_image = shapes.image_tokens * H * b * d.vision_outputs_per_token
+        terms.append(Term("rollout: tower outputs kept (model.vision_cache_images)", s.vision_cache_images * per_image,
+                          f"images x tokens/image x H x b{' x maps' if d.vision_outputs_per_token > 1 else ''} = "
+                          f"{s.vision_cache_images} x {shapes.image_tokens} x {H} x {b}"
+                          f"{f' x {d.vision_outputs_per_token}' if d.vision_outputs_per_token > 1 else ''} (at most)", "rollout"))
     patches = n_img * shapes.image_tokens * d.vision_patches_per_token
     vision = patches * b * (4 * d.vision_hidden + 3 * d.vision_intermediate)
     terms.append(Term("vision tower forward, no grad (before the language model)", vision,
@@ -568,6 +613,7 @@ def setup_from_run(run: Any, gpus: int) -> Setup:
         dtype_bytes=b, lora_bytes=b if run.dist.zero_stage > 0 else 4, zero_stage=run.dist.zero_stage,
         gpus=gpus if run.dist.zero_stage > 0 else 1, gradient_checkpointing=run.model.gradient_checkpointing,
         reduce_bucket_elements=bucket, lora_r=run.model.lora_r,
+        vision_cache_images=run.model.vision_cache_images if run.model.reuse_vision_outputs and run.model.train_vision == "none" else 0,
     )
 
 

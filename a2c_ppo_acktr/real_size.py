@@ -147,12 +147,20 @@ def _reduce_vision(vision: dict[str, Any], r: Reductions) -> None:
                 vision[key] = _kept_indexes(vision[key], r.vision_blocks)
     if r.vision_hidden is None:
         return
-    heads, hidden = vision["num_heads"], vision["hidden_size"]
+    width = _tower_width_key(vision)
+    heads, hidden = vision["num_heads"], vision[width]
     head_dim = hidden // heads
     if r.vision_hidden % head_dim:
         raise RealSizeError(f"--vision-hidden={r.vision_hidden} must be a multiple of the tower's head dimension {head_dim}")
-    vision.update(hidden_size=r.vision_hidden, num_heads=r.vision_hidden // head_dim,
-                  intermediate_size=_scaled(vision["intermediate_size"], r.vision_hidden / hidden, 16))
+    vision.update({width: r.vision_hidden, "num_heads": r.vision_hidden // head_dim})
+    if "intermediate_size" in vision:  # Qwen2-VL's MLP follows its width by mlp_ratio
+        vision["intermediate_size"] = _scaled(vision["intermediate_size"], r.vision_hidden / hidden, 16)
+
+
+def _tower_width_key(vision: dict[str, Any]) -> str:
+    """The vision config's field for the tower's width: Qwen2-VL's ``embed_dim`` (its ``hidden_size`` is
+    the merger's output), else ``hidden_size``."""
+    return "embed_dim" if "embed_dim" in vision else "hidden_size"
 
 
 def config_fields(hub_id: str, reductions: Reductions = Reductions()) -> dict[str, Any]:
@@ -163,7 +171,8 @@ def config_fields(hub_id: str, reductions: Reductions = Reductions()) -> dict[st
     _reduce_text(fields["text_config"], reductions)
     _reduce_vision(fields["vision_config"], reductions)
     # The merger projects the tower's output to the language model's width.
-    fields["vision_config"]["out_hidden_size"] = fields["text_config"]["hidden_size"]
+    vision = fields["vision_config"]
+    vision["hidden_size" if _tower_width_key(vision) == "embed_dim" else "out_hidden_size"] = fields["text_config"]["hidden_size"]
     return fields
 
 

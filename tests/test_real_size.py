@@ -15,7 +15,7 @@ from a2c_ppo_acktr.memory import KNOWN_CONFIGS
 
 # What each checkpoint's model card on the hub gives as its size (safetensors parameters): an
 # oracle from outside this package for the full-size build.
-HUB_SIZES = {"qwen2.5-vl-3b": 3.75e9, "qwen2.5-vl-7b": 8.29e9, "qwen3-vl-4b": 4.44e9, "qwen3-vl-8b": 8.77e9}
+HUB_SIZES = {"qwen2.5-vl-3b": 3.75e9, "qwen2.5-vl-7b": 8.29e9, "qwen3-vl-4b": 4.44e9, "qwen3-vl-8b": 8.77e9, "vsgrpo": 2.21e9}  # vsgrpo: Qwen2-VL-2B
 PROXY = real_size.Reductions(text_layers=2, vision_blocks=2, hidden=128, vision_hidden=160)
 # The fields a reduction rewrites (the rest must be the checkpoint's).
 REDUCED_TEXT = {"num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size"}
@@ -109,6 +109,20 @@ def test_qwen3_vl_reduced_build_keeps_a_deepstack_block(tmp_path):
     assert loaded.family == "qwen3_vl" and vision.deepstack_visual_indexes == [2] and vision.depth == 3
     assert text.rope_parameters["mrope_section"] == [24, 20, 20] and text.max_position_embeddings == 262144
     assert loaded.model.get_input_embeddings().weight.shape[0] == KNOWN_CONFIGS["Qwen/Qwen3-VL-4B-Instruct"]["text_config"]["vocab_size"]
+
+
+def test_qwen2_vl_reduced_build_names_its_tower_width_embed_dim(tmp_path):
+    """Qwen2-VL (the vsgrpo preset's 2B): the tower's width is ``embed_dim`` with an MLP of ``mlp_ratio``
+    x that, and ``hidden_size`` is the merger's output, the language model's width."""
+    out = real_size.build_real_size("vsgrpo", tmp_path / "m", real_size.Reductions(text_layers=2, vision_blocks=2, hidden=128, vision_hidden=160))
+    _, loaded = _loaded(str(out))
+    vision, text = loaded.model.config.vision_config, loaded.model.config.get_text_config()
+    assert loaded.family == "qwen2_vl" and (vision.depth, vision.embed_dim, vision.num_heads, vision.mlp_ratio) == (2, 160, 2, 4)
+    assert vision.hidden_size == text.hidden_size == 128 and text.rope_parameters["mrope_section"] == [16, 24, 24]
+    assert loaded.model.get_input_embeddings().weight.shape[0] == 151936
+    fields = real_size.config_fields("Qwen/Qwen2-VL-7B-Instruct")
+    assert (fields["vision_config"]["embed_dim"], fields["vision_config"]["hidden_size"]) == (1280, 3584)
+    assert "out_hidden_size" not in fields["vision_config"]
 
 
 def test_reductions_that_do_not_fit_the_architecture_say_what_fits():
