@@ -88,6 +88,29 @@ def test_an_episodes_repeated_frames_pass_the_tower_once_and_change_nothing(tiny
     assert sum(rows) == per_frame * 3 * NUM_ENVS  # the block closed: every frame of the call again
 
 
+def test_a_shared_prefill_is_served_from_the_cache_too(loaded, tiny_model_path):
+    """A group's siblings repeat one prompt (one prefill of the distinct prompts): the cache gets the
+    distinct prompts' frames in their order, and a later turn showing them again runs no tower."""
+    cached = fresh_policy(loaded, tiny_model_path, max_new_tokens=4, rollout_log_probs="recompute")
+    plain = fresh_policy(loaded, tiny_model_path, max_new_tokens=4, rollout_log_probs="recompute")
+    group = [o for o in _episode_step(0)[1:] for _ in range(2)]  # 2 distinct prompts x 2 siblings
+    again = [{**o, "text": o["text"] + " Answer now."} for o in group]  # the same frames, new text
+    per_frame = _rows_per_frame(cached)
+    with cached.vision_cache() as cache, recorded_forwards(VLMPolicy) as forwards:
+        with TowerRows(cached) as rows:
+            first = cached.act(group, greedy=True)
+        assert sum(rows) == per_frame * 6  # the 2 distinct prompts' 3 frames each, once
+        with TowerRows(cached) as rows:
+            second = cached.act(again, greedy=True)
+        assert rows == []
+        bounds = widest(forwards)
+    for got, prompts in ((first, group), (second, again)):
+        want = plain.act(prompts, greedy=True)
+        assert got.texts == want.texts
+        torch.testing.assert_close(got.log_probs, want.log_probs, atol=bounds.log_prob, rtol=0)
+    assert cache.misses == 6
+
+
 def test_inside_the_cache_the_update_runs_no_tower_and_starts_at_ratio_one(loaded, tiny_model_path):
     policy = fresh_policy(loaded, tiny_model_path, max_new_tokens=6)
     st = RolloutStorage(3, NUM_ENVS)
