@@ -530,7 +530,6 @@ def test_a_prompt_too_long_for_the_model_names_num_frames(mini, tmp_path):
 
 def test_the_agent_prompt_evaluates_a_ppo_checkpoint_with_its_adapter(mini, tmp_path, tiny_model_path):
     """The same loader as the reference prompt: a checkpoint's adapter changes the agent's replies."""
-
     ckpt = _perturbed_checkpoint(tmp_path, {"model_path": tiny_model_path, "max_new_tokens": 12})
     common = ["--prompt", "agent", "--num-frames", "4", "--batch-size", "8", "--limit", "6"]
     rep = _video(mini, ["--checkpoint", str(ckpt), *common], tmp_path / "ckpt")
