@@ -540,3 +540,23 @@ def test_the_agent_prompt_evaluates_a_ppo_checkpoint_with_its_adapter(mini, tmp_
     assert [r["reply"] for r in _records(tmp_path / "ckpt")] != [r["reply"] for r in _records(tmp_path / "base")]
     for r in _records(tmp_path / "ckpt"):  # whatever the tiny model wrote, the row is scored from the parsed reply
         assert r["reply_kind"] in ("answer", "move", "invalid") and (r["reply_kind"] == "answer" or r["score"] == 0.0)
+
+
+def test_the_agent_prompt_says_when_it_shows_other_frames_than_training(caplog):
+    """An agent sees its sweep (and in the interactive mode its last views) per turn in training; the
+    agent prompt with another --num-frames says so in one line, and nothing when they agree."""
+    import logging
+
+    from a2c_ppo_acktr.config.arguments import load_config
+
+    interactive = load_config(preset="cpu-demo")  # 4 sweep frames + 1 view
+    video_qa = load_config(preset="debug", overrides=["--env.mode", "video_qa", "--env.max_turns", "1", "--env.image_history", "0",
+                                                       "--env.num_sweep_frames", "16"])
+    assert (vp.trained_frames(interactive), vp.trained_frames(video_qa)) == (5, 16)
+    with caplog.at_level(logging.WARNING, logger=vp.__name__):
+        vp._warn_unlike_training(5, interactive)
+        vp._warn_unlike_training(16, video_qa)
+        assert caplog.records == []
+        vp._warn_unlike_training(32, interactive)
+    (record,) = caplog.records
+    assert "shows 32 frames" in record.getMessage() and "--num-frames 5" in record.getMessage()

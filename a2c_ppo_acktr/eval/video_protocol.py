@@ -559,6 +559,23 @@ def run_cli(args: Any, extra: Sequence[str]) -> dict[str, Any]:
         return _run_cli(args, extra)
 
 
+def trained_frames(cfg: Any) -> int:
+    """Images per turn an agent of run config ``cfg`` was trained on: its sweep (``video_qa``: its
+    walk-through) and, in the interactive mode, its last ``image_history`` views."""
+    views = 0 if cfg.env.mode == "video_qa" else cfg.env.image_history
+    return int(cfg.env.num_sweep_frames + views)
+
+
+def _warn_unlike_training(num_frames: int, cfg: Any) -> None:
+    """One line when ``--prompt agent`` shows another number of frames than the run config's agent
+    saw per turn (the quickstart's tiny agents, trained on 5, write no readable reply at 32)."""
+    seen = trained_frames(cfg)
+    if num_frames != seen:
+        logger.warning("--prompt agent shows %d frames per question; this config's agent saw %d per turn in training "
+                       "(env.num_sweep_frames + env.image_history): pass --num-frames %d to show it as many",
+                       num_frames, seen, seen)
+
+
 def _run_cli(args: Any, extra: Sequence[str]) -> dict[str, Any]:
     """:func:`run_cli` inside the lock of ``--out``."""
     from a2c_ppo_acktr.eval import evaluation
@@ -595,6 +612,8 @@ def _run_cli(args: Any, extra: Sequence[str]) -> dict[str, Any]:
         progress=cfg.log.progress_bar,
         scoring_rule=cfg.env.scoring_rule,
     )
+    if prompt == "agent" and not (args.oracle or args.dummy):
+        _warn_unlike_training(pcfg.num_frames, cfg)
     result = run_video_protocol(questions, answerer, pcfg)
     out.mkdir(parents=True, exist_ok=True)
     records_path = write_records(result.records, out / "records.jsonl")
