@@ -585,6 +585,7 @@ def real_size_check(device: str, model_path: str, preset: str, config: Optional[
     t1 = time.perf_counter()
     observations = VSIBatchEnv(run.env, run.rollout.num_envs, seed=seed * 1000).reset()
     timing = probe.decode_timing(policy, observations)
+    tower_s, kept_s = probe.kept_frames_timing(policy, observations)
     if profile:  # where act's time per token goes, beside a bare generate's (GPU_SMOKE_PROFILE=1)
         probe.profile_decoders(policy, observations, PROFILE_TOKENS, profile)
     t2 = time.perf_counter()
@@ -607,7 +608,7 @@ def real_size_check(device: str, model_path: str, preset: str, config: Optional[
         "max_new_tokens": run.model.max_new_tokens, "image_size": run.env.image_size, "rollout_log_probs": policy.cfg.rollout_log_probs,
         "act_seconds": timing.act_seconds, "act_positions": timing.act_positions, "bare_seconds": timing.bare_seconds,
         "bare_positions": timing.bare_positions, "act_per_token_s": timing.act_per_token, "bare_per_token_s": timing.bare_per_token,
-        "act_over_bare": timing.ratio, "act_goal": ACT_GENERATE_GOAL,
+        "act_over_bare": timing.ratio, "act_goal": ACT_GENERATE_GOAL, "act_greedy_s": tower_s, "act_greedy_frames_kept_s": kept_s,
         "shapes": asdict(shapes), "peak_allocated_gib": peak, "estimate_gib": estimate, "memory_tolerance": REAL_SIZE_MEMORY_TOLERANCE,
         "preset_estimate_gib": preset_estimate,
         "phase_seconds": {"load": t1 - t0, "act_vs_generate": t2 - t1, "rollout_and_step": t3 - t2},
@@ -722,6 +723,9 @@ def real_size_rows(probe: Optional[dict[str, Any]], ppo: Optional[dict[str, Any]
         lines.append(f"| {what}: act vs bare generate, {probe['num_envs']} envs x {probe['max_new_tokens']} tokens, s per decoded position "
                      f"| act {probe['act_per_token_s'] * 1e3:.1f} ms, bare {probe['bare_per_token_s'] * 1e3:.1f} ms: {probe['act_over_bare']:.2f}x "
                      f"| goal <= {probe['act_goal']:g}x |")
+        if "act_greedy_frames_kept_s" in probe:
+            lines.append(f"| real size: greedy act, the tower on every frame / the frames' tower outputs kept (model.vision_cache_images) "
+                         f"| {probe['act_greedy_s']:.2f} s / {probe['act_greedy_frames_kept_s']:.2f} s | |")
         s = probe["shapes"]
         peak = "n/a (cpu)" if probe["peak_allocated_gib"] is None else f"{probe['peak_allocated_gib']:.2f} GiB"
         lines.append(f"| real size: peak allocated, rollout {probe['num_envs']}x{probe['num_steps']} + two training steps "

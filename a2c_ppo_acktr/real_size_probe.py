@@ -79,6 +79,18 @@ def decode_timing(policy: Any, observations: Sequence[dict]) -> DecodeTiming:
     return DecodeTiming(act_seconds, act_positions, bare_seconds, bare_positions)
 
 
+def kept_frames_timing(policy: Any, observations: Sequence[dict]) -> tuple[float, float]:
+    """Seconds of a greedy ``act`` on ``observations`` whose frames the tower encodes, then of the same
+    ``act`` with those frames' tower outputs kept (:meth:`~a2c_ppo_acktr.policy.model.VLMPolicy.vision_cache`:
+    an episode's later turns showing its sweep again). The difference is the tower's share of a turn."""
+    sync = _synchronised(policy.device)
+    policy.act(observations, greedy=True)  # warm-up
+    with policy.vision_cache():
+        _, encoded = _timed(lambda: policy.act(observations, greedy=True), sync)
+        _, kept = _timed(lambda: policy.act(observations, greedy=True), sync)
+    return encoded, kept
+
+
 def decoders(policy: Any, observations: Sequence[dict]) -> tuple[Callable[[int], int], Callable[[int], int]]:
     """``(act, bare)``: each decodes ``tokens`` positions for ``observations`` and returns the batch's
     longest reply; ``act`` through the policy, ``bare`` through a plain ``model.generate`` of the same

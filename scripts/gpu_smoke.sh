@@ -22,7 +22,8 @@
 #                   (python -m a2c_ppo_acktr.real_size; 3B: ~16 s), then with the preset's settings on a
 #                   small rollout (4 envs x 2 steps, the preset's 256-token replies and 448 px frames,
 #                   minibatches of 4): act against a bare batched generate (s per decoded token; goal
-#                   <= 1.15x), the peak allocated memory of that rollout + two training steps against
+#                   <= 1.15x), one greedy act with the tower on every frame and with the frames' tower
+#                   outputs kept (model.vision_cache_images: the tower's share of a turn), the peak allocated memory of that rollout + two training steps against
 #                   python -m a2c_ppo_acktr.memory's formula at the shapes that ran (within 25%), and 2 PPO
 #                   iterations through scripts/run_vsi_qwen.sh on one GPU: the first minibatch's ratio must
 #                   be exactly 1 with ppo.old_log_probs=update, and s per iteration with its phases.

@@ -233,12 +233,14 @@ def test_script_real_size_stage_on_cpu(tmp_path):
     assert probe["env_id"] == "NumberLine-v0" and probe["act_positions"] >= 1 and probe["bare_positions"] >= 1
     assert probe["act_per_token_s"] > 0 and probe["bare_per_token_s"] > 0 and probe["peak_allocated_gib"] is None
     assert probe["shapes"]["images"] >= 1 and probe["estimate_gib"] > 0 and probe["preset_estimate_gib"] > 0
+    assert probe["act_greedy_s"] > 0 and probe["act_greedy_frames_kept_s"] > 0
     ppo = json.loads((work / "real_size_ppo.json").read_text())
     assert ppo["iterations"] == 2 and ppo["dtype"] == "float32" and "time/collect" in ppo["phase_seconds"]
     if ppo["old_log_probs"] == "update":  # the same forward in the same layout: exact on any machine
         assert ppo["ratio_max_dev"] == 0.0
     table = summary_table(work, "cpu")
     assert "| real size PPO (1 process(es), float32" in table and table in proc.stdout
+    assert "| real size: greedy act, the tower on every frame / the frames' tower outputs kept" in table
 
 
 def test_vllm_stage_reads_vllm_python_and_reports_its_version(tmp_path):
