@@ -11,9 +11,8 @@ import torch
 
 
 def image_key(image: np.ndarray) -> tuple:
-    """Content key of a raw image: shape, dtype and a 128-bit digest of its bytes (SHA-256, cut to
-    16 bytes: where the CPU has SHA instructions, as x86 servers and this machine do, it is about 3x
-    faster than BLAKE2b; 32 frames of 224 px are hashed in ~3.5 ms)."""
+    """Content key of a raw image: shape, dtype and a 128-bit digest of its bytes (SHA-256 cut to 16
+    bytes: the CPU's SHA instructions make it faster than BLAKE2b; bench/README.md has the figures)."""
     arr = np.ascontiguousarray(image)
     return arr.shape, arr.dtype.str, hashlib.sha256(arr.data).digest()[:16]
 
