@@ -301,3 +301,20 @@ def one_line_error(capsys, rc: int, *fragments: str) -> str:
     for fragment in fragments:
         assert fragment in lines[0], err
     return lines[0]
+
+
+def perturbed_checkpoint(root: Path, cfg, scale: float = 0.2, step: int = 1):
+    """``(checkpoint dir, policy)``: a run checkpoint under ``root`` of a fresh policy of ``cfg`` (a
+    RunConfig) whose trainable weights are moved off their start by ``scale`` x N(0, 1), a stand-in
+    for training (LoRA B starts at zero, so this makes the adapter matter)."""
+    from a2c_ppo_acktr.policy.model import VLMPolicy
+
+    torch.manual_seed(0)
+    trained = VLMPolicy(cfg.model)
+    with torch.no_grad():
+        for p in trained.trainable_parameters():
+            p.add_(scale * torch.randn_like(p))
+    ckpt = Path(root) / "run" / "checkpoints" / f"checkpoint-{step:06d}"
+    trained.save_pretrained(ckpt / "policy")
+    cfg.save(ckpt / "config.yaml")
+    return ckpt, trained

@@ -16,7 +16,7 @@ from a2c_ppo_acktr.config.arguments import QUESTION_TYPES, EnvConfig, RunConfig,
 from a2c_ppo_acktr.envs import vsi_env
 from a2c_ppo_acktr.common.scoring import score_prediction
 from a2c_ppo_acktr.eval.teachers import OracleTeacher
-from helpers import write_arkit_scan
+from helpers import perturbed_checkpoint, write_arkit_scan
 
 # Small and fast: 32-pixel frames, 4 sweep frames (appearance order needs 4), 3 turns.
 SMALL = ["--preset", "debug", "--env.image_size", "32", "--env.num_sweep_frames", "4", "--env.max_turns", "3",
@@ -250,18 +250,8 @@ def test_score_and_compare_modes_write_what_their_flags_write(tmp_path):
 def test_checkpoint_loads_adapter_and_heads_and_evaluates(tmp_path):
     import torch
 
-    from a2c_ppo_acktr.policy.model import VLMPolicy
-
     cfg = _cfg()
-    torch.manual_seed(0)
-    trained = VLMPolicy(cfg.model)
-    # Stand-in for training: move every trainable weight (LoRA B starts at zero, so the adapter matters).
-    with torch.no_grad():
-        for p in trained.trainable_parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    ckpt = tmp_path / "run" / "checkpoints" / "checkpoint-000002"
-    trained.save_pretrained(ckpt / "policy")
-    cfg.save(ckpt / "config.yaml")
+    ckpt, trained = perturbed_checkpoint(tmp_path, cfg, scale=0.05, step=2)
     want = {n: p.detach().clone() for n, p in trained.named_parameters() if p.requires_grad}
     assert any("lora_" in n for n in want) and any(n.startswith("value_head") for n in want)
     del trained

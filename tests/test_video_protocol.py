@@ -16,31 +16,13 @@ import eval_vsi
 from a2c_ppo_acktr.common import prompts, scoring
 from a2c_ppo_acktr import reports
 from a2c_ppo_acktr.eval import video_protocol as vp
+from a2c_ppo_acktr.config.arguments import RunConfig
 from a2c_ppo_acktr.config.cli import run_main
 from a2c_ppo_acktr.envs.vsibench import load_vsibench_rows
+from helpers import perturbed_checkpoint
 
 REPO = Path(__file__).resolve().parent.parent
 FAST = ["--log.progress_bar", "false"]
-
-
-def _perturbed_checkpoint(tmp_path: Path, model: dict) -> Path:
-    """A run checkpoint of the tiny policy whose LoRA weights are moved off their start (LoRA B starts
-    at zero, so this makes the adapter matter): a stand-in for training."""
-    import torch
-
-    from a2c_ppo_acktr.config.arguments import RunConfig
-    from a2c_ppo_acktr.policy.model import VLMPolicy
-
-    cfg = RunConfig.from_dict({"model": model})
-    torch.manual_seed(0)
-    trained = VLMPolicy(cfg.model)
-    with torch.no_grad():
-        for p in trained.trainable_parameters():
-            p.add_(0.2 * torch.randn_like(p))
-    ckpt = tmp_path / "run" / "checkpoints" / "checkpoint-000001"
-    trained.save_pretrained(ckpt / "policy")
-    cfg.save(ckpt / "config.yaml")
-    return ckpt
 
 
 def _video(mini: Path, argv: list[str], out: Path) -> dict:
@@ -261,7 +243,7 @@ def test_every_tiny_family_answers_under_its_reference_sampling(mini, tiny_famil
 
 
 def test_a_ppo_checkpoint_is_evaluated_with_its_adapter(mini, tmp_path, tiny_run, tiny_model_path):
-    ckpt = _perturbed_checkpoint(tmp_path, {"model_path": tiny_model_path})
+    ckpt, _ = perturbed_checkpoint(tmp_path, RunConfig.from_dict({"model": {"model_path": tiny_model_path}}))
     rep = _video(mini, ["--checkpoint", str(ckpt), "--num-frames", "4", "--batch-size", "8"], tmp_path / "ckpt")
     assert rep["name"] == "checkpoint-000001 (video)" and rep["meta"]["checkpoint"] == str(ckpt)
     base = [r["prediction"] for r in _records(tiny_run[0])]
@@ -530,7 +512,7 @@ def test_a_prompt_too_long_for_the_model_names_num_frames(mini, tmp_path):
 
 def test_the_agent_prompt_evaluates_a_ppo_checkpoint_with_its_adapter(mini, tmp_path, tiny_model_path):
     """The same loader as the reference prompt: a checkpoint's adapter changes the agent's replies."""
-    ckpt = _perturbed_checkpoint(tmp_path, {"model_path": tiny_model_path, "max_new_tokens": 12})
+    ckpt, _ = perturbed_checkpoint(tmp_path, RunConfig.from_dict({"model": {"model_path": tiny_model_path, "max_new_tokens": 12}}))
     common = ["--prompt", "agent", "--num-frames", "4", "--batch-size", "8", "--limit", "6"]
     rep = _video(mini, ["--checkpoint", str(ckpt), *common], tmp_path / "ckpt")
     base = _video(mini, ["--model-path", tiny_model_path, "--model.max_new_tokens", "12", *common], tmp_path / "base")
