@@ -356,12 +356,15 @@ def pretrain_vision(
     seed: int,
     text_docs: Sequence[Sequence[int]] = (),
     text_per_batch: int = 0,
+    balance_tasks: bool = False,
 ) -> list[float]:
     """Full-parameter next-token training on ``samples``' answers (plus ``text_docs`` replayed).
 
     ``text_docs`` (token ids of reply-format documents, see ``tiny.reply_documents``) keep the reply
     grammar the text pre-training taught: ``text_per_batch`` of them join every batch as rows
-    without an image. One thread, seeded: the same inputs give the same weights.
+    without an image. ``balance_tasks`` draws each batch's rows evenly over the samples' tasks (a
+    task with few samples is then seen as often as one with many) instead of uniformly over the
+    pooled samples. One thread, seeded: the same inputs give the same weights.
 
     Returns:
         The loss of every step.
@@ -373,9 +376,15 @@ def pretrain_vision(
     if not samples:
         raise ValueError("vision pre-training got no samples")
     pad = processor.tokenizer.pad_token_id
+    by_task: dict[str, list[int]] = {}
+    for i, sample in enumerate(samples):
+        by_task.setdefault(sample.task, []).append(i)
+    groups = list(by_task.values()) if balance_tasks and len(by_task) > 1 else [list(range(len(samples)))]
 
     def batch(rng) -> dict:
-        picked = [samples[i] for i in rng.choice(len(samples), size=min(batch_size, len(samples)), replace=False)]
+        shares = [batch_size // len(groups) + (k < batch_size % len(groups)) for k in range(len(groups))]
+        picked = [samples[i] for group, share in zip(groups, shares)
+                  for i in rng.choice(group, size=min(share, len(group)), replace=False)]
         out = encode_batch(processor, picked)
         if text_docs and text_per_batch > 0:
             docs = [text_docs[i] for i in rng.choice(len(text_docs), size=min(text_per_batch, len(text_docs)), replace=False)]

@@ -24,7 +24,7 @@ from a2c_ppo_acktr import tiny, tiny_vision
 
 
 def run(tasks: list[str], steps: int, lr: float, scenes: int, probe_scenes: int, seed: int = 0, reply_steps: int | None = None,
-        pixels: int | None = None, image_size: int | None = None, text_per_batch: int | None = None) -> list[dict]:
+        pixels: int | None = None, image_size: int | None = None, text_per_batch: int | None = None, balanced: bool = False) -> list[dict]:
     """Build, pre-train and probe one model; one dict per probed task (``reply_steps``: the
     reply-format pretraining's steps, default the spec's; ``pixels``: the processor's frame side,
     default the spec's 112, i.e. 16 visual tokens; ``image_size``: the frames' side, default 64;
@@ -51,7 +51,7 @@ def run(tasks: list[str], steps: int, lr: float, scenes: int, probe_scenes: int,
         t0 = time.perf_counter()
         losses = tiny_vision.pretrain_vision(model, processor, train, steps=steps, batch_size=spec.vision_pretrain_batch_size, lr=lr,
                                              seed=seed, text_docs=tiny.reply_documents(tokenizer, tiny.training_corpus()),
-                                             text_per_batch=spec.vision_text_per_batch)
+                                             text_per_batch=spec.vision_text_per_batch, balance_tasks=balanced)
         seconds = time.perf_counter() - t0
     torch.set_num_threads(1)
     sighted = tiny_vision.probe(model, processor, held)
@@ -74,11 +74,12 @@ def main() -> None:
     p.add_argument("--pixels", type=int, default=None, help="processor frame side (default the spec's 112: 16 visual tokens; 224: 64)")
     p.add_argument("--image-size", type=int, default=None, help="frame side the envs draw (default the spec's 64)")
     p.add_argument("--text-per-batch", type=int, default=None, help="reply-format rows per batch (default the spec's 4)")
+    p.add_argument("--balanced", action="store_true", help="each batch's rows evenly over the tasks (default: uniform over the pooled samples)")
     args = p.parse_args()
     torch.set_num_threads(1)
     rows = run(args.tasks, args.steps, args.lr, args.scenes, args.probe_scenes, pixels=args.pixels, image_size=args.image_size,
-               text_per_batch=args.text_per_batch)
-    print(f"vision pre-training on {args.tasks}, {args.steps} steps at lr {args.lr:g}, batch 16 + text rows "
+               text_per_batch=args.text_per_batch, balanced=args.balanced)
+    print(f"vision pre-training on {args.tasks}{' (balanced batches)' if args.balanced else ''}, {args.steps} steps at lr {args.lr:g}, batch 16 + text rows "
           f"{args.text_per_batch}, pixels {args.pixels}, image size {args.image_size} (None: the spec's); "
           f"{platform.machine()}, {platform.python_version()}, torch {torch.__version__}")
     print("| task | train samples | held-out | best constant | fit (train) | held-out accuracy | zeroed frames | loss (last 20) | pre-training s |")

@@ -145,6 +145,36 @@ def test_vision_pretraining_moves_every_tower_and_merger_weight():
     assert not still, f"vision pre-training left these weights unchanged: {still}"
 
 
+@pytest.mark.parametrize("balance", [False, True])
+def test_balanced_batches_draw_every_task_evenly_and_the_default_draws_the_pool(monkeypatch, balance):
+    """``balance_tasks``: 16 rows over a 2-task set of 30 + 3 samples are 8 + 3 (a task has no more
+    rows than samples); uniform over the pool the small task gets ~16 x 3/33 a batch. Without it the
+    draws are the pooled ones, index for index (the default builds do not change)."""
+    from a2c_ppo_acktr import tiny_training
+
+    samples = [tiny_vision.VisionSample(np.zeros((4, 4, 3), np.uint8), f"q{i}", str(i), "numberline" if i < 30 else "room_size")
+               for i in range(33)]
+    seen: list[list[str]] = []
+    monkeypatch.setattr(tiny_vision, "encode_batch", lambda _processor, picked: seen.append([x.task for x in picked]) or {})
+
+    def training(_model, batch, steps, _lr, seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(steps):
+            batch(rng)
+        return [0.0] * steps
+
+    monkeypatch.setattr(tiny_training, "next_token_training", training)
+    processor = type("P", (), {"tokenizer": type("T", (), {"pad_token_id": 0})()})()
+    tiny_vision.pretrain_vision(None, processor, samples, steps=20, batch_size=16, lr=0.0, seed=0, balance_tasks=balance)
+    small = [rows.count("room_size") for rows in seen]
+    if balance:
+        assert all(len(rows) == 11 and rows.count("numberline") == 8 for rows in seen) and small == [3] * 20
+    else:
+        assert all(len(rows) == 16 for rows in seen) and sum(small) < 20 * 3
+        rng = np.random.default_rng(0)
+        assert seen == [[samples[i].task for i in rng.choice(33, size=16, replace=False)] for _ in range(20)]
+
+
 def test_the_default_model_reads_numberline_frames_it_never_saw(tiny_model_path):
     """The probe: greedy answers about held-out (target, current) pairs, >= 90% exact where a
     constant answer gets at most about 11%; the same prompts with zeroed frames stay near chance."""
