@@ -102,6 +102,13 @@ VISION_MODULES: dict[str, dict[str, list[str]]] = {
 MASK_POSITION_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
 
 
+def _distinct_rows(rows: Sequence[Any], where: Sequence[int]) -> list[Any]:
+    """The distinct prompts' entries of ``rows``, in the distinct prompts' order, where row ``i`` is
+    distinct prompt ``where[i]`` (its first row stands for it)."""
+    first = {k: i for i, k in reversed(list(enumerate(where)))}
+    return [rows[first[k]] for k in range(len(first))]
+
+
 @dataclass
 class ActOutput:
     """What :meth:`VLMPolicy.act` returns for N envs (lists have N entries, tensors are ``(N,)``)."""
@@ -382,10 +389,8 @@ class VLMPolicy(nn.Module):
         outside :meth:`vision_cache`."""
         if self._vision_cache is None:
             return None
-        if where is not None:
-            first = {k: i for i, k in reversed(list(enumerate(where)))}
-            images = [images[first[k]] for k in range(len(first))]
-        return [image_key(im) for row in images for im in row]
+        rows = images if where is None else _distinct_rows(images, where)
+        return [image_key(im) for row in rows for im in row]
 
     @contextlib.contextmanager
     def _capture_vision(self, keys: Optional[Sequence[tuple]] = None) -> Iterator[list[Any]]:
@@ -890,8 +895,7 @@ class VLMPolicy(nn.Module):
         distinct prompt ``where[i]``)."""
         if where is None:
             return self._vision_entries(encoded, [len(row) for row in images])
-        first = {k: i for i, k in reversed(list(enumerate(where)))}
-        distinct = self._vision_entries(encoded, [len(images[first[k]]) for k in range(len(first))])
+        distinct = self._vision_entries(encoded, [len(row) for row in _distinct_rows(images, where)])
         return None if distinct is None else [distinct[k] for k in where]
 
     @staticmethod

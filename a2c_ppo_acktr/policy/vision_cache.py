@@ -137,7 +137,8 @@ class VisionOutputCache:
             fresh = output_entries(encoder(*bound.args, **bound.kwargs))
             if fresh is None or len(fresh) != len(todo):
                 return None
-            found.update((keys[i], entry) for i, entry in zip(todo, fresh))
+            # Copies: a slice of the call's output would keep the whole call's tensor alive in the cache.
+            found.update((keys[i], {k: v.clone() for k, v in entry.items()}) for i, entry in zip(todo, fresh))
         for key in dict.fromkeys(keys):
             self.put(key, found[key])
         entries = [found[k] for k in keys]
