@@ -104,10 +104,10 @@ class VisionOutputCache:
         order), running ``encoder`` only on the images not cached (each distinct one once).
 
         The call must carry its images as ``pixel_values`` (one row per image, or Qwen-VL's patch
-        rows with ``image_grid_thw``) and no other per-image tensor. Returns None, having encoded
-        nothing, for a call this cannot split per image (another image count than ``keys``, another
-        per-image tensor, an output whose parts do not split per image): the caller runs
-        ``encoder`` itself.
+        rows with ``image_grid_thw``) and no other per-image tensor. Returns None, with nothing
+        cached, for a call this cannot split per image (another image count than ``keys``, another
+        per-image tensor: nothing encoded; an output whose parts do not split per image: found after
+        encoding): the caller then runs ``encoder`` on the whole call itself.
         """
         try:
             bound = inspect.signature(encoder).bind(*args, **kwargs)
