@@ -37,6 +37,7 @@ def measure(model_path: Path, args: argparse.Namespace) -> dict[str, list[float]
     from a2c_ppo_acktr.config.arguments import load_config
     from a2c_ppo_acktr.envs.batch import VSIBatchEnv
     from a2c_ppo_acktr.policy import model as policy_model
+    from a2c_ppo_acktr.policy import sampling
     from a2c_ppo_acktr.policy.loading import load_vlm
 
     overrides = {"model": {"model_path": str(model_path), "device": "cpu", "dtype": "bfloat16", "max_new_tokens": args.max_new_tokens,
@@ -45,14 +46,14 @@ def measure(model_path: Path, args: argparse.Namespace) -> dict[str, list[float]
     torch.manual_seed(0)
     policy = policy_model.VLMPolicy(run.model, load_vlm(run.model))
     obs = VSIBatchEnv(run.env, args.num_envs, seed=0).reset()
-    cached = policy_model.float32_weight_cache
+    cached = sampling.float32_weight_cache
     per_token: dict[str, list[float]] = {"per token": [], "per call": []}
     policy.act(obs)  # warm-up
     try:
         for rep in range(args.repeats):
             outs = {}
             for name, cache in (("per token", lambda module: contextlib.nullcontext()), ("per call", cached)):
-                policy_model.float32_weight_cache = cache
+                sampling.float32_weight_cache = cache
                 torch.manual_seed(rep)
                 t0 = time.perf_counter()
                 outs[name] = policy.act(obs)
@@ -62,7 +63,7 @@ def measure(model_path: Path, args: argparse.Namespace) -> dict[str, list[float]
                     torch.equal(x, y) for x, y in zip(a.token_log_probs, b.token_log_probs)):
                 raise SystemExit("bench_fp32_head: the cached cast changed the sampled tokens or their log-probs")
     finally:
-        policy_model.float32_weight_cache = cached
+        sampling.float32_weight_cache = cached
     return per_token
 
 

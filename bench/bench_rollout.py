@@ -65,7 +65,7 @@ def cost_parts(policy, obs: list[dict], repeats: int, steps: int = 32) -> dict[s
     never = int(policy.forbidden_ids[0])  # suppressed, so never generated: fixed-length decoding
 
     def gen(n: int):
-        cfg = policy._generation_config(greedy=True)
+        cfg = policy.sampler.generation_config(greedy=True)
         cfg.max_new_tokens, cfg.eos_token_id = n, never
         cfg.suppress_tokens = policy.forbidden_ids.tolist()
         return torch.no_grad()(lambda: policy.model.generate(**enc, generation_config=cfg))
@@ -124,7 +124,7 @@ def main() -> None:
     rss_loaded = peak_rss_mb()
 
     texts, images = policy._prompts_and_images(obs, blind=False)
-    gen_cfg = policy._generation_config(greedy=True)
+    gen_cfg = policy.sampler.generation_config(greedy=True)
     gen_cfg.suppress_tokens = policy.forbidden_ids.tolist()
 
     @torch.no_grad()

@@ -200,6 +200,7 @@ def test_act_casts_the_float32_lm_head_once_per_generate_with_the_same_numbers(t
     import torch
 
     from a2c_ppo_acktr.policy import model as policy_model
+    from a2c_ppo_acktr.policy import sampling
     from a2c_ppo_acktr.policy import temp_predictor
 
     cfg = ModelConfig(model_path=tiny_model_path, device="cpu", dtype="bfloat16", lora_r=2, lora_alpha=4, value_head_hidden=8,
@@ -224,7 +225,7 @@ def test_act_casts_the_float32_lm_head_once_per_generate_with_the_same_numbers(t
     cached = policy.act(obs)
     calls = len(casts)
     assert calls >= 2 and all(w is casts[0] for w in casts), "one cast per generate"
-    monkeypatch.setattr(policy_model, "float32_weight_cache", lambda module: contextlib.nullcontext())
+    monkeypatch.setattr(sampling, "float32_weight_cache", lambda module: contextlib.nullcontext())
     torch.manual_seed(1)
     fresh = policy.act(obs)
     assert len({id(w) for w in casts[calls:]}) == len(casts) - calls  # without the block: a cast per call

@@ -5,7 +5,7 @@ The tiny models rarely stop by themselves, and how likely a build is to stop is 
 forward hook on ``lm_head`` sets the end-of-turn token's logit from the others': at the starting
 temperature 1 every position draws it with probability exactly :data:`_P_EOS`, whatever the
 weights. Sampled replies stop after a few tokens, and EOS's log-prob, ``log(_P_EOS)``, weighs in
-the sum. The expected numbers are computed independently of :meth:`VLMPolicy._trim` and of the
+the sum. The expected numbers are computed independently of :meth:`Sampler.trim` and of the
 training forward: the reply is cut at the first EOS of ``generate``'s raw output, and its log-prob
 is summed from a plain full-logits forward of each prompt alone (no padding, no chunking).
 """

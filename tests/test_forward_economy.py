@@ -109,12 +109,12 @@ def counted_forwards(policy: VLMPolicy):
 
     handle = policy.base_model.register_forward_pre_hook(hook, with_kwargs=True)
     policy.model.generate = entered(policy.model.generate)
-    policy._shared_prefill = entered(policy._shared_prefill)
+    policy.sampler.shared_prefill = entered(policy.sampler.shared_prefill)
     try:
         yield rows
     finally:
         handle.remove()
-        del policy.model.generate, policy._shared_prefill  # the instance attributes; the class methods are back
+        del policy.model.generate, policy.sampler.shared_prefill  # the instance attributes; the class methods are back
 
 
 def test_gae_values_are_one_batched_forward_on_the_right_turns(policy):

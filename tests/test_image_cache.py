@@ -153,14 +153,14 @@ def test_pixels_are_kept_in_the_model_dtype_and_score_the_same(tiny_model_path):
 def test_an_output_the_cache_cannot_split_falls_back_to_reprocessing(loaded, tiny_model_path, monkeypatch, caplog):
     """A processor output encoding.py does not know (another model family) is not kept: a warning,
     and the update re-processes the raw images with the prompt-ids check, ratio still 1."""
-    import a2c_ppo_acktr.policy.model as model
+    from a2c_ppo_acktr.policy import sampling
 
     def refuse(*_a, **_k):
         raise ValueError("processor output 'novel' is unknown")
 
     policy = fresh_policy(loaded, tiny_model_path, max_new_tokens=MAX_NEW_TOKENS)
-    monkeypatch.setattr(model, "split_rows", refuse)
-    with caplog.at_level("WARNING", logger="a2c_ppo_acktr.policy.model"):
+    monkeypatch.setattr(sampling, "split_rows", refuse)
+    with caplog.at_level("WARNING", logger="a2c_ppo_acktr.policy.sampling"):
         st = _rollout(policy)
     assert all(e is None for e in st.encodings) and "'novel' is unknown" in caplog.text
     assert all(len(p) > 0 for p in st.prompt_ids)

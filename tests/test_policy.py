@@ -470,10 +470,10 @@ def test_rollout_and_update_exclude_the_same_forbidden_ids(loaded, tiny_model_pa
     """The sampler (generate's processor) and the training forward mask the same ids, the image and
     video pads. Leaving them out of the training forward moves a reply's log-prob by ~6e-4 on the tiny
     model, under the float32 ratio bound of the agreement tests, so the ids are pinned here directly."""
-    import a2c_ppo_acktr.policy.model as model_module
+    from a2c_ppo_acktr.policy import sampling, training_forward
 
     seen: dict[str, list[int]] = {}
-    real_process, real_stats = model_module.process_logits, model_module.chunked_token_stats
+    real_process, real_stats = sampling.process_logits, training_forward.chunked_token_stats
 
     def process(logits, temperatures, forbidden, *args, **kwargs):
         seen["rollout"] = forbidden.tolist()
@@ -483,8 +483,8 @@ def test_rollout_and_update_exclude_the_same_forbidden_ids(loaded, tiny_model_pa
         seen["update"] = forbidden.tolist()
         return real_stats(inputs, tokens, temperatures, forbidden, *args, **kwargs)
 
-    monkeypatch.setattr(model_module, "process_logits", process)
-    monkeypatch.setattr(model_module, "chunked_token_stats", stats)
+    monkeypatch.setattr(sampling, "process_logits", process)
+    monkeypatch.setattr(training_forward, "chunked_token_stats", stats)
     policy = fresh_policy(loaded, tiny_model_path)
     st = policy_rollout(policy)
     (mb,) = list(st.ordered_minibatches(NUM_ENVS * NUM_STEPS))
@@ -492,3 +492,30 @@ def test_rollout_and_update_exclude_the_same_forbidden_ids(loaded, tiny_model_pa
         policy.evaluate_actions(mb)
     pads = {policy.processor.tokenizer.convert_tokens_to_ids(t) for t in ("<|image_pad|>", "<|video_pad|>")}
     assert seen["rollout"] == seen["update"] == policy.forbidden_ids.tolist() and pads <= set(seen["update"])
+
+
+def test_a_checkpoint_written_before_the_policy_was_split_loads_unchanged(loaded, tiny_model_path, tmp_path):
+    """``tests/data/policy_checkpoint`` was written by the policy before acting, the training forward
+    and its files moved to their own modules (an r=1 adapter and both heads, every weight moved off
+    its initialisation): it loads, every saved tensor lands where it was, and saving it again writes
+    the same tensors under the same names."""
+    from pathlib import Path
+
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    saved = Path(__file__).parent / "data" / "policy_checkpoint"
+    policy = fresh_policy(loaded, tiny_model_path, lora_r=1, lora_alpha=2)
+    policy.load_pretrained(saved)
+    heads, adapter = load_file(str(saved / "heads.safetensors")), load_file(str(saved / "adapter_model.safetensors"))
+    assert heads and adapter and any(k.startswith("temp_predictor.") for k in heads)
+    for name, value in heads.items():
+        owner, key = name.split(".", 1)
+        assert torch.equal(getattr(policy, owner).state_dict()[key], value), name
+    own = get_peft_model_state_dict(policy.model)
+    assert set(own) == set(adapter) and all(torch.equal(own[k], v) for k, v in adapter.items())
+    assert all(float(v.abs().sum()) > 0 for k, v in adapter.items() if "lora_B" in k)  # not the zero initialisation
+    policy.save_pretrained(tmp_path / "again")
+    for file in ("heads.safetensors", "adapter_model.safetensors"):
+        before, after = load_file(str(saved / file)), load_file(str(tmp_path / "again" / file))
+        assert set(before) == set(after) and all(torch.equal(before[k], after[k]) for k in before), file

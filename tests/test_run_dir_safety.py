@@ -214,9 +214,10 @@ def test_truncated_safetensors_are_one_line(tmp_path, tiny_model_path, target):
     w.write_bytes(w.read_bytes()[:100])
     with pytest.raises(ModelLoadError, match="adapter at .* cannot be read"):
         policy.load_adapter(tmp_path / "adapter")
+    policy.save_pretrained(tmp_path / "adapter")  # a whole adapter again; now the heads are damaged
     (tmp_path / "adapter" / "heads.safetensors").write_bytes(b"garbage")
     with pytest.raises(ModelLoadError, match="heads.safetensors cannot be read"):
-        policy.load_heads(tmp_path / "adapter")
+        policy.load_pretrained(tmp_path / "adapter")
 
 
 def test_resume_refuses_a_changed_run_definition_applies_a_changed_lr_and_records_it(tmp_path):

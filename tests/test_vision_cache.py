@@ -151,7 +151,7 @@ def test_a_rollout_opens_one_cache_and_its_steps_share_it(loaded, tiny_model_pat
         collect_rollout(policy, envs, RolloutStorage(2, NUM_ENVS), envs.reset(), 2, bootstrap=False)
     assert opened == [1]
     assert sum(rows) == per_frame * (2 * (NUM_ENVS - 1) + 2 * NUM_ENVS)  # the sweeps once, each step's views
-    assert policy._vision_cache is None  # closed with the rollout
+    assert policy.vision.cache is None  # closed with the rollout
 
 
 def test_an_evaluation_opens_its_policys_cache_and_a_policy_without_one_needs_none():

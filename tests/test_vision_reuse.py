@@ -63,7 +63,7 @@ def test_the_update_forwards_the_rollouts_vision_outputs_and_computes_the_same(t
     path = tiny_family_path(family)
     loaded = load_vlm(tiny_model_cfg(path))
     reuse, fresh = _policy(path, loaded), _policy(path, loaded, reuse_vision_outputs=False)
-    assert reuse._vision_owner is not None and fresh._vision_owner is None
+    assert reuse.vision.owner is not None and fresh.vision.owner is None
     st, per_act = _rollout(reuse)
     assert per_act == [1, 1]  # one tower pass per step (generate's prefill)
     assert all(e.vision is not None and len(e.vision) == len(e.images) for e in st.encodings)
@@ -114,7 +114,7 @@ def test_recompute_mode_and_a_shared_prefill_run_the_tower_once_per_act(loaded, 
 @pytest.mark.parametrize("over", [{"train_vision": "projector"}, {"lora_target_modules": r".*(visual\.merger\.mlp\.0|language_model.*q_proj)"}])
 def test_nothing_is_reused_when_the_vision_side_trains(loaded, tiny_model_path, over):
     policy = _policy(tiny_model_path, loaded, **over)
-    assert policy._vision_owner is None
+    assert policy.vision.owner is None
     st, _ = _rollout(policy, steps=1)
     assert all(e.vision is None for e in st.encodings)
     _, out, calls, _ = _evaluate(policy, st)
