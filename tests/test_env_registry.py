@@ -226,3 +226,86 @@ def test_label_sft_ppo_eval_end_to_end_from_the_tiny_model(tmp_path, tiny_model_
     assert {r["question_type"] for r in report["records"]} == {registry.task_name(env_id)}
     assert set(report["agent"]) >= {"success_rate", "mean_reward", "mean_turns", "invalid_output_rate"}
     assert (out / "report.md").is_file()
+
+
+# ------------------------------------------------------------------- user code: env and reward
+def test_an_env_and_a_reward_defined_outside_the_package_run_through_labelling_training_and_evaluation(tmp_path, tiny_model_path):
+    """``env.env_id=user_game:ParityEnv`` and ``env.reward_fn=user_game:plus_ten`` (tests/user_game.py,
+    outside the package): oracle labels, 2 PPO iterations and the checkpoint's evaluation all run on
+    the user's env, every step's reward is the user's function of the env's (the function is given
+    the reply, the env's reward and the episode), and the reported score stays the env's."""
+    import eval_vsi
+    import user_game
+    from a2c_ppo_acktr.eval.labeling import TRAJECTORIES, label_trajectories, read_episodes
+    from a2c_ppo_acktr.rl.train import run_training
+
+    overrides = ["--env.env_id", "user_game:ParityEnv", "--env.reward_fn", "user_game:plus_ten", "--env.image_size", "64",
+                 "--env.game.largest", "5"]
+    cfg = load_config(preset="debug", overrides=overrides + [
+        "--model.model_path", tiny_model_path, "--model.max_new_tokens", "16", "--log.progress_bar", "false", "--log.tensorboard", "false",
+        "--label.out_dir", str(tmp_path / "lab"), "--label.num_episodes", "4", "--label.oracle_thoughts", "brief", "--label.epsilon", "0",
+        "--log.output_dir", str(tmp_path / "ppo"), "--ppo.num_iterations", "2"])
+    assert registry.task_name(cfg.env.env_id) == "parity" and registry.make_env(cfg.env).cfg.largest == 5
+
+    user_game.CALLS.clear()
+    assert label_trajectories(cfg)["written"] == 4
+    episodes = read_episodes(tmp_path / "lab" / TRAJECTORIES)
+    assert {e["question_type"] for e in episodes} == {"parity"} and all(e["score"] == 1.0 for e in episodes)
+    assert [t["reward"] for e in episodes for t in e["turns"]] == [11.0] * 4  # the oracle is right: 1 + 10
+    assert len(user_game.CALLS) == 4 and all(c["question_type"] == "parity" and '"action"' in c["reply"] for c in user_game.CALLS)
+
+    run_training(cfg)
+    metrics = [json.loads(line) for line in (tmp_path / "ppo" / "metrics.jsonl").read_text().splitlines()]
+    rollouts = [m for m in metrics if "rollout/reward_mean" in m]
+    assert len(rollouts) == 2 and all(m["rollout/reward_mean"] >= 9.0 for m in rollouts)  # a game reward is at most 1
+    assert all(0.0 <= m["rollout/episode_score_mean"] <= 1.0 for m in rollouts if m["rollout/episodes"] > 0)
+
+    ckpt = sorted((tmp_path / "ppo" / "checkpoints").glob("checkpoint-*"))[-1]
+    rc = eval_vsi.main(["--preset", "debug", "--checkpoint", str(ckpt), "--out", str(tmp_path / "eval"), *overrides,
+                        "--eval.num_episodes", "3", "--eval.batch_size", "3", "--log.progress_bar", "false"])
+    assert rc == 0
+    report = json.loads((tmp_path / "eval" / "report.json").read_text())
+    assert report["meta"]["env_id"] == "user_game:ParityEnv" and {r["question_type"] for r in report["records"]} == {"parity"}
+    assert all(r["reward"] >= 9.0 and r["score"] in (0.0, 1.0) for r in report["records"])
+
+
+def test_user_code_that_cannot_be_loaded_or_breaks_the_contract_is_a_one_line_error():
+    from a2c_ppo_acktr.common.entry_points import EntryPointError
+    from a2c_ppo_acktr.envs.reward_fn import RewardFunctionError
+
+    with pytest.raises(ConfigError, match="not a known env.*'module.path:ClassName'"):
+        load_config(preset="debug", overrides=["--env.env_id", "user_game.ParityEnv"])
+    with pytest.raises(ConfigError, match="env.reward_fn='plus_ten' must name a function as 'module.path:function'"):
+        load_config(preset="debug", overrides=["--env.reward_fn", "plus_ten"])
+    cases = {("no_such_module:Env", None): "module 'no_such_module' cannot be imported .*PYTHONPATH",
+             ("user_game:NoSuchEnv", None): "module 'user_game' has no 'NoSuchEnv'",
+             ("user_game:plus_ten", None): "names a function, not an env class",
+             ("user_game:ParityConfig", None): r"ParityConfig lacks \['reset', 'step'",
+             ("user_game:ParityEnv", "user_game:nothing"): "has no 'nothing'"}
+    for (env_id, reward_fn), message in cases.items():
+        cfg = load_config(preset="debug", overrides=["--env.env_id", env_id, "--env.image_size", "64"]
+                          + (["--env.reward_fn", reward_fn] if reward_fn else []))
+        with pytest.raises(EntryPointError, match=message):
+            registry.make_env(cfg.env)
+    env = registry.make_env(load_config(preset="debug", overrides=["--env.env_id", "user_game:ParityEnv", "--env.image_size", "64",
+                                                                    "--env.reward_fn", "user_game:not_a_number"]).env)
+    env.reset(seed=0)
+    with pytest.raises(RewardFunctionError, match="user_game:not_a_number' returned 'ten'; it must return a finite number"):
+        env.step(env.oracle_reply())
+
+
+def test_a_shaped_env_saves_and_restores_its_episode_reward_with_the_env():
+    from a2c_ppo_acktr.envs.batch import BatchEnv
+
+    cfg = load_config(preset="debug", overrides=["--env.env_id", "user_game:ParityEnv", "--env.image_size", "64",
+                                                 "--env.reward_fn", "user_game:plus_ten", "--env.game.largest", "7"])
+    batch = BatchEnv(cfg.env, 2, seed=3)
+    batch.reset()
+    state = pickle.loads(pickle.dumps(batch.get_state()))
+    again = BatchEnv(cfg.env, 2, seed=99)
+    again.reset()
+    again.set_state(state)
+    replies = [env.oracle_reply() for env in batch.envs]
+    a, b = batch.step(replies), again.step(replies)
+    assert a[1].tolist() == b[1].tolist() == [11.0, 11.0]
+    assert [i["episode"]["reward"] for i in a[4]] == [i["episode"]["reward"] for i in b[4]] == [11.0, 11.0]

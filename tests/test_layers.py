@@ -15,7 +15,8 @@ PACKAGE = REPO / "a2c_ppo_acktr"
 # module (or package prefix ending in ".*") -> layer, as docs/CONTRACTS.md lists them
 LAYERS: dict[str, int] = {
     **dict.fromkeys(["common", "common.choices", "common.errors", "common.atomic", "common.jsonl", "common.bounded_read", "common.redaction",
-                     "common.safe_paths", "common.stats", "common.scoring", "common.env_ids", "common.vllm_compat", "run", "run.preemption"], 0),
+                     "common.safe_paths", "common.stats", "common.scoring", "common.env_ids", "common.entry_points", "common.vllm_compat", "run",
+                     "run.preemption"], 0),
     **dict.fromkeys(["config", "config.arguments", "config.cli", "common.prompts", "common.sameness", "run.rundir", "run.checkpoint", "run.distributed", "run.logger"], 1),
     "envs.*": 2,
     **dict.fromkeys(["policy.*", "tiny_training", "tiny_vision", "tiny"], 3),

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from a2c_ppo_acktr.common.entry_points import is_entry_point
+
 VSI_ID = "VSI-v0"
 CARD_NAMESPACE = "gym_cards/"  # RL4VLM's; the gymnasium ids of the card games carry it
 CARD_IDS = ("NumberLine-v0", "EZPoints-v0", "Points24-v0", "Blackjack-v0")
@@ -25,11 +27,12 @@ def canonical_id(env_id: str) -> str:
         UnknownEnvError: The id names no env (the message lists the known ones).
     """
     name = env_id[len(CARD_NAMESPACE):] if env_id.startswith(CARD_NAMESPACE) else env_id
-    if name == VSI_ID or name in CARD_IDS or name == SOKOBAN_ID or name.startswith(MINIGRID_PREFIXES):
+    if name == VSI_ID or name in CARD_IDS or name == SOKOBAN_ID or name.startswith(MINIGRID_PREFIXES) or is_entry_point(name):
         return name
     raise UnknownEnvError(
-        f"env.env_id={env_id!r} is not a known env; use one of {[VSI_ID, *CARD_IDS, SOKOBAN_ID]} or a minigrid id "
-        f"such as 'MiniGrid-DoorKey-6x6-v0' (any id starting with {' or '.join(MINIGRID_PREFIXES)})"
+        f"env.env_id={env_id!r} is not a known env; use one of {[VSI_ID, *CARD_IDS, SOKOBAN_ID]}, a minigrid id "
+        f"such as 'MiniGrid-DoorKey-6x6-v0' (any id starting with {' or '.join(MINIGRID_PREFIXES)}), "
+        "or your own env class as 'module.path:ClassName'"
     )
 
 

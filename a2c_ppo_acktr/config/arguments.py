@@ -96,8 +96,13 @@ class EnvConfig:
     """The environment (``a2c_ppo_acktr/envs``): ``env_id`` picks it (``envs/registry.py``). The
     fields below ``game`` are VSI's; image_size, max_turns and invalid_penalty apply to every env."""
 
-    env_id: str = "VSI-v0"  # VSI-v0 | NumberLine-v0 | EZPoints-v0 | Points24-v0 | Blackjack-v0 | Sokoban-v0 | MiniGrid-<...> (any minigrid id)
+    # VSI-v0 | NumberLine-v0 | EZPoints-v0 | Points24-v0 | Blackjack-v0 | Sokoban-v0 | MiniGrid-<...> (any minigrid id)
+    # | module.path:ClassName (your own env class, envs/registry.py)
+    env_id: str = "VSI-v0"
     game: dict[str, Any] = field(default_factory=dict)  # settings of a game env's own config, e.g. {max_position: 7} or {dim_room: [7, 7], num_boxes: 2}
+    # module.path:function: every step's reward becomes fn(reply=, reward=, info=, episode=) (envs/reward_fn.py);
+    # the score evaluation reports stays the env's. null = the env's reward.
+    reward_fn: Optional[str] = None
     # procedural | scannet | arkitscenes | scannetpp (questions generated in the scans) | vsibench (the
     # benchmark's rows) | parquet (a training set of rows written by python -m a2c_ppo_acktr.envs.make_dataset)
     scene_source: str = "procedural"
@@ -148,6 +153,10 @@ class EnvConfig:
         except UnknownEnvError as e:
             raise ConfigError(str(e)) from None
         _check(isinstance(self.game, dict), f"env.game must be a mapping of a game's settings, got {self.game!r}")
+        from a2c_ppo_acktr.common.entry_points import is_entry_point
+
+        _check(self.reward_fn is None or is_entry_point(str(self.reward_fn)),
+               f"env.reward_fn={self.reward_fn!r} must name a function as 'module.path:function' (or be null)")
         _choice("env.scene_source", self.scene_source, ["procedural", *SCAN_SOURCES, *ROW_SOURCES])
         for q in self.question_types:
             _check(q in QUESTION_TYPES, f"env.question_types contains unknown type {q!r}; known: {list(QUESTION_TYPES)}")

@@ -14,9 +14,22 @@ branches on the env.
 ``Blackjack-v0``                     gym-cards Blackjack (:mod:`.cards.blackjack`)     ``blackjack``
 ``MiniGrid-<...>``, ``BabyAI-<...>`` any ``minigrid`` id (:mod:`.minigrid_text`)      ``minigrid``
 ``Sokoban-v0``                       Sokoban (:mod:`.sokoban`)                         ``sokoban``
+``module.path:ClassName``            your own env class (imported when an env is made) its ``task_type_name``
 ==================================== ================================================ ==============
 
 The card ids may also be written with RL4VLM's namespace (``gym_cards/NumberLine-v0``).
+
+**Your own env.** ``env.env_id=my_pkg.games:ParityEnv`` runs a class defined outside the package
+through training, labelling and evaluation. It implements
+:class:`~a2c_ppo_acktr.envs.protocol.TextEnv` (a one-token game can subclass
+:class:`~a2c_ppo_acktr.envs.cards.common.TokenGameEnv` and write six small methods). With a
+``config_class`` (a dataclass) it is built like the games below, ``cls(config)``; without one,
+``cls(**env.game)``. Its report category is its ``task_type_name`` (else the class name).
+
+**Your own reward.** ``env.reward_fn=my_pkg.rewards:shaped`` replaces every step's reward with
+``shaped(reply=..., reward=..., info=..., episode=...)`` (the reply text, the env's reward, the step's
+info, the episode's ``episode_fields()``), on any env (:mod:`.reward_fn`). The score (``info["score"]``,
+what evaluation reports) stays the env's.
 
 Settings: ``env.image_size``, ``env.max_turns`` and ``env.invalid_penalty`` apply to every env that
 has them (a game's config field of the same name; Sokoban sizes its image by ``tile_size``); the
@@ -33,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from a2c_ppo_acktr.common import entry_points
 from a2c_ppo_acktr.common.errors import UserError
 from a2c_ppo_acktr.common.env_ids import (  # noqa: F401 (re-exported)
     CARD_IDS, CARD_NAMESPACE, MINIGRID_PREFIXES, OVERLAYS, SOKOBAN_ID, TESTED_IDS, VSI_ID, UnknownEnvError, canonical_id, is_vsi, overlay_path,
@@ -52,9 +66,34 @@ def _load(entry_point: str) -> type:
     return getattr(importlib.import_module(module), name)
 
 
+# What the pipeline calls on an env (envs/protocol.TextEnv); a user's env class must have them all.
+_TEXT_ENV_MEMBERS = ("reset", "step", "close", "episode_reward", "task_type", "parse", "random_reply", "chance_reply",
+                     "oracle_reply", "episode_fields", "overview_image", "get_state", "set_state")
+
+
+def _user_env_class(spec: str) -> type:
+    """The class ``env.env_id=module:Class`` names, checked against the env contract.
+
+    Raises:
+        EntryPointError: it cannot be loaded, is not a class, or lacks members of the contract.
+    """
+    cls = entry_points.load(spec, "env.env_id")
+    if not isinstance(cls, type):
+        raise entry_points.EntryPointError(f"env.env_id={spec!r} names a {type(cls).__name__}, not an env class")
+    missing = [m for m in _TEXT_ENV_MEMBERS if not hasattr(cls, m)]
+    if missing:
+        raise entry_points.EntryPointError(
+            f"env.env_id={spec!r}: {cls.__name__} lacks {missing} of the env contract (a2c_ppo_acktr.envs.protocol.TextEnv); "
+            "a one-token game can subclass a2c_ppo_acktr.envs.cards.common.TokenGameEnv"
+        )
+    return cls
+
+
 def env_class(env_id: str) -> type:
     """The env class behind ``env_id`` (imports its module)."""
     name = canonical_id(env_id)
+    if entry_points.is_entry_point(name):
+        return _user_env_class(name)
     if name == VSI_ID:
         from a2c_ppo_acktr.envs.vsi_env import VSIEnv
 
@@ -111,15 +150,28 @@ def _setting_hint(cls: type, message: str) -> str:
 
 
 def make_env(env_cfg: Any) -> Any:
-    """One env (the package's own class, no wrappers) for ``env_cfg.env_id``.
+    """One env for ``env_cfg.env_id``: the env class itself, or, with ``env.reward_fn``, that env
+    behind :class:`~a2c_ppo_acktr.envs.reward_fn.ShapedReward`.
 
     Raises:
         UnknownEnvError: Unknown ``env.env_id``.
+        EntryPointError: ``env.env_id`` or ``env.reward_fn`` names user code that cannot be loaded.
         ValueError: Bad ``env.game`` settings.
     """
     cls = env_class(env_cfg.env_id)
-    cfg = game_config(env_cfg)
-    return cls(env_cfg) if cfg is None else cls(cfg)
+    if entry_points.is_entry_point(canonical_id(env_cfg.env_id)) and getattr(cls, "config_class", None) is None:
+        try:
+            env = cls(**env_cfg.game)
+        except TypeError as e:
+            raise GameConfigError(f"{env_cfg.env_id}: {e}; set its settings in env.game") from e
+    else:
+        cfg = game_config(env_cfg)
+        env = cls(env_cfg) if cfg is None else cls(cfg)
+    if env_cfg.reward_fn:
+        from a2c_ppo_acktr.envs.reward_fn import ShapedReward
+
+        env = ShapedReward(env, entry_points.load(env_cfg.reward_fn, "env.reward_fn"), env_cfg.reward_fn)
+    return env
 
 
 def task_name(env_id: str) -> str:
@@ -127,4 +179,5 @@ def task_name(env_id: str) -> str:
     name = canonical_id(env_id)
     if name == VSI_ID:
         raise ValueError("VSI-v0 episodes are reported by question type, not by one task name")
-    return env_class(name).task_type_name
+    cls = env_class(name)
+    return getattr(cls, "task_type_name", "") or cls.__name__

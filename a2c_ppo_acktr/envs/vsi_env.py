@@ -610,8 +610,11 @@ def share_scene_cache(envs: Sequence[Any]) -> None:
     """Give VSI envs of one process one scene cache, so each scene (a real scan takes about a second
     to load) is built and indexed for ray casting once, not once per env. Envs that are not
     :class:`VSIEnv` (test doubles) are left alone. Scenes and renderers are read-only once built."""
+    from a2c_ppo_acktr.envs.reward_fn import ShapedReward
+
     shared: OrderedDict = OrderedDict()
     for env in envs:
         env = getattr(env, "unwrapped", env)
+        env = env.env if isinstance(env, ShapedReward) else env  # env.reward_fn's: the VSI env behind it
         if isinstance(env, VSIEnv):
             env._cache = shared
