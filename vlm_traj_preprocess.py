@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = config_parser(__doc__)
     parser.add_argument("--overwrite", action="store_true", help="move a dataset already in label.dataset_dir aside to NAME.old-<time> (nothing is deleted)")
     cfg, args = parse_run_config(argv, __doc__, parser)
-    from a2c_ppo_acktr.eval.labeling import TRAJECTORIES  # imported after parsing: --help stays instant
+    from a2c_ppo_acktr.labels.labeling import TRAJECTORIES  # imported after parsing: --help stays instant
     from SFT.data import build_sft_dataset
 
     stats = build_sft_dataset(Path(cfg.label.out_dir) / TRAJECTORIES, cfg.label.dataset_dir, cfg.label, seed=cfg.seed, overwrite=args.overwrite)

@@ -124,7 +124,7 @@ def episode_samples(episode: dict, cfg: LabelConfig) -> list[dict]:
     """The SFT samples of one labelled episode (image paths still relative to the label folder).
 
     Args:
-        episode: One line of ``trajectories.jsonl`` (see :mod:`a2c_ppo_acktr.eval.labeling`).
+        episode: One line of ``trajectories.jsonl`` (see :mod:`a2c_ppo_acktr.labels.labeling`).
         cfg: ``per_turn`` and ``history_turns`` choose the samples.
 
     Returns:
@@ -189,7 +189,7 @@ def build_sft_dataset(
         ConfigError: no usable episode, a dataset already in ``out_dir`` (without ``overwrite``), or
             text that cannot be written as UTF-8.
     """
-    from a2c_ppo_acktr.eval.labeling import latest_episodes, read_episodes
+    from a2c_ppo_acktr.labels.labeling import latest_episodes, read_episodes
 
     trajectories = Path(trajectories)
     label_dir = trajectories.parent

@@ -29,7 +29,7 @@ def measure(env_id: str, episodes: int) -> dict:
     from a2c_ppo_acktr.eval import evaluation
     from a2c_ppo_acktr import reports
     from a2c_ppo_acktr.config.arguments import load_config
-    from a2c_ppo_acktr.eval.teachers import OracleTeacher
+    from a2c_ppo_acktr.labels.teachers import OracleTeacher
 
     overlay = overlay_path(env_id)
     config = None if overlay is None else str(overlay)

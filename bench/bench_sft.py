@@ -30,10 +30,10 @@ def main() -> None:
     args = parser.parse_args()
 
     from a2c_ppo_acktr.config.arguments import load_config
-    from a2c_ppo_acktr.eval.labeling import TRAJECTORIES, label_trajectories, make_env
+    from a2c_ppo_acktr.labels.labeling import TRAJECTORIES, label_trajectories, make_env
     from a2c_ppo_acktr.policy.loading import load_vlm
     from a2c_ppo_acktr.common.prompts import Invalid, parse_action
-    from a2c_ppo_acktr.eval.teachers import greedy_generate
+    from a2c_ppo_acktr.labels.teachers import greedy_generate
     from SFT.data import SFTCollator, SFTDataset, build_sft_dataset
     from SFT.trainer import TRAIN_LOG, run_sft
 

@@ -130,7 +130,7 @@ def test_sft_dataset_rows(tmp_path):
 
 
 def test_label_trajectories_and_metrics_logs(tmp_path):
-    from a2c_ppo_acktr.eval.labeling import read_episodes
+    from a2c_ppo_acktr.labels.labeling import read_episodes
     from a2c_ppo_acktr.run.logger import read_metrics
 
     eps = [{"episode_id": f"e{i}", "scene_id": "proc_000001", "score": 1.0, "turns": []} for i in range(3)]

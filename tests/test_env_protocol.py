@@ -11,7 +11,7 @@ from a2c_ppo_acktr.common.env_ids import TESTED_IDS, VSI_ID
 from a2c_ppo_acktr.envs import registry
 from a2c_ppo_acktr.envs.pool import run_slots
 from a2c_ppo_acktr.envs.protocol import OracleStyle, TextEnv
-from a2c_ppo_acktr.eval.teachers import OracleTeacher
+from a2c_ppo_acktr.labels.teachers import OracleTeacher
 
 
 def _cfg(env_id: str):

@@ -127,7 +127,7 @@ def test_games_bring_their_own_system_prompt_and_vsi_keeps_its_own():
 @pytest.mark.parametrize("env_id", ["NumberLine-v0", "MiniGrid-Empty-Random-6x6-v0", "Sokoban-v0"])
 def test_oracle_labels_become_sft_samples_with_the_games_prompt(tmp_path, env_id):
     from a2c_ppo_acktr.envs.cards.common import GAME_SYSTEM_PROMPT
-    from a2c_ppo_acktr.eval.labeling import TRAJECTORIES, label_trajectories, read_episodes
+    from a2c_ppo_acktr.labels.labeling import TRAJECTORIES, label_trajectories, read_episodes
     from a2c_ppo_acktr.envs.cards.common import BRIEF_GAME_THOUGHTS
     from SFT.data import build_sft_dataset
 
@@ -146,7 +146,7 @@ def test_oracle_labels_become_sft_samples_with_the_games_prompt(tmp_path, env_id
 
 
 def test_labelling_exploration_executes_random_game_actions(tmp_path):
-    from a2c_ppo_acktr.eval.labeling import TRAJECTORIES, label_trajectories, read_episodes
+    from a2c_ppo_acktr.labels.labeling import TRAJECTORIES, label_trajectories, read_episodes
 
     cfg = game_cfg("NumberLine-v0", label__out_dir=str(tmp_path / "lab"), label__num_episodes=8, label__epsilon=0.5)
     assert label_trajectories(cfg)["explore_turns"] > 0
@@ -163,7 +163,7 @@ def test_evaluation_of_oracle_and_chance_on_games(env_id, oracle_at_least):
     below it, and game reports carry success, return, length and invalid rate."""
     from a2c_ppo_acktr.eval import evaluation
     from a2c_ppo_acktr import reports
-    from a2c_ppo_acktr.eval.teachers import OracleTeacher
+    from a2c_ppo_acktr.labels.teachers import OracleTeacher
 
     cfg = game_cfg(env_id, eval__num_episodes=20, env__max_turns=60)
     specs = evaluation.eval_specs(cfg)
@@ -185,7 +185,7 @@ def test_label_sft_ppo_eval_end_to_end_from_the_tiny_model(tmp_path, tiny_model_
     """Oracle labels -> SFT dataset -> SFT (2 steps) -> 2 PPO iterations from the adapter ->
     evaluation of the checkpoint: every stage runs on the env, and the report is the game's."""
     import eval_vsi
-    from a2c_ppo_acktr.eval.labeling import TRAJECTORIES, label_trajectories
+    from a2c_ppo_acktr.labels.labeling import TRAJECTORIES, label_trajectories
     from a2c_ppo_acktr.rl.train import run_training
     from SFT.data import build_sft_dataset
     from SFT.trainer import run_sft
@@ -236,7 +236,7 @@ def test_an_env_and_a_reward_defined_outside_the_package_run_through_labelling_t
     the reply, the env's reward and the episode), and the reported score stays the env's."""
     import eval_vsi
     import user_game
-    from a2c_ppo_acktr.eval.labeling import TRAJECTORIES, label_trajectories, read_episodes
+    from a2c_ppo_acktr.labels.labeling import TRAJECTORIES, label_trajectories, read_episodes
     from a2c_ppo_acktr.rl.train import run_training
 
     overrides = ["--env.env_id", "user_game:ParityEnv", "--env.reward_fn", "user_game:plus_ten", "--env.image_size", "64",

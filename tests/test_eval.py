@@ -15,7 +15,7 @@ from a2c_ppo_acktr import reports
 from a2c_ppo_acktr.config.arguments import QUESTION_TYPES, EnvConfig, RunConfig, load_config
 from a2c_ppo_acktr.envs import vsi_env
 from a2c_ppo_acktr.common.scoring import score_prediction
-from a2c_ppo_acktr.eval.teachers import OracleTeacher
+from a2c_ppo_acktr.labels.teachers import OracleTeacher
 from helpers import perturbed_checkpoint, write_arkit_scan
 
 # Small and fast: 32-pixel frames, 4 sweep frames (appearance order needs 4), 3 turns.

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from a2c_ppo_acktr.config.arguments import ConfigError, RunConfig, load_config
-from a2c_ppo_acktr.eval.labeling import TRAJECTORIES, episode_id, label_trajectories, read_episodes
+from a2c_ppo_acktr.labels.labeling import TRAJECTORIES, episode_id, label_trajectories, read_episodes
 from a2c_ppo_acktr.common.prompts import Invalid, Move, build_messages, parse_action
-from a2c_ppo_acktr.eval.teachers import OracleTeacher, Teacher, TeacherReply
+from a2c_ppo_acktr.labels.teachers import OracleTeacher, Teacher, TeacherReply
 from SFT.data import load_image
 
 
@@ -277,7 +277,7 @@ class Outage(OracleWrapper):
 
 
 def test_episodes_labelled_during_an_outage_are_labelled_again_and_preprocessing_keeps_the_new_line(tmp_path, caplog):
-    from a2c_ppo_acktr.eval.labeling import latest_episodes
+    from a2c_ppo_acktr.labels.labeling import latest_episodes
     from SFT.data import build_sft_dataset
 
     cfg = _cfg(tmp_path / "lab")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from a2c_ppo_acktr.common.bounded_read import Deadline, ReplyTooSlow, RequestAborted, error_body, open_within, read_within, timed_out
-from a2c_ppo_acktr.eval.teachers import OpenAITeacher
+from a2c_ppo_acktr.labels.teachers import OpenAITeacher
 from a2c_ppo_acktr.policy.rollout_engine import (
     BadReplyError, EngineError, EngineInterrupted, EngineStopped, EngineUnavailable, VLLMServerEngine, adapter_name,
 )

@@ -97,7 +97,7 @@ def test_a_label_directory_whose_name_is_not_utf8_is_one_line_in_preprocessing(t
     """The dataset records each image's path relative to it: a label folder named in another
     encoding made writing train.jsonl a UnicodeEncodeError traceback."""
     import vlm_traj_preprocess
-    from a2c_ppo_acktr.eval.labeling import label_trajectories
+    from a2c_ppo_acktr.labels.labeling import label_trajectories
 
     overrides = {"env": {"image_size": 16, "num_sweep_frames": 2, "image_history": 1, "max_turns": 3, "num_scenes": 6},
                  "label": {"out_dir": str(tmp_path / "lab"), "num_episodes": 2, "batch_size": 2, "seed": 100}, "log": {"progress_bar": False}}

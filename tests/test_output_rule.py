@@ -154,7 +154,7 @@ def test_export_overwrite_refuses_a_directory_where_a_run_is_training(tmp_path, 
 # ------------------------------------------------------------------------ SFT dataset
 def test_preprocessing_refuses_an_existing_dataset_and_overwrite_moves_its_files_aside(tmp_path, capsys):
     import vlm_traj_preprocess
-    from a2c_ppo_acktr.eval.labeling import label_trajectories
+    from a2c_ppo_acktr.labels.labeling import label_trajectories
 
     overrides = {"env": {"image_size": 16, "num_sweep_frames": 2, "image_history": 1, "max_turns": 3, "num_scenes": 6},
                  "label": {"out_dir": str(tmp_path / "lab"), "num_episodes": 3, "batch_size": 3, "seed": 100}, "log": {"progress_bar": False}}
@@ -312,7 +312,7 @@ def test_claim_output_files_refuses_named_files_and_moves_only_those(tmp_path):
 
 
 def test_a_second_labeller_on_one_folder_is_refused(tmp_path):
-    from a2c_ppo_acktr.eval.labeling import label_trajectories
+    from a2c_ppo_acktr.labels.labeling import label_trajectories
 
     labels = tmp_path / "lab"
     holder = _holder(labels)  # a labeller appending to trajectories.jsonl

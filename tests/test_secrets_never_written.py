@@ -51,7 +51,7 @@ def test_a_key_on_the_command_line_stops_the_labeller_in_one_line_and_writes_not
 
 
 def test_the_openai_teacher_refuses_a_key_as_api_key_env_too():
-    from a2c_ppo_acktr.eval.teachers import OpenAITeacher
+    from a2c_ppo_acktr.labels.teachers import OpenAITeacher
 
     with pytest.raises(ConfigError, match="NAME") as e:
         OpenAITeacher(base_url="http://127.0.0.1:1/v1", model="m", api_key_env=KEY)
@@ -116,7 +116,7 @@ def test_print_config_redacts_url_passwords(capsys):
 
 
 def test_a_redacted_url_from_a_written_config_is_refused_where_it_would_be_used(tmp_path):
-    from a2c_ppo_acktr.eval.teachers import OpenAITeacher
+    from a2c_ppo_acktr.labels.teachers import OpenAITeacher
 
     with pytest.raises(ConfigError, match=r"\*\*\* where its password was"):
         OpenAITeacher(base_url="http://***@h:8000/v1", model="m")
@@ -180,7 +180,7 @@ def test_a_labelling_run_stores_no_spelling_of_an_echoed_key(monkeypatch, tmp_pa
     from test_teachers import FakeServer
 
     from a2c_ppo_acktr.common.prompts import Answer, format_response
-    from a2c_ppo_acktr.eval.labeling import label_trajectories, read_episodes
+    from a2c_ppo_acktr.labels.labeling import label_trajectories, read_episodes
 
     monkeypatch.setenv("VSI_TEST_KEY", KEY)
     spellings = _spellings(KEY)
@@ -206,7 +206,7 @@ def test_a_labelling_run_stores_no_spelling_of_an_echoed_key(monkeypatch, tmp_pa
 def test_the_teacher_log_carries_no_spelling_of_an_echoed_key_in_an_error(monkeypatch, caplog):
     from test_teachers import ReplyServer, _observations
 
-    from a2c_ppo_acktr.eval.teachers import OpenAITeacher
+    from a2c_ppo_acktr.labels.teachers import OpenAITeacher
 
     monkeypatch.setenv("VSI_TEST_KEY", KEY)
     echo = _spellings(KEY)["base64_of_the_header"]

@@ -158,7 +158,7 @@ def test_prompt_longer_than_max_length_raises(loaded):
 
 def valid_rate(model, processor, observations, max_new_tokens: int = 48) -> float:
     """Fraction of greedy outputs that parse as a valid action."""
-    from a2c_ppo_acktr.eval.teachers import greedy_generate
+    from a2c_ppo_acktr.labels.teachers import greedy_generate
 
     texts = greedy_generate(model, processor, observations, max_new_tokens)
     return float(np.mean([not isinstance(parse_action(t), Invalid) for t in texts]))
@@ -170,7 +170,7 @@ def test_label_preprocess_sft_teaches_the_action_format_and_warm_starts_the_poli
     parse as actions far more often, checkpoints hold the adapter only, and a VLMPolicy loaded with
     the adapter writes exactly the SFT model's greedy outputs."""
     from a2c_ppo_acktr.config.arguments import load_config
-    from a2c_ppo_acktr.eval.labeling import TRAJECTORIES, label_trajectories, make_env
+    from a2c_ppo_acktr.labels.labeling import TRAJECTORIES, label_trajectories, make_env
     from a2c_ppo_acktr.policy.loading import load_vlm
     from SFT.data import build_sft_dataset
     from SFT.trainer import TRAIN_LOG, run_sft
@@ -215,7 +215,7 @@ def test_label_preprocess_sft_teaches_the_action_format_and_warm_starts_the_poli
 
     # Warm start: the policy with the adapter decodes exactly as the SFT model does.
     from a2c_ppo_acktr.policy.model import VLMPolicy
-    from a2c_ppo_acktr.eval.teachers import greedy_generate
+    from a2c_ppo_acktr.labels.teachers import greedy_generate
 
     sft_texts = greedy_generate(loaded.model, loaded.processor, held_out, cfg.model.max_new_tokens)
     policy = VLMPolicy(cfg.model, loaded=load_vlm(cfg.model))

@@ -21,7 +21,7 @@ from a2c_ppo_acktr.config.arguments import EnvConfig, QUESTION_TYPES
 from a2c_ppo_acktr.common.prompts import Answer, Move, build_messages, format_response, parse_action
 from a2c_ppo_acktr.envs.oracle import bearing_to, format_number
 from a2c_ppo_acktr.common.prompts import openai_messages
-from a2c_ppo_acktr.eval.teachers import OpenAITeacher, OracleTeacher, make_teacher
+from a2c_ppo_acktr.labels.teachers import OpenAITeacher, OracleTeacher, make_teacher
 
 SECRET = "sk-test-7f3a9c1e5b2d4f6a8c0e"
 
@@ -283,7 +283,7 @@ def test_hf_teacher_batched_greedy_equals_one_by_one(tiny_model_path):
     """Left padding and per-row images must not change a row's greedy reply."""
     from a2c_ppo_acktr.config.arguments import ModelConfig
     from a2c_ppo_acktr.policy.loading import load_vlm
-    from a2c_ppo_acktr.eval.teachers import HFTeacher
+    from a2c_ppo_acktr.labels.teachers import HFTeacher
 
     cfg = ModelConfig(model_path=tiny_model_path, device="cpu")
     teacher = HFTeacher(cfg, max_new_tokens=12, loaded=load_vlm(cfg))
@@ -301,7 +301,7 @@ def test_hf_teacher_batched_greedy_equals_one_by_one(tiny_model_path):
 
 def test_openai_teacher_labelling_run_never_writes_the_key(monkeypatch, tmp_path, caplog, capsys):
     from a2c_ppo_acktr.config.arguments import load_config
-    from a2c_ppo_acktr.eval.labeling import label_trajectories
+    from a2c_ppo_acktr.labels.labeling import label_trajectories
 
     monkeypatch.setenv("VSI_TEST_KEY", SECRET)
     reply = format_response("Guessing.", Answer("A"))
@@ -362,7 +362,7 @@ def _oom_teacher(tiny_model_path, fits: int, retry: bool, error=None):
 
     from a2c_ppo_acktr.config.arguments import ModelConfig
     from a2c_ppo_acktr.policy.loading import load_vlm
-    from a2c_ppo_acktr.eval.teachers import HFTeacher
+    from a2c_ppo_acktr.labels.teachers import HFTeacher
 
     cfg = ModelConfig(model_path=tiny_model_path, device="cpu")
     loaded = load_vlm(cfg)
@@ -398,8 +398,8 @@ def _label_cfg(tmp_path, name, batch_size, retry):
 def test_hf_teacher_out_of_memory_stops_labelling_with_a_clear_error(tmp_path, tiny_model_path):
     """A teacher that does not fit raises one actionable line instead of recording failed turns."""
     from a2c_ppo_acktr.config.arguments import ConfigError
-    from a2c_ppo_acktr.eval.labeling import TRAJECTORIES, label_trajectories
-    from a2c_ppo_acktr.eval.teachers import TeacherOutOfMemoryError
+    from a2c_ppo_acktr.labels.labeling import TRAJECTORIES, label_trajectories
+    from a2c_ppo_acktr.labels.teachers import TeacherOutOfMemoryError
 
     teacher = _oom_teacher(tiny_model_path, fits=1, retry=False)
     with pytest.raises(TeacherOutOfMemoryError) as info:
@@ -423,7 +423,7 @@ def test_hf_teacher_out_of_memory_stops_labelling_with_a_clear_error(tmp_path, t
 def test_hf_teacher_other_errors_and_oom_messages_from_other_backends(tiny_model_path):
     """Errors other than out-of-memory still record the batch's turns as failed; a plain
     RuntimeError saying "out of memory" (cuBLAS, MPS, kernels) counts as out of memory."""
-    from a2c_ppo_acktr.eval.teachers import TeacherOutOfMemoryError, is_out_of_memory
+    from a2c_ppo_acktr.labels.teachers import TeacherOutOfMemoryError, is_out_of_memory
 
     obs = [{"images": [np.zeros((16, 16, 3), np.uint8)], "text": "How many chairs?"}] * 2
     other = _oom_teacher(tiny_model_path, fits=0, retry=False, error=RuntimeError("CUDA error: device-side assert triggered"))
@@ -438,7 +438,7 @@ def test_hf_teacher_other_errors_and_oom_messages_from_other_backends(tiny_model
 def test_hf_teacher_oom_retry_labels_in_halves_like_batch_size_one(tmp_path, tiny_model_path):
     """``label.oom_retry_smaller``: the batch is split in halves until it fits, later batches start
     at the size that fit, and the labelled trajectories equal a batch-size-1 run's."""
-    from a2c_ppo_acktr.eval.labeling import TRAJECTORIES, label_trajectories, read_episodes
+    from a2c_ppo_acktr.labels.labeling import TRAJECTORIES, label_trajectories, read_episodes
 
     retry = _oom_teacher(tiny_model_path, fits=1, retry=True)
     summary = label_trajectories(_label_cfg(tmp_path, "retry", batch_size=3, retry=True), teacher=retry)
@@ -572,7 +572,7 @@ def test_a_reply_or_a_cut_error_never_carries_the_key(monkeypatch, status):
 
 
 def test_a_password_in_base_url_is_sent_as_basic_auth_and_written_nowhere(monkeypatch, tmp_path, caplog):
-    from a2c_ppo_acktr.eval.teachers import OpenAITeacher
+    from a2c_ppo_acktr.labels.teachers import OpenAITeacher
 
     monkeypatch.delenv("VSI_TEST_KEY", raising=False)
     password = "hunter2-Pa55word"
@@ -592,7 +592,7 @@ def test_a_password_in_base_url_is_sent_as_basic_auth_and_written_nowhere(monkey
 def test_hostile_replies_are_bounded_failed_turns(case):
     """A reply nested 50,000 deep, one larger than MAX_REPLY_BYTES, and one dripped a byte at a time
     past label.timeout_s: each is a failed turn within its bound, never a crash or a stored blob."""
-    from a2c_ppo_acktr.eval.teachers import MAX_REPLY_BYTES
+    from a2c_ppo_acktr.labels.teachers import MAX_REPLY_BYTES
 
     body = {"deep": b"[" * 50000 + b"]" * 50000, "huge": b" " * (MAX_REPLY_BYTES + 10), "drip": b'{"choices": []}' * 4}[case]
     with ReplyServer(lambda auth: (200, body), drip_s=0.2 if case == "drip" else 0.0) as server:

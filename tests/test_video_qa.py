@@ -303,7 +303,7 @@ def test_labels_sft_grpo_then_the_benchmarks_videos_under_both_prompts(tmp_path,
 
     import eval_vsi
     import main_vsi
-    from a2c_ppo_acktr.eval.labeling import TRAJECTORIES, label_trajectories
+    from a2c_ppo_acktr.labels.labeling import TRAJECTORIES, label_trajectories
     from SFT.data import build_sft_dataset
     from SFT.trainer import run_sft
 

@@ -649,7 +649,7 @@ class SFTConfig:
 class LabelConfig:
     """Teacher labelling (``vlm_traj_label.py``) and SFT dataset building (``vlm_traj_preprocess.py``)."""
 
-    teacher: str = "oracle"  # oracle | hf | openai (a2c_ppo_acktr/eval/teachers.py registry)
+    teacher: str = "oracle"  # oracle | hf | openai (a2c_ppo_acktr/labels/teachers.py registry)
     out_dir: str = "outputs/labels"  # trajectories.jsonl + images/ are written here
     num_episodes: int = 100
     seed: int = 0  # episode i is reset with seed + i (deterministic episode ids)

@@ -1,7 +1,7 @@
 """The one episode runner: a fixed pool of envs, each slot running one episode after another.
 
 Evaluation (:func:`a2c_ppo_acktr.eval.evaluation.run_episodes`) and labelling
-(:func:`a2c_ppo_acktr.eval.labeling.label_trajectories`) both run a list of episodes on a few envs
+(:func:`a2c_ppo_acktr.labels.labeling.label_trajectories`) both run a list of episodes on a few envs
 stepped together: every slot starts the next job when its episode ends, and one batched call (the
 agent's or the teacher's) answers every running slot each round. What differs (what an episode
 records, where it goes) is in the callbacks.

@@ -2,7 +2,7 @@
 
 An *agent* is anything with ``act(observations, envs) -> list[str]`` (one response text per
 observation): :class:`PolicyAgent` wraps a :class:`~a2c_ppo_acktr.policy.model.VLMPolicy`, the oracle
-teacher of :mod:`a2c_ppo_acktr.eval.teachers` already has that shape, and :class:`DummyAgent` writes
+teacher of :mod:`a2c_ppo_acktr.labels.teachers` already has that shape, and :class:`DummyAgent` writes
 uniformly random legal actions (the chance baseline).
 
 Question sets are fixed and seeded so that every run (base model, SFT, PPO, oracle, dummy) answers
@@ -791,7 +791,7 @@ def _run_cli(args: Any, extra: Sequence[str]) -> Optional[dict[str, Any]]:
         agent: Any = DummyAgent(seed=cfg.eval.seed)
         meta["agent"] = "dummy"
     elif args.oracle:
-        from a2c_ppo_acktr.eval.teachers import make_teacher
+        from a2c_ppo_acktr.labels.teachers import make_teacher
 
         agent = make_teacher(dataclasses.replace(cfg.label, teacher="oracle"), cfg.model)
         meta.update(agent="oracle", **agent.describe())

@@ -42,7 +42,7 @@ from a2c_ppo_acktr.common import atomic
 from a2c_ppo_acktr.common.jsonl import read_log
 from a2c_ppo_acktr.common.prompts import Invalid
 from a2c_ppo_acktr.envs.pool import run_slots
-from a2c_ppo_acktr.eval.teachers import Teacher, TeacherReply, make_teacher
+from a2c_ppo_acktr.labels.teachers import Teacher, TeacherReply, make_teacher
 
 logger = logging.getLogger(__name__)
 
