@@ -53,7 +53,7 @@ def test_frames_and_envs_are_bounded_together_by_their_bytes():
 def test_a_rollout_that_decompresses_past_its_bounds_is_one_line_without_inflating_it(tmp_path, capsys):
     """A 0.5 MB file whose one line inflates to 500 MB is stopped at the row bound; the memory the
     command used stays far below what the line would take."""
-    from a2c_ppo_acktr.rl import rollouts
+    from a2c_ppo_acktr.rl import saved_rollouts as rollouts
 
     path = tmp_path / "iter-000001-rank0.jsonl.gz"
     with gzip.open(path, "wb", compresslevel=9) as f:
@@ -64,7 +64,7 @@ def test_a_rollout_that_decompresses_past_its_bounds_is_one_line_without_inflati
         f.write(b'"}\n')
     assert path.stat().st_size < 1 << 20
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    rc = run_main(lambda: rollouts.main(["show", str(path)]), "python -m a2c_ppo_acktr.rl.rollouts")
+    rc = run_main(lambda: rollouts.main(["show", str(path)]), "python -m a2c_ppo_acktr.rl.saved_rollouts")
     grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     _one_line(capsys, rc, "row 1 decompresses to more than 16 MiB")
     assert grown_mib < 100, grown_mib

@@ -155,20 +155,20 @@ SAVED_TURN = {"iteration": 1, "rank": 0, "step": 0, "env": 0, "env_id": "VSI-v0"
     (gzip.compress(json.dumps(SAVED_TURN).encode() * 50)[:40], "is not a readable saved rollout"),  # truncated
 ], ids=["not-gzip", "not-json", "array", "not-utf8", "wrong-type", "missing-field", "truncated"])
 def test_rollouts_show_on_malformed_contents_is_one_line(tmp_path, capsys, content, message):
-    from a2c_ppo_acktr.rl import rollouts
+    from a2c_ppo_acktr.rl import saved_rollouts as rollouts
 
     path = tmp_path / "iter-000001-rank0.jsonl.gz"
     path.write_bytes(content)
-    rc = run_main(lambda: rollouts.main(["show", str(path)]), "python -m a2c_ppo_acktr.rl.rollouts")
+    rc = run_main(lambda: rollouts.main(["show", str(path)]), "python -m a2c_ppo_acktr.rl.saved_rollouts")
     _one_line(capsys, rc, message)
 
 
 def test_rollouts_show_prints_a_well_formed_file(tmp_path, capsys):
-    from a2c_ppo_acktr.rl import rollouts
+    from a2c_ppo_acktr.rl import saved_rollouts as rollouts
 
     path = tmp_path / "iter-000001-rank0.jsonl.gz"
     path.write_bytes(gzip.compress((json.dumps(SAVED_TURN) + "\n").encode()))
-    assert run_main(lambda: rollouts.main(["show", str(path)]), "python -m a2c_ppo_acktr.rl.rollouts") == 0
+    assert run_main(lambda: rollouts.main(["show", str(path)]), "python -m a2c_ppo_acktr.rl.saved_rollouts") == 0
     assert "=== episode it1-r0-env0-ep0" in capsys.readouterr().out
 
 

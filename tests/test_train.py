@@ -302,8 +302,8 @@ def test_kl_ref_is_measured_every_kl_ref_interval_updates_and_values_are_timed(r
 def test_saved_rollouts_hold_every_turn_and_read_back(runs, capsys):
     """log.save_rollouts_every 1, keep 3: the newest 3 iterations' files, each with every turn's
     prompt (images as digests), reply, parsed action and numbers; the show command prints episodes."""
-    from a2c_ppo_acktr.rl.rollouts import main as rollouts_main
-    from a2c_ppo_acktr.rl.rollouts import read_rollouts
+    from a2c_ppo_acktr.rl.saved_rollouts import main as rollouts_main
+    from a2c_ppo_acktr.rl.saved_rollouts import read_rollouts
 
     files = sorted((runs["split"] / "rollouts").glob("iter-*-rank0.jsonl.gz"))
     assert [f.name for f in files] == [f"iter-00000{i}-rank0.jsonl.gz" for i in (2, 3, 4)]
@@ -318,7 +318,7 @@ def test_saved_rollouts_hold_every_turn_and_read_back(runs, capsys):
         assert isinstance(r["reply"], str) and math.isfinite(r["advantage"]) and math.isfinite(r["return"]) and r["log_prob"] < 0
         if r["action"] is not None:  # the reply's own "action" field, as the JSON parses
             assert json.loads(r["reply"])["action"] == r["action"]
-    from a2c_ppo_acktr.rl.rollouts import parsed_action
+    from a2c_ppo_acktr.rl.saved_rollouts import parsed_action
 
     assert parsed_action('{"thoughts": "t", "action": {"answer": "B"}}') == {"answer": "B"} and parsed_action('{"thoughts": "t"') is None
     ended = [r for r in rows if r["terminated"] or r["truncated"]]

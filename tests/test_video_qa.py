@@ -237,7 +237,7 @@ def test_eval_vsi_runs_video_qa_episodes(tmp_path):
 
 def test_main_vsi_vsgrpo_preset_trains_on_cpu(tmp_path):
     import main_vsi
-    from a2c_ppo_acktr.rl.rollouts import read_rollouts
+    from a2c_ppo_acktr.rl.saved_rollouts import read_rollouts
     from a2c_ppo_acktr.run.logger import read_metrics
 
     out = tmp_path / "run"

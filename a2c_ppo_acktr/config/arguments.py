@@ -747,7 +747,7 @@ class LogConfig:
     keep_checkpoints: int = 2
     # Every N iterations (0 = never) write the rollout, turn by turn, to output_dir/rollouts/ as gzipped
     # JSONL (prompt text with image digests, reply, action, reward, value, advantage, return); the newest
-    # keep_rollouts iterations are kept. Read them with python -m a2c_ppo_acktr.rl.rollouts show FILE.
+    # keep_rollouts iterations are kept. Read them with python -m a2c_ppo_acktr.rl.saved_rollouts show FILE.
     save_rollouts_every: int = 0
     keep_rollouts: int = 10
     resume: Optional[str] = None  # None | auto | path to a checkpoint directory

@@ -35,7 +35,7 @@ from a2c_ppo_acktr.run.checkpoint import CheckpointManager, resolve_resume
 from a2c_ppo_acktr.run.distributed import build_accelerator, full_trainable, gather_lists, gathered_for_rollout, reduce_mean
 from a2c_ppo_acktr.run.logger import RunLogger
 from a2c_ppo_acktr.run.preemption import STOP_FILE, Preempted, StopOnSignal, remove_stop_file
-from a2c_ppo_acktr.rl.rollouts import rollout_rows, write_rollouts
+from a2c_ppo_acktr.rl.saved_rollouts import rollout_rows, write_rollouts
 from a2c_ppo_acktr.run.rundir import check_output_path, check_shared_directory, confirm_lock, confirm_run_lock, run_lock
 from a2c_ppo_acktr.rl.run_state import (
     CHECKPOINTS_SUBDIR,

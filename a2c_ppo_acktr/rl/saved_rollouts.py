@@ -8,7 +8,7 @@ advantage, return and the rollout log-prob. Files are written atomically (a temp
 fsynced, then renamed), and only the newest ``log.keep_rollouts`` iterations are kept. They are not
 part of a checkpoint: a resumed run simply goes on writing them.
 
-    python -m a2c_ppo_acktr.rl.rollouts show PATH [--episode ID] [--chars 400]
+    python -m a2c_ppo_acktr.rl.saved_rollouts show PATH [--episode ID] [--chars 400]
 
 prints a file's episodes readably (every turn's prompt tail, reply, action and numbers). A file that
 is not a saved rollout, or that decompresses past the bounds (:data:`MAX_ROW_BYTES` a row,
@@ -214,7 +214,7 @@ def format_episodes(rows: Iterable[dict[str, Any]], episode: Optional[str] = Non
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m a2c_ppo_acktr.rl.rollouts", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m a2c_ppo_acktr.rl.saved_rollouts", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     show = sub.add_parser("show", help="print a saved rollout's episodes")
@@ -234,4 +234,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 if __name__ == "__main__":
     from a2c_ppo_acktr.config.cli import run_main
 
-    sys.exit(run_main(main, "python -m a2c_ppo_acktr.rl.rollouts"))
+    sys.exit(run_main(main, "python -m a2c_ppo_acktr.rl.saved_rollouts"))
