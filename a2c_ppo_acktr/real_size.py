@@ -180,7 +180,7 @@ def build_config(hub_id: str, tokenizer: Any, reductions: Reductions = Reduction
     """The ``PretrainedConfig`` of ``hub_id`` (reduced) with ``tokenizer``'s special-token ids."""
     from transformers import AutoConfig
 
-    from a2c_ppo_acktr import tiny
+    from a2c_ppo_acktr.tiny import build as tiny
 
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in tiny.SPECIAL_TOKENS}
     fields = config_fields(hub_id, reductions)
@@ -199,7 +199,7 @@ def build_processor(hub_id: str, tokenizer: Any) -> Any:
     normalisation (Qwen2.5-VL: CLIP's mean and std, the processor's default; Qwen3-VL: 0.5 / 0.5)."""
     import dataclasses
 
-    from a2c_ppo_acktr import tiny
+    from a2c_ppo_acktr.tiny import build as tiny
     from a2c_ppo_acktr.memory import KNOWN_CONFIGS
 
     known = KNOWN_CONFIGS[hub_id]
@@ -280,7 +280,7 @@ def build_real_size(
     """
     from transformers import GenerationConfig
 
-    from a2c_ppo_acktr import tiny
+    from a2c_ppo_acktr.tiny import build as tiny
 
     hub_id = hub_id_of(preset)
     if dtype not in DTYPES:

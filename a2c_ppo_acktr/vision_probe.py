@@ -1,7 +1,7 @@
 """What a VLM reads from this project's renders: the vision probe as a command.
 
 ``python -m a2c_ppo_acktr.vision_probe [--model PATH] [--tasks ...]`` loads any ``model.model_path``
-(``tiny:<family>`` included), asks the pre-training questions of :mod:`a2c_ppo_acktr.tiny_vision`
+(``tiny:<family>`` included), asks the pre-training questions of :mod:`a2c_ppo_acktr.tiny.vision`
 about held-out renders, greedily, with the frames and with every frame zeroed (the same tokens),
 and prints a Markdown table.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from a2c_ppo_acktr.tiny_vision import ALL_TASKS, MRA_TASKS, TASKS, chance_levels, probe, probe_samples
+from a2c_ppo_acktr.tiny.vision import ALL_TASKS, MRA_TASKS, TASKS, chance_levels, probe, probe_samples
 
 
 def probe_table(model_path: str, tasks: Sequence[str] = TASKS, num_scenes: int = 20, image_size: int = 64) -> list[dict[str, Any]]:

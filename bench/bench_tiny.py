@@ -17,7 +17,7 @@ import time
 import numpy as np
 import torch
 
-from a2c_ppo_acktr import tiny
+from a2c_ppo_acktr.tiny import build as tiny
 from a2c_ppo_acktr.config.arguments import ModelConfig
 from a2c_ppo_acktr.policy.loading import forbidden_token_ids, load_vlm
 

@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from a2c_ppo_acktr import tiny, tiny_vision
+from a2c_ppo_acktr.tiny import build as tiny, vision as tiny_vision
 
 
 def run(tasks: list[str], steps: int, lr: float, scenes: int, probe_scenes: int, seed: int = 0, reply_steps: int | None = None,

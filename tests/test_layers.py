@@ -19,7 +19,7 @@ LAYERS: dict[str, int] = {
                      "run.preemption"], 0),
     **dict.fromkeys(["config", "config.arguments", "config.cli", "common.prompts", "common.sameness", "run.rundir", "run.checkpoint", "run.distributed", "run.logger"], 1),
     "envs.*": 2,
-    **dict.fromkeys(["policy.*", "tiny_training", "tiny_vision", "tiny"], 3),
+    **dict.fromkeys(["policy.*", "tiny", "tiny.*"], 3),
     **dict.fromkeys(["rl", "rl.storage", "algo.*", "rl.saved_rollouts", "rl.run_state"], 4),
     **dict.fromkeys(["reports.*", "eval.*", "labels.*"], 5),
     "rl.train": 6,
@@ -137,8 +137,8 @@ def test_no_import_cycle():
 
 
 def test_the_checker_sees_lazy_and_relative_imports():
-    # tiny_vision renders NumberLine frames inside a function (a lazy import)
-    assert "envs.cards.numberline" in imports_of("tiny_vision")
+    # tiny.vision renders NumberLine frames inside a function (a lazy import)
+    assert "envs.cards.numberline" in imports_of("tiny.vision")
     assert {"config.arguments", "envs.registry"} <= imports_of("envs.batch")
     # the package imports absolutely; a relative import resolves from the module's own package
     relative = "from ..config.arguments import RunConfig\nfrom .registry import make_env\nfrom . import scene\n"

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from a2c_ppo_acktr.common import prompts
-from a2c_ppo_acktr import tiny
+from a2c_ppo_acktr.tiny import build as tiny
 from a2c_ppo_acktr.algo.ppo import PPO
 from a2c_ppo_acktr.config.arguments import PPOConfig
 from a2c_ppo_acktr.policy.loading import LoadedVLM, ModelLoadError, load_processor, load_vlm

@@ -326,7 +326,7 @@ def test_a_second_labeller_on_one_folder_is_refused(tmp_path):
 
 
 def test_a_tiny_build_into_a_used_folder_is_refused(tmp_path, capsys):
-    from a2c_ppo_acktr import tiny
+    from a2c_ppo_acktr.tiny import build as tiny
 
     model = tmp_path / "model"
     model.mkdir()

@@ -30,7 +30,7 @@ def proxy_dir(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from a2c_ppo_acktr import tiny
+    from a2c_ppo_acktr.tiny import build as tiny
 
     return tiny.build_tokenizer(tiny.tiny_spec("qwen2_5_vl"), tiny.training_corpus())
 

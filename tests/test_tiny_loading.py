@@ -1,4 +1,4 @@
-"""Tiny offline VLMs (``a2c_ppo_acktr/tiny.py``) and the model loader (``a2c_ppo_acktr/policy/loading.py``)."""
+"""Tiny offline VLMs (``a2c_ppo_acktr/tiny/build.py``) and the model loader (``a2c_ppo_acktr/policy/loading.py``)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from a2c_ppo_acktr import tiny
+from a2c_ppo_acktr.tiny import build as tiny
 from a2c_ppo_acktr.config.arguments import ModelConfig
 from a2c_ppo_acktr.policy.loading import (
     SUPPORTED_FAMILIES,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from a2c_ppo_acktr import tiny, tiny_vision
+from a2c_ppo_acktr.tiny import build as tiny, vision as tiny_vision
 from a2c_ppo_acktr.policy.loading import load_vlm
 
 
@@ -150,7 +150,7 @@ def test_balanced_batches_draw_every_task_evenly_and_the_default_draws_the_pool(
     """``balance_tasks``: 16 rows over a 2-task set of 30 + 3 samples are 8 + 3 (a task has no more
     rows than samples); uniform over the pool the small task gets ~16 x 3/33 a batch. Without it the
     draws are the pooled ones, index for index (the default builds do not change)."""
-    from a2c_ppo_acktr import tiny_training
+    from a2c_ppo_acktr.tiny import training as tiny_training
 
     samples = [tiny_vision.VisionSample(np.zeros((4, 4, 3), np.uint8), f"q{i}", str(i), "numberline" if i < 30 else "room_size")
                for i in range(33)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from a2c_ppo_acktr import tiny, tiny_vision
+from a2c_ppo_acktr.tiny import build as tiny, vision as tiny_vision
 
 
 def test_default_tasks_leave_out_the_opt_in_tasks(monkeypatch):
@@ -76,7 +76,7 @@ def test_the_ezpoints_build_is_the_default_spec_with_its_own_vision_pretraining(
     from dataclasses import asdict
 
     from a2c_ppo_acktr.policy import loading
-    from a2c_ppo_acktr import tiny
+    from a2c_ppo_acktr.tiny import build as tiny
 
     default, variant = asdict(tiny.tiny_spec("qwen2_5_vl")), asdict(tiny.tiny_spec("qwen2_5_vl-ezpoints"))
     differ = {k for k in default if default[k] != variant[k]}
@@ -90,7 +90,7 @@ def test_the_ezpoints_build_is_the_default_spec_with_its_own_vision_pretraining(
 def test_the_rooms_build_is_the_default_spec_with_room_size_pretraining_and_hashes_the_room_renderer():
     from dataclasses import asdict
 
-    from a2c_ppo_acktr import tiny
+    from a2c_ppo_acktr.tiny import build as tiny
 
     default, variant = asdict(tiny.tiny_spec("qwen2_5_vl")), asdict(tiny.tiny_spec("qwen2_5_vl-rooms"))
     differ = {k for k in default if default[k] != variant[k]}

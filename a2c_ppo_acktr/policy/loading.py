@@ -117,7 +117,7 @@ def resolve_model_path(path: str) -> str:
             is not in the local cache while offline mode is on.
     """
     if path.startswith(TINY_PREFIX):
-        from a2c_ppo_acktr import tiny
+        from a2c_ppo_acktr.tiny import build as tiny
 
         family = path[len(TINY_PREFIX):]
         if family not in tiny.BUILDS:

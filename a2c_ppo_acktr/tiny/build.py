@@ -1,4 +1,4 @@
-"""Offline tiny vision-language models: random weights, a real tokenizer, a real processor.
+"""The tiny models' build: random weights, a real tokenizer, a real processor, cached and locked.
 
 Tests and the CPU demo need a VLM that loads through exactly the same code as Qwen2-VL,
 Qwen2.5-VL, Qwen3-VL and LLaVA checkpoints (``AutoModelForImageTextToText`` + ``AutoProcessor``)
@@ -15,7 +15,7 @@ but builds in seconds without a hub. This module makes one per family (:data:`FA
 - for the default family (``qwen2_5_vl``) a model that sees: every frame is 16 visual tokens,
   white maps to 0 in the processor's normalisation, and after the reply-format pretraining the
   whole model is trained on questions about this project's own renders
-  (:mod:`a2c_ppo_acktr.tiny_vision`), so its visual tokens carry what the frame shows.
+  (:mod:`a2c_ppo_acktr.tiny.vision`), so its visual tokens carry what the frame shows.
 
 ``tiny_model_dir(family, seed)`` builds once into a cache directory whose name carries a hash
 of everything that defines the model, so editing the corpus or sizes invalidates old builds. The
@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 from a2c_ppo_acktr.common.errors import UserError
-from a2c_ppo_acktr.tiny_training import next_token_training, text_rows
+from a2c_ppo_acktr.tiny.training import next_token_training, text_rows
 
 QWEN_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 # CLIP vision tower + MLP projector + Llama text model; llava_next (LLaVA-1.6, RL4VLM's model class)
@@ -145,7 +145,7 @@ class TinySpec:
     # between two game frames is a few percent of it; (1, 1, 1) / (0.5, 0.5, 0.5) maps white to 0.
     image_mean: Optional[tuple[float, float, float]] = None
     image_std: Optional[tuple[float, float, float]] = None
-    # Vision pre-training (:mod:`a2c_ppo_acktr.tiny_vision`): full-parameter next-token training on
+    # Vision pre-training (:mod:`a2c_ppo_acktr.tiny.vision`): full-parameter next-token training on
     # questions about this project's renders whose answers the generators know (0 steps: none; the
     # tower then stays a random projection). Frames are drawn at ``vision_image_size`` pixels.
     vision_pretrain_steps: int = 0
@@ -520,7 +520,7 @@ def pretrain_reply_format(model, tokenizer, spec: TinySpec, corpus: Sequence[str
 
 
 def pretrain_vision_stage(model, processor, tokenizer, spec: TinySpec, seed: int) -> dict:
-    """Run the vision pre-training ``spec`` asks for (:mod:`a2c_ppo_acktr.tiny_vision`); its build record.
+    """Run the vision pre-training ``spec`` asks for (:mod:`a2c_ppo_acktr.tiny.vision`); its build record.
 
     Returns:
         ``{}`` when ``spec.vision_pretrain_steps`` is 0, else the tasks, sample count, steps and the
@@ -528,10 +528,10 @@ def pretrain_vision_stage(model, processor, tokenizer, spec: TinySpec, seed: int
     """
     if spec.vision_pretrain_steps <= 0:
         return {}
-    from a2c_ppo_acktr import tiny_vision
+    from a2c_ppo_acktr.tiny.vision import pretrain_vision, training_samples
 
-    samples = tiny_vision.training_samples(spec.vision_image_size, spec.vision_pretrain_scenes, spec.vision_pretrain_tasks)
-    losses = tiny_vision.pretrain_vision(
+    samples = training_samples(spec.vision_image_size, spec.vision_pretrain_scenes, spec.vision_pretrain_tasks)
+    losses = pretrain_vision(
         model,
         processor,
         samples,
@@ -710,7 +710,7 @@ def spec_hash(family: str, seed: int) -> str:
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:10]
 
 
-# The modules that draw each vision pre-training task's frames, beyond tiny_vision.py itself.
+# The modules that draw each vision pre-training task's frames, beyond tiny/vision.py itself.
 _TASK_SOURCES: dict[str, tuple[str, ...]] = {
     "numberline": ("envs/cards/numberline.py", "envs/cards/drawing.py"),
     "ezpoints_cards": ("envs/cards/ezpoints.py", "envs/cards/formula.py", "envs/cards/common.py", "envs/cards/drawing.py"),
@@ -724,11 +724,11 @@ _TASK_SOURCES: dict[str, tuple[str, ...]] = {
 def _vision_sources(family: str = "qwen2_5_vl") -> list[Path]:
     """The modules that draw and word ``family``'s vision pre-training samples (its tasks' drawing
     modules included, so editing one rebuilds the builds that use it and no other)."""
-    here = Path(__file__).resolve().parent
+    here, package = Path(__file__).resolve().parent, Path(__file__).resolve().parents[1]
     tasks = tiny_spec(family).vision_pretrain_tasks if family in BUILDS else ()
     extra = [rel for task in tasks for rel in _TASK_SOURCES.get(task, ())]
     defaults = ["envs/cards/numberline.py", "envs/cards/drawing.py"]  # the default build's, listed for every build
-    return [here / "tiny_vision.py", here / "tiny_training.py", *[here / rel for rel in dict.fromkeys(defaults + extra)]]
+    return [here / "vision.py", here / "training.py", *[package / rel for rel in dict.fromkeys(defaults + extra)]]
 
 
 def build_tiny_model(family: str, out_dir: str | os.PathLike, seed: int = 0) -> Path:
@@ -878,7 +878,7 @@ def tiny_model_dir(family: str, cache_dir: Optional[str | os.PathLike] = None, *
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """CLI: build a tiny model into ``--out`` (or the cache when ``--out`` is omitted)."""
-    parser = argparse.ArgumentParser(description="Build an offline tiny VLM (Qwen-VL or LLaVA family), tokenizer and processor.")
+    parser = argparse.ArgumentParser(prog="python -m a2c_ppo_acktr.tiny", description="Build an offline tiny VLM (Qwen-VL or LLaVA family), tokenizer and processor.")
     parser.add_argument("--family", choices=BUILDS, default="qwen2_5_vl", help="a family, or a build with another vision pre-training")
     parser.add_argument("--out", default=None, help="output directory (default: the tiny cache, printed)")
     parser.add_argument("--seed", type=int, default=None, help=f"weight initialisation seed (default: ${SEED_ENV}, else 0)")
@@ -896,9 +896,3 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     with directory_lock(check_output_path(args.out)):
         claim_output_dir(args.out, overwrite=args.overwrite)
         print(build_tiny_model(args.family, args.out, seed=seed))
-
-
-if __name__ == "__main__":
-    from a2c_ppo_acktr.config.cli import run_main
-
-    sys.exit(run_main(main, "python -m a2c_ppo_acktr.tiny"))

@@ -369,7 +369,7 @@ def pretrain_vision(
     Returns:
         The loss of every step.
     """
-    from a2c_ppo_acktr.tiny_training import next_token_training
+    from a2c_ppo_acktr.tiny.training import next_token_training
 
     if steps <= 0:
         return []
@@ -398,7 +398,7 @@ def _append_text_rows(batch: dict, docs: Sequence[Sequence[int]], pad: int) -> d
     """``batch`` with image-free rows of token ids appended (loss on every token of them)."""
     import torch
 
-    from a2c_ppo_acktr.tiny_training import text_rows
+    from a2c_ppo_acktr.tiny.training import text_rows
 
     ids, mask = text_rows(docs, pad, width=batch["input_ids"].shape[1])
     width = ids.shape[1]

@@ -1,5 +1,5 @@
 """The training steps the tiny models' build shares: the reply-format pre-training (:mod:`tiny`) and
-the vision pre-training (:mod:`tiny_vision`) both run :func:`next_token_training` on batches of
+the vision pre-training (:mod:`a2c_ppo_acktr.tiny.vision`) both run :func:`next_token_training` on batches of
 :func:`text_rows`. Part of the build: editing this module invalidates old builds (``tiny.spec_hash``).
 """
 from __future__ import annotations
