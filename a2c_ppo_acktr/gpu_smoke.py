@@ -185,7 +185,7 @@ def turn_ratio_deviations(policy: Any, storage: Any, mini_batch_size: int, seed:
 
     Args:
         policy: A :class:`~a2c_ppo_acktr.policy.model.VLMPolicy` that filled ``storage`` (returns computed).
-        storage: The :class:`~a2c_ppo_acktr.rl.storage.RolloutStorage`.
+        storage: The :class:`~a2c_ppo_acktr.algo.storage.RolloutStorage`.
         mini_batch_size: Turns per minibatch (must divide the rollout).
         seed: Seeds the minibatch shuffle.
         backward_first: Run a PPO-shaped loss's backward on the first minibatch (memory
@@ -218,7 +218,7 @@ def collect(policy: Any, env_cfg: Any, num_envs: int, num_steps: int, seed: int)
     """``num_steps`` turns of ``num_envs`` procedural VSI envs (env ``i`` seeded ``seed * 1000 + i``)
     with ``policy``, through the training loop's own rollout; returns the storage, returns computed."""
     from a2c_ppo_acktr.envs.batch import VSIBatchEnv
-    from a2c_ppo_acktr.rl.storage import RolloutStorage
+    from a2c_ppo_acktr.algo.storage import RolloutStorage
     from a2c_ppo_acktr.rl.train import collect_rollout
 
     envs = VSIBatchEnv(env_cfg, num_envs, seed=seed * 1000)

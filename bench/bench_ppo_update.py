@@ -41,7 +41,7 @@ from a2c_ppo_acktr.config.arguments import ModelConfig, PPOConfig
 from a2c_ppo_acktr.policy.distributions import process_logits, token_log_probs
 from a2c_ppo_acktr.policy.loading import load_vlm
 from a2c_ppo_acktr.policy.model import VLMPolicy
-from a2c_ppo_acktr.rl.storage import Minibatch, RolloutStorage
+from a2c_ppo_acktr.algo.storage import Minibatch, RolloutStorage
 
 
 def collect(policy: VLMPolicy, num_envs: int, num_steps: int, images: int, size: int) -> RolloutStorage:

@@ -239,7 +239,7 @@ def run_project(args: argparse.Namespace, kl: float, estimator: str) -> dict[str
     from a2c_ppo_acktr.config.arguments import PPOConfig
     from a2c_ppo_acktr.policy.loading import load_vlm
     from a2c_ppo_acktr.policy.model import VLMPolicy
-    from a2c_ppo_acktr.rl.storage import BOOTSTRAPPING_ESTIMATORS, RolloutStorage
+    from a2c_ppo_acktr.algo.storage import BOOTSTRAPPING_ESTIMATORS, RolloutStorage
     from a2c_ppo_acktr.algo.schedule import build_optimizer
     from a2c_ppo_acktr.rl.train import collect_rollout, compute_advantages
 

@@ -17,7 +17,7 @@ WORK=${MUTATION_DIR:-${TMPDIR:-/tmp}/vsi-mutation}
 JOBS=${MUTATION_JOBS:-2}
 
 declare -A PATHS=(
-  [ppo]=a2c_ppo_acktr/algo/ppo.py [storage]=a2c_ppo_acktr/rl/storage.py
+  [ppo]=a2c_ppo_acktr/algo/ppo.py [storage]=a2c_ppo_acktr/algo/storage.py
   [distributions]=a2c_ppo_acktr/policy/distributions.py [scoring]=a2c_ppo_acktr/common/scoring.py
   [prompts]=a2c_ppo_acktr/common/prompts.py [checkpoint]=a2c_ppo_acktr/run/checkpoint.py
   [kl]=a2c_ppo_acktr/algo/kl.py [tally]=a2c_ppo_acktr/algo/tally.py [atomic]=a2c_ppo_acktr/common/atomic.py

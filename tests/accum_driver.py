@@ -61,7 +61,7 @@ def collect(path: Path) -> None:
     """One rollout with the initial policy, advantages computed, pickled to ``path``."""
     from a2c_ppo_acktr.envs.batch import VSIBatchEnv
     from a2c_ppo_acktr.policy.model import VLMPolicy
-    from a2c_ppo_acktr.rl.storage import RolloutStorage
+    from a2c_ppo_acktr.algo.storage import RolloutStorage
     from a2c_ppo_acktr.rl.train import collect_rollout, compute_advantages, seed_everything
 
     cfg = config("plain", 1)

@@ -61,7 +61,7 @@ def policy_observations(rng, step):
 
 def policy_rollout(policy, seed=0):
     """NUM_STEPS steps of NUM_ENVS envs acted by ``policy`` on :func:`policy_observations`."""
-    from a2c_ppo_acktr.rl.storage import RolloutStorage
+    from a2c_ppo_acktr.algo.storage import RolloutStorage
 
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
@@ -149,7 +149,7 @@ class ToyPolicy(nn.Module):
 
 def toy_storage(T=2, N=4, seed=0):
     """A RolloutStorage of T x N turns with empty prompts, stored log-prob log(0.5) and random rewards."""
-    from a2c_ppo_acktr.rl.storage import RolloutStorage
+    from a2c_ppo_acktr.algo.storage import RolloutStorage
 
     g = torch.Generator().manual_seed(seed)
     st = RolloutStorage(T, N)
@@ -178,7 +178,7 @@ def toy_ppo(policy, lr=0.1, **over):
 
 def toy_minibatch(old_log_probs, old_values, advantages, returns):
     """A Minibatch of B turns holding only the numbers the losses read."""
-    from a2c_ppo_acktr.rl.storage import Minibatch
+    from a2c_ppo_acktr.algo.storage import Minibatch
 
     B = len(advantages)
 

@@ -6,7 +6,7 @@ import torch
 
 from a2c_ppo_acktr.algo import surrogate
 from a2c_ppo_acktr.common import choices, scoring
-from a2c_ppo_acktr.rl import storage
+from a2c_ppo_acktr.algo import storage
 from a2c_ppo_acktr.labels import teachers
 from a2c_ppo_acktr.config.arguments import QUESTION_TYPES, ConfigError, load_config
 from a2c_ppo_acktr.policy.distributions import sample_kl

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from a2c_ppo_acktr.config.arguments import ConfigError, load_config
-from a2c_ppo_acktr.rl.storage import RolloutStorage, informative_turns
+from a2c_ppo_acktr.algo.storage import RolloutStorage, informative_turns
 from a2c_ppo_acktr.rl.train import RolloutStats, dynamic_batch
 
 

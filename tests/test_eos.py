@@ -17,7 +17,7 @@ import torch
 
 from a2c_ppo_acktr.policy.loading import load_vlm
 from a2c_ppo_acktr.policy.model import VLMPolicy
-from a2c_ppo_acktr.rl.storage import RolloutStorage
+from a2c_ppo_acktr.algo.storage import RolloutStorage
 from helpers import NUM_ENVS, fresh_policy, policy_observations, tiny_model_cfg
 from numerics import recorded_forwards
 

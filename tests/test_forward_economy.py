@@ -24,7 +24,7 @@ from a2c_ppo_acktr.algo.ppo import PPO
 from a2c_ppo_acktr.config.arguments import ConfigError, LogConfig, PPOConfig
 from a2c_ppo_acktr.policy.loading import LoadedVLM, load_vlm
 from a2c_ppo_acktr.policy.model import VLMPolicy
-from a2c_ppo_acktr.rl.storage import RolloutStorage, compute_gae
+from a2c_ppo_acktr.algo.storage import RolloutStorage, compute_gae
 from a2c_ppo_acktr.common.sameness import same_observation
 from a2c_ppo_acktr.rl.train import collect_rollout, compute_advantages
 from helpers import one_token_output, tiny_model_cfg, toy_storage

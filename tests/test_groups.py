@@ -7,7 +7,7 @@ import torch
 from a2c_ppo_acktr.config.arguments import EnvConfig
 from a2c_ppo_acktr.envs.batch import GROUP_ID_STRIDE, VSIBatchEnv, episode_seed
 from a2c_ppo_acktr.envs.vsi_env import VSIEnv
-from a2c_ppo_acktr.rl.storage import advantage_mask, get_advantage_estimator, normalize_advantages
+from a2c_ppo_acktr.algo.storage import advantage_mask, get_advantage_estimator, normalize_advantages
 from numerics import normalized_mean_tolerance
 
 CFG = EnvConfig(image_size=32, num_sweep_frames=2, image_history=1, max_turns=3, num_scenes=8)
@@ -180,7 +180,7 @@ def test_grouped_estimators_train_end_to_end_and_resume_exactly(tmp_path, estima
     advantages are computed with horizon env.max_turns (only episodes bound to end are compared)."""
     from a2c_ppo_acktr.config.arguments import load_config
     from a2c_ppo_acktr.run.logger import read_metrics
-    from a2c_ppo_acktr.rl.storage import RolloutStorage
+    from a2c_ppo_acktr.algo.storage import RolloutStorage
     from a2c_ppo_acktr.rl.train import run_training
 
     horizons = []

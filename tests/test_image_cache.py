@@ -15,7 +15,7 @@ from a2c_ppo_acktr.config.arguments import ModelConfig, PPOConfig
 from a2c_ppo_acktr.policy.encoding import ImageFeatureStore, collate, split_rows
 from a2c_ppo_acktr.policy.loading import load_vlm
 from a2c_ppo_acktr.policy.model import VLMPolicy
-from a2c_ppo_acktr.rl.storage import RolloutStorage
+from a2c_ppo_acktr.algo.storage import RolloutStorage
 from helpers import fresh_policy, tiny_model_cfg
 from numerics import recorded_forwards
 

@@ -20,9 +20,9 @@ LAYERS: dict[str, int] = {
     **dict.fromkeys(["config", "config.arguments", "config.cli", "common.prompts", "common.sameness", "run.rundir", "run.checkpoint", "run.distributed", "run.logger"], 1),
     "envs.*": 2,
     **dict.fromkeys(["policy.*", "tiny", "tiny.*"], 3),
-    **dict.fromkeys(["rl", "rl.storage", "algo.*", "rl.saved_rollouts", "rl.run_state"], 4),
+    **dict.fromkeys(["algo", "algo.*"], 4),
     **dict.fromkeys(["reports.*", "eval.*", "labels.*"], 5),
-    "rl.train": 6,
+    **dict.fromkeys(["rl", "rl.*"], 6),
     **dict.fromkeys(["export", "prefetch", "memory", "real_size", "real_size_probe", "rollout_servers", "vision_probe", "gpu_smoke", "gymnasium_plugin"], 7),
 }
 

@@ -14,7 +14,7 @@ from a2c_ppo_acktr.algo.ppo import PPO
 from a2c_ppo_acktr.config.arguments import PPOConfig
 from a2c_ppo_acktr.policy.loading import LoadedVLM, ModelLoadError, load_processor, load_vlm
 from a2c_ppo_acktr.policy.model import VLMPolicy
-from a2c_ppo_acktr.rl.storage import RolloutStorage
+from a2c_ppo_acktr.algo.storage import RolloutStorage
 from SFT.data import IGNORE_INDEX, SFTCollator
 from helpers import (
     NUM_ENVS, fresh_policy, policy_observations, policy_rollout, sft_observation, split_state, tiny_model_cfg, write_sft_rows,

@@ -139,7 +139,7 @@ from a2c_ppo_acktr.common import prompts
 from a2c_ppo_acktr.config.arguments import EnvConfig, ModelConfig
 from a2c_ppo_acktr.policy.loading import load_vlm
 from a2c_ppo_acktr.policy.model import VLMPolicy
-from a2c_ppo_acktr.rl.storage import Minibatch
+from a2c_ppo_acktr.algo.storage import Minibatch
 
 path, gc_on, B, R = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3]), int(sys.argv[4])
 cfg = ModelConfig(model_path=path, device="cpu", lora_r=8, lora_alpha=16, gradient_checkpointing=gc_on)

@@ -11,7 +11,7 @@ from a2c_ppo_acktr.algo.ppo import PPO
 from a2c_ppo_acktr.config.arguments import EMBEDDING_LORA_TARGET, ModelConfig, PPOConfig
 from a2c_ppo_acktr.policy.loading import load_vlm
 from a2c_ppo_acktr.policy.model import VLMPolicy
-from a2c_ppo_acktr.rl.storage import RolloutStorage
+from a2c_ppo_acktr.algo.storage import RolloutStorage
 from helpers import NUM_ENVS, NUM_STEPS, fresh_policy, policy_observations, policy_rollout, split_state, tiny_model_cfg
 from numerics import f32_chain_tolerance, f32_tolerance, logit_terms, recorded_forwards, widest
 

@@ -20,7 +20,7 @@ from a2c_ppo_acktr.policy.rollout_engine import (
     BadReplyError, EngineError, EngineRow, EngineStopped, EngineUnavailable, StaleAdapterError, TokenAlignmentError, VLLMServerEngine,
     adapter_name, parse_reply,
 )
-from a2c_ppo_acktr.rl.storage import RolloutStorage
+from a2c_ppo_acktr.algo.storage import RolloutStorage
 from helpers import free_port, fresh_policy, tiny_model_cfg
 from numerics import recorded_forwards
 

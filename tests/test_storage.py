@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from a2c_ppo_acktr.config.arguments import ADVANTAGE_ESTIMATORS as CONFIG_ESTIMATORS
-from a2c_ppo_acktr.rl.storage import (
+from a2c_ppo_acktr.algo.storage import (
     ADVANTAGE_ESTIMATORS,
     RolloutStorage,
     advantage_mask,
@@ -371,7 +371,7 @@ def test_episode_estimator_factory_broadcasts_per_episode_advantages():
     truncated ends, the rollout's starts_episode), sums each one's rewards, and broadcasts the
     function's answer and the episode return to every turn. Built here, at test time, with a
     function whose answer shows what it was given."""
-    from a2c_ppo_acktr.rl.storage import _episode_estimator
+    from a2c_ppo_acktr.algo.storage import _episode_estimator
 
     def tagged(returns, groups, valid):
         """10 * return + group for complete episodes, 0 for the others."""

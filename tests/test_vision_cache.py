@@ -12,7 +12,7 @@ from a2c_ppo_acktr.config.arguments import ModelConfig
 from a2c_ppo_acktr.policy.loading import load_vlm
 from a2c_ppo_acktr.policy.model import VISION_MODULES, VLMPolicy
 from a2c_ppo_acktr.policy.vision_cache import VisionOutputCache, vision_cache_of
-from a2c_ppo_acktr.rl.storage import RolloutStorage
+from a2c_ppo_acktr.algo.storage import RolloutStorage
 from a2c_ppo_acktr.rl.train import collect_rollout
 from helpers import NUM_ENVS, fresh_policy, tiny_model_cfg
 from numerics import recorded_forwards, widest

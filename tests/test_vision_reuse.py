@@ -14,7 +14,7 @@ import torch
 from a2c_ppo_acktr.policy.encoding import ImageFeatureStore, TurnEncoding
 from a2c_ppo_acktr.policy.loading import load_vlm
 from a2c_ppo_acktr.policy.model import VISION_MODULES, VLMPolicy
-from a2c_ppo_acktr.rl.storage import RolloutStorage
+from a2c_ppo_acktr.algo.storage import RolloutStorage
 from helpers import NUM_ENVS, fresh_policy, policy_observations, tiny_model_cfg
 from numerics import f32_chain_tolerance, recorded_forwards, vlm_forward_terms, widest
 

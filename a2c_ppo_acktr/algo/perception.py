@@ -14,7 +14,7 @@ one no-grad pass (:func:`measure`) computes it for every stored token, and :func
 
 The policy here acts with one response per turn, so VPPO's trajectory is a turn (one response).
 The functions on plain tensors (:func:`top_token_masks`, :func:`reweight`, :func:`advantage_scales`)
-hold the arithmetic; :func:`apply` runs them on a :class:`~a2c_ppo_acktr.rl.storage.RolloutStorage`.
+hold the arithmetic; :func:`apply` runs them on a :class:`~a2c_ppo_acktr.algo.storage.RolloutStorage`.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The PPO update (Schulman et al. 2017) for a VLM policy, as CleanRL writes it, with LLM-RL extras.
 
 Losses are pure functions returning ``(loss, metrics)``. :meth:`PPO.update` runs ``ppo_epochs`` x
-minibatches of a :class:`~a2c_ppo_acktr.rl.storage.RolloutStorage`: re-forward prompt+action through the
+minibatches of a :class:`~a2c_ppo_acktr.algo.storage.RolloutStorage`: re-forward prompt+action through the
 policy's ``forward`` (= ``evaluate_actions``; going through ``forward`` keeps DDP/DeepSpeed wrappers'
 hooks working), clipped surrogate, optionally clipped value loss, entropy bonus, KL penalty to the
 reference (adapter disabled, or the adapter's moving average with ``ppo.reference=ema``), gradient clipping, and an optimizer step every ``grad_accum_steps``
@@ -40,7 +40,7 @@ from a2c_ppo_acktr.algo.kl import KLControl
 from a2c_ppo_acktr.algo.surrogate import aggregate, policy_loss, tis_weights
 from a2c_ppo_acktr.algo.tally import UpdateTally
 from a2c_ppo_acktr.config.arguments import PPOConfig
-from a2c_ppo_acktr.rl.storage import BOOTSTRAPPING_ESTIMATORS, Minibatch, RolloutStorage
+from a2c_ppo_acktr.algo.storage import BOOTSTRAPPING_ESTIMATORS, Minibatch, RolloutStorage
 
 
 
@@ -85,7 +85,7 @@ def ppo_loss(out: Any, mb: Minibatch, cfg: PPOConfig, kl_coef: float, max_tokens
     tokens the same way; the sequence levels average each reply's mean per-token entropy and KL.
 
     The value term is left out (``v`` still logged) for an estimator that reads no value
-    (``rloo``, ``grpo``: not in :data:`~a2c_ppo_acktr.rl.storage.BOOTSTRAPPING_ESTIMATORS`). The value
+    (``rloo``, ``grpo``: not in :data:`~a2c_ppo_acktr.algo.storage.BOOTSTRAPPING_ESTIMATORS`). The value
     head sits on the policy's hidden states, so its regression onto episode returns would move the
     shared LoRA weights for nothing, and an update whose advantages are all 0 could still change the
     policy.

@@ -396,7 +396,7 @@ class VLMPolicy(nn.Module):
         """Re-forward prompt + action of stored turns.
 
         Args:
-            minibatch: a :class:`~a2c_ppo_acktr.rl.storage.Minibatch` (``prompts``, ``images``,
+            minibatch: a :class:`~a2c_ppo_acktr.algo.storage.Minibatch` (``prompts``, ``images``,
                 ``prompt_ids``, ``generated_ids``, ``token_weights`` and, when kept, ``encodings``
                 are read).
             with_kl: also compute the KL to the reference (``reference``: the starting policy by default); one more forward.

@@ -48,7 +48,7 @@ from a2c_ppo_acktr.rl.run_state import (
     restore_pre_rollout_state,
     write_checkpoint,
 )
-from a2c_ppo_acktr.rl.storage import BOOTSTRAPPING_ESTIMATORS
+from a2c_ppo_acktr.algo.storage import BOOTSTRAPPING_ESTIMATORS
 from a2c_ppo_acktr.policy.vision_cache import vision_cache_of
 from a2c_ppo_acktr.eval.validation import BestPolicy, run_validation
 
@@ -127,7 +127,7 @@ def collect_rollout(
         every group restarts on one common episode (the episodes cut there were bootstrapped, or
         incomplete for rloo/grpo, in the previous rollout).
         bootstrap: compute the values of states after a step that GAE reads (the estimator is in
-            :data:`~a2c_ppo_acktr.rl.storage.BOOTSTRAPPING_ESTIMATORS`): V(final observation) of every
+            :data:`~a2c_ppo_acktr.algo.storage.BOOTSTRAPPING_ESTIMATORS`): V(final observation) of every
             truncated step and V(s_T) of every env still mid-episode after the last step, in ONE
             batched pass per rollout (one forward unless there are more than num_envs of them),
             inside the last step's gathered block. False (rloo, grpo: nothing reads them) computes
@@ -241,7 +241,7 @@ def _build_run(cfg: RunConfig, accelerator) -> Run:
     from a2c_ppo_acktr.algo.ppo import PPO
     from a2c_ppo_acktr.envs.batch import BatchEnv
     from a2c_ppo_acktr.policy.model import VLMPolicy
-    from a2c_ppo_acktr.rl.storage import RolloutStorage
+    from a2c_ppo_acktr.algo.storage import RolloutStorage
 
     rank = accelerator.process_index
     # Same seed on every rank for the weights (LoRA/head init), so ranks start identical.
@@ -269,7 +269,7 @@ def compute_advantages(storage, next_value: Optional[torch.Tensor], cfg: PPOConf
     """Fill advantages/returns from the rollout and its bootstrap ``V(s_T)`` (``(N,)``, read only
     for envs still mid-episode; None when the estimator reads none: see :func:`collect_rollout`).
     ``horizon`` (``env.max_turns``): rloo/grpo compare only episodes bound to end inside the rollout
-    (:func:`a2c_ppo_acktr.rl.storage.episode_ids`)."""
+    (:func:`a2c_ppo_acktr.algo.storage.episode_ids`)."""
     storage.compute_returns(next_value, cfg.advantage_estimator, cfg.gamma, cfg.gae_lambda, std_floor=cfg.adv_std_floor, horizon=horizon)
 
 
@@ -347,7 +347,7 @@ def dynamic_batch(
     run: Run, stats: RolloutStats, collect: Callable[[], RolloutStats], estimate: Callable[[RolloutStats], dict[str, float]],
 ) -> tuple[Any, RolloutStats, dict[str, float]]:
     """DAPO's dynamic sampling (``ppo.dynamic_sampling``; Yu et al. 2025): the update's batch from the
-    compared turns of groups whose episodes differ (:func:`~a2c_ppo_acktr.rl.storage.informative_turns`),
+    compared turns of groups whose episodes differ (:func:`~a2c_ppo_acktr.algo.storage.informative_turns`),
     collecting more rollouts (``collect`` then ``estimate``, as the first) until it holds
     ``num_steps * num_envs`` of them or ``ppo.dynamic_sampling_max_rounds`` rollouts were made. If the
     rounds run out, the last rollout's other turns fill the batch with no advantage (they take no
@@ -359,7 +359,7 @@ def dynamic_batch(
         ``rollout/dynamic_rounds``, ``rollout/informative_fraction`` (of all collected turns) and
         ``rollout/uninformative_fill`` (the batch's share filled without an advantage).
     """
-    from a2c_ppo_acktr.rl.storage import RolloutStorage, informative_turns
+    from a2c_ppo_acktr.algo.storage import RolloutStorage, informative_turns
 
     storage, acc = run.storage, run.accelerator
     size = storage.num_steps * storage.num_envs

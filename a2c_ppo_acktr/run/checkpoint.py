@@ -427,7 +427,8 @@ _MOVED_MODULES = {
     **{f"a2c_ppo_acktr.{m}": f"a2c_ppo_acktr.run.{m}" for m in ("rundir", "checkpoint", "distributed", "logger", "preemption")},
     **{f"a2c_ppo_acktr.{m}": f"a2c_ppo_acktr.policy.{m}"
        for m in ("encoding", "temp_predictor", "distributions", "references", "rollout_engine", "loading", "model", "loopback_server")},
-    **{f"a2c_ppo_acktr.{m}": f"a2c_ppo_acktr.rl.{m}" for m in ("storage", "run_state", "train")},
+    **{f"a2c_ppo_acktr.{m}": f"a2c_ppo_acktr.rl.{m}" for m in ("run_state", "train")},
+    **{old: "a2c_ppo_acktr.algo.storage" for old in ("a2c_ppo_acktr.storage", "a2c_ppo_acktr.rl.storage")},
     **{f"a2c_ppo_acktr.{m}": f"a2c_ppo_acktr.eval.{m}" for m in ("evaluation", "validation", "video_protocol")},
     **{old: "a2c_ppo_acktr.rl.saved_rollouts" for old in ("a2c_ppo_acktr.rollouts", "a2c_ppo_acktr.rl.rollouts")},
     **{old: f"a2c_ppo_acktr.labels.{m}" for m in ("teachers", "labeling") for old in (f"a2c_ppo_acktr.{m}", f"a2c_ppo_acktr.eval.{m}")},
