@@ -318,3 +318,10 @@ def perturbed_checkpoint(root: Path, cfg, scale: float = 0.2, step: int = 1):
     trained.save_pretrained(ckpt / "policy")
     cfg.save(ckpt / "config.yaml")
     return ckpt, trained
+
+
+def run_overrides(out, defaults: dict, extra: dict) -> list[str]:
+    """``section.key=value`` overrides of a training run writing to ``out``, quiet (no progress bar,
+    no tensorboard), then a test module's ``defaults``, then the call's ``extra``."""
+    merged = {"log.output_dir": str(out), "log.progress_bar": "false", "log.tensorboard": "false", **defaults, **extra}
+    return [f"{k}={v}" for k, v in merged.items()]

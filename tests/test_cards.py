@@ -23,7 +23,7 @@ from a2c_ppo_acktr.envs.cards.formula import BLANK, evaluate, is_solvable, solut
 from a2c_ppo_acktr.envs.cards.numberline import NumberLineEnv
 from a2c_ppo_acktr.envs.cards.points24 import Points24Env
 from a2c_ppo_acktr.common.prompts import Invalid
-from game_helpers import act, run_oracle
+from game_helpers import act, run_oracle, same_trace, trace
 
 cards.register()
 
@@ -54,31 +54,13 @@ SCRIPT = [act("+"), "garbage", act("-"), act("hit"), act("stand"), act("10"), ac
 
 
 def _trace(env_id, seed, steps=24):
-    env = gym.make(env_id)
-    obs, info = env.reset(seed=seed)
-    out = [(obs, None, None, None, info)]
-    for k in range(steps):
-        obs, reward, terminated, truncated, info = env.step(SCRIPT[k % len(SCRIPT)])
-        out.append((obs, reward, terminated, truncated, info))
-        if terminated or truncated:
-            obs, info = env.reset()
-            out.append((obs, None, None, None, info))
-    return out
-
-
-def _same(a, b):
-    if len(a) != len(b):
-        return False
-    for (oa, *ra), (ob, *rb) in zip(a, b):
-        if oa["text"] != ob["text"] or not all(np.array_equal(x, y) for x, y in zip(oa["images"], ob["images"])) or ra != rb:
-            return False
-    return True
+    return trace(gym.make(env_id), seed, lambda k: SCRIPT[k % len(SCRIPT)], steps)
 
 
 @pytest.mark.parametrize("env_id", cards.ENV_IDS)
 def test_seeded_determinism(env_id):
-    assert _same(_trace(env_id, 7), _trace(env_id, 7))
-    assert not all(_same(_trace(env_id, 7, 2), _trace(env_id, s, 2)) for s in range(8, 12)), "the seed changes nothing"
+    assert same_trace(_trace(env_id, 7), _trace(env_id, 7))
+    assert not all(same_trace(_trace(env_id, 7, 2), _trace(env_id, s, 2)) for s in range(8, 12)), "the seed changes nothing"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from a2c_ppo_acktr.envs.minigrid_text import (  # noqa: E402
     oracle_reply,
 )
 from a2c_ppo_acktr.common.prompts import Invalid  # noqa: E402
-from game_helpers import act, run_oracle  # noqa: E402
+from game_helpers import act, plain, run_oracle, same_trace, trace  # noqa: E402
 
 EMPTY, DOORKEY = "MiniGrid-Empty-Random-6x6-v0", "MiniGrid-DoorKey-6x6-v0"
 
@@ -56,41 +56,15 @@ SCRIPT = ["move forward", "turn left", "bad reply", "move forward", "pick up", "
 
 def _trace(minigrid_id, seed, steps=30, **overrides):
     env = make_minigrid_text_env(minigrid_id, max_turns=12, image_size=64, **overrides)
-    obs, info = env.reset(seed=seed)
-    out = [(obs, None, None, None, info)]
-    for k in range(steps):
-        word = SCRIPT[k % len(SCRIPT)]
-        obs, reward, terminated, truncated, info = env.step(word if word == "bad reply" else act(word))
-        out.append((obs, reward, terminated, truncated, info))
-        if terminated or truncated:
-            obs, info = env.reset()
-            out.append((obs, None, None, None, info))
-    return out
-
-
-def _same(a, b) -> bool:
-    if len(a) != len(b):
-        return False
-    for (oa, *ra), (ob, *rb) in zip(a, b):
-        if oa["text"] != ob["text"] or not all(np.array_equal(x, y) for x, y in zip(oa["images"], ob["images"])):
-            return False
-        if [_plain(x) for x in ra] != [_plain(x) for x in rb]:
-            return False
-    return True
-
-
-def _plain(x):
-    """An info dict with its parsed action as text (so two runs' infos compare with ==); else ``x``."""
-    if not isinstance(x, dict):
-        return x
-    return {**x, "action": repr(x["action"])}
+    word = lambda k: SCRIPT[k % len(SCRIPT)]  # noqa: E731
+    return trace(env, seed, lambda k: word(k) if word(k) == "bad reply" else act(word(k)), steps)
 
 
 @pytest.mark.parametrize("view", VIEWS)
 @pytest.mark.parametrize("minigrid_id", TESTED_IDS)
 def test_seeded_determinism(minigrid_id, view):
-    assert _same(_trace(minigrid_id, 7, view=view), _trace(minigrid_id, 7, view=view))
-    assert not all(_same(_trace(minigrid_id, 7, 1, view=view), _trace(minigrid_id, s, 1, view=view)) for s in range(8, 12)), "the seed changes nothing"
+    assert same_trace(_trace(minigrid_id, 7, view=view), _trace(minigrid_id, 7, view=view))
+    assert not all(same_trace(_trace(minigrid_id, 7, 1, view=view), _trace(minigrid_id, s, 1, view=view)) for s in range(8, 12)), "the seed changes nothing"
 
 
 def test_the_seed_decides_the_layout():
@@ -125,10 +99,10 @@ def test_pickle_mid_episode_continues_identically(minigrid_id):
         out = []
         for k in range(40):  # the oracle to the end of the episode, then a new one from the generator
             _, reward, terminated, truncated, info = e.step(e.oracle_reply() if k % 5 else "garbage")
-            out.append((reward, terminated, truncated, _plain(info)))
+            out.append((reward, terminated, truncated, plain(info)))
             if terminated or truncated:
                 obs, info = e.reset()
-                out.append((obs["text"], obs["images"][0].tobytes(), _plain(info)))
+                out.append((obs["text"], obs["images"][0].tobytes(), plain(info)))
         return out
 
     expected = play(env)

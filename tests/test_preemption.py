@@ -17,16 +17,15 @@ from a2c_ppo_acktr.config.arguments import load_config
 from a2c_ppo_acktr.run.checkpoint import latest_checkpoint
 from a2c_ppo_acktr.run.logger import read_metrics
 from a2c_ppo_acktr.run.preemption import PREEMPTED_EXIT_CODE
+from helpers import run_overrides
 
 REPO = Path(__file__).resolve().parent.parent
 ITERATIONS = 30  # far more than run before the signal lands: the schedule spans them all
 
 
 def _overrides(out: Path, **extra: str) -> list[str]:
-    base = {"log.output_dir": str(out), "log.progress_bar": "false", "log.tensorboard": "false", "log.save_interval": "100",
-            "ppo.num_iterations": str(ITERATIONS), "env.max_turns": "2", "model.max_new_tokens": "24"}
-    base.update(extra)
-    return [f"{k}={v}" for k, v in base.items()]
+    defaults = {"log.save_interval": "100", "ppo.num_iterations": str(ITERATIONS), "env.max_turns": "2", "model.max_new_tokens": "24"}
+    return run_overrides(out, defaults, extra)
 
 
 def _strip(rows):

@@ -13,7 +13,7 @@ from a2c_ppo_acktr.config.arguments import ConfigError, PPOConfig, load_config
 from a2c_ppo_acktr.policy.model import VLMPolicy
 from a2c_ppo_acktr.policy.references import masked_images
 from a2c_ppo_acktr.eval.validation import BEST_DIR, BestPolicy, read_best
-from helpers import NUM_ENVS, NUM_STEPS, fresh_policy, policy_rollout
+from helpers import NUM_ENVS, NUM_STEPS, fresh_policy, policy_rollout, run_overrides
 from tests.numerics import recorded_forwards
 
 
@@ -193,13 +193,11 @@ def test_best_policy_keeps_the_highest_score_and_replaces_atomically(tmp_path):
 
 # ------------------------------------------------------------------------ end to end
 def _overrides(out, **extra):
-    base = {
-        "log.output_dir": str(out), "log.progress_bar": "false", "log.tensorboard": "false", "log.save_interval": "1",
-        "ppo.num_iterations": "3", "ppo.reference": "ema", "ppo.ema_decay": "0.5", "ppo.kl_coef": "0.05",
+    defaults = {
+        "log.save_interval": "1", "ppo.num_iterations": "3", "ppo.reference": "ema", "ppo.ema_decay": "0.5", "ppo.kl_coef": "0.05",
         "ppo.perception_weighting": "true", "ppo.perception_rest_weight": "0.5",
     }
-    base.update(extra)
-    return [f"{k}={v}" for k, v in base.items()]
+    return run_overrides(out, defaults, extra)
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from a2c_ppo_acktr.policy.rollout_engine import (
     adapter_name, parse_reply,
 )
 from a2c_ppo_acktr.algo.storage import RolloutStorage
-from helpers import free_port, fresh_policy, tiny_model_cfg
+from helpers import free_port, fresh_policy, run_overrides, tiny_model_cfg
 from numerics import recorded_forwards
 
 
@@ -330,13 +330,11 @@ def test_a_dead_server_is_one_engine_error(loaded, tiny_model_path, tmp_path):
 
 # ------------------------------------------------------------------------------ training through it
 def _overrides(out, url, **extra):
-    base = {
-        "log.output_dir": str(out), "log.progress_bar": "false", "log.tensorboard": "false", "log.save_interval": "1",
-        "log.keep_checkpoints": "3", "ppo.num_iterations": "2", "env.max_turns": "2", "model.max_new_tokens": "16",
+    defaults = {
+        "log.save_interval": "1", "log.keep_checkpoints": "3", "ppo.num_iterations": "2", "env.max_turns": "2", "model.max_new_tokens": "16",
         "rollout.engine": "vllm", "rollout.engine_url": url, "rollout.engine_retries": "1", "rollout.engine_timeout_s": "60",
     }
-    base.update(extra)
-    return [f"{k}={v}" for k, v in base.items()]
+    return run_overrides(out, defaults, extra)
 
 
 @pytest.mark.slow

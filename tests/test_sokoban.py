@@ -17,7 +17,7 @@ from a2c_ppo_acktr.envs.sokoban.env import SokobanEnv
 from a2c_ppo_acktr.envs.sokoban.generation import Level, generate_level
 from a2c_ppo_acktr.envs.sokoban.solver import ACTIONS, apply_move, solve_level
 from a2c_ppo_acktr.common.prompts import Invalid
-from game_helpers import act
+from game_helpers import act, same_trace, trace
 
 sokoban.register()
 
@@ -43,28 +43,14 @@ def test_check_env_is_clean(env_id):
 
 
 def _trace(seed, steps=30, **overrides):
-    env = gym.make("Sokoban-v0", num_boxes=2, max_turns=12, **overrides)
-    obs, info = env.reset(seed=seed)
-    out = [(obs["text"], obs["images"][0], info)]
     words = ["up", "left", "bad reply", "down", "right", "right", "up"]
-    for k in range(steps):
-        obs, reward, terminated, truncated, info = env.step(act(words[k % len(words)]) if k % 7 != 2 else "bad reply")
-        out.append((obs["text"], obs["images"][0], reward, terminated, truncated, info))
-        if terminated or truncated:
-            obs, info = env.reset()
-            out.append((obs["text"], obs["images"][0], info))
-    return out
-
-
-def _equal(a, b):
-    return len(a) == len(b) and all(
-        all(np.array_equal(x, y) if isinstance(x, np.ndarray) else x == y for x, y in zip(ra, rb)) for ra, rb in zip(a, b)
-    )
+    env = gym.make("Sokoban-v0", num_boxes=2, max_turns=12, **overrides)
+    return trace(env, seed, lambda k: act(words[k % len(words)]) if k % 7 != 2 else "bad reply", steps)
 
 
 def test_seeded_determinism():
-    assert _equal(_trace(5), _trace(5))
-    assert not _equal(_trace(5, 1), _trace(6, 1))
+    assert same_trace(_trace(5), _trace(5))
+    assert not same_trace(_trace(5, 1), _trace(6, 1))
 
 
 def test_level_index_gives_the_same_level_whatever_the_env_seed():

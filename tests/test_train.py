@@ -20,6 +20,7 @@ from a2c_ppo_acktr.config.arguments import ConfigError, PPOConfig, RunConfig, lo
 from a2c_ppo_acktr.run.checkpoint import checkpoint_name, latest_checkpoint, list_checkpoints
 from a2c_ppo_acktr.run.logger import read_metrics
 from numerics import recorded_forwards, widest
+from helpers import run_overrides
 
 REQUIRED_KEYS = (
     "rollout/episode_score_mean",
@@ -45,20 +46,10 @@ REQUIRED_KEYS = (
 
 
 def _overrides(out: Path, **extra: str) -> list[str]:
-    base = {
-        "log.output_dir": str(out),
-        "log.progress_bar": "false",
-        "log.tensorboard": "false",
-        "log.save_interval": "1",
-        "log.keep_checkpoints": "2",
-        "ppo.num_iterations": "4",
-        # max_turns 2 with 2 steps/iteration: episodes end (and auto-reset) inside the run, so the
-        # resumed half must restore envs mid-stream.
-        "env.max_turns": "2",
-        "model.max_new_tokens": "24",
-    }
-    base.update(extra)
-    return [f"{k}={v}" for k, v in base.items()]
+    # max_turns 2 with 2 steps/iteration: episodes end (and auto-reset) inside the run, so the
+    # resumed half must restore envs mid-stream.
+    defaults = {"log.save_interval": "1", "log.keep_checkpoints": "2", "ppo.num_iterations": "4", "env.max_turns": "2", "model.max_new_tokens": "24"}
+    return run_overrides(out, defaults, extra)
 
 
 @pytest.fixture(scope="module")
