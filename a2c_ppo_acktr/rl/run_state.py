@@ -1,7 +1,8 @@
 """A training run's state on disk: the run's objects, its checkpoints (write and restore), what a
 resumption may change, and the output directory's safety rules.
 
-The training loop (:mod:`a2c_ppo_acktr.rl.train`) builds a :class:`Run` and calls these; the checkpoint
+The training loop (:mod:`a2c_ppo_acktr.rl.train`) builds a :class:`Run` and asks one
+:class:`RunState` where the run resumes from, when to write a checkpoint and how; the checkpoint
 format itself (atomic directories, checksums, pruning) is :mod:`a2c_ppo_acktr.run.checkpoint`'s. A
 checkpoint holds, besides the weights and optimizer state, every random stream and each rank's envs
 and observations, so a resumed run continues exactly where the saved one stopped.
@@ -355,3 +356,64 @@ def restore_pre_rollout_state(run: Run, blob: bytes) -> None:
     run.observations = state["observations"]
     run.storage.step = 0  # the partial rollout is dropped
     run.storage.starts_episode = state["starts"]
+
+
+class RunState:
+    """A run's life on disk, the one object the training loop asks: where it resumes from and what
+    the resumption changed (decided before minutes of model loading), the output directory's rules,
+    restoring the checkpoint into the run's objects, which iterations end in a checkpoint, and
+    writing them (the last ``log.keep_checkpoints`` kept).
+
+    Args:
+        cfg: the run's config (``log.output_dir``, ``log.resume``, ``log.save_interval``, ...).
+        accelerator: the run's accelerate ``Accelerator`` (rank 0 writes; every rank waits for it).
+    """
+
+    def __init__(self, cfg: RunConfig, accelerator: Any) -> None:
+        import functools
+
+        from a2c_ppo_acktr.run.checkpoint import CheckpointManager, resolve_resume
+
+        self.cfg, self.accelerator = cfg, accelerator
+        self.out = Path(cfg.log.output_dir)
+        root = self.out / CHECKPOINTS_SUBDIR
+        self.resume_from: Optional[Path] = resolve_resume(cfg.log.resume, root)
+        self.changed = config_changes(self.resume_from, cfg) if self.resume_from is not None else {}
+        prepare_output_dir(cfg, self.resume_from, accelerator)
+        self.last: Optional[Path] = self.resume_from  # the newest checkpoint of this run
+        # Before each checkpoint the run confirms that its lock file is still its own.
+        self.checkpoints = CheckpointManager(
+            root, cfg.log.keep_checkpoints, accelerator.is_main_process, accelerator.wait_for_everyone, guard=functools.partial(confirm_lock, self.out)
+        )
+
+    def restore(self, run: Run) -> int:
+        """Load the checkpoint the run resumes from into ``run`` (none: a fresh start), record the
+        resumption, and write the run's ``config.yaml``. Returns the first iteration to run."""
+        start = 0
+        if self.resume_from is not None:
+            start = load_checkpoint(run, self.resume_from)
+            logger.info("resumed from %s at iteration %d", self.resume_from, start)
+            if self.accelerator.is_main_process:
+                record_resume(self.out, self.resume_from, start, self.changed)
+        if self.accelerator.is_main_process:
+            self.cfg.save(self.out / "config.yaml")
+        return start
+
+    def end(self, start: int) -> int:
+        """The iteration this invocation stops after: ``ppo.num_iterations``, or sooner with ``log.stop_after_iterations``."""
+        log, total = self.cfg.log, self.cfg.ppo.num_iterations
+        return total if log.stop_after_iterations is None else min(total, start + log.stop_after_iterations)
+
+    def due(self, iteration: int, end: int, stopping: bool) -> bool:
+        """Whether the run writes a checkpoint after ``iteration``: every ``log.save_interval``, at the end, and when stopping."""
+        return iteration % self.cfg.log.save_interval == 0 or iteration == end or stopping
+
+    def save(self, run: Run, iteration: int) -> Path:
+        """Write the checkpoint of ``run`` after ``iteration`` (all ranks; rank 0 publishes it atomically)."""
+        self.last = self.checkpoints.save(iteration, lambda tmp: write_checkpoint(run, iteration, tmp),
+                                          meta={"num_processes": self.accelerator.num_processes})
+        return self.last
+
+    def saved(self, iteration: int) -> bool:
+        """Whether the newest checkpoint is the one after ``iteration``."""
+        return self.last is not None and self.last.name.endswith(f"{iteration:06d}")

@@ -31,23 +31,12 @@ from a2c_ppo_acktr.common.atomic import publish_dir
 from a2c_ppo_acktr.common.sameness import find_equal, unique_rows
 from a2c_ppo_acktr.algo.schedule import build_optimizer, lr_factor
 from a2c_ppo_acktr.config.arguments import PPOConfig, RunConfig
-from a2c_ppo_acktr.run.checkpoint import CheckpointManager, resolve_resume
 from a2c_ppo_acktr.run.distributed import build_accelerator, full_trainable, gather_lists, gathered_for_rollout, reduce_mean
 from a2c_ppo_acktr.run.logger import RunLogger
 from a2c_ppo_acktr.run.preemption import STOP_FILE, Preempted, StopOnSignal, remove_stop_file
 from a2c_ppo_acktr.rl.saved_rollouts import rollout_rows, write_rollouts
-from a2c_ppo_acktr.run.rundir import check_output_path, check_shared_directory, confirm_lock, confirm_run_lock, run_lock
-from a2c_ppo_acktr.rl.run_state import (
-    CHECKPOINTS_SUBDIR,
-    Run,
-    config_changes,
-    load_checkpoint,
-    pre_rollout_state,
-    prepare_output_dir,
-    record_resume,
-    restore_pre_rollout_state,
-    write_checkpoint,
-)
+from a2c_ppo_acktr.run.rundir import check_output_path, check_shared_directory, confirm_run_lock, run_lock
+from a2c_ppo_acktr.rl.run_state import Run, RunState, pre_rollout_state, restore_pre_rollout_state
 from a2c_ppo_acktr.algo.storage import BOOTSTRAPPING_ESTIMATORS
 from a2c_ppo_acktr.policy.vision_cache import vision_cache_of
 from a2c_ppo_acktr.eval.validation import BestPolicy, run_validation
@@ -502,8 +491,6 @@ def run_training(cfg: RunConfig) -> Path:
 
 def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
     """:func:`run_training` inside the run directory's lock; ``stop`` says when a signal asks to stop."""
-    out = Path(cfg.log.output_dir)
-    ckpt_root = out / CHECKPOINTS_SUBDIR
     if cfg.model.sft_adapter is not None:
         # The warm start's own rank, alpha and targets, before the config is compared and saved; a base
         # model other than the configured one is warned about, never switched.
@@ -512,17 +499,10 @@ def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
         for note in adopt_adapter_settings(cfg.model, cfg.model.sft_adapter):
             if accelerator.is_main_process:
                 logger.warning(note)
-    resume_from = resolve_resume(cfg.log.resume, ckpt_root)
-    changed = config_changes(resume_from, cfg) if resume_from is not None else {}  # before minutes of loading
-    prepare_output_dir(cfg, resume_from, accelerator)
+    state = RunState(cfg, accelerator)  # where it resumes from, and what changed: before minutes of loading
+    out = state.out
     run = _build_run(cfg, accelerator)
-    start = load_checkpoint(run, resume_from) if resume_from is not None else 0
-    if resume_from is not None:
-        logger.info("resumed from %s at iteration %d", resume_from, start)
-        if accelerator.is_main_process:
-            record_resume(out, resume_from, start, changed)
-    if accelerator.is_main_process:
-        cfg.save(out / "config.yaml")
+    start = state.restore(run)
     from a2c_ppo_acktr.policy.rollout_engine import make_engine
 
     if cfg.rollout.engine != "hf":
@@ -530,12 +510,7 @@ def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
         _check_engine_health(run)
     log = RunLogger(cfg, out, is_main=accelerator.is_main_process, start_iteration=start, wandb_run_id=run.wandb_run_id)
     run.wandb_run_id = log.wandb_run_id
-    # Before each checkpoint (and each metrics row) the run confirms that its lock file is still its own.
-    checkpoints = CheckpointManager(
-        ckpt_root, cfg.log.keep_checkpoints, accelerator.is_main_process, accelerator.wait_for_everyone, guard=functools.partial(confirm_lock, out)
-    )
-    end = cfg.ppo.num_iterations if cfg.log.stop_after_iterations is None else min(cfg.ppo.num_iterations, start + cfg.log.stop_after_iterations)
-    last: Optional[Path] = resume_from
+    end = state.end(start)
     from tqdm.auto import tqdm
 
     bar = tqdm(range(start, end), initial=start, total=cfg.ppo.num_iterations, desc="PPO", disable=not (accelerator.is_main_process and cfg.log.progress_bar))
@@ -547,13 +522,13 @@ def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
             gather = functools.partial(gathered_for_rollout, run.policy)
             bootstrap = cfg.ppo.advantage_estimator in BOOTSTRAPPING_ESTIMATORS
 
-            def collect(it: int = it, last: Optional[Path] = last) -> RolloutStats:
+            def collect(it: int = it) -> RolloutStats:
                 if run.engine is None:
                     run.observations, collected = collect_rollout(
                         run.module, run.envs, run.storage, run.observations, cfg.rollout.num_steps, gather, bootstrap=bootstrap
                     )
                     return collected
-                return _collect_through_engine(run, it, last, checkpoints, gather, bootstrap)
+                return _collect_through_engine(run, it, state, gather, bootstrap)
 
             def estimate(collected: RolloutStats, it: int = it) -> dict[str, float]:
                 # no forward here (but the KL reward's): the rollout made the one batched value pass
@@ -585,26 +560,26 @@ def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
             metrics.update(engine_metrics(run))
             with _timed(timings, "validation"):
                 metrics.update(validate(run, it + 1, log))
-            confirm_run_lock(out, accelerator.is_main_process, accelerator.num_processes)
+            confirm_run_lock(out, accelerator.is_main_process, accelerator.num_processes)  # before each metrics row too
             log.log({**metrics, **timings}, iteration=it + 1)
             bar.set_postfix(score=f"{metrics['rollout/episode_score_mean']:.3f}", kl=f"{metrics['losses/approx_kl']:.2e}")
             checkpoint_seconds = 0.0
             stop_reason = stop.agreed(accelerator)
-            if (it + 1) % cfg.log.save_interval == 0 or it + 1 == end or stop_reason:
+            if state.due(it + 1, end, bool(stop_reason)):
                 t0 = time.perf_counter()
-                last = checkpoints.save(it + 1, lambda tmp, it=it: write_checkpoint(run, it + 1, tmp), meta={"num_processes": accelerator.num_processes})
+                written = state.save(run, it + 1)
                 checkpoint_seconds = time.perf_counter() - t0
-                logger.info("checkpoint %s written in %.2fs", last, checkpoint_seconds)
+                logger.info("checkpoint %s written in %.2fs", written, checkpoint_seconds)
             if stop_reason:
                 stop.consume(accelerator.is_main_process)
                 if it + 1 < end:
-                    raise Preempted(stop_reason, it + 1, last)
+                    raise Preempted(stop_reason, it + 1, state.last)
     finally:
         bar.close()
         log.close()
-    if last is None:
+    if state.last is None:
         raise RuntimeError(f"no iteration ran: the run starts at iteration {start} and ends at {end}; raise ppo.num_iterations to continue")
-    return last
+    return state.last
 
 
 def _any_failed(acc: Any, error: Optional[BaseException]) -> bool:
@@ -631,7 +606,7 @@ def _check_engine_health(run: Run) -> None:
         raise error or EngineError("the rollout server of another process failed its health check (see that process's log)")
 
 
-def _collect_through_engine(run: Run, it: int, last: Optional[Path], checkpoints: Any, gather: Any, bootstrap: bool) -> RolloutStats:
+def _collect_through_engine(run: Run, it: int, state: RunState, gather: Any, bootstrap: bool) -> RolloutStats:
     """Iteration ``it``'s rollout through the rollout engine, in three steps, each ended by every
     process learning whether one failed (which is also a barrier): rank 0 saves this iteration's
     adapter (``<tag>-v<it+1>``, :func:`~a2c_ppo_acktr.policy.rollout_engine.adapter_name`) once; one
@@ -674,7 +649,7 @@ def _collect_through_engine(run: Run, it: int, last: Optional[Path], checkpoints
     else:
         return collected[0]
     restore_pre_rollout_state(run, snapshot)
-    if last is None or not last.name.endswith(f"{it:06d}"):
-        last = checkpoints.save(it, lambda tmp: write_checkpoint(run, it, tmp), meta={"num_processes": acc.num_processes})
+    if not state.saved(it):
+        state.save(run, it)
     reason = str(error) if error is not None else "the rollout server of another process failed (see that process's log)"
-    raise EngineStopped(reason, it, last) from None
+    raise EngineStopped(reason, it, state.last) from None
