@@ -318,7 +318,7 @@ def test_deepspeed_zero3_two_processes_identical_and_resumable(tmp_path):
 CHUNK_SPY = r'''
 import json, os
 from pathlib import Path
-import a2c_ppo_acktr.policy.model as M
+import a2c_ppo_acktr.policy.training_forward as M
 
 _stats = M.chunked_token_stats
 

@@ -59,13 +59,6 @@ class GameConfigError(ValueError, UserError):
     """``env.game`` (or a shared ``env.*`` field) holds a setting the game refuses; the message says where to change it."""
 
 
-def _load(entry_point: str) -> type:
-    import importlib
-
-    module, _, name = entry_point.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
 # What the pipeline calls on an env (envs/protocol.TextEnv); a user's env class must have them all.
 _TEXT_ENV_MEMBERS = ("reset", "step", "close", "episode_reward", "task_type", "parse", "random_reply", "chance_reply",
                      "oracle_reply", "episode_fields", "overview_image", "get_state", "set_state")
@@ -101,11 +94,11 @@ def env_class(env_id: str) -> type:
     if name in CARD_IDS:  # the entry points the card games register with gymnasium
         from a2c_ppo_acktr.envs.cards import ENTRY_POINTS
 
-        return _load(ENTRY_POINTS[CARD_NAMESPACE + name])
+        return entry_points.load(ENTRY_POINTS[CARD_NAMESPACE + name], "env.env_id")
     if name == SOKOBAN_ID:
         from a2c_ppo_acktr.envs.sokoban import ENTRY_POINTS
 
-        return _load(ENTRY_POINTS[name])
+        return entry_points.load(ENTRY_POINTS[name], "env.env_id")
     from a2c_ppo_acktr.envs.minigrid_text import MiniGridTextEnv
 
     return MiniGridTextEnv
