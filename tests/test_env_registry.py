@@ -45,6 +45,50 @@ def test_unknown_env_id_and_unknown_game_setting_are_clear_errors():
         registry.make_env(load_config(preset="debug", overrides=["--env.game.max_position", "7"]).env)
 
 
+@pytest.mark.parametrize("env_id", GAME_IDS)
+def test_every_game_has_a_typed_frozen_config_of_its_own(env_id):
+    import dataclasses
+
+    from a2c_ppo_acktr.envs.cards.common import CardGameConfig
+
+    cfg = registry.game_config(game_cfg(env_id).env)
+    cls = registry.env_class(env_id).config_class
+    assert type(cfg) is cls and dataclasses.is_dataclass(cls) and cls.__name__ != "CardGameConfig"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.max_turns = 3
+    # a card game's settings are a card game's; MiniGrid and Sokoban are not card games
+    assert isinstance(cfg, CardGameConfig) == (env_id in registry.CARD_IDS)
+
+
+@pytest.mark.parametrize("entry", ["run_training", "resolve_config", "label_trajectories"])
+def test_a_bad_game_setting_stops_each_entry_point_before_a_model_loads(entry, tmp_path, monkeypatch):
+    from a2c_ppo_acktr.policy import model
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded before the game's settings were checked")
+
+    monkeypatch.setattr(model, "VLMPolicy", no_model)
+    flags = ["--env.env_id", "NumberLine-v0", "--env.image_size", "64", "--env.game.max_postion", "7",
+             "--log.output_dir", str(tmp_path / "run"), "--label.out_dir", str(tmp_path / "labels")]
+    with pytest.raises(registry.GameConfigError, match=r"env.game has \['max_postion'\].*max_position"):
+        if entry == "run_training":
+            from a2c_ppo_acktr.rl.train import run_training
+
+            run_training(load_config(preset="debug", overrides=flags))
+        elif entry == "resolve_config":
+            import argparse
+
+            from a2c_ppo_acktr.eval.evaluation import resolve_config
+
+            args = argparse.Namespace(preset="debug", config=None, model_path=None, blind=False, zero_images=False, vsibench=None, data_root=None)
+            resolve_config(args, flags)
+        else:
+            from a2c_ppo_acktr.labels.labeling import label_trajectories
+
+            label_trajectories(load_config(preset="debug", overrides=flags + ["--label.teacher", "oracle"]))
+    assert not (tmp_path / "run").exists() and not (tmp_path / "labels").exists()
+
+
 def test_shared_fields_and_game_settings_reach_the_game_config():
     cfg = load_config(preset="debug", overrides=["--env.env_id", "gym_cards/NumberLine-v0", "--env.image_size", "96", "--env.max_turns", "7",
                                                  "--env.invalid_penalty", "-0.5", "--env.game.max_position", "9"])

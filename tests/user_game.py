@@ -8,12 +8,12 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageDraw
 
-from a2c_ppo_acktr.envs.cards.common import CardGameConfig, Outcome, TokenGameEnv, format_reply
+from a2c_ppo_acktr.envs.cards.common import Outcome, TokenGameConfig, TokenGameEnv, format_reply
 from a2c_ppo_acktr.envs.cards.drawing import font
 
 
 @dataclass(frozen=True)
-class ParityConfig(CardGameConfig):
+class ParityConfig(TokenGameConfig):
     largest: int = 9  # the number shown is drawn from 0..largest
 
 

@@ -56,13 +56,13 @@ import hashlib
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, ClassVar, Iterable, Optional
 
 import gymnasium as gym
 import numpy as np
 from PIL import Image
 
-from a2c_ppo_acktr.envs.cards.common import CardGameConfig, Outcome, TokenGameEnv, format_reply
+from a2c_ppo_acktr.envs.cards.common import Outcome, TokenGameConfig, TokenGameEnv, format_reply
 
 try:
     import minigrid  # noqa: F401 - importing it registers the MiniGrid-* and BabyAI-* ids
@@ -106,7 +106,7 @@ VIEW_TEXT = {
 
 
 @dataclass(frozen=True)
-class MiniGridConfig(CardGameConfig):
+class MiniGridConfig(TokenGameConfig):
     """MiniGrid settings.
 
     Attributes:
@@ -132,6 +132,7 @@ class MiniGridConfig(CardGameConfig):
     image_size: int = 224
     invalid_penalty: float = -0.1
     max_turns: Optional[int] = None
+    min_image_size: ClassVar[int] = 64  # below it a cell of the 7-cell view is under 10 pixels
 
     def __post_init__(self) -> None:
         if self.max_turns is None:

@@ -105,19 +105,25 @@ def env_class(env_id: str) -> type:
 
 
 def game_config(env_cfg: Any) -> Any:
-    """The game config an ``EnvConfig`` asks for (None for VSI): the game's config class with the
-    shared fields it has and ``env.game`` applied (``env.game`` wins where both set a field).
+    """The game config an ``EnvConfig`` asks for: the game's config class with the shared fields it
+    has and ``env.game`` applied (``env.game`` wins where both set a field). None for VSI (its settings
+    are the ``EnvConfig`` itself) and for a user's env class without a ``config_class`` (it takes
+    ``env.game`` as keyword arguments). The entry points call it before they load a model, so a bad
+    setting stops a run in its first second.
 
     Raises:
         GameConfigError: ``env.game`` names a field the game does not have, or a value it refuses (the
             message names the env and the known fields, or the flag to change).
+        UnknownEnvError, EntryPointError: ``env.env_id`` names no env.
     """
     name = canonical_id(env_cfg.env_id)
     if name == VSI_ID:
         if env_cfg.game:
             raise GameConfigError(f"env.game={env_cfg.game!r} is set but env.env_id={name!r} takes its settings from the other env.* fields; leave env.game empty")
         return None
-    cls = env_class(name).config_class
+    cls = getattr(env_class(name), "config_class", None)
+    if cls is None:
+        return None
     known = {f.name for f in dataclasses.fields(cls)}
     values = {k: getattr(env_cfg, k) for k in _SHARED_FIELDS if k in known}
     if name.startswith(MINIGRID_PREFIXES):
@@ -152,14 +158,16 @@ def make_env(env_cfg: Any) -> Any:
         ValueError: Bad ``env.game`` settings.
     """
     cls = env_class(env_cfg.env_id)
-    if entry_points.is_entry_point(canonical_id(env_cfg.env_id)) and getattr(cls, "config_class", None) is None:
+    cfg = game_config(env_cfg)
+    if cfg is not None:
+        env = cls(cfg)
+    elif canonical_id(env_cfg.env_id) == VSI_ID:
+        env = cls(env_cfg)
+    else:
         try:
             env = cls(**env_cfg.game)
         except TypeError as e:
             raise GameConfigError(f"{env_cfg.env_id}: {e}; set its settings in env.game") from e
-    else:
-        cfg = game_config(env_cfg)
-        env = cls(env_cfg) if cfg is None else cls(cfg)
     if env_cfg.reward_fn:
         from a2c_ppo_acktr.envs.reward_fn import ShapedReward
 

@@ -664,6 +664,9 @@ def resolve_config(args: Any, extra: Sequence[str]) -> RunConfig:
             (f"preset {args.preset}", preset_data),
         ]
         _warn_env_changes(args.checkpoint, ckpt_source, RunConfig.from_dict({"env": ckpt_env}).env, cfg.env, layers)
+    from a2c_ppo_acktr.envs.registry import game_config
+
+    game_config(cfg.env)  # a bad env.game stops here, before a model loads
     return cfg
 
 

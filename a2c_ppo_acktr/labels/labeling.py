@@ -205,8 +205,10 @@ def label_trajectories(cfg: RunConfig, teacher: Optional[Teacher] = None, envs: 
         RunLockedError: another process is labelling into ``label.out_dir`` (its appends and this
             one's would interleave).
     """
+    from a2c_ppo_acktr.envs.registry import game_config
     from a2c_ppo_acktr.run.rundir import check_output_path, directory_lock
 
+    game_config(cfg.env)  # a bad env.game stops here, before a teacher's model loads
     with directory_lock(check_output_path(cfg.label.out_dir, option="label.out_dir")):
         return _label_trajectories(cfg, teacher, envs, progress)
 

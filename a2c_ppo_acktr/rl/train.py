@@ -473,6 +473,9 @@ def run_training(cfg: RunConfig) -> Path:
     (:class:`a2c_ppo_acktr.run.preemption.Preempted`).
     """
     cfg.validate()
+    from a2c_ppo_acktr.envs.registry import game_config
+
+    game_config(cfg.env)  # the game's typed config: a bad env.game stops here, before a model loads
     check_output_path(cfg.log.output_dir, option="log.output_dir")  # not the current directory, not a file
     accelerator = build_accelerator(cfg)
     lock = run_lock(cfg.log.output_dir, accelerator.is_main_process, accelerator.num_processes)

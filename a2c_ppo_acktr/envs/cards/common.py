@@ -129,7 +129,35 @@ def _parse_reply(text: Any, vocabulary: tuple[str, ...]) -> Reply:
 # Configuration and the base env
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class CardGameConfig:
+class TokenGameConfig:
+    """What every one-token game (:class:`TokenGameEnv`) takes; each game's config subclasses it.
+
+    Attributes:
+        image_size: Side of the square observation image in pixels.
+        invalid_penalty: Reward of a reply that does not parse as one vocabulary token.
+        max_turns: Turns per episode (valid or not) before ``truncated``.
+    """
+
+    image_size: int = 300
+    invalid_penalty: float = -1.0
+    max_turns: int = 300
+    min_image_size: ClassVar[int] = 16  # a game whose picture needs more raises it
+
+    def __post_init__(self) -> None:
+        if self.image_size < self.min_image_size:
+            raise ValueError(f"image_size={self.image_size} is too small {self._legible}; use at least {self.min_image_size}")
+        if not math.isfinite(self.invalid_penalty):
+            raise ValueError(f"invalid_penalty={self.invalid_penalty} must be a finite number such as -1.0")
+        if self.max_turns < 1:
+            raise ValueError(f"max_turns={self.max_turns} must be >= 1")
+
+    @property
+    def _legible(self) -> str:
+        return "to draw the game legibly"
+
+
+@dataclass(frozen=True)
+class CardGameConfig(TokenGameConfig):
     """What every card game takes.
 
     Attributes:
@@ -142,20 +170,11 @@ class CardGameConfig:
             (NumberLine's step cap, the formula length of EZPoints/Points24) apply besides.
     """
 
-    image_size: int = 300
-    invalid_penalty: float = -1.0
-    max_turns: int = 300
     min_image_size: ClassVar[int] = 64  # below it the cards' digits are not legible
 
-    def __post_init__(self) -> None:
-        if self.image_size < self.min_image_size:
-            raise ValueError(
-                f"image_size={self.image_size} is too small to draw the cards legibly; use at least {self.min_image_size} (the original is 300)"
-            )
-        if not math.isfinite(self.invalid_penalty):
-            raise ValueError(f"invalid_penalty={self.invalid_penalty} must be a finite number such as -1.0")
-        if self.max_turns < 1:
-            raise ValueError(f"max_turns={self.max_turns} must be >= 1")
+    @property
+    def _legible(self) -> str:
+        return "to draw the cards legibly (the original is 300)"
 
 
 class Outcome(NamedTuple):
@@ -188,7 +207,7 @@ class TokenGameEnv(gym.Env):
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 2}
-    config_class: ClassVar[type] = CardGameConfig
+    config_class: ClassVar[type] = TokenGameConfig
     task_type_name: ClassVar[str] = ""  # the report category (``numberline``, ``sokoban``, ...)
 
     def __init__(self, cfg: Optional[Any] = None, render_mode: Optional[str] = None, **overrides: Any) -> None:
