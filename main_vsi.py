@@ -7,6 +7,7 @@ Multi-process: ``accelerate launch ... main_vsi.py ...`` or ``torchrun ... main_
 docs/TRAINING.md and scripts/run_vsi_qwen.sh. Parses the config and calls
 :func:`a2c_ppo_acktr.rl.train.run_training`; no logic lives here.
 """
+
 from __future__ import annotations
 
 import logging
@@ -20,8 +21,14 @@ def parse_config(argv: Optional[Sequence[str]] = None):
     from a2c_ppo_acktr.config.cli import check_flag_typos, config_parser, exit_if_print_config
 
     parser = config_parser(__doc__)
-    parser.add_argument("--sft-adapter", default=None, help="LoRA adapter from train_sft.py to start from (model.sft_adapter)")
-    parser.add_argument("--resume", default=None, help="'auto' (latest complete checkpoint in the output dir) or a checkpoint directory (log.resume)")
+    parser.add_argument(
+        "--sft-adapter", default=None, help="LoRA adapter from train_sft.py to start from (model.sft_adapter)"
+    )
+    parser.add_argument(
+        "--resume",
+        default=None,
+        help="'auto' (latest complete checkpoint in the output dir) or a checkpoint directory (log.resume)",
+    )
     args, extra = parser.parse_known_args(argv)
     check_flag_typos(parser, extra)
     extra = list(extra)

@@ -1,4 +1,5 @@
 """Packaging for VSI-PPO: PPO for vision-language agents on VSI-Bench-style spatial questions."""
+
 import os
 
 from setuptools import find_packages, setup

@@ -4,6 +4,7 @@ Trains the policy's LoRA adapter on a dataset from ``vlm_traj_preprocess.py`` an
 ``OUT/adapter`` (what ``main_vsi.py --sft-adapter OUT/adapter`` loads). Multi-GPU / DeepSpeed:
 ``bash scripts/run_vsi_sft.sh OUTDIR``.
 """
+
 from __future__ import annotations
 
 import logging

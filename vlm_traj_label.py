@@ -4,6 +4,7 @@ Writes ``label.out_dir/trajectories.jsonl`` and its images; a rerun resumes (see
 ``a2c_ppo_acktr/labels/labeling.py``). For ``--label.teacher openai`` the API key is read from the
 environment variable named by ``label.api_key_env`` (default ``OPENAI_API_KEY``).
 """
+
 from __future__ import annotations
 
 import json

@@ -13,6 +13,7 @@ Dataset rows (JSONL, one per sample)::
      "images": ["../labels/images/<episode>/<hash>.png", ...],      # relative to the JSONL's folder
      "episode_id": ..., "turn": ..., "scene_id": ..., "question_type": ..., "score": ...}
 """
+
 from __future__ import annotations
 
 import json
@@ -91,7 +92,10 @@ def check_episode(episode: dict, where: str, label_dir: Optional[Path] = None) -
     from a2c_ppo_acktr.config.arguments import ConfigError
 
     def bad(field: str, value: Any, expected: str) -> ConfigError:
-        return ConfigError(f"{where}: {field} is {type(value).__name__} {str(value)[:80]!r}, expected {expected}; the file is not a labeller's output")
+        return ConfigError(
+            f"{where}: {field} is {type(value).__name__} {str(value)[:80]!r}, expected {expected}; the file is not a "
+            "labeller's output"
+        )
 
     for name, kind in _EPISODE_FIELDS.items():
         if not isinstance(episode.get(name), kind):
@@ -112,7 +116,9 @@ def check_episode(episode: dict, where: str, label_dir: Optional[Path] = None) -
                 raise bad(f"turns[{t}].images", image, "a list of relative paths")
             parts = Path(image).parts
             if not image or Path(image).is_absolute() or ".." in parts:
-                raise ConfigError(f"{where}: turns[{t}].images holds {image[:80]!r}; image paths must stay inside the label directory")
+                raise ConfigError(
+                    f"{where}: turns[{t}].images holds {image[:80]!r}; image paths must stay inside the label directory"
+                )
             if label_dir is not None:
                 try:
                     inside(label_dir, label_dir / image, f"{where}: turns[{t}].images", shown=image[:80])
@@ -133,7 +139,7 @@ def episode_samples(episode: dict, cfg: LabelConfig) -> list[dict]:
     turns = episode["turns"]
     if cfg.per_turn:
         targets = [t for t in range(len(turns)) if usable_label(turns[t])]
-        contexts = {t: turns[max(0, t - cfg.history_turns):t] for t in targets}
+        contexts = {t: turns[max(0, t - cfg.history_turns) : t] for t in targets}
     else:
         last = len(turns) - 1
         targets = [last] if turns and usable_label(turns[last]) else []
@@ -167,7 +173,11 @@ def split_scenes(scene_ids: Sequence[str], val_fraction: float, seed: int) -> se
 
 
 def build_sft_dataset(
-    trajectories: str | os.PathLike, out_dir: str | os.PathLike, cfg: LabelConfig, seed: int = 0, overwrite: bool = False
+    trajectories: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    cfg: LabelConfig,
+    seed: int = 0,
+    overwrite: bool = False,
 ) -> dict:
     """Labelled trajectories -> ``out_dir/train.jsonl``, ``out_dir/val.jsonl`` and ``out_dir/stats.json``.
 
@@ -207,7 +217,10 @@ def build_sft_dataset(
     kept = [e for e in episodes if e["score"] >= cfg.min_score]
     # Refused before anything is written: an existing dataset in out_dir is never replaced by an empty one.
     if not episodes:
-        raise ConfigError(f"{trajectories} holds no episode; label some with vlm_traj_label.py first (nothing was written to {out_dir})")
+        raise ConfigError(
+            f"{trajectories} holds no episode; label some with vlm_traj_label.py first (nothing was written to "
+            f"{out_dir})"
+        )
     if not kept:
         raise ConfigError(
             f"none of the {len(episodes)} episodes in {trajectories} scores >= label.min_score={cfg.min_score}; "
@@ -240,12 +253,15 @@ def _check_utf8(sample: dict, where: str) -> None:
         json.dumps(sample, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError as e:
         raise ConfigError(
-            f"{where} holds text that is not UTF-8 ({e.reason} in {e.object[max(0, e.start - 40):e.end + 10]!r}); the label directory's "
+            f"{where} holds text that is not UTF-8 ({e.reason} in {e.object[max(0, e.start - 40) : e.end + 10]!r}); "
+            "the label directory's "
             "path and the episodes' text must be UTF-8: rename the folder, or relabel"
         ) from None
 
 
-def _dataset_stats(episodes: list, superseded: int, kept: list, splits: dict, val_scenes: set, unusable: int, cfg: LabelConfig) -> dict:
+def _dataset_stats(
+    episodes: list, superseded: int, kept: list, splits: dict, val_scenes: set, unusable: int, cfg: LabelConfig
+) -> dict:
     stats = {
         "episodes": len(episodes),
         "superseded_lines": superseded,
@@ -313,10 +329,16 @@ def resolve_data_files(data_path: str | os.PathLike) -> tuple[Path, Optional[Pat
     if p.is_dir():
         train, val = p / TRAIN_FILE, p / VAL_FILE
         if not train.is_file():
-            raise FileNotFoundError(f"{train} not found; build the dataset with vlm_traj_preprocess.py or point sft.data_path at a JSONL file")
+            raise FileNotFoundError(
+                f"{train} not found; build the dataset with vlm_traj_preprocess.py or point sft.data_path at a JSONL "
+                "file"
+            )
         return train, (val if val.is_file() and val.stat().st_size > 0 else None)
     if not p.is_file():
-        raise FileNotFoundError(f"sft.data_path={str(p)!r} does not exist; pass the folder written by vlm_traj_preprocess.py or a JSONL file")
+        raise FileNotFoundError(
+            f"sft.data_path={str(p)!r} does not exist; pass the folder written by vlm_traj_preprocess.py or a JSONL "
+            "file"
+        )
     return p, None
 
 
@@ -344,8 +366,16 @@ class SFTDataset:
         self.skipped = 0
         for lineno, row in iter_jsonl(self.path, fix="rebuild the dataset with vlm_traj_preprocess.py"):
             messages = row.get("messages")
-            if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict) or messages[-1].get("role") != "assistant":
-                raise JsonlError(f"{self.path}:{lineno} needs 'messages' ending with an assistant message; rebuild the dataset with vlm_traj_preprocess.py")
+            if (
+                not isinstance(messages, list)
+                or not messages
+                or not isinstance(messages[-1], dict)
+                or messages[-1].get("role") != "assistant"
+            ):
+                raise JsonlError(
+                    f"{self.path}:{lineno} needs 'messages' ending with an assistant message; rebuild the dataset with "
+                    "vlm_traj_preprocess.py"
+                )
             images = row.get("images", [])
             if not isinstance(images, list) or not all(isinstance(p, str) for p in images):
                 raise JsonlError(f"{self.path}:{lineno}: 'images' must be a list of paths, got {images!r}")
@@ -354,14 +384,18 @@ class SFTDataset:
                 raise JsonlError(f"{self.path}:{lineno}: every message needs a 'role' and a 'content' list of parts")
             if placeholders != len(images):
                 raise JsonlError(
-                    f"{self.path}:{lineno} has {len(images)} image(s) for {placeholders} image placeholder(s) in its messages; "
-                    "each {\"type\": \"image\"} part takes the next path of 'images' (rebuild the row or the dataset)"
+                    f"{self.path}:{lineno} has {len(images)} image(s) for {placeholders} image placeholder(s) in its "
+                    "messages; "
+                    'each {"type": "image"} part takes the next path of \'images\' (rebuild the row or the dataset)'
                 )
             problems = [(p, why) for p in row.get("images", []) if (why := _image_problem(self.root / p))]
             if problems:
                 where = ", ".join(f"{self.root / p} ({why})" for p, why in problems)
                 if strict_images:
-                    raise FileNotFoundError(f"{self.path}:{lineno}: image {where}; fix the files or set sft.strict_images=false to skip such rows")
+                    raise FileNotFoundError(
+                        f"{self.path}:{lineno}: image {where}; fix the files or set sft.strict_images=false to skip "
+                        "such rows"
+                    )
                 logger.warning("skipping %s:%d: image %s", self.path, lineno, where)
                 self.skipped += 1
                 continue
@@ -369,7 +403,10 @@ class SFTDataset:
         if self.skipped:
             logger.warning("%s: skipped %d row(s) with missing or unreadable images", self.path, self.skipped)
         if not self.rows:
-            raise JsonlError(f"{self.path} holds no usable rows ({self.skipped} skipped for images); rebuild it with vlm_traj_preprocess.py")
+            raise JsonlError(
+                f"{self.path} holds no usable rows ({self.skipped} skipped for images); rebuild it with "
+                "vlm_traj_preprocess.py"
+            )
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -434,10 +471,11 @@ class SFTCollator:
         if not full.startswith(prompt_text):
             raise ValueError(
                 "the chat template renders the conversation differently from the generation prompt "
-                f"(prompt ends {prompt_text[-60:]!r}, conversation there reads {full[len(prompt_text) - 60:len(prompt_text)]!r}); "
+                f"(prompt ends {prompt_text[-60:]!r}, conversation there reads "
+                f"{full[len(prompt_text) - 60 : len(prompt_text)]!r}); "
                 "SFT needs a template whose generation prompt is a prefix of the rendered assistant turn"
             )
-        return prompt_text, full[len(prompt_text):].rstrip()
+        return prompt_text, full[len(prompt_text) :].rstrip()
 
     def encode(self, messages: list[dict], images: Sequence[np.ndarray]) -> EncodedSample:
         import torch
@@ -514,7 +552,14 @@ class ModalityGroupedBatchSampler:
         mega_batch_mult: Batches per mega-batch sorted by length.
     """
 
-    def __init__(self, image_counts: Sequence[int], lengths: Sequence[int], batch_size: int, seed: int = 0, mega_batch_mult: int = 8) -> None:
+    def __init__(
+        self,
+        image_counts: Sequence[int],
+        lengths: Sequence[int],
+        batch_size: int,
+        seed: int = 0,
+        mega_batch_mult: int = 8,
+    ) -> None:
         if len(image_counts) != len(lengths):
             raise ValueError(f"image_counts ({len(image_counts)}) and lengths ({len(lengths)}) differ in length")
         if batch_size < 1:
@@ -539,8 +584,8 @@ class ModalityGroupedBatchSampler:
         for count in sorted(groups):
             idx = [groups[count][j] for j in rng.permutation(len(groups[count]))]
             for m in range(0, len(idx), mega):
-                chunk = sorted(idx[m:m + mega], key=lambda i: -self.lengths[i])
-                out.extend(chunk[b:b + self.batch_size] for b in range(0, len(chunk), self.batch_size))
+                chunk = sorted(idx[m : m + mega], key=lambda i: -self.lengths[i])
+                out.extend(chunk[b : b + self.batch_size] for b in range(0, len(chunk), self.batch_size))
         return [out[j] for j in rng.permutation(len(out))]
 
     def __iter__(self) -> Iterator[list[int]]:

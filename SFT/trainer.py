@@ -3,7 +3,8 @@
 :class:`VLMTrainer` is a ``transformers.Trainer`` whose training batches are grouped by image count
 (:class:`~SFT.data.ModalityGroupedBatchSampler`); the loss is the model's own causal-LM loss on the
 collator's labels, which are set only on the assistant's tokens. The model is wrapped with the
-same LoRA configuration as the PPO policy (:func:`a2c_ppo_acktr.policy.model.build_lora_config`), so checkpoints hold the
+same LoRA configuration as the PPO policy (:func:`a2c_ppo_acktr.policy.model.build_lora_config`), so checkpoints hold
+the
 adapter only and ``main_vsi.py --sft-adapter OUTPUT_DIR/adapter`` continues from it.
 
 Outputs under ``sft.output_dir``: ``checkpoint-<step>/`` (adapter, optimizer, scheduler and
@@ -19,6 +20,7 @@ SIGTERM, SIGINT or a ``STOP`` file in ``sft.output_dir`` end the run as they end
 (:mod:`a2c_ppo_acktr.run.preemption`): the step in progress finishes, a checkpoint is written, and the
 run exits with code 75; ``--sft.resume auto`` continues it.
 """
+
 from __future__ import annotations
 
 import functools
@@ -96,8 +98,12 @@ class VLMTrainer(Trainer):
             staging.rmdir()
             for debris in run_dir.glob(f"{_STAGING}checkpoint-*"):  # of writes a crash interrupted
                 shutil.rmtree(debris, ignore_errors=True)
-            rotate_checkpoints(output_dir=str(run_dir), save_total_limit=self.args.save_total_limit,
-                               best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=False)
+            rotate_checkpoints(
+                output_dir=str(run_dir),
+                save_total_limit=self.args.save_total_limit,
+                best_model_checkpoint=self.state.best_model_checkpoint,
+                use_mtime=False,
+            )
         self.accelerator.wait_for_everyone()
 
     def get_train_dataloader(self):
@@ -108,7 +114,9 @@ class VLMTrainer(Trainer):
         ds = self.train_dataset
         if not isinstance(ds, SFTDataset):
             raise TypeError(f"group_by_modality needs an SFTDataset (image counts per row), got {type(ds).__name__}")
-        sampler = ModalityGroupedBatchSampler(ds.image_counts(), ds.text_lengths(), self.args.per_device_train_batch_size, seed=self.args.seed)
+        sampler = ModalityGroupedBatchSampler(
+            ds.image_counts(), ds.text_lengths(), self.args.per_device_train_batch_size, seed=self.args.seed
+        )
         loader = DataLoader(
             ds,
             batch_sampler=sampler,
@@ -204,13 +212,20 @@ def training_arguments(cfg: RunConfig, has_eval: bool) -> TrainingArguments:
 
 def _check(cfg: RunConfig) -> None:
     if cfg.sft.data_path is None:
-        raise ConfigError("sft.data_path is not set; pass the folder written by vlm_traj_preprocess.py (train.jsonl, val.jsonl)")
+        raise ConfigError(
+            "sft.data_path is not set; pass the folder written by vlm_traj_preprocess.py (train.jsonl, val.jsonl)"
+        )
     if not cfg.model.use_lora:
         raise ConfigError("SFT trains a LoRA adapter for the policy; set model.use_lora=true")
     if cfg.model.train_vision != "none":
-        raise ConfigError(f"SFT trains the LoRA adapter only; model.train_vision={cfg.model.train_vision!r} is not supported here, set it to none")
+        raise ConfigError(
+            f"SFT trains the LoRA adapter only; model.train_vision={cfg.model.train_vision!r} is not supported here, "
+            "set it to none"
+        )
     if cfg.dist.zero_stage > 0 and cfg.dist.deepspeed_config is None:
-        raise ConfigError(f"dist.zero_stage={cfg.dist.zero_stage} needs dist.deepspeed_config (e.g. scripts/ds_config.json)")
+        raise ConfigError(
+            f"dist.zero_stage={cfg.dist.zero_stage} needs dist.deepspeed_config (e.g. scripts/ds_config.json)"
+        )
 
 
 def checkpoint_problem(path: Path) -> Optional[str]:
@@ -245,7 +260,11 @@ def resume_checkpoint(cfg: RunConfig) -> Optional[str]:
         return None
     if cfg.sft.resume == "auto":
         out = Path(cfg.sft.output_dir)
-        found = sorted((int(m.group(1)), p) for p in out.iterdir() if (m := _CHECKPOINT.match(p.name)) and p.is_dir()) if out.is_dir() else []
+        found = (
+            sorted((int(m.group(1)), p) for p in out.iterdir() if (m := _CHECKPOINT.match(p.name)) and p.is_dir())
+            if out.is_dir()
+            else []
+        )
         for _, path in reversed(found):
             problem = checkpoint_problem(path)
             if problem is None:
@@ -253,15 +272,21 @@ def resume_checkpoint(cfg: RunConfig) -> Optional[str]:
             logger.warning("skipping %s: %s; falling back to an earlier checkpoint", path, problem)
         if found:
             raise ConfigError(
-                f"no checkpoint under {out} can be resumed (see the warnings above); move them away and start afresh with "
+                f"no checkpoint under {out} can be resumed (see the warnings above); move them away and start afresh "
+                "with "
                 "--sft.overwrite true, or restore one from a backup"
             )
         return None
     if not Path(cfg.sft.resume).is_dir():
-        raise ConfigError(f"sft.resume={cfg.sft.resume!r} is not a directory; pass a checkpoint-<step> folder, 'auto' or null")
+        raise ConfigError(
+            f"sft.resume={cfg.sft.resume!r} is not a directory; pass a checkpoint-<step> folder, 'auto' or null"
+        )
     problem = checkpoint_problem(Path(cfg.sft.resume))
     if problem is not None:
-        raise ConfigError(f"sft.resume={cfg.sft.resume!r} cannot be resumed: {problem}; pass an earlier checkpoint or --sft.resume auto")
+        raise ConfigError(
+            f"sft.resume={cfg.sft.resume!r} cannot be resumed: {problem}; pass an earlier checkpoint or --sft.resume "
+            "auto"
+        )
     return cfg.sft.resume
 
 
@@ -327,7 +352,9 @@ def run_sft(cfg: RunConfig, loaded: Any = None) -> Path:
     from a2c_ppo_acktr.run.rundir import check_output_path, run_lock
 
     out = Path(cfg.sft.output_dir)
-    check_output_path(out, [cfg.sft.data_path] if cfg.sft.data_path else [], "sft.output_dir")  # before its lock file is made
+    check_output_path(
+        out, [cfg.sft.data_path] if cfg.sft.data_path else [], "sft.output_dir"
+    )  # before its lock file is made
     # The trainer sets up the process group later; the launcher's RANK says which process is the main
     # one. When the main one stops here (a used or locked directory), the launcher ends the others.
     is_main = int(os.environ.get("RANK", "0")) == 0
@@ -338,7 +365,9 @@ def run_sft(cfg: RunConfig, loaded: Any = None) -> Path:
             for debris in out.glob(f"{_STAGING}*"):  # writes an earlier invocation did not finish
                 shutil.rmtree(debris, ignore_errors=True)
             if os.path.lexists(out / STOP_FILE):
-                logger.warning("removing %s, left by an earlier invocation (this one stops on a new one)", out / STOP_FILE)
+                logger.warning(
+                    "removing %s, left by an earlier invocation (this one stops on a new one)", out / STOP_FILE
+                )
                 remove_stop_file(out / STOP_FILE)
         trainer = build_trainer(cfg, loaded=loaded)
         if trainer.is_world_process_zero():
@@ -349,8 +378,13 @@ def run_sft(cfg: RunConfig, loaded: Any = None) -> Path:
             trainer.train(resume_from_checkpoint=resume_checkpoint(cfg))
         if stopper.reason and trainer.state.global_step < trainer.state.max_steps:
             stop.consume(trainer.is_world_process_zero())
-            raise Preempted(stopper.reason, trainer.state.global_step, out / f"checkpoint-{trainer.state.global_step}",
-                            unit="step", resume="--sft.resume auto")
+            raise Preempted(
+                stopper.reason,
+                trainer.state.global_step,
+                out / f"checkpoint-{trainer.state.global_step}",
+                unit="step",
+                resume="--sft.resume auto",
+            )
         return _save_adapter(trainer, out)
     finally:
         lock.release()
@@ -393,7 +427,16 @@ def _claim_sft_dir(cfg: RunConfig) -> None:
     found = _sft_run_files(out) if cfg.sft.resume is None else []
     if found and not cfg.sft.overwrite:
         raise ConfigError(
-            f"sft.output_dir {out} already holds an SFT run ({', '.join(found[:4])}); continue it with --sft.resume auto, start over with "
-            f"--sft.overwrite true (moves it to {out.name}.old-<time>, nothing is deleted), or choose another sft.output_dir"
+            f"sft.output_dir {out} already holds an SFT run ({', '.join(found[:4])}); continue it with --sft.resume "
+            "auto, start over with "
+            f"--sft.overwrite true (moves it to {out.name}.old-<time>, nothing is deleted), or choose another "
+            "sft.output_dir"
         )
-    claim_output_dir(out, overwrite=True, inputs=inputs, option="sft.output_dir", overwrite_hint="sft.overwrite", used=lambda p: bool(found))
+    claim_output_dir(
+        out,
+        overwrite=True,
+        inputs=inputs,
+        option="sft.output_dir",
+        overwrite_hint="sft.overwrite",
+        used=lambda p: bool(found),
+    )

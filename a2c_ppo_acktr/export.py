@@ -18,6 +18,7 @@ holds or lies inside the adapter or the base model. The export holds the lock of
 to end: a directory where a run is training (or another export is writing) is refused, with or
 without ``--overwrite``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,23 +50,35 @@ def resolve_adapter(path: str | Path) -> tuple[Path, Optional[str]]:
         base = checkpoint_model_config(path).get("model_path")
         path = path / "policy"
     if not (path / "adapter_config.json").is_file():
-        raise FileNotFoundError(f"{path} holds no adapter_config.json; pass an SFT adapter, a checkpoint's policy/ or a checkpoint directory")
+        raise FileNotFoundError(
+            f"{path} holds no adapter_config.json; pass an SFT adapter, a checkpoint's policy/ or a checkpoint "
+            "directory"
+        )
     if base is None:
         # Adapters saved by this package record a local base model by its absolute path
         # (loading.record_base_model); a relative one (older adapters) is trusted only if it exists.
         from a2c_ppo_acktr.policy.loading import ModelLoadError
 
         try:
-            recorded = json.loads((path / "adapter_config.json").read_text(encoding="utf-8")).get("base_model_name_or_path")
+            recorded = json.loads((path / "adapter_config.json").read_text(encoding="utf-8")).get(
+                "base_model_name_or_path"
+            )
         except (ValueError, AttributeError) as e:  # not JSON, not UTF-8, or not an object
-            raise ModelLoadError(f"{path / 'adapter_config.json'} is not an adapter config ({type(e).__name__}); the file is truncated or damaged") from e
+            raise ModelLoadError(
+                f"{path / 'adapter_config.json'} is not an adapter config ({type(e).__name__}); the file is truncated "
+                "or damaged"
+            ) from e
         if recorded and (Path(recorded).is_absolute() or Path(recorded).is_dir()):
             base = str(recorded)
     return path, base
 
 
 def merge_adapter(
-    adapter: str | Path, out: str | Path, model_path: Optional[str] = None, dtype: str = "float32", overwrite: bool = False
+    adapter: str | Path,
+    out: str | Path,
+    model_path: Optional[str] = None,
+    dtype: str = "float32",
+    overwrite: bool = False,
 ) -> Path:
     """Merge ``adapter`` into its base model and save the result (and the processor) to ``out``.
 
@@ -85,7 +98,9 @@ def merge_adapter(
     adapter_dir, recorded = resolve_adapter(adapter)
     base = model_path or recorded
     if base is None:
-        raise ConfigError(f"cannot tell the base model of {adapter}; pass --model-path (the model the adapter was trained on)")
+        raise ConfigError(
+            f"cannot tell the base model of {adapter}; pass --model-path (the model the adapter was trained on)"
+        )
     inputs = [adapter, adapter_dir, base]
     target = check_output_path(out, inputs)  # before the minutes of loading and merging
     # The lock of --out, held to the end: a run training there (or another export) is refused before
@@ -97,7 +112,15 @@ def merge_adapter(
         merged = _merged(loaded.model, adapter_dir)
         if loaded.shipped_generation_config is not None:  # the base checkpoint's decoding defaults travel with it
             merged.generation_config = loaded.shipped_generation_config
-        _publish(merged, loaded.processor, target, out, overwrite, inputs, {"base_model": str(base), "adapter": str(adapter_dir.resolve()), "dtype": dtype})
+        _publish(
+            merged,
+            loaded.processor,
+            target,
+            out,
+            overwrite,
+            inputs,
+            {"base_model": str(base), "adapter": str(adapter_dir.resolve()), "dtype": dtype},
+        )
     return Path(out)
 
 
@@ -117,12 +140,15 @@ def _merged(model: Any, adapter_dir: Path) -> Any:
     except (SafetensorError, OSError, EOFError, ValueError, RuntimeError, KeyError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ModelLoadError(
-            f"the adapter at {adapter_dir} cannot be read ({type(e).__name__}: {first}); its files are truncated or damaged, or it "
+            f"the adapter at {adapter_dir} cannot be read ({type(e).__name__}: {first}); its files are truncated or "
+            "damaged, or it "
             "was trained on another base model: export an intact copy, or pass --model-path with its base model"
         ) from e
 
 
-def _publish(merged: Any, processor: Any, target: Path, out: str | Path, overwrite: bool, inputs: list, info: dict) -> None:
+def _publish(
+    merged: Any, processor: Any, target: Path, out: str | Path, overwrite: bool, inputs: list, info: dict
+) -> None:
     """Save the merged model into a temporary sibling of ``target``, then claim ``out`` and rename it
     into place (a failure removes the temporary directory and nothing else)."""
     from a2c_ppo_acktr.common.atomic import fsync_tree
@@ -137,11 +163,17 @@ def _publish(merged: Any, processor: Any, target: Path, out: str | Path, overwri
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--adapter", required=True, help="SFT adapter, a checkpoint's policy/, or a checkpoint directory")
+    parser.add_argument(
+        "--adapter", required=True, help="SFT adapter, a checkpoint's policy/, or a checkpoint directory"
+    )
     parser.add_argument("--out", required=True, help="directory for the merged model")
-    parser.add_argument("--model-path", default=None, help="base model (default: the checkpoint's run's model.model_path)")
+    parser.add_argument(
+        "--model-path", default=None, help="base model (default: the checkpoint's run's model.model_path)"
+    )
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--overwrite", action="store_true", help="move an existing --out aside to OUT.old-<time> (nothing is deleted)")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="move an existing --out aside to OUT.old-<time> (nothing is deleted)"
+    )
     args = parser.parse_args(argv)
     out = merge_adapter(args.adapter, args.out, args.model_path, args.dtype, overwrite=args.overwrite)
     print(f"merged model written to {out}")

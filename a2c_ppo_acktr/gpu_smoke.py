@@ -8,7 +8,8 @@
   stored, and :meth:`~a2c_ppo_acktr.policy.model.VLMPolicy.evaluate_actions` re-scores every minibatch
   before any update: ``max |ratio - 1|`` must stay under :func:`ratio_bound` (float32: 1e-4; bf16
   and fp16: a fraction of ``ppo.clip_coef``; docs/TRAINING.md, "The first ratio"), and
-  the share of turns outside the clip range is reported. On CUDA: bf16 with sdpa, and with flash_attention_2 when ``flash_attn`` imports.
+  the share of turns outside the clip range is reported. On CUDA: bf16 with sdpa, and with flash_attention_2 when
+  ``flash_attn`` imports.
   Also measures the peak GPU memory of acting plus one backward (the training loop does not log it).
 - ``check-ppo``: reads a short training run's ``metrics.jsonl``: the first minibatch's ratio deviation
   (exactly 0 with ``ppo.old_log_probs=update``; with ``rollout`` the same bound),
@@ -29,6 +30,7 @@ check prints ``GPU SMOKE FAILED: ...`` to stderr and exits 1. ``--device cpu`` (
 ``GPU_SMOKE_DEVICE=cpu``) runs the same stages on CPU in float32, which is how the test suite
 exercises this module and the script end to end on a machine without a GPU.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -120,8 +122,12 @@ def environment_info(device: str) -> dict[str, Any]:
         info["cudnn"] = torch.backends.cudnn.version()
         info["bf16_supported"] = torch.cuda.is_bf16_supported()
         info["gpus"] = [
-            {"index": i, "name": torch.cuda.get_device_name(i), "memory_gib": round(torch.cuda.get_device_properties(i).total_memory / 2**30, 1),
-             "capability": ".".join(map(str, torch.cuda.get_device_capability(i)))}
+            {
+                "index": i,
+                "name": torch.cuda.get_device_name(i),
+                "memory_gib": round(torch.cuda.get_device_properties(i).total_memory / 2**30, 1),
+                "capability": ".".join(map(str, torch.cuda.get_device_capability(i))),
+            }
             for i in range(torch.cuda.device_count())
         ]
     return info
@@ -132,14 +138,20 @@ def check_environment(info: dict[str, Any], device: str) -> None:
     if device != "cuda":
         return
     if info["torch_cuda_build"] is None:
-        raise SmokeFailure(f"torch {info['torch']} is a CPU-only build; install the CUDA build (scripts/setup.sh, docs/TRAINING.md)")
+        raise SmokeFailure(
+            f"torch {info['torch']} is a CPU-only build; install the CUDA build (scripts/setup.sh, docs/TRAINING.md)"
+        )
     if not info["cuda_available"]:
         raise SmokeFailure(
-            f"torch {info['torch']} (CUDA {info['torch_cuda_build']}) sees no GPU: check nvidia-smi, the driver version and "
+            f"torch {info['torch']} (CUDA {info['torch_cuda_build']}) sees no GPU: check nvidia-smi, the driver "
+            "version and "
             "CUDA_VISIBLE_DEVICES, or run GPU_SMOKE_DEVICE=cpu for the CPU checks"
         )
     if not info["bf16_supported"]:
-        raise SmokeFailure(f"GPU {info['gpus'][0]['name']} does not support bfloat16, which the GPU presets train in; use an Ampere or newer GPU")
+        raise SmokeFailure(
+            f"GPU {info['gpus'][0]['name']} does not support bfloat16, which the GPU presets train in; use an Ampere "
+            "or newer GPU"
+        )
     if not str(info["deepspeed"])[:1].isdigit():
         raise SmokeFailure(f"deepspeed is {info['deepspeed']}; the PPO launch (ZeRO-2) needs it: pip install deepspeed")
 
@@ -177,7 +189,9 @@ class RatioResult:
         return math.isfinite(self.ratio_max_dev) and self.ratio_max_dev < self.bound
 
 
-def turn_ratio_deviations(policy: Any, storage: Any, mini_batch_size: int, seed: int = 0, backward_first: bool = False) -> list[float]:
+def turn_ratio_deviations(
+    policy: Any, storage: Any, mini_batch_size: int, seed: int = 0, backward_first: bool = False
+) -> list[float]:
     """``|exp(log_prob - old_log_prob) - 1|`` of every stored turn, re-scored before any update.
 
     Each minibatch is re-scored in training mode exactly as the first PPO epoch would (its own
@@ -268,7 +282,11 @@ def ratio_check(
     # What this measures is the rollout's own log-probs against the update's forward: the old
     # log-probs of ppo.old_log_probs=rollout (the default recomputes them in the update's layout).
     rollout_old = {"ppo": {"old_log_probs": "rollout"}}
-    cfg = load_config(config=config, preset=preset, overrides=merge_dicts(merge_dicts(rollout_old, parse_overrides(settings)), {"model": model}))
+    cfg = load_config(
+        config=config,
+        preset=preset,
+        overrides=merge_dicts(merge_dicts(rollout_old, parse_overrides(settings)), {"model": model}),
+    )
     t0 = time.perf_counter()
     on_cuda = device == "cuda"
     if on_cuda:
@@ -285,10 +303,21 @@ def ratio_check(
     reserved = torch.cuda.max_memory_reserved() / 2**30 if on_cuda else None
     worst = max(devs) if all(math.isfinite(d) for d in devs) else math.nan  # max() alone may skip a NaN
     return RatioResult(
-        device=device, dtype=dtype, attn_implementation=attn_implementation, rollout_log_probs=cfg.model.rollout_log_probs,
-        setting=setting, seed=seed, ratio_max_dev=worst, bound=ratio_bound(dtype, cfg.ppo.clip_coef), peak_memory_gib=peak,
-        seconds=time.perf_counter() - t0, turn_devs=devs, clip_coef=cfg.ppo.clip_coef,
-        prompt_tokens_max=max(len(p) for p in storage.prompt_ids), context_limit=policy.context_limit, reserved_gib=reserved,
+        device=device,
+        dtype=dtype,
+        attn_implementation=attn_implementation,
+        rollout_log_probs=cfg.model.rollout_log_probs,
+        setting=setting,
+        seed=seed,
+        ratio_max_dev=worst,
+        bound=ratio_bound(dtype, cfg.ppo.clip_coef),
+        peak_memory_gib=peak,
+        seconds=time.perf_counter() - t0,
+        turn_devs=devs,
+        clip_coef=cfg.ppo.clip_coef,
+        prompt_tokens_max=max(len(p) for p in storage.prompt_ids),
+        context_limit=policy.context_limit,
+        reserved_gib=reserved,
         phase_seconds={"load": t1 - t0, "collect": t2 - t1, "rescore": t3 - t2},
     )
 
@@ -320,27 +349,52 @@ def real_checkpoint_check(device: str, model_path: str, preset: str, seed: int =
     run = load_config(preset=preset, overrides={"model": {"model_path": model_path, "device": device}})
     envs = min(run.rollout.num_envs, 4)
     try:  # the policy's own guard: a prompt past the model's positions stops act with ContextLengthError
-        r = ratio_check(device, run.model.dtype, run.model.attn_implementation, model_overrides={"model_path": model_path},
-                        setting=f"{preset} @ {model_path}", seed=seed, num_envs=envs, num_steps=2, mini_batch_size=envs, preset=preset)
+        r = ratio_check(
+            device,
+            run.model.dtype,
+            run.model.attn_implementation,
+            model_overrides={"model_path": model_path},
+            setting=f"{preset} @ {model_path}",
+            seed=seed,
+            num_envs=envs,
+            num_steps=2,
+            mini_batch_size=envs,
+            preset=preset,
+        )
     except ContextLengthError as e:
         raise SmokeFailure(str(e)) from e
     dims = memory.model_dims(run.model)
     estimate = memory.estimate(dims, memory.preset_shapes(run, dims), memory.setup_from_run(run, 1))
     estimate_gib = memory.totals(estimate)["peak_with_overhead"] / memory.GIB
     result = {
-        "model_path": model_path, "preset": preset, "dtype": run.model.dtype, "turns": len(r.turn_devs), "ratio_max_dev": r.ratio_max_dev,
-        "bound": r.bound, "share_outside_clip": r.share_outside_clip, "clip_coef": r.clip_coef,
-        "prompt_tokens_max": r.prompt_tokens_max, "max_new_tokens": run.model.max_new_tokens, "context_limit": r.context_limit,
-        "reserved_gib": r.reserved_gib, "estimate_gib": estimate_gib, "phase_seconds": r.phase_seconds,
+        "model_path": model_path,
+        "preset": preset,
+        "dtype": run.model.dtype,
+        "turns": len(r.turn_devs),
+        "ratio_max_dev": r.ratio_max_dev,
+        "bound": r.bound,
+        "share_outside_clip": r.share_outside_clip,
+        "clip_coef": r.clip_coef,
+        "prompt_tokens_max": r.prompt_tokens_max,
+        "max_new_tokens": run.model.max_new_tokens,
+        "context_limit": r.context_limit,
+        "reserved_gib": r.reserved_gib,
+        "estimate_gib": estimate_gib,
+        "phase_seconds": r.phase_seconds,
     }
     problems = []
     if not r.ok:
         problems.append(f"max |ratio - 1| {r.ratio_max_dev:.3g} is not below {r.bound:g}")
     if r.share_outside_clip > REAL_OUTSIDE_CLIP_LIMIT:
-        problems.append(f"{r.share_outside_clip:.1%} of turns start outside the clip range {r.clip_coef:g} (limit {REAL_OUTSIDE_CLIP_LIMIT:.0%})")
+        problems.append(
+            f"{r.share_outside_clip:.1%} of turns start outside the clip range {r.clip_coef:g} (limit "
+            f"{REAL_OUTSIDE_CLIP_LIMIT:.0%})"
+        )
     if r.reserved_gib is not None and r.reserved_gib > REAL_MEMORY_SLACK * estimate_gib:
-        problems.append(f"peak reserved {r.reserved_gib:.1f} GiB exceeds python -m a2c_ppo_acktr.memory's {estimate_gib:.1f} GiB "
-                        f"by more than {REAL_MEMORY_SLACK:g}x: the estimate misses a term")
+        problems.append(
+            f"peak reserved {r.reserved_gib:.1f} GiB exceeds python -m a2c_ppo_acktr.memory's {estimate_gib:.1f} GiB "
+            f"by more than {REAL_MEMORY_SLACK:g}x: the estimate misses a term"
+        )
     if problems:
         raise SmokeFailure(f"real checkpoint {model_path} ({preset}): " + "; ".join(problems))
     return result
@@ -351,7 +405,9 @@ def attention_implementations(device: str) -> list[str]:
     return ["sdpa"] + (["flash_attention_2"] if device == "cuda" and flash_attn_available() else [])
 
 
-def run_ratio_stage(device: str, seeds: int, config: Optional[str] = None, settings: Sequence[str] = ()) -> list[RatioResult]:
+def run_ratio_stage(
+    device: str, seeds: int, config: Optional[str] = None, settings: Sequence[str] = ()
+) -> list[RatioResult]:
     """:func:`ratio_check` for every attention implementation, temperature setting and seed
     (``config``, ``settings``: an env overlay and more overrides, see :func:`ratio_check`)."""
     dtype = smoke_dtype(device)
@@ -359,9 +415,21 @@ def run_ratio_stage(device: str, seeds: int, config: Optional[str] = None, setti
     for attn in attention_implementations(device):
         for name, temps in TEMPERATURE_SETTINGS.items():
             for seed in range(seeds):
-                r = ratio_check(device, dtype, attn, model_overrides=temps, setting=name, seed=seed, config=config, settings=settings)
-                print(f"ratio  {dtype} {attn:17s} {name:32s} seed {seed} mode={r.rollout_log_probs:9s} "
-                      f"max|ratio-1|={r.ratio_max_dev:.3g} (bound {r.bound:g}) {r.seconds:.1f}s", flush=True)
+                r = ratio_check(
+                    device,
+                    dtype,
+                    attn,
+                    model_overrides=temps,
+                    setting=name,
+                    seed=seed,
+                    config=config,
+                    settings=settings,
+                )
+                print(
+                    f"ratio  {dtype} {attn:17s} {name:32s} seed {seed} mode={r.rollout_log_probs:9s} "
+                    f"max|ratio-1|={r.ratio_max_dev:.3g} (bound {r.bound:g}) {r.seconds:.1f}s",
+                    flush=True,
+                )
                 results.append(r)
     return results
 
@@ -376,13 +444,23 @@ def ratio_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for (attn, setting), rs in groups.items():
         turns = [d for r in rs for d in r["turn_devs"]]
         peaks = [r["peak_memory_gib"] for r in rs if r["peak_memory_gib"] is not None]
-        rows.append({
-            "attn_implementation": attn, "setting": setting, "dtype": rs[0]["dtype"], "rollout_log_probs": rs[0]["rollout_log_probs"],
-            "seeds": len(rs), "turns": len(turns), "max_dev": max(r["ratio_max_dev"] for r in rs), "bound": rs[0]["bound"],
-            "share_over_typical": sum(d > TYPICAL_DEV for d in turns) / max(len(turns), 1), "peak_memory_gib": max(peaks) if peaks else None,
-            "share_outside_clip": sum(d > r.get("clip_coef", 0.2) for r in rs for d in r["turn_devs"]) / max(len(turns), 1),
-            "clip_coef": rs[0].get("clip_coef", 0.2),
-        })
+        rows.append(
+            {
+                "attn_implementation": attn,
+                "setting": setting,
+                "dtype": rs[0]["dtype"],
+                "rollout_log_probs": rs[0]["rollout_log_probs"],
+                "seeds": len(rs),
+                "turns": len(turns),
+                "max_dev": max(r["ratio_max_dev"] for r in rs),
+                "bound": rs[0]["bound"],
+                "share_over_typical": sum(d > TYPICAL_DEV for d in turns) / max(len(turns), 1),
+                "peak_memory_gib": max(peaks) if peaks else None,
+                "share_outside_clip": sum(d > r.get("clip_coef", 0.2) for r in rs for d in r["turn_devs"])
+                / max(len(turns), 1),
+                "clip_coef": rs[0].get("clip_coef", 0.2),
+            }
+        )
     return rows
 
 
@@ -390,9 +468,12 @@ def check_ratio_results(results: Sequence[RatioResult]) -> None:
     """Raise :class:`SmokeFailure` naming every measurement over its bound."""
     bad = [r for r in results if not r.ok]
     if bad:
-        worst = "; ".join(f"{r.attn_implementation}/{r.setting}/seed {r.seed}: {r.ratio_max_dev:.3g} >= {r.bound:g}" for r in bad)
+        worst = "; ".join(
+            f"{r.attn_implementation}/{r.setting}/seed {r.seed}: {r.ratio_max_dev:.3g} >= {r.bound:g}" for r in bad
+        )
         raise SmokeFailure(
-            f"first-minibatch ratio deviates from 1 ({worst}) in {bad[0].dtype}, mode {bad[0].rollout_log_probs}: rollout and update "
+            f"first-minibatch ratio deviates from 1 ({worst}) in {bad[0].dtype}, mode {bad[0].rollout_log_probs}: "
+            "rollout and update "
             "disagree about the log-probs; compare model.rollout_log_probs=recompute and generate, and attention "
             "implementations (docs/TRAINING.md, 'The first ratio')"
         )
@@ -442,34 +523,52 @@ def check_ppo_run(run_dir: str | os.PathLike, iterations: int) -> dict[str, Any]
     sec = sum(steady) / len(steady)
     turns = cfg["rollout"]["num_envs"] * cfg["rollout"]["num_steps"] * processes
     result = {
-        "dtype": dtype, "rollout_log_probs": cfg["model"]["rollout_log_probs"], "iterations": len(rows), "processes": processes,
+        "dtype": dtype,
+        "rollout_log_probs": cfg["model"]["rollout_log_probs"],
+        "iterations": len(rows),
+        "processes": processes,
         "old_log_probs": cfg["ppo"].get("old_log_probs", "rollout"),  # a config without the field predates update
-        "ratio_max_dev": max(ratio), "bound": ratio_bound(dtype, cfg["ppo"]["clip_coef"]), "param_rank_max_dev": max(rank_dev),
-        "seconds_per_iteration": sec, "iterations_per_s": 1.0 / sec, "env_steps_per_s": turns / sec,
+        "ratio_max_dev": max(ratio),
+        "bound": ratio_bound(dtype, cfg["ppo"]["clip_coef"]),
+        "param_rank_max_dev": max(rank_dev),
+        "seconds_per_iteration": sec,
+        "iterations_per_s": 1.0 / sec,
+        "env_steps_per_s": turns / sec,
     }
     if result["old_log_probs"] == "update" and any(x != 0.0 for x in ratio):
         raise SmokeFailure(
-            f"PPO run: debug/first_minibatch_ratio_max_dev per iteration {ratio} is not exactly 0 with ppo.old_log_probs=update ({dtype}): "
-            "the update's old log-probs and its first minibatch must be one forward in one layout (docs/TRAINING.md, 'The first ratio')"
+            f"PPO run: debug/first_minibatch_ratio_max_dev per iteration {ratio} is not exactly 0 with "
+            f"ppo.old_log_probs=update ({dtype}): "
+            "the update's old log-probs and its first minibatch must be one forward in one layout (docs/TRAINING.md, "
+            "'The first ratio')"
         )
     if not all(math.isfinite(x) and x < result["bound"] for x in ratio):
         raise SmokeFailure(
-            f"PPO run: debug/first_minibatch_ratio_max_dev per iteration {ratio} is not below {result['bound']:g} ({dtype}, "
-            f"mode {result['rollout_log_probs']}): rollout and update disagree under the launcher (DeepSpeed casts, padding, devices)"
+            f"PPO run: debug/first_minibatch_ratio_max_dev per iteration {ratio} is not below {result['bound']:g} "
+            f"({dtype}, "
+            f"mode {result['rollout_log_probs']}): rollout and update disagree under the launcher (DeepSpeed casts, "
+            "padding, devices)"
         )
     if cfg["ppo"].get("perception_weighting"):
         dep = column("perception/dependency_mean")
         if not all(math.isfinite(x) and x >= 0 for x in dep):
-            raise SmokeFailure(f"PPO run: perception/dependency_mean per iteration {dep} is not finite and >= 0 (the masked-image pass)")
+            raise SmokeFailure(
+                f"PPO run: perception/dependency_mean per iteration {dep} is not finite and >= 0 (the masked-image "
+                "pass)"
+            )
         result["perception_dependency_mean"] = sum(dep) / len(dep)
     if cfg["log"].get("val_interval", 0) > 0:
         val = [float(r["val/score"]) for r in rows if "val/score" in r]
         if not val or not (run_dir / "best" / "val.json").is_file():
-            raise SmokeFailure(f"PPO run: log.val_interval is set but no validation was logged or no best/val.json was written in {run_dir}")
+            raise SmokeFailure(
+                "PPO run: log.val_interval is set but no validation was logged or no best/val.json was written in "
+                f"{run_dir}"
+            )
         result["val_score"] = val[-1]
     if any(x != 0.0 for x in rank_dev):
         raise SmokeFailure(
-            f"PPO run: debug/param_rank_max_dev per iteration {rank_dev} is not 0: the processes' trainable weights differ, "
+            f"PPO run: debug/param_rank_max_dev per iteration {rank_dev} is not 0: the processes' trainable weights "
+            "differ, "
             "so gradients are not all-reduced (check the DeepSpeed/accelerate launch)"
         )
     return result
@@ -493,22 +592,33 @@ def check_engine_run(run_dir: str | os.PathLike, hf_run_dir: Optional[str | os.P
     rows = read_metrics(Path(run_dir) / "metrics.jsonl")
     versions = [float(r.get("engine/adapter_version", float("nan"))) for r in rows]
     if versions != [float(i) for i in range(1, len(rows) + 1)]:
-        raise SmokeFailure(f"engine/adapter_version per iteration {versions}: the adapter did not advance with the iterations")
+        raise SmokeFailure(
+            f"engine/adapter_version per iteration {versions}: the adapter did not advance with the iterations"
+        )
     gaps = [float(r.get("engine/logp_gap_max", float("nan"))) for r in rows]
     if not all(math.isfinite(g) for g in gaps):
-        raise SmokeFailure(f"engine/logp_gap_max per iteration {gaps}: the server returned no log-probs (logprobs, return_tokens_as_token_ids)")
+        raise SmokeFailure(
+            f"engine/logp_gap_max per iteration {gaps}: the server returned no log-probs (logprobs, "
+            "return_tokens_as_token_ids)"
+        )
     if max(gaps) > ENGINE_GAP_LIMIT:
-        raise SmokeFailure(f"engine/logp_gap_max {max(gaps):.3g} > {ENGINE_GAP_LIMIT}: the server samples another distribution than the policy")
+        raise SmokeFailure(
+            f"engine/logp_gap_max {max(gaps):.3g} > {ENGINE_GAP_LIMIT}: the server samples another distribution than "
+            "the policy"
+        )
 
     def turns_per_s(path: Path) -> float:
         rs = read_metrics(path / "metrics.jsonl")[1:] or read_metrics(path / "metrics.jsonl")
         turns = [b["charts/turns"] - a["charts/turns"] for a, b in zip(rs, rs[1:])] or [rs[0]["charts/turns"]]
-        collect = [r["time/collect"] for r in rs[-len(turns):]]
+        collect = [r["time/collect"] for r in rs[-len(turns) :]]
         return sum(turns) / sum(collect)
 
-    result = {"logp_gap_max": max(gaps), "logp_gap_mean": sum(float(r["engine/logp_gap_mean"]) for r in rows) / len(rows),
-              "sync_seconds": sum(float(r.get("time/engine_sync", 0.0)) for r in rows) / len(rows),
-              "engine_turns_per_s": turns_per_s(Path(run_dir))}
+    result = {
+        "logp_gap_max": max(gaps),
+        "logp_gap_mean": sum(float(r["engine/logp_gap_mean"]) for r in rows) / len(rows),
+        "sync_seconds": sum(float(r.get("time/engine_sync", 0.0)) for r in rows) / len(rows),
+        "engine_turns_per_s": turns_per_s(Path(run_dir)),
+    }
     if hf_run_dir is not None and (Path(hf_run_dir) / "metrics.jsonl").is_file():
         result["hf_turns_per_s"] = turns_per_s(Path(hf_run_dir))
     return result
@@ -555,8 +665,15 @@ REAL_SIZE_MEMORY_TOLERANCE = 0.25
 REAL_SIZE_PHASES = ("time/collect", "time/old_log_probs", "time/update", "time/iteration")
 
 
-def real_size_check(device: str, model_path: str, preset: str, config: Optional[str] = None, settings: Sequence[str] = (),
-                    seed: int = 0, profile: Optional[str] = None) -> dict[str, Any]:
+def real_size_check(
+    device: str,
+    model_path: str,
+    preset: str,
+    config: Optional[str] = None,
+    settings: Sequence[str] = (),
+    seed: int = 0,
+    profile: Optional[str] = None,
+) -> dict[str, Any]:
     """Speed and memory of a :mod:`a2c_ppo_acktr.real_size` build under ``preset``'s settings (plus the
     overlay ``config`` and the ``settings`` overrides, which set the stage's small rollout).
 
@@ -577,7 +694,11 @@ def real_size_check(device: str, model_path: str, preset: str, config: Optional[
     from a2c_ppo_acktr.policy.loading import load_vlm
     from a2c_ppo_acktr.policy.model import VLMPolicy
 
-    run = load_config(config=config, preset=preset, overrides=merge_dicts(parse_overrides(settings), {"model": {"model_path": model_path, "device": device}}))
+    run = load_config(
+        config=config,
+        preset=preset,
+        overrides=merge_dicts(parse_overrides(settings), {"model": {"model_path": model_path, "device": device}}),
+    )
     on_cuda = device == "cuda"
     torch.manual_seed(seed)
     t0 = time.perf_counter()
@@ -602,22 +723,41 @@ def real_size_check(device: str, model_path: str, preset: str, config: Optional[
     preset_estimate = probe.preset_peak_bytes(run) / 2**30
     build = Path(model_path) / "real_size_build.json"
     result = {
-        "model_path": model_path, "preset": preset, "dtype": run.model.dtype, "env_id": run.env.env_id,
+        "model_path": model_path,
+        "preset": preset,
+        "dtype": run.model.dtype,
+        "env_id": run.env.env_id,
         "build": json.loads(build.read_text(encoding="utf-8")) if build.is_file() else None,
-        "num_envs": run.rollout.num_envs, "num_steps": run.rollout.num_steps, "mini_batch_size": run.ppo.mini_batch_size,
-        "max_new_tokens": run.model.max_new_tokens, "image_size": run.env.image_size, "rollout_log_probs": policy.cfg.rollout_log_probs,
-        "act_seconds": timing.act_seconds, "act_positions": timing.act_positions, "bare_seconds": timing.bare_seconds,
-        "bare_positions": timing.bare_positions, "act_per_token_s": timing.act_per_token, "bare_per_token_s": timing.bare_per_token,
-        "act_over_bare": timing.ratio, "act_goal": ACT_GENERATE_GOAL, "act_greedy_s": tower_s, "act_greedy_frames_kept_s": kept_s,
-        "shapes": asdict(shapes), "peak_allocated_gib": peak, "estimate_gib": estimate, "memory_tolerance": REAL_SIZE_MEMORY_TOLERANCE,
+        "num_envs": run.rollout.num_envs,
+        "num_steps": run.rollout.num_steps,
+        "mini_batch_size": run.ppo.mini_batch_size,
+        "max_new_tokens": run.model.max_new_tokens,
+        "image_size": run.env.image_size,
+        "rollout_log_probs": policy.cfg.rollout_log_probs,
+        "act_seconds": timing.act_seconds,
+        "act_positions": timing.act_positions,
+        "bare_seconds": timing.bare_seconds,
+        "bare_positions": timing.bare_positions,
+        "act_per_token_s": timing.act_per_token,
+        "bare_per_token_s": timing.bare_per_token,
+        "act_over_bare": timing.ratio,
+        "act_goal": ACT_GENERATE_GOAL,
+        "act_greedy_s": tower_s,
+        "act_greedy_frames_kept_s": kept_s,
+        "shapes": asdict(shapes),
+        "peak_allocated_gib": peak,
+        "estimate_gib": estimate,
+        "memory_tolerance": REAL_SIZE_MEMORY_TOLERANCE,
         "preset_estimate_gib": preset_estimate,
         "phase_seconds": {"load": t1 - t0, "act_vs_generate": t2 - t1, "rollout_and_step": t3 - t2},
     }
     if peak is not None and abs(peak / estimate - 1.0) > REAL_SIZE_MEMORY_TOLERANCE:
         raise SmokeFailure(
             f"real size {preset}: peak allocated {peak:.2f} GiB over a rollout and two training steps is not within "
-            f"{REAL_SIZE_MEMORY_TOLERANCE:.0%} of python -m a2c_ppo_acktr.memory's {estimate:.2f} GiB at the shapes that ran "
-            f"({shapes.batch} turns x {shapes.seq} tokens, {shapes.images} images x {shapes.image_tokens} tokens): a term of the formula is off"
+            f"{REAL_SIZE_MEMORY_TOLERANCE:.0%} of python -m a2c_ppo_acktr.memory's {estimate:.2f} GiB at the shapes "
+            "that ran "
+            f"({shapes.batch} turns x {shapes.seq} tokens, {shapes.images} images x {shapes.image_tokens} tokens): a "
+            "term of the formula is off"
         )
     return result
 
@@ -643,9 +783,16 @@ def check_real_size_run(run_dir: str | os.PathLike, iterations: int) -> dict[str
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
     rows = read_metrics(run_dir / "metrics.jsonl")
     steady = rows[1:] or rows
-    phases = {k: sum(float(r[k]) for r in steady) / len(steady) for k in REAL_SIZE_PHASES if all(k in r for r in steady)}
-    return {**result, "ratio_level": cfg["ppo"].get("ratio_level", "sequence"), "phase_seconds": phases, "clip_coef": cfg["ppo"]["clip_coef"],
-            "turns_per_iteration": cfg["rollout"]["num_envs"] * cfg["rollout"]["num_steps"]}
+    phases = {
+        k: sum(float(r[k]) for r in steady) / len(steady) for k in REAL_SIZE_PHASES if all(k in r for r in steady)
+    }
+    return {
+        **result,
+        "ratio_level": cfg["ppo"].get("ratio_level", "sequence"),
+        "phase_seconds": phases,
+        "clip_coef": cfg["ppo"]["clip_coef"],
+        "turns_per_iteration": cfg["rollout"]["num_envs"] * cfg["rollout"]["num_steps"],
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -663,51 +810,81 @@ def summary_table(work: str | os.PathLike, device: str) -> str:
     info = load("info.json") or {}
     gpus = info.get("gpus") or []
     lines.append(f"| device | {', '.join(g['name'] for g in gpus) if device == 'cuda' else 'cpu'} | |")
-    lines.append(f"| torch / CUDA / flash-attn | {info.get('torch')} / {info.get('torch_cuda_build')} / {info.get('flash_attn')} | |")
+    lines.append(
+        f"| torch / CUDA / flash-attn | {info.get('torch')} / {info.get('torch_cuda_build')} / "
+        f"{info.get('flash_attn')} | |"
+    )
     peaks = []
     ratio = load("ratio.json")
     for r in ratio_rows(ratio or []):
         lines.append(
-            f"| ratio dev, tiny {r['dtype']} {r['attn_implementation']}, {r['setting']}, mode {r['rollout_log_probs']}, {r['seeds']} seed(s) "
+            f"| ratio dev, tiny {r['dtype']} {r['attn_implementation']}, {r['setting']}, mode "
+            f"{r['rollout_log_probs']}, {r['seeds']} seed(s) "
             f"| max {r['max_dev']:.3g}; {r['share_over_typical']:.0%} of {r['turns']} turns > {TYPICAL_DEV:g}, "
             f"{r['share_outside_clip']:.1%} outside the clip range {r['clip_coef']:g} | max < {r['bound']:g} |"
         )
         if r["peak_memory_gib"] is not None:
             peaks.append(r["peak_memory_gib"])
     if ratio is not None:
-        lines.append(f"| peak GPU memory (tiny model: act + one backward, own step) | {f'{max(peaks):.2f} GiB' if peaks else 'n/a (cpu)'} | |")
+        lines.append(
+            "| peak GPU memory (tiny model: act + one backward, own step) | "
+            f"{f'{max(peaks):.2f} GiB' if peaks else 'n/a (cpu)'} | |"
+        )
     ppo = load("ppo.json")
     if ppo:
         expected = "0 exactly" if ppo.get("old_log_probs") == "update" else f"< {ppo['bound']:g}"
-        lines.append(f"| PPO ratio dev ({ppo['processes']} processes, {ppo['dtype']}, old log-probs {ppo.get('old_log_probs', 'rollout')}) "
-                     f"| {ppo['ratio_max_dev']:.3g} | {expected} |")
+        lines.append(
+            f"| PPO ratio dev ({ppo['processes']} processes, {ppo['dtype']}, old log-probs "
+            f"{ppo.get('old_log_probs', 'rollout')}) "
+            f"| {ppo['ratio_max_dev']:.3g} | {expected} |"
+        )
         lines.append(f"| PPO debug/param_rank_max_dev | {ppo['param_rank_max_dev']:g} | 0 |")
-        lines.append(f"| PPO speed (time/iteration after the first) | {ppo['seconds_per_iteration']:.2f} s/it, {ppo['env_steps_per_s']:.1f} env steps/s | |")
+        lines.append(
+            f"| PPO speed (time/iteration after the first) | {ppo['seconds_per_iteration']:.2f} s/it, "
+            f"{ppo['env_steps_per_s']:.1f} env steps/s | |"
+        )
     zero3 = load("ppo_zero3.json")
     if zero3:
         expected = "0 exactly" if zero3.get("old_log_probs") == "update" else f"< {zero3['bound']:g}"
-        lines.append(f"| PPO ZeRO-3 ({zero3['processes']} processes, {zero3['dtype']}, 4-token logit chunks, validation) ratio dev "
-                     f"| {zero3['ratio_max_dev']:.3g} | {expected} |")
+        lines.append(
+            f"| PPO ZeRO-3 ({zero3['processes']} processes, {zero3['dtype']}, 4-token logit chunks, validation) ratio "
+            "dev "
+            f"| {zero3['ratio_max_dev']:.3g} | {expected} |"
+        )
     engine = load("engine.json")
     if engine:
         hf = f", HF engine {engine['hf_turns_per_s']:.1f}" if "hf_turns_per_s" in engine else ""
         version = f" {engine['vllm_version']}" if engine.get("vllm_version") else ""
-        lines.append(f"| vLLM{version} engine: max abs(logp_engine - logp_policy) | {engine['logp_gap_max']:.3g} (mean {engine['logp_gap_mean']:.3g}) "
-                     f"| <= {ENGINE_GAP_LIMIT:g} |")
-        lines.append(f"| vLLM engine: rollout turns/s (adapter sync {engine['sync_seconds']:.2f} s/it) | {engine['engine_turns_per_s']:.1f}{hf} | |")
+        lines.append(
+            f"| vLLM{version} engine: max abs(logp_engine - logp_policy) | {engine['logp_gap_max']:.3g} (mean "
+            f"{engine['logp_gap_mean']:.3g}) "
+            f"| <= {ENGINE_GAP_LIMIT:g} |"
+        )
+        lines.append(
+            f"| vLLM engine: rollout turns/s (adapter sync {engine['sync_seconds']:.2f} s/it) | "
+            f"{engine['engine_turns_per_s']:.1f}{hf} | |"
+        )
     sft = load("sft.json")
     if sft:
         lines.append(f"| SFT loss after {sft['steps']} step(s) | {sft['loss']:.3f} | finite |")
     real = load("real.json")
     if real:
         phases = ", ".join(f"{k} {v:.1f} s" for k, v in real["phase_seconds"].items())
-        lines.append(f"| real checkpoint {real['model_path']} ({real['preset']}): ratio dev | max {real['ratio_max_dev']:.3g}; "
-                     f"{real['share_outside_clip']:.1%} of {real['turns']} turns outside the clip {real['clip_coef']:g} | max < {real['bound']:g}; "
-                     f"<= {REAL_OUTSIDE_CLIP_LIMIT:.0%} outside |")
-        lines.append(f"| real checkpoint: longest prompt + new tokens | {real['prompt_tokens_max']} + {real['max_new_tokens']} "
-                     f"| <= {real['context_limit']} positions |")
+        lines.append(
+            f"| real checkpoint {real['model_path']} ({real['preset']}): ratio dev | max {real['ratio_max_dev']:.3g}; "
+            f"{real['share_outside_clip']:.1%} of {real['turns']} turns outside the clip {real['clip_coef']:g} | max < "
+            f"{real['bound']:g}; "
+            f"<= {REAL_OUTSIDE_CLIP_LIMIT:.0%} outside |"
+        )
+        lines.append(
+            f"| real checkpoint: longest prompt + new tokens | {real['prompt_tokens_max']} + {real['max_new_tokens']} "
+            f"| <= {real['context_limit']} positions |"
+        )
         reserved = "n/a (cpu)" if real["reserved_gib"] is None else f"{real['reserved_gib']:.1f} GiB"
-        lines.append(f"| real checkpoint: peak reserved memory (one GPU) | {reserved} | <= {REAL_MEMORY_SLACK:g} x estimate {real['estimate_gib']:.1f} GiB |")
+        lines.append(
+            f"| real checkpoint: peak reserved memory (one GPU) | {reserved} | <= {REAL_MEMORY_SLACK:g} x estimate "
+            f"{real['estimate_gib']:.1f} GiB |"
+        )
         lines.append(f"| real checkpoint: phases | {phases} | |")
     lines += real_size_rows(load("real_size.json"), load("real_size_ppo.json"))
     return "\n".join(lines)
@@ -718,28 +895,50 @@ def real_size_rows(probe: Optional[dict[str, Any]], ppo: Optional[dict[str, Any]
     lines = []
     if probe:
         build = probe.get("build") or {}
-        what = f"real size {probe['preset']} ({build.get('architecture_of', '?')}'s architecture, {build.get('num_parameters', 0):.3g} params, " \
-               f"{probe['dtype']}, random weights)"
-        lines.append(f"| {what}: act vs bare generate, {probe['num_envs']} envs x {probe['max_new_tokens']} tokens, s per decoded position "
-                     f"| act {probe['act_per_token_s'] * 1e3:.1f} ms, bare {probe['bare_per_token_s'] * 1e3:.1f} ms: {probe['act_over_bare']:.2f}x "
-                     f"| goal <= {probe['act_goal']:g}x |")
+        what = (
+            f"real size {probe['preset']} ({build.get('architecture_of', '?')}'s architecture, "
+            f"{build.get('num_parameters', 0):.3g} params, "
+            f"{probe['dtype']}, random weights)"
+        )
+        lines.append(
+            f"| {what}: act vs bare generate, {probe['num_envs']} envs x {probe['max_new_tokens']} tokens, s per "
+            "decoded position "
+            f"| act {probe['act_per_token_s'] * 1e3:.1f} ms, bare {probe['bare_per_token_s'] * 1e3:.1f} ms: "
+            f"{probe['act_over_bare']:.2f}x "
+            f"| goal <= {probe['act_goal']:g}x |"
+        )
         if "act_greedy_frames_kept_s" in probe:
-            lines.append(f"| real size: greedy act, the tower on every frame / the frames' tower outputs kept (model.vision_cache_images) "
-                         f"| {probe['act_greedy_s']:.2f} s / {probe['act_greedy_frames_kept_s']:.2f} s | |")
+            lines.append(
+                "| real size: greedy act, the tower on every frame / the frames' tower outputs kept "
+                "(model.vision_cache_images) "
+                f"| {probe['act_greedy_s']:.2f} s / {probe['act_greedy_frames_kept_s']:.2f} s | |"
+            )
         s = probe["shapes"]
         peak = "n/a (cpu)" if probe["peak_allocated_gib"] is None else f"{probe['peak_allocated_gib']:.2f} GiB"
-        lines.append(f"| real size: peak allocated, rollout {probe['num_envs']}x{probe['num_steps']} + two training steps "
-                     f"({s['batch']} turns x {s['prompt_tokens'] + s['response_tokens']} tokens, {s['images']} images x {s['image_tokens']} tokens) "
-                     f"| {peak} | within {probe['memory_tolerance']:.0%} of the formula's {probe['estimate_gib']:.2f} GiB (the preset's own "
-                     f"table, its longest VSI turn: {probe['preset_estimate_gib']:.2f} GiB) |")
+        lines.append(
+            f"| real size: peak allocated, rollout {probe['num_envs']}x{probe['num_steps']} + two training steps "
+            f"({s['batch']} turns x {s['prompt_tokens'] + s['response_tokens']} tokens, {s['images']} images x "
+            f"{s['image_tokens']} tokens) "
+            f"| {peak} | within {probe['memory_tolerance']:.0%} of the formula's {probe['estimate_gib']:.2f} GiB (the "
+            "preset's own "
+            f"table, its longest VSI turn: {probe['preset_estimate_gib']:.2f} GiB) |"
+        )
         if build:
-            lines.append(f"| real size: build (random weights on {build.get('device')}) + write | {build['build_seconds']:.1f} s + {build['write_seconds']:.1f} s | |")
+            lines.append(
+                f"| real size: build (random weights on {build.get('device')}) + write | {build['build_seconds']:.1f} "
+                f"s + {build['write_seconds']:.1f} s | |"
+            )
     if ppo:
         expected = "0 exactly" if ppo["old_log_probs"] == "update" else f"< {ppo['bound']:g}"
-        lines.append(f"| real size PPO ({ppo['processes']} process(es), {ppo['dtype']}, old log-probs {ppo['old_log_probs']}, "
-                     f"{ppo['ratio_level']} ratios): first-minibatch max abs(ratio-1) | {ppo['ratio_max_dev']:.3g} | {expected} |")
+        lines.append(
+            f"| real size PPO ({ppo['processes']} process(es), {ppo['dtype']}, old log-probs {ppo['old_log_probs']}, "
+            f"{ppo['ratio_level']} ratios): first-minibatch max abs(ratio-1) | {ppo['ratio_max_dev']:.3g} | {expected} "
+            "|"
+        )
         phases = ", ".join(f"{k.split('/', 1)[1]} {v:.1f} s" for k, v in ppo["phase_seconds"].items())
-        lines.append(f"| real size PPO: s per iteration after the first ({ppo['turns_per_iteration']} turns) | {phases} | |")
+        lines.append(
+            f"| real size PPO: s per iteration after the first ({ppo['turns_per_iteration']} turns) | {phases} | |"
+        )
     return lines
 
 
@@ -757,22 +956,63 @@ def _write_json(path: Optional[str], data: Any) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m a2c_ppo_acktr.gpu_smoke", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("stage", choices=["info", "ratio", "real", "real-size", "check-ppo", "check-real-size", "check-engine", "check-sft", "summary",
-                                     "free-port"])
-    p.add_argument("--model", default=None, help="real: a local checkpoint directory (GPU_SMOKE_MODEL); real-size: the built directory")
-    p.add_argument("--preset", default="qwen2.5-vl-3b", help="real, real-size: the preset whose settings the model runs with")
+    p = argparse.ArgumentParser(
+        prog="python -m a2c_ppo_acktr.gpu_smoke",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "stage",
+        choices=[
+            "info",
+            "ratio",
+            "real",
+            "real-size",
+            "check-ppo",
+            "check-real-size",
+            "check-engine",
+            "check-sft",
+            "summary",
+            "free-port",
+        ],
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        help="real: a local checkpoint directory (GPU_SMOKE_MODEL); real-size: the built directory",
+    )
+    p.add_argument(
+        "--preset", default="qwen2.5-vl-3b", help="real, real-size: the preset whose settings the model runs with"
+    )
     p.add_argument("--device", choices=["cuda", "cpu"], default=os.environ.get("GPU_SMOKE_DEVICE", "cuda"))
     p.add_argument("--out", default=None, help="JSON file for this stage's numbers")
-    p.add_argument("--run-dir", default=None, help="check-ppo: the training run's directory (metrics.jsonl); check-sft: sft.output_dir")
+    p.add_argument(
+        "--run-dir",
+        default=None,
+        help="check-ppo: the training run's directory (metrics.jsonl); check-sft: sft.output_dir",
+    )
     p.add_argument("--iterations", type=int, default=2, help="check-ppo: iterations the run must have logged")
     p.add_argument("--hf-run-dir", default=None, help="check-engine: the HF-engine run to compare turns/s with")
-    p.add_argument("--profile", default=None, help="real-size: also profile act and a bare generate into this text file")
-    p.add_argument("--vllm-version", default=None, help="check-engine: the server's vLLM version (reported in the summary)")
+    p.add_argument(
+        "--profile", default=None, help="real-size: also profile act and a bare generate into this text file"
+    )
+    p.add_argument(
+        "--vllm-version", default=None, help="check-engine: the server's vLLM version (reported in the summary)"
+    )
     p.add_argument("--seeds", type=int, default=None, help="ratio: seeds per setting (default 4 on cuda, 1 on cpu)")
     p.add_argument("--work", default=None, help="summary: the directory holding the stages' JSON files")
-    p.add_argument("--config", default=None, help="ratio, real-size: an env overlay (configs/envs/*.yaml, ENV_CONFIG) merged over the preset")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="ratio, real-size: one more config override (repeatable)")
+    p.add_argument(
+        "--config",
+        default=None,
+        help="ratio, real-size: an env overlay (configs/envs/*.yaml, ENV_CONFIG) merged over the preset",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="ratio, real-size: one more config override (repeatable)",
+    )
     return p
 
 
@@ -787,13 +1027,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             for key, value in info.items():
                 if key == "gpus":
                     for g in value:
-                        print(f"gpu {g['index']:<14d} {g['name']}, {g['memory_gib']} GiB, compute capability {g['capability']}")
+                        print(
+                            f"gpu {g['index']:<14d} {g['name']}, {g['memory_gib']} GiB, compute capability "
+                            f"{g['capability']}"
+                        )
                 else:
                     print(f"{key:18s} {value}")
             _write_json(args.out, info)
             check_environment(info, args.device)
         elif args.stage == "ratio":
-            results = run_ratio_stage(args.device, args.seeds if args.seeds is not None else (4 if args.device == "cuda" else 1), args.config, args.set)
+            results = run_ratio_stage(
+                args.device,
+                args.seeds if args.seeds is not None else (4 if args.device == "cuda" else 1),
+                args.config,
+                args.set,
+            )
             _write_json(args.out, [asdict(r) for r in results])
             check_ratio_results(results)
         elif args.stage == "real":

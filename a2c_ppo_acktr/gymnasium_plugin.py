@@ -14,6 +14,7 @@ An interpreter that never imports gymnasium pays for one small module import. Se
 ``a2c_ppo_acktr.envs`` is imported, as they always do). A failure while registering is a warning,
 never a failed ``import gymnasium``.
 """
+
 from __future__ import annotations
 
 import os
@@ -53,8 +54,12 @@ def _register() -> None:
     except Exception as e:  # noqa: BLE001 - never break `import gymnasium` for a user who does not use these envs
         import warnings
 
-        warnings.warn(f"vsi-ppo could not register its gymnasium ids ({type(e).__name__}: {e}); "
-                      f"`import a2c_ppo_acktr.envs` registers them", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"vsi-ppo could not register its gymnasium ids ({type(e).__name__}: {e}); "
+            f"`import a2c_ppo_acktr.envs` registers them",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 class GymnasiumImportHook:

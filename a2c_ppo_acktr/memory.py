@@ -28,6 +28,7 @@ Nothing is kept for the frozen embeddings nor for the first layer's input norm (
 there); the final norm keeps ``4H + 4``, which makes up for it. Gradient checkpointing keeps each
 layer's input (``bH``) and recomputes one layer at a time in backward.
 """
+
 from __future__ import annotations
 
 import math
@@ -50,96 +51,184 @@ KNOWN_CONFIGS: dict[str, dict[str, Any]] = {
         "model_type": "qwen2_vl",
         "tie_word_embeddings": True,
         "text_config": {
-            "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
-            "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936,
-            "max_position_embeddings": 32768, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+            "hidden_size": 1536,
+            "intermediate_size": 8960,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 12,
+            "num_key_value_heads": 2,
+            "vocab_size": 151936,
+            "max_position_embeddings": 32768,
+            "rms_norm_eps": 1e-06,
+            "rope_theta": 1000000.0,
             "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
         },
         "vision_config": {
-            "depth": 32, "embed_dim": 1280, "mlp_ratio": 4, "num_heads": 16, "hidden_size": 1536,
-            "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
+            "depth": 32,
+            "embed_dim": 1280,
+            "mlp_ratio": 4,
+            "num_heads": 16,
+            "hidden_size": 1536,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
         },
-        "min_pixels": 3136, "max_pixels": 12845056,
+        "min_pixels": 3136,
+        "max_pixels": 12845056,
     },
     "Qwen/Qwen2-VL-7B-Instruct": {
         "model_type": "qwen2_vl",
         "tie_word_embeddings": False,
         "text_config": {
-            "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
-            "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
-            "max_position_embeddings": 32768, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+            "hidden_size": 3584,
+            "intermediate_size": 18944,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 28,
+            "num_key_value_heads": 4,
+            "vocab_size": 152064,
+            "max_position_embeddings": 32768,
+            "rms_norm_eps": 1e-06,
+            "rope_theta": 1000000.0,
             "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
         },
         "vision_config": {
-            "depth": 32, "embed_dim": 1280, "mlp_ratio": 4, "num_heads": 16, "hidden_size": 3584,
-            "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
+            "depth": 32,
+            "embed_dim": 1280,
+            "mlp_ratio": 4,
+            "num_heads": 16,
+            "hidden_size": 3584,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
         },
-        "min_pixels": 3136, "max_pixels": 12845056,
+        "min_pixels": 3136,
+        "max_pixels": 12845056,
     },
     "Qwen/Qwen2.5-VL-3B-Instruct": {
         "model_type": "qwen2_5_vl",
         "tie_word_embeddings": True,
         "text_config": {
-            "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
-            "num_attention_heads": 16, "num_key_value_heads": 2, "vocab_size": 151936,
-            "max_position_embeddings": 128000, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+            "hidden_size": 2048,
+            "intermediate_size": 11008,
+            "num_hidden_layers": 36,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 2,
+            "vocab_size": 151936,
+            "max_position_embeddings": 128000,
+            "rms_norm_eps": 1e-06,
+            "rope_theta": 1000000.0,
             "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
         },
         "vision_config": {
-            "depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "out_hidden_size": 2048,
-            "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 112,
-            "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2,
+            "depth": 32,
+            "hidden_size": 1280,
+            "intermediate_size": 3420,
+            "num_heads": 16,
+            "out_hidden_size": 2048,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "window_size": 112,
+            "fullatt_block_indexes": [7, 15, 23, 31],
+            "tokens_per_second": 2,
         },
         # preprocessor_config.json
-        "min_pixels": 3136, "max_pixels": 12845056,
+        "min_pixels": 3136,
+        "max_pixels": 12845056,
     },
     "Qwen/Qwen2.5-VL-7B-Instruct": {
         "model_type": "qwen2_5_vl",
         "tie_word_embeddings": False,
         "text_config": {
-            "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
-            "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
-            "max_position_embeddings": 128000, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+            "hidden_size": 3584,
+            "intermediate_size": 18944,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 28,
+            "num_key_value_heads": 4,
+            "vocab_size": 152064,
+            "max_position_embeddings": 128000,
+            "rms_norm_eps": 1e-06,
+            "rope_theta": 1000000.0,
             "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
         },
         "vision_config": {
-            "depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "out_hidden_size": 3584,
-            "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 112,
-            "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2,
+            "depth": 32,
+            "hidden_size": 1280,
+            "intermediate_size": 3420,
+            "num_heads": 16,
+            "out_hidden_size": 3584,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "window_size": 112,
+            "fullatt_block_indexes": [7, 15, 23, 31],
+            "tokens_per_second": 2,
         },
-        "min_pixels": 3136, "max_pixels": 12845056,
+        "min_pixels": 3136,
+        "max_pixels": 12845056,
     },
     "Qwen/Qwen3-VL-4B-Instruct": {
         "model_type": "qwen3_vl",
         "tie_word_embeddings": True,
         "text_config": {
-            "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32,
-            "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": True,
-            "max_position_embeddings": 262144, "rms_norm_eps": 1e-06, "rope_theta": 5000000,
+            "hidden_size": 2560,
+            "intermediate_size": 9728,
+            "num_hidden_layers": 36,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "vocab_size": 151936,
+            "tie_word_embeddings": True,
+            "max_position_embeddings": 262144,
+            "rms_norm_eps": 1e-06,
+            "rope_theta": 5000000,
             "rope_scaling": {"mrope_interleaved": True, "mrope_section": [24, 20, 20], "rope_type": "default"},
         },
         "vision_config": {
-            "depth": 24, "hidden_size": 1024, "intermediate_size": 4096, "num_heads": 16, "out_hidden_size": 2560,
-            "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "num_position_embeddings": 2304,
+            "depth": 24,
+            "hidden_size": 1024,
+            "intermediate_size": 4096,
+            "num_heads": 16,
+            "out_hidden_size": 2560,
+            "patch_size": 16,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "num_position_embeddings": 2304,
             "deepstack_visual_indexes": [5, 11, 17],
         },
-        "min_pixels": 65536, "max_pixels": 16777216,
+        "min_pixels": 65536,
+        "max_pixels": 16777216,
     },
     "Qwen/Qwen3-VL-8B-Instruct": {
         "model_type": "qwen3_vl",
         "tie_word_embeddings": False,
         "text_config": {
-            "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
-            "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": False,
-            "max_position_embeddings": 262144, "rms_norm_eps": 1e-06, "rope_theta": 5000000,
+            "hidden_size": 4096,
+            "intermediate_size": 12288,
+            "num_hidden_layers": 36,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "vocab_size": 151936,
+            "tie_word_embeddings": False,
+            "max_position_embeddings": 262144,
+            "rms_norm_eps": 1e-06,
+            "rope_theta": 5000000,
             "rope_scaling": {"mrope_interleaved": True, "mrope_section": [24, 20, 20], "rope_type": "default"},
         },
         "vision_config": {
-            "depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16, "out_hidden_size": 4096,
-            "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "num_position_embeddings": 2304,
+            "depth": 27,
+            "hidden_size": 1152,
+            "intermediate_size": 4304,
+            "num_heads": 16,
+            "out_hidden_size": 4096,
+            "patch_size": 16,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "num_position_embeddings": 2304,
             "deepstack_visual_indexes": [8, 16, 24],
         },
-        "min_pixels": 65536, "max_pixels": 16777216,
+        "min_pixels": 65536,
+        "max_pixels": 16777216,
     },
 }
 
@@ -151,7 +240,12 @@ SAMPLE_QUESTION = (
     "or 'turn right.'): 1. Go forward until the tv 2. [please fill in] 3. Go forward until the table "
     "4. [please fill in] 5. Go forward until the refrigerator. You have reached the final destination."
 )
-SAMPLE_OPTIONS = ("A. Turn Left, Turn Right", "B. Turn Right, Turn Left", "C. Turn Back, Turn Left", "D. Turn Left, Turn Back")
+SAMPLE_OPTIONS = (
+    "A. Turn Left, Turn Right",
+    "B. Turn Right, Turn Left",
+    "C. Turn Back, Turn Left",
+    "D. Turn Left, Turn Back",
+)
 # Characters per text token for models whose tokenizer is not at hand: byte-level BPE vocabularies
 # of ~150k entries (Qwen) average about 4 characters of English per token.
 CHARS_PER_TOKEN = 4.0
@@ -356,14 +450,27 @@ def model_dims(model_cfg: Any) -> ModelDims:
     head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
     # Qwen2-VL's tower is embed_dim wide with an MLP of mlp_ratio x that; its hidden_size is the merger's output.
     vision_width = int(getattr(vision, "embed_dim", None) or getattr(vision, "hidden_size", 0) or 0)
-    vision_mlp = int(getattr(vision, "intermediate_size", None) or vision_width * float(getattr(vision, "mlp_ratio", 0) or 0))
+    vision_mlp = int(
+        getattr(vision, "intermediate_size", None) or vision_width * float(getattr(vision, "mlp_ratio", 0) or 0)
+    )
     return ModelDims(
-        hidden=int(text.hidden_size), intermediate=int(text.intermediate_size), layers=int(text.num_hidden_layers),
-        heads=heads, kv_heads=int(getattr(text, "num_key_value_heads", None) or heads), head_dim=head_dim,
-        vocab=int(text.vocab_size), total_params=int(total), lora_params=int(lora), trainable_extra=int(extra),
-        vision_patches_per_token=merge * merge, patch_factor=patch * merge,
-        vision_hidden=vision_width, vision_intermediate=vision_mlp,
-        min_pixels=int(known.get("min_pixels", 0)), max_pixels=int(known.get("max_pixels", 0)), source=source,
+        hidden=int(text.hidden_size),
+        intermediate=int(text.intermediate_size),
+        layers=int(text.num_hidden_layers),
+        heads=heads,
+        kv_heads=int(getattr(text, "num_key_value_heads", None) or heads),
+        head_dim=head_dim,
+        vocab=int(text.vocab_size),
+        total_params=int(total),
+        lora_params=int(lora),
+        trainable_extra=int(extra),
+        vision_patches_per_token=merge * merge,
+        patch_factor=patch * merge,
+        vision_hidden=vision_width,
+        vision_intermediate=vision_mlp,
+        min_pixels=int(known.get("min_pixels", 0)),
+        max_pixels=int(known.get("max_pixels", 0)),
+        source=source,
         vision_outputs_per_token=1 + len(getattr(vision, "deepstack_visual_indexes", None) or []),
     )
 
@@ -386,13 +493,21 @@ def sample_observation(env_cfg: Any, blank_images: bool = True) -> dict:
 
     n_views = env_cfg.image_history
     text = prompts.observation_text(
-        SAMPLE_QUESTION, list(SAMPLE_OPTIONS),
+        SAMPLE_QUESTION,
+        list(SAMPLE_OPTIONS),
         prompts.feedback_text(prompts.Move(-90.0, 2.5), collided=True, walked_m=1.25),
-        turns_left=env_cfg.max_turns, num_sweep_frames=env_cfg.num_sweep_frames, num_views=n_views,
-        max_forward=env_cfg.max_forward, object_labels=env_cfg.object_labels,
+        turns_left=env_cfg.max_turns,
+        num_sweep_frames=env_cfg.num_sweep_frames,
+        num_views=n_views,
+        max_forward=env_cfg.max_forward,
+        object_labels=env_cfg.object_labels,
     )
     size = env_cfg.image_size
-    images = [np.full((size, size, 3), 128, dtype=np.uint8) for _ in range(env_cfg.num_sweep_frames + n_views)] if blank_images else []
+    images = (
+        [np.full((size, size, 3), 128, dtype=np.uint8) for _ in range(env_cfg.num_sweep_frames + n_views)]
+        if blank_images
+        else []
+    )
     return {"images": images, "text": text}
 
 
@@ -400,7 +515,9 @@ def _qwen_image_tokens(size: int, dims: ModelDims, min_pixels: Optional[int], ma
     from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 
     factor = dims.patch_factor
-    h, w = smart_resize(size, size, factor=factor, min_pixels=min_pixels or dims.min_pixels, max_pixels=max_pixels or dims.max_pixels)
+    h, w = smart_resize(
+        size, size, factor=factor, min_pixels=min_pixels or dims.min_pixels, max_pixels=max_pixels or dims.max_pixels
+    )
     return (h // factor) * (w // factor)
 
 
@@ -415,7 +532,9 @@ def preset_shapes(run: Any, dims: ModelDims) -> Shapes:
     processor = None
     if _on_disk(run.model.model_path):
         try:
-            processor = load_processor(run.model.model_path, min_pixels=run.model.min_pixels, max_pixels=run.model.max_pixels)
+            processor = load_processor(
+                run.model.model_path, min_pixels=run.model.min_pixels, max_pixels=run.model.max_pixels
+            )
         except (ModelLoadError, OSError, ValueError):
             processor = None  # a model directory without processor files: estimate as for a hub id
     if processor is not None:
@@ -432,14 +551,23 @@ def preset_shapes(run: Any, dims: ModelDims) -> Shapes:
     else:
         per_image = _qwen_image_tokens(run.env.image_size, dims, run.model.min_pixels, run.model.max_pixels)
         chars = len(prompts.system_prompt(obs)) + len(obs["text"])
-        text_tokens = math.ceil(chars / CHARS_PER_TOKEN) + CHAT_TEMPLATE_TOKENS + 2 * n_img  # + vision start/end per image
+        text_tokens = (
+            math.ceil(chars / CHARS_PER_TOKEN) + CHAT_TEMPLATE_TOKENS + 2 * n_img
+        )  # + vision start/end per image
         prompt, exact = text_tokens + per_image * n_img, False
         # Qwen-VL: 3 channels x 2 frames (an image is repeated to the temporal patch) per resized pixel
         pixels = per_image * dims.patch_factor**2 * 3 * 2
     return Shapes(
-        batch=run.ppo.mini_batch_size, prompt_tokens=prompt, response_tokens=run.model.max_new_tokens,
-        padded=run.ppo.mini_batch_size > 1, num_envs=run.rollout.num_envs, images=n_img,
-        image_tokens=per_image, pixel_values=pixels, text_tokens=text_tokens, text_exact=exact,
+        batch=run.ppo.mini_batch_size,
+        prompt_tokens=prompt,
+        response_tokens=run.model.max_new_tokens,
+        padded=run.ppo.mini_batch_size > 1,
+        num_envs=run.rollout.num_envs,
+        images=n_img,
+        image_tokens=per_image,
+        pixel_values=pixels,
+        text_tokens=text_tokens,
+        text_exact=exact,
     )
 
 
@@ -495,21 +623,45 @@ def estimate(d: ModelDims, shapes: Shapes, s: Setup, heads: int = 0) -> list[Ter
     shard, per_gpu = (n, f" / {n}") if z == 3 else (1, "")
     terms = [
         Term("weights", P * b / shard, f"params x b{per_gpu} = {_n(P)} x {b}{per_gpu}", "static"),
-        Term("trainable params (LoRA + heads)", Pt * a / shard, f"P_train x a{per_gpu} = {_n(Pt)} x {a}{per_gpu}", "static"),
+        Term(
+            "trainable params (LoRA + heads)",
+            Pt * a / shard,
+            f"P_train x a{per_gpu} = {_n(Pt)} x {a}{per_gpu}",
+            "static",
+        ),
     ]
     if z > 0:
-        terms.append(Term("fp32 master + Adam m, v (ZeRO-sharded)", 12 * Pt / n, f"12 x P_train / gpus = 12 x {_n(Pt)} / {n}", "static"))
+        terms.append(
+            Term(
+                "fp32 master + Adam m, v (ZeRO-sharded)",
+                12 * Pt / n,
+                f"12 x P_train / gpus = 12 x {_n(Pt)} / {n}",
+                "static",
+            )
+        )
     else:
         terms.append(Term("Adam m, v", 8 * Pt, f"8 x P_train = 8 x {_n(Pt)}", "static"))
     if z >= 2:
         bucket = min(s.reduce_bucket_elements, Pt)
-        terms.append(Term("gradients (partition + reduce bucket)", Pt * a / n + bucket * a,
-                          f"P_train x a / gpus + bucket x a = {_n(Pt)} x {a} / {n} + {_n(bucket)} x {a}", "update"))
+        terms.append(
+            Term(
+                "gradients (partition + reduce bucket)",
+                Pt * a / n + bucket * a,
+                f"P_train x a / gpus + bucket x a = {_n(Pt)} x {a} / {n} + {_n(bucket)} x {a}",
+                "update",
+            )
+        )
     else:
         terms.append(Term("gradients", Pt * a, f"P_train x a = {_n(Pt)} x {a}", "update"))
     n_img = B * shapes.images
-    terms.append(Term("inputs: pixel values (float32)", n_img * shapes.pixel_values * 4,
-                      f"B x images x pixel values per image x 4 = {B} x {shapes.images} x {_n(shapes.pixel_values)} x 4", "update"))
+    terms.append(
+        Term(
+            "inputs: pixel values (float32)",
+            n_img * shapes.pixel_values * 4,
+            f"B x images x pixel values per image x 4 = {B} x {shapes.images} x {_n(shapes.pixel_values)} x 4",
+            "update",
+        )
+    )
     per_layer = layer_bytes_per_token(d, s, shapes.padded)
     kv = d.q_dim if shapes.padded else d.kv_dim
     mask = B * T * T * b if shapes.padded else 0
@@ -518,13 +670,23 @@ def estimate(d: ModelDims, shapes: Shapes, s: Setup, heads: int = 0) -> list[Ter
     full = L * (N * per_layer + mask) + rope
     ckpt = L * N * b * H + N * (4 * H + 4) + rope
     gc_on = s.gradient_checkpointing
-    terms.append(Term(
-        "activations kept for backward, no checkpointing", full,
-        f"L x (N x [{layer_formula(d, s, shapes.padded)}]{mask_txt}) + 2b*hd*N; "
-        f"N = B x T = {B} x {T}, {per_layer / 1e3:.1f} kB/token/layer", "info" if gc_on else "update"))
-    terms.append(Term(
-        "activations kept for backward, gradient checkpointing", ckpt,
-        "L x N x bH (each layer's input) + N(4H+4) (final norm) + 2b*hd*N", "update" if gc_on else "info"))
+    terms.append(
+        Term(
+            "activations kept for backward, no checkpointing",
+            full,
+            f"L x (N x [{layer_formula(d, s, shapes.padded)}]{mask_txt}) + 2b*hd*N; "
+            f"N = B x T = {B} x {T}, {per_layer / 1e3:.1f} kB/token/layer",
+            "info" if gc_on else "update",
+        )
+    )
+    terms.append(
+        Term(
+            "activations kept for backward, gradient checkpointing",
+            ckpt,
+            "L x N x bH (each layer's input) + N(4H+4) (final norm) + 2b*hd*N",
+            "update" if gc_on else "info",
+        )
+    )
     # On top of what is kept, the largest transient: a layer's backward (the gradients of its MLP
     # intermediates and of its input) and, under checkpointing, that layer's kept tensors
     # recomputed first; or, under checkpointing, a layer run forward without keeping anything,
@@ -535,9 +697,15 @@ def estimate(d: ModelDims, shapes: Shapes, s: Setup, heads: int = 0) -> list[Ter
         forward_ws = N * b * (2 * H + 2 * d.q_dim + 2 * kv + 3 * d.intermediate) + mask
         recompute = N * per_layer + mask + backward_ws
         fwd_txt = f"N x b(2H + 2q + 2{'q' if shapes.padded else 'kv'} + 3I){mask_txt}"
-        terms.append(Term("one layer: forward, or recomputed + backward", max(forward_ws, recompute),
-                          f"max(forward: {fwd_txt} = {_gib(forward_ws)}, backward: one layer recomputed + "
-                          f"N x b(3I + 2H) = {_gib(recompute)})", "transient"))
+        terms.append(
+            Term(
+                "one layer: forward, or recomputed + backward",
+                max(forward_ws, recompute),
+                f"max(forward: {fwd_txt} = {_gib(forward_ws)}, backward: one layer recomputed + "
+                f"N x b(3I + 2H) = {_gib(recompute)})",
+                "transient",
+            )
+        )
     else:
         terms.append(Term("one layer's backward", backward_ws, "N x b(3I + 2H)", "transient"))
     terms.append(Term("final hidden states (policy, reference)", 2 * B * (R + 1) * H * b, "2 x B(R+1)H x b", "update"))
@@ -547,34 +715,83 @@ def estimate(d: ModelDims, shapes: Shapes, s: Setup, heads: int = 0) -> list[Ter
     # Below float32, lm_head casts its weight to float32 for every call (model.float32_logits): a
     # V x H float32 temporary beside the chunk's tensors (generate holds one such cast for its whole call).
     head_copy = V * H * 4 if b < 4 else 0
-    terms.append(Term(
-        "logits chunk (chunked log-prob/entropy/KL)", c * V * (CHUNK_FP32_COPIES * 4 + b) + head_copy,
-        f"c x V x ({CHUNK_FP32_COPIES} x 4 + b){' + V x H x 4 (float32 lm_head weight)' if head_copy else ''}; c = {c} tokens, V = {V}",
-        "transient"))
+    terms.append(
+        Term(
+            "logits chunk (chunked log-prob/entropy/KL)",
+            c * V * (CHUNK_FP32_COPIES * 4 + b) + head_copy,
+            f"c x V x ({CHUNK_FP32_COPIES} x 4 + b){' + V x H x 4 (float32 lm_head weight)' if head_copy else ''}; c = "
+            f"{c} tokens, V = {V}",
+            "transient",
+        )
+    )
     E, P_len = shapes.num_envs, shapes.prompt_tokens
     kv_cache = E * (P_len + R) * L * 2 * d.kv_dim * b
-    terms.append(Term("rollout: KV cache of generate", kv_cache,
-                      f"envs x T x L x 2 x kv x b = {E} x {P_len + R} x {L} x 2 x {d.kv_dim} x {b}", "rollout"))
+    terms.append(
+        Term(
+            "rollout: KV cache of generate",
+            kv_cache,
+            f"envs x T x L x 2 x kv x b = {E} x {P_len + R} x {L} x 2 x {d.kv_dim} x {b}",
+            "rollout",
+        )
+    )
     prefill = E * P_len * b * (2 * H + d.q_dim + 2 * d.kv_dim + 3 * d.intermediate)
-    terms.append(Term("rollout: prefill working set (one layer, no grad)", prefill, "envs x P x b(2H + q + 2kv + 3I)", "rollout"))
+    terms.append(
+        Term("rollout: prefill working set (one layer, no grad)", prefill, "envs x P x b(2H + q + 2kv + 3I)", "rollout")
+    )
     if s.vision_cache_images:
         per_image = shapes.image_tokens * H * b * d.vision_outputs_per_token
-        terms.append(Term("rollout: tower outputs kept (model.vision_cache_images)", s.vision_cache_images * per_image,
-                          f"images x tokens/image x H x b{' x maps' if d.vision_outputs_per_token > 1 else ''} = "
-                          f"{s.vision_cache_images} x {shapes.image_tokens} x {H} x {b}"
-                          f"{f' x {d.vision_outputs_per_token}' if d.vision_outputs_per_token > 1 else ''} (at most)", "rollout"))
+        terms.append(
+            Term(
+                "rollout: tower outputs kept (model.vision_cache_images)",
+                s.vision_cache_images * per_image,
+                f"images x tokens/image x H x b{' x maps' if d.vision_outputs_per_token > 1 else ''} = "
+                f"{s.vision_cache_images} x {shapes.image_tokens} x {H} x {b}"
+                f"{f' x {d.vision_outputs_per_token}' if d.vision_outputs_per_token > 1 else ''} (at most)",
+                "rollout",
+            )
+        )
     patches = n_img * shapes.image_tokens * d.vision_patches_per_token
     vision = patches * b * (4 * d.vision_hidden + 3 * d.vision_intermediate)
-    terms.append(Term("vision tower forward, no grad (before the language model)", vision,
-                      f"patches x b(4Hv + 3Iv); {_n(patches)} patches, Hv={d.vision_hidden}, Iv={d.vision_intermediate}", "info"))
+    terms.append(
+        Term(
+            "vision tower forward, no grad (before the language model)",
+            vision,
+            f"patches x b(4Hv + 3Iv); {_n(patches)} patches, Hv={d.vision_hidden}, Iv={d.vision_intermediate}",
+            "info",
+        )
+    )
     # What a GPU holds besides the tensors: assumed values, not measured here (no GPU in CI); the GPU
     # smoke test's real-checkpoint stage compares the total with torch.cuda.max_memory_reserved.
     base = totals(terms)
-    terms.append(Term("CUDA context and kernel images", CUDA_CONTEXT_BYTES, f"assumed {_gib(CUDA_CONTEXT_BYTES)} per process", "overhead", "assumed"))
+    terms.append(
+        Term(
+            "CUDA context and kernel images",
+            CUDA_CONTEXT_BYTES,
+            f"assumed {_gib(CUDA_CONTEXT_BYTES)} per process",
+            "overhead",
+            "assumed",
+        )
+    )
     if n > 1:
-        terms.append(Term("NCCL communicator buffers", NCCL_BUFFER_BYTES, f"assumed {_gib(NCCL_BUFFER_BYTES)} per process with 2+ GPUs", "overhead", "assumed"))
+        terms.append(
+            Term(
+                "NCCL communicator buffers",
+                NCCL_BUFFER_BYTES,
+                f"assumed {_gib(NCCL_BUFFER_BYTES)} per process with 2+ GPUs",
+                "overhead",
+                "assumed",
+            )
+        )
     frag = FRAGMENTATION_SHARE * max(base["update"], base["rollout"])
-    terms.append(Term("caching allocator fragmentation", frag, f"assumed {FRAGMENTATION_SHARE:.0%} of max(update, rollout)", "overhead", "assumed"))
+    terms.append(
+        Term(
+            "caching allocator fragmentation",
+            frag,
+            f"assumed {FRAGMENTATION_SHARE:.0%} of max(update, rollout)",
+            "overhead",
+            "assumed",
+        )
+    )
     return terms
 
 
@@ -610,23 +827,35 @@ def setup_from_run(run: Any, gpus: int) -> Setup:
         if path.is_file():
             bucket = int(float(json.loads(path.read_text())["zero_optimization"].get("reduce_bucket_size", 5e8)))
     return Setup(
-        dtype_bytes=b, lora_bytes=b if run.dist.zero_stage > 0 else 4, zero_stage=run.dist.zero_stage,
-        gpus=gpus if run.dist.zero_stage > 0 else 1, gradient_checkpointing=run.model.gradient_checkpointing,
-        reduce_bucket_elements=bucket, lora_r=run.model.lora_r,
-        vision_cache_images=run.model.vision_cache_images if run.model.reuse_vision_outputs and run.model.train_vision == "none" else 0,
+        dtype_bytes=b,
+        lora_bytes=b if run.dist.zero_stage > 0 else 4,
+        zero_stage=run.dist.zero_stage,
+        gpus=gpus if run.dist.zero_stage > 0 else 1,
+        gradient_checkpointing=run.model.gradient_checkpointing,
+        reduce_bucket_elements=bucket,
+        lora_r=run.model.lora_r,
+        vision_cache_images=run.model.vision_cache_images
+        if run.model.reuse_vision_outputs and run.model.train_vision == "none"
+        else 0,
     )
 
 
 def format_table(title: str, d: ModelDims, shapes: Shapes, s: Setup, terms: Sequence[Term]) -> str:
     """Markdown: the inputs, one row per term (formula and GiB), the totals."""
     tot = totals(terms)
-    text_note = "counted by the model's processor" if shapes.text_exact else f"estimate: characters / {CHARS_PER_TOKEN:g} + template"
+    text_note = (
+        "counted by the model's processor"
+        if shapes.text_exact
+        else f"estimate: characters / {CHARS_PER_TOKEN:g} + template"
+    )
     lines = [
         f"### {title}",
         "",
         f"Model: {d.source}: H={d.hidden}, L={d.layers}, I={d.intermediate}, heads={d.heads}, kv heads={d.kv_heads} "
-        f"(q={d.q_dim}, kv={d.kv_dim}), V={d.vocab}, {_n(d.total_params)} params, LoRA r={s.lora_r}: {_n(d.lora_params)}.",
-        f"Shapes: B={shapes.batch} turns x T={shapes.seq} tokens (prompt {shapes.prompt_tokens} = {shapes.images} images x "
+        f"(q={d.q_dim}, kv={d.kv_dim}), V={d.vocab}, {_n(d.total_params)} params, LoRA r={s.lora_r}: "
+        f"{_n(d.lora_params)}.",
+        f"Shapes: B={shapes.batch} turns x T={shapes.seq} tokens (prompt {shapes.prompt_tokens} = {shapes.images} "
+        "images x "
         f"{shapes.image_tokens} + {shapes.text_tokens} text [{text_note}]; R={shapes.response_tokens} generated); "
         f"b={s.dtype_bytes} B (dtype), a={s.lora_bytes} B (LoRA), ZeRO-{s.zero_stage} over {s.gpus} GPU(s), "
         f"gradient checkpointing {'on' if s.gradient_checkpointing else 'off'}.",
@@ -634,8 +863,14 @@ def format_table(title: str, d: ModelDims, shapes: Shapes, s: Setup, terms: Sequ
         "| term | formula | size | in peak | basis |",
         "|---|---|---|---|---|",
     ]
-    where = {"static": "yes", "update": "update", "transient": "update (largest transient)", "rollout": "rollout", "info": "no",
-             "overhead": "on top"}
+    where = {
+        "static": "yes",
+        "update": "update",
+        "transient": "update (largest transient)",
+        "rollout": "rollout",
+        "info": "no",
+        "overhead": "on top",
+    }
     for t in terms:
         basis = "measured (CPU peak RSS)" if t.name.startswith("logits chunk") else t.basis
         lines.append(f"| {t.name} | `{t.formula}` | {_gib(t.bytes)} | {where[t.group]} | {basis} |")
@@ -714,7 +949,9 @@ def report(run: Any, gpus: int, title: Optional[str] = None) -> str:
     dims = model_dims(run.model)
     shapes = preset_shapes(run, dims)
     setup = setup_from_run(run, gpus)
-    heads = head_params(dims.hidden, run.model.value_head_hidden, run.model.temp_head_hidden, run.model.use_temp_predictor)
+    heads = head_params(
+        dims.hidden, run.model.value_head_hidden, run.model.temp_head_hidden, run.model.use_temp_predictor
+    )
     terms = estimate(dims, shapes, setup, heads=heads)
     return format_table(title or f"{run.preset or run.model.model_path}", dims, shapes, setup, terms)
 
@@ -723,7 +960,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     from a2c_ppo_acktr.config.cli import config_parser, parse_run_config
 
     parser = config_parser(__doc__.split("\n")[0])
-    parser.add_argument("--gpus", type=int, default=8, help="GPUs the ZeRO states are sharded over (default 8: one node)")
+    parser.add_argument(
+        "--gpus", type=int, default=8, help="GPUs the ZeRO states are sharded over (default 8: one node)"
+    )
     run, args = parse_run_config(argv, None, parser)
     print(report(run, args.gpus))
 

@@ -9,6 +9,7 @@ every node sees). The launch scripts run this once per node and then start the r
 ``HF_HUB_OFFLINE=1``, so eight or sixty-four processes never race to the hub. Prints the path.
 Offline and not cached: one line saying so.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,7 +40,9 @@ def prefetch(model_path: str) -> str:
     try:
         snapshot_download(model_path)
     except Exception as e:  # network, auth, a missing repository: one line either way
-        raise ModelLoadError(f"could not download {model_path!r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+        raise ModelLoadError(
+            f"could not download {model_path!r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        ) from e
     return "downloaded"
 
 
@@ -49,8 +52,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default=None, help="config preset under configs/ (default: the built-in defaults)")
     parser.add_argument("--config", default=None, help="a YAML overlay (e.g. configs/envs/numberline.yaml)")
-    parser.add_argument("--model-path", default=None, help="the model to fetch (default: the config's model.model_path)")
-    parser.add_argument("--print-model", action="store_true", help="print the model path and the LoRA rank (`PATH RANK`), fetch nothing")
+    parser.add_argument(
+        "--model-path", default=None, help="the model to fetch (default: the config's model.model_path)"
+    )
+    parser.add_argument(
+        "--print-model", action="store_true", help="print the model path and the LoRA rank (`PATH RANK`), fetch nothing"
+    )
     args = parser.parse_args(argv)
     path = args.model_path
     cfg = load_config(config=args.config, preset=args.preset)

@@ -27,6 +27,7 @@ indexes that still exist, at least the last block; Qwen3-VL keeps the deepstack 
 at least the last block), ``--hidden`` and ``--vision-hidden`` (widths at the checkpoint's head
 dimension, MLPs scaled in proportion). Every value not reduced is the checkpoint's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,7 +71,9 @@ class Reductions:
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
             if value is not None and value < 1:
-                raise RealSizeError(f"--{name.replace('_', '-')}={value} must be >= 1 (or left out to keep the checkpoint's value)")
+                raise RealSizeError(
+                    f"--{name.replace('_', '-')}={value} must be >= 1 (or left out to keep the checkpoint's value)"
+                )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,15 +122,22 @@ def _reduce_text(text: dict[str, Any], r: Reductions) -> None:
     heads, hidden = text["num_attention_heads"], text["hidden_size"]
     head_dim = text.get("head_dim") or hidden // heads
     if r.hidden % head_dim:
-        raise RealSizeError(f"--hidden={r.hidden} must be a multiple of the checkpoint's head dimension {head_dim} (RoPE sections fit it)")
+        raise RealSizeError(
+            f"--hidden={r.hidden} must be a multiple of the checkpoint's head dimension {head_dim} (RoPE sections fit "
+            "it)"
+        )
     new_heads = r.hidden // head_dim
     # Keep grouped-query attention: as many query heads per key/value head as the checkpoint, or fewer.
     group = heads // text["num_key_value_heads"]
     kv = max(1, new_heads // group)
     while new_heads % kv:
         kv -= 1
-    text.update(hidden_size=r.hidden, num_attention_heads=new_heads, num_key_value_heads=kv,
-                intermediate_size=_scaled(text["intermediate_size"], r.hidden / hidden, 64))
+    text.update(
+        hidden_size=r.hidden,
+        num_attention_heads=new_heads,
+        num_key_value_heads=kv,
+        intermediate_size=_scaled(text["intermediate_size"], r.hidden / hidden, 64),
+    )
 
 
 def _kept_indexes(indexes: Sequence[int], depth: int) -> list[int]:
@@ -151,7 +161,9 @@ def _reduce_vision(vision: dict[str, Any], r: Reductions) -> None:
     heads, hidden = vision["num_heads"], vision[width]
     head_dim = hidden // heads
     if r.vision_hidden % head_dim:
-        raise RealSizeError(f"--vision-hidden={r.vision_hidden} must be a multiple of the tower's head dimension {head_dim}")
+        raise RealSizeError(
+            f"--vision-hidden={r.vision_hidden} must be a multiple of the tower's head dimension {head_dim}"
+        )
     vision.update({width: r.vision_hidden, "num_heads": r.vision_hidden // head_dim})
     if "intermediate_size" in vision:  # Qwen2-VL's MLP follows its width by mlp_ratio
         vision["intermediate_size"] = _scaled(vision["intermediate_size"], r.vision_hidden / hidden, 16)
@@ -172,7 +184,9 @@ def config_fields(hub_id: str, reductions: Reductions = Reductions()) -> dict[st
     _reduce_vision(fields["vision_config"], reductions)
     # The merger projects the tower's output to the language model's width.
     vision = fields["vision_config"]
-    vision["hidden_size" if _tower_width_key(vision) == "embed_dim" else "out_hidden_size"] = fields["text_config"]["hidden_size"]
+    vision["hidden_size" if _tower_width_key(vision) == "embed_dim" else "out_hidden_size"] = fields["text_config"][
+        "hidden_size"
+    ]
     return fields
 
 
@@ -184,7 +198,9 @@ def build_config(hub_id: str, tokenizer: Any, reductions: Reductions = Reduction
 
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in tiny.SPECIAL_TOKENS}
     fields = config_fields(hub_id, reductions)
-    fields["text_config"].update(bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"])
+    fields["text_config"].update(
+        bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"]
+    )
     return AutoConfig.for_model(
         **fields,
         image_token_id=ids["<|image_pad|>"],
@@ -205,9 +221,14 @@ def build_processor(hub_id: str, tokenizer: Any) -> Any:
     known = KNOWN_CONFIGS[hub_id]
     vision = known["vision_config"]
     spec = dataclasses.replace(
-        tiny.tiny_spec(known["model_type"]), min_pixels=known["min_pixels"], max_pixels=known["max_pixels"],
-        patch_size=vision["patch_size"], merge_size=vision["spatial_merge_size"], temporal_patch_size=vision["temporal_patch_size"],
-        image_mean=None, image_std=None,
+        tiny.tiny_spec(known["model_type"]),
+        min_pixels=known["min_pixels"],
+        max_pixels=known["max_pixels"],
+        patch_size=vision["patch_size"],
+        merge_size=vision["spatial_merge_size"],
+        temporal_patch_size=vision["temporal_patch_size"],
+        image_mean=None,
+        image_std=None,
     )
     return tiny.build_processor(spec, tokenizer)
 
@@ -235,7 +256,9 @@ def _check_device(device: str) -> None:
     except RuntimeError as e:
         raise RealSizeError(f"--device {device!r} is not a device ({e}); use cpu, cuda or cuda:N") from e
     if kind == "cuda" and not torch.cuda.is_available():
-        raise RealSizeError(f"--device {device} but CUDA is not available here; use --device cpu (with reductions for a CPU proxy)")
+        raise RealSizeError(
+            f"--device {device} but CUDA is not available here; use --device cpu (with reductions for a CPU proxy)"
+        )
 
 
 def _instantiate(config: Any, dtype: str, device: str, seed: int) -> Any:
@@ -293,13 +316,19 @@ def build_real_size(
     tokenizer = tiny.build_tokenizer(tiny.tiny_spec(family), tiny.training_corpus())
     config = build_config(hub_id, tokenizer, reductions)
     text, vision = config.get_text_config(), config.vision_config
-    _progress(f"building {preset} ({hub_id}'s architecture: {text.num_hidden_layers} text layers of width {text.hidden_size}, "
-              f"{vision.depth} vision blocks of width {vision.hidden_size}, {text.vocab_size} vocabulary rows) "
-              f"with random weights in {dtype} on {device}")
+    _progress(
+        f"building {preset} ({hub_id}'s architecture: {text.num_hidden_layers} text layers of width "
+        f"{text.hidden_size}, "
+        f"{vision.depth} vision blocks of width {vision.hidden_size}, {text.vocab_size} vocabulary rows) "
+        f"with random weights in {dtype} on {device}"
+    )
     model = _instantiate(config, dtype, device, seed)
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")}
-    model.generation_config = GenerationConfig(bos_token_id=ids["<|endoftext|>"], eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
-                                               pad_token_id=ids["<|endoftext|>"])
+    model.generation_config = GenerationConfig(
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
+        pad_token_id=ids["<|endoftext|>"],
+    )
     params = sum(p.numel() for p in model.parameters())
     t_built = time.perf_counter()
     _progress(f"{params / 1e6:,.1f}M parameters in {t_built - t0:.1f} s; writing {out}")
@@ -309,9 +338,19 @@ def build_real_size(
         model.save_pretrained(tmp, safe_serialization=True)
         build_processor(hub_id, tokenizer).save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        record = {"preset": preset, "architecture_of": hub_id, "reductions": asdict(reductions), "dtype": dtype, "device": device,
-                  "seed": seed, "num_parameters": int(params), "tokenizer_size": len(tokenizer), "vocab_rows": int(text.vocab_size),
-                  "build_seconds": round(t_built - t0, 2), "write_seconds": round(time.perf_counter() - t_built, 2)}
+        record = {
+            "preset": preset,
+            "architecture_of": hub_id,
+            "reductions": asdict(reductions),
+            "dtype": dtype,
+            "device": device,
+            "seed": seed,
+            "num_parameters": int(params),
+            "tokenizer_size": len(tokenizer),
+            "vocab_rows": int(text.vocab_size),
+            "build_seconds": round(t_built - t0, 2),
+            "write_seconds": round(time.perf_counter() - t_built, 2),
+        }
         (tmp / BUILD_RECORD).write_text(json.dumps(record, indent=2), encoding="utf-8")
         _check_out(out)  # nothing appeared there while building
         if out.is_dir():
@@ -331,14 +370,29 @@ def _family(hub_id: str) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m a2c_ppo_acktr.real_size", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", required=True, help="a GPU preset whose checkpoint's config is known (qwen2.5-vl-3b, ...)")
+    p = argparse.ArgumentParser(
+        prog="python -m a2c_ppo_acktr.real_size",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--preset", required=True, help="a GPU preset whose checkpoint's config is known (qwen2.5-vl-3b, ...)"
+    )
     p.add_argument("--out", required=True, help="a new (or empty) directory for the model, tokenizer and processor")
     p.add_argument("--text-layers", type=int, default=None, help="decoder layers (default: the checkpoint's)")
     p.add_argument("--vision-blocks", type=int, default=None, help="vision tower blocks (default: the checkpoint's)")
-    p.add_argument("--hidden", type=int, default=None, help="language model width, a multiple of its head dimension (default: the checkpoint's)")
-    p.add_argument("--vision-hidden", type=int, default=None, help="vision tower width, a multiple of its head dimension (default: the checkpoint's)")
+    p.add_argument(
+        "--hidden",
+        type=int,
+        default=None,
+        help="language model width, a multiple of its head dimension (default: the checkpoint's)",
+    )
+    p.add_argument(
+        "--vision-hidden",
+        type=int,
+        default=None,
+        help="vision tower width, a multiple of its head dimension (default: the checkpoint's)",
+    )
     p.add_argument("--dtype", default="bfloat16", help=f"weights' dtype: {', '.join(DTYPES)} (default bfloat16)")
     p.add_argument("--device", default="cpu", help="where the weights are created: cpu (default), cuda, cuda:N")
     p.add_argument("--seed", type=int, default=0, help="initialisation seed")
@@ -348,7 +402,12 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """CLI: build a preset's architecture into ``--out`` and print the directory."""
     args = _parser().parse_args(argv)
-    reductions = Reductions(text_layers=args.text_layers, vision_blocks=args.vision_blocks, hidden=args.hidden, vision_hidden=args.vision_hidden)
+    reductions = Reductions(
+        text_layers=args.text_layers,
+        vision_blocks=args.vision_blocks,
+        hidden=args.hidden,
+        vision_hidden=args.vision_hidden,
+    )
     print(build_real_size(args.preset, args.out, reductions, dtype=args.dtype, device=args.device, seed=args.seed))
 
 

@@ -4,6 +4,7 @@
 :mod:`a2c_ppo_acktr.memory`'s formula at the shapes that ran. The checks on these numbers live in
 :mod:`a2c_ppo_acktr.gpu_smoke`; this module only measures.
 """
+
 from __future__ import annotations
 
 import time
@@ -103,7 +104,9 @@ def decoders(policy: Any, observations: Sequence[dict]) -> tuple[Callable[[int],
     def bare(tokens: int) -> int:
         enc = policy._encode(texts, images)
         with torch.no_grad():
-            seqs = policy.model.generate(**enc, max_new_tokens=tokens, do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
+            seqs = policy.model.generate(
+                **enc, max_new_tokens=tokens, do_sample=True, temperature=1.0, top_k=0, top_p=1.0
+            )
         return int(seqs.shape[1] - enc["input_ids"].shape[1])
 
     def act(tokens: int) -> int:
@@ -136,9 +139,14 @@ def profile_decoders(policy: Any, observations: Sequence[dict], tokens: int, pat
         with profile(activities=activities) as prof:
             fn(tokens)
             sync()
-        parts.append(f"== {name}, {tokens} positions, sorted by {sort}\n" + prof.key_averages().table(sort_by=sort, row_limit=rows))
-        parts.append(f"== {name}, sorted by cpu_time_total (Python-side work shows here)\n"
-                     + prof.key_averages().table(sort_by="cpu_time_total", row_limit=rows))
+        parts.append(
+            f"== {name}, {tokens} positions, sorted by {sort}\n"
+            + prof.key_averages().table(sort_by=sort, row_limit=rows)
+        )
+        parts.append(
+            f"== {name}, sorted by cpu_time_total (Python-side work shows here)\n"
+            + prof.key_averages().table(sort_by="cpu_time_total", row_limit=rows)
+        )
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n\n".join(parts) + "\n")
 
@@ -157,7 +165,10 @@ def training_steps(policy: Any, minibatch: Any, lr: float, steps: int = 2) -> No
         out = policy.evaluate_actions(minibatch, with_kl=False)
         device = out.log_probs.device
         ratio = (out.log_probs - minibatch.old_log_probs.to(device)).exp()
-        loss = -(ratio * minibatch.advantages.to(device)).mean() + 0.5 * (out.values - minibatch.returns.to(device)).pow(2).mean()
+        loss = (
+            -(ratio * minibatch.advantages.to(device)).mean()
+            + 0.5 * (out.values - minibatch.returns.to(device)).pow(2).mean()
+        )
         loss.backward()
         optimizer.step()
         del out, ratio, loss
@@ -179,9 +190,16 @@ def measured_shapes(policy: Any, storage: Any, mini_batch_size: int, max_new_tok
     pixels = image_tokens * vision.spatial_merge_size**2 * vision.temporal_patch_size * vision.patch_size**2 * 3
     longest = max(len(p) for p in prompts)
     return Shapes(
-        batch=mini_batch_size, prompt_tokens=longest, response_tokens=max_new_tokens, padded=mini_batch_size > 1,
-        num_envs=storage.num_envs, images=images, image_tokens=image_tokens, pixel_values=pixels,
-        text_tokens=longest - images * image_tokens, text_exact=True,
+        batch=mini_batch_size,
+        prompt_tokens=longest,
+        response_tokens=max_new_tokens,
+        padded=mini_batch_size > 1,
+        num_envs=storage.num_envs,
+        images=images,
+        image_tokens=image_tokens,
+        pixel_values=pixels,
+        text_tokens=longest - images * image_tokens,
+        text_exact=True,
     )
 
 
@@ -194,7 +212,9 @@ def estimated_peak_bytes(run: Any, shapes: Any) -> float:
 
     dims = memory.model_dims(run.model)
     setup = dataclasses.replace(memory.setup_from_run(run, 1), zero_stage=0, lora_bytes=4, reduce_bucket_elements=0)
-    heads = memory.head_params(dims.hidden, run.model.value_head_hidden, run.model.temp_head_hidden, run.model.use_temp_predictor)
+    heads = memory.head_params(
+        dims.hidden, run.model.value_head_hidden, run.model.temp_head_hidden, run.model.use_temp_predictor
+    )
     return memory.totals(memory.estimate(dims, shapes, setup, heads=heads))["peak"]
 
 
@@ -204,6 +224,8 @@ def preset_peak_bytes(run: Any) -> float:
     from a2c_ppo_acktr import memory
 
     dims = memory.model_dims(run.model)
-    heads = memory.head_params(dims.hidden, run.model.value_head_hidden, run.model.temp_head_hidden, run.model.use_temp_predictor)
+    heads = memory.head_params(
+        dims.hidden, run.model.value_head_hidden, run.model.temp_head_hidden, run.model.use_temp_predictor
+    )
     terms = memory.estimate(dims, memory.preset_shapes(run, dims), memory.setup_from_run(run, 1), heads=heads)
     return memory.totals(terms)["peak"]

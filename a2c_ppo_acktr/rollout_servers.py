@@ -24,6 +24,7 @@ one ``vllm serve`` per entry of ``ROLLOUT_PORTS``:
   ``--logprobs-mode processed_logprobs`` (log-probs after temperature, top-k and top-p) and
   ``--generation-config vllm`` (no sampling defaults from the checkpoint's generation_config.json).
 """
+
 from __future__ import annotations
 
 import math
@@ -71,11 +72,13 @@ def plan_servers(gpus: int, tp: int, port: int, devices: Optional[Sequence[str]]
         ServerPlanError: ``tp`` does not divide ``gpus``, or fewer devices than GPUs are listed.
     """
     if gpus < 1 or tp < 1 or gpus % tp:
-        raise ServerPlanError(f"ROLLOUT_TP={tp} must divide the node's NUM_GPUS={gpus} (one server per group of ROLLOUT_TP GPUs)")
+        raise ServerPlanError(
+            f"ROLLOUT_TP={tp} must divide the node's NUM_GPUS={gpus} (one server per group of ROLLOUT_TP GPUs)"
+        )
     ids = [str(i) for i in range(gpus)] if not devices else [d.strip() for d in devices if d.strip()]
     if len(ids) < gpus:
         raise ServerPlanError(f"CUDA_VISIBLE_DEVICES lists {len(ids)} GPUs for NUM_GPUS={gpus}: list one per process")
-    return [ServerPlan(i, port + i, ",".join(ids[i * tp:(i + 1) * tp])) for i in range(gpus // tp)]
+    return [ServerPlan(i, port + i, ",".join(ids[i * tp : (i + 1) * tp])) for i in range(gpus // tp)]
 
 
 def context_length(prompt_tokens: int, max_new_tokens: int) -> int:
@@ -95,12 +98,19 @@ def serve_command(vllm_python: Optional[str]) -> tuple[list[str], list[str]]:
     if vllm_python:
         python = shutil.which(vllm_python)
         if python is None:
-            raise ServerPlanError(f"VLLM_PYTHON={vllm_python} is not an executable: point it at the python of vLLM's environment")
-        return ([python, "-m", "vllm.entrypoints.cli.main", "serve"],
-                [python, "-c", "import importlib.metadata as m; print(m.version('vllm'))"])
+            raise ServerPlanError(
+                f"VLLM_PYTHON={vllm_python} is not an executable: point it at the python of vLLM's environment"
+            )
+        return (
+            [python, "-m", "vllm.entrypoints.cli.main", "serve"],
+            [python, "-c", "import importlib.metadata as m; print(m.version('vllm'))"],
+        )
     vllm = shutil.which("vllm")
     if vllm is None:
-        raise ServerPlanError("no `vllm` on PATH: install vLLM (pip install -e .[vllm]) or set VLLM_PYTHON to the python of its environment")
+        raise ServerPlanError(
+            "no `vllm` on PATH: install vLLM (pip install -e .[vllm]) or set VLLM_PYTHON to the python of its "
+            "environment"
+        )
     return [vllm, "serve"], [vllm, "--version"]
 
 
@@ -118,7 +128,9 @@ def installed_version(version_cmd: Sequence[str]) -> str:
     lines = res.stdout.strip().splitlines()
     if res.returncode != 0 or not lines:
         last = (res.stderr.strip().splitlines() or ["no output"])[-1][:200]
-        raise ServerPlanError(f"{shlex.join(version_cmd)} failed (exit {res.returncode}: {last}); is vLLM installed in that environment?")
+        raise ServerPlanError(
+            f"{shlex.join(version_cmd)} failed (exit {res.returncode}: {last}); is vLLM installed in that environment?"
+        )
     version = lines[-1].strip()
     check_version(version, version_cmd[0])
     return version
@@ -127,9 +139,25 @@ def installed_version(version_cmd: Sequence[str]) -> str:
 def server_flags(run: Any, max_model_len: int, gpu_memory: float, tp: int) -> tuple[list[str], dict[str, Any]]:
     """The flags every server of the node gets, and what they were derived from (for the log line)."""
     rank = server_lora_rank(run.model.lora_r)
-    flags = ["--host", "127.0.0.1", "--enable-lora", "--max-lora-rank", str(rank), "--max-loras", "1",
-             "--max-model-len", str(max_model_len), "--gpu-memory-utilization", f"{gpu_memory:g}",
-             "--tensor-parallel-size", str(tp), "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm"]
+    flags = [
+        "--host",
+        "127.0.0.1",
+        "--enable-lora",
+        "--max-lora-rank",
+        str(rank),
+        "--max-loras",
+        "1",
+        "--max-model-len",
+        str(max_model_len),
+        "--gpu-memory-utilization",
+        f"{gpu_memory:g}",
+        "--tensor-parallel-size",
+        str(tp),
+        "--logprobs-mode",
+        "processed_logprobs",
+        "--generation-config",
+        "vllm",
+    ]
     return flags, {"lora_r": run.model.lora_r, "max_lora_rank": rank}
 
 
@@ -155,16 +183,29 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--gpus", type=int, required=True, help="trainer processes (GPUs) on this node")
     parser.add_argument("--tp", type=int, default=1, help="GPUs per server (--tensor-parallel-size; ROLLOUT_TP)")
     parser.add_argument("--port", type=int, default=8000, help="the first server's port (ROLLOUT_PORT)")
-    parser.add_argument("--gpu-memory", type=float, default=0.3, help="the fraction of each GPU a server takes (ROLLOUT_GPU_MEMORY)")
-    parser.add_argument("--vllm-python", default=None, help="the python of vLLM's environment (VLLM_PYTHON; default: `vllm` on PATH)")
-    parser.add_argument("--max-model-len", type=int, default=None, help="the servers' context (ROLLOUT_MAX_MODEL_LEN; default: from the run)")
+    parser.add_argument(
+        "--gpu-memory", type=float, default=0.3, help="the fraction of each GPU a server takes (ROLLOUT_GPU_MEMORY)"
+    )
+    parser.add_argument(
+        "--vllm-python", default=None, help="the python of vLLM's environment (VLLM_PYTHON; default: `vllm` on PATH)"
+    )
+    parser.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="the servers' context (ROLLOUT_MAX_MODEL_LEN; default: from the run)",
+    )
     parser.add_argument("--devices", default=None, help="the node's GPU ids (CUDA_VISIBLE_DEVICES)")
-    parser.add_argument("--sft-adapter", default=None, help="as main_vsi.py: the warm start whose LoRA rank the servers must hold")
+    parser.add_argument(
+        "--sft-adapter", default=None, help="as main_vsi.py: the warm start whose LoRA rank the servers must hold"
+    )
     parser.add_argument("--resume", default=None, help="as main_vsi.py (accepted, not used)")
     args, extra = parser.parse_known_args(argv)
     check_flag_typos(parser, extra)
     if not 0 < args.gpu_memory < 1:
-        raise ServerPlanError(f"ROLLOUT_GPU_MEMORY={args.gpu_memory} must be a fraction of each GPU in (0, 1), e.g. 0.3")
+        raise ServerPlanError(
+            f"ROLLOUT_GPU_MEMORY={args.gpu_memory} must be a fraction of each GPU in (0, 1), e.g. 0.3"
+        )
     servers = plan_servers(args.gpus, args.tp, args.port, args.devices.split(",") if args.devices else None)
     serve, version_cmd = serve_command(args.vllm_python)
     version = installed_version(version_cmd)
@@ -176,14 +217,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         adopt_adapter_settings(run.model, args.sft_adapter)
     if args.max_model_len is not None:
         if args.max_model_len <= run.model.max_new_tokens:
-            raise ServerPlanError(f"ROLLOUT_MAX_MODEL_LEN={args.max_model_len} leaves no room for a prompt before "
-                                  f"model.max_new_tokens={run.model.max_new_tokens}")
+            raise ServerPlanError(
+                f"ROLLOUT_MAX_MODEL_LEN={args.max_model_len} leaves no room for a prompt before "
+                f"model.max_new_tokens={run.model.max_new_tokens}"
+            )
         length, why = args.max_model_len, "ROLLOUT_MAX_MODEL_LEN"
     else:
         prompt, exact = prompt_tokens(run)
         length = context_length(prompt, run.model.max_new_tokens)
-        why = (f"a prompt of {prompt} tokens ({'counted' if exact else 'estimated'}) + {PROMPT_MARGIN:.0%} "
-               f"+ model.max_new_tokens={run.model.max_new_tokens}")
+        why = (
+            f"a prompt of {prompt} tokens ({'counted' if exact else 'estimated'}) + {PROMPT_MARGIN:.0%} "
+            f"+ model.max_new_tokens={run.model.max_new_tokens}"
+        )
     flags, derived = server_flags(run, length, args.gpu_memory, args.tp)
     from a2c_ppo_acktr.policy.loading import resolve_model_path
 
@@ -198,9 +243,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _assign("ROLLOUT_PORTS", [s.port for s in servers]),
     ]
     print("\n".join(lines))
-    print(f"[rollout] {len(servers)} vLLM {version} server(s) of {args.tp} GPU(s) on ports {servers[0].port}-{servers[-1].port}; "
-          f"--max-model-len {length} ({why}); --max-lora-rank {derived['max_lora_rank']} (model.lora_r={derived['lora_r']})",
-          file=sys.stderr)
+    print(
+        f"[rollout] {len(servers)} vLLM {version} server(s) of {args.tp} GPU(s) on ports "
+        f"{servers[0].port}-{servers[-1].port}; "
+        f"--max-model-len {length} ({why}); --max-lora-rank {derived['max_lora_rank']} "
+        f"(model.lora_r={derived['lora_r']})",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -8,6 +8,7 @@ gradient).
 
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_bf16_ratio.py [--seeds 16] [--clip 0.1]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,14 @@ def measure(seeds: int, head: str) -> dict[str, list[float]]:
     if head == "bf16":
         model_module.float32_logits = lambda module: None
     try:
-        return {name: [d for s in range(seeds) for d in ratio_check("cpu", "bfloat16", model_overrides=temps, setting=name, seed=s).turn_devs]
-                for name, temps in TEMPERATURE_SETTINGS.items()}
+        return {
+            name: [
+                d
+                for s in range(seeds)
+                for d in ratio_check("cpu", "bfloat16", model_overrides=temps, setting=name, seed=s).turn_devs
+            ]
+            for name, temps in TEMPERATURE_SETTINGS.items()
+        }
     finally:
         model_module.float32_logits = original
 
@@ -38,10 +45,19 @@ def main() -> None:
     rows = []
     for head in ("float32", "bf16"):
         for name, devs in measure(args.seeds, head).items():
-            rows.append(f"| {head} | {name} | {len(devs)} | {max(devs):.3g} | {statistics.mean(d > TYPICAL_DEV for d in devs):.1%} "
-                        f"| {statistics.mean(d > args.clip for d in devs):.1%} |")
-    print(f"# bf16 first-minibatch ratio, tiny model on CPU ({args.seeds} seeds; {platform.machine()}, python {platform.python_version()})\n")
-    print(f"| lm_head logits | temperature setting | turns | max abs(ratio-1) | turns > {TYPICAL_DEV:g} | turns outside clip {args.clip:g} |")
+            rows.append(
+                f"| {head} | {name} | {len(devs)} | {max(devs):.3g} | "
+                f"{statistics.mean(d > TYPICAL_DEV for d in devs):.1%} "
+                f"| {statistics.mean(d > args.clip for d in devs):.1%} |"
+            )
+    print(
+        f"# bf16 first-minibatch ratio, tiny model on CPU ({args.seeds} seeds; {platform.machine()}, python "
+        f"{platform.python_version()})\n"
+    )
+    print(
+        f"| lm_head logits | temperature setting | turns | max abs(ratio-1) | turns > {TYPICAL_DEV:g} | turns outside "
+        f"clip {args.clip:g} |"
+    )
     print("|---|---|---:|---:|---:|---:|")
     print("\n".join(rows))
 

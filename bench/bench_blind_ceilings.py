@@ -22,6 +22,7 @@ tables (coordinate ascent with restarts; exact over the 7 hands' weights), and t
 
     .venv/bin/python bench/bench_blind_ceilings.py [--episodes 1000] [--caps 8 10 12 14 20]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -168,9 +169,14 @@ def mg_oracle_lengths(size: int) -> Counter:
 
 
 _MG_FEEDBACK = (
-    ("you turned left", "L"), ("you turned right", "R"), ("you moved forward", "Fm"),
-    ("you could not move forward", "Fw"), ("cell in front of you is empty", "Pe"),
-    ("pick up a wall", "Pw"), ("pick up the goal", "Pg"), ("you carry nothing to drop", "W"),
+    ("you turned left", "L"),
+    ("you turned right", "R"),
+    ("you moved forward", "Fm"),
+    ("you could not move forward", "Fw"),
+    ("cell in front of you is empty", "Pe"),
+    ("pick up a wall", "Pw"),
+    ("pick up the goal", "Pg"),
+    ("you carry nothing to drop", "W"),
     ("none yet", "start"),
 )
 
@@ -278,7 +284,10 @@ def ez_allowed(formula: str) -> tuple[str, ...]:
 
 
 def ez_eval(table: dict) -> Fraction:
-    return sum((p for hand, p in ez_hands().items() if ez_play(hand, lambda f, o: table.get((f, o)) or ez_heuristic(f, o))), Fraction(0))
+    return sum(
+        (p for hand, p in ez_hands().items() if ez_play(hand, lambda f, o: table.get((f, o)) or ez_heuristic(f, o))),
+        Fraction(0),
+    )
 
 
 def ez_search(restarts: int, seed: int = 0) -> tuple[Fraction, dict]:
@@ -294,9 +303,11 @@ def ez_search(restarts: int, seed: int = 0) -> tuple[Fraction, dict]:
             improved = False
             keys = set()
             for hand in ez_hands():
+
                 def record(f, o, _t=table, _keys=keys):
                     _keys.add((f, o))
                     return _t.get((f, o)) or ez_heuristic(f, o)
+
                 ez_play(hand, record)
             keys = sorted(keys)
             rng.shuffle(keys)
@@ -382,20 +393,33 @@ def main() -> None:
     print("## EZPoints (max_turns 10)")
     hands = ez_hands()
     print("hands:", {f"{a},{b}": float(p) for (a, b), p in sorted(hands.items())})
-    fixed = sum((p for h, p in hands.items() if ez_play(h, lambda f, o: {"": "10", "10": "+", "10 +": "2"}.get(f, "="))), Fraction(0))
+    fixed = sum(
+        (p for h, p in hands.items() if ez_play(h, lambda f, o: {"": "10", "10": "+", "10 +": "2"}.get(f, "="))),
+        Fraction(0),
+    )
     heur = ez_eval({})
     score, table = ez_search(args.restarts)
     replay = ez_replay(table, args.episodes)
-    print(f"fixed '10 + 2 =': {float(fixed):.4f}; hand-written feedback policy {float(heur):.4f}; best (formula, last feedback) table: exact {float(score):.4f}, "
-          f"replayed in EZPointsEnv over {args.episodes} deals {replay:.4f}; full-memory bound {float(ez_memory_bound()):.4f}")
+    print(
+        f"fixed '10 + 2 =': {float(fixed):.4f}; hand-written feedback policy {float(heur):.4f}; best (formula, last "
+        f"feedback) table: exact {float(score):.4f}, "
+        f"replayed in EZPointsEnv over {args.episodes} deals {replay:.4f}; full-memory bound "
+        f"{float(ez_memory_bound()):.4f}"
+    )
     print("table:", {f"{k[0]!r}|{k[1]}": v for k, v in sorted(table.items())})
     sys.stdout.flush()
 
     for size in args.sizes:
         mid = f"MiniGrid-Empty-Random-{size}x{size}-v0"
         lengths = mg_oracle_lengths(size)
-        print(f"\n## {mid}: {len(mg_states(size))} start states; sighted shortest solution lengths {dict(sorted(lengths.items()))}")
-        print("| turn cap | sighted (oracle) | blind clock+feedback (exact) | same, replayed in env | blind full memory (exact) |")
+        print(
+            f"\n## {mid}: {len(mg_states(size))} start states; sighted shortest solution lengths "
+            f"{dict(sorted(lengths.items()))}"
+        )
+        print(
+            "| turn cap | sighted (oracle) | blind clock+feedback (exact) | same, replayed in env | blind full memory "
+            "(exact) |"
+        )
         print("|---:|---:|---:|---:|---:|")
         for cap in args.caps:
             sighted = sum(n for k, n in lengths.items() if k <= cap) / sum(lengths.values())

@@ -9,6 +9,7 @@ deals (seeds ``eval.seed + i``). The table: success rate with its 95% Wilson int
 benchmark's Overall, and the episodes scoring >= 0.5 as success), mean return, mean episode length,
 and the seconds the oracle's episodes took. These are the "Environments" figures of docs/RESULTS.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,7 +22,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from a2c_ppo_acktr.envs.registry import TESTED_IDS, VSI_ID, overlay_path  # noqa: E402
-
 
 
 def measure(env_id: str, episodes: int) -> dict:
@@ -42,22 +42,36 @@ def measure(env_id: str, episodes: int) -> dict:
         result = evaluation.run_episodes(agent, specs, env_cfg, cfg.eval.batch_size, progress=False)
         seconds = time.perf_counter() - t0
         report = reports.build_report(result.records, name=name)
-        out[name] = {"overall": report["overall"], "ci": report["ci95"]["overall"], "agent": report["agent"], "seconds": seconds}
+        out[name] = {
+            "overall": report["overall"],
+            "ci": report["ci95"]["overall"],
+            "agent": report["agent"],
+            "seconds": seconds,
+        }
     return out
 
 
 def table(rows: Sequence[dict]) -> str:
-    lines = ["| env | agent | n | success (%) [95% CI] | mean return | mean length (turns) | s (all episodes) |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| env | agent | n | success (%) [95% CI] | mean return | mean length (turns) | s (all episodes) |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         for name in ("oracle", "chance"):
             m = r[name]
             a = m["agent"]
             lo, hi = m["ci"]
-            success = f"{100 * a['success_rate']:.1f}" if r["env_id"] == VSI_ID else f"{m['overall']:.1f} [{lo:.1f}, {hi:.1f}]"
+            success = (
+                f"{100 * a['success_rate']:.1f}"
+                if r["env_id"] == VSI_ID
+                else f"{m['overall']:.1f} [{lo:.1f}, {hi:.1f}]"
+            )
             if r["env_id"] == VSI_ID:
                 success += f" (Overall {m['overall']:.1f})"
-            lines.append(f"| {r['env_id']} | {name} | {a['num_episodes']} | {success} | {a['mean_reward']:.2f} | {a['mean_turns']:.2f} | {m['seconds']:.1f} |")
+            lines.append(
+                f"| {r['env_id']} | {name} | {a['num_episodes']} | {success} | {a['mean_reward']:.2f} | "
+                f"{a['mean_turns']:.2f} | {m['seconds']:.1f} |"
+            )
     return "\n".join(lines)
 
 

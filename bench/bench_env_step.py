@@ -32,6 +32,7 @@ the renderer alone (the part of a move step the env does not control).
 
 The defaults take about 8 s on 2 idle CPU cores (about 20 s when the cores are shared).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,7 +75,9 @@ def overlay_for(env_id: str) -> Optional[Path]:
     return overlay_path(env_id)
 
 
-def env_config(env_id: str, preset: str = "cpu-demo", image_size: Optional[int] = None) -> tuple[EnvConfig, Optional[Path]]:
+def env_config(
+    env_id: str, preset: str = "cpu-demo", image_size: Optional[int] = None
+) -> tuple[EnvConfig, Optional[Path]]:
     """The ``env`` config the table builds ``env_id`` from, and the overlay it used (None: the preset
     alone, with ``env.env_id`` set)."""
     overlay = overlay_for(env_id)
@@ -142,8 +145,17 @@ def bench_registry_env(env: Any, steps: int, resets: int, seed: int = 0) -> dict
     }
 
 
-REGISTRY_HEADERS = ("env", "config", "images", "text chars", "system chars", "reset ms (mean / median / p90)",
-                    "step ms (mean / median / p90)", "invalid step ms (mean / median / p90)", "episodes ended in steps")
+REGISTRY_HEADERS = (
+    "env",
+    "config",
+    "images",
+    "text chars",
+    "system chars",
+    "reset ms (mean / median / p90)",
+    "step ms (mean / median / p90)",
+    "invalid step ms (mean / median / p90)",
+    "episodes ended in steps",
+)
 
 
 def registry_row(env_id: str, source: str, r: dict[str, Any]) -> list[str]:
@@ -199,15 +211,26 @@ def bench(size: int, steps: int, resets: int, sweep: int) -> dict[str, tuple[flo
 # ---------------------------------------------------------------------------------------------- main
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--envs", nargs="+", default=list(TESTED_IDS), metavar="ENV_ID",
-                        help="env ids to measure (default: registry.TESTED_IDS; any minigrid id works)")
+    parser.add_argument(
+        "--envs",
+        nargs="+",
+        default=list(TESTED_IDS),
+        metavar="ENV_ID",
+        help="env ids to measure (default: registry.TESTED_IDS; any minigrid id works)",
+    )
     parser.add_argument("--steps", type=int, default=100, help="timed steps per env (and per VSI detail column)")
     parser.add_argument("--resets", type=int, default=10, help="timed resets per env (and per VSI detail reset column)")
     parser.add_argument("--preset", default="cpu-demo", help="model preset the env overlays are combined with")
-    parser.add_argument("--image-size", type=int, default=None,
-                        help="image size of every env in the all-envs table (default: the preset's/overlay's)")
+    parser.add_argument(
+        "--image-size",
+        type=int,
+        default=None,
+        help="image size of every env in the all-envs table (default: the preset's/overlay's)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="first reset seed and random-reply seed")
-    parser.add_argument("--sizes", type=int, nargs="*", default=[224, 64], help="VSI detail table image sizes (none: skip it)")
+    parser.add_argument(
+        "--sizes", type=int, nargs="*", default=[224, 64], help="VSI detail table image sizes (none: skip it)"
+    )
     parser.add_argument("--sweep", type=int, default=8, help="num_sweep_frames of the VSI detail table")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.resets < 1:
@@ -223,10 +246,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         except ValueError as e:  # unknown id, bad image size (cards need >= 64), bad overlay: the message names the env
             parser.error(str(e))
 
-    print(f"machine: {platform.processor() or platform.machine()}, cpus={os.cpu_count()}, "
-          f"loadavg={' '.join(f'{x:.2f}' for x in os.getloadavg())}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
-    print(f"\nAll envs: preset {args.preset} + overlay, image size {args.image_size or 'of the config'}, "
-          f"{args.resets} resets, {args.steps} steps (random legal replies) and {args.steps} invalid steps each\n")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, cpus={os.cpu_count()}, "
+        f"loadavg={' '.join(f'{x:.2f}' for x in os.getloadavg())}, "
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}"
+    )
+    print(
+        f"\nAll envs: preset {args.preset} + overlay, image size {args.image_size or 'of the config'}, "
+        f"{args.resets} resets, {args.steps} steps (random legal replies) and {args.steps} invalid steps each\n"
+    )
     rows = []
     for env_id, overlay, env in built:
         source = f"{args.preset} + {overlay.relative_to(CONFIG_DIR.parent)}" if overlay else args.preset
@@ -238,7 +266,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         detail = {size: bench(size, args.steps, args.resets, args.sweep) for size in args.sizes}
         names = list(next(iter(detail.values())))
         print(f"\nVSI-v0 detail: {args.sweep} sweep frames, procedural scenes, median / p90 ms\n")
-        print(markdown_table(["image", *names], [[size, *(f"{r[n][0]:.2f} / {r[n][1]:.2f}" for n in names)] for size, r in detail.items()]))
+        print(
+            markdown_table(
+                ["image", *names],
+                [[size, *(f"{r[n][0]:.2f} / {r[n][1]:.2f}" for n in names)] for size, r in detail.items()],
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ sample the same tokens with bitwise the same log-probs.
 
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_fp32_head.py [--hidden 128 512] [--repeats 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,25 @@ REPO = Path(__file__).resolve().parent.parent
 
 def build(preset: str, hidden: int, out: Path) -> Path:
     if not (out / "real_size_build.json").is_file():
-        cmd = [sys.executable, "-m", "a2c_ppo_acktr.real_size", "--preset", preset, "--out", str(out), "--dtype", "bfloat16",
-               "--text-layers", "2", "--vision-blocks", "2", "--hidden", str(hidden), "--vision-hidden", "160"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "a2c_ppo_acktr.real_size",
+            "--preset",
+            preset,
+            "--out",
+            str(out),
+            "--dtype",
+            "bfloat16",
+            "--text-layers",
+            "2",
+            "--vision-blocks",
+            "2",
+            "--hidden",
+            str(hidden),
+            "--vision-hidden",
+            "160",
+        ]
         subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
     return out
 
@@ -40,8 +58,17 @@ def measure(model_path: Path, args: argparse.Namespace) -> dict[str, list[float]
     from a2c_ppo_acktr.policy import sampling
     from a2c_ppo_acktr.policy.loading import load_vlm
 
-    overrides = {"model": {"model_path": str(model_path), "device": "cpu", "dtype": "bfloat16", "max_new_tokens": args.max_new_tokens,
-                           "attn_implementation": "sdpa"}, "env": {"image_size": 112}, "rollout": {"num_envs": args.num_envs}}
+    overrides = {
+        "model": {
+            "model_path": str(model_path),
+            "device": "cpu",
+            "dtype": "bfloat16",
+            "max_new_tokens": args.max_new_tokens,
+            "attn_implementation": "sdpa",
+        },
+        "env": {"image_size": 112},
+        "rollout": {"num_envs": args.num_envs},
+    }
     run = load_config(config=str(REPO / "configs/envs/numberline.yaml"), preset=args.preset, overrides=overrides)
     torch.manual_seed(0)
     policy = policy_model.VLMPolicy(run.model, load_vlm(run.model))
@@ -60,7 +87,8 @@ def measure(model_path: Path, args: argparse.Namespace) -> dict[str, list[float]
                 per_token[name].append((time.perf_counter() - t0) / max(len(g) for g in outs[name].generated_ids))
             a, b = outs["per token"], outs["per call"]
             if [g.tolist() for g in a.generated_ids] != [g.tolist() for g in b.generated_ids] or not all(
-                    torch.equal(x, y) for x, y in zip(a.token_log_probs, b.token_log_probs)):
+                torch.equal(x, y) for x, y in zip(a.token_log_probs, b.token_log_probs)
+            ):
                 raise SystemExit("bench_fp32_head: the cached cast changed the sampled tokens or their log-probs")
     finally:
         sampling.float32_weight_cache = cached
@@ -74,17 +102,28 @@ def main() -> None:
     ap.add_argument("--num-envs", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--model-dir", default=None, help="keep the proxies under this directory (default: a temporary one)")
+    ap.add_argument(
+        "--model-dir", default=None, help="keep the proxies under this directory (default: a temporary one)"
+    )
     args = ap.parse_args()
     torch.set_num_threads(1)
     root = Path(args.model_dir) if args.model_dir else Path(tempfile.mkdtemp(prefix="fp32_head."))
-    print(f"| proxy of {args.preset} (2 layers, 151,936 rows, bf16) | lm_head cast | ms per decoded position (best of {args.repeats}) | speed-up |")
+    print(
+        f"| proxy of {args.preset} (2 layers, 151,936 rows, bf16) | lm_head cast | ms per decoded position (best of "
+        f"{args.repeats}) | speed-up |"
+    )
     print("|---|---|---|---|")
     for hidden in args.hidden:
         times = measure(build(args.preset, hidden, root / f"h{hidden}"), args)
         before, after = min(times["per token"]), min(times["per call"])
-        print(f"| width {hidden}, {args.num_envs} envs x {args.max_new_tokens} tokens | per token (before) | {before * 1e3:.1f} | |")
-        print(f"| width {hidden}, {args.num_envs} envs x {args.max_new_tokens} tokens | once per generate (after) | {after * 1e3:.1f} | {before / after:.2f}x |")
+        print(
+            f"| width {hidden}, {args.num_envs} envs x {args.max_new_tokens} tokens | per token (before) | "
+            f"{before * 1e3:.1f} | |"
+        )
+        print(
+            f"| width {hidden}, {args.num_envs} envs x {args.max_new_tokens} tokens | once per generate (after) | "
+            f"{after * 1e3:.1f} | {before / after:.2f}x |"
+        )
     print("(same tokens and bitwise the same log-probs both ways)")
 
 

@@ -68,6 +68,7 @@ runs of 100 iterations): start small (``--tasks one_scene --estimators gae --see
 rloo and grpo runs add ``rollout.group_size=4`` (envs per group of the same question) and make the
 rollout as long as the task's ``env.max_turns`` (they compare only episodes bound to end inside it).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -156,7 +157,9 @@ class Task:
 # (category names at mean pairwise cosine 0.42), so an adapter on the layers alone cannot read which
 # object a question names; with embed_tokens a target, supervised training learns the category sizes
 # (docs/TRAINING.md, "Text-conditional answers"). cpu-demo's targets plus embed_tokens.
-EMBEDDING_LORA = f"model.lora_target_modules={load_config(preset=PRESET).model.lora_target_modules}|{EMBEDDING_LORA_TARGET}"
+EMBEDDING_LORA = (
+    f"model.lora_target_modules={load_config(preset=PRESET).model.lora_target_modules}|{EMBEDDING_LORA_TARGET}"
+)
 
 NUMBERLINE_HEADROOM_SFT_STEPS = 200
 EZPOINTS_HEADROOM_SFT_STEPS = 200
@@ -168,31 +171,70 @@ TASKS: dict[str, Task] = {
     for t in (
         Task("one_scene", ("env.num_scenes=1", "env.question_types=[room_size_estimation]"), "level", 0.95),
         Task("room_size", ("env.question_types=[room_size_estimation]", "env.num_scenes=32"), "best_constant"),
-        Task("object_size", ("env.question_types=[object_size_estimation]", EMBEDDING_LORA), "beat_best_constant",
-             sft=("label.num_episodes=400", "sft.lr=1e-3")),
+        Task(
+            "object_size",
+            ("env.question_types=[object_size_estimation]", EMBEDDING_LORA),
+            "beat_best_constant",
+            sft=("label.num_episodes=400", "sft.lr=1e-3"),
+        ),
         Task("mix", (), "held_out"),
-        Task("numberline", ("env.max_turns=10",), "game_success", env_config="configs/envs/numberline.yaml",
-             adapter="outputs/quickstart_numberline/sft/adapter"),
+        Task(
+            "numberline",
+            ("env.max_turns=10",),
+            "game_success",
+            env_config="configs/envs/numberline.yaml",
+            adapter="outputs/quickstart_numberline/sft/adapter",
+        ),
         # PPO needs headroom: the quickstart's SFT adapter already wins every deal with the seeing
         # model. This one is trained on the same oracle labels for NUMBERLINE_HEADROOM_SFT_STEPS only.
-        Task("numberline_headroom", ("env.max_turns=10",), "game_success", 0.95, env_config="configs/envs/numberline.yaml",
-             sft=(f"sft.max_steps={NUMBERLINE_HEADROOM_SFT_STEPS}",)),
+        Task(
+            "numberline_headroom",
+            ("env.max_turns=10",),
+            "game_success",
+            0.95,
+            env_config="configs/envs/numberline.yaml",
+            sft=(f"sft.max_steps={NUMBERLINE_HEADROOM_SFT_STEPS}",),
+        ),
         # The second image-only game: EZPoints on the build whose vision pre-training reads its cards
         # (tiny:qwen2_5_vl-ezpoints), SFT stopped at EZPOINTS_HEADROOM_SFT_STEPS (35% greedy, 0% with
         # frames zeroed, in the calibration); the best policy from the text alone wins 0.667.
-        Task("ezpoints_headroom", ("env.max_turns=10", "model.model_path=tiny:qwen2_5_vl-ezpoints"), "game_success", 0.95,
-             env_config="configs/envs/ezpoints.yaml", sft=(f"sft.max_steps={EZPOINTS_HEADROOM_SFT_STEPS}",)),
+        Task(
+            "ezpoints_headroom",
+            ("env.max_turns=10", "model.model_path=tiny:qwen2_5_vl-ezpoints"),
+            "game_success",
+            0.95,
+            env_config="configs/envs/ezpoints.yaml",
+            sft=(f"sft.max_steps={EZPOINTS_HEADROOM_SFT_STEPS}",),
+        ),
         # VSI's room-size question on the build that reads a room's floor area from its sweep
         # (tiny:qwen2_5_vl-rooms), SFT on oracle answers stopped at ROOM_SIZE_HEADROOM_SFT_STEPS.
-        Task("room_size_headroom", ("env.question_types=[room_size_estimation]", f"env.num_scenes={ROOM_SIZE_HEADROOM_SCENES}",
-                                    "model.model_path=tiny:qwen2_5_vl-rooms"), "held_out",
-             sft=(f"sft.max_steps={ROOM_SIZE_HEADROOM_SFT_STEPS}",)),
+        Task(
+            "room_size_headroom",
+            (
+                "env.question_types=[room_size_estimation]",
+                f"env.num_scenes={ROOM_SIZE_HEADROOM_SCENES}",
+                "model.model_path=tiny:qwen2_5_vl-rooms",
+            ),
+            "held_out",
+            sft=(f"sft.max_steps={ROOM_SIZE_HEADROOM_SFT_STEPS}",),
+        ),
         # A NumberLine no recipe was tuned on: a line of 0..9 (the vision pre-training reads 0..9), 12
         # turns, SFT stopped at NUMBERLINE_HEADROOM_SFT_STEPS like numberline_headroom's.
-        Task("numberline9_headroom", ("env.max_turns=12", "env.game={max_position: 9}"), "game_success", 0.95,
-             env_config="configs/envs/numberline.yaml", sft=(f"sft.max_steps={NUMBERLINE_HEADROOM_SFT_STEPS}",)),
-        Task("minigrid_empty", ("env.max_turns=20",), "game_success", env_config="configs/envs/minigrid-empty.yaml",
-             adapter="outputs/quickstart_minigrid_empty/sft/adapter"),
+        Task(
+            "numberline9_headroom",
+            ("env.max_turns=12", "env.game={max_position: 9}"),
+            "game_success",
+            0.95,
+            env_config="configs/envs/numberline.yaml",
+            sft=(f"sft.max_steps={NUMBERLINE_HEADROOM_SFT_STEPS}",),
+        ),
+        Task(
+            "minigrid_empty",
+            ("env.max_turns=20",),
+            "game_success",
+            env_config="configs/envs/minigrid-empty.yaml",
+            adapter="outputs/quickstart_minigrid_empty/sft/adapter",
+        ),
     )
 }
 
@@ -258,7 +300,9 @@ def window_mean(values: np.ndarray, first: Optional[int] = None, last: Optional[
     return float(part.mean()) if part.size else float("nan")
 
 
-def diverged(rows: Sequence[dict[str, Any]], threshold: float = DIVERGENCE_VALID_RATE, patience: int = DIVERGENCE_PATIENCE) -> bool:
+def diverged(
+    rows: Sequence[dict[str, Any]], threshold: float = DIVERGENCE_VALID_RATE, patience: int = DIVERGENCE_PATIENCE
+) -> bool:
     """Whether the valid-action rate stayed below ``threshold`` for ``patience`` consecutive iterations.
 
     An iteration without a finite valid rate breaks a streak (it is not evidence either way).
@@ -317,7 +361,9 @@ def summarize(results: Sequence[RunResult]) -> list[dict[str, Any]]:
     return out
 
 
-def target_cell(task: Task, group: dict[str, Any], constant_score: Optional[float], held_out: Optional[dict[str, Any]] = None) -> tuple[str, str]:
+def target_cell(
+    task: Task, group: dict[str, Any], constant_score: Optional[float], held_out: Optional[dict[str, Any]] = None
+) -> tuple[str, str]:
     """``(target, met)`` cells of a trained group's row: what the task asks and whether the runs reach it.
 
     Args:
@@ -335,7 +381,9 @@ def target_cell(task: Task, group: dict[str, Any], constant_score: Optional[floa
         if constant_score is None:
             return "best constant n/a", "n/a"
         if task.target == "best_constant":
-            return f">= best constant {constant_score:.3f}", "n/a (no score)" if n == 0 else ("yes" if mean >= constant_score else "no")
+            return f">= best constant {constant_score:.3f}", "n/a (no score)" if n == 0 else (
+                "yes" if mean >= constant_score else "no"
+            )
         label = f"CI above best constant {constant_score:.3f}"
         if n < 2:
             return label, "n/a (needs 2+ seeds)"
@@ -362,11 +410,21 @@ def held_out_summary(diffs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         return {"n": 0, "diff": float("nan"), "low": float("nan"), "high": float("nan"), "text": "n/a"}
     if len(diffs) == 1:
         d = diffs[0]
-        return {"n": 1, "diff": d["diff"], "low": d["low"], "high": d["high"],
-                "text": f"{d['diff']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}] (1 seed, bootstrap over questions)"}
+        return {
+            "n": 1,
+            "diff": d["diff"],
+            "low": d["low"],
+            "high": d["high"],
+            "text": f"{d['diff']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}] (1 seed, bootstrap over questions)",
+        }
     mean, half = stats.mean_ci([d["diff"] for d in diffs])
-    return {"n": len(diffs), "diff": mean, "low": mean - half, "high": mean + half,
-            "text": f"{mean:+.1f} ± {half:.1f} ({len(diffs)} seeds, t over seeds)"}
+    return {
+        "n": len(diffs),
+        "diff": mean,
+        "low": mean - half,
+        "high": mean + half,
+        "text": f"{mean:+.1f} ± {half:.1f} ({len(diffs)} seeds, t over seeds)",
+    }
 
 
 def held_out_lines(args: argparse.Namespace, held: dict[str, Any]) -> list[str]:
@@ -376,8 +434,10 @@ def held_out_lines(args: argparse.Namespace, held: dict[str, Any]) -> list[str]:
     for (estimator, lr), per_seed in sorted(held["diffs"].items()):
         above = sum(1 for c in per_seed if c["low"] > 0)
         cells = ", ".join(f"seed {c['seed']} {_fmt_paired(c)}" for c in per_seed)
-        out.append(f"{estimator} {lr} - SFT, greedy on {args.eval_episodes} held-out questions (Overall points): {cells}; "
-                   f"CI above 0 in {above} of {len(per_seed)} seed(s)")
+        out.append(
+            f"{estimator} {lr} - SFT, greedy on {args.eval_episodes} held-out questions (Overall points): {cells}; "
+            f"CI above 0 in {above} of {len(per_seed)} seed(s)"
+        )
     return out
 
 
@@ -395,15 +455,37 @@ def _fmt_ci(ci: tuple[float, float, int]) -> str:
 
 def table_markdown(groups: Sequence[dict[str, Any]], targets: dict[tuple[str, str, str], tuple[str, str]]) -> str:
     """The benchmark's table, one row per group (``targets`` keyed by (task, estimator, lr); controls get "-")."""
-    header = ["task", "estimator", "lr", "runs ok", f"first-{FIRST} score", f"last-{LAST} score", "diverged",
-              "wall/run (s)", "target", "met"]
+    header = [
+        "task",
+        "estimator",
+        "lr",
+        "runs ok",
+        f"first-{FIRST} score",
+        f"last-{LAST} score",
+        "diverged",
+        "wall/run (s)",
+        "target",
+        "met",
+    ]
     lines = ["| " + " | ".join(header) + " |", "|---|---|---|---:|---:|---:|---:|---:|---|---|"]
     for g in groups:
-        lr = {"run": "run", "temp_control": f"temperature-only control ({CONTROL_LR}, heads trained)"}.get(g["lr"], f"control ({CONTROL_LR})")
+        lr = {"run": "run", "temp_control": f"temperature-only control ({CONTROL_LR}, heads trained)"}.get(
+            g["lr"], f"control ({CONTROL_LR})"
+        )
         target, met = targets.get((g["task"], g["estimator"], g["lr"]), ("-", "-"))
         wall = "-" if not math.isfinite(g["wall_s"]) else f"{g['wall_s']:.0f}"
-        cells = [g["task"], g["estimator"], lr, f"{g['ok']}/{g['runs']}", _fmt_ci(g["first_ci"]), _fmt_ci(g["last_ci"]),
-                 str(g["diverged"]), wall, target, met]
+        cells = [
+            g["task"],
+            g["estimator"],
+            lr,
+            f"{g['ok']}/{g['runs']}",
+            _fmt_ci(g["first_ci"]),
+            _fmt_ci(g["last_ci"]),
+            str(g["diverged"]),
+            wall,
+            target,
+            met,
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -453,7 +535,10 @@ def training_ground_truths(overrides: Sequence[str], samples_per_scene: int = 16
     for k in range(cfg.env.num_scenes):
         for s in range(samples_per_scene):
             try:
-                _, info = env.reset(seed=cfg.seed * 100_003 + k * samples_per_scene + s, options={"scene_index": k, "question_type": qtype})
+                _, info = env.reset(
+                    seed=cfg.seed * 100_003 + k * samples_per_scene + s,
+                    options={"scene_index": k, "question_type": qtype},
+                )
             except QuestionUnavailable:
                 break  # the scene cannot pose this type at all
             truths.append(info["ground_truth"])
@@ -483,13 +568,21 @@ def run_parallel(
             log.parent.mkdir(parents=True, exist_ok=True)
             fh = log.open("w", encoding="utf-8")
             print(f"[bench_learning] start {log.parent}", file=sys.stderr, flush=True)
-            running[i] = (subprocess.Popen(argv, cwd=REPO, env=_child_env(), stdout=fh, stderr=subprocess.STDOUT), time.perf_counter(), fh)
+            running[i] = (
+                subprocess.Popen(argv, cwd=REPO, env=_child_env(), stdout=fh, stderr=subprocess.STDOUT),
+                time.perf_counter(),
+                fh,
+            )
         for i, (proc, t0, fh) in list(running.items()):
             if proc.poll() is not None:
                 fh.close()
                 done[i] = (proc.returncode, time.perf_counter() - t0)
                 state = "ok" if proc.returncode == 0 else f"FAILED (exit {proc.returncode}, see {commands[i][1]})"
-                print(f"[bench_learning] {state} in {done[i][1]:.0f}s: {commands[i][1].parent}", file=sys.stderr, flush=True)
+                print(
+                    f"[bench_learning] {state} in {done[i][1]:.0f}s: {commands[i][1].parent}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 del running[i]
                 if on_done is not None:
                     on_done(i, *done[i])
@@ -519,7 +612,9 @@ def _metrics_complete(directory: Path, iterations: int) -> bool:
     return bool(rows) and rows[-1].get("iteration") == iterations
 
 
-def run_all(named: Sequence[tuple[Path, list[str]]], jobs: int, rerun: bool, complete: Callable[[Path], bool]) -> dict[Path, dict[str, Any]]:
+def run_all(
+    named: Sequence[tuple[Path, list[str]]], jobs: int, rerun: bool, complete: Callable[[Path], bool]
+) -> dict[Path, dict[str, Any]]:
     """Run each ``(directory, argv)`` not already done there (``complete(directory)``); markers by directory."""
     markers: dict[Path, dict[str, Any]] = {}
     todo = []
@@ -544,8 +639,18 @@ def run_all(named: Sequence[tuple[Path, list[str]]], jobs: int, rerun: bool, com
 # ------------------------------------------------------------------------------ main
 def _config_args(args: argparse.Namespace, task: Task) -> list[str]:
     overlay = ["--config", str(REPO / task.env_config)] if task.env_config else []
-    return ["--preset", PRESET, *overlay, "--model.model_path", str(args.model_path), "--log.progress_bar", "false",
-            *COMMON_OVERRIDES, *task.overrides, *args.extra]
+    return [
+        "--preset",
+        PRESET,
+        *overlay,
+        "--model.model_path",
+        str(args.model_path),
+        "--log.progress_bar",
+        "false",
+        *COMMON_OVERRIDES,
+        *task.overrides,
+        *args.extra,
+    ]
 
 
 def task_adapter(args: argparse.Namespace, task: Task) -> Path:
@@ -569,19 +674,49 @@ def sft_stage_argv(args: argparse.Namespace, task: Task) -> list[str]:
     common = _config_args(args, task)
     own = list(task.sft)  # section.key=value overrides, like the task's own
     steps = [
-        [sys.executable, "vlm_traj_label.py", *common, *own, "--label.teacher", "oracle", "--label.out_dir", str(d / "labels")],
-        [sys.executable, "vlm_traj_preprocess.py", *common, *own, "--label.out_dir", str(d / "labels"), "--label.dataset_dir", str(d / "data")],
-        [sys.executable, "train_sft.py", *common, *own, "--sft.data_path", str(d / "data"), "--sft.output_dir", str(d / "train")],
+        [
+            sys.executable,
+            "vlm_traj_label.py",
+            *common,
+            *own,
+            "--label.teacher",
+            "oracle",
+            "--label.out_dir",
+            str(d / "labels"),
+        ],
+        [
+            sys.executable,
+            "vlm_traj_preprocess.py",
+            *common,
+            *own,
+            "--label.out_dir",
+            str(d / "labels"),
+            "--label.dataset_dir",
+            str(d / "data"),
+        ],
+        [
+            sys.executable,
+            "train_sft.py",
+            *common,
+            *own,
+            "--sft.data_path",
+            str(d / "data"),
+            "--sft.output_dir",
+            str(d / "train"),
+        ],
     ]
     return ["bash", "-c", "set -e; " + "; ".join(shlex.join(step) for step in steps)]
 
 
 def build_task_adapters(args: argparse.Namespace) -> None:
     """Build (or reuse) the SFT adapter of every chosen task that has its own ``sft`` stage."""
+
     def done(d: Path) -> bool:
         return (d / "train" / "adapter" / "adapter_config.json").is_file()
 
-    jobs = [(args.out / t / "sft", sft_stage_argv(args, TASKS[t])) for t in args.tasks if builds_adapter(args, TASKS[t])]
+    jobs = [
+        (args.out / t / "sft", sft_stage_argv(args, TASKS[t])) for t in args.tasks if builds_adapter(args, TASKS[t])
+    ]
     markers = run_all(jobs, args.jobs, args.rerun, done)
     failed = [str(d) for d, m in markers.items() if m["returncode"] != 0 or not done(d)]
     if failed:
@@ -590,9 +725,22 @@ def build_task_adapters(args: argparse.Namespace) -> None:
 
 def train_argv(spec: RunSpec, args: argparse.Namespace) -> list[str]:
     """The ``main_vsi.py`` command of a run."""
-    argv = [sys.executable, "main_vsi.py", *_config_args(args, TASKS[spec.task]), "--sft-adapter", str(task_adapter(args, TASKS[spec.task])),
-            "--ppo.num_iterations", str(args.iterations), "--ppo.advantage_estimator", spec.estimator,
-            *ESTIMATOR_OVERRIDES[spec.estimator], "--seed", str(spec.seed), "--log.output_dir", str(spec.directory(args.out))]
+    argv = [
+        sys.executable,
+        "main_vsi.py",
+        *_config_args(args, TASKS[spec.task]),
+        "--sft-adapter",
+        str(task_adapter(args, TASKS[spec.task])),
+        "--ppo.num_iterations",
+        str(args.iterations),
+        "--ppo.advantage_estimator",
+        spec.estimator,
+        *ESTIMATOR_OVERRIDES[spec.estimator],
+        "--seed",
+        str(spec.seed),
+        "--log.output_dir",
+        str(spec.directory(args.out)),
+    ]
     if ESTIMATOR_OVERRIDES[spec.estimator] and not any(e.startswith("rollout.num_steps=") for e in args.extra):
         # rloo/grpo compare only episodes bound to end inside the rollout: at least env.max_turns steps
         task = TASKS[spec.task]
@@ -621,8 +769,18 @@ def _setting(task: Task, key: str) -> str:
 
 def eval_argv(args: argparse.Namespace, task: Task, what: list[str], name: str, out: Path) -> list[str]:
     """An ``eval_vsi.py`` command on the task's held-out question set."""
-    return [sys.executable, "eval_vsi.py", *_config_args(args, task), "--eval.num_episodes", str(args.eval_episodes),
-            *what, "--name", name, "--out", str(out)]
+    return [
+        sys.executable,
+        "eval_vsi.py",
+        *_config_args(args, task),
+        "--eval.num_episodes",
+        str(args.eval_episodes),
+        *what,
+        "--name",
+        name,
+        "--out",
+        str(out),
+    ]
 
 
 def evaluate_held_out(args: argparse.Namespace, results: list[RunResult]) -> dict[str, Any]:
@@ -639,11 +797,24 @@ def evaluate_held_out(args: argparse.Namespace, results: list[RunResult]) -> dic
         return {"sft": None, "diffs": {}}
     task = TASKS[task_runs[0].spec.task]  # one held_out task per call (parse_args)
     sft_dir = args.out / task.name / "sft_eval"
-    jobs += sighted_and_twin(args, task, ["--adapter", str(task_adapter(args, task))], "sft", sft_dir, args.out / task.name / "sft_eval_zeroed")
+    jobs += sighted_and_twin(
+        args,
+        task,
+        ["--adapter", str(task_adapter(args, task))],
+        "sft",
+        sft_dir,
+        args.out / task.name / "sft_eval_zeroed",
+    )
     for r in task_runs:
         d = r.spec.directory(args.out)
-        jobs += sighted_and_twin(args, task, evaluated_policy(args, r.spec), f"{r.spec.estimator}-{r.spec.lr_label}-seed{r.spec.seed}",
-                                 d / HELD_OUT_SIGHTED, d / HELD_OUT_ZEROED)
+        jobs += sighted_and_twin(
+            args,
+            task,
+            evaluated_policy(args, r.spec),
+            f"{r.spec.estimator}-{r.spec.lr_label}-seed{r.spec.seed}",
+            d / HELD_OUT_SIGHTED,
+            d / HELD_OUT_ZEROED,
+        )
     markers = run_all(jobs, args.jobs, args.rerun, lambda d: (d / "report.json").is_file())
     failed = [str(d) for d, m in markers.items() if m["returncode"] != 0]
     if failed:
@@ -664,11 +835,15 @@ HELD_OUT_SIGHTED, HELD_OUT_ZEROED = "eval", "eval_zeroed"  # the same for the he
 ZEROED_SUFFIX = " (zeroed images)"
 
 
-def sighted_and_twin(args: argparse.Namespace, task: Task, what: list[str], name: str, sighted: Path, zeroed: Path) -> list[tuple[Path, list[str]]]:
+def sighted_and_twin(
+    args: argparse.Namespace, task: Task, what: list[str], name: str, sighted: Path, zeroed: Path
+) -> list[tuple[Path, list[str]]]:
     """Two greedy ``eval_vsi.py`` jobs on the task's held-out set: the policy, and its blind twin (the
     same prompts and tokens with every frame zeroed, ``--zero-images``)."""
-    return [(sighted, eval_argv(args, task, what, name, sighted)),
-            (zeroed, eval_argv(args, task, [*what, "--zero-images"], name + ZEROED_SUFFIX, zeroed))]
+    return [
+        (sighted, eval_argv(args, task, what, name, sighted)),
+        (zeroed, eval_argv(args, task, [*what, "--zero-images"], name + ZEROED_SUFFIX, zeroed)),
+    ]
 
 
 def evaluated_policy(args: argparse.Namespace, spec: RunSpec) -> list[str]:
@@ -679,8 +854,10 @@ def evaluated_policy(args: argparse.Namespace, spec: RunSpec) -> list[str]:
     if args.eval_policy == "best":
         best = d / BEST_DIR / "policy"
         if not best.is_dir():
-            raise FileNotFoundError(f"{d} has no {BEST_DIR}/policy: --eval-policy best needs runs with validation "
-                                    "(--extra log.val_interval=K); see its bench.log")
+            raise FileNotFoundError(
+                f"{d} has no {BEST_DIR}/policy: --eval-policy best needs runs with validation "
+                "(--extra log.val_interval=K); see its bench.log"
+            )
         return ["--adapter", str(best)]
     ckpt = latest_checkpoint(d / "checkpoints")
     if ckpt is None:
@@ -694,8 +871,14 @@ def greedy_eval_jobs(args: argparse.Namespace, runs: Sequence[RunResult]) -> lis
     jobs = []
     for r in runs:
         d = r.spec.directory(args.out)
-        jobs += sighted_and_twin(args, TASKS[r.spec.task], evaluated_policy(args, r.spec), f"{r.spec.estimator}-{r.spec.lr_label}-seed{r.spec.seed}",
-                                 d / SIGHTED, d / ZEROED)
+        jobs += sighted_and_twin(
+            args,
+            TASKS[r.spec.task],
+            evaluated_policy(args, r.spec),
+            f"{r.spec.estimator}-{r.spec.lr_label}-seed{r.spec.seed}",
+            d / SIGHTED,
+            d / ZEROED,
+        )
     return jobs
 
 
@@ -713,19 +896,38 @@ def blind_twin_lines(args: argparse.Namespace, runs: Sequence[RunResult]) -> lis
     groups: dict[tuple[str, str, str], list[tuple[int, dict[str, Any]]]] = {}
     for r in runs:
         d = r.spec.directory(args.out)
-        sighted, zeroed = (HELD_OUT_SIGHTED, HELD_OUT_ZEROED) if TASKS[r.spec.task].target == "held_out" else (SIGHTED, ZEROED)
-        groups.setdefault((r.spec.task, r.spec.estimator, r.spec.lr_label), []).append((r.spec.seed, twin_difference(d / sighted, d / zeroed)))
+        sighted, zeroed = (
+            (HELD_OUT_SIGHTED, HELD_OUT_ZEROED) if TASKS[r.spec.task].target == "held_out" else (SIGHTED, ZEROED)
+        )
+        groups.setdefault((r.spec.task, r.spec.estimator, r.spec.lr_label), []).append(
+            (r.spec.seed, twin_difference(d / sighted, d / zeroed))
+        )
     out = []
     for (task, estimator, lr), per_seed in sorted(groups.items()):
         above = sum(1 for _, c in per_seed if c["low"] > 0)
         cells = ", ".join(f"seed {s} {_fmt_paired(c)}" for s, c in per_seed)
-        text = f"{task} {estimator} {lr}: sighted - zeroed images, greedy on {args.eval_episodes} held-out: {cells}; CI above 0 in {above} of {len(per_seed)} seed(s)"
-        out.append({"task": task, "estimator": estimator, "lr": lr, "per_seed": {s: c for s, c in per_seed}, "above_zero": above, "text": text})
+        text = (
+            f"{task} {estimator} {lr}: sighted - zeroed images, greedy on {args.eval_episodes} held-out: {cells}; CI "
+            f"above 0 in {above} of {len(per_seed)} seed(s)"
+        )
+        out.append(
+            {
+                "task": task,
+                "estimator": estimator,
+                "lr": lr,
+                "per_seed": {s: c for s, c in per_seed},
+                "above_zero": above,
+                "text": text,
+            }
+        )
     return out
 
 
-def evaluate_greedy(args: argparse.Namespace, results: list[RunResult], best: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """``best_constant`` and ``beat_best_constant`` tasks: each finished run's last checkpoint answers the task's held-out
+def evaluate_greedy(
+    args: argparse.Namespace, results: list[RunResult], best: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``best_constant`` and ``beat_best_constant`` tasks: each finished run's last checkpoint answers the task's
+    held-out
     questions (eval_vsi.py's seeded set, greedy), and the best constant answer (found on the training
     distribution) is scored on the very same questions. Sampled rollout scores pay for exploration; a
     constant answer does not: this is the like-for-like comparison.
@@ -736,7 +938,9 @@ def evaluate_greedy(args: argparse.Namespace, results: list[RunResult], best: di
     from a2c_ppo_acktr import reports
     from a2c_ppo_acktr.common.scoring import score_prediction
 
-    runs = [r for r in results if TASKS[r.spec.task].target in ("best_constant", "beat_best_constant") and r.status == "ok"]
+    runs = [
+        r for r in results if TASKS[r.spec.task].target in ("best_constant", "beat_best_constant") and r.status == "ok"
+    ]
     jobs = greedy_eval_jobs(args, runs)
     markers = run_all(jobs, args.jobs, args.rerun, lambda d: (d / "report.json").is_file())
     failed = [str(d) for d, m in markers.items() if m["returncode"] != 0]
@@ -747,9 +951,14 @@ def evaluate_greedy(args: argparse.Namespace, results: list[RunResult], best: di
         report = reports.load_report(r.spec.directory(args.out) / SIGHTED)
         recs = report["records"]
         answer = best.get(r.spec.task, {}).get("answer")
-        const = float(np.mean([score_prediction(x["question_type"], f"{answer:.6g}", x["ground_truth"]) for x in recs])) if answer is not None else float("nan")
+        const = (
+            float(np.mean([score_prediction(x["question_type"], f"{answer:.6g}", x["ground_truth"]) for x in recs]))
+            if answer is not None
+            else float("nan")
+        )
         groups.setdefault((r.spec.task, r.spec.estimator, r.spec.lr_label), []).append(
-            (float(report["overall"]) / 100.0, const, top_answer_share(recs)))
+            (float(report["overall"]) / 100.0, const, top_answer_share(recs))
+        )
     out = []
     for (task, estimator, lr), triples in groups.items():
         scores = [p[0] for p in triples]
@@ -761,14 +970,36 @@ def evaluate_greedy(args: argparse.Namespace, results: list[RunResult], best: di
             met = "n/a" if not math.isfinite(const) or n == 0 else ("yes" if mean >= const else "no")
         else:
             claim = "CI above it"
-            met = "n/a (needs 2+ seeds)" if n < 2 or not math.isfinite(const) else ("yes" if mean - half > const else "no")
-        text = (f"{task} {estimator} {lr}: greedy held-out {_fmt_ci((mean, half, n))} over {n} seed(s) "
-                f"(per seed {', '.join(f'{v:.3f}' for v in scores)}) vs the best constant "
-                f"{best.get(task, {}).get('answer')} scoring {const:.3f} on the same {args.eval_episodes} questions: {claim}: {met}; "
-                f"the most common answer is given to {', '.join(f'{v:.0%}' for v in shares)} of the questions"
-                + (" (a near-constant policy: its score does not come from reading the question)" if min(shares) > 0.5 else ""))
-        out.append({"task": task, "estimator": estimator, "lr": lr, "scores": scores, "ci": (mean, half, n), "constant": const,
-                    "top_answer_share": shares, "met": met, "text": text})
+            met = (
+                "n/a (needs 2+ seeds)"
+                if n < 2 or not math.isfinite(const)
+                else ("yes" if mean - half > const else "no")
+            )
+        text = (
+            f"{task} {estimator} {lr}: greedy held-out {_fmt_ci((mean, half, n))} over {n} seed(s) "
+            f"(per seed {', '.join(f'{v:.3f}' for v in scores)}) vs the best constant "
+            f"{best.get(task, {}).get('answer')} scoring {const:.3f} on the same {args.eval_episodes} questions: "
+            f"{claim}: {met}; "
+            f"the most common answer is given to {', '.join(f'{v:.0%}' for v in shares)} of the questions"
+            + (
+                " (a near-constant policy: its score does not come from reading the question)"
+                if min(shares) > 0.5
+                else ""
+            )
+        )
+        out.append(
+            {
+                "task": task,
+                "estimator": estimator,
+                "lr": lr,
+                "scores": scores,
+                "ci": (mean, half, n),
+                "constant": const,
+                "top_answer_share": shares,
+                "met": met,
+                "text": text,
+            }
+        )
     return out
 
 
@@ -786,8 +1017,14 @@ def evaluate_games(args: argparse.Namespace, results: list[RunResult]) -> list[d
     runs = [r for r in results if TASKS[r.spec.task].target == "game_success" and r.status == "ok"]
     jobs = []
     for name in sorted({r.spec.task for r in runs}):
-        jobs += sighted_and_twin(args, TASKS[name], ["--adapter", str(task_adapter(args, TASKS[name]))], "sft",
-                                 args.out / name / "sft_eval", args.out / name / "sft_eval_zeroed")
+        jobs += sighted_and_twin(
+            args,
+            TASKS[name],
+            ["--adapter", str(task_adapter(args, TASKS[name]))],
+            "sft",
+            args.out / name / "sft_eval",
+            args.out / name / "sft_eval_zeroed",
+        )
     jobs += greedy_eval_jobs(args, runs)
     markers = run_all(jobs, args.jobs, args.rerun, lambda d: (d / "report.json").is_file())
     failed = [str(d) for d, m in markers.items() if m["returncode"] != 0]
@@ -797,8 +1034,14 @@ def evaluate_games(args: argparse.Namespace, results: list[RunResult]) -> list[d
     out = []
     for task, estimator in sorted({(r.spec.task, r.spec.estimator) for r in runs}):
         sft = success[args.out / task / "sft_eval"]
-        by = {lr: {r.spec.seed: success[r.spec.directory(args.out) / SIGHTED] for r in runs
-                   if (r.spec.task, r.spec.estimator, r.spec.lr_label) == (task, estimator, lr)} for lr in ("run", "control", "temp_control")}
+        by = {
+            lr: {
+                r.spec.seed: success[r.spec.directory(args.out) / SIGHTED]
+                for r in runs
+                if (r.spec.task, r.spec.estimator, r.spec.lr_label) == (task, estimator, lr)
+            }
+            for lr in ("run", "control", "temp_control")
+        }
         seeds = sorted(set(by["run"]) & set(by["control"]))
         run_ci, control_ci = _ci(list(by["run"].values())), _ci(list(by["control"].values()))
         diff_ci = _ci([by["run"][s] - by["control"][s] for s in seeds])
@@ -806,24 +1049,53 @@ def evaluate_games(args: argparse.Namespace, results: list[RunResult]) -> list[d
         sft_twin = twin_difference(args.out / task / "sft_eval", args.out / task / "sft_eval_zeroed")
         # Per seed, the trained run against the SFT adapter it started from, on the same deals.
         sft_report = reports.load_report(args.out / task / "sft_eval")
-        vs_sft = {r.spec.seed: reports.paired_overall_ci(reports.load_report(r.spec.directory(args.out) / SIGHTED), sft_report, names=("run", "sft"))
-                  for r in runs if (r.spec.task, r.spec.estimator, r.spec.lr_label) == (task, estimator, "run")}
+        vs_sft = {
+            r.spec.seed: reports.paired_overall_ci(
+                reports.load_report(r.spec.directory(args.out) / SIGHTED), sft_report, names=("run", "sft")
+            )
+            for r in runs
+            if (r.spec.task, r.spec.estimator, r.spec.lr_label) == (task, estimator, "run")
+        }
         above_sft = sum(1 for c in vs_sft.values() if c["low"] > 0)
         level = TASKS[task].level
         level_met = None if level is None or not by["run"] else sum(1 for v in by["run"].values() if v >= level)
-        text = (f"{task} {estimator}: greedy success on {args.eval_episodes} held-out deals: runs {_fmt_ci(run_ci)} "
-                f"(per seed {', '.join(f'{v:.2f}' for v in by['run'].values())}), controls {_fmt_ci(control_ci)} "
-                f"(per seed {', '.join(f'{v:.2f}' for v in by['control'].values())}), SFT adapter {sft:.2f} "
-                f"(minus its zeroed-image twin {_fmt_paired(sft_twin)} points); "
-                f"run - control {_fmt_ci(diff_ci)} over {diff_ci[2]} paired seed(s): above 0: {met}; "
-                f"run - SFT per seed {', '.join(_fmt_paired(c) for c in vs_sft.values())} points, "
-                f"CI above 0 in {above_sft} of {len(vs_sft)} seed(s)"
-                + (f"; greedy success >= {level:.2f} in {level_met} of {len(by['run'])} seed(s)" if level_met is not None else "")
-                + (f"; temperature-only controls {_fmt_ci(_ci(list(by['temp_control'].values())))} "
-                   f"(per seed {', '.join(f'{v:.2f}' for v in by['temp_control'].values())})" if by["temp_control"] else ""))
-        out.append({"task": task, "estimator": estimator, "sft": sft, "sft_twin": sft_twin, "run": by["run"], "control": by["control"],
-                    "temp_control": by["temp_control"], "vs_sft": vs_sft, "vs_sft_above_zero": above_sft, "level_met": level_met,
-                    "diff": diff_ci, "met": met, "text": text})
+        text = (
+            f"{task} {estimator}: greedy success on {args.eval_episodes} held-out deals: runs {_fmt_ci(run_ci)} "
+            f"(per seed {', '.join(f'{v:.2f}' for v in by['run'].values())}), controls {_fmt_ci(control_ci)} "
+            f"(per seed {', '.join(f'{v:.2f}' for v in by['control'].values())}), SFT adapter {sft:.2f} "
+            f"(minus its zeroed-image twin {_fmt_paired(sft_twin)} points); "
+            f"run - control {_fmt_ci(diff_ci)} over {diff_ci[2]} paired seed(s): above 0: {met}; "
+            f"run - SFT per seed {', '.join(_fmt_paired(c) for c in vs_sft.values())} points, "
+            f"CI above 0 in {above_sft} of {len(vs_sft)} seed(s)"
+            + (
+                f"; greedy success >= {level:.2f} in {level_met} of {len(by['run'])} seed(s)"
+                if level_met is not None
+                else ""
+            )
+            + (
+                f"; temperature-only controls {_fmt_ci(_ci(list(by['temp_control'].values())))} "
+                f"(per seed {', '.join(f'{v:.2f}' for v in by['temp_control'].values())})"
+                if by["temp_control"]
+                else ""
+            )
+        )
+        out.append(
+            {
+                "task": task,
+                "estimator": estimator,
+                "sft": sft,
+                "sft_twin": sft_twin,
+                "run": by["run"],
+                "control": by["control"],
+                "temp_control": by["temp_control"],
+                "vs_sft": vs_sft,
+                "vs_sft_above_zero": above_sft,
+                "level_met": level_met,
+                "diff": diff_ci,
+                "met": met,
+                "text": text,
+            }
+        )
     return out
 
 
@@ -835,9 +1107,11 @@ def top_answer_share(records: Sequence[dict[str, Any]]) -> float:
     return max(answers.values()) / max(1, len(records)) if records else float("nan")
 
 
-def plot_curves(results: Sequence[RunResult], tasks: Sequence[str], estimators: Sequence[str], path: Path,
-                levels: dict[str, float]) -> Path:
-    """Training score per iteration: one panel per task; per estimator the mean over seeds, CI shaded, controls dashed."""
+def plot_curves(
+    results: Sequence[RunResult], tasks: Sequence[str], estimators: Sequence[str], path: Path, levels: dict[str, float]
+) -> Path:
+    """Training score per iteration: one panel per task; per estimator the mean over seeds, CI shaded, controls
+    dashed."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -850,8 +1124,11 @@ def plot_curves(results: Sequence[RunResult], tasks: Sequence[str], estimators: 
         for e, estimator in enumerate(estimators):
             for label, style in (("run", "-"), ("control", "--"), ("temp_control", ":")):
                 control = label != "run"
-                curves = [series(r.rows, SCORE_KEY) for r in results
-                          if r.status == "ok" and (r.spec.task, r.spec.estimator, r.spec.lr_label) == (task, estimator, label)]
+                curves = [
+                    series(r.rows, SCORE_KEY)
+                    for r in results
+                    if r.status == "ok" and (r.spec.task, r.spec.estimator, r.spec.lr_label) == (task, estimator, label)
+                ]
                 if not curves:
                     continue
                 length = min(len(c) for c in curves)
@@ -861,9 +1138,18 @@ def plot_curves(results: Sequence[RunResult], tasks: Sequence[str], estimators: 
                 mean = np.array([c[0] for c in cis])
                 half = np.array([c[1] for c in cis])
                 colour = f"C{e}"
-                ax.plot(x, mean, color=colour, linestyle=style, linewidth=1.2, label=f"{estimator} ({label}, {len(curves)} seeds)")
+                ax.plot(
+                    x,
+                    mean,
+                    color=colour,
+                    linestyle=style,
+                    linewidth=1.2,
+                    label=f"{estimator} ({label}, {len(curves)} seeds)",
+                )
                 if np.isfinite(half).any():
-                    ax.fill_between(x, mean - half, mean + half, color=colour, alpha=0.08 if control else 0.2, linewidth=0)
+                    ax.fill_between(
+                        x, mean - half, mean + half, color=colour, alpha=0.08 if control else 0.2, linewidth=0
+                    )
         if task in levels:
             ax.axhline(levels[task], color="grey", linewidth=0.8, linestyle=":", label=f"target {levels[task]:.3f}")
         ax.set_title(task, fontsize=10)
@@ -879,28 +1165,54 @@ def plot_curves(results: Sequence[RunResult], tasks: Sequence[str], estimators: 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tasks", nargs="+", default=[t for t, task in TASKS.items() if task.env_config is None], choices=list(TASKS),
-                   help="default: the VSI tasks; the game tasks (numberline, minigrid_empty) need their quickstart's adapter")
+    p.add_argument(
+        "--tasks",
+        nargs="+",
+        default=[t for t, task in TASKS.items() if task.env_config is None],
+        choices=list(TASKS),
+        help="default: the VSI tasks; the game tasks (numberline, minigrid_empty) need their quickstart's adapter",
+    )
     p.add_argument("--estimators", nargs="+", default=list(ESTIMATOR_OVERRIDES), choices=list(ESTIMATOR_OVERRIDES))
     p.add_argument("--seeds", type=int, default=3, help="seeds per configuration (1..N)")
     p.add_argument("--iterations", type=int, default=100, help="PPO iterations per run (ppo.num_iterations)")
     p.add_argument("--no-controls", action="store_true", help=f"skip the ppo.lr={CONTROL_LR} control of every run")
-    p.add_argument("--temperature-controls", action="store_true",
-                   help=f"also run a temperature-only control per run: ppo.lr={CONTROL_LR} with the heads trained at the run's rate")
+    p.add_argument(
+        "--temperature-controls",
+        action="store_true",
+        help=f"also run a temperature-only control per run: ppo.lr={CONTROL_LR} "
+        "with the heads trained at the run's rate",
+    )
     p.add_argument("--jobs", type=int, default=1, help="training processes at a time (2 fill a 2-core machine)")
     p.add_argument("--sft-adapter", type=Path, default=Path("outputs/quickstart/sft/adapter"))
     p.add_argument("--model-path", type=Path, default=Path("outputs/quickstart/model"))
-    p.add_argument("--adapter", dest="adapters", nargs="+", default=[], metavar="TASK=PATH",
-                   help="SFT adapter of a task instead of its default (game tasks: outputs/quickstart_<task>/sft/adapter)")
-    p.add_argument("--best-constant", nargs="+", default=[], metavar="TASK=SCORE",
-                   help="score of the best constant answer of a task, instead of finding it on the training distribution")
+    p.add_argument(
+        "--adapter",
+        dest="adapters",
+        nargs="+",
+        default=[],
+        metavar="TASK=PATH",
+        help="SFT adapter of a task instead of its default (game tasks: outputs/quickstart_<task>/sft/adapter)",
+    )
+    p.add_argument(
+        "--best-constant",
+        nargs="+",
+        default=[],
+        metavar="TASK=SCORE",
+        help="score of the best constant answer of a task, instead of finding it on the training distribution",
+    )
     p.add_argument("--eval-episodes", type=int, default=100, help="held-out questions of the mix task's evaluations")
-    p.add_argument("--eval-policy", choices=("last", "best"), default="last",
-                   help="the policy the greedy evaluations judge: each run's last checkpoint, or the one its validation kept "
-                        "(best/policy; needs --extra log.val_interval=K)")
+    p.add_argument(
+        "--eval-policy",
+        choices=("last", "best"),
+        default="last",
+        help="the policy the greedy evaluations judge: each run's last checkpoint, or the one its validation kept "
+        "(best/policy; needs --extra log.val_interval=K)",
+    )
     p.add_argument("--out", type=Path, default=Path("outputs/bench_learning"))
     p.add_argument("--rerun", action="store_true", help="train and evaluate again even where a complete run exists")
-    p.add_argument("--extra", nargs="+", default=[], metavar="section.key=value", help="overrides appended to every run")
+    p.add_argument(
+        "--extra", nargs="+", default=[], metavar="section.key=value", help="overrides appended to every run"
+    )
     return p
 
 
@@ -915,14 +1227,25 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
             parser.error(f"--adapter takes TASK=PATH with TASK in {list(TASKS)}, got {item!r}")
         adapters[name] = Path(value).resolve()
     args.adapters = adapters
-    args.out, args.sft_adapter, args.model_path = args.out.resolve(), args.sft_adapter.resolve(), args.model_path.resolve()
+    args.out, args.sft_adapter, args.model_path = (
+        args.out.resolve(),
+        args.sft_adapter.resolve(),
+        args.model_path.resolve(),
+    )
     needed = [(args.model_path, "tiny model")]
-    needed += [(task_adapter(args, TASKS[name]), f"SFT adapter of task {name}") for name in args.tasks if not builds_adapter(args, TASKS[name])]
+    needed += [
+        (task_adapter(args, TASKS[name]), f"SFT adapter of task {name}")
+        for name in args.tasks
+        if not builds_adapter(args, TASKS[name])
+    ]
     for path, what in needed:
         if not path.exists():
-            parser.error(f"the {what} {str(path)!r} does not exist; run `bash scripts/quickstart.sh` first "
-                         "(a game task: `ENV_CONFIG=configs/envs/<env>.yaml bash scripts/quickstart.sh outputs/quickstart_<task>`; "
-                         "or pass --sft-adapter/--adapter/--model-path)")
+            parser.error(
+                f"the {what} {str(path)!r} does not exist; run `bash scripts/quickstart.sh` first "
+                "(a game task: `ENV_CONFIG=configs/envs/<env>.yaml bash scripts/quickstart.sh "
+                "outputs/quickstart_<task>`; "
+                "or pass --sft-adapter/--adapter/--model-path)"
+            )
     if args.seeds < 1 or args.iterations < 1 or args.jobs < 1:
         parser.error("--seeds, --iterations and --jobs must be >= 1")
     held_out = sorted({name for name in args.tasks if TASKS[name].target == "held_out"})
@@ -959,16 +1282,39 @@ def train_all(args: argparse.Namespace) -> list[RunResult]:
     from a2c_ppo_acktr.run.logger import read_metrics
 
     controls = (False,) if args.no_controls else (False, True)
-    specs = [RunSpec(t, e, s, c) for t in args.tasks for e in args.estimators for c in controls for s in range(1, args.seeds + 1)]
+    specs = [
+        RunSpec(t, e, s, c)
+        for t in args.tasks
+        for e in args.estimators
+        for c in controls
+        for s in range(1, args.seeds + 1)
+    ]
     if args.temperature_controls:
-        specs += [RunSpec(t, e, s, True, temperature_only=True) for t in args.tasks for e in args.estimators for s in range(1, args.seeds + 1)]
-    markers = run_all([(s.directory(args.out), train_argv(s, args)) for s in specs], args.jobs, args.rerun,
-                      lambda d: _metrics_complete(d, args.iterations))
+        specs += [
+            RunSpec(t, e, s, True, temperature_only=True)
+            for t in args.tasks
+            for e in args.estimators
+            for s in range(1, args.seeds + 1)
+        ]
+    markers = run_all(
+        [(s.directory(args.out), train_argv(s, args)) for s in specs],
+        args.jobs,
+        args.rerun,
+        lambda d: _metrics_complete(d, args.iterations),
+    )
     results = []
     for s in specs:
         d = s.directory(args.out)
         ok = markers[d]["returncode"] == 0 and _metrics_complete(d, args.iterations)
-        results.append(RunResult(s, "ok" if ok else "failed", read_metrics(d / "metrics.jsonl") if ok else [], markers[d]["wall_s"], str(d / "bench.log")))
+        results.append(
+            RunResult(
+                s,
+                "ok" if ok else "failed",
+                read_metrics(d / "metrics.jsonl") if ok else [],
+                markers[d]["wall_s"],
+                str(d / "bench.log"),
+            )
+        )
     return results
 
 
@@ -982,11 +1328,15 @@ def all_targets(groups: Sequence[dict[str, Any]], best: dict[str, dict[str, Any]
     held_rows: dict[tuple[str, str], dict[str, Any]] = {}
     for g in groups:
         task = TASKS[g["task"]]
-        summary = held_out_summary(held["diffs"].get((g["estimator"], g["lr"]), [])) if task.target == "held_out" else None
+        summary = (
+            held_out_summary(held["diffs"].get((g["estimator"], g["lr"]), [])) if task.target == "held_out" else None
+        )
         if summary is not None:
             held_rows[(g["estimator"], g["lr"])] = summary
         if g["lr"] == "run":
-            targets[(g["task"], g["estimator"], g["lr"])] = target_cell(task, g, best.get(g["task"], {}).get("score"), summary)
+            targets[(g["task"], g["estimator"], g["lr"])] = target_cell(
+                task, g, best.get(g["task"], {}).get("score"), summary
+            )
         elif summary is not None and summary["n"]:
             targets[(g["task"], g["estimator"], g["lr"])] = (f"control - SFT: {summary['text']}", "-")
     return targets, held_rows
@@ -1001,11 +1351,16 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     held = evaluate_held_out(args, results)
     greedy = evaluate_greedy(args, results, best)
     games = evaluate_games(args, results)
-    twins = blind_twin_lines(args, [r for r in results if r.status == "ok" and TASKS[r.spec.task].target in GREEDY_TARGETS])
+    twins = blind_twin_lines(
+        args, [r for r in results if r.status == "ok" and TASKS[r.spec.task].target in GREEDY_TARGETS]
+    )
     groups = summarize(results)
     targets, held_rows = all_targets(groups, best, held)
 
-    machine = f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, {platform.platform()}, python {platform.python_version()}"
+    machine = (
+        f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, {platform.platform()}, python "
+        f"{platform.python_version()}"
+    )
     md = [
         f"# Learning benchmark ({args.iterations} iterations, seeds 1..{args.seeds}, preset {PRESET})",
         "",
@@ -1016,7 +1371,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         *[f"Held-out: {line}" for line in held_out_lines(args, held)],
         *[f"Blind twin: {t['text']}" for t in twins],
         "",
-        "Best constant answers: " + (", ".join(f"{k}: {v['score']:.3f} (answer {v['answer']}, {v['source']})" for k, v in best.items()) or "n/a"),
+        "Best constant answers: "
+        + (", ".join(f"{k}: {v['score']:.3f} (answer {v['answer']}, {v['source']})" for k, v in best.items()) or "n/a"),
         f"Machine: {machine}",
         f"Common overrides: {' '.join(COMMON_OVERRIDES)} {' '.join(args.extra)}".rstrip(),
     ]
@@ -1039,12 +1395,26 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         "games": [{**g, "diff": list(g["diff"])} for g in games],
         "blind_twin": twins,
         "targets": {"/".join(k): list(v) for k, v in targets.items()},
-        "held_out": {"sft_report": held["sft"], "per_seed": {"/".join(k): v for k, v in held["diffs"].items()},
-                     "summary": {"/".join(k): v for k, v in held_rows.items()}},
-        "runs": [{**asdict(r.spec), "status": r.status, "wall_s": r.wall_s, "log": r.log, "eval_report": r.eval_report,
-                  "first": window_mean(series(r.rows, SCORE_KEY), first=FIRST), "last": window_mean(series(r.rows, SCORE_KEY), last=LAST),
-                  "diverged": diverged(r.rows), "last_diagnostics": {k: window_mean(series(r.rows, k), last=LAST) for k in DIAGNOSTIC_KEYS},
-                  "score_curve": series(r.rows, SCORE_KEY).tolist()} for r in results],
+        "held_out": {
+            "sft_report": held["sft"],
+            "per_seed": {"/".join(k): v for k, v in held["diffs"].items()},
+            "summary": {"/".join(k): v for k, v in held_rows.items()},
+        },
+        "runs": [
+            {
+                **asdict(r.spec),
+                "status": r.status,
+                "wall_s": r.wall_s,
+                "log": r.log,
+                "eval_report": r.eval_report,
+                "first": window_mean(series(r.rows, SCORE_KEY), first=FIRST),
+                "last": window_mean(series(r.rows, SCORE_KEY), last=LAST),
+                "diverged": diverged(r.rows),
+                "last_diagnostics": {k: window_mean(series(r.rows, k), last=LAST) for k in DIAGNOSTIC_KEYS},
+                "score_curve": series(r.rows, SCORE_KEY).tolist(),
+            }
+            for r in results
+        ],
     }
     from a2c_ppo_acktr.reports import write_json
 

@@ -20,6 +20,7 @@ float32 logits as a plain trainer does. The formula row is ``python -m a2c_ppo_a
 Usage: ``python bench/bench_ppo_update.py [--num-envs 8] [--num-steps 2] [--mini-batch-size 4] [--epochs 2]
 [--max-new-tokens 32] [--images 4] [--image-size 224] [--device cpu|cuda] [--gradient-checkpointing]``
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,10 +49,17 @@ def collect(policy: VLMPolicy, num_envs: int, num_steps: int, images: int, size:
     rng = np.random.default_rng(0)
     st = RolloutStorage(num_steps, num_envs)
     for t in range(num_steps):
-        obs = [{"images": [rng.integers(0, 256, (size, size, 3), dtype=np.uint8) for _ in range(images)],
-                "text": f"step {t} env {i}: how far is the bed from the sofa?" + " more" * i} for i in range(num_envs)]
+        obs = [
+            {
+                "images": [rng.integers(0, 256, (size, size, 3), dtype=np.uint8) for _ in range(images)],
+                "text": f"step {t} env {i}: how far is the bed from the sofa?" + " more" * i,
+            }
+            for i in range(num_envs)
+        ]
         act = policy.act(obs)
-        st.insert(act, torch.from_numpy(rng.normal(size=num_envs)).float(), torch.zeros(num_envs), torch.zeros(num_envs))
+        st.insert(
+            act, torch.from_numpy(rng.normal(size=num_envs)).float(), torch.zeros(num_envs), torch.zeros(num_envs)
+        )
     st.compute_returns(torch.zeros(num_envs))
     return st
 
@@ -104,8 +112,12 @@ def measure(args: argparse.Namespace) -> None:
     """Child process: the peak of one minibatch step of kind ``args.measure``, as one JSON line."""
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    cfg = ModelConfig(model_path=args.model_path, device=args.device, max_new_tokens=args.max_new_tokens,
-                      gradient_checkpointing=args.gradient_checkpointing)
+    cfg = ModelConfig(
+        model_path=args.model_path,
+        device=args.device,
+        max_new_tokens=args.max_new_tokens,
+        gradient_checkpointing=args.gradient_checkpointing,
+    )
     policy = VLMPolicy(cfg, load_vlm(cfg))
     st = collect(policy, args.mini_batch_size, 1, args.images, args.image_size)
     mb = next(st.minibatches(args.mini_batch_size, torch.Generator().manual_seed(0)))
@@ -124,9 +136,15 @@ def measure(args: argparse.Namespace) -> None:
 
     peak = _peak_above_start(step, policy.device)
     enc = policy._encode(mb.prompts, mb.images)
-    shapes = {"B": len(mb), "P": int(enc["input_ids"].shape[1]), "R": max(len(g) for g in mb.generated_ids),
-              "images": max(len(im) for im in mb.images),
-              "pixel_values": int(enc["pixel_values"].numel()) // max(1, sum(len(im) for im in mb.images)) if "pixel_values" in enc else 0}
+    shapes = {
+        "B": len(mb),
+        "P": int(enc["input_ids"].shape[1]),
+        "R": max(len(g) for g in mb.generated_ids),
+        "images": max(len(im) for im in mb.images),
+        "pixel_values": int(enc["pixel_values"].numel()) // max(1, sum(len(im) for im in mb.images))
+        if "pixel_values" in enc
+        else 0,
+    }
     print(json.dumps({"kind": args.measure, "peak": peak, "device": str(policy.device), **shapes}))
 
 
@@ -147,11 +165,27 @@ def formula_bytes(args: argparse.Namespace, row: dict) -> float:
     """``a2c_ppo_acktr.memory``'s update total for the measured PPO step's shapes (float32, no DeepSpeed)."""
     cfg = ModelConfig(model_path=args.model_path, gradient_checkpointing=args.gradient_checkpointing)
     dims = memory.model_dims(cfg)
-    shapes = memory.Shapes(batch=row["B"], prompt_tokens=row["P"], response_tokens=row["R"], padded=row["B"] > 1,
-                           num_envs=row["B"], images=row["images"], image_tokens=0, pixel_values=row["pixel_values"],
-                           text_tokens=0, text_exact=True)
-    setup = memory.Setup(dtype_bytes=4, lora_bytes=4, zero_stage=0, gpus=1, gradient_checkpointing=args.gradient_checkpointing,
-                         reduce_bucket_elements=0, lora_r=cfg.lora_r)
+    shapes = memory.Shapes(
+        batch=row["B"],
+        prompt_tokens=row["P"],
+        response_tokens=row["R"],
+        padded=row["B"] > 1,
+        num_envs=row["B"],
+        images=row["images"],
+        image_tokens=0,
+        pixel_values=row["pixel_values"],
+        text_tokens=0,
+        text_exact=True,
+    )
+    setup = memory.Setup(
+        dtype_bytes=4,
+        lora_bytes=4,
+        zero_stage=0,
+        gpus=1,
+        gradient_checkpointing=args.gradient_checkpointing,
+        reduce_bucket_elements=0,
+        lora_r=cfg.lora_r,
+    )
     heads = memory.head_params(dims.hidden, cfg.value_head_hidden, cfg.temp_head_hidden, cfg.use_temp_predictor)
     return memory.totals(memory.estimate(dims, shapes, setup, heads=heads))["update"]
 
@@ -170,22 +204,34 @@ def main() -> None:
     if args.measure:
         measure(args)
         return
-    print(f"\nbench_ppo_update: {args.model_path}, {args.images} images {args.image_size}px, {args.max_new_tokens} new tokens, "
-          f"mini_batch_size={args.mini_batch_size}, gradient checkpointing {'on' if args.gradient_checkpointing else 'off'}, "
-          f"threads={args.threads}")
+    print(
+        f"\nbench_ppo_update: {args.model_path}, {args.images} images {args.image_size}px, {args.max_new_tokens} new "
+        "tokens, "
+        f"mini_batch_size={args.mini_batch_size}, gradient checkpointing "
+        f"{'on' if args.gradient_checkpointing else 'off'}, "
+        f"threads={args.threads}"
+    )
     if not args.skip_timing:
         timing(args)
     rows = memory_rows(args)
     bare, ppo = rows
     predicted = formula_bytes(args, ppo)
     unit = "RSS" if ppo["device"] == "cpu" else "max_memory_allocated"
-    print(f"\nPeak memory above the start of one minibatch step (fresh process each, {unit}, {ppo['device']}; "
-          f"B={ppo['B']} turns x {ppo['P']} prompt + {ppo['R']} generated tokens):\n")
+    print(
+        f"\nPeak memory above the start of one minibatch step (fresh process each, {unit}, {ppo['device']}; "
+        f"B={ppo['B']} turns x {ppo['P']} prompt + {ppo['R']} generated tokens):\n"
+    )
     print("| step | peak MiB | vs bare |")
     print("|---|---|---|")
     print(f"| bare forward+backward (full logits) | {bare['peak'] / 2**20:.1f} | 1.00x |")
-    print(f"| PPO update minibatch (+ reference forward, heads, chunked log-probs) | {ppo['peak'] / 2**20:.1f} | {ppo['peak'] / bare['peak']:.2f}x |")
-    print(f"| formula (python -m a2c_ppo_acktr.memory, update total) | {predicted / 2**20:.1f} | {predicted / bare['peak']:.2f}x |")
+    print(
+        f"| PPO update minibatch (+ reference forward, heads, chunked log-probs) | {ppo['peak'] / 2**20:.1f} | "
+        f"{ppo['peak'] / bare['peak']:.2f}x |"
+    )
+    print(
+        f"| formula (python -m a2c_ppo_acktr.memory, update total) | {predicted / 2**20:.1f} | "
+        f"{predicted / bare['peak']:.2f}x |"
+    )
 
 
 def timing(args: argparse.Namespace) -> None:
@@ -206,19 +252,34 @@ def timing(args: argparse.Namespace) -> None:
     ppo_monitor.update(st)
     rss_ppo = peak_rss_mb()
     t_bare, t_ppo, t_monitor = best_interleaved(
-        [lambda: bare_epochs(policy, st, cfg, opt, seed=0), lambda: metrics.update(ppo.update(st)), lambda: ppo_monitor.update(st)],
+        [
+            lambda: bare_epochs(policy, st, cfg, opt, seed=0),
+            lambda: metrics.update(ppo.update(st)),
+            lambda: ppo_monitor.update(st),
+        ],
         args.repeats,
         warmup=False,  # all ran once just above (peak-memory readings)
     )
 
     n_mb = args.epochs * args.num_envs * args.num_steps // args.mini_batch_size
-    print(f"\n{args.num_envs} envs x {args.num_steps} steps, epochs={args.epochs} ({n_mb} minibatches), best of {args.repeats} (interleaved)\n")
+    print(
+        f"\n{args.num_envs} envs x {args.num_steps} steps, epochs={args.epochs} ({n_mb} minibatches), best of "
+        f"{args.repeats} (interleaved)\n"
+    )
     print("| what | wall s | s / minibatch | ratio |")
     print("|---|---|---|---|")
     print(f"| bare forward+backward+step | {t_bare:.3f} | {t_bare / n_mb:.3f} | 1.00x |")
-    print(f"| PPO.update (reference forward on every update) | {t_ppo:.3f} | {t_ppo / n_mb:.3f} | {t_ppo / t_bare:.2f}x |")
-    print(f"| PPO.update (log.kl_ref_interval=10: an update without it) | {t_monitor:.3f} | {t_monitor / n_mb:.3f} | {t_monitor / t_bare:.2f}x |")
-    print(f"\nprocess peak RSS: after rollout {rss_rollout:.0f} MB, after one bare pass {rss_bare:.0f} MB, after one PPO update {rss_ppo:.0f} MB")
+    print(
+        f"| PPO.update (reference forward on every update) | {t_ppo:.3f} | {t_ppo / n_mb:.3f} | {t_ppo / t_bare:.2f}x |"
+    )
+    print(
+        f"| PPO.update (log.kl_ref_interval=10: an update without it) | {t_monitor:.3f} | {t_monitor / n_mb:.3f} | "
+        f"{t_monitor / t_bare:.2f}x |"
+    )
+    print(
+        f"\nprocess peak RSS: after rollout {rss_rollout:.0f} MB, after one bare pass {rss_bare:.0f} MB, after one PPO "
+        f"update {rss_ppo:.0f} MB"
+    )
     print("last update:", {k: round(v, 4) for k, v in metrics.items()})
 
 

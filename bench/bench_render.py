@@ -1,6 +1,7 @@
 """Renderer throughput per look: full frames (RGB + depth + ids) vs raw ``cast_rays`` on the same rays.
 
-    python bench/bench_render.py [--sizes 224 112] [--batch 8] [--repeats 5] [--threads 0] [--looks flat shaded shaded+shadows]
+    python bench/bench_render.py [--sizes 224 112] [--batch 8] [--repeats 5] [--threads 0] [--looks flat shaded
+    shaded+shadows]
 
 Prints one row per (scene, resolution, look): triangles, frames/s of ``Renderer.render_many`` (ray
 construction + cast + shading/look-ups), frames/s of the bare ``RaycastingScene.cast_rays`` on
@@ -38,12 +39,29 @@ def subdivide(scene: Scene, min_triangles: int) -> Scene:
         # Midpoints are stored per triangle (not shared); fine for ray casting.
         v = np.concatenate([v, (a + b) / 2, (b + c) / 2, (c + a) / 2])
         ab, bc, ca = n + np.arange(f), n + f + np.arange(f), n + 2 * f + np.arange(f)
-        t = np.concatenate([np.stack([t[:, 0], ab, ca], 1), np.stack([ab, t[:, 1], bc], 1),
-                            np.stack([ca, bc, t[:, 2]], 1), np.stack([ab, bc, ca], 1)])
+        t = np.concatenate(
+            [
+                np.stack([t[:, 0], ab, ca], 1),
+                np.stack([ab, t[:, 1], bc], 1),
+                np.stack([ca, bc, t[:, 2]], 1),
+                np.stack([ab, bc, ca], 1),
+            ]
+        )
         col = np.tile(col, (4, 1))
         ids = np.tile(ids, 4)
         mats = np.tile(mats, 4)
-    return Scene(scene.scene_id + "_sub", scene.dataset, v, t, col, ids, scene.objects, scene.floor_polygon, scene.ceiling_height, triangle_materials=mats)
+    return Scene(
+        scene.scene_id + "_sub",
+        scene.dataset,
+        v,
+        t,
+        col,
+        ids,
+        scene.objects,
+        scene.floor_polygon,
+        scene.ceiling_height,
+        triangle_materials=mats,
+    )
 
 
 def best_of(fn, repeats: int) -> float:
@@ -62,20 +80,30 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0, help="ray-caster threads (0 = all cores)")
     ap.add_argument("--seed", type=int, default=2)
-    ap.add_argument("--looks", nargs="+", default=["flat", "shaded", "shaded+shadows"], choices=["flat", "shaded", "shaded+shadows"])
+    ap.add_argument(
+        "--looks", nargs="+", default=["flat", "shaded", "shaded+shadows"], choices=["flat", "shaded", "shaded+shadows"]
+    )
     args = ap.parse_args()
 
     base = make_procedural_scene(args.seed)
     scenes = [("procedural", base), ("procedural x4^k (500k)", subdivide(base, 500_000))]
     pose = sample_free_pose(base, np.random.default_rng(0), 0.2)
     poses = [Pose(pose.x, pose.y, pose.yaw_deg + 360.0 * k / args.batch) for k in range(args.batch)]
-    print(f"cpus={os.cpu_count()} loadavg={' '.join(f'{x:.2f}' for x in os.getloadavg())} batch={args.batch} threads={args.threads or 'all'}")
-    print(f"{'scene':<24} {'triangles':>10} {'resolution':>10} {'look':>15} {'render fps':>11} {'raw cast fps':>13} {'raw/render':>10}")
+    print(
+        f"cpus={os.cpu_count()} loadavg={' '.join(f'{x:.2f}' for x in os.getloadavg())} batch={args.batch} "
+        f"threads={args.threads or 'all'}"
+    )
+    print(
+        f"{'scene':<24} {'triangles':>10} {'resolution':>10} {'look':>15} {'render fps':>11} {'raw cast fps':>13} "
+        f"{'raw/render':>10}"
+    )
     for name, scene in scenes:
         for size in args.sizes:
             cam = Camera(size, size, 90.0, 1.5)
             renderers = {
-                look: Renderer(scene, cam, num_threads=args.threads, look=look.split("+")[0], shadows=look.endswith("+shadows"))
+                look: Renderer(
+                    scene, cam, num_threads=args.threads, look=look.split("+")[0], shadows=look.endswith("+shadows")
+                )
                 for look in args.looks
             }
             for r in renderers.values():
@@ -93,8 +121,10 @@ def main() -> None:
             for look in renderers:
                 fps_render = len(poses) / t_render[look]
                 print(
-                    f"{name:<24} {scene.num_triangles:>10} {f'{size}x{size}':>10} {look:>15} {fps_render:>11.1f} {fps_raw:>13.1f} {fps_raw / fps_render:>10.2f}"
+                    f"{name:<24} {scene.num_triangles:>10} {f'{size}x{size}':>10} {look:>15} {fps_render:>11.1f} "
+                    f"{fps_raw:>13.1f} {fps_raw / fps_render:>10.2f}"
                 )
+
 
 if __name__ == "__main__":
     main()

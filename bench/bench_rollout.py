@@ -22,6 +22,7 @@ Usage: ``python bench/bench_rollout.py [--num-envs 8] [--images 4] [--max-new-to
 On a GPU: ``--device cuda --model-path DIR`` (bf16; DIR e.g. a random real-size build of
 ``python -m a2c_ppo_acktr.real_size --device cuda``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,22 +37,30 @@ from common import add_policy_args, best_interleaved, load_policy, peak_rss_mb, 
 EPISODE_TURNS = 4
 
 
-
 def observations(n: int, images: int, size: int, seed: int) -> list[dict]:
     rng = np.random.default_rng(seed)
     return [
-        {"images": [rng.integers(0, 256, (size, size, 3), dtype=np.uint8) for _ in range(images)],
-         "text": f"Env {i}: how many chairs are in this room?" + " Look around." * (i % 3)}
+        {
+            "images": [rng.integers(0, 256, (size, size, 3), dtype=np.uint8) for _ in range(images)],
+            "text": f"Env {i}: how many chairs are in this room?" + " Look around." * (i % 3),
+        }
         for i in range(n)
     ]
 
 
 def episode_turn(n: int, images: int, size: int, turn: int) -> list[dict]:
     """Turn ``turn`` of n envs' episodes: ``images - 1`` sweep frames fixed per env, then this turn's view."""
+
     def frame(seed: int) -> np.ndarray:
         return np.random.default_rng(seed).integers(0, 256, (size, size, 3), dtype=np.uint8)
-    return [{"images": [frame(1000 * i + k) for k in range(images - 1)] + [frame(10**6 + 100 * i + turn)],
-             "text": f"Env {i}: how far is the sofa from the door? Turn {turn}."} for i in range(n)]
+
+    return [
+        {
+            "images": [frame(1000 * i + k) for k in range(images - 1)] + [frame(10**6 + 100 * i + turn)],
+            "text": f"Env {i}: how far is the sofa from the door? Turn {turn}.",
+        }
+        for i in range(n)
+    ]
 
 
 def cost_parts(policy, obs: list[dict], repeats: int, steps: int = 32) -> dict[str, float]:
@@ -72,19 +81,35 @@ def cost_parts(policy, obs: list[dict], repeats: int, steps: int = 32) -> dict[s
 
     encoder = policy.base_model.model.get_image_features
     tower_inputs = {k: enc[k] for k in inspect.signature(encoder).parameters if k in enc}
-    generated = [row[enc["input_ids"].shape[1]:].cpu() for row in gen(steps)()]
+    generated = [row[enc["input_ids"].shape[1] :].cpu() for row in gen(steps)()]
     weights = [torch.ones(len(g)) for g in generated]
 
     @torch.no_grad()
     def recompute() -> None:
         policy._forward_turns(enc, generated, weights, with_kl=False)
 
-    t_enc, t_tower, t_first, t_all, t_recompute, t_values = best_interleaved([synchronised(f) for f in (
-        lambda: policy._encode(texts, images), torch.no_grad()(lambda: encoder(**tower_inputs)), gen(1), gen(steps), recompute,
-        lambda: policy.get_values(obs),
-    )], repeats)
-    return {"processor": t_enc, "tower": t_tower, "prefill": t_first - t_tower, "step": (t_all - t_first) / (steps - 1),
-            "recompute": t_recompute, "values": t_values}
+    t_enc, t_tower, t_first, t_all, t_recompute, t_values = best_interleaved(
+        [
+            synchronised(f)
+            for f in (
+                lambda: policy._encode(texts, images),
+                torch.no_grad()(lambda: encoder(**tower_inputs)),
+                gen(1),
+                gen(steps),
+                recompute,
+                lambda: policy.get_values(obs),
+            )
+        ],
+        repeats,
+    )
+    return {
+        "processor": t_enc,
+        "tower": t_tower,
+        "prefill": t_first - t_tower,
+        "step": (t_all - t_first) / (steps - 1),
+        "recompute": t_recompute,
+        "values": t_values,
+    }
 
 
 def episode_costs(policy, n: int, images: int, size: int, repeats: int) -> list[tuple[float, float, int]]:
@@ -99,18 +124,22 @@ def episode_costs(policy, n: int, images: int, size: int, repeats: int) -> list[
 
     def plain_episode() -> None:
         for t, o in enumerate(turns):
-            plain[t].append(best_interleaved([synchronised(lambda o=o: policy.act(o, greedy=True))], 1, warmup=False)[0])
+            plain[t].append(
+                best_interleaved([synchronised(lambda o=o: policy.act(o, greedy=True))], 1, warmup=False)[0]
+            )
 
     def kept_episode() -> None:
         with policy.vision_cache() as cache:
             for t, o in enumerate(turns):
                 before = cache.misses if cache is not None else 0
-                kept[t].append(best_interleaved([synchronised(lambda o=o: policy.act(o, greedy=True))], 1, warmup=False)[0])
+                kept[t].append(
+                    best_interleaved([synchronised(lambda o=o: policy.act(o, greedy=True))], 1, warmup=False)[0]
+                )
                 if cache is not None:
                     encoded[t] = cache.misses - before
 
     for r in range(repeats):  # the order alternates, so neither episode always runs on a warmer machine
-        for episode in ((plain_episode, kept_episode) if r % 2 == 0 else (kept_episode, plain_episode)):
+        for episode in (plain_episode, kept_episode) if r % 2 == 0 else (kept_episode, plain_episode):
             episode()
     return [(min(p), min(k), e) for p, k, e in zip(plain, kept, encoded)]
 
@@ -131,7 +160,7 @@ def main() -> None:
     def bare() -> list[str]:
         enc = policy._encode(texts, images)
         seqs = policy.model.generate(**enc, generation_config=gen_cfg)
-        return policy.tokenizer.batch_decode(seqs[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        return policy.tokenizer.batch_decode(seqs[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
 
     def act_recompute() -> None:
         policy.cfg.rollout_log_probs = "recompute"
@@ -143,7 +172,15 @@ def main() -> None:
     # Greedy everywhere: every variant produces the same tokens, so the times compare like for like.
     same = bare() == policy.act(obs, greedy=True).texts == [policy.act([o], greedy=True).texts[0] for o in obs]
     looped, t_act, t_bare, t_act_recompute = best_interleaved(
-        [synchronised(f) for f in (lambda: [policy.act([o], greedy=True) for o in obs], lambda: policy.act(obs, greedy=True), bare, act_recompute)],
+        [
+            synchronised(f)
+            for f in (
+                lambda: [policy.act([o], greedy=True) for o in obs],
+                lambda: policy.act(obs, greedy=True),
+                bare,
+                act_recompute,
+            )
+        ],
         args.repeats,
     )
     batched = t_act
@@ -155,8 +192,11 @@ def main() -> None:
     episode = episode_costs(policy, args.num_envs, args.images, args.image_size, args.repeats)
 
     n = args.num_envs
-    print(f"\nbench_rollout: {args.model_path}, {n} envs, {args.images} images {args.image_size}px each, "
-          f"max_new_tokens={args.max_new_tokens}, threads={args.threads}, {args.device} {policy.base_model.dtype}, best of {args.repeats}\n")
+    print(
+        f"\nbench_rollout: {args.model_path}, {n} envs, {args.images} images {args.image_size}px each, "
+        f"max_new_tokens={args.max_new_tokens}, threads={args.threads}, {args.device} {policy.base_model.dtype}, best "
+        f"of {args.repeats}\n"
+    )
     print("| mode | wall s / step | env-steps/s | speed-up |")
     print("|---|---|---|---|")
     print(f"| one env at a time (loop of {n} act) | {looped:.3f} | {n / looped:.1f} | 1.00x |")
@@ -169,28 +209,46 @@ def main() -> None:
     print(f"| act (greedy, rollout_log_probs=recompute) | {t_act_recompute:.3f} | {t_act_recompute / t_bare:.2f}x |")
     one_mean = {k: float(np.mean([c[k] for c in one])) for k in parts_n}
     first_1, first_n = one_mean["tower"] + one_mean["prefill"], parts_n["tower"] + parts_n["prefill"]
-    loop_model = sum(c["processor"] + c["tower"] + c["prefill"] + (n_tok - 1) * c["step"] for c, n_tok in zip(one, lengths))
+    loop_model = sum(
+        c["processor"] + c["tower"] + c["prefill"] + (n_tok - 1) * c["step"] for c, n_tok in zip(one, lengths)
+    )
     batch_model = parts_n["processor"] + first_n + (max(lengths) - 1) * parts_n["step"]
     bound = loop_model / (one_mean["processor"] + first_1 + (max(lengths) - 1) * parts_n["step"])
     print()
-    print(f"where the time goes (reply lengths {lengths}: the loop decodes {sum(lengths)} tokens, "
-          f"the batch {max(lengths)} steps of {n} rows)")
+    print(
+        f"where the time goes (reply lengths {lengths}: the loop decodes {sum(lengths)} tokens, "
+        f"the batch {max(lengths)} steps of {n} rows)"
+    )
     print()
     print("| part | one env (mean) | {n} envs | per row in the batch |".replace("{n}", str(n)))
     print("|---|---|---|---|")
-    names = {"processor": f"processor (tokenize, {args.images} frames/env)", "tower": "vision tower (the frames)",
-             "prefill": "generate set-up + language-model prefill + first token", "step": "one more decode step",
-             "recompute": "re-scoring forward, 32-token replies (rollout_log_probs=recompute)", "values": "value forward (GAE bootstrap)"}
+    names = {
+        "processor": f"processor (tokenize, {args.images} frames/env)",
+        "tower": "vision tower (the frames)",
+        "prefill": "generate set-up + language-model prefill + first token",
+        "step": "one more decode step",
+        "recompute": "re-scoring forward, 32-token replies (rollout_log_probs=recompute)",
+        "values": "value forward (GAE bootstrap)",
+    }
     for key, name in names.items():
         digits = 2 if key == "step" else 1
-        print(f"| {name} | {one_mean[key] * 1e3:.{digits}f} ms | {parts_n[key] * 1e3:.{digits}f} ms | {parts_n[key] / n * 1e3:.{digits}f} ms |")
-    print(f"\nmodelled from the parts: loop {loop_model:.3f} s, batch {batch_model:.3f} s ({loop_model / batch_model:.2f}x); "
-          f"at most {bound:.2f}x if the batch's processor + prefill cost no more than one row's")
+        print(
+            f"| {name} | {one_mean[key] * 1e3:.{digits}f} ms | {parts_n[key] * 1e3:.{digits}f} ms | "
+            f"{parts_n[key] / n * 1e3:.{digits}f} ms |"
+        )
+    print(
+        f"\nmodelled from the parts: loop {loop_model:.3f} s, batch {batch_model:.3f} s "
+        f"({loop_model / batch_model:.2f}x); "
+        f"at most {bound:.2f}x if the batch's processor + prefill cost no more than one row's"
+    )
     print()
     print("| sampled, T=1 (real_size_probe.decode_timing) | s | positions | ms per position |")
     print("|---|---|---|---|")
     print(f"| act | {sampled.act_seconds:.3f} | {sampled.act_positions} | {sampled.act_per_token * 1e3:.2f} |")
-    print(f"| bare generate | {sampled.bare_seconds:.3f} | {sampled.bare_positions} | {sampled.bare_per_token * 1e3:.2f} |")
+    print(
+        f"| bare generate | {sampled.bare_seconds:.3f} | {sampled.bare_positions} | {sampled.bare_per_token * 1e3:.2f} "
+        "|"
+    )
     print(f"| act / bare | | | {sampled.ratio:.2f}x |")
     print()
     print(f"an episode's turns ({args.images - 1} sweep frames per env repeated every turn, one new view; greedy act):")

@@ -7,6 +7,7 @@ Rows: oracle labelling (episodes/s, mean benchmark score), preprocessing (sample
 held-out states before and after SFT. Model and sizes come from the preset; LoRA also adapts lm_head
 (the tiny model's frozen random lm_head otherwise makes format learning very slow).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,10 +24,17 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=32)
     parser.add_argument("--steps", type=int, default=160)
     parser.add_argument("--lr", type=float, default=4e-3)
-    parser.add_argument("--max-new-tokens", type=int, default=64, help="greedy budget for the valid-rate check (a full reply is ~35 tiny-model tokens)")
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=64,
+        help="greedy budget for the valid-rate check (a full reply is ~35 tiny-model tokens)",
+    )
     parser.add_argument("--preset", default="debug")
     parser.add_argument("--out", default="/tmp/bench_sft")
-    parser.add_argument("--question-types", default=None, help="comma-separated env.question_types (default: the preset's)")
+    parser.add_argument(
+        "--question-types", default=None, help="comma-separated env.question_types (default: the preset's)"
+    )
     args = parser.parse_args()
 
     from a2c_ppo_acktr.config.arguments import load_config
@@ -42,11 +50,29 @@ def main() -> None:
     cfg = load_config(
         preset=args.preset,
         overrides={
-            "model": {"lora_r": 16, "lora_alpha": 32,
-                      "lora_target_modules": r".*(language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)|lm_head)"},
-            "label": {"out_dir": str(out / "labels"), "dataset_dir": str(out / "data"), "num_episodes": args.episodes, "val_fraction": 0.0},
-            "sft": {"data_path": str(out / "data"), "output_dir": str(out / "sft"), "max_steps": args.steps, "lr": args.lr,
-                    "per_device_batch_size": 4, "logging_steps": 5, "save_steps": 10**6, "warmup_ratio": 0.0},
+            "model": {
+                "lora_r": 16,
+                "lora_alpha": 32,
+                "lora_target_modules": (
+                    r".*(language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)|lm_head)"
+                ),
+            },
+            "label": {
+                "out_dir": str(out / "labels"),
+                "dataset_dir": str(out / "data"),
+                "num_episodes": args.episodes,
+                "val_fraction": 0.0,
+            },
+            "sft": {
+                "data_path": str(out / "data"),
+                "output_dir": str(out / "sft"),
+                "max_steps": args.steps,
+                "lr": args.lr,
+                "per_device_batch_size": 4,
+                "logging_steps": 5,
+                "save_steps": 10**6,
+                "warmup_ratio": 0.0,
+            },
             "log": {"progress_bar": False},
             **({"env": {"question_types": args.question_types}} if args.question_types else {}),
         },

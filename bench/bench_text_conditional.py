@@ -24,6 +24,7 @@ One Markdown table: held-out MRA per setting and step, the share of the most com
 constant policy gives the same answer to every question), then the best constant answer and the
 per-category oracle (the best answer per category on the training questions) on the same held-out set.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,7 +70,9 @@ def questions(seeds: Sequence[int], per_scene: int) -> list[Question]:
 
 
 def mean_mra(answers: Sequence[Optional[float]], qs: Sequence[Question]) -> float:
-    return float(np.mean([0.0 if a is None else mean_relative_accuracy(a, float(q.ground_truth)) for a, q in zip(answers, qs)]))
+    return float(
+        np.mean([0.0 if a is None else mean_relative_accuracy(a, float(q.ground_truth)) for a, q in zip(answers, qs)])
+    )
 
 
 def category_cosines(model: torch.nn.Module, tokenizer, labels: Sequence[str]) -> tuple[float, float, float]:
@@ -128,22 +131,29 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     def prompt(q: Question) -> str:
         # the first turn's text of a cpu-demo episode (4 turns, 4 sweep frames and the current view named)
         text = observation_text(q.question, None, "none yet (this is the start).", 4, num_sweep_frames=4, num_views=1)
-        messages = [{"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
-                    {"role": "user", "content": [{"type": "text", "text": text}]}]
+        messages = [
+            {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
+            {"role": "user", "content": [{"type": "text", "text": text}]},
+        ]
         return loaded.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     prompts = [tok(prompt(q)).input_ids for q in train]
-    replies = [tok(format_response(brief_thoughts(q), Answer(q.ground_truth)) + "<|im_end|>", add_special_tokens=False).input_ids for q in train]
+    replies = [
+        tok(
+            format_response(brief_thoughts(q), Answer(q.ground_truth)) + "<|im_end|>", add_special_tokens=False
+        ).input_ids
+        for q in train
+    ]
 
     def evaluate(model) -> tuple[float, float]:
         model.eval()
         answers: list[Optional[float]] = []
         for i in range(0, len(test), 25):
-            enc = tok([prompt(q) for q in test[i:i + 25]], return_tensors="pt", padding=True, padding_side="left")
+            enc = tok([prompt(q) for q in test[i : i + 25]], return_tensors="pt", padding=True, padding_side="left")
             with torch.no_grad():
                 out = model.generate(**enc, max_new_tokens=40, do_sample=False)
             for o in out:
-                action = parse_action(tok.decode(o[enc.input_ids.shape[1]:], skip_special_tokens=True))
+                action = parse_action(tok.decode(o[enc.input_ids.shape[1] :], skip_special_tokens=True))
                 try:
                     answers.append(float(getattr(action, "text", "")))
                 except ValueError:
@@ -169,9 +179,9 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
             mask = torch.zeros((8, length), dtype=torch.long)
             for j, i in enumerate(idx):
                 seq = prompts[i] + replies[i]
-                ids[j, :len(seq)] = torch.tensor(seq)
-                mask[j, :len(seq)] = 1
-                labels[j, len(prompts[i]):len(seq)] = torch.tensor(replies[i])
+                ids[j, : len(seq)] = torch.tensor(seq)
+                mask[j, : len(seq)] = 1
+                labels[j, len(prompts[i]) : len(seq)] = torch.tensor(replies[i])
             model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
@@ -179,24 +189,35 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
             if step in checkpoints:
                 mra, share = evaluate(model)
                 cells.append(f"{mra:.3f} ({share:.0%})")
-                print(f"[text-conditional] {setting} step {step}: MRA {mra:.3f}, top answer {share:.0%}", file=sys.stderr, flush=True)
-        rows.append(f"| {setting} | {sum(q.numel() for q in params):,} | " + " | ".join(cells) + f" | {time.time() - start:.0f} |")
+                print(
+                    f"[text-conditional] {setting} step {step}: MRA {mra:.3f}, top answer {share:.0%}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        rows.append(
+            f"| {setting} | {sum(q.numel() for q in params):,} | "
+            + " | ".join(cells)
+            + f" | {time.time() - start:.0f} |"
+        )
     head = "| trainable | parameters | " + " | ".join(f"step {s}" for s in checkpoints) + " | wall (s) |"
-    text = "\n".join([
-        f"# Supervised object size on the tiny model ({len(train)} training questions from {args.train_scenes} scenes, "
-        f"{len(test)} held-out from 100 other scenes, batch 8; LoRA lr {args.lr:g}, full lr {args.full_lr:g})",
-        "",
-        "Held-out greedy MRA (share of the most common answer)",
-        "",
-        head,
-        "|" + "---|" * (len(checkpoints) + 3),
-        *rows,
-        "",
-        f"Best constant answer {const:g} cm: {mean_mra([const] * len(test), test):.3f}; per-category oracle "
-        f"({len(per_cat)} categories): {oracle:.3f}.",
-        f"Input embeddings of the category names (last token each): pairwise cosine mean {cos[0]:.2f}, "
-        f"min {cos[1]:.2f}, max {cos[2]:.2f}.",
-    ])
+    text = "\n".join(
+        [
+            f"# Supervised object size on the tiny model ({len(train)} training questions from {args.train_scenes} "
+            "scenes, "
+            f"{len(test)} held-out from 100 other scenes, batch 8; LoRA lr {args.lr:g}, full lr {args.full_lr:g})",
+            "",
+            "Held-out greedy MRA (share of the most common answer)",
+            "",
+            head,
+            "|" + "---|" * (len(checkpoints) + 3),
+            *rows,
+            "",
+            f"Best constant answer {const:g} cm: {mean_mra([const] * len(test), test):.3f}; per-category oracle "
+            f"({len(per_cat)} categories): {oracle:.3f}.",
+            f"Input embeddings of the category names (last token each): pairwise cosine mean {cos[0]:.2f}, "
+            f"min {cos[1]:.2f}, max {cos[2]:.2f}.",
+        ]
+    )
     print(text)
     return text
 

@@ -6,6 +6,7 @@ prompts with one 224x224 frame each, and on a realistic prompt (system prompt, 9
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_tiny.py [--repeats 20] [--threads 1]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,7 +47,9 @@ def _batch(processor, prompts, frames):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 is steadiest on a shared CPU)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch intra-op threads (1 is steadiest on a shared CPU)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
@@ -64,9 +67,17 @@ def main() -> None:
             load_s = time.perf_counter() - t0
         model, processor = loaded.model, loaded.processor
         params = sum(p.numel() for p in model.parameters())
-        vision = sum(p.numel() for n, p in model.named_parameters() if any(k in n for k in ("visual", "vision_tower", "multi_modal_projector")))
-        batch = _batch(processor, [(1, "How many chairs are in this room? Look at every frame."), (1, "Count.")], frames)
-        big = _batch(processor, [(9, "Question: How many chairs are in this room?\nAnswer with a single number.")], frames)
+        vision = sum(
+            p.numel()
+            for n, p in model.named_parameters()
+            if any(k in n for k in ("visual", "vision_tower", "multi_modal_projector"))
+        )
+        batch = _batch(
+            processor, [(1, "How many chairs are in this room? Look at every frame."), (1, "Count.")], frames
+        )
+        big = _batch(
+            processor, [(9, "Question: How many chairs are in this room?\nAnswer with a single number.")], frames
+        )
         bad = forbidden_token_ids(processor, model.config.get_text_config().vocab_size)
         with torch.no_grad():
             fwd = _median_ms(lambda: model(**batch), args.repeats)
@@ -77,11 +88,27 @@ def main() -> None:
 
         gen_ms = _median_ms(gen, max(3, args.repeats // 4))
         rows.append(
-            (family, f"{params / 1e3:.0f}k ({vision / 1e3:.0f}k vision)", len(processor.tokenizer), f"{build_s:.2f}",
-             f"{load_s:.2f}", tuple(batch["input_ids"].shape), f"{fwd:.1f}", tuple(big["input_ids"].shape), f"{fwd_big:.1f}", f"{gen_ms:.0f}")
+            (
+                family,
+                f"{params / 1e3:.0f}k ({vision / 1e3:.0f}k vision)",
+                len(processor.tokenizer),
+                f"{build_s:.2f}",
+                f"{load_s:.2f}",
+                tuple(batch["input_ids"].shape),
+                f"{fwd:.1f}",
+                tuple(big["input_ids"].shape),
+                f"{fwd_big:.1f}",
+                f"{gen_ms:.0f}",
+            )
         )
-    print(f"machine: {platform.processor() or platform.machine()}, torch threads {torch.get_num_threads()}, torch {torch.__version__}\n")
-    print("| family | params | tokenizer | build s | load s | batch | forward ms | 9-frame prompt | forward ms | generate 20 tok x2 ms |")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, torch threads {torch.get_num_threads()}, torch "
+        f"{torch.__version__}\n"
+    )
+    print(
+        "| family | params | tokenizer | build s | load s | batch | forward ms | 9-frame prompt | forward ms | "
+        "generate 20 tok x2 ms |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print("| " + " | ".join(str(x) for x in r) + " |")

@@ -13,6 +13,7 @@ rollout and the update forwards it, so the tower runs in the rollout only (once 
 bootstrap values' forward aside) and in the update only for a reference that changes the pixels;
 the last row turns it off, the tower running again on every minibatch of every epoch.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,11 @@ SETTINGS = {
     "debug preset": [],
     "+ KL to the reference (ppo.kl_coef 0.05)": ["ppo.kl_coef=0.05"],
     "+ 4 PPO epochs": ["ppo.ppo_epochs=4"],
-    "+ 4 PPO epochs, KL, tower outputs not reused (model.reuse_vision_outputs=false)":
-        ["ppo.ppo_epochs=4", "ppo.kl_coef=0.05", "model.reuse_vision_outputs=false"],
+    "+ 4 PPO epochs, KL, tower outputs not reused (model.reuse_vision_outputs=false)": [
+        "ppo.ppo_epochs=4",
+        "ppo.kl_coef=0.05",
+        "model.reuse_vision_outputs=false",
+    ],
     "+ 4 PPO epochs, KL, reused (the default)": ["ppo.ppo_epochs=4", "ppo.kl_coef=0.05"],
 }
 
@@ -46,12 +50,16 @@ def measure(preset: str, iterations: int, overrides: list[str]) -> dict[str, flo
 
     def init(self, *args, **kwargs):
         original_init(self, *args, **kwargs)
-        tower = getattr(self.base_model, "visual", None) or getattr(getattr(self.base_model, "model", None), "visual", None)
+        tower = getattr(self.base_model, "visual", None) or getattr(
+            getattr(self.base_model, "model", None), "visual", None
+        )
         if tower is None:
             raise RuntimeError("no vision tower named 'visual' (this bench counts Qwen-VL towers)")
         started: list[float] = []
         tower.register_forward_pre_hook(lambda *_: started.append(time.perf_counter()))
-        tower.register_forward_hook(lambda *_: calls[(iteration[0], phase[0])].append(time.perf_counter() - started.pop()))
+        tower.register_forward_hook(
+            lambda *_: calls[(iteration[0], phase[0])].append(time.perf_counter() - started.pop())
+        )
 
     original_collect = train.collect_rollout
 
@@ -67,8 +75,16 @@ def measure(preset: str, iterations: int, overrides: list[str]) -> dict[str, flo
     train.collect_rollout = collect
     try:
         with tempfile.TemporaryDirectory() as out:
-            cfg = load_config(preset=preset, overrides=[f"log.output_dir={out}", "log.progress_bar=false",
-                                                        f"ppo.num_iterations={iterations}", "log.tensorboard=false", *overrides])
+            cfg = load_config(
+                preset=preset,
+                overrides=[
+                    f"log.output_dir={out}",
+                    "log.progress_bar=false",
+                    f"ppo.num_iterations={iterations}",
+                    "log.tensorboard=false",
+                    *overrides,
+                ],
+            )
             train.run_training(cfg)
             rows = read_metrics(f"{out}/metrics.jsonl")[1:]
     finally:
@@ -90,14 +106,24 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=3)
     args, extra = parser.parse_known_args()
     torch.set_num_threads(1)
-    print(f"# Vision-tower calls per PPO iteration ({args.preset}, tiny model, CPU, 1 thread; iterations 2-{args.iterations})\n")
-    print("| setting | turns | tower calls: rollout | update | tower seconds: rollout | update | iteration seconds | tower share |")
+    print(
+        f"# Vision-tower calls per PPO iteration ({args.preset}, tiny model, CPU, 1 thread; iterations "
+        f"2-{args.iterations})\n"
+    )
+    print(
+        "| setting | turns | tower calls: rollout | update | tower seconds: rollout | update | iteration seconds | "
+        "tower share |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, overrides in SETTINGS.items():
         r = measure(args.preset, args.iterations, [*overrides, *extra])
         share = (r["rollout_seconds"] + r["update_seconds"]) / r["iteration_seconds"]
-        print(f"| {name} | {r['turns']} | {r['rollout_calls']:.0f} | {r['update_calls']:.0f} | {r['rollout_seconds']:.2f} "
-              f"| {r['update_seconds']:.2f} | {r['iteration_seconds']:.2f} | {share:.0%} |", flush=True)
+        print(
+            f"| {name} | {r['turns']} | {r['rollout_calls']:.0f} | {r['update_calls']:.0f} | "
+            f"{r['rollout_seconds']:.2f} "
+            f"| {r['update_seconds']:.2f} | {r['iteration_seconds']:.2f} | {share:.0%} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ with a second stage on other tasks (``--then-balanced`` draws its batches evenly
 probe covers both stages' tasks: whether a second task is learned on top of a first, and what it costs
 the first.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,9 +27,22 @@ import torch
 from a2c_ppo_acktr.tiny import build as tiny, vision as tiny_vision
 
 
-def run(tasks: list[str], steps: int, lr: float, scenes: int, probe_scenes: int, seed: int = 0, reply_steps: int | None = None,
-        pixels: int | None = None, image_size: int | None = None, text_per_batch: int | None = None, balanced: bool = False,
-        then_tasks: list[str] | None = None, then_steps: int = 0, then_balanced: bool = False) -> list[dict]:
+def run(
+    tasks: list[str],
+    steps: int,
+    lr: float,
+    scenes: int,
+    probe_scenes: int,
+    seed: int = 0,
+    reply_steps: int | None = None,
+    pixels: int | None = None,
+    image_size: int | None = None,
+    text_per_batch: int | None = None,
+    balanced: bool = False,
+    then_tasks: list[str] | None = None,
+    then_steps: int = 0,
+    then_balanced: bool = False,
+) -> list[dict]:
     """Build, pre-train and probe one model; one dict per probed task (``reply_steps``: the
     reply-format pretraining's steps, default the spec's; ``pixels``: the processor's frame side,
     default the spec's 112, i.e. 16 visual tokens; ``image_size``: the frames' side, default 64;
@@ -53,16 +67,38 @@ def run(tasks: list[str], steps: int, lr: float, scenes: int, probe_scenes: int,
         model = AutoModelForImageTextToText.from_config(tiny.build_config(spec, tokenizer), dtype=torch.float32)
         tiny.pretrain_reply_format(model, tokenizer, spec, tiny.training_corpus(), seed)
         t0 = time.perf_counter()
-        losses = tiny_vision.pretrain_vision(model, processor, train, steps=steps, batch_size=spec.vision_pretrain_batch_size, lr=lr,
-                                             seed=seed, text_docs=tiny.reply_documents(tokenizer, tiny.training_corpus()),
-                                             text_per_batch=spec.vision_text_per_batch, balance_tasks=balanced)
+        losses = tiny_vision.pretrain_vision(
+            model,
+            processor,
+            train,
+            steps=steps,
+            batch_size=spec.vision_pretrain_batch_size,
+            lr=lr,
+            seed=seed,
+            text_docs=tiny.reply_documents(tokenizer, tiny.training_corpus()),
+            text_per_batch=spec.vision_text_per_batch,
+            balance_tasks=balanced,
+        )
         if then_tasks:
             more = tiny_vision.training_samples(spec.vision_image_size, scenes, then_tasks)
-            losses = tiny_vision.pretrain_vision(model, processor, more, steps=then_steps, batch_size=spec.vision_pretrain_batch_size,
-                                                 lr=lr, seed=seed + 1, text_docs=tiny.reply_documents(tokenizer, tiny.training_corpus()),
-                                                 text_per_batch=spec.vision_text_per_batch, balance_tasks=then_balanced)
+            losses = tiny_vision.pretrain_vision(
+                model,
+                processor,
+                more,
+                steps=then_steps,
+                batch_size=spec.vision_pretrain_batch_size,
+                lr=lr,
+                seed=seed + 1,
+                text_docs=tiny.reply_documents(tokenizer, tiny.training_corpus()),
+                text_per_batch=spec.vision_text_per_batch,
+                balance_tasks=then_balanced,
+            )
             train = train + [s for s in more if s.task not in tasks]
-            held = held + [s for s in tiny_vision.probe_samples(spec.vision_image_size, probe_scenes, then_tasks) if s.task not in tasks]
+            held = held + [
+                s
+                for s in tiny_vision.probe_samples(spec.vision_image_size, probe_scenes, then_tasks)
+                if s.task not in tasks
+            ]
         seconds = time.perf_counter() - t0
     torch.set_num_threads(1)
     sighted = tiny_vision.probe(model, processor, held)
@@ -70,9 +106,20 @@ def run(tasks: list[str], steps: int, lr: float, scenes: int, probe_scenes: int,
     fit = tiny_vision.probe(model, processor, train[:: max(1, len(train) // 200)])
     chance = tiny_vision.chance_levels(held)
     window = min(20, len(losses)) or 1
-    return [{"task": t, "train_samples": sum(s.task == t for s in train), "held_out": sum(s.task == t for s in held),
-             "chance": chance[t], "fit": fit.get(t, float("nan")), "accuracy": sighted[t], "zeroed": zeroed[t],
-             "loss_last": sum(losses[-window:]) / window if losses else float("nan"), "seconds": seconds} for t in sorted(sighted)]
+    return [
+        {
+            "task": t,
+            "train_samples": sum(s.task == t for s in train),
+            "held_out": sum(s.task == t for s in held),
+            "chance": chance[t],
+            "fit": fit.get(t, float("nan")),
+            "accuracy": sighted[t],
+            "zeroed": zeroed[t],
+            "loss_last": sum(losses[-window:]) / window if losses else float("nan"),
+            "seconds": seconds,
+        }
+        for t in sorted(sighted)
+    ]
 
 
 def main() -> None:
@@ -82,27 +129,65 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--scenes", type=int, default=40, help="procedural training scenes for the room tasks")
     p.add_argument("--probe-scenes", type=int, default=20, help="held-out procedural scenes for the room tasks")
-    p.add_argument("--pixels", type=int, default=None, help="processor frame side (default the spec's 112: 16 visual tokens; 224: 64)")
+    p.add_argument(
+        "--pixels",
+        type=int,
+        default=None,
+        help="processor frame side (default the spec's 112: 16 visual tokens; 224: 64)",
+    )
     p.add_argument("--image-size", type=int, default=None, help="frame side the envs draw (default the spec's 64)")
-    p.add_argument("--text-per-batch", type=int, default=None, help="reply-format rows per batch (default the spec's 4)")
-    p.add_argument("--then", nargs="+", default=[], choices=tiny_vision.ALL_TASKS, help="a second stage's tasks, from the first's weights")
+    p.add_argument(
+        "--text-per-batch", type=int, default=None, help="reply-format rows per batch (default the spec's 4)"
+    )
+    p.add_argument(
+        "--then",
+        nargs="+",
+        default=[],
+        choices=tiny_vision.ALL_TASKS,
+        help="a second stage's tasks, from the first's weights",
+    )
     p.add_argument("--then-steps", type=int, default=1000)
     p.add_argument("--then-balanced", action="store_true", help="the second stage's batches evenly over its tasks")
-    p.add_argument("--balanced", action="store_true", help="each batch's rows evenly over the tasks (default: uniform over the pooled samples)")
+    p.add_argument(
+        "--balanced",
+        action="store_true",
+        help="each batch's rows evenly over the tasks (default: uniform over the pooled samples)",
+    )
     args = p.parse_args()
     torch.set_num_threads(1)
-    rows = run(args.tasks, args.steps, args.lr, args.scenes, args.probe_scenes, pixels=args.pixels, image_size=args.image_size,
-               text_per_batch=args.text_per_batch, balanced=args.balanced,
-               then_tasks=args.then, then_steps=args.then_steps, then_balanced=args.then_balanced)
-    print(f"vision pre-training on {args.tasks}{' (balanced batches)' if args.balanced else ''}, {args.steps} steps at lr {args.lr:g}"
-          f"{f', then {args.then} for {args.then_steps} steps' + (' (balanced)' if args.then_balanced else '') if args.then else ''}, batch 16 + text rows "
-          f"{args.text_per_batch}, pixels {args.pixels}, image size {args.image_size} (None: the spec's); "
-          f"{platform.machine()}, {platform.python_version()}, torch {torch.__version__}")
-    print("| task | train samples | held-out | best constant | fit (train) | held-out accuracy | zeroed frames | loss (last 20) | pre-training s |")
+    rows = run(
+        args.tasks,
+        args.steps,
+        args.lr,
+        args.scenes,
+        args.probe_scenes,
+        pixels=args.pixels,
+        image_size=args.image_size,
+        text_per_batch=args.text_per_batch,
+        balanced=args.balanced,
+        then_tasks=args.then,
+        then_steps=args.then_steps,
+        then_balanced=args.then_balanced,
+    )
+    then = f", then {args.then} for {args.then_steps} steps" if args.then else ""
+    then += " (balanced)" if args.then and args.then_balanced else ""
+    print(
+        f"vision pre-training on {args.tasks}{' (balanced batches)' if args.balanced else ''}, {args.steps} steps at "
+        f"lr {args.lr:g}{then}, batch 16 + text rows "
+        f"{args.text_per_batch}, pixels {args.pixels}, image size {args.image_size} (None: the spec's); "
+        f"{platform.machine()}, {platform.python_version()}, torch {torch.__version__}"
+    )
+    print(
+        "| task | train samples | held-out | best constant | fit (train) | held-out accuracy | zeroed frames | loss "
+        "(last 20) | pre-training s |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['task']} | {r['train_samples']} | {r['held_out']} | {r['chance']:.3f} | {r['fit']:.3f} | {r['accuracy']:.3f} | "
-              f"{r['zeroed']:.3f} | {r['loss_last']:.3f} | {r['seconds']:.0f} |")
+        print(
+            f"| {r['task']} | {r['train_samples']} | {r['held_out']} | {r['chance']:.3f} | {r['fit']:.3f} | "
+            f"{r['accuracy']:.3f} | "
+            f"{r['zeroed']:.3f} | {r['loss_last']:.3f} | {r['seconds']:.0f} |"
+        )
 
 
 if __name__ == "__main__":

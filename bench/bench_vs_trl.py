@@ -34,6 +34,7 @@ it the script says so and exits 0.
 
 Usage: ``python bench/bench_vs_trl.py [--rounds 3] [--steps 20] [--warmup 2] [--kl 0.04] [--shared-prefill 0]``
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,7 +52,16 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
-PHASES = ("processor", "generate", "value_forward", "reference_forward", "training_forward", "backward", "optimizer", "env")
+PHASES = (
+    "processor",
+    "generate",
+    "value_forward",
+    "reference_forward",
+    "training_forward",
+    "backward",
+    "optimizer",
+    "env",
+)
 TRL_INSTALL = "pip install -e '.[bench]'   (or: pip install 'trl>=1.16,<2'; measured with trl 1.16.0)"
 
 
@@ -121,12 +131,18 @@ class PromptSetEnv:
         from a2c_ppo_acktr.common.prompts import Answer, Invalid, parse_action
 
         with self.timer.phase("env"):
-            rewards = np.array([reward(self.prompts[i], t, self.env_cfg) for i, t in zip(self.ids, texts)], dtype=np.float32)
+            rewards = np.array(
+                [reward(self.prompts[i], t, self.env_cfg) for i, t in zip(self.ids, texts)], dtype=np.float32
+            )
             parsed = [parse_action(t, max_forward=self.env_cfg.max_forward) for t in texts]
             terminated = np.array([isinstance(p, Answer) for p in parsed])
             infos = [
-                {"group_id": i, "valid": not isinstance(p, Invalid), "final_observation": self.prompts[i].observation,
-                 "episode": {"score": float(r) if a else 0.0, "reward": float(r), "turns": 1}}
+                {
+                    "group_id": i,
+                    "valid": not isinstance(p, Invalid),
+                    "final_observation": self.prompts[i].observation,
+                    "episode": {"score": float(r) if a else 0.0, "reward": float(r), "turns": 1},
+                }
                 for i, p, r, a in zip(self.ids, parsed, rewards, terminated)
             ]
             self.rewards += rewards.tolist()
@@ -228,8 +244,17 @@ def _model_config(args: argparse.Namespace):
     from a2c_ppo_acktr.config.arguments import ModelConfig
 
     # Fixed temperature 1 (no temperature head): exactly TRL's sampling distribution.
-    return ModelConfig(model_path=args.model_path, device="cpu", dtype="float32", max_new_tokens=args.max_new_tokens,
-                       lora_r=8, lora_alpha=16, use_temp_predictor=False, temperature=1.0, shared_prefill=bool(args.shared_prefill))
+    return ModelConfig(
+        model_path=args.model_path,
+        device="cpu",
+        dtype="float32",
+        max_new_tokens=args.max_new_tokens,
+        lora_r=8,
+        lora_alpha=16,
+        use_temp_predictor=False,
+        temperature=1.0,
+        shared_prefill=bool(args.shared_prefill),
+    )
 
 
 def run_project(args: argparse.Namespace, kl: float, estimator: str) -> dict[str, Any]:
@@ -247,8 +272,16 @@ def run_project(args: argparse.Namespace, kl: float, estimator: str) -> dict[str
     cfg = _model_config(args)
     torch.manual_seed(args.seed)
     policy = VLMPolicy(cfg, load_vlm(cfg))
-    ppo_cfg = PPOConfig(ppo_epochs=1, mini_batch_size=args.completions, lr=1e-5, max_grad_norm=1.0, clip_coef=0.2,
-                        kl_coef=kl, advantage_estimator=estimator, adv_norm="batch" if estimator == "gae" else "none")
+    ppo_cfg = PPOConfig(
+        ppo_epochs=1,
+        mini_batch_size=args.completions,
+        lr=1e-5,
+        max_grad_norm=1.0,
+        clip_coef=0.2,
+        kl_coef=kl,
+        advantage_estimator=estimator,
+        adv_norm="batch" if estimator == "gae" else "none",
+    )
     optimizer = build_optimizer(policy, ppo_cfg)
     ppo = PPO(policy, optimizer, ppo_cfg, seed=args.seed, kl_ref_interval=args.kl_ref_interval)
     storage = RolloutStorage(1, args.completions)
@@ -268,8 +301,12 @@ def run_project(args: argparse.Namespace, kl: float, estimator: str) -> dict[str
         ppo.update(storage)
         storage.after_update()
         durations.append(time.perf_counter() - t0)
-    measured = durations[args.warmup:]
-    return {"s_per_step": statistics.mean(measured), "split": _split(timer, before, args.steps), **_reward_stats(envs.rewards)}
+    measured = durations[args.warmup :]
+    return {
+        "s_per_step": statistics.mean(measured),
+        "split": _split(timer, before, args.steps),
+        **_reward_stats(envs.rewards),
+    }
 
 
 def run_trl(args: argparse.Namespace, beta: float) -> dict[str, Any]:
@@ -296,22 +333,52 @@ def run_trl(args: argparse.Namespace, beta: float) -> dict[str, Any]:
             rewards.extend(out)
             return out
 
-    rows = [{"prompt": fmt.build_messages(p.observation), "images": [Image.fromarray(a) for a in p.observation["images"]], "qid": k}
-            for k, p in enumerate(prompts)]
+    rows = [
+        {
+            "prompt": fmt.build_messages(p.observation),
+            "images": [Image.fromarray(a) for a in p.observation["images"]],
+            "qid": k,
+        }
+        for k, p in enumerate(prompts)
+    ]
     forbidden = forbidden_token_ids(loaded.processor, vocab_size=int(loaded.model.config.get_text_config().vocab_size))
     total = args.warmup + args.steps
     out = tempfile.mkdtemp(prefix="bench_vs_trl_")  # TRL wants an output_dir; nothing is saved (save_strategy="no")
     grpo = GRPOConfig(
-        output_dir=out, per_device_train_batch_size=args.completions,
-        num_generations=args.group, max_completion_length=args.max_new_tokens, learning_rate=1e-5, beta=beta,
-        epsilon=0.2, num_iterations=1, max_grad_norm=1.0, bf16=False, gradient_checkpointing=False, use_cpu=True,
-        report_to="none", save_strategy="no", logging_steps=total, shuffle_dataset=False, max_steps=total,
-        temperature=1.0, top_k=0, top_p=1.0, disable_tqdm=True, seed=args.seed, dataloader_num_workers=0,
+        output_dir=out,
+        per_device_train_batch_size=args.completions,
+        num_generations=args.group,
+        max_completion_length=args.max_new_tokens,
+        learning_rate=1e-5,
+        beta=beta,
+        epsilon=0.2,
+        num_iterations=1,
+        max_grad_norm=1.0,
+        bf16=False,
+        gradient_checkpointing=False,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=total,
+        shuffle_dataset=False,
+        max_steps=total,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        disable_tqdm=True,
+        seed=args.seed,
+        dataloader_num_workers=0,
         generation_kwargs={"suppress_tokens": forbidden},
     )
     torch.manual_seed(args.seed)
-    trainer = GRPOTrainer(model=loaded.model, reward_funcs=reward_fn, args=grpo, train_dataset=Dataset.from_list(rows),
-                          processing_class=loaded.processor, peft_config=build_lora_config(cfg))
+    trainer = GRPOTrainer(
+        model=loaded.model,
+        reward_funcs=reward_fn,
+        args=grpo,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=loaded.processor,
+        peft_config=build_lora_config(cfg),
+    )
     timer.instrument(loaded.processor, loaded.model)
     marks: list[float] = []
     state: dict[str, Any] = {}
@@ -331,9 +398,12 @@ def run_trl(args: argparse.Namespace, beta: float) -> dict[str, Any]:
         trainer.train()
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    steps = [b - a for a, b in zip(marks, marks[1:])][args.warmup:]
-    return {"s_per_step": statistics.mean(steps), "split": _split(timer, state["before"], len(steps)),
-            **_reward_stats(rewards[state["n_rewards"]:])}
+    steps = [b - a for a, b in zip(marks, marks[1:])][args.warmup :]
+    return {
+        "s_per_step": statistics.mean(steps),
+        "split": _split(timer, state["before"], len(steps)),
+        **_reward_stats(rewards[state["n_rewards"] :]),
+    }
 
 
 # One-turn cpu-demo env: 4 sweep frames + 1 view of 64x64 per prompt.
@@ -373,8 +443,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--kl", type=float, default=0.04, help="TRL beta and project kl_coef of the 'KL' rows")
     ap.add_argument("--kl-ref-interval", type=int, default=10, help="the project's log.kl_ref_interval")
-    ap.add_argument("--shared-prefill", type=int, default=1, choices=[0, 1],
-                    help="the project's model.shared_prefill (1: each distinct prompt prefilled once; 0: every row)")
+    ap.add_argument(
+        "--shared-prefill",
+        type=int,
+        default=1,
+        choices=[0, 1],
+        help="the project's model.shared_prefill (1: each distinct prompt prefilled once; 0: every row)",
+    )
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", nargs="*", default=None, choices=list(RUNS), help="runs to make (default: all)")
@@ -396,11 +471,13 @@ def main() -> None:
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     for r in range(args.rounds):
         for key in keys:
-            out = subprocess.run([sys.executable, __file__, "--run", key, *shared], capture_output=True, text=True, env=env, check=False)
+            out = subprocess.run(
+                [sys.executable, __file__, "--run", key, *shared], capture_output=True, text=True, env=env, check=False
+            )
             line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")), None)
             if out.returncode != 0 or line is None:
                 raise RuntimeError(f"{key} failed (round {r + 1}):\n{out.stderr[-4000:]}")
-            results[key].append(json.loads(line[len("RESULT "):]))
+            results[key].append(json.loads(line[len("RESULT ") :]))
             print(f"round {r + 1}: {key}: {results[key][-1]['s_per_step']:.3f} s/step", file=sys.stderr, flush=True)
     report(args, results, trl.__version__)
 
@@ -412,21 +489,31 @@ def report(args: argparse.Namespace, results: dict[str, list[dict]], trl_version
     best = {key: min(runs, key=lambda x: x["s_per_step"]) for key, runs in results.items()}
     name = {key: RUNS[key][0].replace("KL", str(args.kl)) for key in RUNS}
     load = os.getloadavg()
-    print(f"\nbench_vs_trl: {args.model_path} fp32, shared_prefill={bool(args.shared_prefill)}, {args.threads} thread(s), {args.num_prompts} one-turn prompts "
-          f"(5 frames 64x64), {args.completions} completions/step ({args.group} per prompt), <= {args.max_new_tokens} new tokens, "
-          f"LoRA r=8; {args.steps} steps after {args.warmup} warm-up, best of {args.rounds} interleaved rounds; "
-          f"trl {trl_version}, transformers {transformers.__version__}, torch {torch.__version__}; "
-          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}\n")
+    print(
+        f"\nbench_vs_trl: {args.model_path} fp32, shared_prefill={bool(args.shared_prefill)}, {args.threads} "
+        f"thread(s), {args.num_prompts} one-turn prompts "
+        f"(5 frames 64x64), {args.completions} completions/step ({args.group} per prompt), <= {args.max_new_tokens} "
+        "new tokens, "
+        f"LoRA r=8; {args.steps} steps after {args.warmup} warm-up, best of {args.rounds} interleaved rounds; "
+        f"trl {trl_version}, transformers {transformers.__version__}, torch {torch.__version__}; "
+        f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}\n"
+    )
     print("| run | s/step (best round) | rounds | completions/s | mean reward +- s.e. (completions) |")
     print("|---|---|---|---|---|")
     for key, b in best.items():
         rounds = ", ".join(f"{x['s_per_step']:.3f}" for x in results[key])
-        print(f"| {name[key]} | {b['s_per_step']:.3f} | {rounds} | {args.completions / b['s_per_step']:.1f} | {b['reward']:+.3f} +- {b['reward_se']:.3f} ({b['n']}) |")
+        print(
+            f"| {name[key]} | {b['s_per_step']:.3f} | {rounds} | {args.completions / b['s_per_step']:.1f} | "
+            f"{b['reward']:+.3f} +- {b['reward_se']:.3f} ({b['n']}) |"
+        )
     print("\nWhere the time goes, seconds per step (best round):\n")
     print("| phase | " + " | ".join(name[key] for key in best) + " |")
     print("|---|" + "---|" * len(best))
     for p in PHASES + ("other",):
-        cells = [f"{(b['s_per_step'] - sum(b['split'].values())) if p == 'other' else b['split'][p]:.3f}" for b in best.values()]
+        cells = [
+            f"{(b['s_per_step'] - sum(b['split'].values())) if p == 'other' else b['split'][p]:.3f}"
+            for b in best.values()
+        ]
         print(f"| {p} | " + " | ".join(cells) + " |")
     print()
     for a, b in RATIOS:

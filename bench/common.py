@@ -1,5 +1,6 @@
 """What the benchmark scripts share (imported as ``common`` from ``bench/``): the policy options and
 set-up of the model benchmarks, interleaved best-of timing and peak memory."""
+
 from __future__ import annotations
 
 import argparse
@@ -23,9 +24,18 @@ def add_policy_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 on a shared machine)")
-    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
-                    help="where the policy runs (cuda: e.g. a build of python -m a2c_ppo_acktr.real_size as --model-path)")
-    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="model.dtype (default: float32 on cpu, bfloat16 on cuda)")
+    ap.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default="cpu",
+        help="where the policy runs (cuda: e.g. a build of python -m a2c_ppo_acktr.real_size as --model-path)",
+    )
+    ap.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        default=None,
+        help="model.dtype (default: float32 on cpu, bfloat16 on cuda)",
+    )
 
 
 def load_policy(args: argparse.Namespace) -> VLMPolicy:
@@ -41,11 +51,13 @@ def load_policy(args: argparse.Namespace) -> VLMPolicy:
 
 def synchronised(fn: Callable[[], object]) -> Callable[[], object]:
     """``fn`` followed by a CUDA synchronise when CUDA is in use, so wall time covers queued kernels."""
+
     def call() -> object:
         out = fn()
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()
         return out
+
     return call
 
 

@@ -26,9 +26,11 @@ ScanNet label table ``scannetv2-labels.combined.tsv`` (ScanNet v2; distributed b
 script as ``LABEL_MAP_FILES``, not kept in the ScanNet/ScanNet git repository). The copy used is
 byte-identical (SHA-256 below, 607 rows, 55,796 bytes) to
 
-* https://github.com/isl-org/Open3D-ML/blob/14684b3c809a4da4c0dd2e24460a1a7636fed6e3/ml3d/datasets/_resources/scannet/scannetv2-labels.combined.tsv
+*
+https://github.com/isl-org/Open3D-ML/blob/14684b3c809a4da4c0dd2e24460a1a7636fed6e3/ml3d/datasets/_resources/scannet/scannetv2-labels.combined.tsv
   (also shipped in the open3d 0.20.0 wheel, a dependency of this package);
-* https://github.com/open-mmlab/mmdetection3d/blob/f8226a2e117b30f21b26dc2aea02ee19c1379a36/data/scannet/meta_data/scannetv2-labels.combined.tsv
+*
+https://github.com/open-mmlab/mmdetection3d/blob/f8226a2e117b30f21b26dc2aea02ee19c1379a36/data/scannet/meta_data/scannetv2-labels.combined.tsv
   holds the same rows (its ``furnace`` row has the two trailing empty mpcat40 fields the Open3D-ML
   copy lacks; no column used here differs).
 
@@ -36,15 +38,16 @@ Columns used: ``raw_category`` (the free-text label in ``<scene>.aggregation.jso
 (ScanNet's cleaned category; raw labels sharing it share ScanNet's ``id``, which is also the class id of
 ScanNet200), ``nyu40class`` (walls/floors/ceilings are structure) and ``count`` (instances in ScanNet).
 
-ARKitScenes 3DOD classes: https://github.com/apple/ARKitScenes/blob/42a27f75a93fda8ecacf7453eacbbcb9be20693a/threedod/benchmark_scripts/utils/taxonomy.py
+ARKitScenes 3DOD classes:
+https://github.com/apple/ARKitScenes/blob/42a27f75a93fda8ecacf7453eacbbcb9be20693a/threedod/benchmark_scripts/utils/taxonomy.py
 (``class_names``, 17 names).
 
 The benchmark's vocabulary (VSI-Bench, "Thinking in Space", Yang et al. 2024; App. B.1: "we carefully
 curate a subset of categories from the three source datasets ... exclude both rare categories and
 those with extremely small object sizes ... implement category remapping"). The curation code itself
 is not in nyu-visionx/thinking-in-space; the authors' per-dataset helpers were published with VLM-3R's
-data pipeline (paths like ``/mnt/disks/sp-data/jihan/spbench_anno/...``), copied in
-https://github.com/Zhanpeng1202/SpatialReasoner/tree/cfeae6f7f5b93faaae439be0100d3b7dc74a297a/vlm_3r_data_process/src/utils :
+data pipeline (paths like ``/mnt/disks/sp-data/jihan/spbench_anno/...``), copied in:
+https://github.com/Zhanpeng1202/SpatialReasoner/tree/cfeae6f7f5b93faaae439be0100d3b7dc74a297a/vlm_3r_data_process/src/utils
 
 * ``arkitscenes_utils.py``: ``INVALID_CATES = [sink, shelf, oven, cabinet]`` and
   ``CATE_MAPPER = {"tv": ["tv_monitor"]}``: ARKitScenes objects of those four classes are never asked
@@ -75,6 +78,7 @@ change that, add the name to the evidence lists below (e.g. ``SCANNET_ROWS_SEEN`
 shows it), or a merge to ``CATEGORY_RULES``, and rerun; ``--check`` (run by tests/test_real_scans.py)
 fails until the committed tables are regenerated.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -106,29 +110,150 @@ VSI_UTILS_URL = (
 # --------------------------------------------------------------------------- the benchmark's lists
 # Quoted from the sources above (data, not code of theirs).
 ARKIT_CLASSES = [
-    "cabinet", "refrigerator", "shelf", "stove", "bed", "sink", "washer", "toilet", "bathtub", "oven",
-    "dishwasher", "fireplace", "stool", "chair", "table", "tv_monitor", "sofa",
+    "cabinet",
+    "refrigerator",
+    "shelf",
+    "stove",
+    "bed",
+    "sink",
+    "washer",
+    "toilet",
+    "bathtub",
+    "oven",
+    "dishwasher",
+    "fireplace",
+    "stool",
+    "chair",
+    "table",
+    "tv_monitor",
+    "sofa",
 ]
 ARKIT_INVALID = ["sink", "shelf", "oven", "cabinet"]
 ARKIT_MAPPER = {"tv": ["tv_monitor"]}
 
 SCANNETPP_INST_SEG_CATEGORY = [
-    "table", "door", "ceiling lamp", "cabinet", "blinds", "curtain", "chair", "storage cabinet", "office chair",
-    "bookshelf", "whiteboard", "window", "box", "monitor", "shelf", "heater", "kitchen cabinet", "sofa", "bed",
-    "trash can", "book", "plant", "blanket", "tv", "computer tower", "refrigerator", "jacket", "sink", "bag",
-    "picture", "pillow", "towel", "suitcase", "backpack", "crate", "keyboard", "rack", "toilet", "printer",
-    "poster", "painting", "microwave", "shoes", "socket", "bottle", "bucket", "cushion", "basket", "shoe rack",
-    "telephone", "file folder", "laptop", "plant pot", "exhaust fan", "cup", "coat hanger", "light switch",
-    "speaker", "table lamp", "kettle", "smoke detector", "container", "power strip", "slippers", "paper bag",
-    "mouse", "cutting board", "toilet paper", "paper towel", "pot", "clock", "pan", "tap", "jar",
-    "soap dispenser", "binder", "bowl", "tissue box", "whiteboard eraser", "toilet brush", "spray bottle",
-    "headphones", "stapler", "marker",
+    "table",
+    "door",
+    "ceiling lamp",
+    "cabinet",
+    "blinds",
+    "curtain",
+    "chair",
+    "storage cabinet",
+    "office chair",
+    "bookshelf",
+    "whiteboard",
+    "window",
+    "box",
+    "monitor",
+    "shelf",
+    "heater",
+    "kitchen cabinet",
+    "sofa",
+    "bed",
+    "trash can",
+    "book",
+    "plant",
+    "blanket",
+    "tv",
+    "computer tower",
+    "refrigerator",
+    "jacket",
+    "sink",
+    "bag",
+    "picture",
+    "pillow",
+    "towel",
+    "suitcase",
+    "backpack",
+    "crate",
+    "keyboard",
+    "rack",
+    "toilet",
+    "printer",
+    "poster",
+    "painting",
+    "microwave",
+    "shoes",
+    "socket",
+    "bottle",
+    "bucket",
+    "cushion",
+    "basket",
+    "shoe rack",
+    "telephone",
+    "file folder",
+    "laptop",
+    "plant pot",
+    "exhaust fan",
+    "cup",
+    "coat hanger",
+    "light switch",
+    "speaker",
+    "table lamp",
+    "kettle",
+    "smoke detector",
+    "container",
+    "power strip",
+    "slippers",
+    "paper bag",
+    "mouse",
+    "cutting board",
+    "toilet paper",
+    "paper towel",
+    "pot",
+    "clock",
+    "pan",
+    "tap",
+    "jar",
+    "soap dispenser",
+    "binder",
+    "bowl",
+    "tissue box",
+    "whiteboard eraser",
+    "toilet brush",
+    "spray bottle",
+    "headphones",
+    "stapler",
+    "marker",
 ]
 SCANNETPP_INVALID = [
-    "binder", "poster", "blinds", "curtain", "window", "backpack", "bag", "book", "bottle", "box", "container",
-    "jacket", "jar", "light switch", "marker", "painting", "paper towel", "poster", "plant pot", "pot", "shelf",
-    "sink", "smoke detector", "soap dispenser", "socket", "speaker", "spray bottle", "tap", "tissue box",
-    "toilet brush", "toilet paper", "towel", "whiteboard eraser", "cabinet", "kitchen cabinet", "storage cabinet",
+    "binder",
+    "poster",
+    "blinds",
+    "curtain",
+    "window",
+    "backpack",
+    "bag",
+    "book",
+    "bottle",
+    "box",
+    "container",
+    "jacket",
+    "jar",
+    "light switch",
+    "marker",
+    "painting",
+    "paper towel",
+    "poster",
+    "plant pot",
+    "pot",
+    "shelf",
+    "sink",
+    "smoke detector",
+    "soap dispenser",
+    "socket",
+    "speaker",
+    "spray bottle",
+    "tap",
+    "tissue box",
+    "toilet brush",
+    "toilet paper",
+    "towel",
+    "whiteboard eraser",
+    "cabinet",
+    "kitchen cabinet",
+    "storage cabinet",
 ]
 SCANNETPP_MAPPER = {
     "cabinet": ["cabinet", "kitchen cabinet", "storage cabinet"],
@@ -140,7 +265,19 @@ SCANNETPP_MAPPER = {
 SCANNETV2_VALID = ["bed", "chair", "sofa", "table", "window", "bookshelf", "counter", "desk", "refrigerator"]
 SCANNETV2_MAPPER = {"table": ["desk", "table"]}
 
-SCANNET_ROWS_SEEN = ["trash bin", "mirror", "door", "lamp", "pillow", "microwave", "towel", "radiator", "window", "chair", "bed"]
+SCANNET_ROWS_SEEN = [
+    "trash bin",
+    "mirror",
+    "door",
+    "lamp",
+    "pillow",
+    "microwave",
+    "towel",
+    "radiator",
+    "window",
+    "chair",
+    "bed",
+]
 PAPER_FIGURES = ["cabinet"]
 
 
@@ -175,20 +312,34 @@ STRUCTURE_RAW = {"object"}  # ScanNet's "unlabelled object"; the loader treats i
 # Each target must be in vocabulary(); the reason is written to the table's ``rule`` column.
 CATEGORY_RULES: dict[str, tuple[Optional[str], str]] = {
     # chairs: ScanNet++ maps office chair -> chair; every nyu40class=chair category is a chair
-    **{c: ("chair", "chair family (nyu40 chair; ScanNet++ office chair -> chair)") for c in
-       ("office chair", "armchair", "sofa chair", "folded chair", "massage chair", "recliner chair", "rocking chair")},
+    **{
+        c: ("chair", "chair family (nyu40 chair; ScanNet++ office chair -> chair)")
+        for c in (
+            "office chair",
+            "armchair",
+            "sofa chair",
+            "folded chair",
+            "massage chair",
+            "recliner chair",
+            "rocking chair",
+        )
+    },
     "beanbag chair": ("chair", "chair family"),
     "couch": ("sofa", "nyu40 sofa"),
     # tables: SCANNET_CLASS_REMAPPER table <- desk; nyu40class=table categories (game tables aside)
     "desk": ("table", "SCANNET_CLASS_REMAPPER table <- desk"),
-    **{c: ("table", "table family (nyu40 table)") for c in
-       ("coffee table", "end table", "dining table", "side table", "round table", "folded table")},
+    **{
+        c: ("table", "table family (nyu40 table)")
+        for c in ("coffee table", "end table", "dining table", "side table", "round table", "folded table")
+    },
     "air hockey table": (None, "game table, not a table"),
     "kitchen counter": ("counter", "counter family (nyu40 counter)"),
     "bathroom counter": ("counter", "counter family (nyu40 counter)"),
     # cabinets: ScanNet++'s mapper merges kitchen/storage cabinets into cabinet
-    **{c: ("cabinet", "cabinet family (nyu40 cabinet; ScanNet++ mapper)") for c in
-       ("kitchen cabinet", "file cabinet", "bathroom cabinet")},
+    **{
+        c: ("cabinet", "cabinet family (nyu40 cabinet; ScanNet++ mapper)")
+        for c in ("kitchen cabinet", "file cabinet", "bathroom cabinet")
+    },
     "bathroom vanity": (None, "cabinet with a sink and counter: ambiguous"),
     "trash cabinet": (None, "neither a cabinet nor a bin"),
     "cabinet door": (None, "part of a cabinet"),
@@ -235,7 +386,11 @@ def scannet_rows(table_text: str) -> list[dict[str, str]]:
     for r in rows:
         raw, cat, nyu = r["raw_category"].strip(), r["category"].strip(), r["nyu40class"].strip()
         if raw in STRUCTURE_RAW or nyu in STRUCTURE_NYU40:
-            status, target, rule = "structure", "", f"nyu40class {nyu}" if nyu in STRUCTURE_NYU40 else "unlabelled object"
+            status, target, rule = (
+                "structure",
+                "",
+                f"nyu40class {nyu}" if nyu in STRUCTURE_NYU40 else "unlabelled object",
+            )
         elif raw in RAW_RULES:
             t, why = RAW_RULES[raw]
             status, target, rule = ("mapped", t, why) if t else ("excluded", "", why)
@@ -246,8 +401,17 @@ def scannet_rows(table_text: str) -> list[dict[str, str]]:
             status, target, rule = "mapped", cat, "category is a benchmark name"
         else:
             status, target, rule = "excluded", "", "no benchmark category"
-        out.append({"raw_category": raw, "category": cat, "nyu40class": nyu, "count": r["count"].strip(),
-                    "status": status, "vsibench_category": target, "rule": rule})
+        out.append(
+            {
+                "raw_category": raw,
+                "category": cat,
+                "nyu40class": nyu,
+                "count": r["count"].strip(),
+                "status": status,
+                "vsibench_category": target,
+                "rule": rule,
+            }
+        )
     return out
 
 
@@ -257,11 +421,27 @@ def scannetpp_rows() -> list[dict[str, str]]:
     out = []
     for c in SCANNETPP_INST_SEG_CATEGORY:
         if c in SCANNETPP_INVALID:
-            out.append({"raw_label": c, "status": "excluded", "vsibench_category": "", "rule": "VSI-Bench INVALID_CATES for ScanNet++"})
+            out.append(
+                {
+                    "raw_label": c,
+                    "status": "excluded",
+                    "vsibench_category": "",
+                    "rule": "VSI-Bench INVALID_CATES for ScanNet++",
+                }
+            )
         elif c in inverse:
-            out.append({"raw_label": c, "status": "mapped", "vsibench_category": inverse[c], "rule": f"VSI-Bench CATE_MAPPER {inverse[c]} <- {c}"})
+            out.append(
+                {
+                    "raw_label": c,
+                    "status": "mapped",
+                    "vsibench_category": inverse[c],
+                    "rule": f"VSI-Bench CATE_MAPPER {inverse[c]} <- {c}",
+                }
+            )
         else:
-            out.append({"raw_label": c, "status": "mapped", "vsibench_category": c, "rule": "ScanNet++ instance class name"})
+            out.append(
+                {"raw_label": c, "status": "mapped", "vsibench_category": c, "rule": "ScanNet++ instance class name"}
+            )
     return out
 
 
@@ -270,9 +450,23 @@ def arkit_rows() -> list[dict[str, str]]:
     out = []
     for c in ARKIT_CLASSES:
         if c in ARKIT_INVALID:
-            out.append({"raw_label": c, "status": "excluded", "vsibench_category": "", "rule": "VSI-Bench INVALID_CATES for ARKitScenes"})
+            out.append(
+                {
+                    "raw_label": c,
+                    "status": "excluded",
+                    "vsibench_category": "",
+                    "rule": "VSI-Bench INVALID_CATES for ARKitScenes",
+                }
+            )
         elif c in inverse:
-            out.append({"raw_label": c, "status": "mapped", "vsibench_category": inverse[c], "rule": f"VSI-Bench CATE_MAPPER {inverse[c]} <- {c}"})
+            out.append(
+                {
+                    "raw_label": c,
+                    "status": "mapped",
+                    "vsibench_category": inverse[c],
+                    "rule": f"VSI-Bench CATE_MAPPER {inverse[c]} <- {c}",
+                }
+            )
         else:
             out.append({"raw_label": c, "status": "mapped", "vsibench_category": c, "rule": "3DOD class name"})
     return out
@@ -288,8 +482,13 @@ def _tsv(header_lines: list[str], columns: list[str], rows: list[dict[str, str]]
     return buf.getvalue()
 
 
-GENERATED = "Generated by scripts/make_label_maps.py (its docstring has the sources and the reasoning); do not edit by hand."
-COLUMNS = "Columns: status is mapped (vsibench_category is the benchmark's name), excluded (no benchmark category: geometry kept, no questions) or structure."
+GENERATED = (
+    "Generated by scripts/make_label_maps.py (its docstring has the sources and the reasoning); do not edit by hand."
+)
+COLUMNS = (
+    "Columns: status is mapped (vsibench_category is the benchmark's name), excluded (no benchmark category: geometry "
+    "kept, no questions) or structure."
+)
 
 
 def render(table_text: str) -> dict[str, str]:
@@ -298,23 +497,50 @@ def render(table_text: str) -> dict[str, str]:
     srows = scannet_rows(table_text)
     return {
         "vsibench_categories.tsv": _tsv(
-            [GENERATED, "The categories VSI-Bench questions name; every mapped label in the other tables is one of them.",
-             "evidence: arkitscenes / scannetpp / scannet-v2 = the benchmark authors' per-dataset category lists",
-             f"  ({VSI_UTILS_URL}); scannet-rows = seen in VSI-Bench ScanNet rows; paper-fig1 = VSI-Bench paper, Fig. 1."],
-            ["category", "evidence"], [{"category": c, "evidence": e} for c, e in vocab.items()]),
+            [
+                GENERATED,
+                "The categories VSI-Bench questions name; every mapped label in the other tables is one of them.",
+                "evidence: arkitscenes / scannetpp / scannet-v2 = the benchmark authors' per-dataset category lists",
+                f"  ({VSI_UTILS_URL}); scannet-rows = seen in VSI-Bench ScanNet rows; paper-fig1 = VSI-Bench paper, "
+                "Fig. 1.",
+            ],
+            ["category", "evidence"],
+            [{"category": c, "evidence": e} for c, e in vocab.items()],
+        ),
         "scannet_labels.tsv": _tsv(
-            [GENERATED, f"Source: scannetv2-labels.combined.tsv, sha256 {SCANNET_TABLE_SHA256}", f"  {SCANNET_TABLE_URL}",
-             "raw_category, category, nyu40class and count are ScanNet's columns, unchanged.", COLUMNS],
-            ["raw_category", "category", "nyu40class", "count", "status", "vsibench_category", "rule"], srows),
+            [
+                GENERATED,
+                f"Source: scannetv2-labels.combined.tsv, sha256 {SCANNET_TABLE_SHA256}",
+                f"  {SCANNET_TABLE_URL}",
+                "raw_category, category, nyu40class and count are ScanNet's columns, unchanged.",
+                COLUMNS,
+            ],
+            ["raw_category", "category", "nyu40class", "count", "status", "vsibench_category", "rule"],
+            srows,
+        ),
         "arkitscenes_labels.tsv": _tsv(
-            [GENERATED, f"Source: ARKitScenes 3DOD class_names, {ARKIT_TAXONOMY_URL}",
-             f"  and VSI-Bench's ARKitScenes filter/mapper (arkitscenes_utils.py, {VSI_UTILS_URL}).", COLUMNS],
-            ["raw_label", "status", "vsibench_category", "rule"], arkit_rows()),
+            [
+                GENERATED,
+                f"Source: ARKitScenes 3DOD class_names, {ARKIT_TAXONOMY_URL}",
+                f"  and VSI-Bench's ARKitScenes filter/mapper (arkitscenes_utils.py, {VSI_UTILS_URL}).",
+                COLUMNS,
+            ],
+            ["raw_label", "status", "vsibench_category", "rule"],
+            arkit_rows(),
+        ),
         "scannetpp_labels.tsv": _tsv(
-            [GENERATED, "Source: VSI-Bench's ScanNet++ class list, filter and mapper (SCANNETPP_INST_SEG_CATEGORY, INVALID_CATES,",
-             f"  CATE_MAPPER in scannetpp_utils.py, {VSI_UTILS_URL}).",
-             "Raw labels are segments_anno.json segGroups labels; a label not listed here is excluded by the loader.", COLUMNS],
-            ["raw_label", "status", "vsibench_category", "rule"], scannetpp_rows()),
+            [
+                GENERATED,
+                "Source: VSI-Bench's ScanNet++ class list, filter and mapper (SCANNETPP_INST_SEG_CATEGORY, "
+                "INVALID_CATES,",
+                f"  CATE_MAPPER in scannetpp_utils.py, {VSI_UTILS_URL}).",
+                "Raw labels are segments_anno.json segGroups labels; a label not listed here is excluded by the "
+                "loader.",
+                COLUMNS,
+            ],
+            ["raw_label", "status", "vsibench_category", "rule"],
+            scannetpp_rows(),
+        ),
     }
 
 
@@ -337,7 +563,8 @@ def summary(table_text: str) -> str:
         counts[r["status"]] += int(r["count"])
     objects = counts["mapped"] + counts["excluded"]
     return (
-        f"ScanNet raw labels: {by['mapped']} mapped, {by['excluded']} excluded, {by['structure']} structure (of {len(rows)}); "
+        f"ScanNet raw labels: {by['mapped']} mapped, {by['excluded']} excluded, {by['structure']} structure (of "
+        f"{len(rows)}); "
         f"instances: mapped {counts['mapped']} = {100 * counts['mapped'] / sum(counts.values()):.1f}% of all "
         f"{sum(counts.values())}, {100 * counts['mapped'] / objects:.1f}% of the {objects} non-structure; "
         f"{len(set(r['vsibench_category'] for r in rows if r['vsibench_category']))} categories used; "
@@ -347,10 +574,14 @@ def summary(table_text: str) -> str:
 
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--table", type=Path, help="path to scannetv2-labels.combined.tsv (default: the copy in the open3d wheel)")
+    p.add_argument(
+        "--table", type=Path, help="path to scannetv2-labels.combined.tsv (default: the copy in the open3d wheel)"
+    )
     p.add_argument("--out", type=Path, default=DATA_DIR, help="output folder (default: %(default)s)")
     p.add_argument("--check", action="store_true", help="do not write; exit 1 if the files in --out differ")
-    p.add_argument("--allow-other-table", action="store_true", help="accept a table whose SHA-256 differs from the pinned one")
+    p.add_argument(
+        "--allow-other-table", action="store_true", help="accept a table whose SHA-256 differs from the pinned one"
+    )
     args = p.parse_args(argv)
     table = args.table or default_table()
     if table is None or not table.is_file():
@@ -358,11 +589,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     data = table.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if digest != SCANNET_TABLE_SHA256 and not args.allow_other_table:
-        p.error(f"{table} has sha256 {digest}, expected {SCANNET_TABLE_SHA256}; pass --allow-other-table to use it anyway")
+        p.error(
+            f"{table} has sha256 {digest}, expected {SCANNET_TABLE_SHA256}; pass --allow-other-table to use it anyway"
+        )
     text = data.decode("utf-8")
     files = render(text)
-    stale = [name for name, content in files.items()
-             if not (args.out / name).is_file() or (args.out / name).read_text(encoding="utf-8") != content]
+    stale = [
+        name
+        for name, content in files.items()
+        if not (args.out / name).is_file() or (args.out / name).read_text(encoding="utf-8") != content
+    ]
     if args.check:
         for name in stale:
             print(f"stale: {args.out / name}", file=sys.stderr)

@@ -22,7 +22,8 @@ Writes under ``--out``:
 The dataset is named ``arkitscenes`` because the row loader accepts only the benchmark's three dataset
 names (``envs/vsibench.py``, ``DATASETS``); the scene names (``proc_<seed>``) say the rooms are procedural.
 
-Camera path (``envs/navigation.walkthrough_poses``): from a free start pose (``envs/navigation.sample_free_pose``), a 360-degree turn in place
+Camera path (``envs/navigation.walkthrough_poses``): from a free start pose (``envs/navigation.sample_free_pose``), a
+360-degree turn in place
 over the first half of the frames, then a walk for the rest: each frame turns up to 30 degrees toward a
 waypoint and steps 0.3 m forward (``envs/navigation.try_move``, collision-checked); a blocked step turns
 90 degrees left instead, and a reached waypoint is replaced by a new free point.
@@ -37,6 +38,7 @@ Frame rate: 2 frames per second by default, the rate at which qwen-vl-utils (and
 wrappers on top of it) read videos, so with an even ``--frames`` that reader keeps every frame and all
 the frame samplers of ``a2c_ppo_acktr/eval/video_protocol.py`` pick the same frames.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,6 +56,8 @@ logger = logging.getLogger("make_mini_vsibench")
 
 DATASET = "arkitscenes"
 DEFAULT_FPS = 2.0
+
+
 def camera_path(scene: Any, rng: np.random.Generator, num_frames: int, radius: float) -> list:
     """Poses of the walk-through video: :func:`a2c_ppo_acktr.envs.navigation.walkthrough_poses` (a
     360-degree turn in place over half the frames, then a collision-checked walk), the path the env's
@@ -150,21 +154,25 @@ def build_scene(seed: int, num_frames: int, size: int, per_type: int, fps: float
         asked: set[str] = set()
         for _ in range(per_type):
             try:
-                q = generate_question(scene, qtype, rng, start_pose=poses[0], appearance_order=order, appearance_frames=first_frames)
+                q = generate_question(
+                    scene, qtype, rng, start_pose=poses[0], appearance_order=order, appearance_frames=first_frames
+                )
             except QuestionUnavailable as e:
                 unavailable[qtype] = str(e)
                 break
             if q.question in asked:
                 continue
             asked.add(q.question)
-            rows.append({
-                "dataset": DATASET,
-                "scene_name": scene.scene_id,
-                "question_type": q.question_type,
-                "question": q.question,
-                "options": list(q.options) if q.options else None,
-                "ground_truth": q.ground_truth,
-            })
+            rows.append(
+                {
+                    "dataset": DATASET,
+                    "scene_name": scene.scene_id,
+                    "question_type": q.question_type,
+                    "question": q.question,
+                    "options": list(q.options) if q.options else None,
+                    "ground_truth": q.ground_truth,
+                }
+            )
             questions.append({"question_type": q.question_type, "question": q.question, "meta": _jsonable(q.meta)})
     entry = {
         "scene_name": scene.scene_id,
@@ -199,8 +207,16 @@ class MiniBenchError(ValueError, UserError):
     """A setting the mini benchmark cannot be built with; the message says what to change."""
 
 
-def make_mini_vsibench(out: str | Path, scenes: int = 4, seed: int = 0, frames: int = 32, size: int = 128,
-                       per_type: int = 1, fps: float = DEFAULT_FPS, overwrite: bool = False) -> Path:
+def make_mini_vsibench(
+    out: str | Path,
+    scenes: int = 4,
+    seed: int = 0,
+    frames: int = 32,
+    size: int = 128,
+    per_type: int = 1,
+    fps: float = DEFAULT_FPS,
+    overwrite: bool = False,
+) -> Path:
     """Build the mini benchmark (see the module docstring); returns the rows file ``OUT/test.parquet``.
 
     The whole tree is built in a temporary sibling of ``out`` and renamed into place at the end: a
@@ -242,7 +258,14 @@ def _build(out: Path, scenes: int, seed: int, frames: int, size: int, per_type: 
     from a2c_ppo_acktr.common.scoring import TASKS
 
     rows: list[dict] = []
-    manifest: dict[str, Any] = {"seed": seed, "scenes": [], "frames": frames, "size": size, "fps": fps, "dataset": DATASET}
+    manifest: dict[str, Any] = {
+        "seed": seed,
+        "scenes": [],
+        "frames": frames,
+        "size": size,
+        "fps": fps,
+        "dataset": DATASET,
+    }
     for k in range(scenes):
         scene_rows, entry = build_scene(seed + k, frames, size, per_type, fps, out)
         rows += scene_rows
@@ -265,16 +288,28 @@ def _build(out: Path, scenes: int, seed: int, frames: int, size: int, per_type: 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="output directory (new; one that holds files is refused unless --overwrite)")
+    p.add_argument(
+        "--out", required=True, help="output directory (new; one that holds files is refused unless --overwrite)"
+    )
     p.add_argument("--scenes", type=int, default=4, help="procedural rooms (seeds SEED, SEED+1, ...)")
     p.add_argument("--seed", type=int, default=0, help="seed of the first room")
     p.add_argument("--frames", type=int, default=32, help="video frames per room")
     p.add_argument("--size", type=int, default=128, help="frame width and height in pixels (even)")
-    p.add_argument("--per-type", type=int, default=1, help="questions per type and room (where the room supports the type)")
-    p.add_argument("--fps", type=float, default=DEFAULT_FPS, help="video frame rate (2: qwen-vl-utils reads every frame)")
-    p.add_argument("--overwrite", action="store_true", help="move an --out that holds files aside to OUT.old-<time> (nothing is deleted)")
+    p.add_argument(
+        "--per-type", type=int, default=1, help="questions per type and room (where the room supports the type)"
+    )
+    p.add_argument(
+        "--fps", type=float, default=DEFAULT_FPS, help="video frame rate (2: qwen-vl-utils reads every frame)"
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="move an --out that holds files aside to OUT.old-<time> (nothing is deleted)",
+    )
     args = p.parse_args(argv)
-    path = make_mini_vsibench(args.out, args.scenes, args.seed, args.frames, args.size, args.per_type, args.fps, overwrite=args.overwrite)
+    path = make_mini_vsibench(
+        args.out, args.scenes, args.seed, args.frames, args.size, args.per_type, args.fps, overwrite=args.overwrite
+    )
     manifest = json.loads((path.parent / "manifest.json").read_text(encoding="utf-8"))
     print(f"{manifest['num_rows']} questions over {len(manifest['scenes'])} rooms: {path}")
     print("per type: " + ", ".join(f"{t} {n}" for t, n in manifest["counts"].items()))

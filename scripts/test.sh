@@ -18,6 +18,7 @@ export VSI_CACHE=${VSI_CACHE:-$(pwd)/.cache/vsi_ppo}
 args=("$@")
 if [ "$#" -eq 0 ]; then
   .venv/bin/ruff check . || { echo "scripts/test.sh: ruff check failed (fix the lines above, or mark a deliberate one with # noqa: CODE and why)" >&2; exit 1; }
+  .venv/bin/ruff format --check . >/dev/null || { .venv/bin/ruff format --diff . >&2 || true; echo "scripts/test.sh: ruff format --check failed: run .venv/bin/ruff format . (the code is kept in the formatter's layout, 120 columns)" >&2; exit 1; }
   cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # nproc obeys OMP_NUM_THREADS, set above
   workers=${TEST_WORKERS:-$(( cores >= 2 ? 2 : 1 ))}
   if [ "$workers" -gt 1 ]; then args=(-n "$workers"); fi

@@ -17,6 +17,7 @@ Rank r writes ``OUT_DIR/rank{r}.json`` (per scenario: optimizer steps per update
 trainable weights and of the optimizer state before/after each update); rank 0 also writes the final
 trainable weights to ``OUT_DIR/{scenario}.pt``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -47,13 +48,24 @@ def config(backend: str, gas: int, zero3_json: str | None = None):
     from a2c_ppo_acktr.config.arguments import load_config
 
     overrides = [
-        f"rollout.num_envs={NUM_ENVS}", f"rollout.num_steps={NUM_STEPS}", f"ppo.mini_batch_size={MINI_BATCH}",
-        f"ppo.ppo_epochs={EPOCHS}", f"ppo.grad_accum_steps={gas}", "ppo.lr=0.003", "ppo.max_grad_norm=0.5",
-        "model.max_new_tokens=16", "env.max_turns=2", "log.progress_bar=false", "log.tensorboard=false",
+        f"rollout.num_envs={NUM_ENVS}",
+        f"rollout.num_steps={NUM_STEPS}",
+        f"ppo.mini_batch_size={MINI_BATCH}",
+        f"ppo.ppo_epochs={EPOCHS}",
+        f"ppo.grad_accum_steps={gas}",
+        "ppo.lr=0.003",
+        "ppo.max_grad_norm=0.5",
+        "model.max_new_tokens=16",
+        "env.max_turns=2",
+        "log.progress_bar=false",
+        "log.tensorboard=false",
     ]
     if backend in ("zero2", "zero3"):
         stage = 2 if backend == "zero2" else 3
-        overrides += [f"dist.zero_stage={stage}", f"dist.deepspeed_config={zero3_json if stage == 3 and zero3_json else DS_JSON[stage]}"]
+        overrides += [
+            f"dist.zero_stage={stage}",
+            f"dist.deepspeed_config={zero3_json if stage == 3 and zero3_json else DS_JSON[stage]}",
+        ]
     return load_config(preset="debug", overrides=overrides)
 
 
@@ -114,7 +126,9 @@ def _reset_accelerate() -> None:
     GradientState._reset_state()
 
 
-def run_scenario(backend: str, storage, gas: int, nan_calls: tuple[int, ...], zero3_json: str | None = None) -> tuple[dict[str, Any], dict[str, torch.Tensor], int]:
+def run_scenario(
+    backend: str, storage, gas: int, nan_calls: tuple[int, ...], zero3_json: str | None = None
+) -> tuple[dict[str, Any], dict[str, torch.Tensor], int]:
     """Fresh policy, ``UPDATES`` PPO updates on ``storage``; returns (record, final weights, rank)."""
     import a2c_ppo_acktr.algo.ppo as ppo_mod
     from a2c_ppo_acktr.algo.ppo import PPO

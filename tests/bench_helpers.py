@@ -1,4 +1,5 @@
 """Import a script of ``bench/`` as a module for its tests (the folder is not a package)."""
+
 from __future__ import annotations
 
 import importlib.util

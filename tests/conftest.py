@@ -7,6 +7,7 @@ cache key hashes everything that defines a tiny model, so a stale build is never
 weight seed is ``$VSI_TINY_SEED`` (default 0): the suite must pass with any seed, since another
 CPU's rounding changes the weights as another seed does.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,7 +22,9 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     cache = getattr(config, "cache", None)  # None under `-p no:cacheprovider`: use a fresh temp dir
-    os.environ["VSI_CACHE"] = str(cache.mkdir("vsi_cache")) if cache is not None else tempfile.mkdtemp(prefix="vsi_cache_")
+    os.environ["VSI_CACHE"] = (
+        str(cache.mkdir("vsi_cache")) if cache is not None else tempfile.mkdtemp(prefix="vsi_cache_")
+    )
     from a2c_ppo_acktr.tiny import TinySeedError, default_seed
 
     try:  # one line at start-up, not the same traceback in every test that builds a model

@@ -1,4 +1,5 @@
 """What the game env tests share (imported by name: pytest puts ``tests/`` on ``sys.path``)."""
+
 from __future__ import annotations
 
 from a2c_ppo_acktr.envs.cards.common import format_reply

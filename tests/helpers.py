@@ -4,6 +4,7 @@ Imported by name, ``from helpers import ...`` (pytest puts ``tests/`` on ``sys.p
 imports another test file. The package's modules are imported inside the functions that use them,
 so a test file that needs only :func:`free_port` does not load the model code.
 """
+
 from __future__ import annotations
 
 import copy
@@ -35,7 +36,15 @@ def tiny_model_cfg(path, **over):
     """A ModelConfig on CPU with small heads and LoRA for the tiny model at ``path`` (``over`` wins)."""
     from a2c_ppo_acktr.config.arguments import ModelConfig
 
-    base = dict(model_path=path, device="cpu", max_new_tokens=10, value_head_hidden=16, temp_head_hidden=8, lora_r=4, lora_alpha=8)
+    base = dict(
+        model_path=path,
+        device="cpu",
+        max_new_tokens=10,
+        value_head_hidden=16,
+        temp_head_hidden=8,
+        lora_r=4,
+        lora_alpha=8,
+    )
     return ModelConfig(**{**base, **over})
 
 
@@ -44,19 +53,34 @@ def fresh_policy(loaded, path, **over):
     from a2c_ppo_acktr.policy.loading import LoadedVLM
     from a2c_ppo_acktr.policy.model import VLMPolicy
 
-    fresh = LoadedVLM(model=copy.deepcopy(loaded.model), processor=loaded.processor, family=loaded.family, path=loaded.path)
+    fresh = LoadedVLM(
+        model=copy.deepcopy(loaded.model), processor=loaded.processor, family=loaded.family, path=loaded.path
+    )
     torch.manual_seed(0)  # same head and LoRA initialisation for every fresh policy
     return VLMPolicy(tiny_model_cfg(path, **over), fresh)
 
 
+QUESTIONS = (
+    "How many chairs are in the room?",
+    "What is the distance between the bed and the sofa in meters?",
+    "Which is closer?",
+)
+
+
+def observation_rows(rng, texts, frames_per_row, shape=lambda k: (28 + 8 * k, 36)) -> list[dict]:
+    """Observations ``{"images": [...], "text": ...}``: row i holds ``texts[i]`` and
+    ``frames_per_row[i]`` random RGB frames, frame k of a row ``shape(k)`` (height, width) pixels
+    (by default of different sizes), drawn from ``rng`` row by row."""
+    return [
+        {"images": [rng.integers(0, 256, (*shape(k), 3), dtype=np.uint8) for k in range(frames)], "text": text}
+        for text, frames in zip(texts, frames_per_row)
+    ]
+
+
 def policy_observations(rng, step):
     """Unequal prompt lengths and image counts (1-3 images of different sizes) per env."""
-    words = ["How many chairs are in the room?", "What is the distance between the bed and the sofa in meters?", "Which is closer?"]
-    return [
-        {"images": [rng.integers(0, 256, (28 + 8 * k, 36, 3), dtype=np.uint8) for k in range(1 + (n + step) % 3)],
-         "text": words[n] + " turn " * (step + n)}
-        for n in range(NUM_ENVS)
-    ]
+    texts = [QUESTIONS[n] + " turn " * (step + n) for n in range(NUM_ENVS)]
+    return observation_rows(rng, texts, [1 + (n + step) % 3 for n in range(NUM_ENVS)])
 
 
 def policy_rollout(policy, seed=0):
@@ -88,7 +112,9 @@ def split_state(policy):
 
 
 # ------------------------------------------------------------------------------ SFT rows
-def sft_observation(rng: np.random.Generator, n_images: int, question: str = "How many chair(s) are in this room?") -> dict:
+def sft_observation(
+    rng: np.random.Generator, n_images: int, question: str = "How many chair(s) are in this room?"
+) -> dict:
     """An observation with ``n_images`` random 32x32 images and the RL prompt's text."""
     from a2c_ppo_acktr.common.prompts import observation_text
 
@@ -121,9 +147,15 @@ def one_token_output(log_probs, values, entropy, kl=None, **extra):
     """A policy output for turns of one generated token each: the per-token tensors ``(B, 1)`` are
     the per-turn ones (so every ratio level and aggregation reads the same numbers)."""
     return SimpleNamespace(
-        log_probs=log_probs, values=values, entropy=entropy, kl=kl,
-        token_log_probs=log_probs[:, None], token_mask=torch.ones(log_probs.shape[0], 1, dtype=torch.bool),
-        token_entropy=entropy[:, None], token_kl=None if kl is None else kl[:, None], **extra,
+        log_probs=log_probs,
+        values=values,
+        entropy=entropy,
+        kl=kl,
+        token_log_probs=log_probs[:, None],
+        token_mask=torch.ones(log_probs.shape[0], 1, dtype=torch.bool),
+        token_entropy=entropy[:, None],
+        token_kl=None if kl is None else kl[:, None],
+        **extra,
     )
 
 
@@ -155,9 +187,15 @@ def toy_storage(T=2, N=4, seed=0):
     st = RolloutStorage(T, N)
     for t in range(T):
         act = SimpleNamespace(
-            texts=[""] * N, prompts=[""] * N, images=[[] for _ in range(N)], prompt_ids=[torch.zeros(1)] * N,
-            generated_ids=[torch.zeros(1)] * N, token_weights=[torch.ones(1)] * N,
-            log_probs=torch.full((N,), math.log(0.5)), values=torch.zeros(N), temperatures=torch.ones(N),
+            texts=[""] * N,
+            prompts=[""] * N,
+            images=[[] for _ in range(N)],
+            prompt_ids=[torch.zeros(1)] * N,
+            generated_ids=[torch.zeros(1)] * N,
+            token_weights=[torch.ones(1)] * N,
+            log_probs=torch.full((N,), math.log(0.5)),
+            values=torch.zeros(N),
+            temperatures=torch.ones(N),
             token_log_probs=[torch.full((1,), math.log(0.5))] * N,
         )
         st.insert(act, torch.randn(N, generator=g), torch.zeros(N), torch.zeros(N))
@@ -172,7 +210,9 @@ def toy_ppo(policy, lr=0.1, **over):
 
     # The toy storages hold fixed old log-probs that the tests' expectations start from: the update
     # takes them as they are (ppo.old_log_probs=rollout) unless a test asks for the recompute.
-    cfg = PPOConfig(**{"ppo_epochs": 2, "mini_batch_size": 2, "lr": lr, "max_grad_norm": 10.0, "old_log_probs": "rollout", **over})
+    cfg = PPOConfig(
+        **{"ppo_epochs": 2, "mini_batch_size": 2, "lr": lr, "max_grad_norm": 10.0, "old_log_probs": "rollout", **over}
+    )
     return PPO(policy, torch.optim.SGD(policy.parameters(), lr=lr), cfg, seed=0)
 
 
@@ -186,9 +226,16 @@ def toy_minibatch(old_log_probs, old_values, advantages, returns):
         return torch.tensor(x, dtype=torch.float32)
 
     return Minibatch(
-        prompts=[""] * B, images=[[] for _ in range(B)], prompt_ids=[torch.zeros(1)] * B, generated_ids=[torch.zeros(1)] * B,
-        token_weights=[torch.ones(1)] * B, old_log_probs=t(old_log_probs), old_values=t(old_values),
-        advantages=t(advantages), returns=t(returns), indices=torch.arange(B),
+        prompts=[""] * B,
+        images=[[] for _ in range(B)],
+        prompt_ids=[torch.zeros(1)] * B,
+        generated_ids=[torch.zeros(1)] * B,
+        token_weights=[torch.ones(1)] * B,
+        old_log_probs=t(old_log_probs),
+        old_values=t(old_values),
+        advantages=t(advantages),
+        returns=t(returns),
+        indices=torch.arange(B),
         old_token_log_probs=[t([x]) for x in old_log_probs],
     )
 
@@ -216,14 +263,36 @@ def write_arkit_scan(root: Path, video_id: str, scene) -> None:
     # Per-vertex colors: each vertex takes the color of (one of) its triangles.
     colors = np.zeros((len(v), 3))
     colors[t.reshape(-1)] = np.repeat(scene.triangle_colors, 3, axis=0)
-    head = ["ply", "format ascii 1.0", f"element vertex {len(v)}", "property float x", "property float y", "property float z",
-            "property uchar red", "property uchar green", "property uchar blue", f"element face {len(t)}",
-            "property list uchar int vertex_indices", "end_header"]
+    head = [
+        "ply",
+        "format ascii 1.0",
+        f"element vertex {len(v)}",
+        "property float x",
+        "property float y",
+        "property float z",
+        "property uchar red",
+        "property uchar green",
+        "property uchar blue",
+        f"element face {len(t)}",
+        "property list uchar int vertex_indices",
+        "end_header",
+    ]
     body = [f"{p[0]} {p[1]} {p[2]} {int(c[0] * 255)} {int(c[1] * 255)} {int(c[2] * 255)}" for p, c in zip(v, colors)]
     body += [f"3 {a} {b} {c}" for a, b, c in t]
     (d / f"{video_id}_3dod_mesh.ply").write_text("\n".join(head + body) + "\n")
-    data = [{"label": o.label, "segments": {"obbAligned": {"centroid": o.center.tolist(), "axesLengths": o.extent.tolist(),
-                                                             "normalizedAxes": o.rotation.T.reshape(-1).tolist()}}} for o in scene.objects]
+    data = [
+        {
+            "label": o.label,
+            "segments": {
+                "obbAligned": {
+                    "centroid": o.center.tolist(),
+                    "axesLengths": o.extent.tolist(),
+                    "normalizedAxes": o.rotation.T.reshape(-1).tolist(),
+                }
+            },
+        }
+        for o in scene.objects
+    ]
     (d / f"{video_id}_3dod_annotation.json").write_text(json.dumps({"data": data}))
 
 
@@ -236,9 +305,20 @@ def _write_binary_ply(path: Path, vertices, triangles, colors) -> None:
     fdt = np.dtype([("n", "u1"), ("i", "<i4", (3,))])
     fa = np.zeros(len(triangles), fdt)
     fa["n"], fa["i"] = 3, triangles
-    head = ["ply", "format binary_little_endian 1.0", f"element vertex {len(vertices)}", "property float x", "property float y",
-            "property float z", "property uchar red", "property uchar green", "property uchar blue", f"element face {len(triangles)}",
-            "property list uchar int vertex_indices", "end_header"]
+    head = [
+        "ply",
+        "format binary_little_endian 1.0",
+        f"element vertex {len(vertices)}",
+        "property float x",
+        "property float y",
+        "property float z",
+        "property uchar red",
+        "property uchar green",
+        "property uchar blue",
+        f"element face {len(triangles)}",
+        "property list uchar int vertex_indices",
+        "end_header",
+    ]
     path.write_bytes(("\n".join(head) + "\n").encode() + va.tobytes() + fa.tobytes())
 
 
@@ -257,9 +337,14 @@ def write_scannet_scan(root: Path, name: str, scene) -> Path:
     d.mkdir(parents=True)
     v, f, c, ids = _unshared(scene)
     _write_binary_ply(d / f"{name}_vh_clean_2.ply", v, f, c)
-    (d / f"{name}_vh_clean_2.0.010000.segs.json").write_text(json.dumps({"sceneId": name, "segIndices": (ids + 1).tolist()}))
+    (d / f"{name}_vh_clean_2.0.010000.segs.json").write_text(
+        json.dumps({"sceneId": name, "segIndices": (ids + 1).tolist()})
+    )
     groups = [{"id": 0, "objectId": 0, "label": "wall", "segments": [0]}]
-    groups += [{"id": o.object_id + 1, "objectId": o.object_id + 1, "label": o.label, "segments": [o.object_id + 1]} for o in scene.objects]
+    groups += [
+        {"id": o.object_id + 1, "objectId": o.object_id + 1, "label": o.label, "segments": [o.object_id + 1]}
+        for o in scene.objects
+    ]
     (d / f"{name}.aggregation.json").write_text(json.dumps({"sceneId": name, "segGroups": groups}))
     (d / f"{name}.txt").write_text("axisAlignment = " + " ".join(str(x) for x in np.eye(4).ravel()) + "\n")
     return d
@@ -274,9 +359,20 @@ def write_scannetpp_scan(root: Path, scene_id: str, scene) -> Path:
     _write_binary_ply(d / "mesh_aligned_0.05.ply", v, f, c)
     (d / "segments.json").write_text(json.dumps({"sceneId": scene_id, "segIndices": (ids + 1).tolist()}))
     groups = [{"id": 0, "objectId": 0, "label": "wall", "segments": [0]}]
-    groups += [{"id": o.object_id + 1, "objectId": o.object_id + 1, "label": o.label, "segments": [o.object_id + 1],
-                "obb": {"centroid": o.center.tolist(), "axesLengths": o.extent.tolist(), "normalizedAxes": o.rotation.T.reshape(-1).tolist()}}
-               for o in scene.objects]
+    groups += [
+        {
+            "id": o.object_id + 1,
+            "objectId": o.object_id + 1,
+            "label": o.label,
+            "segments": [o.object_id + 1],
+            "obb": {
+                "centroid": o.center.tolist(),
+                "axesLengths": o.extent.tolist(),
+                "normalizedAxes": o.rotation.T.reshape(-1).tolist(),
+            },
+        }
+        for o in scene.objects
+    ]
     (d / "segments_anno.json").write_text(json.dumps({"sceneId": scene_id, "segGroups": groups}))
     return root / scene_id
 

@@ -18,6 +18,7 @@ magnitude of a forward's outputs is measured (max |logit| / T; the heads' output
 normalised hidden states they sum), and each stage is taken to pass relative errors on unamplified,
 as layer norms and residual streams of O(1) gain do.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -108,7 +109,14 @@ class ForwardBounds:
 
 
 def forward_bounds(
-    policy: Any, seq: int, length: int, logit: float, log_prob: float, value: float, temperature: float, weight: float = 1.0,
+    policy: Any,
+    seq: int,
+    length: int,
+    logit: float,
+    log_prob: float,
+    value: float,
+    temperature: float,
+    weight: float = 1.0,
 ) -> ForwardBounds:
     """:class:`ForwardBounds` of ``policy`` on ``seq`` positions (padded prompt plus ``length``
     response tokens, the longest), with measured max |logit / T| ``logit``, max |log-prob|, |value|,
@@ -117,7 +125,9 @@ def forward_bounds(
     normalised hidden states."""
     config = policy.base_model.config
     token = f32_chain_tolerance(vlm_token_terms(config, seq), logit + 1.0)
-    response = f32_chain_tolerance(length * vlm_token_terms(config, seq), (logit + 1.0) * max(weight, 1.0)) + f32_tolerance(length, log_prob)
+    response = f32_chain_tolerance(
+        length * vlm_token_terms(config, seq), (logit + 1.0) * max(weight, 1.0)
+    ) + f32_tolerance(length, log_prob)
     forward = vlm_forward_terms(config, seq)
     value_bound = f32_chain_tolerance(forward + head_terms(policy.value_head), value + 1.0)
     head = policy.temp_predictor
@@ -148,11 +158,18 @@ def recorded_forwards(policy_class: Any) -> Iterator[list[ForwardBounds]]:
             handle.remove()
         length = max((len(g) for g in generated_ids), default=0)
         temps = out.temperatures.detach()
-        records.append(forward_bounds(
-            self, seq=enc["input_ids"].shape[1] + length, length=length, logit=logits[0] / float(temps.min()),
-            log_prob=float(out.log_probs.detach().abs().max()), value=float(out.values.detach().abs().max()), temperature=float(temps.max()),
-            weight=max((float(w.abs().max()) for w in token_weights if len(w)), default=1.0),
-        ))
+        records.append(
+            forward_bounds(
+                self,
+                seq=enc["input_ids"].shape[1] + length,
+                length=length,
+                logit=logits[0] / float(temps.min()),
+                log_prob=float(out.log_probs.detach().abs().max()),
+                value=float(out.values.detach().abs().max()),
+                temperature=float(temps.max()),
+                weight=max((float(w.abs().max()) for w in token_weights if len(w)), default=1.0),
+            )
+        )
         return out
 
     policy_class._forward_turns = spy

@@ -8,6 +8,7 @@ windows whose every loss was non-finite; such a window must leave the weights an
 2 updates must equal the plain run's within fp32 tolerance (the data is the same on both ranks, so
 the averaged gradient is the single-process one).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -65,9 +66,27 @@ def plain(tmp_path_factory) -> Path:
 
 def _run_two_ranks(backend: str, root: Path, *extra: str) -> Path:
     out = root / backend
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "DS_ACCELERATOR": "cpu", "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           str(DRIVER_PATH), backend, str(root / "storage.pkl"), str(out), *extra]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "DS_ACCELERATOR": "cpu",
+        "PYTHONPATH": str(REPO),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(free_port()),
+        str(DRIVER_PATH),
+        backend,
+        str(root / "storage.pkl"),
+        str(out),
+        *extra,
+    ]
     res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, f"{backend} failed ({res.returncode}):\n{res.stdout[-2000:]}\n{res.stderr[-5000:]}"
     return out
@@ -83,7 +102,9 @@ def _check(out: Path, plain_dir: Path, ranks: int) -> None:
             # The optimizer-state digest must see a real step (else the "untouched" checks below prove nothing).
             for u in range(D.UPDATES):
                 stepped = want[u] > (want[u - 1] if u else 0)
-                assert (r["optimizer"][u + 1] != r["optimizer"][u]) == stepped, f"{name} rank {rank} update {u}: optimizer state"
+                assert (r["optimizer"][u + 1] != r["optimizer"][u]) == stepped, (
+                    f"{name} rank {rank} update {u}: optimizer state"
+                )
                 assert (r["weights"][u + 1] != r["weights"][u]) == stepped, f"{name} rank {rank} update {u}: weights"
             assert r["weights"] == records[0][name]["weights"], f"{name}: ranks hold different weights"
         mine, ref = torch.load(out / f"{name}.pt"), torch.load(plain_dir / f"{name}.pt")

@@ -1,5 +1,6 @@
 """The seeds' algorithm options against closed forms: top-k/top-p, KL estimators k1/k2/k3 and the KL
 reward penalty, the sequence entropy bonus, and the temperature head's own objective."""
+
 import math
 from types import SimpleNamespace
 
@@ -50,7 +51,9 @@ def test_chunked_stats_with_filters_equal_the_naive_composition():
     z = process_logits(head(hidden), temps, None, top_k=4, top_p=0.8)
     tokens = z.argmax(-1)  # a token that survives the filters
     mask = torch.ones(B, R, dtype=torch.bool)
-    stats = chunked_token_stats(hidden, tokens, temps, None, mask, head=head, ref_inputs=hidden * 0.9, chunk_tokens=3, top_k=4, top_p=0.8)
+    stats = chunked_token_stats(
+        hidden, tokens, temps, None, mask, head=head, ref_inputs=hidden * 0.9, chunk_tokens=3, top_k=4, top_p=0.8
+    )
     torch.testing.assert_close(stats.log_probs, token_log_probs(z, tokens))
     torch.testing.assert_close(stats.entropy, token_entropy(z))
     zr = process_logits(head(hidden * 0.9), temps, None)  # the reference is not filtered
@@ -99,7 +102,9 @@ class KLToyPolicy(nn.Module):
         self.calls.append((with_kl, options, self.training))
         n = len(mb.indices)
         zero = self.w.expand(n) * 0.0  # differentiable zeros: the update runs a backward
-        return one_token_output(zero, zero, zero, zero, kl_sum=10.0 * mb.indices.float(), temperatures=torch.ones(n) + zero)
+        return one_token_output(
+            zero, zero, zero, zero, kl_sum=10.0 * mb.indices.float(), temperatures=torch.ones(n) + zero
+        )
 
 
 def test_reward_kl_is_per_turn_in_storage_layout_and_enters_the_rewards():
@@ -137,7 +142,13 @@ def test_kl_penalty_reward_keeps_the_kl_out_of_the_loss():
 # ------------------------------------------------------------------------ entropy and temperature
 def test_sequence_entropy_bonus_uses_the_response_entropy():
     mb = toy_minibatch([0.0] * 2, [0.0] * 2, [0.0] * 2, [0.0] * 2)
-    out = one_token_output(torch.zeros(2), torch.zeros(2), torch.tensor([0.1, 0.2]), seq_entropy=torch.tensor([2.0, 4.0]), temperatures=torch.ones(2))
+    out = one_token_output(
+        torch.zeros(2),
+        torch.zeros(2),
+        torch.tensor([0.1, 0.2]),
+        seq_entropy=torch.tensor([2.0, 4.0]),
+        temperatures=torch.ones(2),
+    )
     tok, _ = ppo_loss(out, mb, PPOConfig(ent_coef=0.5, vf_coef=0.0), 0.0)
     seq, m = ppo_loss(out, mb, PPOConfig(ent_coef=0.5, vf_coef=0.0, entropy_bonus="sequence"), 0.0)
     assert float(tok) == pytest.approx(-0.5 * 0.15) and float(seq) == pytest.approx(-0.5 * 3.0)
@@ -187,8 +198,11 @@ def test_forward_options_reach_the_policy_only_when_not_default():
     PPO(policy, torch.optim.SGD(policy.parameters(), lr=0.0), PPOConfig(mini_batch_size=2, ppo_epochs=1)).update(st)
     assert policy.calls[-1][1] == {}
     assert policy.calls[0] == (False, {}, True)  # the old-policy recompute: no KL, no option, in training mode
-    PPO(policy, torch.optim.SGD(policy.parameters(), lr=0.0),
-        PPOConfig(mini_batch_size=2, ppo_epochs=1, kl_estimator="k2", temperature_loss="entropy_target")).update(st)
+    PPO(
+        policy,
+        torch.optim.SGD(policy.parameters(), lr=0.0),
+        PPOConfig(mini_batch_size=2, ppo_epochs=1, kl_estimator="k2", temperature_loss="entropy_target"),
+    ).update(st)
     assert policy.calls[-1][1] == {"kl_estimator": "k2", "detach_temperature": True}
 
 
@@ -209,10 +223,14 @@ def test_top_k_rollout_log_probs_equal_the_update_and_stay_in_the_kept_set(loade
     with recorded_forwards(VLMPolicy) as forwards:
         out = policy.evaluate_actions(mb)
         unfiltered = fresh_policy(loaded, tiny_model_path).evaluate_actions(mb)
-    bounds = widest(forwards)  # act's forward against this batch's, filtered or not: rounding only (numerics.forward_bounds)
+    bounds = widest(
+        forwards
+    )  # act's forward against this batch's, filtered or not: rounding only (numerics.forward_bounds)
     assert (out.log_probs - mb.old_log_probs).abs().max().item() < bounds.log_prob
     # renormalised over at most 3 tokens: every response is at least as likely as without the filters
-    assert (out.log_probs >= unfiltered.log_probs - bounds.log_prob).all() and (out.log_probs > unfiltered.log_probs + 1e-3).any()
+    assert (out.log_probs >= unfiltered.log_probs - bounds.log_prob).all() and (
+        out.log_probs > unfiltered.log_probs + 1e-3
+    ).any()
 
 
 def test_detached_temperature_splits_the_gradients(loaded, tiny_model_path):
@@ -255,4 +273,9 @@ def test_sample_kl_estimators_of_the_policy(loaded, tiny_model_path):
     full = policy.evaluate_actions(mb, with_kl=True)
     assert (k3.kl > 0).all() and (full.kl > 0).all()
     # the same R per-token KLs summed, against their mean times R (R + 2 roundings at the sum's size)
-    torch.testing.assert_close(k3.kl_sum, k3.kl * lengths, atol=f32_tolerance(int(lengths.max()) + 2, float(k3.kl_sum.detach().abs().max())), rtol=0)
+    torch.testing.assert_close(
+        k3.kl_sum,
+        k3.kl * lengths,
+        atol=f32_tolerance(int(lengths.max()) + 2, float(k3.kl_sum.detach().abs().max())),
+        rtol=0,
+    )

@@ -1,4 +1,5 @@
 """Configuration: YAML round trip, presets, CLI overrides and every validation message."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,7 +16,9 @@ from a2c_ppo_acktr.config.arguments import (
 )
 
 
-@pytest.mark.parametrize("preset", ["debug", "cpu-demo", "qwen2.5-vl-3b", "qwen2.5-vl-7b", "qwen3-vl-4b", "qwen3-vl-8b", "rl4vlm", "vsgrpo"])
+@pytest.mark.parametrize(
+    "preset", ["debug", "cpu-demo", "qwen2.5-vl-3b", "qwen2.5-vl-7b", "qwen3-vl-4b", "qwen3-vl-8b", "rl4vlm", "vsgrpo"]
+)
 def test_required_presets_load(preset):
     assert preset in list_presets()
     cfg = load_config(preset=preset)
@@ -39,11 +42,21 @@ def test_rl4vlm_preset_is_rl4vlms_setting():
     p, m, r = cfg.ppo, cfg.model, cfg.rollout
     assert (r.num_envs, r.num_steps, p.ppo_epochs, p.mini_batch_size, p.grad_accum_steps) == (1, 512, 4, 1, 128)
     assert p.lr == 1e-5 and p.lr * p.min_lr_ratio == pytest.approx(1e-9) and p.lr_schedule == "cosine"
-    assert (m.use_temp_predictor, m.temperature, m.thought_prob_coef, m.max_new_tokens, m.train_vision) == (False, 0.2, 0.5, 256, "tower")
+    assert (m.use_temp_predictor, m.temperature, m.thought_prob_coef, m.max_new_tokens, m.train_vision) == (
+        False,
+        0.2,
+        0.5,
+        256,
+        "tower",
+    )
     assert (p.gamma, p.gae_lambda, p.clip_coef, p.max_grad_norm) == (0.9, 0.95, 0.1, 0.01)
     assert p.num_iterations * r.batch_size == pytest.approx(15000, rel=0.02)  # --num-env-steps 15000
     with_game = load_config(config="configs/envs/numberline.yaml", preset="rl4vlm")
-    assert (with_game.rollout, with_game.ppo.lr, with_game.ppo.grad_accum_steps) == (cfg.rollout, cfg.ppo.lr, cfg.ppo.grad_accum_steps)
+    assert (with_game.rollout, with_game.ppo.lr, with_game.ppo.grad_accum_steps) == (
+        cfg.rollout,
+        cfg.ppo.lr,
+        cfg.ppo.grad_accum_steps,
+    )
     assert with_game.env.env_id != cfg.env.env_id
 
 
@@ -61,12 +74,16 @@ def test_overrides_parse_types():
     cfg = load_config(
         preset="debug",
         overrides=[
-            "--ppo.lr", "1e-5",
+            "--ppo.lr",
+            "1e-5",
             "--model.use_lora=false",
             "env.question_types=object_counting,route_planning",
-            "--model.max_pixels", "3136",
-            "--model.min_pixels", "none",
-            "--log.run_name", "123",
+            "--model.max_pixels",
+            "3136",
+            "--model.min_pixels",
+            "none",
+            "--log.run_name",
+            "123",
         ],
     )
     assert cfg.ppo.lr == pytest.approx(1e-5) and isinstance(cfg.ppo.lr, float)
@@ -95,13 +112,19 @@ def test_derived_batch_size_is_not_a_flag():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["rollout.num_envs=3", "rollout.num_steps=3", "ppo.mini_batch_size=2"], r"not divisible by ppo.mini_batch_size=2.*\[1, 3, 9\]"),
+        (
+            ["rollout.num_envs=3", "rollout.num_steps=3", "ppo.mini_batch_size=2"],
+            r"not divisible by ppo.mini_batch_size=2.*\[1, 3, 9\]",
+        ),
         (["model.temperature=0"], r"model.temperature=0.0 must be > 0"),
         (["model.temperature=-1"], r"model.temperature=-1.0 must be > 0"),
         (["model.temperature=2.0"], r"min_temperature .* <= model.max_temperature"),
         (["model.thought_prob_coef=1.5"], r"thought_prob_coef=1.5 must be in \[0, 1\]"),
         (["model.thought_prob_coef=-0.1"], r"thought_prob_coef=-0.1 must be in \[0, 1\]"),
-        (["ppo.advantage_estimator=vtrace"], r"ppo.advantage_estimator='vtrace' is not allowed; choose one of \['gae', 'rloo', 'grpo'\]"),
+        (
+            ["ppo.advantage_estimator=vtrace"],
+            r"ppo.advantage_estimator='vtrace' is not allowed; choose one of \['gae', 'rloo', 'grpo'\]",
+        ),
         (["model.dtype=fp8"], r"model.dtype='fp8' is not allowed"),
         (["env.question_types=object_counting,bogus"], r"unknown type 'bogus'"),
         (["env.scene_source=scannet"], r"needs env.data_root"),
@@ -111,23 +134,46 @@ def test_derived_batch_size_is_not_a_flag():
         (["model.attn_implementation=flash_attention_2"], r"flash_attention_2 needs model.dtype bfloat16"),
         (["dist.zero_stage=3", "model.use_lora=false"], r"zero_stage=3 is supported only with LoRA"),
         (["dist.zero_stage=3", "model.train_vision=tower"], r"zero_stage=3 is supported only with LoRA"),
-        (["ppo.advantage_estimator=grpo", "rollout.num_envs=1", "ppo.mini_batch_size=1"], r"set rollout.group_size >= 2"),
+        (
+            ["ppo.advantage_estimator=grpo", "rollout.num_envs=1", "ppo.mini_batch_size=1"],
+            r"set rollout.group_size >= 2",
+        ),
         (["ppo.advantage_estimator=rloo"], r"compares episodes of the same question: set rollout.group_size >= 2"),
-        (["ppo.advantage_estimator=grpo", "rollout.group_size=2", "rollout.num_steps=4", "env.max_turns=5", "ppo.mini_batch_size=4"],
-         r"only those bound to end inside the rollout .*rollout.num_steps=4 must be >= env.max_turns=5"),
-        (["rollout.group_size=3"], r"rollout.group_size=3 must be >= 1 and divide rollout.num_envs=4 \(e.g. one of \[1, 2, 4\]\)"),
+        (
+            [
+                "ppo.advantage_estimator=grpo",
+                "rollout.group_size=2",
+                "rollout.num_steps=4",
+                "env.max_turns=5",
+                "ppo.mini_batch_size=4",
+            ],
+            r"only those bound to end inside the rollout .*rollout.num_steps=4 must be >= env.max_turns=5",
+        ),
+        (
+            ["rollout.group_size=3"],
+            r"rollout.group_size=3 must be >= 1 and divide rollout.num_envs=4 \(e.g. one of \[1, 2, 4\]\)",
+        ),
         (["ppo.adv_norm=group"], r"ppo.adv_norm=group normalises within groups"),
         (["ppo.adv_norm=std"], r"ppo.adv_norm='std' is not allowed"),
         (["ppo.adv_std_floor=-1"], r"ppo.adv_std_floor=-1.0 must be >= 0"),
         (["ppo.kl_estimator=k4"], r"ppo.kl_estimator='k4' is not allowed"),
-        (["ppo.kl_penalty=reward", "ppo.kl_adaptive=true", "ppo.kl_coef=0.1"], r"kl_adaptive works with ppo.kl_penalty=loss only"),
-        (["ppo.temperature_loss=entropy_target", "model.use_temp_predictor=false"], r"entropy_target trains the temperature head"),
+        (
+            ["ppo.kl_penalty=reward", "ppo.kl_adaptive=true", "ppo.kl_coef=0.1"],
+            r"kl_adaptive works with ppo.kl_penalty=loss only",
+        ),
+        (
+            ["ppo.temperature_loss=entropy_target", "model.use_temp_predictor=false"],
+            r"entropy_target trains the temperature head",
+        ),
         (["ppo.kl_coef=0.1", "model.use_lora=false"], r"needs LoRA"),
         (["model.top_p=0"], r"model.top_p=0.0 must be in \(0, 1\]"),
         (["model.top_k=-1"], r"model.top_k=-1 must be >= 0"),
         (["log.wandb_mode=cloud"], r"log.wandb_mode='cloud' is not allowed"),
         (["env.image_size=8"], r"env.image_size=8 must be in \[16, 2048\]"),
-        (["model.use_temp_predictor=true", "model.min_temperature=1.0", "model.max_temperature=1.0"], r"use_temp_predictor needs"),
+        (
+            ["model.use_temp_predictor=true", "model.min_temperature=1.0", "model.max_temperature=1.0"],
+            r"use_temp_predictor needs",
+        ),
     ],
 )
 def test_validation_errors_fire_with_fix(overrides, message):

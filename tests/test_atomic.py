@@ -1,4 +1,5 @@
 """One atomic-write helper: the target is its complete old or complete new self, never half."""
+
 from __future__ import annotations
 
 import json

@@ -1,5 +1,6 @@
 """The env-step benchmark's pure parts (table, statistics, which config each env is built from, the
 timed step loop's auto-reset) and one tiny end-to-end run on NumberLine: no numbers are checked."""
+
 from __future__ import annotations
 
 
@@ -17,7 +18,12 @@ def be():
 
 
 def test_markdown_table_and_stats(be):
-    assert be.markdown_table(["a", "b"], [[1, "x"], [2.5, "y"]]).splitlines() == ["| a | b |", "|---|---|", "| 1 | x |", "| 2.5 | y |"]
+    assert be.markdown_table(["a", "b"], [[1, "x"], [2.5, "y"]]).splitlines() == [
+        "| a | b |",
+        "|---|---|",
+        "| 1 | x |",
+        "| 2.5 | y |",
+    ]
     mean, median, p90 = be.mean_median_p90_ms([0.001] * 9 + [0.011])
     assert (mean, median) == pytest.approx((2.0, 1.0)) and 1.0 <= p90 <= 11.0
     assert be.fmt_ms((0.12345, 1.0, 12.34)) == "0.123 / 1.000 / 12.3"

@@ -1,5 +1,6 @@
 """The learning benchmark's pure parts (windows, divergence, CIs over seeds, targets, table, resume) on
 synthetic metrics rows: nothing here trains."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,10 @@ def bl():
 
 def _rows(scores, valid=None, seconds=2.0):
     valid = valid if valid is not None else [1.0] * len(scores)
-    return [{"iteration": i + 1, "rollout/episode_score_mean": s, "rollout/valid_action_rate": v, "time/iteration": seconds}
-            for i, (s, v) in enumerate(zip(scores, valid))]
+    return [
+        {"iteration": i + 1, "rollout/episode_score_mean": s, "rollout/valid_action_rate": v, "time/iteration": seconds}
+        for i, (s, v) in enumerate(zip(scores, valid))
+    ]
 
 
 def test_windows_skip_nan_strings_and_short_runs_use_everything(bl):
@@ -45,12 +48,17 @@ def test_divergence_needs_five_consecutive_low_valid_rates(bl):
 
 
 def _result(bl, task, estimator, seed, control, scores, valid=None, wall=10.0, status="ok"):
-    return bl.RunResult(bl.RunSpec(task, estimator, seed, control), status, _rows(scores, valid) if status == "ok" else [], wall)
+    return bl.RunResult(
+        bl.RunSpec(task, estimator, seed, control), status, _rows(scores, valid) if status == "ok" else [], wall
+    )
 
 
 def test_summary_is_per_seed_window_means_then_a_t_interval_over_seeds(bl):
     # Seed k: first 5 iterations at 0.1 * k, last 10 at 0.4 + 0.1 * k -> last-10 means 0.5, 0.6, 0.7.
-    results = [_result(bl, "room_size", "gae", k, False, [0.1 * k] * 5 + [0.4 + 0.1 * k] * 10, wall=10.0 * k) for k in (1, 2, 3)]
+    results = [
+        _result(bl, "room_size", "gae", k, False, [0.1 * k] * 5 + [0.4 + 0.1 * k] * 10, wall=10.0 * k)
+        for k in (1, 2, 3)
+    ]
     results.append(_result(bl, "room_size", "gae", 1, True, [0.3] * 15, valid=[0.1] * 15))
     results.append(_result(bl, "room_size", "gae", 2, True, [], status="failed"))
     groups = bl.summarize(results)
@@ -61,11 +69,16 @@ def test_summary_is_per_seed_window_means_then_a_t_interval_over_seeds(bl):
     assert half == pytest.approx(4.302653 * 0.1 / math.sqrt(3), rel=1e-5)  # t_{0.975,2} * sd / sqrt(n)
     assert run["first_ci"][0] == pytest.approx(0.2) and run["wall_s"] == pytest.approx(20.0)
     assert run["seconds_per_iteration"] == pytest.approx(2.0) and run["diverged"] == 0
-    assert control["diverged"] == 1 and control["last_ci"][0] == pytest.approx(0.3) and math.isnan(control["last_ci"][1])
+    assert (
+        control["diverged"] == 1 and control["last_ci"][0] == pytest.approx(0.3) and math.isnan(control["last_ci"][1])
+    )
     table = bl.table_markdown(groups, {("room_size", "gae", "run"): bl.target_cell(bl.TASKS["room_size"], run, 0.55)})
     lines = table.splitlines()
     assert lines[0].startswith("| task | estimator | lr | runs ok | first-5 score | last-10 score | diverged |")
-    assert lines[2] == f"| room_size | gae | run | 3/3 | 0.200 ± {stats.mean_ci([0.1, 0.2, 0.3])[1]:.3f} | 0.600 ± {half:.3f} | 0 | 20 | >= best constant 0.550 | yes |"
+    assert lines[2] == (
+        f"| room_size | gae | run | 3/3 | 0.200 ± {stats.mean_ci([0.1, 0.2, 0.3])[1]:.3f} | 0.600 ± {half:.3f} | 0 "
+        "| 20 | >= best constant 0.550 | yes |"
+    )
     assert lines[3] == "| room_size | gae | control (1e-12) | 1/2 | 0.300 | 0.300 | 1 | 10 | - | - |"
 
 
@@ -83,9 +96,14 @@ def test_targets(bl):
     assert bl.target_cell(obj, group([0.59, 0.6, 0.61]), 0.5)[1] == "yes"
     assert bl.target_cell(obj, group([0.9]), 0.5)[1] == "n/a (needs 2+ seeds)"
     one_seed = bl.held_out_summary([{"diff": 3.0, "low": 1.0, "high": 5.0}])
-    assert bl.target_cell(mix, group([0.3]), None, one_seed) == ("PPO - SFT held-out > 0: +3.0 [+1.0, +5.0] (1 seed, bootstrap over questions)", "yes")
+    assert bl.target_cell(mix, group([0.3]), None, one_seed) == (
+        "PPO - SFT held-out > 0: +3.0 [+1.0, +5.0] (1 seed, bootstrap over questions)",
+        "yes",
+    )
     seeds = bl.held_out_summary([{"diff": d, "low": 0.0, "high": 0.0} for d in (1.0, 2.0, 3.0)])
-    assert seeds["diff"] == pytest.approx(2.0) and seeds["low"] == pytest.approx(2.0 - 4.302653 / math.sqrt(3), rel=1e-5)
+    assert seeds["diff"] == pytest.approx(2.0) and seeds["low"] == pytest.approx(
+        2.0 - 4.302653 / math.sqrt(3), rel=1e-5
+    )
     assert bl.target_cell(mix, group([0.3]), None, seeds)[1] == "no"
     assert bl.target_cell(mix, group([0.3]), None, bl.held_out_summary([]))[1] == "n/a (no eval)"
 
@@ -123,7 +141,12 @@ def test_missing_adapter_says_to_run_the_quickstart(bl, tmp_path, capsys):
 
 def test_finished_commands_are_reused_unless_rerun(bl, tmp_path):
     counter = tmp_path / "count"
-    argv = [sys.executable, "-c", f"p = {str(counter)!r}; import os; n = int(open(p).read()) if os.path.exists(p) else 0; open(p, 'w').write(str(n + 1))"]
+    argv = [
+        sys.executable,
+        "-c",
+        f"p = {str(counter)!r}; import os; n = int(open(p).read()) if os.path.exists(p) else 0; open(p, "
+        "'w').write(str(n + 1))",
+    ]
     d = tmp_path / "run"
     done = lambda directory: counter.is_file()  # noqa: E731
     first = bl.run_all([(d, argv)], jobs=1, rerun=False, complete=done)
@@ -135,12 +158,19 @@ def test_finished_commands_are_reused_unless_rerun(bl, tmp_path):
     assert counter.read_text() == "2"  # another command is not the same run
     bl.run_all([(d, argv + ["x"])], jobs=1, rerun=True, complete=done)
     assert counter.read_text() == "3"
-    failing = bl.run_all([(tmp_path / "bad", [sys.executable, "-c", "raise SystemExit(3)"])], jobs=2, rerun=False, complete=done)
+    failing = bl.run_all(
+        [(tmp_path / "bad", [sys.executable, "-c", "raise SystemExit(3)"])], jobs=2, rerun=False, complete=done
+    )
     assert failing[tmp_path / "bad"]["returncode"] == 3
 
 
 def test_curves_png(bl, tmp_path):
-    results = [_result(bl, t, "gae", k, c, list(np.linspace(0.1, 0.2 * k, 12))) for t in ("one_scene", "mix") for k in (1, 2) for c in (False, True)]
+    results = [
+        _result(bl, t, "gae", k, c, list(np.linspace(0.1, 0.2 * k, 12)))
+        for t in ("one_scene", "mix")
+        for k in (1, 2)
+        for c in (False, True)
+    ]
     path = bl.plot_curves(results, ["one_scene", "mix"], ["gae", "rloo"], tmp_path / "c.png", {"one_scene": 0.95})
     with Image.open(path) as im:
         assert im.format == "PNG" and im.size == (1200, 400)
@@ -151,8 +181,22 @@ def test_greedy_held_out_scores_the_constant_on_the_same_questions(bl, tmp_path,
     on the report's own ground truths (MRA of 100 vs 100 = 1, vs 200 = 0.5 at thresholds .50-.95)."""
     from a2c_ppo_acktr.common.scoring import score_prediction
 
-    args = bl.parse_args(["--tasks", "object_size", "--estimators", "gae", "--seeds", "2", "--out", str(tmp_path),
-                          "--sft-adapter", str(tmp_path), "--model-path", str(tmp_path)])
+    args = bl.parse_args(
+        [
+            "--tasks",
+            "object_size",
+            "--estimators",
+            "gae",
+            "--seeds",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--sft-adapter",
+            str(tmp_path),
+            "--model-path",
+            str(tmp_path),
+        ]
+    )
     results = [bl.RunResult(bl.RunSpec("object_size", "gae", s, False), "ok") for s in (1, 2)]
     records = [{"question_type": "object_size_estimation", "ground_truth": g, "answer": "150"} for g in ("100", "200")]
     for r, overall in zip(results, (40.0, 50.0)):
@@ -160,14 +204,21 @@ def test_greedy_held_out_scores_the_constant_on_the_same_questions(bl, tmp_path,
         (d / "checkpoints" / "checkpoint-000002").mkdir(parents=True)
         (d / "checkpoints" / "checkpoint-000002" / "COMPLETE").write_text("{}")
         (d / "eval_greedy").mkdir()
-        (d / "eval_greedy" / "report.json").write_text(json.dumps({"overall": overall, "table": [], "records": records}))
+        (d / "eval_greedy" / "report.json").write_text(
+            json.dumps({"overall": overall, "table": [], "records": records})
+        )
     calls = []
-    monkeypatch.setattr(bl, "run_all", lambda jobs, *a, **k: calls.append(jobs) or {d: {"returncode": 0} for d, _ in jobs})
+    monkeypatch.setattr(
+        bl, "run_all", lambda jobs, *a, **k: calls.append(jobs) or {d: {"returncode": 0} for d, _ in jobs}
+    )
     (line,) = bl.evaluate_greedy(args, results, {"object_size": {"answer": 100.0, "score": 0.7}})
     # Each run is evaluated twice: sighted, and its blind twin with the frames zeroed.
     assert len(calls[0]) == 4 and all("--checkpoint" in argv for _, argv in calls[0])
     assert [("--zero-images" in argv, d.name) for d, argv in calls[0]] == [(False, bl.SIGHTED), (True, bl.ZEROED)] * 2
-    const = (score_prediction("object_size_estimation", "100", "100") + score_prediction("object_size_estimation", "100", "200")) / 2
+    const = (
+        score_prediction("object_size_estimation", "100", "100")
+        + score_prediction("object_size_estimation", "100", "200")
+    ) / 2
     assert line["constant"] == pytest.approx(const) and line["scores"] == [0.4, 0.5]
     mean, half = stats.mean_ci([0.4, 0.5])
     assert line["ci"][:2] == pytest.approx((mean, half))
@@ -185,7 +236,18 @@ def test_object_size_builds_its_own_embedding_lora_sft_adapter(bl, tmp_path, mon
 
     targets = load_config(preset=bl.PRESET).model.lora_target_modules
     assert bl.EMBEDDING_LORA == f"model.lora_target_modules={targets}|.*language_model\\.embed_tokens"
-    args = bl.parse_args(["--tasks", "object_size", "--sft-adapter", str(tmp_path / "none"), "--model-path", str(tmp_path), "--out", str(tmp_path / "o")])
+    args = bl.parse_args(
+        [
+            "--tasks",
+            "object_size",
+            "--sft-adapter",
+            str(tmp_path / "none"),
+            "--model-path",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
     task = bl.TASKS["object_size"]
     adapter = tmp_path / "o" / "object_size" / "sft" / "train" / "adapter"
     assert bl.task_adapter(args, task) == adapter
@@ -196,34 +258,80 @@ def test_object_size_builds_its_own_embedding_lora_sft_adapter(bl, tmp_path, mon
     steps = [shlex.split(s) for s in stage[2].removeprefix("set -e; ").split("; ")]
     assert [s[1] for s in steps] == ["vlm_traj_label.py", "vlm_traj_preprocess.py", "train_sft.py"]
     for s in steps:  # every step sees the task's questions, its LoRA targets and its own recipe
-        assert {"env.question_types=[object_size_estimation]", bl.EMBEDDING_LORA, "label.num_episodes=400", "sft.lr=1e-3"} <= set(s)
+        assert {
+            "env.question_types=[object_size_estimation]",
+            bl.EMBEDDING_LORA,
+            "label.num_episodes=400",
+            "sft.lr=1e-3",
+        } <= set(s)
     assert steps[2][steps[2].index("--sft.output_dir") + 1] == str(adapter.parent)
 
     calls = tmp_path / "calls"
-    fake = [sys.executable, "-c", f"import pathlib; open({str(calls)!r}, 'a').write('x'); p = pathlib.Path({str(adapter)!r}); "
-            "p.mkdir(parents=True, exist_ok=True); (p / 'adapter_config.json').write_text('{}')"]
+    fake = [
+        sys.executable,
+        "-c",
+        f"import pathlib; open({str(calls)!r}, 'a').write('x'); p = pathlib.Path({str(adapter)!r}); "
+        "p.mkdir(parents=True, exist_ok=True); (p / 'adapter_config.json').write_text('{}')",
+    ]
     monkeypatch.setattr(bl, "sft_stage_argv", lambda a, t: fake)
     bl.build_task_adapters(args)
     bl.build_task_adapters(args)
     assert calls.read_text() == "x"  # built once, then reused
-    given = bl.parse_args(["--tasks", "object_size", "--adapter", f"object_size={tmp_path}", "--model-path", str(tmp_path), "--out", str(tmp_path / "g")])
+    given = bl.parse_args(
+        [
+            "--tasks",
+            "object_size",
+            "--adapter",
+            f"object_size={tmp_path}",
+            "--model-path",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "g"),
+        ]
+    )
     bl.build_task_adapters(given)
     assert calls.read_text() == "x" and bl.task_adapter(given, task) == tmp_path
     monkeypatch.setattr(bl, "sft_stage_argv", lambda a, t: [sys.executable, "-c", "raise SystemExit(2)"])
     with pytest.raises(RuntimeError, match="SFT stage failed"):
-        bl.build_task_adapters(bl.parse_args(["--tasks", "object_size", "--model-path", str(tmp_path), "--out", str(tmp_path / "f")]))
+        bl.build_task_adapters(
+            bl.parse_args(["--tasks", "object_size", "--model-path", str(tmp_path), "--out", str(tmp_path / "f")])
+        )
 
 
 def test_blind_twin_lines_pair_each_seed_with_its_zeroed_twin(bl, tmp_path):
     """Seed 1 wins 4 of 4 deals sighted and 0 blind (+100 points, CI above 0); seed 2 plays the same
     with and without frames (+0, CI [0, 0]): the line counts 1 of 2 seeds."""
-    args = bl.parse_args(["--tasks", "numberline", "--estimators", "gae", "--seeds", "2", "--out", str(tmp_path),
-                          "--model-path", str(tmp_path), "--adapter", f"numberline={tmp_path}", "--eval-episodes", "4"])
+    args = bl.parse_args(
+        [
+            "--tasks",
+            "numberline",
+            "--estimators",
+            "gae",
+            "--seeds",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--model-path",
+            str(tmp_path),
+            "--adapter",
+            f"numberline={tmp_path}",
+            "--eval-episodes",
+            "4",
+        ]
+    )
     runs = [bl.RunResult(bl.RunSpec("numberline", "gae", s, False), "ok") for s in (1, 2)]
 
     def report(name, wins):
-        recs = [{"episode_id": f"e{k}", "question_type": "numberline", "question": "q", "ground_truth": "", "score": float(w)}
-                for k, w in enumerate(wins)]
+        recs = [
+            {
+                "episode_id": f"e{k}",
+                "question_type": "numberline",
+                "question": "q",
+                "ground_truth": "",
+                "score": float(w),
+            }
+            for k, w in enumerate(wins)
+        ]
         return {"name": name, "overall": 100.0 * sum(wins) / len(wins), "table": [], "records": recs}
 
     for r, (sighted, zeroed) in zip(runs, [([1, 1, 1, 1], [0, 0, 0, 0]), ([1, 0, 1, 0], [1, 0, 1, 0])]):
@@ -238,18 +346,46 @@ def test_blind_twin_lines_pair_each_seed_with_its_zeroed_twin(bl, tmp_path):
 
 
 def test_temperature_only_control_trains_the_heads_at_the_runs_rate(bl, tmp_path):
-    args = bl.parse_args(["--tasks", "one_scene", "--estimators", "gae", "--out", str(tmp_path), "--sft-adapter", str(tmp_path),
-                          "--model-path", str(tmp_path), "--extra", "ppo.lr=3e-4"])
+    args = bl.parse_args(
+        [
+            "--tasks",
+            "one_scene",
+            "--estimators",
+            "gae",
+            "--out",
+            str(tmp_path),
+            "--sft-adapter",
+            str(tmp_path),
+            "--model-path",
+            str(tmp_path),
+            "--extra",
+            "ppo.lr=3e-4",
+        ]
+    )
     run = bl.train_argv(bl.RunSpec("one_scene", "gae", 1, False), args)
     plain = bl.train_argv(bl.RunSpec("one_scene", "gae", 1, True), args)
     temp = bl.train_argv(bl.RunSpec("one_scene", "gae", 1, True, temperature_only=True), args)
     assert "--ppo.head_lr" not in run and "--ppo.lr" not in run
     assert plain[-2:] == ["--ppo.lr", bl.CONTROL_LR] and "--ppo.head_lr" not in plain
     assert temp[temp.index("--ppo.head_lr") + 1] == "0.0003" and temp[-2:] == ["--ppo.lr", bl.CONTROL_LR]
-    assert bl.RunSpec("one_scene", "gae", 1, True, temperature_only=True).directory(tmp_path).parts[-2] == "temp_control"
+    assert (
+        bl.RunSpec("one_scene", "gae", 1, True, temperature_only=True).directory(tmp_path).parts[-2] == "temp_control"
+    )
     # A run's own head_lr wins over its lr.
-    args = bl.parse_args(["--tasks", "one_scene", "--out", str(tmp_path), "--sft-adapter", str(tmp_path), "--model-path", str(tmp_path),
-                          "--extra", "ppo.head_lr=2e-3"])
+    args = bl.parse_args(
+        [
+            "--tasks",
+            "one_scene",
+            "--out",
+            str(tmp_path),
+            "--sft-adapter",
+            str(tmp_path),
+            "--model-path",
+            str(tmp_path),
+            "--extra",
+            "ppo.head_lr=2e-3",
+        ]
+    )
     temp = bl.train_argv(bl.RunSpec("one_scene", "gae", 1, True, temperature_only=True), args)
     assert temp[temp.index("--ppo.head_lr") + 1] == "0.002"
 
@@ -257,16 +393,52 @@ def test_temperature_only_control_trains_the_heads_at_the_runs_rate(bl, tmp_path
 def test_game_lines_pair_each_run_with_the_sft_adapter_and_count_the_level(bl, tmp_path, monkeypatch):
     """numberline_headroom: seed 1 wins 4 of 4 where SFT won 1 (+75 points, CI above 0), seed 2 plays as
     SFT (+0): one seed above SFT, and one of two at the 0.95 level."""
-    args = bl.parse_args(["--tasks", "numberline_headroom", "--estimators", "gae", "--seeds", "2", "--out", str(tmp_path),
-                          "--model-path", str(tmp_path), "--adapter", f"numberline_headroom={tmp_path}", "--eval-episodes", "4"])
-    results = [bl.RunResult(bl.RunSpec("numberline_headroom", "gae", s, c), "ok") for s in (1, 2) for c in (False, True)]
+    args = bl.parse_args(
+        [
+            "--tasks",
+            "numberline_headroom",
+            "--estimators",
+            "gae",
+            "--seeds",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--model-path",
+            str(tmp_path),
+            "--adapter",
+            f"numberline_headroom={tmp_path}",
+            "--eval-episodes",
+            "4",
+        ]
+    )
+    results = [
+        bl.RunResult(bl.RunSpec("numberline_headroom", "gae", s, c), "ok") for s in (1, 2) for c in (False, True)
+    ]
 
     def write(d, wins):
-        recs = [{"episode_id": f"e{k}", "question_type": "numberline", "question": "q", "ground_truth": "", "score": float(w)}
-                for k, w in enumerate(wins)]
+        recs = [
+            {
+                "episode_id": f"e{k}",
+                "question_type": "numberline",
+                "question": "q",
+                "ground_truth": "",
+                "score": float(w),
+            }
+            for k, w in enumerate(wins)
+        ]
         d.mkdir(parents=True, exist_ok=True)
-        (d / "report.json").write_text(json.dumps({"name": d.name, "kind": "game", "overall": 0.0, "table": [], "records": recs,
-                                                   "agent": {"success_rate": sum(wins) / len(wins)}}))
+        (d / "report.json").write_text(
+            json.dumps(
+                {
+                    "name": d.name,
+                    "kind": "game",
+                    "overall": 0.0,
+                    "table": [],
+                    "records": recs,
+                    "agent": {"success_rate": sum(wins) / len(wins)},
+                }
+            )
+        )
 
     sft = [0, 0, 0, 1]
     write(tmp_path / "numberline_headroom" / "sft_eval", sft)
@@ -288,39 +460,104 @@ def test_game_lines_pair_each_run_with_the_sft_adapter_and_count_the_level(bl, t
 
 
 def test_mix_held_out_evaluates_a_zeroed_twin_of_the_sft_adapter_and_every_run(bl, tmp_path, monkeypatch):
-    args = bl.parse_args(["--tasks", "mix", "--estimators", "gae", "--seeds", "1", "--out", str(tmp_path),
-                          "--sft-adapter", str(tmp_path), "--model-path", str(tmp_path), "--eval-episodes", "2"])
+    args = bl.parse_args(
+        [
+            "--tasks",
+            "mix",
+            "--estimators",
+            "gae",
+            "--seeds",
+            "1",
+            "--out",
+            str(tmp_path),
+            "--sft-adapter",
+            str(tmp_path),
+            "--model-path",
+            str(tmp_path),
+            "--eval-episodes",
+            "2",
+        ]
+    )
     run = bl.RunResult(bl.RunSpec("mix", "gae", 1, False), "ok")
     d = run.spec.directory(tmp_path)
     (d / "checkpoints" / "checkpoint-000002").mkdir(parents=True)
     (d / "checkpoints" / "checkpoint-000002" / "COMPLETE").write_text("{}")
-    recs = [{"episode_id": f"e{k}", "question_type": "room_size_estimation", "question": "q", "ground_truth": "10", "score": s}
-            for k, s in enumerate((1.0, 0.5))]
-    for where in (tmp_path / "mix" / "sft_eval", tmp_path / "mix" / "sft_eval_zeroed", d / bl.HELD_OUT_SIGHTED, d / bl.HELD_OUT_ZEROED):
+    recs = [
+        {
+            "episode_id": f"e{k}",
+            "question_type": "room_size_estimation",
+            "question": "q",
+            "ground_truth": "10",
+            "score": s,
+        }
+        for k, s in enumerate((1.0, 0.5))
+    ]
+    for where in (
+        tmp_path / "mix" / "sft_eval",
+        tmp_path / "mix" / "sft_eval_zeroed",
+        d / bl.HELD_OUT_SIGHTED,
+        d / bl.HELD_OUT_ZEROED,
+    ):
         where.mkdir(parents=True)
         blind = "zeroed" in where.name
-        (where / "report.json").write_text(json.dumps({"name": where.name, "overall": 0.0, "table": [],
-                                                       "records": [{**r, "score": 0.0 if blind else r["score"]} for r in recs]}))
+        (where / "report.json").write_text(
+            json.dumps(
+                {
+                    "name": where.name,
+                    "overall": 0.0,
+                    "table": [],
+                    "records": [{**r, "score": 0.0 if blind else r["score"]} for r in recs],
+                }
+            )
+        )
     calls = []
-    monkeypatch.setattr(bl, "run_all", lambda jobs, *a, **k: calls.append(jobs) or {p: {"returncode": 0} for p, _ in jobs})
+    monkeypatch.setattr(
+        bl, "run_all", lambda jobs, *a, **k: calls.append(jobs) or {p: {"returncode": 0} for p, _ in jobs}
+    )
     bl.evaluate_held_out(args, [run])
     assert sorted((p.name, "--zero-images" in argv) for p, argv in calls[0]) == [
-        ("eval", False), ("eval_zeroed", True), ("sft_eval", False), ("sft_eval_zeroed", True)]
+        ("eval", False),
+        ("eval_zeroed", True),
+        ("sft_eval", False),
+        ("sft_eval_zeroed", True),
+    ]
     (line,) = bl.blind_twin_lines(args, [run])
     assert line["per_seed"][1]["diff"] == pytest.approx(75.0)  # Overall 75 sighted against 0 with zeroed frames
 
 
-def test_a_held_out_task_with_its_own_sft_stage_is_judged_against_that_adapter_per_seed(bl, tmp_path, monkeypatch, capsys):
+def test_a_held_out_task_with_its_own_sft_stage_is_judged_against_that_adapter_per_seed(
+    bl, tmp_path, monkeypatch, capsys
+):
     """``room_size_headroom``: its SFT start is the adapter of its own stage (or ``--adapter``), not
     ``--sft-adapter``; each seed's run - SFT is a paired CI, counted where it excludes 0."""
     own = tmp_path / "own_adapter"
     own.mkdir()
-    args = bl.parse_args(["--tasks", "room_size_headroom", "--estimators", "gae", "--seeds", "2", "--out", str(tmp_path),
-                          "--sft-adapter", str(tmp_path / "quickstart_adapter"), "--model-path", str(tmp_path), "--eval-episodes", "3",
-                          "--adapter", f"room_size_headroom={own}"])
+    args = bl.parse_args(
+        [
+            "--tasks",
+            "room_size_headroom",
+            "--estimators",
+            "gae",
+            "--seeds",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--sft-adapter",
+            str(tmp_path / "quickstart_adapter"),
+            "--model-path",
+            str(tmp_path),
+            "--eval-episodes",
+            "3",
+            "--adapter",
+            f"room_size_headroom={own}",
+        ]
+    )
     runs = [bl.RunResult(bl.RunSpec("room_size_headroom", "gae", seed, False), "ok") for seed in (1, 2)]
     sft_scores, run_scores = (0.2, 0.2, 0.2), {1: (0.9, 0.8, 0.9), 2: (0.2, 0.2, 0.2)}
-    reports = {tmp_path / "room_size_headroom" / "sft_eval": sft_scores, tmp_path / "room_size_headroom" / "sft_eval_zeroed": (0.0,) * 3}
+    reports = {
+        tmp_path / "room_size_headroom" / "sft_eval": sft_scores,
+        tmp_path / "room_size_headroom" / "sft_eval_zeroed": (0.0,) * 3,
+    }
     for r in runs:
         d = r.spec.directory(tmp_path)
         (d / "checkpoints" / "checkpoint-000002").mkdir(parents=True)
@@ -329,27 +566,66 @@ def test_a_held_out_task_with_its_own_sft_stage_is_judged_against_that_adapter_p
         reports[d / bl.HELD_OUT_ZEROED] = (0.0,) * 3
     for where, scores in reports.items():
         where.mkdir(parents=True)
-        recs = [{"episode_id": f"e{k}", "question_type": "room_size_estimation", "question": "q", "ground_truth": "10", "score": v}
-                for k, v in enumerate(scores)]
-        (where / "report.json").write_text(json.dumps({"name": where.name, "overall": 100 * sum(scores) / 3, "table": [], "records": recs}))
+        recs = [
+            {
+                "episode_id": f"e{k}",
+                "question_type": "room_size_estimation",
+                "question": "q",
+                "ground_truth": "10",
+                "score": v,
+            }
+            for k, v in enumerate(scores)
+        ]
+        (where / "report.json").write_text(
+            json.dumps({"name": where.name, "overall": 100 * sum(scores) / 3, "table": [], "records": recs})
+        )
     calls = []
-    monkeypatch.setattr(bl, "run_all", lambda jobs, *a, **k: calls.append(jobs) or {p: {"returncode": 0} for p, _ in jobs})
+    monkeypatch.setattr(
+        bl, "run_all", lambda jobs, *a, **k: calls.append(jobs) or {p: {"returncode": 0} for p, _ in jobs}
+    )
     held = bl.evaluate_held_out(args, runs)
     sft_argv = dict(calls[0])[tmp_path / "room_size_headroom" / "sft_eval"]
     assert sft_argv[sft_argv.index("--adapter") + 1] == str(own)
     (line,) = bl.held_out_lines(args, held)
-    assert "seed 1 +66.7 [" in line and "seed 2 +0.0 [+0.0, +0.0]" in line and line.endswith("CI above 0 in 1 of 2 seed(s)")
+    assert (
+        "seed 1 +66.7 [" in line
+        and "seed 2 +0.0 [+0.0, +0.0]" in line
+        and line.endswith("CI above 0 in 1 of 2 seed(s)")
+    )
     with pytest.raises(SystemExit):  # two held-out tasks are refused before any run, not after hours of them
-        bl.parse_args(["--tasks", "room_size_headroom", "mix", "--sft-adapter", str(own), "--model-path", str(tmp_path),
-                       "--adapter", f"room_size_headroom={own}"])
+        bl.parse_args(
+            [
+                "--tasks",
+                "room_size_headroom",
+                "mix",
+                "--sft-adapter",
+                str(own),
+                "--model-path",
+                str(tmp_path),
+                "--adapter",
+                f"room_size_headroom={own}",
+            ]
+        )
     assert "share one set of per-seed differences" in capsys.readouterr().err
 
 
 def test_eval_policy_best_judges_the_policy_validation_kept(bl, tmp_path):
     """``--eval-policy best``: the greedy evaluations load ``<run>/best/policy`` (as an adapter), the
     last checkpoint otherwise; a run without validation's best policy is an error naming the fix."""
-    common = ["--tasks", "numberline_headroom", "--estimators", "gae", "--seeds", "2", "--out", str(tmp_path),
-              "--model-path", str(tmp_path), "--adapter", f"numberline_headroom={tmp_path}"]
+    common = [
+        "--tasks",
+        "numberline_headroom",
+        "--estimators",
+        "gae",
+        "--seeds",
+        "2",
+        "--out",
+        str(tmp_path),
+        "--model-path",
+        str(tmp_path),
+        "--adapter",
+        f"numberline_headroom={tmp_path}",
+    ]
     last, best = bl.parse_args(common), bl.parse_args([*common, "--eval-policy", "best"])
     runs = [bl.RunResult(bl.RunSpec("numberline_headroom", "gae", s, False), "ok") for s in (1, 2)]
     for r in runs:
@@ -362,7 +638,7 @@ def test_eval_policy_best_judges_the_policy_validation_kept(bl, tmp_path):
         (sighted, argv), (zeroed, twin) = bl.greedy_eval_jobs(args, [run])
         assert twin[:-5] == argv[:-4] and "--zero-images" in twin  # the twin judges the same policy
         i = argv.index("--name")
-        return argv[i - 2:i]
+        return argv[i - 2 : i]
 
     d1 = runs[0].spec.directory(tmp_path)
     assert policy_args(last, runs[0]) == ["--checkpoint", str(d1 / "checkpoints" / "checkpoint-000004")]

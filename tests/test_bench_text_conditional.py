@@ -1,4 +1,5 @@
 """bench/bench_text_conditional.py: its references by hand and one tiny end-to-end run (2 steps)."""
+
 from __future__ import annotations
 
 
@@ -36,7 +37,20 @@ def test_trainable_sets(tc, tiny_model_path):
 
 
 def test_two_steps_end_to_end(tc, tiny_model_path, capsys):
-    text = tc.main(["--settings", "lora", "--steps", "2", "--eval-every", "2", "--model-path", tiny_model_path, "--train-scenes", "4"])
+    text = tc.main(
+        [
+            "--settings",
+            "lora",
+            "--steps",
+            "2",
+            "--eval-every",
+            "2",
+            "--model-path",
+            tiny_model_path,
+            "--train-scenes",
+            "4",
+        ]
+    )
     assert "| lora |" in text and "step 2" in text
     assert "Best constant answer" in text and "per-category oracle" in text
 
@@ -56,5 +70,5 @@ def test_category_cosines_by_hand(tc):
             return self.e
 
     mean, low, high = tc.category_cosines(Model(), Tok(), ["a", "b", "c"])
-    s = 2 ** -0.5  # a.b = 0, a.c = b.c = cos 45 degrees
+    s = 2**-0.5  # a.b = 0, a.c = b.c = cos 45 degrees
     assert (mean, low, high) == pytest.approx(((0 + s + s) / 3, 0.0, s))

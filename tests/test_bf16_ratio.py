@@ -1,6 +1,7 @@
 """bf16 and the ratio invariant: ``model.rollout_log_probs=auto`` picks act's mode from the dtype and
 ``ppo.old_log_probs`` (and the saved config keeps the resolved mode), and with ``old_log_probs=rollout``
 in bf16 the default act mode keeps the first PPO ratio near 1 (docs/TRAINING.md, "The first ratio")."""
+
 from __future__ import annotations
 
 import statistics
@@ -11,12 +12,19 @@ import yaml
 from a2c_ppo_acktr.config.arguments import ConfigError, ModelConfig, RunConfig, load_config
 
 
-
-@pytest.mark.parametrize("dtype, old_log_probs, mode", [
-    ("float32", "update", "generate"), ("bfloat16", "update", "generate"), ("float32", "rollout", "generate"),
-    ("bfloat16", "rollout", "recompute"), ("float16", "rollout", "recompute"),
-])
-def test_auto_rollout_log_probs_resolves_by_dtype_and_old_log_probs_and_round_trips(tmp_path, dtype, old_log_probs, mode):
+@pytest.mark.parametrize(
+    "dtype, old_log_probs, mode",
+    [
+        ("float32", "update", "generate"),
+        ("bfloat16", "update", "generate"),
+        ("float32", "rollout", "generate"),
+        ("bfloat16", "rollout", "recompute"),
+        ("float16", "rollout", "recompute"),
+    ],
+)
+def test_auto_rollout_log_probs_resolves_by_dtype_and_old_log_probs_and_round_trips(
+    tmp_path, dtype, old_log_probs, mode
+):
     """act re-scores its replies only where they are the update's old log-probs (ppo.old_log_probs=rollout)
     in low precision; with the update's own recompute (the default) they are only monitored."""
     cfg = load_config(preset="debug", overrides={"model": {"dtype": dtype}, "ppo": {"old_log_probs": old_log_probs}})
@@ -35,10 +43,17 @@ def test_auto_rollout_log_probs_resolves_by_dtype_and_old_log_probs_and_round_tr
 def test_gpu_presets_recompute_old_log_probs_in_the_update_and_bad_modes_are_rejected():
     for preset in ("qwen2.5-vl-3b", "qwen2.5-vl-7b", "qwen3-vl-4b", "qwen3-vl-8b"):
         cfg = load_config(preset=preset)
-        assert (cfg.model.dtype, cfg.ppo.old_log_probs, cfg.model.rollout_log_probs) == ("bfloat16", "update", "generate")
+        assert (cfg.model.dtype, cfg.ppo.old_log_probs, cfg.model.rollout_log_probs) == (
+            "bfloat16",
+            "update",
+            "generate",
+        )
         assert (cfg.ppo.ratio_level, cfg.ppo.loss_agg) == ("token", "token-mean")
         # Trained on act's own log-probs, bf16 re-scores them in the rollout's layout.
-        assert load_config(preset=preset, overrides={"ppo": {"old_log_probs": "rollout"}}).model.rollout_log_probs == "recompute"
+        assert (
+            load_config(preset=preset, overrides={"ppo": {"old_log_probs": "rollout"}}).model.rollout_log_probs
+            == "recompute"
+        )
     with pytest.raises(ConfigError, match=r"model.rollout_log_probs='cached'.*'auto'"):
         ModelConfig(rollout_log_probs="cached")
     with pytest.raises(ConfigError, match=r"ppo.old_log_probs='recompute'.*'update'"):
@@ -65,10 +80,14 @@ def test_bf16_default_mode_keeps_the_first_minibatch_ratio_near_one():
         return statistics.mean(d > TYPICAL_DEV for r in results for d in r.turn_devs)
 
     default, generate = run({}), run({"rollout_log_probs": "generate"})
-    assert {r.rollout_log_probs for r in default} == {"recompute"} and {r.rollout_log_probs for r in generate} == {"generate"}
+    assert {r.rollout_log_probs for r in default} == {"recompute"} and {r.rollout_log_probs for r in generate} == {
+        "generate"
+    }
     worst = max(r.ratio_max_dev for r in default)
-    print(f"bf16 default mode: max |ratio-1| {worst:.3g}, turns over {TYPICAL_DEV:g}: {share_over_typical(default):.1%} "
-          f"(generate mode: {share_over_typical(generate):.1%})")
+    print(
+        f"bf16 default mode: max |ratio-1| {worst:.3g}, turns over {TYPICAL_DEV:g}: {share_over_typical(default):.1%} "
+        f"(generate mode: {share_over_typical(generate):.1%})"
+    )
     assert worst < ratio_bound("bfloat16", 0.1)  # the GPU presets' clip range
     assert share_over_typical(default) <= 0.15
     assert share_over_typical(generate) >= 2 * share_over_typical(default)
@@ -85,8 +104,16 @@ def test_a_bf16_lm_head_gives_float32_logits_of_the_exact_product(tiny_model_pat
     from a2c_ppo_acktr.policy.model import VLMPolicy
 
     targets = r".*language_model.*\.(q_proj|v_proj)" + (r"|lm_head" if lora_on_head else "")
-    cfg = ModelConfig(model_path=tiny_model_path, device="cpu", dtype="bfloat16", lora_r=2, lora_alpha=4,
-                      lora_target_modules=targets, value_head_hidden=8, temp_head_hidden=8)
+    cfg = ModelConfig(
+        model_path=tiny_model_path,
+        device="cpu",
+        dtype="bfloat16",
+        lora_r=2,
+        lora_alpha=4,
+        lora_target_modules=targets,
+        value_head_hidden=8,
+        temp_head_hidden=8,
+    )
     torch.manual_seed(0)
     policy = VLMPolicy(cfg)
     head = policy.model.get_output_embeddings()
@@ -122,14 +149,18 @@ def test_heads_compute_in_float32_when_deepspeed_casts_them_to_bf16(tiny_model_p
 
     from a2c_ppo_acktr.policy.model import VLMPolicy
 
-    cfg = ModelConfig(model_path=tiny_model_path, device="cpu", lora_r=2, lora_alpha=4, value_head_hidden=8, temp_head_hidden=8)
+    cfg = ModelConfig(
+        model_path=tiny_model_path, device="cpu", lora_r=2, lora_alpha=4, value_head_hidden=8, temp_head_hidden=8
+    )
     torch.manual_seed(0)
     policy = VLMPolicy(cfg)
     with torch.no_grad():
         policy.temp_predictor.mlp[-1].weight.normal_(0.0, 1.0)  # a head whose output depends on the input
     policy.value_head.to(torch.bfloat16)
     policy.temp_predictor.to(torch.bfloat16)
-    hidden = torch.randn(4, policy.value_head[0].in_features, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    hidden = torch.randn(4, policy.value_head[0].in_features, generator=torch.Generator().manual_seed(2)).to(
+        torch.bfloat16
+    )
     values, temps = policy._values(hidden), policy.temp_predictor(hidden)
     assert values.dtype == temps.dtype == torch.float32
     wide = {k: v.double() for k, v in policy.value_head.state_dict().items()}
@@ -138,12 +169,18 @@ def test_heads_compute_in_float32_when_deepspeed_casts_them_to_bf16(tiny_model_p
     # through tanh (slope <= 1) and the output weights; then the output layer's own sum
     first = float((hidden.double().abs() @ wide["0.weight"].abs().T + wide["0.bias"].abs()).max())
     out_w = float(wide["2.weight"].abs().sum())
-    bound = f32_tolerance(hidden.shape[-1] + 1, first * out_w) + f32_tolerance(wide["2.weight"].shape[-1] + 1, out_w + float(wide["2.bias"].abs().max()))
+    bound = f32_tolerance(hidden.shape[-1] + 1, first * out_w) + f32_tolerance(
+        wide["2.weight"].shape[-1] + 1, out_w + float(wide["2.bias"].abs().max())
+    )
     assert (values.double() - want.squeeze(-1)).abs().max() < bound
     lin0, lin2 = policy.value_head[0], policy.value_head[2]
-    in_bf16 = torch.nn.functional.linear(torch.tanh(torch.nn.functional.linear(hidden, lin0.weight, lin0.bias)), lin2.weight, lin2.bias).squeeze(-1)  # a plain bf16 head
+    in_bf16 = torch.nn.functional.linear(
+        torch.tanh(torch.nn.functional.linear(hidden, lin0.weight, lin0.bias)), lin2.weight, lin2.bias
+    ).squeeze(-1)  # a plain bf16 head
     assert (in_bf16.double() - want.squeeze(-1)).abs().max() > 10 * (values.double() - want.squeeze(-1)).abs().max()
-    grads = torch.autograd.grad(values.sum() + temps.sum(), [policy.value_head[0].weight, policy.temp_predictor.mlp[0].weight])
+    grads = torch.autograd.grad(
+        values.sum() + temps.sum(), [policy.value_head[0].weight, policy.temp_predictor.mlp[0].weight]
+    )
     assert all(g.dtype == torch.bfloat16 and g.abs().max() > 0 for g in grads)
 
 
@@ -203,14 +240,26 @@ def test_act_casts_the_float32_lm_head_once_per_generate_with_the_same_numbers(t
     from a2c_ppo_acktr.policy import sampling
     from a2c_ppo_acktr.policy import temp_predictor
 
-    cfg = ModelConfig(model_path=tiny_model_path, device="cpu", dtype="bfloat16", lora_r=2, lora_alpha=4, value_head_hidden=8,
-                      temp_head_hidden=8, max_new_tokens=6, rollout_log_probs="generate")
+    cfg = ModelConfig(
+        model_path=tiny_model_path,
+        device="cpu",
+        dtype="bfloat16",
+        lora_r=2,
+        lora_alpha=4,
+        value_head_hidden=8,
+        temp_head_hidden=8,
+        max_new_tokens=6,
+        rollout_log_probs="generate",
+    )
     torch.manual_seed(0)
     policy = policy_model.VLMPolicy(cfg)
     head = policy.model.get_output_embeddings()
     head = getattr(head, "base_layer", head)
     rng = np.random.default_rng(0)
-    obs = [{"images": [rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)], "text": f"Question {i}: where is it?"} for i in range(2)]
+    obs = [
+        {"images": [rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)], "text": f"Question {i}: where is it?"}
+        for i in range(2)
+    ]
     real = temp_predictor.float32_weight
     casts: list[torch.Tensor] = []
 

@@ -1,6 +1,7 @@
 """The gym-cards games: check_env, seeded determinism, the reply parser, rewards against hand-worked
 cases, and the oracle teachers' figures (NumberLine 100%, blackjack basic strategy near its exact
 value, the formula solvers complete)."""
+
 from __future__ import annotations
 
 import itertools
@@ -50,7 +51,19 @@ def test_registration_is_idempotent_and_makes_without_warnings():
         assert env.unwrapped.spec.id == env_id
 
 
-SCRIPT = [act("+"), "garbage", act("-"), act("hit"), act("stand"), act("10"), act("*"), act("2"), act("="), act("("), '{"action": 3}']
+SCRIPT = [
+    act("+"),
+    "garbage",
+    act("-"),
+    act("hit"),
+    act("stand"),
+    act("10"),
+    act("*"),
+    act("2"),
+    act("="),
+    act("("),
+    '{"action": 3}',
+]
 
 
 def _trace(env_id, seed, steps=24):
@@ -60,7 +73,9 @@ def _trace(env_id, seed, steps=24):
 @pytest.mark.parametrize("env_id", cards.ENV_IDS)
 def test_seeded_determinism(env_id):
     assert same_trace(_trace(env_id, 7), _trace(env_id, 7))
-    assert not all(same_trace(_trace(env_id, 7, 2), _trace(env_id, s, 2)) for s in range(8, 12)), "the seed changes nothing"
+    assert not all(same_trace(_trace(env_id, 7, 2), _trace(env_id, s, 2)) for s in range(8, 12)), (
+        "the seed changes nothing"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -100,7 +115,7 @@ def test_parse_reply_reads_the_token(text, expected):
         ('{"action": ["hit"]}', "as a string"),
         ('{"action": true}', "as a string"),
         ('{"action": 1.5}', "must be one of"),
-        ("\uff5b\"action\": \"hit\"\uff5d", "full-width"),
+        ('\uff5b"action": "hit"\uff5d', "full-width"),
     ],
 )
 def test_parse_reply_gives_a_reason(text, reason):
@@ -214,7 +229,9 @@ def test_blackjack_settlement_hand_worked():
     assert settle([1, 10], [10, 5, 6]) == 0.0  # a natural is a plain 21 by default
     assert settle([1, 10], [10, 7], natural=True) == 1.5
     assert settle([1, 10], [10, 5, 6], sab=True) == 1.0
-    assert hand_total([1, 6]) == 17 and usable_ace([1, 6]) and hand_total([1, 6, 10]) == 17 and not usable_ace([1, 6, 10])
+    assert (
+        hand_total([1, 6]) == 17 and usable_ace([1, 6]) and hand_total([1, 6, 10]) == 17 and not usable_ace([1, 6, 10])
+    )
 
 
 def test_blackjack_hit_busts_or_continues_and_stand_settles():
@@ -290,7 +307,11 @@ def _outcome_probabilities() -> tuple[float, float, float]:
             return (Fraction(0), Fraction(0), Fraction(1))
         if _optimal(hard, ace, up)[1] == "stand":
             d = _dealer_from_up(up)
-            return (sum(q for k, q in d.items() if k == 22 or v > k), sum(q for k, q in d.items() if k == v), sum(q for k, q in d.items() if k != 22 and v < k))
+            return (
+                sum(q for k, q in d.items() if k == 22 or v > k),
+                sum(q for k, q in d.items() if k == v),
+                sum(q for k, q in d.items() if k != 22 and v < k),
+            )
         parts = [tuple(p * x for x in wdl(hard + c, ace or c == 1, up)) for c, p in P_CARD.items()]
         return tuple(sum(col) for col in zip(*parts))
 
@@ -338,7 +359,9 @@ def test_blackjack_draws_dealer_face_up_and_one_more_card_per_hit():
     obs, *_ = env.step(act("hit"))
     after = obs["images"][0]
     changed = np.flatnonzero((before != after).any(axis=(0, 2)))
-    assert changed.min() >= 5 + 2 * 74 and np.array_equal(before[:130], after[:130])  # third player card, dealer untouched
+    assert changed.min() >= 5 + 2 * 74 and np.array_equal(
+        before[:130], after[:130]
+    )  # third player card, dealer untouched
 
 
 # ---------------------------------------------------------------------------------------------
@@ -348,8 +371,14 @@ def test_evaluate_is_exact_arithmetic():
     assert evaluate(["8", "/", "(", "3", "-", "8", "/", "3", ")"]).value == 24  # Python's eval gives 23.99999999999999
     assert evaluate(["(", "3", "+", "5", ")", "*", "3"]).value == 24
     assert evaluate(["2", BLANK, "*", "6"]).value == 12
-    for units, reason in [(["2", "4"], "cannot follow"), (["2", "*", "*", "3"], "where a number"), (["-", "2"], "where a number"),
-                          (["(", "2"], "not closed"), (["1", "/", "(", "2", "-", "2", ")"], "divides by zero"), ([], "empty")]:
+    for units, reason in [
+        (["2", "4"], "cannot follow"),
+        (["2", "*", "*", "3"], "where a number"),
+        (["-", "2"], "where a number"),
+        (["(", "2"], "not closed"),
+        (["1", "/", "(", "2", "-", "2", ")"], "divides by zero"),
+        ([], "empty"),
+    ]:
         value, error = evaluate(units)
         assert value is None and reason in error, (units, error)
 

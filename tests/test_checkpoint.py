@@ -1,4 +1,5 @@
 """Atomic checkpoints, resume resolution, RNG capture and the metrics log (no model needed)."""
+
 from __future__ import annotations
 
 import json
@@ -99,7 +100,13 @@ def test_resaving_same_iteration_replaces_it(tmp_path):
 
 
 def _draw(tg: torch.Generator, ng: np.random.Generator) -> list:
-    return [random.random(), float(np.random.rand()), float(torch.rand(1)), float(torch.rand(1, generator=tg)), float(ng.random())]
+    return [
+        random.random(),
+        float(np.random.rand()),
+        float(torch.rand(1)),
+        float(torch.rand(1, generator=tg)),
+        float(ng.random()),
+    ]
 
 
 def test_rng_capture_restore_replays_every_stream():
@@ -230,7 +237,11 @@ def test_marker_is_one_key_per_line_and_independent_of_meta_order(tmp_path):
     assert text == (b / COMPLETE_MARKER).read_bytes().decode("utf-8")
     data = json.loads(text)
     files = data.pop("files")  # the checksum of every file the writer made
-    assert data == {"alpha": [2, 3], "iteration": 4, "zeta": 1} and files and all(v.startswith("sha256:") for v in files.values())
+    assert (
+        data == {"alpha": [2, 3], "iteration": 4, "zeta": 1}
+        and files
+        and all(v.startswith("sha256:") for v in files.values())
+    )
     top = [line.split(":")[0].strip() for line in text.splitlines() if line.startswith(' "')]
     assert top == ['"alpha"', '"files"', '"iteration"', '"zeta"']
 
@@ -295,6 +306,7 @@ def test_rng_state_of_cuda_is_saved_only_in_use_and_restored_only_where_availabl
 def test_rng_state_of_random_random_and_errors_naming_the_generator():
     """``random.Random`` owners are replayed too; an unsupported generator, or a checkpoint written
     before generators were saved by name, fails with the generator's name."""
+
     class Owner:
         def __init__(self):
             self.rng = random.Random(9)
@@ -308,7 +320,10 @@ def test_rng_state_of_random_random_and_errors_naming_the_generator():
     assert [owner.rng.random() for _ in range(3)] == first
     with pytest.raises(CheckpointError) as err:
         capture_rng_state({"env.bad": object()})
-    assert str(err.value) == "cannot checkpoint generator 'env.bad' of type object; expected torch.Generator, numpy Generator or random.Random"
+    assert str(err.value) == (
+        "cannot checkpoint generator 'env.bad' of type object; expected torch.Generator, numpy Generator or "
+        "random.Random"
+    )
     with pytest.raises(CheckpointError) as err:
         restore_rng_state({**state, "extra": {"env.bad": 1}}, {"env.bad": object()})
     assert str(err.value) == "cannot restore generator 'env.bad' of type object"
@@ -320,6 +335,7 @@ def test_rng_state_of_random_random_and_errors_naming_the_generator():
 
 def test_find_generators_of_objects_without_attributes():
     """Slotted objects and builtins have no ``vars()``: they own no findable generator."""
+
     class Slotted:
         __slots__ = ("rng",)
 
@@ -337,7 +353,9 @@ def test_a_state_file_naming_a_module_by_its_name_before_the_move_still_loads(tm
     from a2c_ppo_acktr.common.prompts import Answer
     from a2c_ppo_acktr.run.checkpoint import load_pickle
 
-    old = pickle.dumps({"last": Answer("3")}, protocol=2).replace(b"a2c_ppo_acktr.common.prompts", b"a2c_ppo_acktr.prompts")
+    old = pickle.dumps({"last": Answer("3")}, protocol=2).replace(
+        b"a2c_ppo_acktr.common.prompts", b"a2c_ppo_acktr.prompts"
+    )
     assert b"a2c_ppo_acktr.prompts\n" in old
     (tmp_path / "old.pkl").write_bytes(old)
     assert load_pickle(tmp_path / "old.pkl") == {"last": Answer("3")}
@@ -358,4 +376,7 @@ def test_pickle_round_trip_and_missing_file(tmp_path):
     missing = tmp_path / "rank1.pkl"
     with pytest.raises(CheckpointError) as err:
         load_pickle(missing)
-    assert str(err.value) == f"checkpoint file {str(missing)!r} is missing; the checkpoint is incomplete or from another run layout"
+    assert (
+        str(err.value)
+        == f"checkpoint file {str(missing)!r} is missing; the checkpoint is incomplete or from another run layout"
+    )

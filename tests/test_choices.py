@@ -1,4 +1,5 @@
 """Each option family's names live once (a2c_ppo_acktr/common/choices.py); config and registries agree."""
+
 from __future__ import annotations
 
 import pytest
@@ -33,17 +34,26 @@ def test_every_registry_implements_exactly_its_family():
 
 def test_a_registry_out_of_step_with_its_family_fails_at_import():
     with pytest.raises(ImportError, match="ppo.advantage_estimator: the registry implements"):
-        choices.check_registry("ppo.advantage_estimator", ["gae", "rloo", "grpo", "vtrace"], choices.ADVANTAGE_ESTIMATORS)
+        choices.check_registry(
+            "ppo.advantage_estimator", ["gae", "rloo", "grpo", "vtrace"], choices.ADVANTAGE_ESTIMATORS
+        )
     choices.check_registry("label.teacher", reversed(choices.TEACHERS), choices.TEACHERS)  # order does not matter
 
 
 @pytest.mark.parametrize(
     "key, family",
-    [("ppo.advantage_estimator", choices.ADVANTAGE_ESTIMATORS), ("ppo.adv_norm", choices.ADV_NORMS),
-     ("ppo.kl_estimator", choices.KL_ESTIMATORS), ("ppo.reference", choices.REFERENCES),
-     ("label.teacher", choices.TEACHERS), ("label.oracle_thoughts", choices.THOUGHT_STYLES),
-     ("rollout.engine", choices.ROLLOUT_ENGINES), ("ppo.old_log_probs", choices.OLD_LOG_PROBS),
-     ("ppo.ratio_level", choices.RATIO_LEVELS), ("ppo.loss_agg", choices.LOSS_AGGREGATIONS)],
+    [
+        ("ppo.advantage_estimator", choices.ADVANTAGE_ESTIMATORS),
+        ("ppo.adv_norm", choices.ADV_NORMS),
+        ("ppo.kl_estimator", choices.KL_ESTIMATORS),
+        ("ppo.reference", choices.REFERENCES),
+        ("label.teacher", choices.TEACHERS),
+        ("label.oracle_thoughts", choices.THOUGHT_STYLES),
+        ("rollout.engine", choices.ROLLOUT_ENGINES),
+        ("ppo.old_log_probs", choices.OLD_LOG_PROBS),
+        ("ppo.ratio_level", choices.RATIO_LEVELS),
+        ("ppo.loss_agg", choices.LOSS_AGGREGATIONS),
+    ],
 )
 def test_the_config_accepts_the_family_and_names_it_when_refusing(key, family):
     for value in family:  # the name is accepted (a value may still need a companion setting, e.g. rloo a group size)

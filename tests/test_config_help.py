@@ -2,6 +2,7 @@
 comment from arguments.py) quickly and without heavy imports; --help is short and shows the common keys
 with the values the command line resolves to; --print-config prints the resolved
 config as YAML that loads back as the same config."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -53,7 +54,9 @@ def _inline_comments() -> dict[str, str]:
     """``{"section.key": comment}`` for fields written ``name: type = value  # comment`` in arguments.py,
     read with a regular expression (independently of the tokenizer the help uses)."""
     hints = typing.get_type_hints(RunConfig)
-    section_of = {hints[f.name].__name__: f.name for f in dataclasses.fields(RunConfig) if dataclasses.is_dataclass(hints[f.name])}
+    section_of = {
+        hints[f.name].__name__: f.name for f in dataclasses.fields(RunConfig) if dataclasses.is_dataclass(hints[f.name])
+    }
     out, section = {}, None
     for line in Path(arguments.__file__).read_text(encoding="utf-8").splitlines():
         m = re.match(r"class (\w+)", line)
@@ -101,11 +104,14 @@ def test_help_lists_every_key_with_its_type_default_and_comment():
         assert " ".join(comment.split()) in entries[key][2], (key, comment, entries[key][2])
     # Comments written on the lines above a field are part of its entry too.
     assert entries["rollout.group_size"][2].startswith("Envs per group: the envs of a group play every episode")
-    assert entries["label.model_path"][2] == "hf teacher: any local HF VLM through loading.load_vlm; None = model.model_path"
+    assert (
+        entries["label.model_path"][2]
+        == "hf teacher: any local HF VLM through loading.load_vlm; None = model.model_path"
+    )
     assert entries["env.image_size"] == ("int", "224", "rendered frames are image_size x image_size")
     assert entries["ppo.head_lr"][:2] == ("float or null", "null")
     # Grouped by section, each headed by its docstring.
-    config_part = text[text.index("config keys"):]
+    config_part = text[text.index("config keys") :]
     heads = [line.split(":")[0] for line in config_part.splitlines() if re.match(r"^[a-z]+( level)?: ", line)]
     assert heads == ["top level", "env", "model", "rollout", "ppo", "sft", "label", "eval", "log", "dist"]
 
@@ -126,19 +132,28 @@ def test_help_of_every_script_is_fast_complete_and_imports_nothing_heavy(script)
         "import runpy, sys\n"
         f"sys.argv = [{(SCRIPTS[script][-1] if script != 'memory' else 'memory')!r}, '--help']\n"
         "try:\n"
-        f"    runpy.{'run_module' if script == 'memory' else 'run_path'}({SCRIPTS[script][-1]!r}, run_name='__main__')\n"
+        f"    runpy.{'run_module' if script == 'memory' else 'run_path'}({SCRIPTS[script][-1]!r}, "
+        "run_name='__main__')\n"
         "except SystemExit as e:\n"
         "    assert e.code in (0, None), e.code\n"
         f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
     )
-    res = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip().splitlines()[-1] == "[]", res.stdout[-300:]
 
 
 def test_help_is_short_and_shows_the_values_the_command_line_resolves_to():
-    res = subprocess.run([sys.executable, str(REPO / "main_vsi.py"), "--preset", "debug", "--ppo.lr", "3e-4", "--help"], cwd=REPO, env=_env(),
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, str(REPO / "main_vsi.py"), "--preset", "debug", "--ppo.lr", "3e-4", "--help"],
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert len(lines) < 70 and "--sft-adapter" in res.stdout  # the script's own flags stay
@@ -146,16 +161,38 @@ def test_help_is_short_and_shows_the_values_the_command_line_resolves_to():
     assert "  --env.image_size = 32   (code default 224)" in lines  # the preset's value
     assert "  --ppo.advantage_estimator = gae" in lines  # a key the preset leaves at its default: no note
     assert lines[-1].startswith("all ") and "--help-all" in lines[-1]
-    section = subprocess.run([sys.executable, str(REPO / "main_vsi.py"), "--help-section", "rollout"], cwd=REPO, env=_env(),
-                             capture_output=True, text=True, timeout=60)
+    section = subprocess.run(
+        [sys.executable, str(REPO / "main_vsi.py"), "--help-section", "rollout"],
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     shown = [line.split(" = ")[0].strip() for line in section.stdout.splitlines() if line.startswith("  --rollout.")]
     assert shown == [f"--{k}" for k, _, _ in _fields() if k.startswith("rollout.")]
-    bad = subprocess.run([sys.executable, str(REPO / "main_vsi.py"), "--help-section", "nope"], cwd=REPO, env=_env(),
-                         capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, str(REPO / "main_vsi.py"), "--help-section", "nope"],
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "invalid choice: 'nope'" in bad.stderr
 
 
-ARGS = ["--preset", "debug", "--ppo.lr", "3e-4", "env.max_turns=5", "--model.top_p", "0.9", "--env.question_types", "route_planning,object_counting"]
+ARGS = [
+    "--preset",
+    "debug",
+    "--ppo.lr",
+    "3e-4",
+    "env.max_turns=5",
+    "--model.top_p",
+    "0.9",
+    "--env.question_types",
+    "route_planning,object_counting",
+]
 
 
 @pytest.mark.parametrize("script", ["main_vsi", "train_sft", "eval_vsi", "vlm_traj_label", "vlm_traj_preprocess"])
@@ -179,7 +216,12 @@ def test_print_config_prints_the_resolved_config_and_it_round_trips(script, tmp_
 
 def test_print_config_in_a_subprocess_exits_0_with_yaml_only_on_stdout(tmp_path):
     res = subprocess.run(
-        [sys.executable, str(REPO / "main_vsi.py"), *ARGS, "--print-config"], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60
+        [sys.executable, str(REPO / "main_vsi.py"), *ARGS, "--print-config"],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert res.returncode == 0, res.stderr
     (tmp_path / "c.yaml").write_text(res.stdout)

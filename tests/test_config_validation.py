@@ -2,6 +2,7 @@
 numbers, out-of-range values, bad regexes, duplicate YAML keys, non-UTF-8 files, hex/underscore
 numbers on the command line; an empty section keeps the preset's values; a mistyped script flag gets
 a suggestion."""
+
 import subprocess
 import sys
 from pathlib import Path
@@ -58,7 +59,12 @@ def test_yaml_files_duplicate_keys_encoding_and_empty_sections(tmp_path):
 
 
 def test_a_mistyped_flag_gets_a_suggestion_and_exit_2():
-    out = subprocess.run([sys.executable, "main_vsi.py", "--preset", "debug", "--resum", "auto"], cwd=REPO,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "main_vsi.py", "--preset", "debug", "--resum", "auto"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and "unrecognized argument --resum; did you mean --resume?" in out.stderr
     assert "Traceback" not in out.stderr

@@ -1,6 +1,7 @@
 """Paths built from data stay inside their roots: scene names and video names from benchmark rows,
 image paths from labelled trajectories. ``..`` and symbolic links that lead out are refused in one
 line naming the row or file; links that stay inside, and a root that is itself a link, are fine."""
+
 from __future__ import annotations
 
 import json
@@ -15,11 +16,19 @@ from a2c_ppo_acktr.envs.real_scans import SceneLoadError, find_scene
 from a2c_ppo_acktr.envs.vsibench import VSIBenchRowError, load_vsibench_rows, scene_for_row, validate_row
 from test_real_scans import make_scannet
 
-ROW = {"id": 7, "dataset": "scannet", "scene_name": "scene0001_00", "question_type": "object_counting",
-       "question": "How many chairs?", "ground_truth": "2"}
+ROW = {
+    "id": 7,
+    "dataset": "scannet",
+    "scene_name": "scene0001_00",
+    "question_type": "object_counting",
+    "question": "How many chairs?",
+    "ground_truth": "2",
+}
 
 
-@pytest.mark.parametrize("name", ["../outside/scene0001_00", "..", ".", "a/b", "a\\b", "/etc/passwd", "C:scene", "x\0y", " "])
+@pytest.mark.parametrize(
+    "name", ["../outside/scene0001_00", "..", ".", "a/b", "a\\b", "/etc/passwd", "C:scene", "x\0y", " "]
+)
 def test_a_scene_name_that_is_a_path_is_refused_when_the_rows_load(tmp_path, name):
     rows = tmp_path / "rows.jsonl"
     rows.write_text(json.dumps(ROW) + "\n" + json.dumps({**ROW, "id": 8, "scene_name": name}) + "\n")
@@ -95,9 +104,23 @@ def test_a_video_name_or_link_that_leads_out_of_the_video_root_is_refused_naming
 
 # ------------------------------------------------------------------------------ label images
 def _episode(images: list[str]) -> dict:
-    return {"episode_id": "ep00000001", "scene_id": "s1", "question_type": "object_counting", "score": 1.0, "env_id": "VSI-v0",
-            "turns": [{"images": images, "observation_text": "How many chairs?", "teacher_output": "Thought: two.\nAction: answer(2)",
-                       "executed": "Thought: two.\nAction: answer(2)", "teacher_error": None, "valid": True}]}
+    return {
+        "episode_id": "ep00000001",
+        "scene_id": "s1",
+        "question_type": "object_counting",
+        "score": 1.0,
+        "env_id": "VSI-v0",
+        "turns": [
+            {
+                "images": images,
+                "observation_text": "How many chairs?",
+                "teacher_output": "Thought: two.\nAction: answer(2)",
+                "executed": "Thought: two.\nAction: answer(2)",
+                "teacher_error": None,
+                "valid": True,
+            }
+        ],
+    }
 
 
 def _labels(tmp_path: Path, images: list[str]) -> Path:
@@ -139,8 +162,13 @@ def test_label_images_inside_the_folder_build_a_dataset(tmp_path):
     from SFT.data import build_sft_dataset
 
     lab = _labels(tmp_path, ["images/ep00000001/a.png", "images/ep00000001/b.png"])
-    (lab / "images" / "ep00000001" / "b.png").symlink_to(lab / "images" / "ep00000001" / "a.png")  # a link that stays inside
-    assert build_sft_dataset(lab / "trajectories.jsonl", tmp_path / "data", LabelConfig(val_fraction=0.0))["train_samples"] == 1
+    (lab / "images" / "ep00000001" / "b.png").symlink_to(
+        lab / "images" / "ep00000001" / "a.png"
+    )  # a link that stays inside
+    assert (
+        build_sft_dataset(lab / "trajectories.jsonl", tmp_path / "data", LabelConfig(val_fraction=0.0))["train_samples"]
+        == 1
+    )
 
 
 def test_contained_and_plain_names():

@@ -5,6 +5,7 @@ driver that records, on every process after every update, a SHA-256 of all train
 test then compares the processes' hashes (they must be identical: DDP/DeepSpeed keep replicas in
 sync) and, for DeepSpeed, a 3-iteration run against 2 iterations + resume + 1.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,7 +37,11 @@ def _cfg(**sections) -> RunConfig:
 
 # ------------------------------------------------------------------------------ configuration
 def test_ds_config_auto_entries_follow_run_config():
-    cfg = _cfg(ppo={"max_grad_norm": 0.01, "grad_accum_steps": 2}, model={"dtype": "bfloat16"}, dist={"zero_stage": 2, "deepspeed_config": str(DS_JSON)})
+    cfg = _cfg(
+        ppo={"max_grad_norm": 0.01, "grad_accum_steps": 2},
+        model={"dtype": "bfloat16"},
+        dist={"zero_stage": 2, "deepspeed_config": str(DS_JSON)},
+    )
     ds = deepspeed_config_dict(cfg)
     assert ds["zero_optimization"]["stage"] == 2
     assert ds["gradient_clipping"] == 0.01  # ppo.max_grad_norm, not accelerate's fallback of 1.0
@@ -59,7 +64,15 @@ def test_gradients_accumulate_and_travel_in_float32(tmp_path):
     bare.write_text(json.dumps({"zero_optimization": {"stage": 2}}))
     ds = deepspeed_config_dict(_cfg(model={"dtype": "bfloat16"}, dist={"zero_stage": 2, "deepspeed_config": str(bare)}))
     assert ds["data_types"]["grad_accum_dtype"] == "fp32" and ds["communication_data_type"] == "fp32"
-    bare.write_text(json.dumps({"zero_optimization": {"stage": 2}, "communication_data_type": "bf16", "data_types": {"grad_accum_dtype": "bf16"}}))
+    bare.write_text(
+        json.dumps(
+            {
+                "zero_optimization": {"stage": 2},
+                "communication_data_type": "bf16",
+                "data_types": {"grad_accum_dtype": "bf16"},
+            }
+        )
+    )
     ds = deepspeed_config_dict(_cfg(model={"dtype": "bfloat16"}, dist={"zero_stage": 2, "deepspeed_config": str(bare)}))
     assert ds["data_types"]["grad_accum_dtype"] == "bf16" and ds["communication_data_type"] == "bf16"
 
@@ -72,7 +85,12 @@ def test_ds_config_contradictions_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="gradient_clipping"):
         deepspeed_config_dict(_cfg(ppo={"max_grad_norm": 0.5}, dist={"zero_stage": 2, "deepspeed_config": str(path)}))
     # Equal values are fine.
-    assert deepspeed_config_dict(_cfg(ppo={"max_grad_norm": 1.0}, dist={"zero_stage": 2, "deepspeed_config": str(path)}))["gradient_clipping"] == 1.0
+    assert (
+        deepspeed_config_dict(_cfg(ppo={"max_grad_norm": 1.0}, dist={"zero_stage": 2, "deepspeed_config": str(path)}))[
+            "gradient_clipping"
+        ]
+        == 1.0
+    )
     with pytest.raises(ConfigError, match="zero_optimization.stage"):
         deepspeed_config_dict(_cfg(dist={"zero_stage": 3, "deepspeed_config": str(DS_JSON)}))
     with pytest.raises(ConfigError, match="does not exist"):
@@ -114,23 +132,42 @@ def test_batch_script_wires_slurm_into_accelerate(tmp_path):
     (bin_dir / "scontrol").write_text("#!/usr/bin/env bash\nprintf 'node-a\\nnode-b\\n'\n")
     # Fake srun: run the task once per node with that node's SLURM_NODEID.
     (bin_dir / "srun").write_text(
-        "#!/usr/bin/env bash\nwhile [ \"${1#--}\" != \"$1\" ]; do shift; done\n"
-        "for n in 0 1; do SLURM_NODEID=$n \"$@\"; done\n"
+        '#!/usr/bin/env bash\nwhile [ "${1#--}" != "$1" ]; do shift; done\n'
+        'for n in 0 1; do SLURM_NODEID=$n "$@"; done\n'
     )
     for f in bin_dir.iterdir():
         f.chmod(0o755)
     env = {
-        **os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "node-[a-b]", "SLURM_NNODES": "2",
-        "SLURM_GPUS_ON_NODE": "8", "SLURM_SUBMIT_DIR": str(REPO), "PYTHON": "echo", "PRESET": "debug",
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "SLURM_JOB_NODELIST": "node-[a-b]",
+        "SLURM_NNODES": "2",
+        "SLURM_GPUS_ON_NODE": "8",
+        "SLURM_SUBMIT_DIR": str(REPO),
+        "PYTHON": "echo",
+        "PRESET": "debug",
     }
-    res = subprocess.run(["bash", str(REPO / "scripts" / "batch_vsi.sh"), "3", "job", str(tmp_path / "out"), "29555"],
-                         env=env, capture_output=True, text=True, timeout=30)
+    res = subprocess.run(
+        ["bash", str(REPO / "scripts" / "batch_vsi.sh"), "3", "job", str(tmp_path / "out"), "29555"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert res.returncode == 0, res.stderr
     lines = [line for line in res.stdout.splitlines() if "accelerate.commands.launch" in line]
     assert len(lines) == 2
     for rank, line in enumerate(lines):
-        for piece in ("--num_machines 2", "--num_processes 16", f"--machine_rank {rank}", "--main_process_ip node-a",
-                      "--main_process_port 29555", "--seed 3", f"--log.output_dir {tmp_path}/out/job", "--config_file scripts/config_zero2.yaml"):
+        for piece in (
+            "--num_machines 2",
+            "--num_processes 16",
+            f"--machine_rank {rank}",
+            "--main_process_ip node-a",
+            "--main_process_port 29555",
+            "--seed 3",
+            f"--log.output_dir {tmp_path}/out/job",
+            "--config_file scripts/config_zero2.yaml",
+        ):
             assert piece in line, (piece, line)
 
 
@@ -143,17 +180,36 @@ def test_batch_script_turns_slurms_signal_into_a_checkpoint_and_a_requeue(tmp_pa
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "scontrol.log"
-    (bin_dir / "scontrol").write_text(f"#!/usr/bin/env bash\necho \"$*\" >> {calls}\n[ \"$1\" = show ] && echo node-a\nexit 0\n")
-    (bin_dir / "srun").write_text("#!/usr/bin/env bash\nwhile [ \"${1#--}\" != \"$1\" ]; do shift; done\nSLURM_NODEID=0 exec \"$@\"\n")
+    (bin_dir / "scontrol").write_text(
+        f'#!/usr/bin/env bash\necho "$*" >> {calls}\n[ "$1" = show ] && echo node-a\nexit 0\n'
+    )
+    (bin_dir / "srun").write_text(
+        '#!/usr/bin/env bash\nwhile [ "${1#--}" != "$1" ]; do shift; done\nSLURM_NODEID=0 exec "$@"\n'
+    )
     run_dir = tmp_path / "out" / "job"
     (bin_dir / "fakepython").write_text(
-        f"#!/usr/bin/env bash\ntouch {tmp_path}/started\nwhile [ ! -f {run_dir}/STOP ]; do sleep 0.1; done\nexit 75\n")
+        f"#!/usr/bin/env bash\ntouch {tmp_path}/started\nwhile [ ! -f {run_dir}/STOP ]; do sleep 0.1; done\nexit 75\n"
+    )
     for f in bin_dir.iterdir():
         f.chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "node-a", "SLURM_NNODES": "1", "SLURM_JOB_ID": "4242",
-           "SLURM_GPUS_ON_NODE": "8", "SLURM_SUBMIT_DIR": str(REPO), "PYTHON": str(bin_dir / "fakepython"), "PRESET": "debug"}
-    proc = subprocess.Popen(["bash", str(REPO / "scripts" / "batch_vsi.sh"), "3", "job", str(tmp_path / "out")], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "SLURM_JOB_NODELIST": "node-a",
+        "SLURM_NNODES": "1",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_GPUS_ON_NODE": "8",
+        "SLURM_SUBMIT_DIR": str(REPO),
+        "PYTHON": str(bin_dir / "fakepython"),
+        "PRESET": "debug",
+    }
+    proc = subprocess.Popen(
+        ["bash", str(REPO / "scripts" / "batch_vsi.sh"), "3", "job", str(tmp_path / "out")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     t0 = time.monotonic()
     while not (tmp_path / "started").exists():
         assert proc.poll() is None and time.monotonic() - t0 < 60, proc.communicate()
@@ -198,12 +254,15 @@ from tests.numerics import recorded_forwards, widest
 with recorded_forwards(VLMPolicy) as _forwards:
     _code = main_vsi.main(sys.argv[1:])
 if _forwards:  # this process's widest rounding bound on |ratio - 1| (numerics.forward_bounds)
-    (Path(os.environ["HASH_DIR"]) / f"ratio_bound{os.environ.get('RANK', '0')}.txt").write_text(repr(widest(_forwards).ratio))
+    _bound = Path(os.environ["HASH_DIR"]) / f"ratio_bound{os.environ.get('RANK', '0')}.txt"
+    _bound.write_text(repr(widest(_forwards).ratio))
 sys.exit(_code)
 '''
 
 
-def _launch(launcher: list[str], out: Path, hashes: Path, extra: list[str], timeout: int = 420, preamble: str = "") -> None:
+def _launch(
+    launcher: list[str], out: Path, hashes: Path, extra: list[str], timeout: int = 420, preamble: str = ""
+) -> None:
     # The timeout only tells a hang from a slow launch: on a fresh 2-core machine the first launch also
     # builds DeepSpeed's shared-memory comm op, beside the suite's other worker (240 s was exceeded there
     # under extra load; alone the three launches of the ZeRO-2 test take ~125 s together).
@@ -220,13 +279,31 @@ def _launch(launcher: list[str], out: Path, hashes: Path, extra: list[str], time
         "PYTHONUNBUFFERED": "1",
     }
     args = [
-        str(driver), "--preset", "debug",
-        "--log.output_dir", str(out), "--log.progress_bar", "false", "--log.tensorboard", "false",
-        "--model.max_new_tokens", "16", "--env.max_turns", "2",
+        str(driver),
+        "--preset",
+        "debug",
+        "--log.output_dir",
+        str(out),
+        "--log.progress_bar",
+        "false",
+        "--log.tensorboard",
+        "false",
+        "--model.max_new_tokens",
+        "16",
+        "--env.max_turns",
+        "2",
     ] + extra
     # Own session: a hang is ended by killing the launcher AND its workers (a killed torchrun leaves
     # them waiting in a collective, holding a core and a GB each).
-    proc = subprocess.Popen(launcher + args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        launcher + args,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -255,7 +332,15 @@ def _ratio_bound(hashes: Path) -> float:
 
 
 def _torchrun(nproc: int = 2) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port", str(free_port())]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(nproc),
+        "--master_port",
+        str(free_port()),
+    ]
 
 
 def _full_then_split(tmp_path: Path, ds: list[str], stage: str) -> tuple[list[dict], list[dict], Path]:
@@ -283,12 +368,23 @@ def _full_then_split(tmp_path: Path, ds: list[str], stage: str) -> tuple[list[di
 @pytest.mark.multiprocess
 def test_deepspeed_zero2_two_processes_identical_and_resumable(tmp_path):
     # 2 minibatches per iteration (2 envs x 2 steps / 2), accumulated into one optimizer step.
-    ds = ["--dist.zero_stage", "2", "--dist.deepspeed_config", str(DS_JSON), "--ppo.num_iterations", "3", "--ppo.grad_accum_steps", "2"]
+    ds = [
+        "--dist.zero_stage",
+        "2",
+        "--dist.deepspeed_config",
+        str(DS_JSON),
+        "--ppo.num_iterations",
+        "3",
+        "--ppo.grad_accum_steps",
+        "2",
+    ]
     rows, resumed, _ = _full_then_split(tmp_path, ds, "ZeRO-2")
     assert [r["optim/steps"] for r in rows] == [1.0, 2.0, 3.0], "one optimizer step per accumulation window"
     ckpt = tmp_path / "full" / "out" / "checkpoints" / "checkpoint-000003"
     assert sorted(p.name for p in (ckpt / "deepspeed" / "state").glob("zero_pp_rank_*_optim_states.pt")) == [
-        "zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt"]
+        "zero_pp_rank_0_mp_rank_00_optim_states.pt",
+        "zero_pp_rank_1_mp_rank_00_optim_states.pt",
+    ]
     assert [r["optim/steps"] for r in resumed] == [1.0, 2.0, 3.0], "the step count must survive a resume"
 
 
@@ -309,13 +405,15 @@ def test_deepspeed_zero3_two_processes_identical_and_resumable(tmp_path):
     from safetensors.torch import load_file
 
     adapter = load_file(split_out / "checkpoints" / "checkpoint-000003" / "policy" / "adapter_model.safetensors")
-    assert adapter and all(t.numel() > 0 for t in adapter.values()), "the exported adapter must hold whole (gathered) tensors"
+    assert adapter and all(t.numel() > 0 for t in adapter.values()), (
+        "the exported adapter must hold whole (gathered) tensors"
+    )
 
 
 # The ZeRO-3 hazards: a few response tokens per logit chunk (model.logits_chunk_tokens 4), so that ranks
 # with different response lengths need different numbers of lm_head calls; every call's (needed, made)
 # count is recorded.
-CHUNK_SPY = r'''
+CHUNK_SPY = r"""
 import json, os
 from pathlib import Path
 import a2c_ppo_acktr.policy.training_forward as M
@@ -332,7 +430,7 @@ def _spy(inputs, tokens, temperatures, forbidden_ids, mask, **kw):
 
 
 M.chunked_token_stats = _spy
-'''
+"""
 
 
 @pytest.mark.slow
@@ -346,13 +444,29 @@ def test_zero3_ranks_with_unequal_chunks_and_validation_work_do_not_hang(tmp_pat
     ds_json["zero_optimization"]["stage3_param_persistence_threshold"] = 0
     path = tmp_path / "zero3.json"
     path.write_text(json.dumps(ds_json))
-    ds = ["--dist.zero_stage", "3", "--dist.deepspeed_config", str(path), "--ppo.num_iterations", "2",
-          "--ppo.kl_coef", "0.05", "--log.val_interval", "1", "--log.val_episodes", "1", "--model.logits_chunk_tokens", "4"]
+    ds = [
+        "--dist.zero_stage",
+        "3",
+        "--dist.deepspeed_config",
+        str(path),
+        "--ppo.num_iterations",
+        "2",
+        "--ppo.kl_coef",
+        "0.05",
+        "--log.val_interval",
+        "1",
+        "--log.val_episodes",
+        "1",
+        "--model.logits_chunk_tokens",
+        "4",
+    ]
     hashes = tmp_path / "h"
     _launch(_torchrun(), tmp_path / "out", hashes, ds, timeout=300, preamble=CHUNK_SPY)
     calls = [[json.loads(line) for line in (hashes / f"chunks{r}.jsonl").read_text().splitlines()] for r in (0, 1)]
     assert len(calls[0]) == len(calls[1]) > 0
-    assert any(a[0] != b[0] for a, b in zip(*calls)), "the ranks never needed different chunk counts: the hazard was not exercised"
+    assert any(a[0] != b[0] for a, b in zip(*calls)), (
+        "the ranks never needed different chunk counts: the hazard was not exercised"
+    )
     for (need0, made0), (need1, made1) in zip(*calls):
         assert made0 == made1 == max(need0, need1)
     rows = read_metrics(tmp_path / "out" / "metrics.jsonl")
@@ -372,9 +486,28 @@ def test_zero3_bf16_recompute_in_validation_does_not_hang(tmp_path):
     ds_json["zero_optimization"]["stage3_param_persistence_threshold"] = 0
     path = tmp_path / "zero3.json"
     path.write_text(json.dumps(ds_json))
-    ds = ["--dist.zero_stage", "3", "--dist.deepspeed_config", str(path), "--ppo.num_iterations", "2", "--model.dtype", "bfloat16",
-          "--model.rollout_log_probs", "recompute", "--ppo.old_log_probs", "rollout", "--ppo.reference", "base",
-          "--log.val_interval", "1", "--log.val_episodes", "1", "--model.logits_chunk_tokens", "4"]
+    ds = [
+        "--dist.zero_stage",
+        "3",
+        "--dist.deepspeed_config",
+        str(path),
+        "--ppo.num_iterations",
+        "2",
+        "--model.dtype",
+        "bfloat16",
+        "--model.rollout_log_probs",
+        "recompute",
+        "--ppo.old_log_probs",
+        "rollout",
+        "--ppo.reference",
+        "base",
+        "--log.val_interval",
+        "1",
+        "--log.val_episodes",
+        "1",
+        "--model.logits_chunk_tokens",
+        "4",
+    ]
     _launch(_torchrun(), tmp_path / "out", tmp_path / "h", ds, timeout=300)
     rows = read_metrics(tmp_path / "out" / "metrics.jsonl")
     assert [r["iteration"] for r in rows] == [1, 2] and all("val/score" in r for r in rows)
@@ -395,9 +528,30 @@ def test_an_output_directory_some_processes_cannot_see_stops_every_process_in_on
     )
     driver = tmp_path / "driver.py"
     driver.write_text(preamble + DRIVER)
-    env = {**os.environ, "HASH_DIR": str(tmp_path), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
-    res = subprocess.run([*_torchrun(), str(driver), "--preset", "debug", "--log.output_dir", str(shared), "--log.progress_bar", "false"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "HASH_DIR": str(tmp_path),
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(REPO),
+    }
+    res = subprocess.run(
+        [
+            *_torchrun(),
+            str(driver),
+            "--preset",
+            "debug",
+            "--log.output_dir",
+            str(shared),
+            "--log.progress_bar",
+            "false",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode != 0
     lines = [line for line in res.stderr.splitlines() if "is not on a filesystem every process sees" in line]
     assert lines and "process(es) 1 on" in lines[0], res.stderr[-3000:]
@@ -442,17 +596,36 @@ def test_sbatch_two_nodes_is_one_job(tmp_path):
     for f in bin_dir.iterdir():
         f.chmod(0o755)
     env = {
-        **os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_SRUN_LOGS": str(logs),
-        "SLURM_JOB_NODELIST": "node-[a-b]", "SLURM_NNODES": "2", "SLURM_SUBMIT_DIR": str(REPO), "GPUS_PER_NODE": "1",
-        "PRESET": "debug", "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "DS_ACCELERATOR": "cpu",
-        "EXTRA_ARGS": "--log.progress_bar false --log.tensorboard false --ppo.num_iterations 2 --model.max_new_tokens 16 --env.max_turns 2",
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "FAKE_SRUN_LOGS": str(logs),
+        "SLURM_JOB_NODELIST": "node-[a-b]",
+        "SLURM_NNODES": "2",
+        "SLURM_SUBMIT_DIR": str(REPO),
+        "GPUS_PER_NODE": "1",
+        "PRESET": "debug",
+        "PYTHON": sys.executable,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "DS_ACCELERATOR": "cpu",
+        "EXTRA_ARGS": (
+            "--log.progress_bar false --log.tensorboard false --ppo.num_iterations 2 --model.max_new_tokens 16 "
+            "--env.max_turns 2"
+        ),
     }
     before = _repo_files()
-    res = subprocess.run(["bash", str(REPO / "scripts" / "batch_vsi.sh"), "4", "job", str(tmp_path / "out"), str(free_port())],
-                         env=env, capture_output=True, text=True, timeout=400)
+    res = subprocess.run(
+        ["bash", str(REPO / "scripts" / "batch_vsi.sh"), "4", "job", str(tmp_path / "out"), str(free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     node_logs = "\n".join(f"--- {p.name}\n{p.read_text()[-4000:]}" for p in sorted(logs.glob("*.log")))
     assert res.returncode == 0, f"{res.stderr[-2000:]}\n{node_logs}"
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".job.lock", "job"], "one run directory (and its lock file)"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".job.lock", "job"], (
+        "one run directory (and its lock file)"
+    )
     run_dir = tmp_path / "out" / "job"
     rows = read_metrics(run_dir / "metrics.jsonl")
     # One world: 2 envs x 2 steps x 2 ranks per iteration, and ranks that agree on the weights.
@@ -471,8 +644,15 @@ def test_sbatch_two_nodes_is_one_job(tmp_path):
 @pytest.mark.multiprocess
 def test_accelerate_multi_process_cpu_identical(tmp_path):
     launcher = [
-        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(REPO / "scripts" / "accelerate_cpu.yaml"),
-        "--num_processes", "2", "--main_process_port", str(free_port()),
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(REPO / "scripts" / "accelerate_cpu.yaml"),
+        "--num_processes",
+        "2",
+        "--main_process_port",
+        str(free_port()),
     ]
     _launch(launcher, tmp_path / "out", tmp_path / "h", ["--ppo.num_iterations", "2"])
     h0, h1 = _hashes(tmp_path / "h", 0), _hashes(tmp_path / "h", 1)
@@ -487,11 +667,21 @@ def test_accelerate_multi_process_cpu_identical(tmp_path):
 def test_run_vsi_qwen_script_on_cpu(tmp_path):
     """The user-facing launch script, on 2 CPU processes (NUM_GPUS overrides the GPU count)."""
     env = {
-        **os.environ, "NUM_GPUS": "2", "PRESET": "debug", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-        "EXTRA_ARGS": "--log.progress_bar false --log.tensorboard false --ppo.num_iterations 1 --model.max_new_tokens 16",
+        **os.environ,
+        "NUM_GPUS": "2",
+        "PRESET": "debug",
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "EXTRA_ARGS": "--log.progress_bar false --log.tensorboard false --ppo.num_iterations 1 "
+        "--model.max_new_tokens 16",
     }
-    res = subprocess.run(["bash", str(REPO / "scripts" / "run_vsi_qwen.sh"), "5", "smoke", str(tmp_path), str(free_port())],
-                         env=env, capture_output=True, text=True, timeout=240)
+    res = subprocess.run(
+        ["bash", str(REPO / "scripts" / "run_vsi_qwen.sh"), "5", "smoke", str(tmp_path), str(free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert res.returncode == 0, res.stderr[-6000:]
     run_dir = tmp_path / "smoke"
     cfg = RunConfig.from_yaml(run_dir / "config.yaml")
@@ -505,7 +695,16 @@ def test_run_vsi_qwen_script_on_cpu(tmp_path):
 @pytest.mark.multiprocess
 def test_deepspeed_zero2_bf16_two_processes(tmp_path):
     """The GPU presets' combination (ZeRO-2 + bf16 weights) on CPU: must train and keep ranks identical."""
-    ds = ["--dist.zero_stage", "2", "--dist.deepspeed_config", str(DS_JSON), "--ppo.num_iterations", "1", "--model.dtype", "bfloat16"]
+    ds = [
+        "--dist.zero_stage",
+        "2",
+        "--dist.deepspeed_config",
+        str(DS_JSON),
+        "--ppo.num_iterations",
+        "1",
+        "--model.dtype",
+        "bfloat16",
+    ]
     _launch(_torchrun(), tmp_path / "out", tmp_path / "h", ds)
     h0, h1 = _hashes(tmp_path / "h", 0), _hashes(tmp_path / "h", 1)
     assert len(h0) == 1 and h0 == h1, f"ranks must hold the same weights after the one update: {h0} vs {h1}"
@@ -518,31 +717,60 @@ def test_launch_hygiene_fetches_the_model_once_then_runs_offline(tmp_path, tiny_
     nothing, a hub id not in the cache while offline is one line), the ranks then get
     HF_HUB_OFFLINE=1, expandable segments and OMP_NUM_THREADS = cores / processes; a caller's own
     values are kept."""
-    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "OMP_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "OMP_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF")
+    }
     env["PYTHON"] = sys.executable
-    script = ('. scripts/common.sh; vsi_prefetch_model --model-path "$1"; vsi_gpu_env 2; '
-              'echo "offline=$HF_HUB_OFFLINE alloc=$PYTORCH_CUDA_ALLOC_CONF omp=$OMP_NUM_THREADS"')
-    res = subprocess.run(["bash", "-c", script, "x", tiny_model_path], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    script = (
+        '. scripts/common.sh; vsi_prefetch_model --model-path "$1"; vsi_gpu_env 2; '
+        'echo "offline=$HF_HUB_OFFLINE alloc=$PYTORCH_CUDA_ALLOC_CONF omp=$OMP_NUM_THREADS"'
+    )
+    res = subprocess.run(
+        ["bash", "-c", script, "x", tiny_model_path], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 0, res.stderr
     assert f"{tiny_model_path}: local" in res.stderr
     assert res.stdout.strip() == f"offline=1 alloc=expandable_segments:True omp={max(1, os.cpu_count() // 2)}"
     mine = {**env, "OMP_NUM_THREADS": "3", "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128", "HF_HUB_OFFLINE": "1"}
-    res = subprocess.run(["bash", "-c", script, "x", "Org/not-cached-anywhere"], cwd=REPO, env=mine, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        ["bash", "-c", script, "x", "Org/not-cached-anywhere"],
+        cwd=REPO,
+        env=mine,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.stdout.strip() == "offline=1 alloc=max_split_size_mb:128 omp=3"  # already offline: nothing fetched
-    res = subprocess.run([sys.executable, "-m", "a2c_ppo_acktr.prefetch", "--model-path", "Org/not-cached-anywhere"],
-                         cwd=REPO, env=mine, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "a2c_ppo_acktr.prefetch", "--model-path", "Org/not-cached-anywhere"],
+        cwd=REPO,
+        env=mine,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 2 and "is not in the local Hugging Face cache and HF_HUB_OFFLINE is set" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
     for launcher in ("run_vsi_qwen.sh", "batch_vsi.sh"):
         text = (REPO / "scripts" / launcher).read_text()
-        assert text.index("vsi_prefetch_model") < text.index("srun" if launcher == "batch_vsi.sh" else "accelerate.commands.launch")
+        assert text.index("vsi_prefetch_model") < text.index(
+            "srun" if launcher == "batch_vsi.sh" else "accelerate.commands.launch"
+        )
     run = (REPO / "scripts" / "run_vsi_qwen.sh").read_text()
     assert run.index("vsi_gpu_env") < run.index("accelerate.commands.launch")
 
 
 # Each game's wrappers and the overlay they must reach (scripts/<run|eval>_<env>_qwen.sh, run_<env>_sft.sh).
-WRAPPER_OVERLAYS = {"nl": "numberline", "ezp": "ezpoints", "p24": "points24", "bj": "blackjack", "sokoban": "sokoban",
-                    "minigrid": "minigrid-doorkey"}
+WRAPPER_OVERLAYS = {
+    "nl": "numberline",
+    "ezp": "ezpoints",
+    "p24": "points24",
+    "bj": "blackjack",
+    "sokoban": "sokoban",
+    "minigrid": "minigrid-doorkey",
+}
 
 
 @pytest.mark.parametrize("env", sorted(WRAPPER_OVERLAYS))
@@ -558,15 +786,41 @@ def test_every_wrapper_reaches_its_overlay_and_entry_script(env, tmp_path):
     (caller / "data").mkdir()
     overlay = str((REPO / "configs" / "envs" / f"{WRAPPER_OVERLAYS[env]}.yaml").resolve())
     calls = {
-        f"run_{env}_qwen.sh": (["3", "run", "outs", "29555"], "main_vsi.py", ["--log.output_dir", str(caller / "outs" / "run")]),
-        f"run_{env}_sft.sh": (["sftout"], "train_sft.py", ["--sft.output_dir", str(caller / "sftout"), "--sft.data_path", str(caller / "data")]),
-        f"eval_{env}_qwen.sh": (["3", "run", "outs", "0"], "eval_vsi.py", ["--out", str(caller / "outs" / "run" / "eval"), "--eval.seed", "3"]),
+        f"run_{env}_qwen.sh": (
+            ["3", "run", "outs", "29555"],
+            "main_vsi.py",
+            ["--log.output_dir", str(caller / "outs" / "run")],
+        ),
+        f"run_{env}_sft.sh": (
+            ["sftout"],
+            "train_sft.py",
+            ["--sft.output_dir", str(caller / "sftout"), "--sft.data_path", str(caller / "data")],
+        ),
+        f"eval_{env}_qwen.sh": (
+            ["3", "run", "outs", "0"],
+            "eval_vsi.py",
+            ["--out", str(caller / "outs" / "run" / "eval"), "--eval.seed", "3"],
+        ),
     }
     for script, (args, entry, expected) in calls.items():
         log = tmp_path / f"{script}.argv"
-        env_vars = {**os.environ, "PYTHON": str(fake), "ARGV_LOG": str(log), "NUM_GPUS": "1", "HF_HUB_OFFLINE": "1", "DATA_PATH": "data"}
+        env_vars = {
+            **os.environ,
+            "PYTHON": str(fake),
+            "ARGV_LOG": str(log),
+            "NUM_GPUS": "1",
+            "HF_HUB_OFFLINE": "1",
+            "DATA_PATH": "data",
+        }
         env_vars.pop("ENV_CONFIG", None)
-        res = subprocess.run(["bash", str(REPO / "scripts" / script), *args], cwd=caller, env=env_vars, capture_output=True, text=True, timeout=60)
+        res = subprocess.run(
+            ["bash", str(REPO / "scripts" / script), *args],
+            cwd=caller,
+            env=env_vars,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert res.returncode == 0, (script, res.stderr)
         argv = log.read_text().split("----\n")[-2].split("\n")
         assert entry in argv, (script, argv)
@@ -574,8 +828,14 @@ def test_every_wrapper_reaches_its_overlay_and_entry_script(env, tmp_path):
         assert str(Path(config).resolve()) == overlay, (script, config)
         joined = "\n".join(argv)
         for i in range(0, len(expected), 2):
-            assert "\n".join(expected[i:i + 2]) in joined, (script, expected[i:i + 2], argv)
+            assert "\n".join(expected[i : i + 2]) in joined, (script, expected[i : i + 2], argv)
     # eval without the four arguments and without OUT: refused, nothing written in the repository
-    res = subprocess.run(["bash", str(REPO / "scripts" / f"eval_{env}_qwen.sh")], cwd=caller,
-                         env={**os.environ, "PYTHON": str(fake), "ARGV_LOG": str(tmp_path / "none")}, capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        ["bash", str(REPO / "scripts" / f"eval_{env}_qwen.sh")],
+        cwd=caller,
+        env={**os.environ, "PYTHON": str(fake), "ARGV_LOG": str(tmp_path / "none")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 2 and "SEED NAME OUTDIR PORT" in res.stderr

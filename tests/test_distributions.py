@@ -1,4 +1,5 @@
 """Token log-probs under temperature and masks, the thought/action weighting, entropy and KL."""
+
 import math
 
 import pytest
@@ -187,7 +188,12 @@ def test_chunked_token_stats_from_logits_and_without_reference():
     g1 = torch.autograd.grad((got.log_probs[keep].sum() + got.entropy[mask].sum()), [logits, temps])
     g2 = torch.autograd.grad((want_lp[keep].sum() + want_ent[mask].sum()), [logits, temps])
     for a, b in zip(g1, g2):  # a temperature's gradient sums every position's V terms
-        torch.testing.assert_close(a, b, atol=f32_tolerance(tokens.numel() * logit_terms(0, logits.shape[-1]), float(b.abs().max()) + 1.0), rtol=0)
+        torch.testing.assert_close(
+            a,
+            b,
+            atol=f32_tolerance(tokens.numel() * logit_terms(0, logits.shape[-1]), float(b.abs().max()) + 1.0),
+            rtol=0,
+        )
 
 
 def test_chunked_token_stats_keep_no_vocabulary_sized_tensor_for_backward():
@@ -207,7 +213,7 @@ def test_chunked_token_stats_keep_no_vocabulary_sized_tensor_for_backward():
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         stats = chunked_token_stats(hidden, tokens, temps, forbid, mask, head=head, ref_inputs=ref, chunk_tokens=chunk)
-        loss = (stats.log_probs.sum() + stats.entropy.sum() + stats.kl.sum())
+        loss = stats.log_probs.sum() + stats.entropy.sum() + stats.kl.sum()
     n_valid = int(mask.sum())
     assert saved and not any(V in s for s in saved), saved
     assert max(math.prod(s) for s in saved) <= B * R * H  # nothing bigger than the hidden states
@@ -237,8 +243,12 @@ def test_extra_empty_chunks_change_nothing_but_the_number_of_head_calls():
     results = []
     for num_chunks in (None, needed + 2):
         calls.clear()
-        stats = chunked_token_stats(hidden, tokens, temps, forbid, mask, head=head, ref_inputs=ref, chunk_tokens=chunk, num_chunks=num_chunks)
-        grads = torch.autograd.grad(stats.log_probs.sum() + stats.entropy.sum() + stats.kl.sum(), [hidden, temps, head.weight])
+        stats = chunked_token_stats(
+            hidden, tokens, temps, forbid, mask, head=head, ref_inputs=ref, chunk_tokens=chunk, num_chunks=num_chunks
+        )
+        grads = torch.autograd.grad(
+            stats.log_probs.sum() + stats.entropy.sum() + stats.kl.sum(), [hidden, temps, head.weight]
+        )
         results.append((stats, grads, list(calls)))
     (plain, plain_grads, plain_calls), (padded, padded_grads, padded_calls) = results
     assert len(plain_calls) == 4 * needed  # policy + reference heads, forward + recompute

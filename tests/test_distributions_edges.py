@@ -2,6 +2,7 @@
 default chunk size, a reference head of its own, the no-grad and empty paths of
 ``chunked_token_stats``, masked means along other dimensions, and special tokens before the thoughts.
 Every expected value is a naive full-tensor computation or a closed form."""
+
 import math
 
 import pytest
@@ -56,12 +57,17 @@ def test_default_chunk_size_comes_from_the_head_or_the_logits():
     logits = head(hidden).detach()
     from_logits = chunked_token_stats(logits, tokens, temps, None, mask)
     scale = float((logits / temps[:, None, None]).abs().max()) + 1.0
-    atol = f32_tolerance(logit_terms(head.in_features, head.out_features), scale)  # lm_head over 1 or all positions at once
+    atol = f32_tolerance(
+        logit_terms(head.in_features, head.out_features), scale
+    )  # lm_head over 1 or all positions at once
     for a, b, c in zip(one, auto, from_logits):
         if a is not None:
             torch.testing.assert_close(a, b, atol=atol, rtol=0)
             torch.testing.assert_close(a, c, atol=atol, rtol=0)
-    with pytest.raises(ValueError, match=r"^cannot tell the vocabulary size of head function; pass chunk_tokens=logits_chunk_tokens\(V\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^cannot tell the vocabulary size of head function; pass chunk_tokens=logits_chunk_tokens\(V\)$",
+    ):
         chunked_token_stats(hidden, tokens, temps, None, mask, head=lambda x: head(x))
     with pytest.raises(ValueError, match="^chunk_tokens=0 must be >= 1$"):
         chunked_token_stats(hidden, tokens, temps, None, mask, head=head, chunk_tokens=0)
@@ -74,7 +80,9 @@ def test_shapes_must_agree_on_batch_and_length(bad):
         mask = mask[:, :2]
     else:
         hidden = hidden[:, :2]
-    with pytest.raises(ValueError, match=r"^inputs \(2, \d, 4\), tokens \(2, 3\) and mask \(2, \d\) must agree on \(B, R\)$"):
+    with pytest.raises(
+        ValueError, match=r"^inputs \(2, \d, 4\), tokens \(2, 3\) and mask \(2, \d\) must agree on \(B, R\)$"
+    ):
         chunked_token_stats(hidden, tokens, temps, None, mask, head=head, chunk_tokens=2)
 
 
@@ -84,11 +92,15 @@ def test_kl_uses_the_reference_head_and_reference_logits():
     hidden, head, temps, tokens, mask = _case(seed=1)
     ref_head = torch.nn.Linear(4, 11, bias=False)
     ref = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(5))
-    got = chunked_token_stats(hidden, tokens, temps, None, mask, head=head, ref_inputs=ref, ref_head=ref_head, chunk_tokens=2)
+    got = chunked_token_stats(
+        hidden, tokens, temps, None, mask, head=head, ref_inputs=ref, ref_head=ref_head, chunk_tokens=2
+    )
     with torch.no_grad():
         want = token_kl(process_logits(head(hidden), temps, None), process_logits(ref_head(ref), temps, None))
     with torch.no_grad():
-        scale = max(float((h(x) / temps[:, None, None]).abs().max()) for h, x in ((head, hidden), (ref_head, ref))) + 1.0
+        scale = (
+            max(float((h(x) / temps[:, None, None]).abs().max()) for h, x in ((head, hidden), (ref_head, ref))) + 1.0
+        )
     atol = f32_tolerance(logit_terms(4, 11), scale)
     torch.testing.assert_close(got.kl[mask], want[mask], atol=atol, rtol=0)
     own = chunked_token_stats(hidden, tokens, temps, None, mask, head=head, ref_inputs=ref, chunk_tokens=2)
@@ -107,7 +119,9 @@ def test_no_grad_and_empty_masks():
         without = chunked_token_stats(hidden, tokens, temps, None, mask, head=head, chunk_tokens=2)
     torch.testing.assert_close(with_grad.log_probs.detach(), without.log_probs)
     torch.testing.assert_close(with_grad.entropy.detach(), without.entropy)
-    empty = chunked_token_stats(hidden, tokens, temps, None, torch.zeros_like(mask), head=head, ref_inputs=hidden, chunk_tokens=2)
+    empty = chunked_token_stats(
+        hidden, tokens, temps, None, torch.zeros_like(mask), head=head, ref_inputs=hidden, chunk_tokens=2
+    )
     for t in empty:
         assert t.shape == (2, 3) and t.dtype == torch.float32 and (t == 0).all()
 
@@ -115,7 +129,9 @@ def test_no_grad_and_empty_masks():
 def test_process_logits_without_forbidden_ids_and_its_shape_message():
     logits = torch.tensor([[1.0, 2.0, 3.0]])
     torch.testing.assert_close(process_logits(logits, torch.tensor([2.0]), None), logits / 2)
-    torch.testing.assert_close(process_logits(logits, torch.tensor([2.0]), torch.tensor([], dtype=torch.long)), logits / 2)
+    torch.testing.assert_close(
+        process_logits(logits, torch.tensor([2.0]), torch.tensor([], dtype=torch.long)), logits / 2
+    )
     with pytest.raises(ValueError, match=r"^temperatures must have shape \(B,\) = \(1,\), got \(3,\)$"):
         process_logits(logits, torch.ones(3), None)
 
@@ -232,7 +248,9 @@ def test_default_chunk_of_raw_logits_follows_the_vocabulary(monkeypatch):
     V = 2**20
     logits = torch.zeros(1, 9, V)
     with torch.no_grad():
-        st = chunked_token_stats(logits, torch.zeros(1, 9, dtype=torch.long), torch.ones(1), None, torch.ones(1, 9, dtype=torch.bool))
+        st = chunked_token_stats(
+            logits, torch.zeros(1, 9, dtype=torch.long), torch.ones(1), None, torch.ones(1, 9, dtype=torch.bool)
+        )
     assert calls == [8, 1]
     torch.testing.assert_close(st.log_probs, torch.full((1, 9), -math.log(V)))
 
@@ -241,7 +259,9 @@ def test_all_padding_batch_is_float32_whatever_the_input_dtype():
     """Stats are float32 (the docstring's contract), also when no position is computed and the inputs
     are bf16 hidden states (mixed precision)."""
     hidden, head, temps, tokens, mask = _case(seed=3)
-    empty = chunked_token_stats(hidden.bfloat16(), tokens, temps, None, torch.zeros_like(mask), head=head.bfloat16(), chunk_tokens=2)
+    empty = chunked_token_stats(
+        hidden.bfloat16(), tokens, temps, None, torch.zeros_like(mask), head=head.bfloat16(), chunk_tokens=2
+    )
     assert empty.log_probs.dtype == torch.float32 and empty.entropy.dtype == torch.float32
 
 

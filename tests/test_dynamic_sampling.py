@@ -1,6 +1,7 @@
 """DAPO's dynamic sampling (``ppo.dynamic_sampling``): groups whose episodes all score alike leave the
 update's batch, more rollouts refill it, and a batch the rounds cannot fill is completed with turns that
 take no advantage. On hand-made one-turn rollouts where every group's returns are known."""
+
 from __future__ import annotations
 
 import math
@@ -18,10 +19,16 @@ def _rollout(st: RolloutStorage, rewards: list[float], round_id: int) -> Rollout
     """One step of 4 one-turn episodes in groups of 2 (envs 0-1 and 2-3), texts naming round and env."""
     N = len(rewards)
     act = SimpleNamespace(
-        texts=[""] * N, prompts=[f"round {round_id} env {n}" for n in range(N)], images=[[] for _ in range(N)],
-        prompt_ids=[torch.zeros(1)] * N, generated_ids=[torch.tensor([round_id * 10 + n]) for n in range(N)],
-        token_weights=[torch.ones(1)] * N, log_probs=torch.full((N,), math.log(0.5)), values=torch.zeros(N),
-        temperatures=torch.ones(N), token_log_probs=[torch.full((1,), math.log(0.5))] * N,
+        texts=[""] * N,
+        prompts=[f"round {round_id} env {n}" for n in range(N)],
+        images=[[] for _ in range(N)],
+        prompt_ids=[torch.zeros(1)] * N,
+        generated_ids=[torch.tensor([round_id * 10 + n]) for n in range(N)],
+        token_weights=[torch.ones(1)] * N,
+        log_probs=torch.full((N,), math.log(0.5)),
+        values=torch.zeros(N),
+        temperatures=torch.ones(N),
+        token_log_probs=[torch.full((1,), math.log(0.5))] * N,
     )
     groups = [round_id * 100 + n // 2 for n in range(N)]
     st.insert(act, torch.tensor(rewards), torch.ones(N), torch.zeros(N), group_ids=groups)
@@ -37,8 +44,11 @@ def _estimate(st: RolloutStorage):
 
 
 def _run(st: RolloutStorage, rounds: int):
-    return SimpleNamespace(storage=st, accelerator=SimpleNamespace(num_processes=1, device=torch.device("cpu")),
-                           cfg=SimpleNamespace(ppo=SimpleNamespace(dynamic_sampling_max_rounds=rounds)))
+    return SimpleNamespace(
+        storage=st,
+        accelerator=SimpleNamespace(num_processes=1, device=torch.device("cpu")),
+        cfg=SimpleNamespace(ppo=SimpleNamespace(dynamic_sampling_max_rounds=rounds)),
+    )
 
 
 def test_informative_turns_keep_whole_groups_that_differ():
@@ -49,7 +59,9 @@ def test_informative_turns_keep_whole_groups_that_differ():
     assert informative_turns(adv, mask, groups).tolist() == [[True, True, False, False, False, False]]
     # a differing group keeps a zero-advantage member (grpo's middle return)
     adv2 = torch.tensor([[1.0, 0.0, -1.0]])
-    assert informative_turns(adv2, torch.ones(1, 3, dtype=torch.bool), torch.tensor([[5, 5, 5]])).tolist() == [[True] * 3]
+    assert informative_turns(adv2, torch.ones(1, 3, dtype=torch.bool), torch.tensor([[5, 5, 5]])).tolist() == [
+        [True] * 3
+    ]
 
 
 def test_rounds_refill_the_batch_with_differing_groups_only():
@@ -66,7 +78,11 @@ def test_rounds_refill_the_batch_with_differing_groups_only():
 
     batch, merged, metrics = dynamic_batch(_run(st, rounds=4), stats, collect, estimate)
     assert calls == [1, 2]
-    assert metrics == {"rollout/dynamic_rounds": 3.0, "rollout/informative_fraction": 4 / 12, "rollout/uninformative_fill": 0.0}
+    assert metrics == {
+        "rollout/dynamic_rounds": 3.0,
+        "rollout/informative_fraction": 4 / 12,
+        "rollout/uninformative_fill": 0.0,
+    }
     assert batch.prompts == ["round 0 env 2", "round 0 env 3", "round 2 env 0", "round 2 env 1"]
     assert [int(g[0]) for g in batch.generated_ids] == [2, 3, 20, 21]
     assert batch.adv_mask.all() and (batch.advantages.flatten() != 0).all()
@@ -99,6 +115,15 @@ def test_dynamic_sampling_needs_a_grouped_estimator():
         load_config(preset="debug", overrides=["ppo.dynamic_sampling=true"])
     with pytest.raises(ConfigError, match="ppo.dynamic_sampling_max_rounds=0 must be >= 1"):
         load_config(preset="debug", overrides=["ppo.dynamic_sampling_max_rounds=0"])
-    cfg = load_config(preset="debug", overrides=["ppo.dynamic_sampling=true", "ppo.advantage_estimator=grpo", "rollout.group_size=2",
-                                                 "rollout.num_steps=3", "env.max_turns=3", "ppo.mini_batch_size=2"])
+    cfg = load_config(
+        preset="debug",
+        overrides=[
+            "ppo.dynamic_sampling=true",
+            "ppo.advantage_estimator=grpo",
+            "rollout.group_size=2",
+            "rollout.num_steps=3",
+            "env.max_turns=3",
+            "ppo.mini_batch_size=2",
+        ],
+    )
     assert cfg.ppo.dynamic_sampling

@@ -1,4 +1,5 @@
 """The env contract (envs/protocol.py) and the one episode runner (envs/pool.py)."""
+
 from __future__ import annotations
 
 import pickle

@@ -1,6 +1,7 @@
-"""Every env of the registry through the one pipeline (issue 14): config, batched stepping, exact
+"""Every env of the registry through the one pipeline: config, batched stepping, exact
 resume, oracle labelling, SFT samples and evaluation, and end to end from the tiny model
 (label -> SFT -> 2 PPO iterations -> eval) for every id."""
+
 from __future__ import annotations
 
 import json
@@ -35,10 +36,16 @@ def test_every_overlay_names_its_env_and_every_tested_id_has_one():
 def test_unknown_env_id_and_unknown_game_setting_are_clear_errors():
     with pytest.raises(ConfigError, match="env.env_id='Pong-v0' is not a known env.*MiniGrid-DoorKey-6x6-v0"):
         load_config(preset="debug", overrides=["--env.env_id", "Pong-v0"])
-    cfg = load_config(preset="debug", overrides=["--env.env_id", "NumberLine-v0", "--env.image_size", "64", "--env.game.max_postion", "7"])
+    cfg = load_config(
+        preset="debug",
+        overrides=["--env.env_id", "NumberLine-v0", "--env.image_size", "64", "--env.game.max_postion", "7"],
+    )
     with pytest.raises(ValueError, match=r"env.game has \['max_postion'\].*max_position"):
         registry.make_env(cfg.env)
-    cfg = load_config(preset="debug", overrides=["--env.env_id", "NumberLine-v0", "--env.image_size", "64", "--env.game.max_position", "1"])
+    cfg = load_config(
+        preset="debug",
+        overrides=["--env.env_id", "NumberLine-v0", "--env.image_size", "64", "--env.game.max_position", "1"],
+    )
     with pytest.raises(ValueError, match="NumberLine-v0: max_position=1 must be >= 2"):
         registry.make_env(cfg.env)
     with pytest.raises(ValueError, match="leave env.game empty"):
@@ -68,8 +75,18 @@ def test_a_bad_game_setting_stops_each_entry_point_before_a_model_loads(entry, t
         raise AssertionError("a model was loaded before the game's settings were checked")
 
     monkeypatch.setattr(model, "VLMPolicy", no_model)
-    flags = ["--env.env_id", "NumberLine-v0", "--env.image_size", "64", "--env.game.max_postion", "7",
-             "--log.output_dir", str(tmp_path / "run"), "--label.out_dir", str(tmp_path / "labels")]
+    flags = [
+        "--env.env_id",
+        "NumberLine-v0",
+        "--env.image_size",
+        "64",
+        "--env.game.max_postion",
+        "7",
+        "--log.output_dir",
+        str(tmp_path / "run"),
+        "--label.out_dir",
+        str(tmp_path / "labels"),
+    ]
     with pytest.raises(registry.GameConfigError, match=r"env.game has \['max_postion'\].*max_position"):
         if entry == "run_training":
             from a2c_ppo_acktr.rl.train import run_training
@@ -80,7 +97,15 @@ def test_a_bad_game_setting_stops_each_entry_point_before_a_model_loads(entry, t
 
             from a2c_ppo_acktr.eval.evaluation import resolve_config
 
-            args = argparse.Namespace(preset="debug", config=None, model_path=None, blind=False, zero_images=False, vsibench=None, data_root=None)
+            args = argparse.Namespace(
+                preset="debug",
+                config=None,
+                model_path=None,
+                blind=False,
+                zero_images=False,
+                vsibench=None,
+                data_root=None,
+            )
             resolve_config(args, flags)
         else:
             from a2c_ppo_acktr.labels.labeling import label_trajectories
@@ -90,8 +115,21 @@ def test_a_bad_game_setting_stops_each_entry_point_before_a_model_loads(entry, t
 
 
 def test_shared_fields_and_game_settings_reach_the_game_config():
-    cfg = load_config(preset="debug", overrides=["--env.env_id", "gym_cards/NumberLine-v0", "--env.image_size", "96", "--env.max_turns", "7",
-                                                 "--env.invalid_penalty", "-0.5", "--env.game.max_position", "9"])
+    cfg = load_config(
+        preset="debug",
+        overrides=[
+            "--env.env_id",
+            "gym_cards/NumberLine-v0",
+            "--env.image_size",
+            "96",
+            "--env.max_turns",
+            "7",
+            "--env.invalid_penalty",
+            "-0.5",
+            "--env.game.max_position",
+            "9",
+        ],
+    )
     env = registry.make_env(cfg.env)
     assert (env.cfg.image_size, env.cfg.max_turns, env.cfg.invalid_penalty, env.cfg.max_position) == (96, 7, -0.5, 9)
     obs, _ = env.reset(seed=0)
@@ -120,7 +158,9 @@ def test_batch_env_is_seeded_auto_resets_and_penalises_malformed_replies(env_id)
         assert ra[1][0] == pytest.approx(cfg.env.invalid_penalty) and not ra[4][0]["valid"]
         episodes += [i["episode"] for i in ra[4] if "episode" in i]
     task = registry.task_name(env_id)
-    assert episodes and all(e["question_type"] == task and e["score"] in (0.0, 1.0) and 1 <= e["turns"] <= 4 for e in episodes)
+    assert episodes and all(
+        e["question_type"] == task and e["score"] in (0.0, 1.0) and 1 <= e["turns"] <= 4 for e in episodes
+    )
     # Another seed deals other games.
     other = BatchEnv(cfg.env, 3, seed=6).reset()
     assert any(not np.array_equal(x["images"][0], y["images"][0]) for x, y in zip(oa, other))
@@ -175,12 +215,20 @@ def test_oracle_labels_become_sft_samples_with_the_games_prompt(tmp_path, env_id
     from a2c_ppo_acktr.envs.cards.common import BRIEF_GAME_THOUGHTS
     from SFT.data import build_sft_dataset
 
-    cfg = game_cfg(env_id, label__out_dir=str(tmp_path / "lab"), label__num_episodes=6, label__val_fraction=0.0,
-                   label__oracle_thoughts="brief", label__epsilon=0.0)
+    cfg = game_cfg(
+        env_id,
+        label__out_dir=str(tmp_path / "lab"),
+        label__num_episodes=6,
+        label__val_fraction=0.0,
+        label__oracle_thoughts="brief",
+        label__epsilon=0.0,
+    )
     summary = label_trajectories(cfg)
     assert summary["written"] == 6 and summary["mean_score"] == 1.0 and summary["invalid_turns"] == 0
     episodes = read_episodes(tmp_path / "lab" / TRAJECTORIES)
-    assert {e["env_id"] for e in episodes} == {env_id} and {e["question_type"] for e in episodes} == {registry.task_name(env_id)}
+    assert {e["env_id"] for e in episodes} == {env_id} and {e["question_type"] for e in episodes} == {
+        registry.task_name(env_id)
+    }
     first = json.loads(episodes[0]["turns"][0]["teacher_output"])
     assert first["thoughts"] == BRIEF_GAME_THOUGHTS
     stats = build_sft_dataset(tmp_path / "lab" / TRAJECTORIES, tmp_path / "data", cfg.label)
@@ -200,7 +248,13 @@ def test_labelling_exploration_executes_random_game_actions(tmp_path):
 
 @pytest.mark.parametrize(
     "env_id, oracle_at_least",
-    [("NumberLine-v0", 1.0), ("EZPoints-v0", 1.0), ("Sokoban-v0", 1.0), ("MiniGrid-Empty-Random-6x6-v0", 1.0), ("MiniGrid-DoorKey-6x6-v0", 0.95)],
+    [
+        ("NumberLine-v0", 1.0),
+        ("EZPoints-v0", 1.0),
+        ("Sokoban-v0", 1.0),
+        ("MiniGrid-Empty-Random-6x6-v0", 1.0),
+        ("MiniGrid-DoorKey-6x6-v0", 0.95),
+    ],
 )
 def test_evaluation_of_oracle_and_chance_on_games(env_id, oracle_at_least):
     """The oracle's success through the evaluation loop (the issue's figures), the chance agent's
@@ -213,7 +267,9 @@ def test_evaluation_of_oracle_and_chance_on_games(env_id, oracle_at_least):
     specs = evaluation.eval_specs(cfg)
     assert [s.seed for s in specs] == [cfg.eval.seed + i for i in range(20)]
     oracle = evaluation.run_episodes(OracleTeacher(), specs, evaluation.eval_env_config(cfg), 5, progress=False)
-    chance = evaluation.run_episodes(evaluation.DummyAgent(0), specs, evaluation.eval_env_config(cfg), 5, progress=False)
+    chance = evaluation.run_episodes(
+        evaluation.DummyAgent(0), specs, evaluation.eval_env_config(cfg), 5, progress=False
+    )
     success = np.mean([r.score for r in oracle.records])
     assert success >= oracle_at_least, success
     assert np.mean([r.score for r in chance.records]) < success
@@ -262,8 +318,28 @@ def test_label_sft_ppo_eval_end_to_end_from_the_tiny_model(tmp_path, tiny_model_
     assert len([m for m in metrics if "iteration" in m]) >= 2
     ckpt = sorted((tmp_path / "ppo" / "checkpoints").glob("checkpoint-*"))[-1]
     out = tmp_path / "eval"
-    rc = eval_vsi.main(["--preset", "debug", "--config", str(registry.overlay_path(env_id)), "--checkpoint", str(ckpt),
-                        "--out", str(out), "--env.image_size", "64", "--env.max_turns", "3", "--eval.num_episodes", "2", "--eval.batch_size", "2", "--log.progress_bar", "false"])
+    rc = eval_vsi.main(
+        [
+            "--preset",
+            "debug",
+            "--config",
+            str(registry.overlay_path(env_id)),
+            "--checkpoint",
+            str(ckpt),
+            "--out",
+            str(out),
+            "--env.image_size",
+            "64",
+            "--env.max_turns",
+            "3",
+            "--eval.num_episodes",
+            "2",
+            "--eval.batch_size",
+            "2",
+            "--log.progress_bar",
+            "false",
+        ]
+    )
     assert rc == 0
     report = json.loads((out / "report.json").read_text())
     assert report["meta"]["env_id"] == env_id and report["meta"]["question_set"] == "game"
@@ -273,7 +349,9 @@ def test_label_sft_ppo_eval_end_to_end_from_the_tiny_model(tmp_path, tiny_model_
 
 
 # ------------------------------------------------------------------- user code: env and reward
-def test_an_env_and_a_reward_defined_outside_the_package_run_through_labelling_training_and_evaluation(tmp_path, tiny_model_path):
+def test_an_env_and_a_reward_defined_outside_the_package_run_through_labelling_training_and_evaluation(
+    tmp_path, tiny_model_path
+):
     """``env.env_id=user_game:ParityEnv`` and ``env.reward_fn=user_game:plus_ten`` (tests/user_game.py,
     outside the package): oracle labels, 2 PPO iterations and the checkpoint's evaluation all run on
     the user's env, every step's reward is the user's function of the env's (the function is given
@@ -283,12 +361,42 @@ def test_an_env_and_a_reward_defined_outside_the_package_run_through_labelling_t
     from a2c_ppo_acktr.labels.labeling import TRAJECTORIES, label_trajectories, read_episodes
     from a2c_ppo_acktr.rl.train import run_training
 
-    overrides = ["--env.env_id", "user_game:ParityEnv", "--env.reward_fn", "user_game:plus_ten", "--env.image_size", "64",
-                 "--env.game.largest", "5"]
-    cfg = load_config(preset="debug", overrides=overrides + [
-        "--model.model_path", tiny_model_path, "--model.max_new_tokens", "16", "--log.progress_bar", "false", "--log.tensorboard", "false",
-        "--label.out_dir", str(tmp_path / "lab"), "--label.num_episodes", "4", "--label.oracle_thoughts", "brief", "--label.epsilon", "0",
-        "--log.output_dir", str(tmp_path / "ppo"), "--ppo.num_iterations", "2"])
+    overrides = [
+        "--env.env_id",
+        "user_game:ParityEnv",
+        "--env.reward_fn",
+        "user_game:plus_ten",
+        "--env.image_size",
+        "64",
+        "--env.game.largest",
+        "5",
+    ]
+    cfg = load_config(
+        preset="debug",
+        overrides=overrides
+        + [
+            "--model.model_path",
+            tiny_model_path,
+            "--model.max_new_tokens",
+            "16",
+            "--log.progress_bar",
+            "false",
+            "--log.tensorboard",
+            "false",
+            "--label.out_dir",
+            str(tmp_path / "lab"),
+            "--label.num_episodes",
+            "4",
+            "--label.oracle_thoughts",
+            "brief",
+            "--label.epsilon",
+            "0",
+            "--log.output_dir",
+            str(tmp_path / "ppo"),
+            "--ppo.num_iterations",
+            "2",
+        ],
+    )
     assert registry.task_name(cfg.env.env_id) == "parity" and registry.make_env(cfg.env).cfg.largest == 5
 
     user_game.CALLS.clear()
@@ -296,7 +404,9 @@ def test_an_env_and_a_reward_defined_outside_the_package_run_through_labelling_t
     episodes = read_episodes(tmp_path / "lab" / TRAJECTORIES)
     assert {e["question_type"] for e in episodes} == {"parity"} and all(e["score"] == 1.0 for e in episodes)
     assert [t["reward"] for e in episodes for t in e["turns"]] == [11.0] * 4  # the oracle is right: 1 + 10
-    assert len(user_game.CALLS) == 4 and all(c["question_type"] == "parity" and '"action"' in c["reply"] for c in user_game.CALLS)
+    assert len(user_game.CALLS) == 4 and all(
+        c["question_type"] == "parity" and '"action"' in c["reply"] for c in user_game.CALLS
+    )
 
     run_training(cfg)
     metrics = [json.loads(line) for line in (tmp_path / "ppo" / "metrics.jsonl").read_text().splitlines()]
@@ -305,11 +415,28 @@ def test_an_env_and_a_reward_defined_outside_the_package_run_through_labelling_t
     assert all(0.0 <= m["rollout/episode_score_mean"] <= 1.0 for m in rollouts if m["rollout/episodes"] > 0)
 
     ckpt = sorted((tmp_path / "ppo" / "checkpoints").glob("checkpoint-*"))[-1]
-    rc = eval_vsi.main(["--preset", "debug", "--checkpoint", str(ckpt), "--out", str(tmp_path / "eval"), *overrides,
-                        "--eval.num_episodes", "3", "--eval.batch_size", "3", "--log.progress_bar", "false"])
+    rc = eval_vsi.main(
+        [
+            "--preset",
+            "debug",
+            "--checkpoint",
+            str(ckpt),
+            "--out",
+            str(tmp_path / "eval"),
+            *overrides,
+            "--eval.num_episodes",
+            "3",
+            "--eval.batch_size",
+            "3",
+            "--log.progress_bar",
+            "false",
+        ]
+    )
     assert rc == 0
     report = json.loads((tmp_path / "eval" / "report.json").read_text())
-    assert report["meta"]["env_id"] == "user_game:ParityEnv" and {r["question_type"] for r in report["records"]} == {"parity"}
+    assert report["meta"]["env_id"] == "user_game:ParityEnv" and {r["question_type"] for r in report["records"]} == {
+        "parity"
+    }
     assert all(r["reward"] >= 9.0 and r["score"] in (0.0, 1.0) for r in report["records"])
 
 
@@ -321,28 +448,57 @@ def test_user_code_that_cannot_be_loaded_or_breaks_the_contract_is_a_one_line_er
         load_config(preset="debug", overrides=["--env.env_id", "user_game.ParityEnv"])
     with pytest.raises(ConfigError, match="env.reward_fn='plus_ten' must name a function as 'module.path:function'"):
         load_config(preset="debug", overrides=["--env.reward_fn", "plus_ten"])
-    cases = {("no_such_module:Env", None): "module 'no_such_module' cannot be imported .*PYTHONPATH",
-             ("user_game:NoSuchEnv", None): "module 'user_game' has no 'NoSuchEnv'",
-             ("user_game:plus_ten", None): "names a function, not an env class",
-             ("user_game:ParityConfig", None): r"ParityConfig lacks \['reset', 'step'",
-             ("user_game:ParityEnv", "user_game:nothing"): "has no 'nothing'"}
+    cases = {
+        ("no_such_module:Env", None): "module 'no_such_module' cannot be imported .*PYTHONPATH",
+        ("user_game:NoSuchEnv", None): "module 'user_game' has no 'NoSuchEnv'",
+        ("user_game:plus_ten", None): "names a function, not an env class",
+        ("user_game:ParityConfig", None): r"ParityConfig lacks \['reset', 'step'",
+        ("user_game:ParityEnv", "user_game:nothing"): "has no 'nothing'",
+    }
     for (env_id, reward_fn), message in cases.items():
-        cfg = load_config(preset="debug", overrides=["--env.env_id", env_id, "--env.image_size", "64"]
-                          + (["--env.reward_fn", reward_fn] if reward_fn else []))
+        cfg = load_config(
+            preset="debug",
+            overrides=["--env.env_id", env_id, "--env.image_size", "64"]
+            + (["--env.reward_fn", reward_fn] if reward_fn else []),
+        )
         with pytest.raises(EntryPointError, match=message):
             registry.make_env(cfg.env)
-    env = registry.make_env(load_config(preset="debug", overrides=["--env.env_id", "user_game:ParityEnv", "--env.image_size", "64",
-                                                                    "--env.reward_fn", "user_game:not_a_number"]).env)
+    env = registry.make_env(
+        load_config(
+            preset="debug",
+            overrides=[
+                "--env.env_id",
+                "user_game:ParityEnv",
+                "--env.image_size",
+                "64",
+                "--env.reward_fn",
+                "user_game:not_a_number",
+            ],
+        ).env
+    )
     env.reset(seed=0)
-    with pytest.raises(RewardFunctionError, match="user_game:not_a_number' returned 'ten'; it must return a finite number"):
+    with pytest.raises(
+        RewardFunctionError, match="user_game:not_a_number' returned 'ten'; it must return a finite number"
+    ):
         env.step(env.oracle_reply())
 
 
 def test_a_shaped_env_saves_and_restores_its_episode_reward_with_the_env():
     from a2c_ppo_acktr.envs.batch import BatchEnv
 
-    cfg = load_config(preset="debug", overrides=["--env.env_id", "user_game:ParityEnv", "--env.image_size", "64",
-                                                 "--env.reward_fn", "user_game:plus_ten", "--env.game.largest", "7"])
+    cfg = load_config(
+        preset="debug",
+        overrides=[
+            "--env.env_id",
+            "user_game:ParityEnv",
+            "--env.image_size",
+            "64",
+            "--env.reward_fn",
+            "user_game:plus_ten",
+            "--env.game.largest",
+            "7",
+        ],
+    )
     batch = BatchEnv(cfg.env, 2, seed=3)
     batch.reset()
     state = pickle.loads(pickle.dumps(batch.get_state()))

@@ -9,6 +9,7 @@ the sum. The expected numbers are computed independently of :meth:`Sampler.trim`
 training forward: the reply is cut at the first EOS of ``generate``'s raw output, and its log-prob
 is summed from a plain full-logits forward of each prompt alone (no padding, no chunking).
 """
+
 import math
 
 import numpy as np
@@ -20,7 +21,6 @@ from a2c_ppo_acktr.policy.model import VLMPolicy
 from a2c_ppo_acktr.algo.storage import RolloutStorage
 from helpers import NUM_ENVS, fresh_policy, policy_observations, tiny_model_cfg
 from numerics import recorded_forwards
-
 
 
 @pytest.fixture(scope="module", params=["qwen2_5_vl", "llava"])
@@ -72,7 +72,9 @@ def _independent_log_probs(policy, prompt, images, reply, temperature):
     ids = torch.cat([enc["input_ids"], torch.tensor([reply])], dim=1)
     inputs = dict(enc, input_ids=ids, attention_mask=torch.ones_like(ids))
     if "mm_token_type_ids" in enc:  # the reply is text
-        inputs["mm_token_type_ids"] = torch.cat([enc["mm_token_type_ids"], torch.zeros(1, len(reply), dtype=enc["mm_token_type_ids"].dtype)], 1)
+        inputs["mm_token_type_ids"] = torch.cat(
+            [enc["mm_token_type_ids"], torch.zeros(1, len(reply), dtype=enc["mm_token_type_ids"].dtype)], 1
+        )
     with torch.no_grad():
         logits = policy.model(**inputs, use_cache=False).logits[0, P - 1 : P - 1 + len(reply)].float()
     z = logits / temperature

@@ -1,4 +1,5 @@
 """Evaluation runs end to end: oracle and dummy references, batching, VSI-Bench rows, checkpoints, CLI."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,8 +20,24 @@ from a2c_ppo_acktr.labels.teachers import OracleTeacher
 from helpers import perturbed_checkpoint, write_arkit_scan
 
 # Small and fast: 32-pixel frames, 4 sweep frames (appearance order needs 4), 3 turns.
-SMALL = ["--preset", "debug", "--env.image_size", "32", "--env.num_sweep_frames", "4", "--env.max_turns", "3",
-         "--eval.num_episodes", "10", "--eval.batch_size", "5", "--eval.num_trajectory_pictures", "2", "--log.progress_bar", "false"]
+SMALL = [
+    "--preset",
+    "debug",
+    "--env.image_size",
+    "32",
+    "--env.num_sweep_frames",
+    "4",
+    "--env.max_turns",
+    "3",
+    "--eval.num_episodes",
+    "10",
+    "--eval.batch_size",
+    "5",
+    "--eval.num_trajectory_pictures",
+    "2",
+    "--log.progress_bar",
+    "false",
+]
 
 
 def _cfg(*extra: str):
@@ -86,7 +103,12 @@ def test_oracle_scores_near_one_and_dummy_near_chance(runs):
     assert dummy["overall"] < oracle["overall"] - 30
     # Both runs answered exactly the same questions.
     for a, b in zip(oracle["records"], dummy["records"]):
-        assert (a["episode_id"], a["scene_id"], a["question"], a["ground_truth"]) == (b["episode_id"], b["scene_id"], b["question"], b["ground_truth"])
+        assert (a["episode_id"], a["scene_id"], a["question"], a["ground_truth"]) == (
+            b["episode_id"],
+            b["scene_id"],
+            b["question"],
+            b["ground_truth"],
+        )
 
 
 def test_dummy_answers_are_uniform_so_its_expected_score_is_chance():
@@ -96,7 +118,9 @@ def test_dummy_answers_are_uniform_so_its_expected_score_is_chance():
     freq = {L: letters.count(L) / 4000 for L in "ABCD"}
     assert set(letters) == set("ABCD")
     assert all(abs(f - 0.25) < 0.03 for f in freq.values())  # 4.4 standard deviations
-    assert np.mean([score_prediction("route_planning", L, "B") for L in letters]) == pytest.approx(0.25, abs=0.03)  # B's share: 4.4 sd
+    assert np.mean([score_prediction("route_planning", L, "B") for L in letters]) == pytest.approx(
+        0.25, abs=0.03
+    )  # B's share: 4.4 sd
     counts = [agent.random_answer("object_counting", None) for _ in range(600)]
     assert {int(c) for c in counts} == set(range(1, 7)) and all(c.isdigit() for c in counts)
     sizes = np.array([float(agent.random_answer("object_size_estimation", None)) for _ in range(2000)])
@@ -120,14 +144,39 @@ def test_vsibench_rows_with_a_missing_scan_are_skipped_and_reported(tmp_path):
     write_arkit_scan(tmp_path / "scans", "41069025", make_procedural_scene(0))
     base = {"dataset": "arkitscenes", "scene_name": "41069025", "options": None}
     rows = [
-        {**base, "id": 3, "question_type": "room_size_estimation", "question": "What is the size of this room (in square meters)?", "ground_truth": "20.5"},
-        {**base, "id": 4, "scene_name": "99999999", "question_type": "object_counting", "question": "How many chair(s) are in this room?", "ground_truth": "2"},
-        {**base, "id": 5, "question_type": "route_planning", "question": "Which way?", "options": ["A. left", "B. right"], "ground_truth": "B"},
+        {
+            **base,
+            "id": 3,
+            "question_type": "room_size_estimation",
+            "question": "What is the size of this room (in square meters)?",
+            "ground_truth": "20.5",
+        },
+        {
+            **base,
+            "id": 4,
+            "scene_name": "99999999",
+            "question_type": "object_counting",
+            "question": "How many chair(s) are in this room?",
+            "ground_truth": "2",
+        },
+        {
+            **base,
+            "id": 5,
+            "question_type": "route_planning",
+            "question": "Which way?",
+            "options": ["A. left", "B. right"],
+            "ground_truth": "B",
+        },
     ]
     path = tmp_path / "rows.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "out"
-    assert eval_vsi.main([*SMALL, "--oracle", "--vsibench", str(path), "--data-root", str(tmp_path / "scans"), "--out", str(out)]) == 0
+    assert (
+        eval_vsi.main(
+            [*SMALL, "--oracle", "--vsibench", str(path), "--data-root", str(tmp_path / "scans"), "--out", str(out)]
+        )
+        == 0
+    )
     rep = json.loads((out / "report.json").read_text())
     assert [r["episode_id"] for r in rep["records"]] == ["vsibench-3", "vsibench-5"]
     assert [r["score"] for r in rep["records"]] == [1.0, 1.0]
@@ -137,7 +186,18 @@ def test_vsibench_rows_with_a_missing_scan_are_skipped_and_reported(tmp_path):
     # Nothing available at all is an error, not an empty report.
     (tmp_path / "empty").mkdir()
     with pytest.raises(RuntimeError, match="no episode could be evaluated"):
-        eval_vsi.main([*SMALL, "--dummy", "--vsibench", str(path), "--data-root", str(tmp_path / "empty"), "--out", str(tmp_path / "none")])
+        eval_vsi.main(
+            [
+                *SMALL,
+                "--dummy",
+                "--vsibench",
+                str(path),
+                "--data-root",
+                str(tmp_path / "empty"),
+                "--out",
+                str(tmp_path / "none"),
+            ]
+        )
 
 
 class _FakePolicy:
@@ -163,15 +223,32 @@ def test_policy_agent_passes_blind_and_sampling_temperature():
 def test_score_file_and_compare_through_the_cli(tmp_path, capsys):
     preds = tmp_path / "preds.jsonl"
     preds.write_text(
-        json.dumps({"question_type": "object_counting", "prediction": "3", "ground_truth": "3"}) + "\n" + "oops\n"
-        + json.dumps({"question_type": "route_planning", "prediction": "A.", "ground_truth": "B"}) + "\n"
+        json.dumps({"question_type": "object_counting", "prediction": "3", "ground_truth": "3"})
+        + "\n"
+        + "oops\n"
+        + json.dumps({"question_type": "route_planning", "prediction": "A.", "ground_truth": "B"})
+        + "\n"
     )
     assert eval_vsi.main(["--score-file", str(preds), "--out", str(tmp_path / "s")]) == 0
     rep = json.loads((tmp_path / "s" / "report.json").read_text())
     assert rep["overall"] == pytest.approx(50.0) and rep["per_type"] == {"object_counting": 1.0, "route_planning": 0.0}
     assert rep["malformed"]["lines"][0]["line"] == 2 and rep["counts"]["malformed"] == 1
     assert "malformed" in capsys.readouterr().err
-    assert eval_vsi.main(["--compare", str(tmp_path / "s" / "report.json"), str(tmp_path / "s"), "--names", "a", "b", "--out", str(tmp_path / "c")]) == 0
+    assert (
+        eval_vsi.main(
+            [
+                "--compare",
+                str(tmp_path / "s" / "report.json"),
+                str(tmp_path / "s"),
+                "--names",
+                "a",
+                "b",
+                "--out",
+                str(tmp_path / "c"),
+            ]
+        )
+        == 0
+    )
     assert "| a | 50.0 |" in (tmp_path / "c" / "compare.md").read_text()
     with pytest.raises(SystemExit):  # --score-file and --dummy are exclusive
         eval_vsi.main(["--score-file", str(preds), "--dummy", "--out", str(tmp_path / "x")])
@@ -184,28 +261,45 @@ def test_mode_words_parse_as_the_flags_they_stand_for(tmp_path):
         (["oracle", "--out", "o"], ["--oracle", "--out", "o"]),
         (["dummy", "--preset", "cpu-demo", "--out", "o"], ["--dummy", "--preset", "cpu-demo", "--out", "o"]),
         (["score", "p.jsonl", "--out", "o"], ["--score-file", "p.jsonl", "--out", "o"]),
-        (["compare", "a.json", "b.json", "--paired", "x", "y", "--out", "o"], ["--compare", "a.json", "b.json", "--paired", "x", "y", "--out", "o"]),
-        (["video", "--vsibench", "r.parquet", "--video-root", "v", "--out", "o"], ["--protocol", "video", "--vsibench", "r.parquet", "--video-root", "v", "--out", "o"]),
-        (["curves", "m.jsonl", "--smooth", "0.6", "--out", "o"], ["--metrics", "m.jsonl", "--smooth", "0.6", "--out", "o"]),
-        (["policy", "--checkpoint", "c", "--env.max_turns", "3", "--out", "o"], ["--checkpoint", "c", "--env.max_turns", "3", "--out", "o"]),
+        (
+            ["compare", "a.json", "b.json", "--paired", "x", "y", "--out", "o"],
+            ["--compare", "a.json", "b.json", "--paired", "x", "y", "--out", "o"],
+        ),
+        (
+            ["video", "--vsibench", "r.parquet", "--video-root", "v", "--out", "o"],
+            ["--protocol", "video", "--vsibench", "r.parquet", "--video-root", "v", "--out", "o"],
+        ),
+        (
+            ["curves", "m.jsonl", "--smooth", "0.6", "--out", "o"],
+            ["--metrics", "m.jsonl", "--smooth", "0.6", "--out", "o"],
+        ),
+        (
+            ["policy", "--checkpoint", "c", "--env.max_turns", "3", "--out", "o"],
+            ["--checkpoint", "c", "--env.max_turns", "3", "--out", "o"],
+        ),
     ]
     parser = eval_vsi.build_parser()
     for words, flags in pairs:
         assert eval_vsi.expand_mode(words) == flags
         assert parser.parse_known_args(eval_vsi.expand_mode(words)) == parser.parse_known_args(flags)
     assert set(eval_vsi.MODES) == {w[0] for w, _ in pairs}  # every mode is checked above
-    assert eval_vsi.expand_mode(["--dummy", "--out", "o"]) == ["--dummy", "--out", "o"] and eval_vsi.expand_mode([]) == []
+    assert (
+        eval_vsi.expand_mode(["--dummy", "--out", "o"]) == ["--dummy", "--out", "o"] and eval_vsi.expand_mode([]) == []
+    )
     assert eval_vsi.expand_mode(["compare", "--help"]) == ["--help"]  # help after a mode word is the one help
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["evaluate", "--out", "o"], "unknown mode 'evaluate'"),
-    (["video", "--protocol", "interactive", "--out", "o"], "drop --protocol"),
-    (["score", "--out", "o"], "score takes a file first"),
-    (["compare", "--out", "o"], "compare takes report.json files first"),
-    (["policy", "--oracle", "--out", "o"], "--oracle is a mode of its own"),
-    (["oracle", "--dummy", "--out", "o"], "not allowed with argument"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["evaluate", "--out", "o"], "unknown mode 'evaluate'"),
+        (["video", "--protocol", "interactive", "--out", "o"], "drop --protocol"),
+        (["score", "--out", "o"], "score takes a file first"),
+        (["compare", "--out", "o"], "compare takes report.json files first"),
+        (["policy", "--oracle", "--out", "o"], "--oracle is a mode of its own"),
+        (["oracle", "--dummy", "--out", "o"], "not allowed with argument"),
+    ],
+)
 def test_a_wrong_mode_line_is_one_usage_error(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         eval_vsi.main(argv)
@@ -236,13 +330,30 @@ def test_every_documented_eval_command_parses():
 
 def test_score_and_compare_modes_write_what_their_flags_write(tmp_path):
     preds = tmp_path / "preds.jsonl"
-    preds.write_text(json.dumps({"question_type": "object_counting", "prediction": "3", "ground_truth": "3"}) + "\n"
-                     + json.dumps({"question_type": "route_planning", "prediction": "A.", "ground_truth": "B"}) + "\n")
+    preds.write_text(
+        json.dumps({"question_type": "object_counting", "prediction": "3", "ground_truth": "3"})
+        + "\n"
+        + json.dumps({"question_type": "route_planning", "prediction": "A.", "ground_truth": "B"})
+        + "\n"
+    )
     assert eval_vsi.main(["score", str(preds), "--out", str(tmp_path / "word"), "--name", "p"]) == 0
     assert eval_vsi.main(["--score-file", str(preds), "--out", str(tmp_path / "flag"), "--name", "p"]) == 0
     assert (tmp_path / "word" / "report.md").read_text() == (tmp_path / "flag" / "report.md").read_text()
-    assert eval_vsi.main(["compare", str(tmp_path / "word" / "report.json"), str(tmp_path / "flag" / "report.json"), "--names", "w", "f",
-                          "--out", str(tmp_path / "c")]) == 0
+    assert (
+        eval_vsi.main(
+            [
+                "compare",
+                str(tmp_path / "word" / "report.json"),
+                str(tmp_path / "flag" / "report.json"),
+                "--names",
+                "w",
+                "f",
+                "--out",
+                str(tmp_path / "c"),
+            ]
+        )
+        == 0
+    )
     table = (tmp_path / "c" / "compare.md").read_text()
     assert "| w | 50.0 |" in table and "| f | 50.0 |" in table
 
@@ -266,7 +377,16 @@ def test_checkpoint_loads_adapter_and_heads_and_evaluates(tmp_path):
     out = tmp_path / "eval"
     # One short episode (the first generate on CPU costs seconds of warm-up; this test proves loading, not quality).
     # No preset and no env flags: the checkpoint's own env (32 px, 4 sweep frames, 3 turns), not the defaults'.
-    fast = ["--eval.num_episodes", "1", "--eval.batch_size", "1", "--log.progress_bar", "false", "--model.max_new_tokens", "8"]
+    fast = [
+        "--eval.num_episodes",
+        "1",
+        "--eval.batch_size",
+        "1",
+        "--log.progress_bar",
+        "false",
+        "--model.max_new_tokens",
+        "8",
+    ]
     assert eval_vsi.main(["--checkpoint", str(ckpt), *fast, "--out", str(out)]) == 0
     rep = json.loads((out / "report.json").read_text())
     assert rep["name"] == "checkpoint-000002" and rep["meta"]["checkpoint"] == str(ckpt)
@@ -284,7 +404,18 @@ def test_a_checkpoint_is_evaluated_on_its_own_env_and_each_override_is_warned(tm
     ckpt.mkdir(parents=True)
     trained = load_config(
         preset="debug",
-        overrides=["--env.image_size", "48", "--env.max_turns", "4", "--env.num_sweep_frames", "4", "--env.fov_deg", "75", "--model.lora_r", "2"],
+        overrides=[
+            "--env.image_size",
+            "48",
+            "--env.max_turns",
+            "4",
+            "--env.num_sweep_frames",
+            "4",
+            "--env.fov_deg",
+            "75",
+            "--model.lora_r",
+            "2",
+        ],
     )
     trained.save(ckpt / "config.yaml")
 
@@ -303,7 +434,13 @@ def test_a_checkpoint_is_evaluated_on_its_own_env_and_each_override_is_warned(tm
     assert "on the env it was trained on" in caplog.text
     # The preset's env keys and the overrides win over the checkpoint's; the other keys stay the checkpoint's.
     cfg, changed = resolve("--preset", "debug", "--env.image_size", "64", "env.look=flat")
-    assert (cfg.env.image_size, cfg.env.fov_deg, cfg.env.num_sweep_frames, cfg.env.max_turns, cfg.env.look) == (64, 75.0, 2, 3, "flat")
+    assert (cfg.env.image_size, cfg.env.fov_deg, cfg.env.num_sweep_frames, cfg.env.max_turns, cfg.env.look) == (
+        64,
+        75.0,
+        2,
+        3,
+        "flat",
+    )
     assert changed == [
         "env.image_size: checkpoint 48 -> 64 (override)",
         "env.num_sweep_frames: checkpoint 4 -> 2 (preset debug)",
@@ -333,7 +470,9 @@ def test_a_checkpoint_is_evaluated_on_its_own_env_and_each_override_is_warned(tm
     assert "has no config.yaml" in caplog.text
     with pytest.raises(FileNotFoundError, match="no config.yaml found"):
         evaluation.checkpoint_config(bare)
-    assert evaluation.checkpoint_config(ckpt) == dataclasses.replace(trained, model=dataclasses.replace(trained.model, sft_adapter=None))
+    assert evaluation.checkpoint_config(ckpt) == dataclasses.replace(
+        trained, model=dataclasses.replace(trained.model, sft_adapter=None)
+    )
 
 
 def test_flags_and_checkpoint_config_resolve_into_the_run_config(tmp_path):
@@ -342,7 +481,19 @@ def test_flags_and_checkpoint_config_resolve_into_the_run_config(tmp_path):
     trained = _cfg("--model.lora_r", "2", "--model.lora_alpha", "4", "--model.sft_adapter", str(tmp_path / "sft"))
     trained.save(ckpt / "config.yaml")
     args = eval_vsi.build_parser().parse_args(
-        ["--preset", "debug", "--checkpoint", str(ckpt), "--blind", "--vsibench", "rows.jsonl", "--data-root", "scans", "--out", "o"]
+        [
+            "--preset",
+            "debug",
+            "--checkpoint",
+            str(ckpt),
+            "--blind",
+            "--vsibench",
+            "rows.jsonl",
+            "--data-root",
+            "scans",
+            "--out",
+            "o",
+        ]
     )
     cfg = evaluation.resolve_config(args, ["--model.lora_alpha", "6"])
     # The checkpoint's model section (rank 2) with its SFT warm start dropped; the command line wins (alpha 6).
@@ -366,7 +517,18 @@ def test_compare_paired_through_the_cli(runs, tmp_path):
     (tmp_path / "short").mkdir()
     (tmp_path / "short" / "report.json").write_text(json.dumps(dummy))
     with pytest.raises(ValueError, match="not evaluated on the same questions"):
-        eval_vsi.main(["--compare", paths[0], str(tmp_path / "short"), "--paired", "oracle", "dummy", "--out", str(tmp_path / "d")])
+        eval_vsi.main(
+            [
+                "--compare",
+                paths[0],
+                str(tmp_path / "short"),
+                "--paired",
+                "oracle",
+                "dummy",
+                "--out",
+                str(tmp_path / "d"),
+            ]
+        )
     with pytest.raises(SystemExit):  # --paired needs --compare
         eval_vsi.main(["--dummy", "--paired", "a", "b", "--out", str(tmp_path / "e")])
 
@@ -405,7 +567,16 @@ class _RecordingPolicy:
 
 def _game_frames(n: int = 2) -> list[dict]:
     rng = np.random.default_rng(0)
-    return [{"images": (rng.integers(1, 255, (32, 32, 3), dtype=np.uint8), rng.integers(1, 255, (32, 48, 3), dtype=np.uint8)), "text": f"q{k}"} for k in range(n)]
+    return [
+        {
+            "images": (
+                rng.integers(1, 255, (32, 32, 3), dtype=np.uint8),
+                rng.integers(1, 255, (32, 48, 3), dtype=np.uint8),
+            ),
+            "text": f"q{k}",
+        }
+        for k in range(n)
+    ]
 
 
 def test_zero_images_twin_sees_zero_pixels_of_the_same_shapes_and_text():

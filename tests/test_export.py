@@ -1,5 +1,6 @@
 """Export: the LoRA adapter merged into the base weights gives the adapted model's logits, from a
 plain directory that loads without peft; checkpoints are verified first; errors are one line."""
+
 import json
 import os
 import subprocess
@@ -24,8 +25,15 @@ TARGETS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|d
 @pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
 def test_merged_model_reproduces_the_adapted_logits(tmp_path, tiny_family_path, family):
     tiny_model_path = tiny_family_path(family)
-    cfg = ModelConfig(model_path=tiny_model_path, device="cpu", lora_r=4, lora_alpha=8, lora_target_modules=TARGETS,
-                      value_head_hidden=8, temp_head_hidden=8)
+    cfg = ModelConfig(
+        model_path=tiny_model_path,
+        device="cpu",
+        lora_r=4,
+        lora_alpha=8,
+        lora_target_modules=TARGETS,
+        value_head_hidden=8,
+        temp_head_hidden=8,
+    )
     torch.manual_seed(0)
     policy = VLMPolicy(cfg)
     with torch.no_grad():
@@ -37,8 +45,13 @@ def test_merged_model_reproduces_the_adapted_logits(tmp_path, tiny_family_path, 
     assert json.loads((out / EXPORT_FILE).read_text())["base_model"] == tiny_model_path
     assert not (out / "adapter_config.json").exists() and not list(tmp_path.glob(".tmp-*"))
     merged = load_vlm(ModelConfig(model_path=str(out), device="cpu"))
-    obs = {"images": [np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)], "text": "How many chair(s) are in this room?"}
-    enc = policy.processor(text=[render_prompt(policy.processor, build_messages(obs))], images=obs["images"], return_tensors="pt")
+    obs = {
+        "images": [np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)],
+        "text": "How many chair(s) are in this room?",
+    }
+    enc = policy.processor(
+        text=[render_prompt(policy.processor, build_messages(obs))], images=obs["images"], return_tensors="pt"
+    )
     with torch.no_grad():
         adapted = policy.model(**enc).logits
         plain = merged.model(**enc).logits
@@ -53,8 +66,22 @@ def test_merged_model_reproduces_the_adapted_logits(tmp_path, tiny_family_path, 
 
 def test_export_errors_are_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
-    res = subprocess.run([sys.executable, "-m", "a2c_ppo_acktr.export", "--adapter", str(tmp_path / "empty"), "--out", str(tmp_path / "o")],
-                         cwd=REPO, capture_output=True, text=True, timeout=120, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "a2c_ppo_acktr.export",
+            "--adapter",
+            str(tmp_path / "empty"),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )
     assert res.returncode == 2 and "holds no adapter_config.json" in res.stderr and "Traceback" not in res.stderr
 
 
@@ -68,8 +95,15 @@ def test_saved_adapters_name_their_local_base_model_by_absolute_path(tmp_path, t
     local = tmp_path / "work" / "models" / "tiny"
     shutil.copytree(tiny_model_path, local)
     monkeypatch.chdir(tmp_path / "work")
-    cfg = ModelConfig(model_path="models/tiny", device="cpu", lora_r=2, lora_alpha=4, lora_target_modules=TARGETS,
-                      value_head_hidden=8, temp_head_hidden=8)
+    cfg = ModelConfig(
+        model_path="models/tiny",
+        device="cpu",
+        lora_r=2,
+        lora_alpha=4,
+        lora_target_modules=TARGETS,
+        value_head_hidden=8,
+        temp_head_hidden=8,
+    )
     VLMPolicy(cfg).save_pretrained("policy")
     recorded = json.loads(Path("policy/adapter_config.json").read_text())["base_model_name_or_path"]
     assert os.path.isabs(recorded) and Path(recorded) == local.resolve()
@@ -83,7 +117,10 @@ def test_saved_adapters_name_their_local_base_model_by_absolute_path(tmp_path, t
     hub.mkdir()
     (hub / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "Qwen/Qwen2.5-VL-3B-Instruct"}))
     record_base_model(hub)
-    assert json.loads((hub / "adapter_config.json").read_text())["base_model_name_or_path"] == "Qwen/Qwen2.5-VL-3B-Instruct"
+    assert (
+        json.loads((hub / "adapter_config.json").read_text())["base_model_name_or_path"]
+        == "Qwen/Qwen2.5-VL-3B-Instruct"
+    )
 
 
 def _export(args, capsys, cwd=REPO):
@@ -102,7 +139,15 @@ def _export(args, capsys, cwd=REPO):
 
 
 def _adapter(tmp_path, tiny_model_path):
-    cfg = ModelConfig(model_path=tiny_model_path, device="cpu", lora_r=2, lora_alpha=4, lora_target_modules=TARGETS, value_head_hidden=8, temp_head_hidden=8)
+    cfg = ModelConfig(
+        model_path=tiny_model_path,
+        device="cpu",
+        lora_r=2,
+        lora_alpha=4,
+        lora_target_modules=TARGETS,
+        value_head_hidden=8,
+        temp_head_hidden=8,
+    )
     run = tmp_path / "run"
     VLMPolicy(cfg).save_pretrained(run / "checkpoints" / "policy")
     (run / "metrics.jsonl").write_text("{}\n")
@@ -129,7 +174,9 @@ def test_export_never_deletes_its_input_or_an_existing_directory(tmp_path, tiny_
     (existing / "mine.txt").write_text("keep me")
     code, err = _export(["--adapter", policy, "--out", existing, "--model-path", tiny_model_path], capsys)
     assert code == 2 and "already holds output" in err and (existing / "mine.txt").read_text() == "keep me"
-    code, err = _export(["--adapter", policy, "--out", existing, "--model-path", tiny_model_path, "--overwrite"], capsys)
+    code, err = _export(
+        ["--adapter", policy, "--out", existing, "--model-path", tiny_model_path, "--overwrite"], capsys
+    )
     assert code == 0, err
     assert (existing / EXPORT_FILE).is_file() and not (existing / "mine.txt").exists()
     aside = [p for p in tmp_path.iterdir() if p.name.startswith("merged.old-")]
@@ -176,26 +223,42 @@ def test_an_adapter_describes_itself_to_eval_and_to_a_warm_start(tmp_path, tiny_
     from a2c_ppo_acktr.eval.evaluation import load_policy
     from a2c_ppo_acktr.policy.loading import adapter_settings, adopt_adapter_settings
 
-    cfg = ModelConfig(model_path=tiny_model_path, device="cpu", lora_r=3, lora_alpha=6, lora_target_modules=TARGETS,
-                      value_head_hidden=8, temp_head_hidden=8)
+    cfg = ModelConfig(
+        model_path=tiny_model_path,
+        device="cpu",
+        lora_r=3,
+        lora_alpha=6,
+        lora_target_modules=TARGETS,
+        value_head_hidden=8,
+        temp_head_hidden=8,
+    )
     torch.manual_seed(0)
     VLMPolicy(cfg).save_pretrained(tmp_path / "adapter")
     saved = adapter_settings(tmp_path / "adapter")
-    assert (saved["lora_r"], saved["lora_alpha"], saved["lora_target_modules"], saved["base_model"]) == (3, 6, TARGETS, tiny_model_path)
+    assert (saved["lora_r"], saved["lora_alpha"], saved["lora_target_modules"], saved["base_model"]) == (
+        3,
+        6,
+        TARGETS,
+        tiny_model_path,
+    )
     run = load_config(preset="debug", overrides={"model": {"model_path": "tiny:qwen2_vl", "device": "cpu"}})
     assert run.model.lora_r != 3
     with caplog.at_level(logging.WARNING):
         policy = load_policy(run, adapter=str(tmp_path / "adapter"), take_base=True)
     assert (run.model.lora_r, run.model.lora_alpha, run.model.model_path) == (3, 6, tiny_model_path)
     notes = [r.getMessage() for r in caplog.records if "adapter" in r.getMessage()]
-    assert any("LoRA r=3" in n and "model.lora_r=" in n for n in notes) and any("names its base model" in n for n in notes)
+    assert any("LoRA r=3" in n and "model.lora_r=" in n for n in notes) and any(
+        "names its base model" in n for n in notes
+    )
     assert all("\n" not in n for n in notes)
     from safetensors.torch import load_file
 
     weights = load_file(str(tmp_path / "adapter" / "adapter_model.safetensors"))
     own = {n.replace(".default", ""): p for n, p in policy.model.named_parameters() if "lora_A" in n}
     matched = [k for k in weights if "lora_A" in k and k in own]
-    assert matched and all(torch.equal(own[k].detach(), weights[k]) for k in matched)  # the adapter's own weights, rank 3
+    assert matched and all(
+        torch.equal(own[k].detach(), weights[k]) for k in matched
+    )  # the adapter's own weights, rank 3
     # a warm start: rank and alpha adopted, the configured base kept and named in the warning
     other = ModelConfig(model_path="tiny:qwen2_vl", device="cpu", lora_r=8, lora_alpha=16)
     notes = adopt_adapter_settings(other, tmp_path / "adapter")
@@ -209,4 +272,6 @@ def test_an_adapter_describes_itself_to_eval_and_to_a_warm_start(tmp_path, tiny_
     import re
 
     regex = adapter_settings(tmp_path / "adapter")["lora_target_modules"]
-    assert re.fullmatch(regex, "model.language_model.layers.0.self_attn.q_proj") and not re.fullmatch(regex, "model.layers.0.mlp.up_proj")
+    assert re.fullmatch(regex, "model.language_model.layers.0.self_attn.q_proj") and not re.fullmatch(
+        regex, "model.layers.0.mlp.up_proj"
+    )

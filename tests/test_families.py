@@ -2,6 +2,7 @@
 Qwen2.5-VL, LLaVA-1.5 and LLaVA-NeXT builds: greedy acting, an update that moves the language
 model's LoRA and the heads only, and ``train_vision=projector`` training the projector's copy only
 (the reference keeps the original). The family's module names come from ``VISION_MODULES``."""
+
 import numpy as np
 import pytest
 import torch
@@ -55,7 +56,9 @@ def test_update_moves_language_lora_and_heads_only(family_loaded, family_storage
     opt = torch.optim.Adam(policy.trainable_parameters(), lr=1e-2)
     with recorded_forwards(VLMPolicy) as forwards:
         out = PPO(policy, opt, PPOConfig(ppo_epochs=1, mini_batch_size=3, ent_coef=0.01), seed=0).update(family_storage)
-    assert out["debug/first_minibatch_ratio_max_dev"] < forwards[0].ratio  # the first minibatch's rounding against act's
+    assert (
+        out["debug/first_minibatch_ratio_max_dev"] < forwards[0].ratio
+    )  # the first minibatch's rounding against act's
     assert out["losses/kl_ref"] < 1e-6 and out["losses/skipped_minibatches"] == 0
     frozen1, lora1, heads1 = split_state(policy)
     changed = [n for n in frozen0 if not torch.equal(frozen0[n], frozen1[n])]
@@ -83,6 +86,8 @@ def test_train_vision_projector_trains_the_projectors_copy_only(family_loaded, f
     assert out["debug/first_minibatch_ratio_max_dev"] < forwards[0].ratio
     after = dict(policy.named_parameters())
     moved = {n for n in before if not torch.equal(before[n], after[n].detach())}
-    assert {n for n in moved if _in(projector, n)} == {n for n in trainable if _in(projector, n)}  # every projector copy weight
+    assert {n for n in moved if _in(projector, n)} == {
+        n for n in trainable if _in(projector, n)
+    }  # every projector copy weight
     # The tower and the reference's projector (peft's original_module) stay.
     assert not any("original_module" in n or (_in(tower, n) and not _in(projector, n)) for n in moved)

@@ -2,6 +2,7 @@
 first epoch's own minibatches before any step, so every minibatch of the first accumulation window
 repeats that forward bit for bit, in bf16 too, with the KL's reference forward beside it, at every
 ratio level. Bitwise: no tolerance."""
+
 from __future__ import annotations
 
 import pytest
@@ -20,7 +21,14 @@ def _recording(policy):
 
     def record(mb, **kwargs):
         out = forward(mb, **kwargs)
-        seen.append((mb.indices.clone(), out.token_log_probs.detach().clone(), out.token_mask.clone(), out.values.detach().clone()))
+        seen.append(
+            (
+                mb.indices.clone(),
+                out.token_log_probs.detach().clone(),
+                out.token_mask.clone(),
+                out.values.detach().clone(),
+            )
+        )
         return out
 
     policy.forward = record
@@ -33,20 +41,34 @@ def test_first_window_ratios_are_exactly_one_in_bf16(tiny_model_path, level, kl_
     from a2c_ppo_acktr.policy.loading import load_vlm
     from a2c_ppo_acktr.policy.model import VLMPolicy
 
-    cfg = tiny_model_cfg(tiny_model_path, dtype="bfloat16", max_new_tokens=24, gradient_checkpointing=True,
-                         temperature=0.3, min_temperature=0.1, max_temperature=1.0)
+    cfg = tiny_model_cfg(
+        tiny_model_path,
+        dtype="bfloat16",
+        max_new_tokens=24,
+        gradient_checkpointing=True,
+        temperature=0.3,
+        min_temperature=0.1,
+        max_temperature=1.0,
+    )
     torch.manual_seed(0)
     policy = VLMPolicy(cfg, load_vlm(cfg))
     st = policy_rollout(policy)
     turns = NUM_STEPS * NUM_ENVS
     mb_size = 2
     windows = turns // mb_size  # one accumulation window: no step until every first-epoch minibatch ran
-    ppo_cfg = PPOConfig(ppo_epochs=2, mini_batch_size=mb_size, grad_accum_steps=windows, lr=1e-2, max_grad_norm=1e6,
-                        ratio_level=level, kl_coef=kl_coef)
+    ppo_cfg = PPOConfig(
+        ppo_epochs=2,
+        mini_batch_size=mb_size,
+        grad_accum_steps=windows,
+        lr=1e-2,
+        max_grad_norm=1e6,
+        ratio_level=level,
+        kl_coef=kl_coef,
+    )
     opt = torch.optim.Adam(policy.trainable_parameters(), lr=ppo_cfg.lr)
     seen = _recording(policy)
     metrics = PPO(policy, opt, ppo_cfg, seed=3).update(st)
-    recompute, first_epoch, second_epoch = seen[:windows], seen[windows:2 * windows], seen[2 * windows:]
+    recompute, first_epoch, second_epoch = seen[:windows], seen[windows : 2 * windows], seen[2 * windows :]
     assert len(second_epoch) == windows
     for (idx_a, lp_a, mask_a, v_a), (idx_b, lp_b, mask_b, v_b) in zip(recompute, first_epoch):
         assert torch.equal(idx_a, idx_b)  # the same minibatches, in the same order
@@ -58,8 +80,12 @@ def test_first_window_ratios_are_exactly_one_in_bf16(tiny_model_path, level, kl_
         for row, i in enumerate(idx.tolist()):
             assert torch.equal(st.old_token_log_probs[i], lp[row][mask[row]].float())
     # The one step moved the policy: the second epoch no longer repeats the first.
-    moved = [not torch.equal(a[1][a[2]], b[1][b[2]]) for a, b in zip(sorted(first_epoch, key=lambda s: s[0].tolist()),
-                                                                      sorted(second_epoch, key=lambda s: s[0].tolist()))]
+    moved = [
+        not torch.equal(a[1][a[2]], b[1][b[2]])
+        for a, b in zip(
+            sorted(first_epoch, key=lambda s: s[0].tolist()), sorted(second_epoch, key=lambda s: s[0].tolist())
+        )
+    ]
     assert any(moved)
 
 
@@ -72,8 +98,11 @@ def test_rollout_mode_keeps_acts_log_probs_and_runs_no_recompute(loaded, tiny_mo
     st = policy_rollout(policy)
     stored = [t.clone() for t in st.old_token_log_probs]
     seen = _recording(policy)
-    metrics = PPO(policy, torch.optim.SGD(policy.trainable_parameters(), lr=0.0),
-                  PPOConfig(ppo_epochs=1, mini_batch_size=2, old_log_probs="rollout")).update(st)
+    metrics = PPO(
+        policy,
+        torch.optim.SGD(policy.trainable_parameters(), lr=0.0),
+        PPOConfig(ppo_epochs=1, mini_batch_size=2, old_log_probs="rollout"),
+    ).update(st)
     assert len(seen) == NUM_STEPS * NUM_ENVS // 2 and metrics["time/old_log_probs"] == 0.0
     assert all(torch.equal(a, b) for a, b in zip(stored, st.old_token_log_probs))  # untouched
     assert metrics["debug/first_minibatch_ratio_max_dev"] < 1e-4
@@ -90,4 +119,6 @@ def test_act_flags_the_replies_max_new_tokens_cut_and_keeps_their_token_log_prob
     assert act.reply_cut.tolist() == expected
     for lp, g, w, total in zip(act.token_log_probs, act.generated_ids, act.token_weights, act.log_probs):
         # the same float32 products summed (at most 3 additions of terms bounded by sum |lp|)
-        assert lp.shape == g.shape and abs(float((lp * w).sum()) - float(total)) <= f32_tolerance(3, float(lp.abs().sum()))
+        assert lp.shape == g.shape and abs(float((lp * w).sum()) - float(total)) <= f32_tolerance(
+            3, float(lp.abs().sum())
+        )

@@ -1,4 +1,4 @@
-"""No forward whose result nothing reads, and no host read the update does not need (issue 16).
+"""No forward whose result nothing reads, and no host read the update does not need.
 
 Forwards are counted with a hook on the transformers model (every forward outside ``generate``):
 GAE's values (truncated final observations, and V(s_T) of envs still mid-episode) are ONE batched
@@ -8,6 +8,7 @@ on the ``log.kl_ref_interval``-th update for the monitor. Host reads of values c
 policy's outputs are counted with a tensor subclass: one per minibatch (the finite-loss check) and
 one at the end of the update.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,7 +32,6 @@ from helpers import one_token_output, tiny_model_cfg, toy_storage
 from numerics import f32_chain_tolerance, head_terms, vlm_forward_terms
 
 
-
 def _value_tolerance(policy, observations, values) -> float:
     """Values of ``observations`` forwarded in other batches differ by rounding: the model's sums
     over the longest prompt, then the value head, at max |value| + 1 (numerics)."""
@@ -45,11 +45,19 @@ def policy(tiny_model_path) -> VLMPolicy:
     cfg = tiny_model_cfg(tiny_model_path, max_new_tokens=6)
     loaded = load_vlm(cfg)
     torch.manual_seed(0)
-    return VLMPolicy(cfg, LoadedVLM(model=copy.deepcopy(loaded.model), processor=loaded.processor, family=loaded.family, path=loaded.path))
+    return VLMPolicy(
+        cfg,
+        LoadedVLM(
+            model=copy.deepcopy(loaded.model), processor=loaded.processor, family=loaded.family, path=loaded.path
+        ),
+    )
 
 
 def _obs(rng, tag: str) -> dict:
-    return {"images": [rng.integers(0, 256, (28, 28 + 14 * (len(tag) % 2), 3), dtype=np.uint8)], "text": f"How many chairs? {tag}"}
+    return {
+        "images": [rng.integers(0, 256, (28, 28 + 14 * (len(tag) % 2), 3), dtype=np.uint8)],
+        "text": f"How many chairs? {tag}",
+    }
 
 
 class ScriptedEnv:
@@ -75,7 +83,10 @@ class ScriptedEnv:
         obs, infos = [], []
         for n in range(N):
             o = _obs(self.rng, f"step {self.t} env {n}")
-            info = {"valid": True, "time_limit_announced": ends[n] == "limit"}  # "limit": a turn limit the prompt showed
+            info = {
+                "valid": True,
+                "time_limit_announced": ends[n] == "limit",
+            }  # "limit": a turn limit the prompt showed
             if self.group_ids:
                 info["group_id"] = n // 2
             if term[n] or trunc[n]:
@@ -101,6 +112,7 @@ def counted_forwards(policy: VLMPolicy):
                 return original(*args, **kwargs)
             finally:
                 inside[0] = False
+
         return wrapped
 
     def hook(_module, _args, kwargs):
@@ -132,7 +144,9 @@ def test_gae_values_are_one_batched_forward_on_the_right_turns(policy):
     atol = _value_tolerance(policy, batched, torch.tensor([*alone.values(), *stats.next_value[[1, 3]].tolist()]))
     assert st.next_values[0, 1].item() == pytest.approx(alone[(0, 1)], abs=atol)
     assert st.next_values[2, 0].item() == pytest.approx(alone[(2, 0)], abs=atol)
-    torch.testing.assert_close(stats.next_value[[1, 3]], policy.get_values([last_obs[1], last_obs[3]]), atol=atol, rtol=0)
+    torch.testing.assert_close(
+        stats.next_value[[1, 3]], policy.get_values([last_obs[1], last_obs[3]]), atol=atol, rtol=0
+    )
     assert math.isnan(stats.next_value[0]) and math.isnan(stats.next_value[2])  # ended: nothing reads them
     compute_advantages(st, stats.next_value, PPOConfig(gamma=0.9, gae_lambda=0.8))
     nv = torch.cat([st.values[1:], torch.zeros(1, 4)])
@@ -224,16 +238,35 @@ def test_a_step_cut_on_the_state_act_valued_takes_acts_value_without_a_forward(p
     assert st.next_values[0, 0] == st.next_values[0, 1] and st.next_values[0, 2] == st.next_values[0, 3]
 
 
-@pytest.mark.parametrize("a, b, equal", [
-    ({"text": "x", "images": [np.zeros((2, 2, 3), np.uint8)]}, {"text": "x", "images": [np.zeros((2, 2, 3), np.uint8)]}, True),
-    ({"text": "x", "images": [np.zeros((2, 2, 3), np.uint8)]}, {"text": "y", "images": [np.zeros((2, 2, 3), np.uint8)]}, False),
-    ({"text": "x", "images": [np.zeros((2, 2, 3), np.uint8)]}, {"text": "x", "images": [np.zeros((2, 3, 3), np.uint8)]}, False),
-    ({"text": "x", "images": [np.zeros((2, 2, 3), np.uint8)]}, {"text": "x", "images": [np.zeros((2, 2, 3), np.float32)]}, False),
-    ({"text": "x", "images": []}, {"text": "x", "images": [], "turn": 1}, False),
-    ({"text": "x", "turn": torch.tensor([1, 2])}, {"text": "x", "turn": torch.tensor([1, 2])}, True),
-    ({"text": "x", "turn": torch.tensor([1, 2])}, {"text": "x", "turn": torch.tensor([1, 3])}, False),
-    ({"text": "x", "turn": 1}, {"text": "x", "turn": 1.0}, False),
-])
+@pytest.mark.parametrize(
+    "a, b, equal",
+    [
+        (
+            {"text": "x", "images": [np.zeros((2, 2, 3), np.uint8)]},
+            {"text": "x", "images": [np.zeros((2, 2, 3), np.uint8)]},
+            True,
+        ),
+        (
+            {"text": "x", "images": [np.zeros((2, 2, 3), np.uint8)]},
+            {"text": "y", "images": [np.zeros((2, 2, 3), np.uint8)]},
+            False,
+        ),
+        (
+            {"text": "x", "images": [np.zeros((2, 2, 3), np.uint8)]},
+            {"text": "x", "images": [np.zeros((2, 3, 3), np.uint8)]},
+            False,
+        ),
+        (
+            {"text": "x", "images": [np.zeros((2, 2, 3), np.uint8)]},
+            {"text": "x", "images": [np.zeros((2, 2, 3), np.float32)]},
+            False,
+        ),
+        ({"text": "x", "images": []}, {"text": "x", "images": [], "turn": 1}, False),
+        ({"text": "x", "turn": torch.tensor([1, 2])}, {"text": "x", "turn": torch.tensor([1, 2])}, True),
+        ({"text": "x", "turn": torch.tensor([1, 2])}, {"text": "x", "turn": torch.tensor([1, 3])}, False),
+        ({"text": "x", "turn": 1}, {"text": "x", "turn": 1.0}, False),
+    ],
+)
 def test_same_observation_compares_every_field(a, b, equal):
     assert same_observation(a, b) is equal
     assert same_observation(b, a) is equal
@@ -258,7 +291,10 @@ def test_an_announced_turn_limit_is_terminal_and_bootstraps_nothing(policy):
     with counted_forwards(policy) as rows:
         _, stats = collect_rollout(policy, env, st, env.reset(), 2, bootstrap=True)
     assert rows == [1] and stats.value_rows == 1  # env 1's unannounced cut at step 0 only
-    assert st.terminated.tolist() == [[True, False], [True, True]] and st.truncated.tolist() == [[False, True], [False, False]]
+    assert st.terminated.tolist() == [[True, False], [True, True]] and st.truncated.tolist() == [
+        [False, True],
+        [False, False],
+    ]
     compute_advantages(st, stats.next_value, PPOConfig(gamma=0.9, gae_lambda=1.0))
     # terminal: the advantage of an announced end is its reward minus its value, no bootstrap term
     assert st.advantages[1, 0].item() == pytest.approx(float(st.rewards[1, 0] - st.values[1, 0]), abs=1e-6)
@@ -276,14 +312,22 @@ def test_the_envs_announce_their_turn_limits_only_where_their_prompts_show_them(
     vsi.reset(seed=0)
     *_, term, trunc, info = vsi.step('{"thoughts": "x", "action": {"answer": "3"}}')
     assert term and not info["time_limit_announced"]
-    numberline = make_env(load_config(preset="debug", config="configs/envs/numberline.yaml",
-                                      overrides=["env.image_size=64", "env.max_turns=1"]).env)
+    numberline = make_env(
+        load_config(
+            preset="debug", config="configs/envs/numberline.yaml", overrides=["env.image_size=64", "env.max_turns=1"]
+        ).env
+    )
     obs, _ = numberline.reset(seed=0)
     assert "Turns left" not in obs["text"]
     *_, term, trunc, info = numberline.step("not a reply")
     assert trunc and not info["time_limit_announced"]  # its prompt never shows the turns left: a truncation
-    grid = make_env(load_config(preset="debug", config="configs/envs/minigrid-empty.yaml",
-                                overrides=["env.image_size=64", "env.max_turns=1"]).env)
+    grid = make_env(
+        load_config(
+            preset="debug",
+            config="configs/envs/minigrid-empty.yaml",
+            overrides=["env.image_size=64", "env.max_turns=1"],
+        ).env
+    )
     obs, _ = grid.reset(seed=0)
     assert "Turns left: 1" in obs["text"]
     *_, term, trunc, info = grid.step("not a reply")
@@ -339,7 +383,13 @@ def test_reference_forward_only_when_the_kl_is_read():
     assert [with_kl for with_kl, _ in logged] == [True, False, False, True]
     assert [math.isnan(v) for _, v in logged] == [False, True, True, False]
     pol = _KLToy(8)
-    ppo = PPO(pol, torch.optim.SGD(pol.parameters(), lr=0.1), PPOConfig(ppo_epochs=2, mini_batch_size=2, kl_coef=0.1), seed=0, kl_ref_interval=3)
+    ppo = PPO(
+        pol,
+        torch.optim.SGD(pol.parameters(), lr=0.1),
+        PPOConfig(ppo_epochs=2, mini_batch_size=2, kl_coef=0.1),
+        seed=0,
+        kl_ref_interval=3,
+    )
     for _ in range(2):
         assert math.isfinite(ppo.update(st)["losses/kl_ref"])
     # ppo.old_log_probs=update first re-scores the 4 minibatches without the reference, then the 8 read the KL
@@ -352,8 +402,13 @@ def test_reference_forward_decision_is_the_same_on_every_rank():
     runs = []
     for rank in range(2):
         pol = _KLToy(8)
-        ppo = PPO(pol, torch.optim.SGD(pol.parameters(), lr=0.1), PPOConfig(ppo_epochs=1, mini_batch_size=4, old_log_probs="rollout"), seed=rank,
-                  kl_ref_interval=2)
+        ppo = PPO(
+            pol,
+            torch.optim.SGD(pol.parameters(), lr=0.1),
+            PPOConfig(ppo_epochs=1, mini_batch_size=4, old_log_probs="rollout"),
+            seed=rank,
+            kl_ref_interval=2,
+        )
         for _ in range(5):
             ppo.update(toy_storage(seed=rank + 10 * ppo.num_updates))
         runs.append(pol.calls)
@@ -376,7 +431,13 @@ class _Counted(torch.Tensor):
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
-        if func in (torch.Tensor.item, torch.Tensor.__float__, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__int__):
+        if func in (
+            torch.Tensor.item,
+            torch.Tensor.__float__,
+            torch.Tensor.tolist,
+            torch.Tensor.__bool__,
+            torch.Tensor.__int__,
+        ):
             _Counted.reads += 1
         return super().__torch_function__(func, types, args, kwargs or {})
 
@@ -384,7 +445,9 @@ class _Counted(torch.Tensor):
 class _CountedToy(_KLToy):
     def forward(self, mb, with_kl=False):
         out = super().forward(mb, with_kl)
-        return SimpleNamespace(**{k: (v.as_subclass(_Counted) if isinstance(v, torch.Tensor) else v) for k, v in vars(out).items()})
+        return SimpleNamespace(
+            **{k: (v.as_subclass(_Counted) if isinstance(v, torch.Tensor) else v) for k, v in vars(out).items()}
+        )
 
 
 @pytest.mark.parametrize("epochs, target_kl", [(1, None), (3, None), (2, 1e9)])
@@ -416,11 +479,19 @@ def test_deferred_final_values_equal_the_immediate_ones():
         st = RolloutStorage(2, 3)
         for t in range(2):
             act = SimpleNamespace(
-                texts=[""] * 3, prompts=[""] * 3, images=[[] for _ in range(3)], prompt_ids=[torch.zeros(1)] * 3,
-                generated_ids=[torch.zeros(1)] * 3, token_weights=[torch.ones(1)] * 3,
-                log_probs=torch.zeros(3), values=values[t], temperatures=torch.ones(3),
+                texts=[""] * 3,
+                prompts=[""] * 3,
+                images=[[] for _ in range(3)],
+                prompt_ids=[torch.zeros(1)] * 3,
+                generated_ids=[torch.zeros(1)] * 3,
+                token_weights=[torch.ones(1)] * 3,
+                log_probs=torch.zeros(3),
+                values=values[t],
+                temperatures=torch.ones(3),
             )
-            st.insert(act, rewards[t], term[t], trunc[t], final_values=None if defer else finals[t], defer_final_values=defer)
+            st.insert(
+                act, rewards[t], term[t], trunc[t], final_values=None if defer else finals[t], defer_final_values=defer
+            )
         return st
 
     deferred, direct = fill(True), fill(False)

@@ -53,7 +53,7 @@ def _outward(v, t, primitives):
     """Per closed primitive: each triangle's normal . (its centroid - the primitive's center) > 0."""
     bad = []
     for first, n, center in primitives:
-        tri = t[first:first + n]
+        tri = t[first : first + n]
         a, b, c = v[tri[:, 0]], v[tri[:, 1]], v[tri[:, 2]]
         dots = np.einsum("ij,ij->i", np.cross(b - a, c - a), (a + b + c) / 3 - center)
         if not (dots > 0).all():
@@ -67,7 +67,9 @@ def test_every_category_has_a_template_and_unknown_raises():
     with pytest.raises(KeyError, match="known: .*sofa"):
         template("spaceship")
     with pytest.raises(KeyError, match="spaceship"):
-        build_object(MeshBuilder(), SceneObject.upright(0, "spaceship", (0, 0, 0.5), (1, 1, 1)), np.random.default_rng(0))
+        build_object(
+            MeshBuilder(), SceneObject.upright(0, "spaceship", (0, 0, 0.5), (1, 1, 1)), np.random.default_rng(0)
+        )
 
 
 @pytest.mark.parametrize("label", sorted(CATEGORIES))
@@ -117,7 +119,13 @@ def _layout_digest(objects, polygon, height, theme):
 
 # Digests of the layouts of seeds 0..4 as generated before the furniture templates existed (from a
 # dump of the previous code): restyling must never move, resize, relabel or drop an object.
-LAYOUT_DIGESTS = {0: "20bc73fd79e5059d", 1: "7a86a600d35fe0db", 2: "03b638e1e6dfd831", 3: "36afc8162273bf2b", 4: "b9a7142b8bcb2414"}
+LAYOUT_DIGESTS = {
+    0: "20bc73fd79e5059d",
+    1: "7a86a600d35fe0db",
+    2: "03b638e1e6dfd831",
+    3: "36afc8162273bf2b",
+    4: "b9a7142b8bcb2414",
+}
 
 
 def test_layout_is_unchanged_and_independent_of_the_appearance():
@@ -151,8 +159,14 @@ def test_structure_faces_into_the_room_and_has_materials():
         centroid = v[tri[walls]].mean(axis=1)
         probe = centroid[:, :2] + 0.01 * n[walls, :2]
         assert np.all(np.abs(n[walls, 2]) < 1e-6) and s.contains_xy(probe[:, 0], probe[:, 1]).all(), s.scene_id
-        names = {"floor": s.triangle_materials[floor], "ceiling": s.triangle_materials[ceiling], "walls": s.triangle_materials[walls]}
-        floor_mat = {"kitchen": {"floor_tiles"}, "bathroom": {"floor_tiles"}, "office": {"carpet", "parquet"}}.get(s.theme, {"parquet"})
+        names = {
+            "floor": s.triangle_materials[floor],
+            "ceiling": s.triangle_materials[ceiling],
+            "walls": s.triangle_materials[walls],
+        }
+        floor_mat = {"kitchen": {"floor_tiles"}, "bathroom": {"floor_tiles"}, "office": {"carpet", "parquet"}}.get(
+            s.theme, {"parquet"}
+        )
         assert set(names["floor"].tolist()) <= {material_id(m) for m in floor_mat}, (s.scene_id, s.theme)
         assert set(names["ceiling"].tolist()) == {material_id("ceiling")}
         assert set(names["walls"].tolist()) == {material_id("paint")}
@@ -260,7 +274,12 @@ def _part_iou(ma, mb):
 def _common_size(a, b):
     """Per axis, the middle of the overlap of the two first variants' ranges (or of the gap)."""
     va, vb = CATEGORIES[a][0], CATEGORIES[b][0]
-    return np.array([(max(ra[0], rb[0]) + min(ra[1], rb[1])) / 2 for ra, rb in ((va.width, vb.width), (va.depth, vb.depth), (va.height, vb.height))])
+    return np.array(
+        [
+            (max(ra[0], rb[0]) + min(ra[1], rb[1])) / 2
+            for ra, rb in ((va.width, vb.width), (va.depth, vb.depth), (va.height, vb.height))
+        ]
+    )
 
 
 # Pairs of similar real size whose OUTLINES differ (legs, arms, open frames, round vs square). Two
@@ -268,11 +287,26 @@ def _common_size(a, b):
 # 0.87-1.0; these measure 0.34 (chair vs stool) to 0.79 (suitcase vs computer tower, monitor vs
 # picture), the worst over 3 appearance seeds. The bound leaves 0.06 above the worst pair.
 SILHOUETTE_PAIRS = [
-    ("chair", "stool"), ("chair", "trash can"), ("stool", "trash can"), ("nightstand", "stool"),
-    ("nightstand", "trash can"), ("toilet", "chair"), ("cabinet", "table"), ("dresser", "table"),
-    ("tv stand", "table"), ("table", "desk"), ("coffee table", "table"), ("plant", "trash can"),
-    ("lamp", "plant"), ("computer tower", "trash can"), ("backpack", "trash can"), ("suitcase", "trash can"),
-    ("backpack", "suitcase"), ("suitcase", "computer tower"), ("monitor", "picture"), ("monitor", "mirror"),
+    ("chair", "stool"),
+    ("chair", "trash can"),
+    ("stool", "trash can"),
+    ("nightstand", "stool"),
+    ("nightstand", "trash can"),
+    ("toilet", "chair"),
+    ("cabinet", "table"),
+    ("dresser", "table"),
+    ("tv stand", "table"),
+    ("table", "desk"),
+    ("coffee table", "table"),
+    ("plant", "trash can"),
+    ("lamp", "plant"),
+    ("computer tower", "trash can"),
+    ("backpack", "trash can"),
+    ("suitcase", "trash can"),
+    ("backpack", "suitcase"),
+    ("suitcase", "computer tower"),
+    ("monitor", "picture"),
+    ("monitor", "mirror"),
     ("clock", "picture"),
 ]
 SILHOUETTE_BOUND = 0.85
@@ -285,14 +319,38 @@ SILHOUETTE_BOUND = 0.85
 # overlap 0.56-1.0 on average (tv 0.56, picture 0.59, refrigerator 0.62, cabinet 0.88; oven, washer,
 # dishwasher 1.0: their looks vary only in color). The bound leaves 0.07 above the worst pair.
 PART_PAIRS = [
-    ("tv stand", "cabinet"), ("tv stand", "dresser"), ("cabinet", "dresser"), ("nightstand", "cabinet"),
-    ("nightstand", "dresser"), ("sink", "cabinet"), ("piano", "cabinet"), ("fireplace", "cabinet"),
-    ("fireplace", "tv stand"), ("radiator", "tv stand"), ("refrigerator", "cabinet"), ("oven", "cabinet"),
-    ("tv stand", "desk"), ("coffee table", "tv stand"), ("dresser", "desk"), ("cabinet", "desk"),
-    ("dishwasher", "washer"), ("oven", "stove"), ("oven", "dishwasher"), ("stove", "dishwasher"),
-    ("washer", "oven"), ("microwave", "printer"), ("laptop", "keyboard"), ("picture", "mirror"),
-    ("window", "picture"), ("window", "mirror"), ("whiteboard", "picture"), ("tv", "picture"),
-    ("tv", "mirror"), ("monitor", "tv"), ("bed", "sofa"), ("sofa", "bathtub"),
+    ("tv stand", "cabinet"),
+    ("tv stand", "dresser"),
+    ("cabinet", "dresser"),
+    ("nightstand", "cabinet"),
+    ("nightstand", "dresser"),
+    ("sink", "cabinet"),
+    ("piano", "cabinet"),
+    ("fireplace", "cabinet"),
+    ("fireplace", "tv stand"),
+    ("radiator", "tv stand"),
+    ("refrigerator", "cabinet"),
+    ("oven", "cabinet"),
+    ("tv stand", "desk"),
+    ("coffee table", "tv stand"),
+    ("dresser", "desk"),
+    ("cabinet", "desk"),
+    ("dishwasher", "washer"),
+    ("oven", "stove"),
+    ("oven", "dishwasher"),
+    ("stove", "dishwasher"),
+    ("washer", "oven"),
+    ("microwave", "printer"),
+    ("laptop", "keyboard"),
+    ("picture", "mirror"),
+    ("window", "picture"),
+    ("window", "mirror"),
+    ("whiteboard", "picture"),
+    ("tv", "picture"),
+    ("tv", "mirror"),
+    ("monitor", "tv"),
+    ("bed", "sofa"),
+    ("sofa", "bathtub"),
 ]
 PART_BOUND = 0.65
 LOOK_SEEDS = (0, 1, 2)
@@ -327,7 +385,9 @@ def test_categories_of_similar_size_look_different():
 def test_gallery_writes_contact_sheets(tmp_path, capsys):
     from PIL import Image
 
-    out = gallery_main(["--out", str(tmp_path), "--size", "64", "--categories", "chair", "tv stand", "--rooms", "1", "--seed", "3"])
+    out = gallery_main(
+        ["--out", str(tmp_path), "--size", "64", "--categories", "chair", "tv stand", "--rooms", "1", "--seed", "3"]
+    )
     cats, rooms = Image.open(out["categories"]), Image.open(out["rooms"])
     label_h = 16
     assert cats.size == (2 * 2 * 64, 64 + label_h)  # two categories x two views, one row

@@ -4,6 +4,7 @@ VSI reports left as they were.
 
 Expected numbers are worked out by hand from the hand-made episodes below.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,16 +22,39 @@ from a2c_ppo_acktr.reports import EpisodeRecord, PictureLayout, TurnRecord
 Z95 = 1.959963984540054
 
 
-def _game(i: int, task: str, won: bool, turns: int, invalid: int, ret: float, truncated: bool = False,
-          prefix: str = "game") -> EpisodeRecord:
+def _game(
+    i: int, task: str, won: bool, turns: int, invalid: int, ret: float, truncated: bool = False, prefix: str = "game"
+) -> EpisodeRecord:
     """A game episode as evaluation records it: no answer, options, ground truth or pose."""
-    steps = [TurnRecord(turn=t + 1, text="{}" if t < invalid else '{"action": "+"}', thoughts="",
-                        action="invalid(no JSON object)" if t < invalid else "+", valid=t >= invalid, reward=0.0, pose=None)
-             for t in range(turns)]
-    return EpisodeRecord(episode_id=f"{prefix}-{i:04d}", scene_id=f"seed-{i}", dataset=task, question_type=task,
-                         question="Move the current number to the target.", options=None, ground_truth="", answer=None,
-                         score=1.0 if won else 0.0, turns=turns, num_invalid=invalid, reward=ret, truncated=truncated,
-                         object_ids=[], steps=steps)
+    steps = [
+        TurnRecord(
+            turn=t + 1,
+            text="{}" if t < invalid else '{"action": "+"}',
+            thoughts="",
+            action="invalid(no JSON object)" if t < invalid else "+",
+            valid=t >= invalid,
+            reward=0.0,
+            pose=None,
+        )
+        for t in range(turns)
+    ]
+    return EpisodeRecord(
+        episode_id=f"{prefix}-{i:04d}",
+        scene_id=f"seed-{i}",
+        dataset=task,
+        question_type=task,
+        question="Move the current number to the target.",
+        options=None,
+        ground_truth="",
+        answer=None,
+        score=1.0 if won else 0.0,
+        turns=turns,
+        num_invalid=invalid,
+        reward=ret,
+        truncated=truncated,
+        object_ids=[],
+        steps=steps,
+    )
 
 
 def _numberline(prefix: str = "game", won: int = 7) -> list[EpisodeRecord]:
@@ -81,15 +105,30 @@ def test_game_report_numbers_in_closed_form():
     assert ci["overall"] == pytest.approx([39.68, 89.22], abs=5e-3)
     # Turns: 7 x 2 + 3 x 5 = 29; invalid turns 1 + 2 = 3; return (7 x 1.0 - 3 x 0.5) / 10 = 0.55.
     m = rep["task_metrics"]["numberline"]
-    assert m == {"num_episodes": 10, "success_rate": pytest.approx(0.7), "mean_reward": pytest.approx(0.55),
-                 "mean_turns": pytest.approx(2.9), "invalid_output_rate": pytest.approx(3 / 29), "truncation_rate": pytest.approx(0.1)}
+    assert m == {
+        "num_episodes": 10,
+        "success_rate": pytest.approx(0.7),
+        "mean_reward": pytest.approx(0.55),
+        "mean_turns": pytest.approx(2.9),
+        "invalid_output_rate": pytest.approx(3 / 29),
+        "truncation_rate": pytest.approx(0.1),
+    }
     agent = rep["agent"]
     assert agent == reports.agent_metrics(_numberline())
-    assert agent["success_rate"] == pytest.approx(0.7) and agent["answer_rate"] == 0.0 and agent["mean_reward"] == pytest.approx(0.55)
+    assert (
+        agent["success_rate"] == pytest.approx(0.7)
+        and agent["answer_rate"] == 0.0
+        and agent["mean_reward"] == pytest.approx(0.55)
+    )
     assert rep["overall"] == pytest.approx(100 * agent["success_rate"])
     # Records keep the game's fields as given: no answer, no options, no pose.
     rec = rep["records"][0]
-    assert rec["answer"] is None and rec["options"] is None and rec["ground_truth"] == "" and rec["steps"][0]["pose"] is None
+    assert (
+        rec["answer"] is None
+        and rec["options"] is None
+        and rec["ground_truth"] == ""
+        and rec["steps"][0]["pose"] is None
+    )
     assert rec["actions"] == ["invalid(no JSON object)", "+"]
 
 
@@ -108,7 +147,10 @@ def test_several_tasks_pool_the_overall_and_list_tasks_in_game_order():
     # invalid 3 / 33, truncated 1 / 14.
     md = reports.report_markdown(rep)
     lo, hi = _wilson(8, 14)
-    assert f"| mix | all | 14 | {100 * 8 / 14:.1f} [{lo:.1f}, {hi:.1f}] | {3.5 / 14:.2f} | {33 / 14:.2f} | {100 * 3 / 33:.1f} | {100 / 14:.1f} |" in md
+    assert (
+        f"| mix | all | 14 | {100 * 8 / 14:.1f} [{lo:.1f}, {hi:.1f}] | {3.5 / 14:.2f} | {33 / 14:.2f} | "
+        f"{100 * 3 / 33:.1f} | {100 / 14:.1f} |" in md
+    )
     lo, hi = _wilson(1, 4)
     assert f"| mix | blackjack | 4 | 25.0 [{lo:.1f}, {hi:.1f}] | -0.50 | 1.00 | 0.0 | 0.0 |" in md
     # Weights of the paired difference reproduce the pooled overall.
@@ -117,8 +159,18 @@ def test_several_tasks_pool_the_overall_and_list_tasks_in_game_order():
 
 
 def test_a_mix_of_vsi_and_game_records_makes_a_game_report(caplog):
-    vsi = EpisodeRecord(episode_id="proc-0000", scene_id="s", dataset="procedural", question_type="route_planning", question="q",
-                        options=["A. x", "B. y"], ground_truth="A", answer="A", score=1.0, turns=1)
+    vsi = EpisodeRecord(
+        episode_id="proc-0000",
+        scene_id="s",
+        dataset="procedural",
+        question_type="route_planning",
+        question="q",
+        options=["A. x", "B. y"],
+        ground_truth="A",
+        answer="A",
+        score=1.0,
+        turns=1,
+    )
     with caplog.at_level(logging.WARNING):
         rep = reports.build_report([vsi, *_numberline()], name="odd")
     assert rep["kind"] == "game" and "mixes VSI-Bench question types" in caplog.text
@@ -139,7 +191,10 @@ def test_game_markdown_shows_success_ci_return_length_and_invalid_rate():
     rep = reports.build_report(_numberline(), name="ppo")
     md = reports.report_markdown(rep)
     assert md.startswith("# Game evaluation: ppo\n")
-    assert "| Method | Task | n | Success (%) [95% CI] | Mean return | Mean length (turns) | Invalid outputs (%) | Truncated (%) |" in md
+    assert (
+        "| Method | Task | n | Success (%) [95% CI] | Mean return | Mean length (turns) | Invalid outputs (%) | "
+        "Truncated (%) |" in md
+    )
     # 70.0 [39.7, 89.2]; return 0.55; 2.90 turns; 3 / 29 = 10.3% invalid; 1 of 10 truncated.
     assert "| ppo | numberline | 10 | 70.0 [39.7, 89.2] | 0.55 | 2.90 | 10.3 | 10.0 |" in md
     assert "Wilson score interval" in md
@@ -148,7 +203,10 @@ def test_game_markdown_shows_success_ci_return_length_and_invalid_rate():
     for vsi_only in ("Obj. Count", "Overall", "answer rate", "question_type", "Per question type"):
         assert vsi_only not in md, vsi_only
     # What eval_vsi prints after a run: the game table, and no VSI agent table.
-    assert reports.table_markdown([("ppo", rep)]).splitlines()[2] == "| ppo | numberline | 10 | 70.0 [39.7, 89.2] | 0.55 | 2.90 | 10.3 | 10.0 |"
+    assert (
+        reports.table_markdown([("ppo", rep)]).splitlines()[2]
+        == "| ppo | numberline | 10 | 70.0 [39.7, 89.2] | 0.55 | 2.90 | 10.3 | 10.0 |"
+    )
     assert reports.agent_metrics_markdown([("ppo", rep)]) == ""
     assert reports.ci_table_markdown([("ppo", rep)]) == reports.game_table_markdown([("ppo", rep)])
 
@@ -209,16 +267,32 @@ def test_comparison_of_two_game_reports(tmp_path):
     # Paired by episode id: episodes 4, 5 and 6 are won by ppo only, so the difference is exactly +30
     # and every resample's difference lies in [0, 100].
     res = reports.paired_overall_ci(ppo, sft, names=("ppo", "sft"))
-    assert res["diff"] == pytest.approx(30.0) and res["measure"] == "success" and 0.0 <= res["low"] <= 30.0 <= res["high"]
+    assert (
+        res["diff"] == pytest.approx(30.0) and res["measure"] == "success" and 0.0 <= res["low"] <= 30.0 <= res["high"]
+    )
     assert f"| ppo - sft | 10 | +30.0 | [{res['low']:+.1f}, {res['high']:+.1f}] |" in md and "Success diff" in md
     with Image.open(out["png"]) as im:
         assert im.format == "PNG" and im.size == (1000, 450)
 
 
 def test_comparison_of_a_vsi_and_a_game_report_shows_both(tmp_path):
-    vsi = reports.build_report([EpisodeRecord(episode_id="proc-0000", scene_id="s", dataset="procedural", question_type="object_counting",
-                                              question="How many chairs?", options=None, ground_truth="2", answer="2", score=1.0, turns=1)],
-                               name="vsi")
+    vsi = reports.build_report(
+        [
+            EpisodeRecord(
+                episode_id="proc-0000",
+                scene_id="s",
+                dataset="procedural",
+                question_type="object_counting",
+                question="How many chairs?",
+                options=None,
+                ground_truth="2",
+                answer="2",
+                score=1.0,
+                turns=1,
+            )
+        ],
+        name="vsi",
+    )
     game = reports.build_report(_numberline(), name="game")
     reports.write_report(vsi, tmp_path / "vsi", plots=False)
     reports.write_report(game, tmp_path / "game", plots=False)
@@ -233,13 +307,40 @@ def test_comparison_of_a_vsi_and_a_game_report_shows_both(tmp_path):
 
 # --------------------------------------------------------------------------------- VSI unchanged
 def test_vsi_reports_keep_their_keys_and_format():
-    recs = [EpisodeRecord(episode_id=f"proc-{i:04d}", scene_id="s", dataset="procedural", question_type=t, question="q",
-                          options=None, ground_truth="2", answer="2", score=s, turns=1,
-                          steps=[TurnRecord(1, "{}", "", "answer(2)", True, s, (0.0, 1.0, 90.0))])
-            for i, (t, s) in enumerate([("object_counting", 1.0), ("route_planning", 0.0)])]
+    recs = [
+        EpisodeRecord(
+            episode_id=f"proc-{i:04d}",
+            scene_id="s",
+            dataset="procedural",
+            question_type=t,
+            question="q",
+            options=None,
+            ground_truth="2",
+            answer="2",
+            score=s,
+            turns=1,
+            steps=[TurnRecord(1, "{}", "", "answer(2)", True, s, (0.0, 1.0, 90.0))],
+        )
+        for i, (t, s) in enumerate([("object_counting", 1.0), ("route_planning", 0.0)])
+    ]
     rep = reports.build_report(recs, name="v")
-    assert list(rep) == ["name", "mode", "kind", "meta", "per_type", "per_task", "overall", "counts", "tasks_present",
-                         "tasks_missing", "table", "table_n", "ci95", "agent", "records"]
+    assert list(rep) == [
+        "name",
+        "mode",
+        "kind",
+        "meta",
+        "per_type",
+        "per_task",
+        "overall",
+        "counts",
+        "tasks_present",
+        "tasks_missing",
+        "table",
+        "table_n",
+        "ci95",
+        "agent",
+        "records",
+    ]
     assert rep["kind"] == "vsi" and reports.report_kind(rep) == "vsi" and "task_metrics" not in rep
     assert reports.report_kind({k: v for k, v in rep.items() if k != "kind"}) == "vsi"  # older reports
     assert list(rep["table"]) == list(reports.SHORT_TASK_NAMES.values()) and rep["overall"] == pytest.approx(50.0)
@@ -249,7 +350,10 @@ def test_vsi_reports_keep_their_keys_and_format():
     assert "## Agent metrics" in md and reports.agent_metrics_markdown([("v", rep)])
     ax = reports.task_bars_figure([("v", rep)]).axes[0]
     assert ax.get_ylabel() == "score (x100)" and "bootstrap" in ax.get_title()
-    assert [t.get_text().split("\n")[0] for t in ax.get_xticklabels()] == ["Overall", *reports.SHORT_TASK_NAMES.values()]
+    assert [t.get_text().split("\n")[0] for t in ax.get_xticklabels()] == [
+        "Overall",
+        *reports.SHORT_TASK_NAMES.values(),
+    ]
     assert "measure" not in reports.paired_overall_ci(rep, rep, n_boot=10)
 
 
@@ -257,10 +361,15 @@ def test_vsi_reports_keep_their_keys_and_format():
 def test_game_picture_with_no_pose_renders_the_state_image_and_says_won_or_lost(tmp_path):
     rec = _numberline()[9]  # lost on the turn limit, 5 turns, none invalid
     assert all(s.pose is None for s in rec.steps)
-    assert reports.picture_header(rec) == ("[numberline] Move the current number to the target.",
-                                           "lost (turn limit)   return: -0.50   turns: 5   invalid: 0")
+    assert reports.picture_header(rec) == (
+        "[numberline] Move the current number to the target.",
+        "lost (turn limit)   return: -0.50   turns: 5   invalid: 0",
+    )
     assert reports.picture_header(_numberline()[0])[1] == "won   return: 1.00   turns: 2   invalid: 1"
-    assert reports.picture_header(_game(0, "sokoban", False, 2, 0, -0.2))[1] == "lost   return: -0.20   turns: 2   invalid: 0"
+    assert (
+        reports.picture_header(_game(0, "sokoban", False, 2, 0, -0.2))[1]
+        == "lost   return: -0.20   turns: 2   invalid: 0"
+    )
     layout = PictureLayout(tile=64, caption=40, map_size=128, header=40)
     frames = [np.full((20, 20, 3), 30 * t, np.uint8) for t in range(5)]
     state = np.zeros((10, 20, 3), np.uint8)

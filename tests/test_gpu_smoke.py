@@ -1,5 +1,6 @@
 """scripts/gpu_smoke.sh and a2c_ppo_acktr/gpu_smoke.py: the checks fail on what they must catch, and
 the script's CPU mode runs every stage end to end (no GPU exists on the build machine)."""
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,16 @@ from pathlib import Path
 import pytest
 
 from a2c_ppo_acktr.config.arguments import load_config
-from a2c_ppo_acktr.gpu_smoke import FAILED, RATIO_BOUNDS, SmokeFailure, ratio_bound, check_ppo_run, check_sft_run, main, summary_table
+from a2c_ppo_acktr.gpu_smoke import (
+    FAILED,
+    RATIO_BOUNDS,
+    SmokeFailure,
+    ratio_bound,
+    check_ppo_run,
+    check_sft_run,
+    main,
+    summary_table,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -19,13 +29,20 @@ REPO = Path(__file__).resolve().parent.parent
 def _run_dir(tmp_path: Path, rows: list[dict], dtype: str = "float32", old_log_probs: str = "rollout") -> Path:
     run = tmp_path / "run"
     run.mkdir()
-    load_config(preset="debug", overrides={"model": {"dtype": dtype}, "ppo": {"old_log_probs": old_log_probs}}).save(run / "config.yaml")
+    load_config(preset="debug", overrides={"model": {"dtype": dtype}, "ppo": {"old_log_probs": old_log_probs}}).save(
+        run / "config.yaml"
+    )
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return run
 
 
 def _row(it: int, ratio: float = 1e-6, rank: float = 0.0, seconds: float = 0.5) -> dict:
-    return {"iteration": it, "debug/first_minibatch_ratio_max_dev": ratio, "debug/param_rank_max_dev": rank, "time/iteration": seconds}
+    return {
+        "iteration": it,
+        "debug/first_minibatch_ratio_max_dev": ratio,
+        "debug/param_rank_max_dev": rank,
+        "time/iteration": seconds,
+    }
 
 
 def test_check_ppo_run_passes_a_good_run_and_reports_speed(tmp_path):
@@ -51,7 +68,11 @@ def test_the_low_precision_bound_is_a_fraction_of_the_clip_range():
         ([_row(1), _row(2, ratio=2e-4)], "float32", "first_minibatch_ratio_max_dev"),  # over fp32's 1e-4
         ([_row(1), _row(2, ratio=float("nan"))], "float32", "first_minibatch_ratio_max_dev"),
         # bf16: a fraction of the run's clip range (the debug preset's ppo.clip_coef)
-        ([_row(1, ratio=ratio_bound("bfloat16", load_config(preset="debug").ppo.clip_coef) * 1.01), _row(2)], "bfloat16", "first_minibatch_ratio_max_dev"),
+        (
+            [_row(1, ratio=ratio_bound("bfloat16", load_config(preset="debug").ppo.clip_coef) * 1.01), _row(2)],
+            "bfloat16",
+            "first_minibatch_ratio_max_dev",
+        ),
         ([_row(1)], "float32", "expected 2 iterations"),
     ],
 )
@@ -84,8 +105,17 @@ def test_check_sft_run(tmp_path):
 
 
 def _script(tmp_path: Path, device: str, timeout: int, **extra: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, GPU_SMOKE_DEVICE=device, GPU_SMOKE_DIR=str(tmp_path / "smoke"), OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", **extra)
-    return subprocess.run(["bash", "scripts/gpu_smoke.sh"], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    env = dict(
+        os.environ,
+        GPU_SMOKE_DEVICE=device,
+        GPU_SMOKE_DIR=str(tmp_path / "smoke"),
+        OMP_NUM_THREADS="1",
+        DS_ACCELERATOR="cpu",
+        **extra,
+    )
+    return subprocess.run(
+        ["bash", "scripts/gpu_smoke.sh"], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_script_is_valid_bash_and_fails_loudly_without_a_gpu(tmp_path):
@@ -121,8 +151,23 @@ def test_ratio_stage_runs_on_the_env_overlay(tmp_path, tiny_model_path, monkeypa
 
     monkeypatch.setattr(gpu_smoke, "collect", spy)
     out = tmp_path / "ratio.json"
-    rc = main(["ratio", "--device", "cpu", "--seeds", "1", "--out", str(out), "--config", str(REPO / "configs/envs/numberline.yaml"),
-               "--set", "env.image_size=64", "--set", f"model.model_path={tiny_model_path}"])
+    rc = main(
+        [
+            "ratio",
+            "--device",
+            "cpu",
+            "--seeds",
+            "1",
+            "--out",
+            str(out),
+            "--config",
+            str(REPO / "configs/envs/numberline.yaml"),
+            "--set",
+            "env.image_size=64",
+            "--set",
+            f"model.model_path={tiny_model_path}",
+        ]
+    )
     assert rc == 0
     assert seen == [("NumberLine-v0", 64)] * 2  # one rollout per temperature setting
     assert all(r["ratio_max_dev"] < RATIO_BOUNDS["float32"] for r in json.loads(out.read_text()))
@@ -146,7 +191,11 @@ def test_script_cpu_mode_runs_every_stage(tmp_path, tiny_model_path):
     assert sft["steps"] == 1 and math.isfinite(sft["loss"])
     real = json.loads((work / "real.json").read_text())
     assert real["turns"] == 4 and real["ratio_max_dev"] < 1e-4 and real["share_outside_clip"] == 0.0
-    assert 0 < real["prompt_tokens_max"] < real["context_limit"] and set(real["phase_seconds"]) == {"load", "collect", "rescore"}
+    assert 0 < real["prompt_tokens_max"] < real["context_limit"] and set(real["phase_seconds"]) == {
+        "load",
+        "collect",
+        "rescore",
+    }
     table = summary_table(work, "cpu")
     assert "| PPO debug/param_rank_max_dev | 0 | 0 |" in table and table in proc.stdout
     assert "| real checkpoint: longest prompt + new tokens |" in table
@@ -162,20 +211,33 @@ def test_real_checkpoint_stage_fails_on_a_prompt_past_the_models_positions(tmp_p
     (path / "config.json").write_text(json.dumps(config))
     assert main(["real", "--device", "cpu", "--model", str(path), "--preset", "debug"]) == 1
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith(FAILED)]
-    assert len(lines) == 1 and lines[0].startswith(f"{FAILED}: real: a prompt of ") and "exceeds the model's 128 positions" in lines[0]
+    assert (
+        len(lines) == 1
+        and lines[0].startswith(f"{FAILED}: real: a prompt of ")
+        and "exceeds the model's 128 positions" in lines[0]
+    )
     assert main(["real", "--device", "cpu"]) == 1 and "real needs --model" in capsys.readouterr().err
 
 
 def test_the_first_ratio_must_be_exactly_one_when_the_update_recomputes_old_log_probs(tmp_path):
     (tmp_path / "a").mkdir()
-    ok = check_ppo_run(_run_dir(tmp_path / "a", [_row(1, ratio=0.0), _row(2, ratio=0.0)], "bfloat16", "update"), iterations=2)
+    ok = check_ppo_run(
+        _run_dir(tmp_path / "a", [_row(1, ratio=0.0), _row(2, ratio=0.0)], "bfloat16", "update"), iterations=2
+    )
     assert ok["old_log_probs"] == "update" and ok["ratio_max_dev"] == 0.0
     # One ulp of bf16 rounding fails under update (one forward in one layout) but is far inside rollout's bound.
     (tmp_path / "b").mkdir()
     with pytest.raises(SmokeFailure, match=r"not exactly 0 with ppo.old_log_probs=update"):
-        check_ppo_run(_run_dir(tmp_path / "b", [_row(1, ratio=0.0), _row(2, ratio=2.0**-8)], "bfloat16", "update"), iterations=2)
+        check_ppo_run(
+            _run_dir(tmp_path / "b", [_row(1, ratio=0.0), _row(2, ratio=2.0**-8)], "bfloat16", "update"), iterations=2
+        )
     (tmp_path / "c").mkdir()
-    assert check_ppo_run(_run_dir(tmp_path / "c", [_row(1, ratio=0.0), _row(2, ratio=2.0**-8)], "bfloat16", "rollout"), iterations=2)["ratio_max_dev"] == 2.0**-8
+    assert (
+        check_ppo_run(
+            _run_dir(tmp_path / "c", [_row(1, ratio=0.0), _row(2, ratio=2.0**-8)], "bfloat16", "rollout"), iterations=2
+        )["ratio_max_dev"]
+        == 2.0**-8
+    )
 
 
 def test_real_size_run_reports_its_phases(tmp_path):
@@ -213,7 +275,9 @@ def test_measured_shapes_count_images_and_visual_tokens_in_the_prompt_ids():
 
 def test_real_size_stages_need_a_preset(tmp_path):
     bad = _script(tmp_path, "cpu", timeout=60, GPU_SMOKE_STAGES="real-size")
-    assert bad.returncode == 2 and f"{FAILED}: GPU_SMOKE_STAGES=real-size needs GPU_SMOKE_REAL_SIZE=<preset>" in bad.stderr
+    assert (
+        bad.returncode == 2 and f"{FAILED}: GPU_SMOKE_STAGES=real-size needs GPU_SMOKE_REAL_SIZE=<preset>" in bad.stderr
+    )
     bad = _script(tmp_path, "cpu", timeout=60, GPU_SMOKE_STAGES="tiny")
     assert bad.returncode == 2 and f"{FAILED}: GPU_SMOKE_STAGES=tiny; use all or real-size" in bad.stderr
 
@@ -223,8 +287,14 @@ def test_script_real_size_stage_on_cpu(tmp_path):
     """GPU_SMOKE_REAL_SIZE on CPU: a 2-layer float32 proxy of Qwen2.5-VL-3B's architecture (the real
     vocabulary and tower widths) built by python -m a2c_ppo_acktr.real_size, act against a bare
     generate, and 2 PPO iterations of the preset on NumberLine, checked and tabled (~80 s)."""
-    proc = _script(tmp_path, "cpu", timeout=400, GPU_SMOKE_STAGES="real-size", GPU_SMOKE_REAL_SIZE="qwen2.5-vl-3b",
-                   ENV_CONFIG="configs/envs/numberline.yaml")
+    proc = _script(
+        tmp_path,
+        "cpu",
+        timeout=400,
+        GPU_SMOKE_STAGES="real-size",
+        GPU_SMOKE_REAL_SIZE="qwen2.5-vl-3b",
+        ENV_CONFIG="configs/envs/numberline.yaml",
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.rstrip().endswith("GPU SMOKE PASSED") and "== 2/5" not in proc.stdout
     work = tmp_path / "smoke"
@@ -249,13 +319,37 @@ def test_vllm_stage_reads_vllm_python_and_reports_its_version(tmp_path):
     bad = _script(tmp_path, "cpu", timeout=60, VLLM_PYTHON="/bin/false")
     assert bad.returncode == 1 and f"{FAILED}: VLLM_PYTHON=/bin/false cannot import vllm" in bad.stderr
     assert "== 1/5" not in bad.stdout
-    rows = [{"iteration": i, "engine/adapter_version": float(i), "engine/logp_gap_max": 0.01, "engine/logp_gap_mean": 0.002,
-             "charts/turns": 4.0 * i, "time/collect": 0.5} for i in (1, 2)]
+    rows = [
+        {
+            "iteration": i,
+            "engine/adapter_version": float(i),
+            "engine/logp_gap_max": 0.01,
+            "engine/logp_gap_mean": 0.002,
+            "charts/turns": 4.0 * i,
+            "time/collect": 0.5,
+        }
+        for i in (1, 2)
+    ]
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     work = tmp_path / "work"
     work.mkdir()
-    assert main(["check-engine", "--device", "cpu", "--run-dir", str(run), "--vllm-version", "0.33.1", "--out", str(work / "engine.json")]) == 0
+    assert (
+        main(
+            [
+                "check-engine",
+                "--device",
+                "cpu",
+                "--run-dir",
+                str(run),
+                "--vllm-version",
+                "0.33.1",
+                "--out",
+                str(work / "engine.json"),
+            ]
+        )
+        == 0
+    )
     assert json.loads((work / "engine.json").read_text())["vllm_version"] == "0.33.1"
     assert "| vLLM 0.33.1 engine: max abs(logp_engine - logp_policy) | 0.01 " in summary_table(work, "cpu")

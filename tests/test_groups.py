@@ -1,5 +1,6 @@
 """Grouped rollouts (rollout.group_size): the envs of a group play the same episodes; rloo/grpo and
 the advantage normalisation modes against closed forms on grouped, terminated and truncated episodes."""
+
 import numpy as np
 import pytest
 import torch
@@ -27,7 +28,9 @@ def test_envs_of_a_group_start_every_episode_alike_and_carry_its_group_id():
     specs = [_spec(e) for e in batch.envs]
     assert specs[0] == specs[1] and specs[2] == specs[3]
     assert specs[0] != specs[2]  # different groups draw different episodes
-    assert obs[0]["text"] == obs[1]["text"] and all(np.array_equal(a, b) for a, b in zip(obs[0]["images"], obs[1]["images"]))
+    assert obs[0]["text"] == obs[1]["text"] and all(
+        np.array_equal(a, b) for a, b in zip(obs[0]["images"], obs[1]["images"])
+    )
     assert [i["group_id"] for i in batch.reset_infos] == [0, 0, GROUP_ID_STRIDE, GROUP_ID_STRIDE]
     # Env 0 answers at once (its 2nd episode starts), env 1 walks until truncated (3 turns): they drift apart.
     second: dict[int, tuple] = {}
@@ -92,8 +95,15 @@ GIDS = torch.tensor([[0, 0, G, G], [1, 0, G, G + 1]])
 
 def _run(name):
     return get_advantage_estimator(name)(
-        rewards=REWARDS, values=torch.zeros(2, 4), next_values=torch.zeros(2, 4), terminated=TERM, truncated=TRUNC,
-        group_ids=GIDS, starts_episode=None, gamma=1.0, gae_lambda=1.0,
+        rewards=REWARDS,
+        values=torch.zeros(2, 4),
+        next_values=torch.zeros(2, 4),
+        terminated=TERM,
+        truncated=TRUNC,
+        group_ids=GIDS,
+        starts_episode=None,
+        gamma=1.0,
+        gae_lambda=1.0,
     )
 
 
@@ -112,14 +122,24 @@ def test_grpo_with_and_without_std_floor():
     adv, _ = _run("grpo")
     # a pair (a, b): (x - mean) / unbiased std = +-1/sqrt(2) ... divided by std + 1e-6
     s0, s1 = (1.1 / 2) * 2**0.5, (0.6 / 2) * 2**0.5
-    torch.testing.assert_close(adv[0], torch.tensor([0.55 / (s0 + 1e-6), -0.55 / (s0 + 1e-6), 0.3 / (s1 + 1e-6), -0.3 / (s1 + 1e-6)]))
-    floored, _ = get_advantage_estimator("grpo")(
-        rewards=REWARDS, terminated=TERM, truncated=TRUNC, group_ids=GIDS, std_floor=1.0,
+    torch.testing.assert_close(
+        adv[0], torch.tensor([0.55 / (s0 + 1e-6), -0.55 / (s0 + 1e-6), 0.3 / (s1 + 1e-6), -0.3 / (s1 + 1e-6)])
     )
-    torch.testing.assert_close(floored[0], torch.tensor([0.55, -0.55, 0.3, -0.3]))  # both stds (0.78, 0.42) < 1: floored
+    floored, _ = get_advantage_estimator("grpo")(
+        rewards=REWARDS,
+        terminated=TERM,
+        truncated=TRUNC,
+        group_ids=GIDS,
+        std_floor=1.0,
+    )
+    torch.testing.assert_close(
+        floored[0], torch.tensor([0.55, -0.55, 0.3, -0.3])
+    )  # both stds (0.78, 0.42) < 1: floored
     # equal returns in a group: exactly 0, with or without floor
     eq, _ = get_advantage_estimator("grpo")(
-        rewards=torch.ones(1, 2), terminated=torch.ones(1, 2, dtype=torch.bool), truncated=torch.zeros(1, 2, dtype=torch.bool),
+        rewards=torch.ones(1, 2),
+        terminated=torch.ones(1, 2, dtype=torch.bool),
+        truncated=torch.zeros(1, 2, dtype=torch.bool),
         group_ids=torch.zeros(1, 2, dtype=torch.long),
     )
     assert eq.abs().max().item() == 0.0
@@ -140,14 +160,21 @@ def test_normalisation_modes_closed_form():
     # batch: mean 7, population std sqrt(((36+16+9+49)/4)) = sqrt(27.5)
     torch.testing.assert_close(normalize_advantages(a, "batch"), (a - 7) / (27.5**0.5 + 1e-8))
     # group: means 2 and 12, stds 1 and 2
-    torch.testing.assert_close(normalize_advantages(a, "group", group_ids=groups), torch.tensor([[-1.0, 1.0, -1.0, 1.0]]))
+    torch.testing.assert_close(
+        normalize_advantages(a, "group", group_ids=groups), torch.tensor([[-1.0, 1.0, -1.0, 1.0]])
+    )
     # the floor only acts where the std is below it
-    torch.testing.assert_close(normalize_advantages(a, "group", std_floor=1.5, group_ids=groups), torch.tensor([[-1 / 1.5, 1 / 1.5, -1.0, 1.0]]))
+    torch.testing.assert_close(
+        normalize_advantages(a, "group", std_floor=1.5, group_ids=groups),
+        torch.tensor([[-1 / 1.5, 1 / 1.5, -1.0, 1.0]]),
+    )
     # masked entries stay 0 and do not enter the statistics
     mask = torch.tensor([[True, True, True, False]])
     out = normalize_advantages(a, "batch", mask=mask)
     assert out[0, 3].item() == 0.0
-    torch.testing.assert_close(out[0, :3].mean(), torch.tensor(0.0), atol=normalized_mean_tolerance(a[mask], out[0, :3]), rtol=0)
+    torch.testing.assert_close(
+        out[0, :3].mean(), torch.tensor(0.0), atol=normalized_mean_tolerance(a[mask], out[0, :3]), rtol=0
+    )
     with pytest.raises(ValueError, match="needs the rollout's group ids"):
         normalize_advantages(a, "group")
 
@@ -165,10 +192,18 @@ def test_equal_rewards_give_near_zero_advantages_with_the_floor():
 # ------------------------------------------------------------------------ end to end
 def _grouped_overrides(out, estimator, **extra):
     base = {
-        "log.output_dir": str(out), "log.progress_bar": "false", "log.tensorboard": "false", "log.save_interval": "1",
-        "ppo.num_iterations": "3", "env.max_turns": "2", "model.max_new_tokens": "24",
-        "rollout.num_envs": "4", "rollout.group_size": "2", "rollout.num_steps": "2",
-        "ppo.advantage_estimator": estimator, "ppo.mini_batch_size": "4",
+        "log.output_dir": str(out),
+        "log.progress_bar": "false",
+        "log.tensorboard": "false",
+        "log.save_interval": "1",
+        "ppo.num_iterations": "3",
+        "env.max_turns": "2",
+        "model.max_new_tokens": "24",
+        "rollout.num_envs": "4",
+        "rollout.group_size": "2",
+        "rollout.num_steps": "2",
+        "ppo.advantage_estimator": estimator,
+        "ppo.mini_batch_size": "4",
     }
     base.update(extra)
     return [f"{k}={v}" for k, v in base.items()]
@@ -193,8 +228,17 @@ def test_grouped_estimators_train_end_to_end_and_resume_exactly(tmp_path, estima
     monkeypatch.setattr(RolloutStorage, "compute_returns", spy)
     full = run_training(load_config(preset="debug", overrides=_grouped_overrides(tmp_path / "full", estimator)))
     assert horizons == [2, 2, 2]
-    run_training(load_config(preset="debug", overrides=_grouped_overrides(tmp_path / "split", estimator, **{"log.stop_after_iterations": "2"})))
-    resumed = run_training(load_config(preset="debug", overrides=_grouped_overrides(tmp_path / "split", estimator, **{"log.resume": "auto"})))
+    run_training(
+        load_config(
+            preset="debug",
+            overrides=_grouped_overrides(tmp_path / "split", estimator, **{"log.stop_after_iterations": "2"}),
+        )
+    )
+    resumed = run_training(
+        load_config(
+            preset="debug", overrides=_grouped_overrides(tmp_path / "split", estimator, **{"log.resume": "auto"})
+        )
+    )
     a, b = torch.load(full / "trainable.pt"), torch.load(resumed / "trainable.pt")
     assert all(torch.equal(a[n], b[n]) for n in a)
     rows = read_metrics(tmp_path / "full" / "metrics.jsonl")

@@ -2,6 +2,7 @@
 interpreter that never imported a2c_ppo_acktr.envs (the installed import hook,
 a2c_ppo_acktr/gymnasium_plugin.py), registration imports nothing heavy, and the Python snippets of
 README.md and docs/USAGE.md (found by their ``<!-- snippet: NAME -->`` markers) run as written."""
+
 from __future__ import annotations
 
 import os
@@ -23,11 +24,19 @@ USAGE = REPO / "docs" / "USAGE.md"
 
 def _run(code: str, cwd: Path, timeout: int = 300, **extra_env: str) -> subprocess.CompletedProcess:
     """``python -c code`` in ``cwd`` (not the checkout: the installed package is what gets imported)."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "WANDB_MODE": "disabled",
+    }
     env.pop("PYTHONPATH", None)
     env.pop(gymnasium_plugin.DISABLE_ENV, None)
     env.update(extra_env)
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def readme_snippet(name: str, doc: Path = README) -> str:
@@ -125,7 +134,11 @@ def test_the_installation_put_the_hook_in_site_packages():
     editable, the wheel path is tested below)."""
     import site
 
-    found = [Path(d) / "vsi_ppo_gymnasium.pth" for d in site.getsitepackages() if (Path(d) / "vsi_ppo_gymnasium.pth").is_file()]
+    found = [
+        Path(d) / "vsi_ppo_gymnasium.pth"
+        for d in site.getsitepackages()
+        if (Path(d) / "vsi_ppo_gymnasium.pth").is_file()
+    ]
     assert found, f"no vsi_ppo_gymnasium.pth in {site.getsitepackages()}: run scripts/setup.sh (pip install -e .)"
     assert found[0].read_text().strip() == "import a2c_ppo_acktr.gymnasium_plugin"
 
@@ -143,8 +156,24 @@ def test_a_built_wheel_ships_the_hook(tmp_path):
         shutil.copytree(REPO / name, src / name, ignore=skip)
     for path in [REPO / "setup.py", REPO / "README.md", *REPO.glob("*.py")]:
         shutil.copy2(path, src / path.name)
-    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(src)],
-                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     (wheel,) = tmp_path.glob("vsi_ppo-*.whl")
     with zipfile.ZipFile(wheel) as z:
@@ -174,13 +203,18 @@ def test_readme_policy_snippet_runs(tmp_path):
 
     code = readme_snippet("policy", USAGE)
     m = re.search(r'ckpt = "([^"]+)"', code)
-    assert m, "the policy snippet names its checkpoint as ckpt = \"...\""
+    assert m, 'the policy snippet names its checkpoint as ckpt = "..."'
     ckpt = tmp_path / m.group(1)
-    cfg = load_config(preset="debug", overrides=["--env.image_size", "32", "--env.max_turns", "2", "--model.max_new_tokens", "8"])
+    cfg = load_config(
+        preset="debug", overrides=["--env.image_size", "32", "--env.max_turns", "2", "--model.max_new_tokens", "8"]
+    )
     torch.manual_seed(0)
     VLMPolicy(cfg.model).save_pretrained(ckpt / "policy")
     cfg.save(ckpt / "config.yaml")
-    probe = "\nassert env.unwrapped.cfg == cfg.env and env.unwrapped.cfg.image_size == 32\nprint('turns', env.unwrapped.turn)\n"
+    probe = (
+        "\nassert env.unwrapped.cfg == cfg.env and env.unwrapped.cfg.image_size == 32\nprint('turns', "
+        "env.unwrapped.turn)\n"
+    )
     res = _run(code + probe, tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     turns = int(res.stdout.strip().splitlines()[-1].split()[-1])
@@ -197,7 +231,9 @@ def _fake_nvidia_smi(tmp_path, driver: str) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(platform.machine() != "x86_64", reason="the driver floor belongs to the x86_64 pin (a CUDA 13 build)")
+@pytest.mark.skipif(
+    platform.machine() != "x86_64", reason="the driver floor belongs to the x86_64 pin (a CUDA 13 build)"
+)
 def test_setup_stops_on_a_gpu_node_whose_driver_cannot_run_the_pinned_torch(tmp_path):
     """A driver older than the pinned build needs (CUDA 13: >= 580): one line naming the driver and
     the build, before anything is installed; a recent driver, or a TORCH_PINS of one's own, goes on."""
@@ -208,7 +244,11 @@ def test_setup_stops_on_a_gpu_node_whose_driver_cannot_run_the_pinned_torch(tmp_
     res = subprocess.run(["bash", "scripts/setup.sh"], cwd=repo, env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 1 and not venv.exists()
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and "NVIDIA driver 550.54.15 cannot run the default torch==2.14.1" in lines[0] and "TORCH_PINS" in lines[0]
+    assert (
+        len(lines) == 1
+        and "NVIDIA driver 550.54.15 cannot run the default torch==2.14.1" in lines[0]
+        and "TORCH_PINS" in lines[0]
+    )
     ok = {**_fake_nvidia_smi(tmp_path, "580.65.06"), "VSI_VENV": str(repo / ".venv")}
     ok.pop("TORCH_PINS", None)
     res = subprocess.run(["bash", "scripts/setup.sh"], cwd=repo, env=ok, capture_output=True, text=True, timeout=600)

@@ -1,6 +1,7 @@
-"""Each observation's images are processed once (issue 16): ``act`` keeps each row's processor output,
+"""Each observation's images are processed once: ``act`` keeps each row's processor output,
 the storage keeps one copy per distinct image, and every minibatch of every epoch forwards those
 tensors without running the processor, giving what re-processing would give."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,7 +17,7 @@ from a2c_ppo_acktr.policy.encoding import ImageFeatureStore, collate, split_rows
 from a2c_ppo_acktr.policy.loading import load_vlm
 from a2c_ppo_acktr.policy.model import VLMPolicy
 from a2c_ppo_acktr.algo.storage import RolloutStorage
-from helpers import fresh_policy, tiny_model_cfg
+from helpers import fresh_policy, observation_rows, tiny_model_cfg
 from numerics import recorded_forwards
 
 NUM_ENVS, NUM_STEPS = 3, 2
@@ -26,11 +27,9 @@ MAX_NEW_TOKENS = 8
 def _observations(rng, step, sweep):
     """Rows with 0-3 images of different sizes; the first image of every row is the episode's sweep
     frame, the same on every step (as VSI's sweep repeats on every turn)."""
-    return [
-        {"images": [sweep[n]] + [rng.integers(0, 256, (28 + 14 * k, 28, 3), dtype=np.uint8) for k in range((n + step) % 3)],
-         "text": "How far is the bed from the sofa?" + " again" * (n + 2 * step)}
-        for n in range(NUM_ENVS)
-    ]
+    texts = ["How far is the bed from the sofa?" + " again" * (n + 2 * step) for n in range(NUM_ENVS)]
+    rows = observation_rows(rng, texts, [(n + step) % 3 for n in range(NUM_ENVS)], shape=lambda k: (28 + 14 * k, 28))
+    return [{**row, "images": [sweep[n], *row["images"]]} for n, row in enumerate(rows)]
 
 
 def _rollout(policy, seed=0):
@@ -50,13 +49,22 @@ def test_split_then_collate_gives_the_processor_batch_back(tiny_family_path, fam
     """Any subset of rows in any order collates to what the processor makes of those rows."""
     loaded = load_vlm(ModelConfig(model_path=tiny_family_path(family), device="cpu"))
     rng = np.random.default_rng(1)
-    obs = [{"images": [rng.integers(0, 256, (28 + 14 * k, 42, 3), dtype=np.uint8) for k in range(n % 3 + (family == "llava"))],
-            "text": "Which is closer?" + " more" * n} for n in range(4)]
+    obs = [
+        {
+            "images": [
+                rng.integers(0, 256, (28 + 14 * k, 42, 3), dtype=np.uint8) for k in range(n % 3 + (family == "llava"))
+            ],
+            "text": "Which is closer?" + " more" * n,
+        }
+        for n in range(4)
+    ]
     texts = [prompts.render_prompt(loaded.processor, prompts.build_messages(o)) for o in obs]
 
     def process(rows):
         flat = [im for r in rows for im in obs[r]["images"]]
-        return dict(loaded.processor(text=[texts[r] for r in rows], images=flat or None, padding=True, return_tensors="pt"))
+        return dict(
+            loaded.processor(text=[texts[r] for r in rows], images=flat or None, padding=True, return_tensors="pt")
+        )
 
     turns = split_rows(process(range(4)), [len(o["images"]) for o in obs])
     for rows in ([0, 1, 2, 3], [3, 1], [2, 0, 1]):
@@ -71,7 +79,9 @@ def test_update_forwards_the_rollout_tensors_without_the_processor(loaded, tiny_
     policy = fresh_policy(loaded, tiny_model_path, max_new_tokens=MAX_NEW_TOKENS)
     calls = []
     real = type(policy.processor).__call__
-    monkeypatch.setattr(type(policy.processor), "__call__", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    monkeypatch.setattr(
+        type(policy.processor), "__call__", lambda self, *a, **k: calls.append(1) or real(self, *a, **k)
+    )
     st = _rollout(policy)
     assert len(calls) == NUM_STEPS
     assert all(e is not None for e in st.encodings)
@@ -79,7 +89,9 @@ def test_update_forwards_the_rollout_tensors_without_the_processor(loaded, tiny_
     with recorded_forwards(VLMPolicy) as forwards:
         out = PPO(policy, opt, PPOConfig(ppo_epochs=2, mini_batch_size=2)).update(st)
     assert len(calls) == NUM_STEPS
-    assert out["debug/first_minibatch_ratio_max_dev"] < forwards[0].ratio  # the first minibatch's rounding against act's
+    assert (
+        out["debug/first_minibatch_ratio_max_dev"] < forwards[0].ratio
+    )  # the first minibatch's rounding against act's
 
 
 def test_kept_encodings_score_like_reprocessed_images(loaded, tiny_model_path):
@@ -126,7 +138,10 @@ def test_store_shares_only_equal_features():
     from a2c_ppo_acktr.policy.encoding import TurnEncoding
 
     img = np.zeros((4, 4, 3), np.uint8)
-    turn = lambda v: TurnEncoding(tokens={"input_ids": torch.arange(3)}, images=[{"pixel_values": torch.full((2, 5), v)}])  # noqa: E731
+
+    def turn(v):
+        return TurnEncoding(tokens={"input_ids": torch.arange(3)}, images=[{"pixel_values": torch.full((2, 5), v)}])
+
     store = ImageFeatureStore()
     first = store.share(turn(1.0), [img])
     same = store.share(turn(1.0), [img.copy()])
@@ -165,5 +180,7 @@ def test_an_output_the_cache_cannot_split_falls_back_to_reprocessing(loaded, tin
     assert all(e is None for e in st.encodings) and "'novel' is unknown" in caplog.text
     assert all(len(p) > 0 for p in st.prompt_ids)
     with recorded_forwards(VLMPolicy) as forwards:
-        out = PPO(policy, torch.optim.Adam(policy.trainable_parameters(), lr=1e-3), PPOConfig(ppo_epochs=1, mini_batch_size=3)).update(st)
+        out = PPO(
+            policy, torch.optim.Adam(policy.trainable_parameters(), lr=1e-3), PPOConfig(ppo_epochs=1, mini_batch_size=3)
+        ).update(st)
     assert out["debug/first_minibatch_ratio_max_dev"] < forwards[0].ratio

@@ -1,4 +1,5 @@
 """JSONL readers: line-numbered errors for inputs, torn-last-line tolerance for append-only logs."""
+
 import logging
 
 import pytest

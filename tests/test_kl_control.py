@@ -1,4 +1,5 @@
 """The KL settings as one object (algo/kl.py) and the update's metric tally (algo/tally.py)."""
+
 from __future__ import annotations
 
 import math
@@ -17,7 +18,9 @@ def test_the_reference_forward_runs_always_in_the_loss_else_only_for_the_monitor
     monitor = KLControl(PPOConfig(kl_coef=0.0), monitor_interval=3)
     assert not monitor.in_loss
     assert [monitor.with_reference(True, n, True) for n in range(7)] == [True, False, False, True, False, False, True]
-    assert not monitor.with_reference(False, 0, True) and not monitor.with_reference(True, 0, False)  # no LoRA: no reference
+    assert not monitor.with_reference(False, 0, True) and not monitor.with_reference(
+        True, 0, False
+    )  # no LoRA: no reference
     reward = KLControl(PPOConfig(kl_coef=0.1, kl_penalty="reward"))
     assert not reward.in_loss and not reward.adapts  # a reward penalty is not in the loss and does not adapt here
 
@@ -58,9 +61,16 @@ def test_a_reference_is_one_class_and_unknown_names_are_listed():
     from a2c_ppo_acktr.common import choices
     from a2c_ppo_acktr.policy import references
 
-    assert {type(r).__name__ for r in references.REFERENCES.values()} == {"StartingPolicy", "AdapterDisabled", "MovingAverage"}
+    assert {type(r).__name__ for r in references.REFERENCES.values()} == {
+        "StartingPolicy",
+        "AdapterDisabled",
+        "MovingAverage",
+    }
     assert references.reference_named("noised_images").noise and not references.reference_named("masked_images").noise
-    with pytest.raises(ValueError, match=r"reference='frozen' is not one of \['start', 'base', 'ema', 'masked_images', 'noised_images'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"reference='frozen' is not one of \['start', 'base', 'ema', 'masked_images', 'noised_images'\]",
+    ):
         references.reference_named("frozen")
     with pytest.raises(ImportError, match="ppo.reference"):  # a class registered without its name in choices.py
         choices.check_registry("ppo.reference", [*references.REFERENCES, "frozen"], choices.REFERENCES)

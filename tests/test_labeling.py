@@ -1,6 +1,7 @@
 """Labelling: episodes are recorded faithfully, a killed run resumes without duplicates, bad teacher
 output is recorded (not fatal), exploration keeps the teacher's labels, and preprocessing builds
 RL-identical prompts split by scene."""
+
 from __future__ import annotations
 
 import json
@@ -73,7 +74,9 @@ def test_episodes_are_recorded_with_their_images(tmp_path):
         for turn in ep["turns"]:
             assert turn["observation_text"] == obs["text"]
             stored = [load_image(tmp_path / "lab" / p) for p in turn["images"]]
-            assert len(stored) == len(obs["images"]) and all(np.array_equal(a, b) for a, b in zip(stored, obs["images"]))
+            assert len(stored) == len(obs["images"]) and all(
+                np.array_equal(a, b) for a, b in zip(stored, obs["images"])
+            )
             assert not Path(turn["images"][0]).is_absolute()
             assert turn["valid"] and repr(parse_action(turn["teacher_output"])) == turn["action"]
             obs, reward, terminated, truncated, info = env.step(turn["executed"])
@@ -239,7 +242,14 @@ def test_preprocess_refuses_a_missing_or_empty_label_dir_and_keeps_the_dataset(t
 
     cfg = _cfg(tmp_path / "lab", num_episodes=3)
     label_trajectories(cfg)
-    args = ["--preset", "debug", "--label.out_dir", str(tmp_path / "lab"), "--label.dataset_dir", str(tmp_path / "data")]
+    args = [
+        "--preset",
+        "debug",
+        "--label.out_dir",
+        str(tmp_path / "lab"),
+        "--label.dataset_dir",
+        str(tmp_path / "data"),
+    ]
     vlm_traj_preprocess.main(args)
     before = (tmp_path / "data" / "train.jsonl").read_bytes()
     assert before
@@ -273,7 +283,10 @@ class Outage(OracleWrapper):
         replies = self.inner.generate(observations, envs)
         if not self.fail:
             return replies
-        return [TeacherReply("", error="cannot reach http://teacher/v1/chat/completions: timed out", attempts=4) for _ in replies]
+        return [
+            TeacherReply("", error="cannot reach http://teacher/v1/chat/completions: timed out", attempts=4)
+            for _ in replies
+        ]
 
 
 def test_episodes_labelled_during_an_outage_are_labelled_again_and_preprocessing_keeps_the_new_line(tmp_path, caplog):

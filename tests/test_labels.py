@@ -3,6 +3,7 @@
 Checks are on object-id masks and on pixel differences between labelled and unlabelled images, never
 on absolute colours (the renderer's shading and the procedural meshes change independently).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,7 +17,14 @@ from a2c_ppo_acktr.envs.navigation import sample_free_pose
 from a2c_ppo_acktr.envs.procedural import make_procedural_scene
 from a2c_ppo_acktr.envs.renderer import Camera, Frame, Pose, Renderer, visible_objects
 from a2c_ppo_acktr.envs.vsi_env import VSIEnv
-from a2c_ppo_acktr.common.prompts import LABEL_SENTENCES, Move, build_messages, feedback_text, format_response, observation_text
+from a2c_ppo_acktr.common.prompts import (
+    LABEL_SENTENCES,
+    Move,
+    build_messages,
+    feedback_text,
+    format_response,
+    observation_text,
+)
 
 SIZE = 160
 MIN_PIXELS = 30
@@ -54,7 +62,9 @@ def test_modes_match_the_config_and_unknown_modes_are_rejected():
     assert EnvConfig().object_labels == "none"
     for mode in MODES:
         assert EnvConfig(object_labels=mode).object_labels == mode
-    with pytest.raises(ConfigError, match=r"env\.object_labels='boxes' is not allowed; choose one of \['none', 'names', 'ids'\]"):
+    with pytest.raises(
+        ConfigError, match=r"env\.object_labels='boxes' is not allowed; choose one of \['none', 'names', 'ids'\]"
+    ):
         EnvConfig(object_labels="boxes")
     # YAML presets and command-line overrides reach the env config.
     assert load_config(preset="debug", overrides=["--env.object_labels", "names"]).env.object_labels == "names"
@@ -62,7 +72,12 @@ def test_modes_match_the_config_and_unknown_modes_are_rejected():
     with pytest.raises(ConfigError, match="env.object_labels"):
         load_config(preset="debug", overrides=["--env.object_labels", "Names"])
     with pytest.raises(ValueError, match="object label mode"):
-        layout_labels(Frame(np.zeros((4, 4, 3), np.uint8), np.zeros((4, 4), np.float32), np.zeros((4, 4), np.int32)), None, "boxes", 1)
+        layout_labels(
+            Frame(np.zeros((4, 4, 3), np.uint8), np.zeros((4, 4), np.float32), np.zeros((4, 4), np.int32)),
+            None,
+            "boxes",
+            1,
+        )
 
 
 def test_interior_pixel_is_inside_and_away_from_the_boundary():
@@ -74,7 +89,7 @@ def test_interior_pixel_is_inside_and_away_from_the_boundary():
     u = np.zeros((50, 50), dtype=bool)
     u[5:45, 5:15] = u[5:45, 35:45] = u[35:45, 5:45] = True
     r, c = interior_pixel(u)
-    assert u[r, c] and u[r - 3:r + 4, c - 3:c + 4].all()
+    assert u[r, c] and u[r - 3 : r + 4, c - 3 : c + 4].all()
     # Cut by the image border: the border counts as boundary.
     edge = np.zeros((30, 30), dtype=bool)
     edge[:, :12] = True
@@ -153,7 +168,9 @@ def test_ids_differ_from_names_and_only_visible_objects_are_labelled(scene_frame
             assert small not in {lab.object_id for lab in fewer}
             assert {lab.object_id for lab in fewer} == {i for i in visible if counts[i] > counts[small]}
     assert differs >= 3
-    hidden = [o.object_id for o in scene.objects if all(o.object_id not in visible_objects(f, MIN_PIXELS) for f in frames)]
+    hidden = [
+        o.object_id for o in scene.objects if all(o.object_id not in visible_objects(f, MIN_PIXELS) for f in frames)
+    ]
     for frame in frames:
         assert not {lab.object_id for lab in layout_labels(frame, scene, "ids", MIN_PIXELS, renderer)} & set(hidden)
 
@@ -166,15 +183,20 @@ def test_labels_are_deterministic(scene_frames):
             b = draw_labels(frame, scene, mode, MIN_PIXELS, renderer)
             assert np.array_equal(a, b)
     again = Renderer(scene, Camera(SIZE, SIZE)).render(frames[0].pose)
-    assert np.array_equal(draw_labels(again, scene, "names", MIN_PIXELS, renderer), draw_labels(frames[0], scene, "names", MIN_PIXELS, renderer))
+    assert np.array_equal(
+        draw_labels(again, scene, "names", MIN_PIXELS, renderer),
+        draw_labels(frames[0], scene, "names", MIN_PIXELS, renderer),
+    )
 
 
 def test_prompt_mentions_labels_iff_they_are_shown():
     args = ("How many chairs?", None, feedback_text(None))
     plain = observation_text(*args, turns_left=5, num_sweep_frames=8, num_views=2)
     assert observation_text(*args, turns_left=5, num_sweep_frames=8, num_views=2, object_labels="none") == plain
-    for mode, sentence in (("names", "Each visible object is marked with its category name."),
-                           ("ids", "Each visible object is marked with a numeric id that stays the same across frames.")):
+    for mode, sentence in (
+        ("names", "Each visible object is marked with its category name."),
+        ("ids", "Each visible object is marked with a numeric id that stays the same across frames."),
+    ):
         text = observation_text(*args, turns_left=5, num_sweep_frames=8, num_views=2, object_labels=mode)
         assert LABEL_SENTENCES[mode] == sentence and text.count(sentence) == 1
         assert text.replace(sentence + "\n", "") == plain

@@ -1,5 +1,6 @@
 """The import rule of docs/CONTRACTS.md ("Layers"): every module imports only from its own layer or
 lower ones (lazy imports included), and no modules import each other in a circle."""
+
 from __future__ import annotations
 
 import ast
@@ -14,16 +15,59 @@ PACKAGE = REPO / "a2c_ppo_acktr"
 
 # module (or package prefix ending in ".*") -> layer, as docs/CONTRACTS.md lists them
 LAYERS: dict[str, int] = {
-    **dict.fromkeys(["common", "common.choices", "common.errors", "common.atomic", "common.jsonl", "common.bounded_read", "common.redaction",
-                     "common.safe_paths", "common.stats", "common.scoring", "common.env_ids", "common.entry_points", "common.vllm_compat", "run",
-                     "run.preemption"], 0),
-    **dict.fromkeys(["config", "config.arguments", "config.cli", "common.prompts", "common.sameness", "run.rundir", "run.checkpoint", "run.distributed", "run.logger"], 1),
+    **dict.fromkeys(
+        [
+            "common",
+            "common.choices",
+            "common.errors",
+            "common.atomic",
+            "common.jsonl",
+            "common.bounded_read",
+            "common.redaction",
+            "common.safe_paths",
+            "common.stats",
+            "common.scoring",
+            "common.env_ids",
+            "common.entry_points",
+            "common.vllm_compat",
+            "run",
+            "run.preemption",
+        ],
+        0,
+    ),
+    **dict.fromkeys(
+        [
+            "config",
+            "config.arguments",
+            "config.cli",
+            "common.prompts",
+            "common.sameness",
+            "run.rundir",
+            "run.checkpoint",
+            "run.distributed",
+            "run.logger",
+        ],
+        1,
+    ),
     "envs.*": 2,
     **dict.fromkeys(["policy.*", "tiny", "tiny.*"], 3),
     **dict.fromkeys(["algo", "algo.*"], 4),
     **dict.fromkeys(["reports.*", "eval.*", "labels.*"], 5),
     **dict.fromkeys(["rl", "rl.*"], 6),
-    **dict.fromkeys(["export", "prefetch", "memory", "real_size", "real_size_probe", "rollout_servers", "vision_probe", "gpu_smoke", "gymnasium_plugin"], 7),
+    **dict.fromkeys(
+        [
+            "export",
+            "prefetch",
+            "memory",
+            "real_size",
+            "real_size_probe",
+            "rollout_servers",
+            "vision_probe",
+            "gpu_smoke",
+            "gymnasium_plugin",
+        ],
+        7,
+    ),
 }
 
 
@@ -70,7 +114,7 @@ def imports_of(name: str, source: str | None = None) -> set[str]:
         for t in targets:
             if t != "a2c_ppo_acktr" and not t.startswith("a2c_ppo_acktr."):
                 continue
-            mod = t[len("a2c_ppo_acktr."):] if t != "a2c_ppo_acktr" else ""
+            mod = t[len("a2c_ppo_acktr.") :] if t != "a2c_ppo_acktr" else ""
             while mod and mod not in MODULES:
                 mod = mod.rpartition(".")[0]
             if mod and mod != name:
@@ -94,7 +138,8 @@ def _has_layer(name: str) -> bool:
 def test_no_module_imports_from_a_layer_above_it():
     upward = sorted(
         f"{m} (layer {layer_of(m)}) imports {t} (layer {layer_of(t)})"
-        for m in MODULES if m
+        for m in MODULES
+        if m
         for t in imports_of(m)
         if layer_of(t) > layer_of(m)
     )
@@ -147,9 +192,19 @@ def test_the_checker_sees_lazy_and_relative_imports():
         layer_of("no_such_module")
 
 
-@pytest.mark.parametrize("name", ["config.arguments.ConfigError", "run.checkpoint.CheckpointError", "common.jsonl.JsonlError",
-                                  "policy.loading.ModelLoadError", "policy.loading.ContextLengthError", "envs.real_scans.SceneLoadError",
-                                  "envs.vsibench.VSIBenchRowError", "policy.rollout_engine.EngineError"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "config.arguments.ConfigError",
+        "run.checkpoint.CheckpointError",
+        "common.jsonl.JsonlError",
+        "policy.loading.ModelLoadError",
+        "policy.loading.ContextLengthError",
+        "envs.real_scans.SceneLoadError",
+        "envs.vsibench.VSIBenchRowError",
+        "policy.rollout_engine.EngineError",
+    ],
+)
 def test_every_user_error_carries_the_marker(name):
     import importlib
 

@@ -3,6 +3,7 @@ trains, and one SFT run. Numbers are checked against invariants (ratio 1, KL 0, 
 or must not move), as for Qwen in test_policy.py and test_sft.py; what every family must do (greedy
 acting, what an update moves, the projector's training) is one parametrized test each in
 test_families.py."""
+
 import copy
 import json
 
@@ -17,11 +18,15 @@ from a2c_ppo_acktr.policy.model import VLMPolicy
 from a2c_ppo_acktr.algo.storage import RolloutStorage
 from SFT.data import IGNORE_INDEX, SFTCollator
 from helpers import (
-    NUM_ENVS, fresh_policy, policy_observations, policy_rollout, sft_observation, tiny_model_cfg, write_sft_rows,
+    NUM_ENVS,
+    fresh_policy,
+    policy_observations,
+    policy_rollout,
+    sft_observation,
+    tiny_model_cfg,
+    write_sft_rows,
 )
 from numerics import f32_tolerance, logit_terms, recorded_forwards, widest
-
-
 
 
 @pytest.fixture(scope="module", params=["llava", "llava_next"])
@@ -56,7 +61,9 @@ def test_tiny_llava_is_a_real_llava_with_its_own_cache_key(llava_loaded, capsys)
     assert llava_loaded.family in tiny.FAMILIES and llava_loaded.family not in tiny.QWEN_FAMILIES
     keys = {f: tiny.spec_hash(f, 0) for f in tiny.FAMILIES}
     assert len(set(keys.values())) == len(keys)  # one cache directory per family
-    tiny.main(["--family", llava_loaded.family])  # the CLI (and so a build in a child process) takes LLaVA: cached, prints the dir
+    tiny.main(
+        ["--family", llava_loaded.family]
+    )  # the CLI (and so a build in a child process) takes LLaVA: cached, prints the dir
     assert capsys.readouterr().out.strip() == llava_loaded.path
 
 
@@ -138,19 +145,29 @@ def test_sft_collator_labels_only_the_reply(llava_loaded):
     proc = llava_loaded.processor
     tok = proc.tokenizer
     rng = np.random.default_rng(1)
-    responses = [prompts.format_response("I count 3 chairs.", prompts.Answer("3")), prompts.format_response("Turn.", prompts.Move(-45.0, 1.0))]
+    responses = [
+        prompts.format_response("I count 3 chairs.", prompts.Answer("3")),
+        prompts.format_response("Turn.", prompts.Move(-45.0, 1.0)),
+    ]
     observations = [sft_observation(rng, 1), sft_observation(rng, 2)]
-    rows = [{"messages": prompts.build_messages(o) + [prompts.assistant_message(r)], "images": o["images"]} for o, r in zip(observations, responses)]
+    rows = [
+        {"messages": prompts.build_messages(o) + [prompts.assistant_message(r)], "images": o["images"]}
+        for o, r in zip(observations, responses)
+    ]
     batch = SFTCollator(proc, max_length=4096)(rows)
     image_id = llava_loaded.model.config.image_token_id
     for i, (obs, resp) in enumerate(zip(observations, responses)):
-        rl = proc(text=[prompts.render_prompt(proc, prompts.build_messages(obs))], images=obs["images"], return_tensors="pt")
+        rl = proc(
+            text=[prompts.render_prompt(proc, prompts.build_messages(obs))], images=obs["images"], return_tensors="pt"
+        )
         n = rl["input_ids"].shape[1]
         assert torch.equal(batch["input_ids"][i, :n], rl["input_ids"][0])  # the policy's own prompt tokens
         labelled = torch.nonzero(batch["labels"][i] != IGNORE_INDEX).flatten().tolist()
         assert labelled == list(range(n, int(batch["attention_mask"][i].sum())))
         assert tok.decode(batch["labels"][i, labelled]) == resp + "<|im_end|>"
-        tokens_per_image = 4 if llava_loaded.family == "llava" else 24  # llava_next, a 32 px square: base 4 + 2x2 tiles' 16 + 4 row ends
+        tokens_per_image = (
+            4 if llava_loaded.family == "llava" else 24
+        )  # llava_next, a 32 px square: base 4 + 2x2 tiles' 16 + 4 row ends
         assert (batch["input_ids"][i, :n] == image_id).sum() == tokens_per_image * len(obs["images"])
     with torch.no_grad():
         out = llava_loaded.model(**batch)
@@ -159,7 +176,9 @@ def test_sft_collator_labels_only_the_reply(llava_loaded):
     logits = out.logits[:, :-1][mask].float()
     manual = torch.nn.functional.cross_entropy(logits, targets[mask])
     # the same logits, two cross-entropies: a log-sum-exp over V per label (at max |logit| + 1), then their mean
-    atol = f32_tolerance(logit_terms(0, logits.shape[-1]), float(logits.abs().max()) + 1.0) + f32_tolerance(logits.shape[0], float(manual))
+    atol = f32_tolerance(logit_terms(0, logits.shape[-1]), float(logits.abs().max()) + 1.0) + f32_tolerance(
+        logits.shape[0], float(manual)
+    )
     torch.testing.assert_close(out.loss, manual, atol=atol, rtol=0)
 
 
@@ -168,25 +187,46 @@ def test_sft_steps_train_language_lora_and_warm_start_the_policy(llava_loaded, t
     from SFT.trainer import TRAIN_LOG, run_sft
 
     rng = np.random.default_rng(6)
-    rows = [(sft_observation(rng, 1 + i % 2), prompts.format_response("Three chairs.", prompts.Answer("3"))) for i in range(4)]
+    rows = [
+        (sft_observation(rng, 1 + i % 2), prompts.format_response("Three chairs.", prompts.Answer("3")))
+        for i in range(4)
+    ]
     (tmp_path / "data").mkdir()
     write_sft_rows(tmp_path / "data", rows)
-    cfg = load_config(preset="debug", overrides={
-        "model": {"model_path": llava_loaded.path, "device": "cpu"},
-        "sft": {"data_path": str(tmp_path / "data" / "train.jsonl"), "output_dir": str(tmp_path / "sft"), "max_steps": 2,
-                "per_device_batch_size": 2, "save_steps": 2, "logging_steps": 1, "lr": 1e-2, "warmup_ratio": 0.0},
-        "log": {"progress_bar": False},
-    })
+    cfg = load_config(
+        preset="debug",
+        overrides={
+            "model": {"model_path": llava_loaded.path, "device": "cpu"},
+            "sft": {
+                "data_path": str(tmp_path / "data" / "train.jsonl"),
+                "output_dir": str(tmp_path / "sft"),
+                "max_steps": 2,
+                "per_device_batch_size": 2,
+                "save_steps": 2,
+                "logging_steps": 1,
+                "lr": 1e-2,
+                "warmup_ratio": 0.0,
+            },
+            "log": {"progress_bar": False},
+        },
+    )
     model = copy.deepcopy(llava_loaded.model)
     original = {n: p.detach().clone() for n, p in model.named_parameters()}
-    adapter = run_sft(cfg, loaded=LoadedVLM(model=model, processor=llava_loaded.processor, family=llava_loaded.family, path=llava_loaded.path))
+    adapter = run_sft(
+        cfg,
+        loaded=LoadedVLM(
+            model=model, processor=llava_loaded.processor, family=llava_loaded.family, path=llava_loaded.path
+        ),
+    )
     log = [e for e in json.loads((tmp_path / "sft" / TRAIN_LOG).read_text()) if "loss" in e]
     assert [e["step"] for e in log] == [1, 2] and all(np.isfinite(e["loss"]) for e in log)
     trained = dict(model.named_parameters())  # peft injected LoRA into ``model`` in place
     lora_b = [n for n in trained if "lora_B" in n]
     assert lora_b and all("language_model" in n for n in lora_b)
     assert all(trained[n].detach().abs().sum() > 0 for n in lora_b)  # B starts at zero: every one moved
-    base = {n.replace("base_model.model.", "").replace(".base_layer", ""): p for n, p in trained.items() if "lora_" not in n}
+    base = {
+        n.replace("base_model.model.", "").replace(".base_layer", ""): p for n, p in trained.items() if "lora_" not in n
+    }
     assert set(base) == set(original)
     assert all(torch.equal(base[n].detach(), original[n]) for n in original)  # tower, projector, LM frozen
     # Warm start: the adapter loads into the policy key for key and moves it off the reference.
@@ -211,8 +251,10 @@ def test_llava_next_turns_with_different_tile_counts_share_a_minibatch(tiny_fami
     loaded = load_vlm(tiny_model_cfg(tiny_family_path("llava_next")))
     policy = _policy(loaded)
     rng = np.random.default_rng(4)
-    steps = [[{"images": [rng.integers(0, 256, shape, dtype=np.uint8)], "text": "How many chairs are in the room?"}]
-             for shape in ((32, 96, 3), (48, 48, 3))]
+    steps = [
+        [{"images": [rng.integers(0, 256, shape, dtype=np.uint8)], "text": "How many chairs are in the room?"}]
+        for shape in ((32, 96, 3), (48, 48, 3))
+    ]
     st = RolloutStorage(2, 1)
     torch.manual_seed(0)
     for obs in steps:

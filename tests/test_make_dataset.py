@@ -2,6 +2,7 @@
 ScanNet++): rows in the benchmark's format with exact ground truth, VSI-Bench test scenes refused,
 the env replaying each row (``env.scene_source=parquet``), PPO and evaluation reading the same file,
 and every command of docs/DATA.md parsing."""
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,11 @@ SCENES = {  # (dataset, name) -> procedural room seed; rooms of 3-6 m keep loadi
 
 
 def _dirs(data: Path) -> dict[str, Path]:
-    return {"scannet": data / "scannet" / "scans", "arkitscenes": data / "arkitscenes" / "3dod" / "Training",
-            "scannetpp": data / "scannetpp" / "data"}
+    return {
+        "scannet": data / "scannet" / "scans",
+        "arkitscenes": data / "arkitscenes" / "3dod" / "Training",
+        "scannetpp": data / "scannetpp" / "data",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +59,17 @@ def data(tmp_path_factory):
         writers[dataset](dirs[dataset], name, make_procedural_scene(seed, 3.0, 6.0))
     broken = write_scannetpp_scan(dirs["scannetpp"], "0badc0ffee", make_procedural_scene(9, 3.0, 4.0))
     (broken / "scans" / "segments_anno.json").write_text("{not json")
-    test_rows = [{"id": 1, "dataset": "scannet", "scene_name": "scene0002_00", "question_type": "object_counting",
-                  "question": "How many chair(s) are in this room?", "options": None, "ground_truth": "2"}]
+    test_rows = [
+        {
+            "id": 1,
+            "dataset": "scannet",
+            "scene_name": "scene0002_00",
+            "question_type": "object_counting",
+            "question": "How many chair(s) are in this room?",
+            "options": None,
+            "ground_truth": "2",
+        }
+    ]
     test_parquet = root / "vsibench" / "test.parquet"
     test_parquet.parent.mkdir()
     pq.write_table(pa.Table.from_pylist(test_rows), test_parquet)
@@ -68,9 +81,27 @@ def data(tmp_path_factory):
 
 def _build_argv(data: dict, out: Path, *extra: str) -> list[str]:
     d = data["data"]
-    return ["--scannet", str(d / "scannet"), "--arkitscenes", str(d / "arkitscenes"), "--scannetpp", str(d / "scannetpp"),
-            "--out", str(out), "--exclude", str(data["test_parquet"]), "--questions-per-scene", str(PER_SCENE), "--seed", str(SEED),
-            "--video-root", str(data["videos"]), "--no-progress", *BUILD_ENV, *extra]
+    return [
+        "--scannet",
+        str(d / "scannet"),
+        "--arkitscenes",
+        str(d / "arkitscenes"),
+        "--scannetpp",
+        str(d / "scannetpp"),
+        "--out",
+        str(out),
+        "--exclude",
+        str(data["test_parquet"]),
+        "--questions-per-scene",
+        str(PER_SCENE),
+        "--seed",
+        str(SEED),
+        "--video-root",
+        str(data["videos"]),
+        "--no-progress",
+        *BUILD_ENV,
+        *extra,
+    ]
 
 
 class _Lines(logging.Handler):
@@ -96,8 +127,12 @@ def built(data):
     finally:
         log.removeHandler(handler)
         log.setLevel(level)
-    return {"out": out, "parquet": out / make_dataset.ROWS_FILE, "lines": handler.lines,
-            "manifest": json.loads((out / make_dataset.MANIFEST_FILE).read_text())}
+    return {
+        "out": out,
+        "parquet": out / make_dataset.ROWS_FILE,
+        "lines": handler.lines,
+        "manifest": json.loads((out / make_dataset.MANIFEST_FILE).read_text()),
+    }
 
 
 def _rows(path):
@@ -124,7 +159,9 @@ def test_rows_are_in_the_benchmarks_format_for_every_layout(built, data):
     assert {r["video"] for r in rows if r["dataset"] != "arkitscenes"} == {None}
     m = built["manifest"]
     assert m["data_root"] == str(data["data"].resolve()) and m["num_rows"] == len(rows) == sum(m["counts"].values())
-    assert [s["scene_name"] for s in m["skipped"]] == ["0badc0ffee"] and "segments_anno.json" in m["skipped"][0]["reason"]
+    assert [s["scene_name"] for s in m["skipped"]] == ["0badc0ffee"] and "segments_anno.json" in m["skipped"][0][
+        "reason"
+    ]
 
 
 def test_vsibench_test_scenes_and_their_rooms_are_refused_in_one_line_each(built, data):
@@ -132,11 +169,14 @@ def test_vsibench_test_scenes_and_their_rooms_are_refused_in_one_line_each(built
     assert not any(r["scene_name"].startswith("scene0002") for r in rows)
     parquet = str(data["test_parquet"])
     assert built["manifest"]["refused"] == [
-        {"dataset": "scannet", "scene_name": name, "test_scene": "scene0002_00", "parquet": parquet} for name in ("scene0002_00", "scene0002_01")
+        {"dataset": "scannet", "scene_name": name, "test_scene": "scene0002_00", "parquet": parquet}
+        for name in ("scene0002_00", "scene0002_01")
     ]
     refused = [line for line in built["lines"] if line.startswith("refused")]
-    assert refused == [f"refused scannet scene scene0002_00: it is a VSI-Bench test scene (in {parquet})",
-                       f"refused scannet scene scene0002_01: it shows the room of VSI-Bench test scene scene0002_00 (in {parquet})"]
+    assert refused == [
+        f"refused scannet scene scene0002_00: it is a VSI-Bench test scene (in {parquet})",
+        f"refused scannet scene scene0002_01: it shows the room of VSI-Bench test scene scene0002_00 (in {parquet})",
+    ]
 
 
 def test_ground_truths_are_the_scans_geometry(built, data):
@@ -183,7 +223,11 @@ def test_each_scans_questions_depend_on_the_seed_and_the_scan_only(built, data):
 
     first = draw()
     assert first == draw()
-    mine = [{k: v for k, v in r.items() if k not in ("id", "video")} for r in _rows(built["parquet"]) if r["dataset"] == "scannetpp"]
+    mine = [
+        {k: v for k, v in r.items() if k not in ("id", "video")}
+        for r in _rows(built["parquet"])
+        if r["dataset"] == "scannetpp"
+    ]
     assert [{**r, "start_pose": pytest.approx(r["start_pose"])} for r in first] == mine
 
 
@@ -195,8 +239,20 @@ def test_the_parquet_source_replays_each_row(built, data):
     from a2c_ppo_acktr.envs.vsi_env import VSIEnv
 
     rows = _rows(built["parquet"])
-    cfg = load_config(preset="debug", overrides=[*BUILD_ENV[2:], "--env.scene_source", "parquet", "--env.vsibench_path",
-                                                 str(built["parquet"]), "--env.data_root", str(data["data"]), "--env.max_turns", "3"]).env
+    cfg = load_config(
+        preset="debug",
+        overrides=[
+            *BUILD_ENV[2:],
+            "--env.scene_source",
+            "parquet",
+            "--env.vsibench_path",
+            str(built["parquet"]),
+            "--env.data_root",
+            str(data["data"]),
+            "--env.max_turns",
+            "3",
+        ],
+    ).env
     env = VSIEnv(cfg)
     appearance = [i for i, r in enumerate(rows) if r["question_type"] == "obj_appearance_order"]
     assert appearance, "no appearance-order row was built"
@@ -221,16 +277,27 @@ def test_rows_the_env_cannot_replay_are_refused_in_one_line(built, data):
     from a2c_ppo_acktr.envs.vsi_env import VSIEnv
     from a2c_ppo_acktr.envs.vsibench import VSIBenchRowError
 
-    base = {"image_size": 32, "data_root": str(data["data"]), "vsibench_path": str(built["parquet"]), "scene_source": "parquet"}
+    base = {
+        "image_size": 32,
+        "data_root": str(data["data"]),
+        "vsibench_path": str(built["parquet"]),
+        "scene_source": "parquet",
+    }
     # An appearance order read from a 4-frame sweep is not the order of an 8-frame one.
     env = VSIEnv(EnvConfig(**base, num_sweep_frames=8))
-    with pytest.raises(VSIBenchRowError, match=r"obj_appearance_order\) was built for another sweep \(env.num_sweep_frames=4 there, 8 here\)"):
+    with pytest.raises(
+        VSIBenchRowError,
+        match=r"obj_appearance_order\) was built for another sweep \(env.num_sweep_frames=4 there, 8 here\)",
+    ):
         env.reset(seed=0)
     other_types = [t for t in EnvConfig().question_types if t != "obj_appearance_order"]
     VSIEnv(EnvConfig(**base, num_sweep_frames=8, question_types=other_types)).reset(seed=0)
     # The benchmark's own rows are no training set.
     env = VSIEnv(EnvConfig(**{**base, "vsibench_path": str(data["test_parquet"])}))
-    with pytest.raises(VSIBenchRowError, match="test.parquet row 0 .* has no start_pose or object_ids: env.scene_source=parquet trains on a set"):
+    with pytest.raises(
+        VSIBenchRowError,
+        match="test.parquet row 0 .* has no start_pose or object_ids: env.scene_source=parquet trains on a set",
+    ):
         env.reset(seed=0)
 
 
@@ -240,8 +307,17 @@ def test_out_is_claimed_as_every_output_is(built, data, tmp_path):
     out = tmp_path / "one"
     (out / "old").mkdir(parents=True)
     (out / "old" / "keep.txt").write_text("x")
-    argv = ["--arkitscenes", str(_dirs(data["data"])["arkitscenes"]), "--out", str(out), "--questions-per-scene", "2",
-            "--no-progress", "--overwrite", *BUILD_ENV]
+    argv = [
+        "--arkitscenes",
+        str(_dirs(data["data"])["arkitscenes"]),
+        "--out",
+        str(out),
+        "--questions-per-scene",
+        "2",
+        "--no-progress",
+        "--overwrite",
+        *BUILD_ENV,
+    ]
     assert make_dataset.main(argv) == 0
     aside = [p for p in tmp_path.iterdir() if p.name.startswith("one.old-")]
     assert len(aside) == 1 and (aside[0] / "old" / "keep.txt").read_text() == "x"
@@ -254,15 +330,36 @@ def test_bad_inputs_are_one_line_errors(data, tmp_path):
     with pytest.raises(FileNotFoundError, match="--scannetpp .*nowhere: not a directory"):
         make_dataset.main(["--scannetpp", str(tmp_path / "nowhere"), "--out", str(tmp_path / "a")])
     with pytest.raises(ConfigError, match="--questions-per-scene=0 must be >= 1"):
-        make_dataset.main(["--arkitscenes", str(data["data"] / "arkitscenes"), "--out", str(tmp_path / "a"), "--questions-per-scene", "0"])
+        make_dataset.main(
+            [
+                "--arkitscenes",
+                str(data["data"] / "arkitscenes"),
+                "--out",
+                str(tmp_path / "a"),
+                "--questions-per-scene",
+                "0",
+            ]
+        )
     with pytest.raises(FileNotFoundError, match="no scannetpp scans .*mesh_aligned_0.05.ply.* found under"):
         make_dataset.main(["--scannetpp", str(data["data"] / "arkitscenes"), "--out", str(tmp_path / "a")])
     # Roots in unrelated places: training could not find every scan from one env.data_root.
     import shutil
 
     shutil.copytree(_dirs(data["data"])["scannet"] / "scene0001_00", tmp_path / "odd" / "place" / "scene0001_00")
-    with pytest.raises(ConfigError, match="scannet scene scene0001_00 .*cannot be found from .*env.data_root; put the datasets side by side"):
-        make_dataset.main(["--scannet", str(tmp_path / "odd"), "--arkitscenes", str(data["data"] / "arkitscenes"), "--out", str(tmp_path / "a")])
+    with pytest.raises(
+        ConfigError,
+        match="scannet scene scene0001_00 .*cannot be found from .*env.data_root; put the datasets side by side",
+    ):
+        make_dataset.main(
+            [
+                "--scannet",
+                str(tmp_path / "odd"),
+                "--arkitscenes",
+                str(data["data"] / "arkitscenes"),
+                "--out",
+                str(tmp_path / "a"),
+            ]
+        )
     assert not (tmp_path / "a").exists()
 
 
@@ -275,16 +372,52 @@ def test_ppo_trains_on_the_set_and_eval_reads_it(built, data, tmp_path):
     from a2c_ppo_acktr.rl.train import run_training
 
     run = tmp_path / "run"
-    cfg = main_vsi.parse_config(["--preset", "debug", *BUILD_ENV[2:], "--env.scene_source", "parquet", "--env.vsibench_path", str(built["parquet"]),
-                                 "--env.data_root", str(data["data"]), "--ppo.num_iterations", "1", "--log.output_dir", str(run),
-                                 "--log.progress_bar", "false", "--log.tensorboard", "false", "--model.max_new_tokens", "16"])
+    cfg = main_vsi.parse_config(
+        [
+            "--preset",
+            "debug",
+            *BUILD_ENV[2:],
+            "--env.scene_source",
+            "parquet",
+            "--env.vsibench_path",
+            str(built["parquet"]),
+            "--env.data_root",
+            str(data["data"]),
+            "--ppo.num_iterations",
+            "1",
+            "--log.output_dir",
+            str(run),
+            "--log.progress_bar",
+            "false",
+            "--log.tensorboard",
+            "false",
+            "--model.max_new_tokens",
+            "16",
+        ]
+    )
     last = run_training(cfg)
     assert last is not None and (Path(last) / "policy").is_dir()
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert metrics and "losses/policy_loss" in metrics[-1]
     out = tmp_path / "eval"
-    assert eval_vsi.main(["policy", "--checkpoint", str(last), "--limit", "3", "--eval.batch_size", "3", "--log.progress_bar", "false",
-                          "--out", str(out)]) == 0
+    assert (
+        eval_vsi.main(
+            [
+                "policy",
+                "--checkpoint",
+                str(last),
+                "--limit",
+                "3",
+                "--eval.batch_size",
+                "3",
+                "--log.progress_bar",
+                "false",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rep = json.loads((out / "report.json").read_text())
     assert rep["meta"]["question_set"] == "parquet" and rep["meta"]["num_skipped"] == 0
     assert sorted(r["episode_id"] for r in rep["records"]) == ["vsibench-0", "vsibench-1", "vsibench-2"]
@@ -327,7 +460,7 @@ def test_every_command_in_data_md_parses():
             k, v = words.pop(0).split("=", 1)
             env[k] = v
         head = words[:3] if words[:2] == ["python", "-m"] else words[:2]
-        argv = words[len(head):]
+        argv = words[len(head) :]
         where = f"docs/DATA.md: {line}"
         if head == ["python", "-m", "a2c_ppo_acktr.envs.make_dataset"]:
             parser = make_dataset.build_parser()
@@ -347,8 +480,10 @@ def test_every_command_in_data_md_parses():
         elif head[0] in ("bash", "sbatch"):
             script = REPO / next(w for w in words[1:] if w.endswith(".sh"))
             assert script.is_file(), where
-            operands = words[words.index(script.relative_to(REPO).as_posix()) + 1:]
-            assert len(operands) == _script_usage(script), f"{where}: {script.name} takes {_script_usage(script)} operands"
+            operands = words[words.index(script.relative_to(REPO).as_posix()) + 1 :]
+            assert len(operands) == _script_usage(script), (
+                f"{where}: {script.name} takes {_script_usage(script)} operands"
+            )
             preset = env.get("PRESET", "qwen2.5-vl-3b")
             extra = shlex.split(env.get("EXTRA_ARGS", ""))
             if script.name == "run_vsi_qwen.sh":

@@ -1,5 +1,6 @@
 """The memory formula (a2c_ppo_acktr.memory) against what autograd keeps and what a CPU update peaks at;
 parameter counts of the GPU presets' models; the docs table; loading straight onto the GPU."""
+
 import json
 import os
 import subprocess
@@ -43,9 +44,18 @@ def _tiny_text_model(tmp_path, dtype, lora_dtype, H=64, I=96, heads=4, kv_heads=
     from a2c_ppo_acktr.policy.model import build_lora_config
 
     cfg = Qwen2_5_VLConfig(
-        text_config=dict(hidden_size=H, intermediate_size=I, num_attention_heads=heads, num_key_value_heads=kv_heads,
-                         num_hidden_layers=layers, vocab_size=256, bos_token_id=1, eos_token_id=2, pad_token_id=0,
-                         rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]}),
+        text_config=dict(
+            hidden_size=H,
+            intermediate_size=I,
+            num_attention_heads=heads,
+            num_key_value_heads=kv_heads,
+            num_hidden_layers=layers,
+            vocab_size=256,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]},
+        ),
         vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=H),
     )
     cfg.save_pretrained(tmp_path)
@@ -91,10 +101,27 @@ def test_activation_formula_equals_what_autograd_keeps(tmp_path, dtype, lora_dty
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         model(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=1)
     b, a = torch.finfo(dtype).bits // 8, torch.finfo(lora_dtype).bits // 8
-    shapes = memory.Shapes(batch=B, prompt_tokens=T, response_tokens=0, padded=padded, num_envs=B, images=0,
-                           image_tokens=0, pixel_values=0, text_tokens=T, text_exact=True)
-    setup = memory.Setup(dtype_bytes=b, lora_bytes=a, zero_stage=0, gpus=1, gradient_checkpointing=False,
-                         reduce_bucket_elements=0, lora_r=mcfg.lora_r)
+    shapes = memory.Shapes(
+        batch=B,
+        prompt_tokens=T,
+        response_tokens=0,
+        padded=padded,
+        num_envs=B,
+        images=0,
+        image_tokens=0,
+        pixel_values=0,
+        text_tokens=T,
+        text_exact=True,
+    )
+    setup = memory.Setup(
+        dtype_bytes=b,
+        lora_bytes=a,
+        zero_stage=0,
+        gpus=1,
+        gradient_checkpointing=False,
+        reduce_bucket_elements=0,
+        lora_r=mcfg.lora_r,
+    )
     terms = {t.name: t.bytes for t in memory.estimate(dims, shapes, setup)}
     assert sum(saved.values()) == terms["activations kept for backward, no checkpointing"]
 
@@ -102,8 +129,15 @@ def test_activation_formula_equals_what_autograd_keeps(tmp_path, dtype, lora_dty
 def test_cli_prints_every_term_with_its_formula(capsys):
     memory.main(["--preset", "debug", "--gpus", "1"])
     out = capsys.readouterr().out
-    for name in ("weights", "Adam m, v", "gradients", "activations kept for backward, no checkpointing",
-                 "activations kept for backward, gradient checkpointing", "logits chunk", "rollout: KV cache"):
+    for name in (
+        "weights",
+        "Adam m, v",
+        "gradients",
+        "activations kept for backward, no checkpointing",
+        "activations kept for backward, gradient checkpointing",
+        "logits chunk",
+        "rollout: KV cache",
+    ):
         assert f"| {name}" in out
     assert "counted by the model's processor" in out  # the tiny model's own processor counts the prompt
 
@@ -115,7 +149,9 @@ def test_gpu_presets_fit_and_the_docs_show_the_commands_output():
     for preset in ("qwen2.5-vl-3b", "qwen2.5-vl-7b", "qwen3-vl-4b", "qwen3-vl-8b", "debug"):
         run = load_config(preset=preset)
         table = memory.report(run, gpus=8)
-        assert table in docs, f"docs/TRAINING.md is out of date: paste `python -m a2c_ppo_acktr.memory --preset {preset}`"
+        assert table in docs, (
+            f"docs/TRAINING.md is out of date: paste `python -m a2c_ppo_acktr.memory --preset {preset}`"
+        )
         if preset == "debug":
             continue
         assert run.model.gradient_checkpointing
@@ -154,7 +190,8 @@ for i in range(B):  # long prompts of different lengths (left padding), response
     gens.append(allowed[torch.randint(len(allowed), (R - 5 * i,), generator=torch.Generator().manual_seed(i))])
 enc = policy._encode(texts, images)
 z = torch.zeros(B)
-mb = Minibatch(texts, images, policy._unpadded(enc), gens, [torch.ones(len(g)) for g in gens], z, z, torch.randn(B), z, torch.arange(B),
+ones = [torch.ones(len(g)) for g in gens]
+mb = Minibatch(texts, images, policy._unpadded(enc), gens, ones, z, z, torch.randn(B), z, torch.arange(B),
                old_token_log_probs=[torch.zeros(len(g)) for g in gens])
 policy.train()
 peak = memory.measure_update_peak(policy, mb)
@@ -173,16 +210,39 @@ def test_formula_predicts_the_measured_peak_of_a_tiny_model_update(tiny_model_pa
     env = {**os.environ, **memory.HONEST_MALLOC_ENV, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
         [sys.executable, "-c", _MEASURE, tiny_model_path, str(int(gradient_checkpointing)), str(B), str(R)],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=300,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    cfg = ModelConfig(model_path=tiny_model_path, lora_r=8, lora_alpha=16, gradient_checkpointing=gradient_checkpointing)
+    cfg = ModelConfig(
+        model_path=tiny_model_path, lora_r=8, lora_alpha=16, gradient_checkpointing=gradient_checkpointing
+    )
     dims = memory.model_dims(cfg)
-    shapes = memory.Shapes(batch=B, prompt_tokens=got["prompt"], response_tokens=R, padded=True, num_envs=B,
-                           images=got["images"], image_tokens=0, pixel_values=got["pixel_values"], text_tokens=0, text_exact=True)
-    setup = memory.Setup(dtype_bytes=4, lora_bytes=4, zero_stage=0, gpus=1, gradient_checkpointing=gradient_checkpointing,
-                         reduce_bucket_elements=0, lora_r=8)
+    shapes = memory.Shapes(
+        batch=B,
+        prompt_tokens=got["prompt"],
+        response_tokens=R,
+        padded=True,
+        num_envs=B,
+        images=got["images"],
+        image_tokens=0,
+        pixel_values=got["pixel_values"],
+        text_tokens=0,
+        text_exact=True,
+    )
+    setup = memory.Setup(
+        dtype_bytes=4,
+        lora_bytes=4,
+        zero_stage=0,
+        gpus=1,
+        gradient_checkpointing=gradient_checkpointing,
+        reduce_bucket_elements=0,
+        lora_r=8,
+    )
     heads = memory.head_params(dims.hidden, cfg.value_head_hidden, cfg.temp_head_hidden, cfg.use_temp_predictor)
     predicted = memory.totals(memory.estimate(dims, shapes, setup, heads=heads))["update"]
     assert got["peak"] > 20 * 2**20  # activations, not allocator noise, are what is compared
@@ -243,4 +303,9 @@ def test_the_estimate_adds_the_assumed_gpu_overheads_and_says_which_terms_are_as
         frag = over["caching allocator fragmentation"].bytes
         assert frag == pytest.approx(memory.FRAGMENTATION_SHARE * max(tot["update"], tot["rollout"]))
     table = memory.report(run, gpus=8)
-    assert "| basis |" in table and "| assumed |" in table and "| computed |" in table and "measured (CPU peak RSS)" in table
+    assert (
+        "| basis |" in table
+        and "| assumed |" in table
+        and "| computed |" in table
+        and "measured (CPU peak RSS)" in table
+    )

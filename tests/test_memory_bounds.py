@@ -1,6 +1,7 @@
 """Counts that validation accepted and memory cannot hold are refused at start with one line, each
 against a bound derived from memory (config/arguments.py: HOST_MEMORY_BUDGET and the per-env and
 per-frame estimates); a saved rollout is read within bounds on what it decompresses."""
+
 from __future__ import annotations
 
 import gzip
@@ -10,7 +11,13 @@ import resource
 import pytest
 
 from a2c_ppo_acktr.config.arguments import (
-    ENV_BASE_BYTES, FRAME_BYTES_PER_PIXEL, HOST_MEMORY_BUDGET, MAX_EVAL_EPISODES, MAX_SWEEP_FRAMES, ConfigError, load_config,
+    ENV_BASE_BYTES,
+    FRAME_BYTES_PER_PIXEL,
+    HOST_MEMORY_BUDGET,
+    MAX_EVAL_EPISODES,
+    MAX_SWEEP_FRAMES,
+    ConfigError,
+    load_config,
 )
 from a2c_ppo_acktr.config.cli import run_main
 
@@ -23,12 +30,18 @@ def _one_line(capsys, rc: int, *fragments: str) -> None:
         assert fragment in lines[0], err
 
 
-@pytest.mark.parametrize("override, message", [
-    ("env.num_sweep_frames=100000", f"env.num_sweep_frames=100000 must be in [1, {MAX_SWEEP_FRAMES}]"),
-    ("rollout.num_envs=1000000", f"rollout.num_envs=1000000 must be in [1, {HOST_MEMORY_BUDGET // ENV_BASE_BYTES}] per process"),
-    ("eval.num_episodes=1000000000", f"eval.num_episodes=1000000000 must be in [1, {MAX_EVAL_EPISODES}]"),
-    ("env.image_history=100000", f"env.image_history=100000 must be in [0, {MAX_SWEEP_FRAMES}]"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("env.num_sweep_frames=100000", f"env.num_sweep_frames=100000 must be in [1, {MAX_SWEEP_FRAMES}]"),
+        (
+            "rollout.num_envs=1000000",
+            f"rollout.num_envs=1000000 must be in [1, {HOST_MEMORY_BUDGET // ENV_BASE_BYTES}] per process",
+        ),
+        ("eval.num_episodes=1000000000", f"eval.num_episodes=1000000000 must be in [1, {MAX_EVAL_EPISODES}]"),
+        ("env.image_history=100000", f"env.image_history=100000 must be in [0, {MAX_SWEEP_FRAMES}]"),
+    ],
+)
 def test_counts_memory_cannot_hold_are_refused_in_one_line_before_anything_is_built(capsys, override, message):
     import main_vsi
 
@@ -42,7 +55,9 @@ def test_frames_and_envs_are_bounded_together_by_their_bytes():
     with pytest.raises(ConfigError, match=r"need about 1\d\d\.\d GiB per env \(40 bytes per pixel\)"):
         load_config(preset="debug", overrides=["env.image_size=2048", "env.num_sweep_frames=768"])
     # 4096 envs of 448 px frames (sweep 2 + history 1 + the current view): fine alone, not together.
-    with pytest.raises(ConfigError, match=r"rollout.num_envs=4096 envs of 4 frames at 448x448 need about 1\d\d\.\d GiB"):
+    with pytest.raises(
+        ConfigError, match=r"rollout.num_envs=4096 envs of 4 frames at 448x448 need about 1\d\d\.\d GiB"
+    ):
         load_config(preset="debug", overrides=["rollout.num_envs=4096", "env.image_size=448"])
     cfg = load_config(preset="qwen2.5-vl-7b")  # the real presets stay far inside
     assert cfg.rollout.num_envs * cfg.env.memory_bytes() < HOST_MEMORY_BUDGET / 50
@@ -70,9 +85,27 @@ def test_a_rollout_that_decompresses_past_its_bounds_is_one_line_without_inflati
     assert grown_mib < 100, grown_mib
     # Many rows, each small, past the file's bound.
     rows = tmp_path / "many.jsonl.gz"
-    turn = {"iteration": 1, "rank": 0, "step": 0, "env": 0, "env_id": "VSI-v0", "episode": "e", "continued": False, "prompt": "B" * 1000,
-            "images": [], "reply": "r", "action": None, "reward": 0.0, "terminated": False, "truncated": False, "temperature": 1.0,
-            "value": 0.0, "advantage": None, "return": None, "log_prob": -1.0}
+    turn = {
+        "iteration": 1,
+        "rank": 0,
+        "step": 0,
+        "env": 0,
+        "env_id": "VSI-v0",
+        "episode": "e",
+        "continued": False,
+        "prompt": "B" * 1000,
+        "images": [],
+        "reply": "r",
+        "action": None,
+        "reward": 0.0,
+        "terminated": False,
+        "truncated": False,
+        "temperature": 1.0,
+        "value": 0.0,
+        "advantage": None,
+        "return": None,
+        "log_prob": -1.0,
+    }
     row = json.dumps(turn).encode() + b"\n"
     with gzip.open(rows, "wb") as f:
         for _ in range(300):

@@ -1,6 +1,7 @@
 """MiniGrid as a text-action env: check_env, seeded determinism, exact resume from a pickle, minigrid's
 rewards and limits, invalid replies, what the image and the text show, and the BFS oracle's figures
 (Empty-Random-6x6: every episode by a shortest plan; DoorKey-6x6: at least 95% of episodes)."""
+
 from __future__ import annotations
 
 import pickle
@@ -51,7 +52,18 @@ def test_check_env_is_clean(minigrid_id, view):
     assert np.array_equal(env.render(), obs["images"][0]) and obs["images"][0].shape == (64, 64, 3)
 
 
-SCRIPT = ["move forward", "turn left", "bad reply", "move forward", "pick up", "turn right", "move forward", "toggle", "drop", "done"]
+SCRIPT = [
+    "move forward",
+    "turn left",
+    "bad reply",
+    "move forward",
+    "pick up",
+    "turn right",
+    "move forward",
+    "toggle",
+    "drop",
+    "done",
+]
 
 
 def _trace(minigrid_id, seed, steps=30, **overrides):
@@ -64,7 +76,9 @@ def _trace(minigrid_id, seed, steps=30, **overrides):
 @pytest.mark.parametrize("minigrid_id", TESTED_IDS)
 def test_seeded_determinism(minigrid_id, view):
     assert same_trace(_trace(minigrid_id, 7, view=view), _trace(minigrid_id, 7, view=view))
-    assert not all(same_trace(_trace(minigrid_id, 7, 1, view=view), _trace(minigrid_id, s, 1, view=view)) for s in range(8, 12)), "the seed changes nothing"
+    assert not all(
+        same_trace(_trace(minigrid_id, 7, 1, view=view), _trace(minigrid_id, s, 1, view=view)) for s in range(8, 12)
+    ), "the seed changes nothing"
 
 
 def test_the_seed_decides_the_layout():
@@ -78,7 +92,9 @@ def test_the_seed_decides_the_layout():
     a = env.reset(seed=1, options={"layout_seed": 5})
     b = env.reset(seed=99, options={"layout_seed": 5})
     assert a[1]["state_hash"] == b[1]["state_hash"] and np.array_equal(a[0]["images"][0], b[0]["images"][0])
-    assert env.layout_seed == 5 and len({env.reset(options={"layout_seed": k})[1]["state_hash"] for k in range(10)}) >= 5
+    assert (
+        env.layout_seed == 5 and len({env.reset(options={"layout_seed": k})[1]["state_hash"] for k in range(10)}) >= 5
+    )
     with pytest.raises(ValueError, match="layout_seed"):
         env.reset(options={"layout_seed": -1})
 
@@ -92,7 +108,11 @@ def test_pickle_mid_episode_continues_identically(minigrid_id):
     clone = pickle.loads(pickle.dumps(env))
     # the training loop's resume: a fresh env takes the saved attributes (all but the config and spaces)
     fresh = make_minigrid_text_env(minigrid_id, image_size=64)
-    saved = pickle.loads(pickle.dumps({k: v for k, v in vars(env).items() if k not in ("cfg", "observation_space", "action_space", "spec")}))
+    saved = pickle.loads(
+        pickle.dumps(
+            {k: v for k, v in vars(env).items() if k not in ("cfg", "observation_space", "action_space", "spec")}
+        )
+    )
     vars(fresh).update(saved)
 
     def play(e):
@@ -106,7 +126,9 @@ def test_pickle_mid_episode_continues_identically(minigrid_id):
         return out
 
     expected = play(env)
-    assert any(isinstance(x[0], str) for x in expected), "the episode did not end: the test checks nothing after a reset"
+    assert any(isinstance(x[0], str) for x in expected), (
+        "the episode did not end: the test checks nothing after a reset"
+    )
     assert play(clone) == expected
     assert play(fresh) == expected
 
@@ -120,7 +142,12 @@ def test_invalid_reply_costs_the_penalty_moves_nothing_and_uses_a_turn():
     obs, reward, terminated, truncated, info = env.step('{"thoughts": "x", "action": "jump"}')
     assert reward == -0.25 and not terminated and not truncated
     assert info["valid"] is False and isinstance(info["action"], Invalid) and info["turn"] == 1
-    assert (info["agent_pos"], info["agent_dir"], info["step_count"], info["state_hash"]) == (info0["agent_pos"], info0["agent_dir"], 0, info0["state_hash"])
+    assert (info["agent_pos"], info["agent_dir"], info["step_count"], info["state_hash"]) == (
+        info0["agent_pos"],
+        info0["agent_dir"],
+        0,
+        info0["state_hash"],
+    )
     assert "invalid reply ('jump' is not an action" in obs["text"] and "Turns left: 359." in obs["text"]
     assert np.array_equal(obs["images"][0], obs0["images"][0])
     assert MiniGridConfig().invalid_penalty == -0.1
@@ -143,7 +170,9 @@ def test_success_reward_is_minigrids_closed_form(invalid_at):
     # invalid replies do not step minigrid: its step_count, hence the reward, counts valid replies
     assert info["step_count"] == valid and info["turn"] == valid + (invalid_at is not None)
     assert reward == pytest.approx(1 - 0.9 * valid / max_steps)
-    assert ret == pytest.approx(reward + (-0.1 if invalid_at is not None else 0.0)) and env.episode_reward == pytest.approx(ret)
+    assert ret == pytest.approx(
+        reward + (-0.1 if invalid_at is not None else 0.0)
+    ) and env.episode_reward == pytest.approx(ret)
 
 
 def test_turn_cap_truncates_and_defaults_to_minigrids_max_steps():
@@ -178,7 +207,11 @@ def test_config_errors_say_the_fix():
     with pytest.raises(TypeError, match="unknown MiniGridConfig fields"):
         MiniGridTextEnv(minigrid="MiniGrid-Empty-5x5-v0")
     env = make_minigrid_text_env("MiniGrid-Empty-5x5-v0", render_mode="rgb_array")
-    assert env.cfg.minigrid_id == "MiniGrid-Empty-5x5-v0" and env.render_mode == "rgb_array" and env.task_type_name == "minigrid"
+    assert (
+        env.cfg.minigrid_id == "MiniGrid-Empty-5x5-v0"
+        and env.render_mode == "rgb_array"
+        and env.task_type_name == "minigrid"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,9 +239,13 @@ def test_agent_view_is_egocentric_and_full_view_is_the_grid():
     agent = cell(6, 3).reshape(-1, 3).astype(int)
     assert ((agent[:, 0] > 200) & (agent[:, 1] < 100)).any()  # the red triangle
     assert (cell(0, 0) == 146).all()  # beyond the grid's edge minigrid draws walls (seen: lighter grey)
-    hidden = make_minigrid_text_env(DOORKEY).reset(seed=3)[0]["images"][0]  # facing the room's north wall, 2 cells ahead
+    hidden = make_minigrid_text_env(DOORKEY).reset(seed=3)[0]["images"][
+        0
+    ]  # facing the room's north wall, 2 cells ahead
     black = (hidden == 0).all(axis=2)
-    assert black[: 4 * 32].mean() > 0.9 and black[4 * 32 :, 2 * 32 : 5 * 32].mean() < 0.05  # behind it: black (but grid lines)
+    assert (
+        black[: 4 * 32].mean() > 0.9 and black[4 * 32 :, 2 * 32 : 5 * 32].mean() < 0.05
+    )  # behind it: black (but grid lines)
 
     env = make_minigrid_text_env(EMPTY, view="full", image_size=240)  # 6 cells x 40 pixels
     env.reset(seed=0)
@@ -264,8 +301,14 @@ def test_feedback_says_what_happened():
     assert said[0] == "you picked up the yellow key."
     assert "you unlocked the yellow door with the yellow key and opened it." in said
     assert said[-1] == "you moved forward onto the goal. The mission is complete."
-    assert set(said) <= {"you picked up the yellow key.", "you unlocked the yellow door with the yellow key and opened it.",
-                         "you moved forward.", "you turned left.", "you turned right.", said[-1]}
+    assert set(said) <= {
+        "you picked up the yellow key.",
+        "you unlocked the yellow door with the yellow key and opened it.",
+        "you moved forward.",
+        "you turned left.",
+        "you turned right.",
+        said[-1],
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -331,8 +374,12 @@ def test_oracle_reply_is_a_pure_reply_and_says_when_it_cannot_plan():
 def test_lava_ends_the_episode_without_success_and_the_oracle_walks_around_it():
     env = make_minigrid_text_env("MiniGrid-LavaGapS6-v0", image_size=64)
     env.reset(seed=0)
-    lava = [(x, y) for x in range(env.inner.width) for y in range(env.inner.height)
-            if env.inner.grid.get(x, y) is not None and env.inner.grid.get(x, y).type == "lava"]
+    lava = [
+        (x, y)
+        for x in range(env.inner.width)
+        for y in range(env.inner.height)
+        if env.inner.grid.get(x, y) is not None and env.inner.grid.get(x, y).type == "lava"
+    ]
     x, y = next((x, y) for x, y in lava if env.inner.grid.get(x - 1, y) is None)
     place(env, (x - 1, y), 0)  # facing the lava
     obs, reward, terminated, truncated, info = env.step(act("move forward"))

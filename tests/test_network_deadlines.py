@@ -1,6 +1,7 @@
 """Every network call ends by its total deadline, a stop request ends it sooner, and the rollout
 server's reply is checked before use. Loopback servers that stall or trickle their status line,
 headers, body or error body, and a stand-in vLLM server that answers impossible token ids."""
+
 from __future__ import annotations
 
 import json
@@ -14,10 +15,24 @@ from pathlib import Path
 
 import pytest
 
-from a2c_ppo_acktr.common.bounded_read import Deadline, ReplyTooSlow, RequestAborted, error_body, open_within, read_within, timed_out
+from a2c_ppo_acktr.common.bounded_read import (
+    Deadline,
+    ReplyTooSlow,
+    RequestAborted,
+    error_body,
+    open_within,
+    read_within,
+    timed_out,
+)
 from a2c_ppo_acktr.labels.teachers import OpenAITeacher
 from a2c_ppo_acktr.policy.rollout_engine import (
-    BadReplyError, EngineError, EngineInterrupted, EngineStopped, EngineUnavailable, VLLMServerEngine, adapter_name,
+    BadReplyError,
+    EngineError,
+    EngineInterrupted,
+    EngineStopped,
+    EngineUnavailable,
+    VLLMServerEngine,
+    adapter_name,
 )
 from a2c_ppo_acktr.run.preemption import PREEMPTED_EXIT_CODE, Preempted, StopOnSignal
 
@@ -58,11 +73,18 @@ class StallingServer:
             while b"\r\n\r\n" not in data:
                 data += conn.recv(65536)
             head, _, body = data.partition(b"\r\n\r\n")
-            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")), 0)
+            length = next(
+                (
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length")
+                ),
+                0,
+            )
             while len(body) < length:
                 body += conn.recv(65536)
             for chunk, pause, *drip in self.script:
-                pieces = [chunk[i:i + 1] for i in range(len(chunk))] if (drip[0] if drip else self.drip) else [chunk]
+                pieces = [chunk[i : i + 1] for i in range(len(chunk))] if (drip[0] if drip else self.drip) else [chunk]
                 for piece in pieces:
                     if self.done.is_set() or time.monotonic() > end:
                         return
@@ -102,7 +124,9 @@ def test_an_engine_request_ends_by_its_total_deadline_whatever_the_server_stalls
     headers a byte at a time (each byte well within any socket timeout), stalls mid-body, or drips an
     error body ends in EngineUnavailable after the deadline, not minutes later."""
     with StallingServer(STALLS[stall], drip=stall in DRIPPED) as server:
-        engine = VLLMServerEngine(server.url, tmp_path, max_new_tokens=8, timeout_s=1.0, retries=1, backoff_s=0.0, should_stop=None)
+        engine = VLLMServerEngine(
+            server.url, tmp_path, max_new_tokens=8, timeout_s=1.0, retries=1, backoff_s=0.0, should_stop=None
+        )
         t0 = time.monotonic()
         with pytest.raises(EngineUnavailable, match="did not answer GET /health after 1 tries") as e:
             engine.check_health()
@@ -116,7 +140,9 @@ def test_a_teacher_request_ends_by_label_timeout_s_whatever_the_server_stalls(st
     """label.timeout_s bounds the whole attempt, headers and error bodies included: each stall is a
     failed turn that names the timeout (or the error status), within the deadline."""
     with StallingServer(STALLS[stall], drip=stall in DRIPPED) as server:
-        teacher = OpenAITeacher(base_url=server.url + "/v1", model="m", api_key_env="VSI_UNSET_KEY", timeout_s=1.0, retries=0)
+        teacher = OpenAITeacher(
+            base_url=server.url + "/v1", model="m", api_key_env="VSI_UNSET_KEY", timeout_s=1.0, retries=0
+        )
         t0 = time.monotonic()
         (reply,) = teacher.generate([{"images": [], "text": "q"}])
         elapsed = time.monotonic() - t0
@@ -129,7 +155,9 @@ def test_a_slow_error_body_does_not_hold_a_fatal_teacher_reply():
     """A 401 whose body drips is still recorded at once as a failed, not retried, turn."""
     script = [(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 5000\r\n\r\n", 0.0, False), (b"x" * 300, 30.0, True)]
     with StallingServer(script) as server:
-        teacher = OpenAITeacher(base_url=server.url + "/v1", model="m", api_key_env="VSI_UNSET_KEY", timeout_s=1.0, retries=3)
+        teacher = OpenAITeacher(
+            base_url=server.url + "/v1", model="m", api_key_env="VSI_UNSET_KEY", timeout_s=1.0, retries=3
+        )
         t0 = time.monotonic()
         (reply,) = teacher.generate([{"images": [], "text": "q"}])
         elapsed = time.monotonic() - t0
@@ -172,7 +200,10 @@ def test_a_stop_request_ends_a_waiting_request_within_the_poll_interval():
         with pytest.raises(RequestAborted, match="stop requested"):
             import urllib.request
 
-            open_within(urllib.request.Request(server.url + "/health"), Deadline(600.0, lambda: "test" if flag.is_set() else None))
+            open_within(
+                urllib.request.Request(server.url + "/health"),
+                Deadline(600.0, lambda: "test" if flag.is_set() else None),
+            )
         assert time.monotonic() - t0 < 1.5
 
 
@@ -221,16 +252,29 @@ def test_sigterm_or_the_stop_file_interrupts_a_hung_engine_request_within_second
         assert time.monotonic() - t0 < 2.0
         assert stop.requested()
         # Before the first rollout (the health check) the run ends as a stop does: exit 75, requeued.
-        assert isinstance(e.value, Preempted) and e.value.exit_code == PREEMPTED_EXIT_CODE and "--resume auto" in str(e.value)
+        assert (
+            isinstance(e.value, Preempted)
+            and e.value.exit_code == PREEMPTED_EXIT_CODE
+            and "--resume auto" in str(e.value)
+        )
         stopped = EngineStopped("the rollout server failed", 3, tmp_path / "checkpoint-000003")
     assert stopped.exit_code == PREEMPTED_EXIT_CODE and "stopped by" in str(stopped) and "--resume auto" in str(stopped)
-    assert EngineStopped("the rollout server failed", 3, tmp_path / "c").exit_code == 69  # no stop asked: a server failure
+    assert (
+        EngineStopped("the rollout server failed", 3, tmp_path / "c").exit_code == 69
+    )  # no stop asked: a server failure
 
 
 def test_a_stop_during_the_retry_backoff_ends_it(tmp_path):
     flag = threading.Event()
     with StallingServer([(b"HTTP/1.1 503 Busy\r\nContent-Length: 0\r\n\r\n", 0.0)]) as server:
-        engine = VLLMServerEngine(server.url, tmp_path, max_new_tokens=8, retries=3, backoff_s=30.0, should_stop=lambda: flag.is_set() and "test")
+        engine = VLLMServerEngine(
+            server.url,
+            tmp_path,
+            max_new_tokens=8,
+            retries=3,
+            backoff_s=30.0,
+            should_stop=lambda: flag.is_set() and "test",
+        )
         threading.Timer(0.5, flag.set).start()
         t0 = time.monotonic()
         with pytest.raises(EngineInterrupted):
@@ -276,9 +320,21 @@ VOCAB, MAX_TOKENS, BANNED = 1000, 16, [900, 901]
 
 
 def _reply(ids, logprobs=None, prompt=(1, 2, 3), finish="length", stop_reason=None) -> dict:
-    content = [{"token": f"token_id:{i}", "logprob": lp} for i, lp in zip(ids, logprobs)] if logprobs is not None else None
-    return {"model": adapter_name(1), "prompt_token_ids": list(prompt),
-            "choices": [{"token_ids": ids, "finish_reason": finish, "stop_reason": stop_reason, "logprobs": {"content": content} if content else None}]}
+    content = (
+        [{"token": f"token_id:{i}", "logprob": lp} for i, lp in zip(ids, logprobs)] if logprobs is not None else None
+    )
+    return {
+        "model": adapter_name(1),
+        "prompt_token_ids": list(prompt),
+        "choices": [
+            {
+                "token_ids": ids,
+                "finish_reason": finish,
+                "stop_reason": stop_reason,
+                "logprobs": {"content": content} if content else None,
+            }
+        ],
+    }
 
 
 BAD_REPLIES = {
@@ -295,8 +351,11 @@ BAD_REPLIES = {
     "positive_logprob": _reply([5, 6], logprobs=[-0.1, 3.0]),
     "prompt_id_out_of_vocabulary": _reply([5, 6], prompt=(1, VOCAB + 7)),
     "token_ids_not_a_list": {"model": adapter_name(1), "choices": [{"token_ids": 12}]},
-    "logprob_entry_not_an_object": {"model": adapter_name(1), "prompt_token_ids": [1],
-                                    "choices": [{"token_ids": [5], "logprobs": {"content": ["x"]}}]},
+    "logprob_entry_not_an_object": {
+        "model": adapter_name(1),
+        "prompt_token_ids": [1],
+        "choices": [{"token_ids": [5], "logprobs": {"content": ["x"]}}],
+    },
 }
 
 
@@ -312,8 +371,17 @@ def test_an_impossible_reply_is_an_engine_error_not_a_traceback(case, tmp_path):
     that are not log-probabilities: each is the EngineError family (what the trainer turns into a
     checkpoint and exit 69, as for a dead server), one line, and the id list is never used."""
     with FakeVLLM(BAD_REPLIES[case]) as server:
-        engine = VLLMServerEngine(server.url, tmp_path, max_new_tokens=MAX_TOKENS, forbidden_ids=BANNED, vocab_size=VOCAB,
-                                  retries=1, backoff_s=0.0, timeout_s=10.0, should_stop=None)
+        engine = VLLMServerEngine(
+            server.url,
+            tmp_path,
+            max_new_tokens=MAX_TOKENS,
+            forbidden_ids=BANNED,
+            vocab_size=VOCAB,
+            retries=1,
+            backoff_s=0.0,
+            timeout_s=10.0,
+            should_stop=None,
+        )
         engine.sync_adapter(lambda path: path.mkdir(parents=True, exist_ok=True), 1)
         with pytest.raises(EngineError) as e:
             engine.generate([_row()])
@@ -323,10 +391,20 @@ def test_an_impossible_reply_is_an_engine_error_not_a_traceback(case, tmp_path):
 
 
 def test_a_good_reply_passes_and_a_stop_token_may_be_the_one_past_max_tokens(tmp_path):
-    good = _reply([5] * MAX_TOKENS, logprobs=[-0.5] * MAX_TOKENS, finish="stop", stop_reason=999)  # a server that strips the stop token
+    good = _reply(
+        [5] * MAX_TOKENS, logprobs=[-0.5] * MAX_TOKENS, finish="stop", stop_reason=999
+    )  # a server that strips the stop token
     with FakeVLLM(good) as server:
-        engine = VLLMServerEngine(server.url, tmp_path, max_new_tokens=MAX_TOKENS, stop_ids=[999], forbidden_ids=BANNED, vocab_size=VOCAB,
-                                  retries=1, should_stop=None)
+        engine = VLLMServerEngine(
+            server.url,
+            tmp_path,
+            max_new_tokens=MAX_TOKENS,
+            stop_ids=[999],
+            forbidden_ids=BANNED,
+            vocab_size=VOCAB,
+            retries=1,
+            should_stop=None,
+        )
         engine.sync_adapter(lambda path: path.mkdir(parents=True, exist_ok=True), 1)
         (reply,) = engine.generate([_row()])
     assert reply.token_ids == [5] * MAX_TOKENS + [999] and len(reply.token_log_probs) == MAX_TOKENS + 1
@@ -389,7 +467,11 @@ def test_training_stops_with_exit_69_and_a_checkpoint_when_the_server_answers_im
     try:
         with HugeReplies(load_config(preset="debug").model) as srv:
             with pytest.raises(EngineStopped) as stopped:
-                run_training(load_config(preset="debug", overrides=_overrides(tmp_path / "run", srv.url, **{"ppo.num_iterations": "1"})))
+                run_training(
+                    load_config(
+                        preset="debug", overrides=_overrides(tmp_path / "run", srv.url, **{"ppo.num_iterations": "1"})
+                    )
+                )
     finally:
         torch.set_num_threads(threads)
     assert stopped.value.exit_code == 69 and stopped.value.checkpoint.name.endswith("000000")
@@ -428,7 +510,11 @@ def test_sigterm_while_the_server_hangs_mid_rollout_ends_the_run_with_a_checkpoi
     try:
         with Hangs(load_config(preset="debug").model) as srv:
             threading.Thread(target=signal_when_hung, daemon=True).start()
-            over = _overrides(tmp_path / "run", srv.url, **{"ppo.num_iterations": "1", "rollout.engine_timeout_s": "600", "rollout.engine_retries": "3"})
+            over = _overrides(
+                tmp_path / "run",
+                srv.url,
+                **{"ppo.num_iterations": "1", "rollout.engine_timeout_s": "600", "rollout.engine_retries": "3"},
+            )
             with pytest.raises(EngineStopped) as stopped:
                 run_training(load_config(preset="debug", overrides=over))
             ended = time.monotonic()

@@ -4,6 +4,7 @@ never a traceback: odd things at the paths a run uses (a lock file or STOP that 
 work together (debug's frames under NumberLine's minimum), wrong inputs (``--data-root``, a malformed
 saved rollout, a truncated adapter, a checkpoint whose marker checks nothing or whose state is
 damaged), reports that cannot be compared or plotted, the gallery's arguments and a full disk."""
+
 from __future__ import annotations
 
 import gzip
@@ -31,8 +32,15 @@ def _exit_code(main) -> int:
 
 
 def _ppo_cfg(out, **extra: str):
-    base = {"log.output_dir": str(out), "log.progress_bar": "false", "log.tensorboard": "false", "log.save_interval": "1",
-            "ppo.num_iterations": "2", "env.max_turns": "2", "model.max_new_tokens": "24"}
+    base = {
+        "log.output_dir": str(out),
+        "log.progress_bar": "false",
+        "log.tensorboard": "false",
+        "log.save_interval": "1",
+        "ppo.num_iterations": "2",
+        "env.max_turns": "2",
+        "model.max_new_tokens": "24",
+    }
     base.update(extra)
     return load_config(preset="debug", overrides=[f"{k}={v}" for k, v in base.items()])
 
@@ -74,12 +82,19 @@ def test_a_stop_request_that_is_a_directory_stops_the_run_or_is_one_line(tmp_pat
 def test_metrics_jsonl_that_is_a_directory_is_one_line_before_anything_loads(tmp_path, capsys):
     run = tmp_path / "run"
     (run / "metrics.jsonl").mkdir(parents=True)
-    _one_line(capsys, run_main(_train(run, **{"log.resume": "auto"}), "main_vsi.py"), "metrics.jsonl is not a file", "move it away")
+    _one_line(
+        capsys,
+        run_main(_train(run, **{"log.resume": "auto"}), "main_vsi.py"),
+        "metrics.jsonl is not a file",
+        "move it away",
+    )
 
 
 def test_an_output_dir_ending_in_dotdot_is_one_line(tmp_path, capsys):
     (tmp_path / "par").mkdir()
-    _one_line(capsys, run_main(_train(f"{tmp_path}/par/child/.."), "main_vsi.py"), "ends in '..'", f"({tmp_path / 'par'})")
+    _one_line(
+        capsys, run_main(_train(f"{tmp_path}/par/child/.."), "main_vsi.py"), "ends in '..'", f"({tmp_path / 'par'})"
+    )
     assert not (tmp_path / "par" / "child").exists()
 
 
@@ -99,13 +114,18 @@ def test_a_label_directory_whose_name_is_not_utf8_is_one_line_in_preprocessing(t
     import vlm_traj_preprocess
     from a2c_ppo_acktr.labels.labeling import label_trajectories
 
-    overrides = {"env": {"image_size": 16, "num_sweep_frames": 2, "image_history": 1, "max_turns": 3, "num_scenes": 6},
-                 "label": {"out_dir": str(tmp_path / "lab"), "num_episodes": 2, "batch_size": 2, "seed": 100}, "log": {"progress_bar": False}}
+    overrides = {
+        "env": {"image_size": 16, "num_sweep_frames": 2, "image_history": 1, "max_turns": 3, "num_scenes": 6},
+        "label": {"out_dir": str(tmp_path / "lab"), "num_episodes": 2, "batch_size": 2, "seed": 100},
+        "log": {"progress_bar": False},
+    }
     label_trajectories(load_config(preset="debug", overrides=overrides))
     labels = os.fsdecode(os.fsencode(str(tmp_path)) + b"/lab\xe9")  # Latin-1 "labe", as a copy from another system
     os.rename(tmp_path / "lab", labels)
     with pytest.raises(ConfigError, match="label.out_dir .* is not UTF-8 text"):  # the labeller refuses to write there
-        label_trajectories(load_config(preset="debug", overrides={**overrides, "label": {**overrides["label"], "out_dir": labels}}))
+        label_trajectories(
+            load_config(preset="debug", overrides={**overrides, "label": {**overrides["label"], "out_dir": labels}})
+        )
     args = ["--preset", "debug", "--label.out_dir", labels, "--label.dataset_dir", str(tmp_path / "data")]
     rc = run_main(lambda: vlm_traj_preprocess.main(args), "vlm_traj_preprocess.py")
     _one_line(capsys, rc, "holds text that is not UTF-8", "rename the folder")
@@ -118,8 +138,15 @@ def test_debug_frames_under_numberlines_minimum_are_one_line_naming_the_flag(cap
 
     overlay = str(REPO / "configs" / "envs" / "numberline.yaml")
     cfg = load_config(preset="debug", config=overlay)
-    _one_line(capsys, run_main(lambda: make_env(cfg.env), "main_vsi.py"), "NumberLine-v0: image_size=32", "--env.image_size 64")
-    env = make_env(load_config(preset="debug", config=overlay, overrides=["env.image_size=64"]).env)  # the fix it names works
+    _one_line(
+        capsys,
+        run_main(lambda: make_env(cfg.env), "main_vsi.py"),
+        "NumberLine-v0: image_size=32",
+        "--env.image_size 64",
+    )
+    env = make_env(
+        load_config(preset="debug", config=overlay, overrides=["env.image_size=64"]).env
+    )  # the fix it names works
     assert env.reset(seed=0)[0]["images"][0].shape == (64, 64, 3)
 
 
@@ -127,8 +154,15 @@ def test_a_wrong_data_root_is_one_line(tmp_path, capsys):
     import eval_vsi
 
     rows = tmp_path / "rows.json"
-    row = {"id": 0, "dataset": "arkitscenes", "scene_name": "41069025", "question_type": "object_counting",
-           "question": "How many chair(s) are in this room?", "options": None, "ground_truth": "2"}
+    row = {
+        "id": 0,
+        "dataset": "arkitscenes",
+        "scene_name": "41069025",
+        "question_type": "object_counting",
+        "question": "How many chair(s) are in this room?",
+        "options": None,
+        "ground_truth": "2",
+    }
     rows.write_text(json.dumps([row]))
     base = ["--dummy", "--vsibench", str(rows), "--out", str(tmp_path / "e")]
     assert _exit_code(lambda: eval_vsi.main([*base, "--data-root", str(tmp_path / "nope")])) == 2
@@ -136,24 +170,64 @@ def test_a_wrong_data_root_is_one_line(tmp_path, capsys):
     (tmp_path / "scans").mkdir()
     rc = run_main(lambda: eval_vsi.main([*base, "--data-root", str(tmp_path)]), "eval_vsi.py")
     _one_line(capsys, rc, "no episode could be evaluated", f"did you mean --data-root {tmp_path / 'scans'}")
-    video = ["--protocol", "video", "--vsibench", str(rows), "--out", str(tmp_path / "v"), "--dummy", "--video-root", str(tmp_path / "nope")]
+    video = [
+        "--protocol",
+        "video",
+        "--vsibench",
+        str(rows),
+        "--out",
+        str(tmp_path / "v"),
+        "--dummy",
+        "--video-root",
+        str(tmp_path / "nope"),
+    ]
     _one_line(capsys, run_main(lambda: eval_vsi.main(video), "eval_vsi.py"), "--video-root", "is not a directory")
 
 
-SAVED_TURN = {"iteration": 1, "rank": 0, "step": 0, "env": 0, "env_id": "VSI-v0", "episode": "it1-r0-env0-ep0", "continued": False,
-              "prompt": "p", "images": [], "reply": "r", "action": None, "reward": 0.0, "terminated": False, "truncated": False,
-              "temperature": 1.0, "value": 0.0, "advantage": None, "return": None, "log_prob": -1.0}
+SAVED_TURN = {
+    "iteration": 1,
+    "rank": 0,
+    "step": 0,
+    "env": 0,
+    "env_id": "VSI-v0",
+    "episode": "it1-r0-env0-ep0",
+    "continued": False,
+    "prompt": "p",
+    "images": [],
+    "reply": "r",
+    "action": None,
+    "reward": 0.0,
+    "terminated": False,
+    "truncated": False,
+    "temperature": 1.0,
+    "value": 0.0,
+    "advantage": None,
+    "return": None,
+    "log_prob": -1.0,
+}
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"not gzip at all", "is not a readable saved rollout"),
-    (gzip.compress(b"{not json\n"), "row 1 is not a JSON line"),
-    (gzip.compress(b"[1, 2]\n"), "row 1 is a JSON list"),
-    (gzip.compress(b'\xff\xfe{"a": 1}\n'), "row 1 is not a JSON line"),
-    (gzip.compress((json.dumps(SAVED_TURN) + "\n" + json.dumps({**SAVED_TURN, "reward": "high"}) + "\n").encode()), "row 2 has no valid 'reward'"),
-    (gzip.compress((json.dumps({k: v for k, v in SAVED_TURN.items() if k != "episode"}) + "\n").encode()), "row 1 has no valid 'episode'"),
-    (gzip.compress(json.dumps(SAVED_TURN).encode() * 50)[:40], "is not a readable saved rollout"),  # truncated
-], ids=["not-gzip", "not-json", "array", "not-utf8", "wrong-type", "missing-field", "truncated"])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"not gzip at all", "is not a readable saved rollout"),
+        (gzip.compress(b"{not json\n"), "row 1 is not a JSON line"),
+        (gzip.compress(b"[1, 2]\n"), "row 1 is a JSON list"),
+        (gzip.compress(b'\xff\xfe{"a": 1}\n'), "row 1 is not a JSON line"),
+        (
+            gzip.compress(
+                (json.dumps(SAVED_TURN) + "\n" + json.dumps({**SAVED_TURN, "reward": "high"}) + "\n").encode()
+            ),
+            "row 2 has no valid 'reward'",
+        ),
+        (
+            gzip.compress((json.dumps({k: v for k, v in SAVED_TURN.items() if k != "episode"}) + "\n").encode()),
+            "row 1 has no valid 'episode'",
+        ),
+        (gzip.compress(json.dumps(SAVED_TURN).encode() * 50)[:40], "is not a readable saved rollout"),  # truncated
+    ],
+    ids=["not-gzip", "not-json", "array", "not-utf8", "wrong-type", "missing-field", "truncated"],
+)
 def test_rollouts_show_on_malformed_contents_is_one_line(tmp_path, capsys, content, message):
     from a2c_ppo_acktr.rl import saved_rollouts as rollouts
 
@@ -178,12 +252,20 @@ def test_a_truncated_adapter_in_export_is_one_line(tmp_path, capsys, tiny_model_
     from a2c_ppo_acktr.config.arguments import ModelConfig
     from a2c_ppo_acktr.policy.model import VLMPolicy
 
-    cfg = ModelConfig(model_path=tiny_model_path, device="cpu", lora_r=4, lora_alpha=8, value_head_hidden=8, temp_head_hidden=8)
+    cfg = ModelConfig(
+        model_path=tiny_model_path, device="cpu", lora_r=4, lora_alpha=8, value_head_hidden=8, temp_head_hidden=8
+    )
     VLMPolicy(cfg).save_pretrained(tmp_path / "adapter")
     weights = tmp_path / "adapter" / "adapter_model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
     argv = ["--adapter", str(tmp_path / "adapter"), "--model-path", tiny_model_path, "--out", str(tmp_path / "merged")]
-    _one_line(capsys, run_main(lambda: export.main(argv), "export"), "the adapter at", "cannot be read", "truncated or damaged")
+    _one_line(
+        capsys,
+        run_main(lambda: export.main(argv), "export"),
+        "the adapter at",
+        "cannot be read",
+        "truncated or damaged",
+    )
     assert not (tmp_path / "merged").exists() and not list(tmp_path.glob(".tmp-export-*"))
     (tmp_path / "adapter" / "adapter_config.json").write_text('{"base_model_name_or_path": ')
     argv = ["--adapter", str(tmp_path / "adapter"), "--out", str(tmp_path / "merged")]
@@ -225,12 +307,16 @@ def _old_format_copy(run: Path, dest: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("damage, message", [
-    ("truncate-trainable", "trainable.pt cannot be read"),
-    ("list-state", "rank000.pkl is not this run's per-process state (it holds a list"),
-    ("dict-state", "rank000.pkl is not this run's per-process state (it lacks ['env', 'observations'"),
-    ("bad-rng", "rank000.pkl does not hold the state this run saves"),
-], ids=["corrupt-state", "list-pickle", "dict-missing-keys", "wrong-shaped-rng"])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("truncate-trainable", "trainable.pt cannot be read"),
+        ("list-state", "rank000.pkl is not this run's per-process state (it holds a list"),
+        ("dict-state", "rank000.pkl is not this run's per-process state (it lacks ['env', 'observations'"),
+        ("bad-rng", "rank000.pkl does not hold the state this run saves"),
+    ],
+    ids=["corrupt-state", "list-pickle", "dict-missing-keys", "wrong-shaped-rng"],
+)
 def test_an_old_format_checkpoint_with_a_damaged_state_is_one_line(tmp_path, capsys, ppo_run, damage, message):
     from a2c_ppo_acktr.run.checkpoint import load_pickle, save_pickle
 
@@ -252,7 +338,15 @@ def test_an_old_format_checkpoint_with_a_damaged_state_is_one_line(tmp_path, cap
 def _report(tmp_path, name: str) -> Path:
     import eval_vsi
 
-    assert run_main(lambda: eval_vsi.main(["--preset", "debug", "--dummy", "--eval.num_episodes", "2", "--out", str(tmp_path / name)]), "eval_vsi.py") == 0
+    assert (
+        run_main(
+            lambda: eval_vsi.main(
+                ["--preset", "debug", "--dummy", "--eval.num_episodes", "2", "--out", str(tmp_path / name)]
+            ),
+            "eval_vsi.py",
+        )
+        == 0
+    )
     return tmp_path / name / "report.json"
 
 
@@ -262,11 +356,18 @@ def test_compare_with_duplicate_names_is_one_line_and_one_report_twice_gets_numb
 
     a, b = _report(tmp_path, "a"), _report(tmp_path, "b")
     capsys.readouterr()
-    rc = run_main(lambda: eval_vsi.main(["compare", str(a), str(b), "--names", "x", "x", "--out", str(tmp_path / "c")]), "eval_vsi.py")
+    rc = run_main(
+        lambda: eval_vsi.main(["compare", str(a), str(b), "--names", "x", "x", "--out", str(tmp_path / "c")]),
+        "eval_vsi.py",
+    )
     _one_line(capsys, rc, "--names repeats ['x']")
-    rc = run_main(lambda: eval_vsi.main(["compare", str(a), str(b), "--names", "x", "--out", str(tmp_path / "c")]), "eval_vsi.py")
+    rc = run_main(
+        lambda: eval_vsi.main(["compare", str(a), str(b), "--names", "x", "--out", str(tmp_path / "c")]), "eval_vsi.py"
+    )
     _one_line(capsys, rc, "got 1 names for 2 reports")
-    assert run_main(lambda: eval_vsi.main(["compare", str(a), str(a), "--out", str(tmp_path / "c")]), "eval_vsi.py") == 0
+    assert (
+        run_main(lambda: eval_vsi.main(["compare", str(a), str(a), "--out", str(tmp_path / "c")]), "eval_vsi.py") == 0
+    )
     table = (tmp_path / "c" / "compare.md").read_text()
     assert "| dummy (a) #1 |" in table and "| dummy (a) #2 |" in table
 
@@ -275,19 +376,27 @@ def test_curves_of_nan_only_metrics_are_one_line(tmp_path, capsys):
     import eval_vsi
 
     metrics = tmp_path / "metrics.jsonl"
-    metrics.write_text("".join(json.dumps({"iteration": i, "losses/policy": "nan", "rollout/episode_score_mean": "nan"}) + "\n" for i in (1, 2)))
+    metrics.write_text(
+        "".join(
+            json.dumps({"iteration": i, "losses/policy": "nan", "rollout/episode_score_mean": "nan"}) + "\n"
+            for i in (1, 2)
+        )
+    )
     rc = run_main(lambda: eval_vsi.main(["curves", str(metrics), "--out", str(tmp_path / "o")]), "eval_vsi.py")
     _one_line(capsys, rc, "holds no finite numeric metric to plot")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--categories"], "--categories names no category"),
-    (["--categories", "unicorn"], "unknown categories ['unicorn']"),
-    (["--size", "8"], "--size=8 must be in [16, 1024]"),
-    (["--rooms", "0"], "--rooms=0 must be in [1, 64]"),
-    (["--size", "big"], "argument --size: invalid int value"),
-    (["--out-is-a-file"], "is a file, not a directory"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--categories"], "--categories names no category"),
+        (["--categories", "unicorn"], "unknown categories ['unicorn']"),
+        (["--size", "8"], "--size=8 must be in [16, 1024]"),
+        (["--rooms", "0"], "--rooms=0 must be in [1, 64]"),
+        (["--size", "big"], "argument --size: invalid int value"),
+        (["--out-is-a-file"], "is a file, not a directory"),
+    ],
+)
 def test_gallery_argument_errors_are_one_line(tmp_path, capsys, argv, message):
     from a2c_ppo_acktr.envs import gallery
 
@@ -314,4 +423,6 @@ def test_a_full_disk_while_logging_metrics_is_one_line_naming_the_file(tmp_path,
 
     monkeypatch.setattr(run_logger, "open", full, raising=False)
     rc = run_main(lambda: log.log({"a": 2.0}, iteration=2), "main_vsi.py")
-    _one_line(capsys, rc, "writing iteration 2's row to", "metrics.jsonl failed: No space left on device", "--resume auto")
+    _one_line(
+        capsys, rc, "writing iteration 2's row to", "metrics.jsonl failed: No space left on device", "--resume auto"
+    )

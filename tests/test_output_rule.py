@@ -1,6 +1,7 @@
 """One output rule for every command that writes a directory or files: refuse, or move aside to
 ``NAME.old-<time>`` (never replace), and respect a live process's lock, even when someone deletes the
 lock file under a running run."""
+
 from __future__ import annotations
 
 import json
@@ -16,19 +17,33 @@ import pytest
 from a2c_ppo_acktr.config.arguments import ConfigError, load_config
 from a2c_ppo_acktr.config.cli import run_main
 from a2c_ppo_acktr.run.rundir import (
-    RunLock, RunLockedError, RunLockLostError, claim_output_dir, claim_output_files, lock_path, move_aside,
+    RunLock,
+    RunLockedError,
+    RunLockLostError,
+    claim_output_dir,
+    claim_output_files,
+    lock_path,
+    move_aside,
 )
 
 from helpers import one_line_error as _one_line
 
 REPO = Path(__file__).resolve().parent.parent
-HOLD = "import sys, time; from a2c_ppo_acktr.run.rundir import RunLock; RunLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(600)"
-PROBE = "import sys; from a2c_ppo_acktr.run.rundir import RunLock, RunLockedError\ntry:\n    RunLock(sys.argv[1]).acquire()\nexcept RunLockedError:\n    print('refused')\n"
+HOLD = (
+    "import sys, time; from a2c_ppo_acktr.run.rundir import RunLock; RunLock(sys.argv[1]).acquire(); print('locked', "
+    "flush=True); time.sleep(600)"
+)
+PROBE = (
+    "import sys; from a2c_ppo_acktr.run.rundir import RunLock, RunLockedError\ntry:\n    "
+    "RunLock(sys.argv[1]).acquire()\nexcept RunLockedError:\n    print('refused')\n"
+)
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
 
 
 def _holder(directory: Path) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(directory)], cwd=REPO, stdout=subprocess.PIPE, text=True, env=ENV)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(directory)], cwd=REPO, stdout=subprocess.PIPE, text=True, env=ENV
+    )
     assert proc.stdout.readline().strip() == "locked"
     return proc
 
@@ -48,7 +63,9 @@ def test_a_deleted_lock_file_is_taken_back_and_one_another_process_holds_stops_t
         with caplog.at_level("WARNING", logger="a2c_ppo_acktr.run.rundir"):
             lock.confirm()
         assert "it is locked again" in caplog.text and json.loads(lock_path(run).read_text())["pid"] == os.getpid()
-        probe = subprocess.run([sys.executable, "-c", PROBE, str(run)], cwd=REPO, capture_output=True, text=True, env=ENV)
+        probe = subprocess.run(
+            [sys.executable, "-c", PROBE, str(run)], cwd=REPO, capture_output=True, text=True, env=ENV
+        )
         assert probe.stdout.strip() == "refused"  # the new file is held: a second process is kept out
         lock_path(run).unlink()
         other = _holder(run)  # a second process locks the new file the name points to
@@ -65,8 +82,15 @@ def test_a_deleted_lock_file_is_taken_back_and_one_another_process_holds_stops_t
 
 
 def _ppo_cfg(out: Path, **extra: str):
-    base = {"log.output_dir": str(out), "log.progress_bar": "false", "log.tensorboard": "false", "log.save_interval": "1",
-            "ppo.num_iterations": "3", "env.max_turns": "2", "model.max_new_tokens": "24"}
+    base = {
+        "log.output_dir": str(out),
+        "log.progress_bar": "false",
+        "log.tensorboard": "false",
+        "log.save_interval": "1",
+        "ppo.num_iterations": "3",
+        "env.max_turns": "2",
+        "model.max_new_tokens": "24",
+    }
     base.update(extra)
     return load_config(preset="debug", overrides=[f"{k}={v}" for k, v in base.items()])
 
@@ -146,8 +170,13 @@ def test_export_overwrite_refuses_a_directory_where_a_run_is_training(tmp_path, 
     assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "metrics.jsonl"]  # not moved aside
     assert not [p for p in tmp_path.iterdir() if ".old-" in p.name]
     with RunLock(tmp_path / "busy"):  # the guard itself refuses, whatever the command
-        claim = "import sys; from a2c_ppo_acktr.run.rundir import claim_output_dir; claim_output_dir(sys.argv[1], overwrite=True)"
-        done = subprocess.run([sys.executable, "-c", claim, str(tmp_path / "busy")], cwd=REPO, env=ENV, capture_output=True, text=True)
+        claim = (
+            "import sys; from a2c_ppo_acktr.run.rundir import claim_output_dir; claim_output_dir(sys.argv[1], "
+            "overwrite=True)"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", claim, str(tmp_path / "busy")], cwd=REPO, env=ENV, capture_output=True, text=True
+        )
     assert done.returncode != 0 and "RunLockedError" in done.stderr
 
 
@@ -156,8 +185,11 @@ def test_preprocessing_refuses_an_existing_dataset_and_overwrite_moves_its_files
     import vlm_traj_preprocess
     from a2c_ppo_acktr.labels.labeling import label_trajectories
 
-    overrides = {"env": {"image_size": 16, "num_sweep_frames": 2, "image_history": 1, "max_turns": 3, "num_scenes": 6},
-                 "label": {"out_dir": str(tmp_path / "lab"), "num_episodes": 3, "batch_size": 3, "seed": 100}, "log": {"progress_bar": False}}
+    overrides = {
+        "env": {"image_size": 16, "num_sweep_frames": 2, "image_history": 1, "max_turns": 3, "num_scenes": 6},
+        "label": {"out_dir": str(tmp_path / "lab"), "num_episodes": 3, "batch_size": 3, "seed": 100},
+        "log": {"progress_bar": False},
+    }
     label_trajectories(load_config(preset="debug", overrides=overrides))
     data = tmp_path / "data"
     data.mkdir()
@@ -170,7 +202,9 @@ def test_preprocessing_refuses_an_existing_dataset_and_overwrite_moves_its_files
     assert (data / "train.jsonl").read_bytes() == first
     vlm_traj_preprocess.main(args + ["--overwrite"])
     (aside,) = data.glob("train.jsonl.old-*")
-    assert aside.read_bytes() == first and (data / "train.jsonl").is_file() and (data / "notes.txt").read_text() == "mine"
+    assert (
+        aside.read_bytes() == first and (data / "train.jsonl").is_file() and (data / "notes.txt").read_text() == "mine"
+    )
     assert len(list(data.glob("stats.json.old-*"))) == 1
 
 
@@ -179,7 +213,9 @@ def _eval(out: Path, *extra: str) -> list[str]:
     return ["--preset", "debug", "--dummy", "--eval.num_episodes", "2", "--out", str(out), *extra]
 
 
-def test_a_second_evaluation_on_one_out_stops_in_one_line_and_the_first_holds_the_lock_throughout(tmp_path, monkeypatch, capsys):
+def test_a_second_evaluation_on_one_out_stops_in_one_line_and_the_first_holds_the_lock_throughout(
+    tmp_path, monkeypatch, capsys
+):
     import eval_vsi
     from a2c_ppo_acktr.eval import evaluation
 
@@ -195,9 +231,17 @@ def test_a_second_evaluation_on_one_out_stops_in_one_line_and_the_first_holds_th
     probes = []
 
     def evaluate(*args, **kwargs):  # another process tries the directory mid-evaluation, then after the report
-        probes.append(subprocess.run([sys.executable, "-c", PROBE, str(out)], cwd=REPO, capture_output=True, text=True, env=ENV).stdout.strip())
+        probes.append(
+            subprocess.run(
+                [sys.executable, "-c", PROBE, str(out)], cwd=REPO, capture_output=True, text=True, env=ENV
+            ).stdout.strip()
+        )
         report = real(*args, **kwargs)
-        probes.append(subprocess.run([sys.executable, "-c", PROBE, str(out)], cwd=REPO, capture_output=True, text=True, env=ENV).stdout.strip())
+        probes.append(
+            subprocess.run(
+                [sys.executable, "-c", PROBE, str(out)], cwd=REPO, capture_output=True, text=True, env=ENV
+            ).stdout.strip()
+        )
         return report
 
     monkeypatch.setattr(evaluation, "evaluate", evaluate)
@@ -213,7 +257,13 @@ def test_compare_and_curves_claim_only_their_own_files_beside_a_report(tmp_path,
     capsys.readouterr()
     mine = tmp_path / "a" / "compare.md"
     mine.write_text("my notes")
-    cmp = ["compare", str(tmp_path / "a" / "report.json"), str(tmp_path / "b" / "report.json"), "--out", str(tmp_path / "a")]
+    cmp = [
+        "compare",
+        str(tmp_path / "a" / "report.json"),
+        str(tmp_path / "b" / "report.json"),
+        "--out",
+        str(tmp_path / "a"),
+    ]
     rc = run_main(lambda: eval_vsi.main(cmp), "eval_vsi.py")
     _one_line(capsys, rc, "already holds compare.md", "--overwrite")
     assert mine.read_text() == "my notes"
@@ -317,7 +367,10 @@ def test_a_second_labeller_on_one_folder_is_refused(tmp_path):
     labels = tmp_path / "lab"
     holder = _holder(labels)  # a labeller appending to trajectories.jsonl
     try:
-        cfg = load_config(preset="debug", overrides={"label": {"out_dir": str(labels), "num_episodes": 1}, "log": {"progress_bar": False}})
+        cfg = load_config(
+            preset="debug",
+            overrides={"label": {"out_dir": str(labels), "num_episodes": 1}, "log": {"progress_bar": False}},
+        )
         with pytest.raises(RunLockedError, match=f"pid {holder.pid}"):
             label_trajectories(cfg)
     finally:

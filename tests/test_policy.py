@@ -1,4 +1,5 @@
 """VLMPolicy on the tiny offline Qwen2.5-VL: rollout/update agreement, what trains, heads, KL, files."""
+
 import copy
 import dataclasses
 
@@ -146,7 +147,9 @@ def test_thought_tokens_found_with_the_real_tokenizer(loaded):
     starts = [0] + ends[:-1]
     thought_chars = "".join(text[s:e] for s, e, wi in zip(starts, ends, w.tolist()) if wi == 0.25)
     other_chars = "".join(text[s:e] for s, e, wi in zip(starts, ends, w.tolist()) if wi == 1.0)
-    assert text[t0:t1] in thought_chars and len(thought_chars) <= (t1 - t0) + 4  # boundary tokens may carry a quote/comma
+    assert (
+        text[t0:t1] in thought_chars and len(thought_chars) <= (t1 - t0) + 4
+    )  # boundary tokens may carry a quote/comma
     assert "rotation_angle_degrees" in other_chars and "café" not in other_chars
     assert w[-1] == 1.0  # the end-of-turn token counts as action
 
@@ -167,7 +170,14 @@ def _naive_forward_turns(policy, enc, generated_ids, token_weights, with_kl):
     """The training forward as it was before chunking: the model's full (B, R+1, V) logits, then
     process_logits / token_log_probs / token_entropy / token_kl on (B, R, V) float32 tensors. Also
     returns the processed logits ``z`` (and ``z_ref``) and the temperatures."""
-    from a2c_ppo_acktr.policy.distributions import masked_mean, process_logits, sequence_log_prob, token_entropy, token_kl, token_log_probs
+    from a2c_ppo_acktr.policy.distributions import (
+        masked_mean,
+        process_logits,
+        sequence_log_prob,
+        token_entropy,
+        token_kl,
+        token_log_probs,
+    )
 
     B, R = len(generated_ids), max(len(g) for g in generated_ids)
     resp = torch.full((B, R), policy.pad_id, dtype=torch.long)
@@ -184,8 +194,12 @@ def _naive_forward_turns(policy, enc, generated_ids, token_weights, with_kl):
         logits = policy.model(**inputs, use_cache=False, logits_to_keep=R + 1).logits[:, :R]
     temps = policy._temperatures(caught[0][:, 0])
     z = process_logits(logits, temps, policy.forbidden_ids)
-    out = {"log_probs": sequence_log_prob(token_log_probs(z, resp), weights, mask), "entropy": masked_mean(token_entropy(z), mask),
-           "z": z, "temps": temps}
+    out = {
+        "log_probs": sequence_log_prob(token_log_probs(z, resp), weights, mask),
+        "entropy": masked_mean(token_entropy(z), mask),
+        "z": z,
+        "temps": temps,
+    }
     if with_kl:
         with torch.no_grad(), policy.model.disable_adapter():
             ref = policy.model(**inputs, use_cache=False, logits_to_keep=R + 1).logits[:, :R]
@@ -231,10 +245,14 @@ def test_chunked_training_forward_equals_the_full_logits_computation(loaded, tin
     z = torch.cat([want["z"].detach(), want["z_ref"]])
     scale = float(z[torch.isfinite(z)].abs().max()) + 1.0
     token = f32_tolerance(logit_terms(H, V), scale)
-    response = f32_chain_tolerance(R * logit_terms(H, V), scale) + f32_tolerance(R, float(want["log_probs"].detach().abs().max()))
+    response = f32_chain_tolerance(R * logit_terms(H, V), scale) + f32_tolerance(
+        R, float(want["log_probs"].detach().abs().max())
+    )
     for key, atol in (("log_probs", response), ("entropy", token), ("kl", token)):
         torch.testing.assert_close(getattr(got, key), want[key], atol=atol, rtol=0)
-    g_got = torch.autograd.grad(loss_of({"log_probs": got.log_probs, "entropy": got.entropy, "kl": got.kl}), params, allow_unused=True)
+    g_got = torch.autograd.grad(
+        loss_of({"log_probs": got.log_probs, "entropy": got.entropy, "kl": got.kl}), params, allow_unused=True
+    )
     want_loss = loss_of(want)
     g_want = torch.autograd.grad(want_loss, params, allow_unused=True, retain_graph=True)
     # every LoRA weight and the temperature head's output layer get a gradient (the head's first
@@ -261,7 +279,8 @@ def test_chunked_training_forward_equals_the_full_logits_computation(loaded, tin
     monkeypatch.setattr(dist, "LOGITS_CHUNK_ELEMENTS", policy.vocab_size)
     positions = []
     handle = policy.base_model.get_output_embeddings().register_forward_hook(
-        lambda _m, args, _out: positions.append(args[0].shape[:-1].numel()))
+        lambda _m, args, _out: positions.append(args[0].shape[:-1].numel())
+    )
     small = policy._forward_turns(enc, mb.generated_ids, mb.token_weights, with_kl=True)
     handle.remove()
     assert max(positions) == 1 and positions.count(0) == 2  # policy and reference forwards
@@ -276,10 +295,16 @@ def test_gradient_checkpointing_keeps_ratio_one_and_trains_lora(loaded, tiny_mod
     (``model.reuse_vision_outputs=false``; with it on the tower does not run there at all)."""
     plain = fresh_policy(loaded, tiny_model_path)
     ckpt = fresh_policy(loaded, tiny_model_path, gradient_checkpointing=True, reuse_vision_outputs=False)
-    layers = [m for m in ckpt.base_model.modules() if hasattr(m, "gradient_checkpointing") and type(m).__name__.endswith("DecoderLayer")]
+    layers = [
+        m
+        for m in ckpt.base_model.modules()
+        if hasattr(m, "gradient_checkpointing") and type(m).__name__.endswith("DecoderLayer")
+    ]
     assert layers and all(m.gradient_checkpointing for m in layers)
     tower_grad = []
-    ckpt.base_model.model.visual.patch_embed.register_forward_hook(lambda _m, _a, out: tower_grad.append(out.requires_grad))
+    ckpt.base_model.model.visual.patch_embed.register_forward_hook(
+        lambda _m, _a, out: tower_grad.append(out.requires_grad)
+    )
     mb = next(storage.minibatches(NUM_ENVS, torch.Generator().manual_seed(0)))
     grads = []
     for policy in (plain, ckpt):
@@ -302,7 +327,9 @@ def test_gradient_checkpointing_keeps_ratio_one_and_trains_lora(loaded, tiny_mod
 EMBED_TARGETS = f"{ModelConfig.lora_target_modules}|{EMBEDDING_LORA_TARGET}"
 
 
-def test_embedding_lora_trains_the_prompt_words_and_checkpoints_only_the_adapter(loaded, tiny_model_path, storage, tmp_path):
+def test_embedding_lora_trains_the_prompt_words_and_checkpoints_only_the_adapter(
+    loaded, tiny_model_path, storage, tmp_path
+):
     """LoRA on ``embed_tokens`` (what lets the tiny model tell prompt words apart, docs/TRAINING.md):
     ratio 1 and KL 0 before the first step, its weights move, the base embedding does not, the
     reference (adapter off) still sees the base embedding, and a checkpoint holds the LoRA factors
@@ -317,7 +344,9 @@ def test_embedding_lora_trains_the_prompt_words_and_checkpoints_only_the_adapter
     with recorded_forwards(VLMPolicy) as forwards:
         out = PPO(policy, opt, PPOConfig(ppo_epochs=2, mini_batch_size=3), seed=0).update(storage)
     assert out["debug/first_minibatch_ratio_max_dev"] < forwards[0].ratio and out["losses/kl_ref"] < 1e-6
-    moved = [n for n, p in policy.named_parameters() if "lora_embedding" in n and not torch.equal(p.detach(), embed_lora[n])]
+    moved = [
+        n for n, p in policy.named_parameters() if "lora_embedding" in n and not torch.equal(p.detach(), embed_lora[n])
+    ]
     assert len(moved) == 2  # A moves on step one (B starts random), B from step two
     assert torch.equal(policy.model.get_input_embeddings().base_layer.weight, base)
     ids = torch.as_tensor(storage.prompt_ids[0][-8:]).reshape(1, -1)  # words the update saw
@@ -341,7 +370,14 @@ def test_embedding_lora_trains_the_prompt_words_and_checkpoints_only_the_adapter
 
 # Qwen2.5-VL-Instruct's generation_config.json, plus knobs other checkpoints ship: all decoding
 # defaults that, if generate read them, would sample from another distribution than the trained one.
-SHIPPED_DECODING = {"do_sample": True, "temperature": 0.1, "top_p": 0.001, "top_k": 1, "repetition_penalty": 1.05, "min_p": 0.9}
+SHIPPED_DECODING = {
+    "do_sample": True,
+    "temperature": 0.1,
+    "top_p": 0.001,
+    "top_k": 1,
+    "repetition_penalty": 1.05,
+    "min_p": 0.9,
+}
 
 
 @pytest.fixture(scope="module")
@@ -374,14 +410,20 @@ def test_a_checkpoints_decoding_defaults_never_reach_the_rollout(shipped_path):
     greedy = [policy.act(obs, greedy=True).generated_ids for obs in observations]
     torch.manual_seed(1)
     sampled = [policy.act(obs) for obs in observations]
-    differ = sum(g.tolist() != s.tolist() for got, greedy_ids in zip(sampled, greedy) for g, s in zip(greedy_ids, got.generated_ids))
+    differ = sum(
+        g.tolist() != s.tolist()
+        for got, greedy_ids in zip(sampled, greedy)
+        for g, s in zip(greedy_ids, got.generated_ids)
+    )
     assert differ >= 6, f"only {differ} of 9 sampled replies left the greedy path"
     for got in sampled:
         assert torch.equal(got.temperatures, torch.ones(NUM_ENVS))
         enc = policy._encode(got.prompts, got.images)
         with torch.no_grad(), recorded_forwards(VLMPolicy) as forwards:
             again = policy._forward_turns(enc, got.generated_ids, got.token_weights, with_kl=False)
-        torch.testing.assert_close(again.log_probs, got.log_probs, atol=forwards[0].log_prob, rtol=0)  # ratio 1 from the first step
+        torch.testing.assert_close(
+            again.log_probs, got.log_probs, atol=forwards[0].log_prob, rtol=0
+        )  # ratio 1 from the first step
 
 
 def test_qwen3_vl_acts_updates_and_round_trips_its_adapter(tiny_family_path, tmp_path):
@@ -397,13 +439,17 @@ def test_qwen3_vl_acts_updates_and_round_trips_its_adapter(tiny_family_path, tmp
     mb = next(st.minibatches(NUM_ENVS, torch.Generator().manual_seed(0)))
     with recorded_forwards(VLMPolicy) as forwards:
         out = policy.evaluate_actions(mb, with_kl=True)
-    assert (out.log_probs - mb.old_log_probs).exp().sub(1).abs().max().item() < forwards[0].ratio and out.kl.abs().max().item() < 1e-6
+    assert (out.log_probs - mb.old_log_probs).exp().sub(1).abs().max().item() < forwards[
+        0
+    ].ratio and out.kl.abs().max().item() < 1e-6
     frozen, lora, heads = split_state(policy)
     opt = torch.optim.Adam(policy.trainable_parameters(), lr=1e-3)
     PPO(policy, opt, PPOConfig(ppo_epochs=1, mini_batch_size=NUM_ENVS)).update(st)
     after_frozen, after_lora, after_heads = split_state(policy)
     assert all(torch.equal(frozen[k], after_frozen[k]) for k in frozen)
-    assert any(not torch.equal(lora[k], after_lora[k]) for k in lora) and any(not torch.equal(heads[k], after_heads[k]) for k in heads)
+    assert any(not torch.equal(lora[k], after_lora[k]) for k in lora) and any(
+        not torch.equal(heads[k], after_heads[k]) for k in heads
+    )
     policy.save_pretrained(tmp_path / "policy")
     other = fresh_policy(loaded, path)
     other.load_pretrained(tmp_path / "policy")

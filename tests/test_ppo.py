@@ -3,8 +3,9 @@
 The update is pinned to independent answers: the total loss to a hand computation with every
 coefficient non-zero, accumulated gradients to the full-batch gradient (plain and accelerate),
 clipped steps to ``max_grad_norm`` along the unclipped direction, and target-KL early stopping to
-the epoch a recomputation of the per-epoch KL says it must stop at (issue 17).
+the epoch a recomputation of the per-epoch KL says it must stop at.
 """
+
 import math
 from types import SimpleNamespace
 
@@ -43,7 +44,12 @@ class LinearToyPolicy(nn.Module):
         x = self.features[mb.indices]
         logit = x @ self.w
         p = torch.sigmoid(logit)
-        return one_token_output(nn.functional.logsigmoid(logit), x @ self.u, -(p * p.log() + (1 - p) * (1 - p).log()), logit**2 if with_kl else None)
+        return one_token_output(
+            nn.functional.logsigmoid(logit),
+            x @ self.u,
+            -(p * p.log() + (1 - p) * (1 - p).log()),
+            logit**2 if with_kl else None,
+        )
 
 
 def _full_batch_gradient(policy, st, cfg, kl_coef):
@@ -104,7 +110,9 @@ def test_policy_loss_closed_form():
     assert m["approx_kl"].item() == pytest.approx(((r - 1) - r.log()).mean().item(), rel=1e-5)
     # a ratio exactly on the clip boundary counts as inside it (outside means strictly beyond 1 -+ clip)
     on_edge = float(1 - new.exp()[2, 0])
-    assert policy_loss(new, old, adv, mask, ones, clip_low=on_edge, clip_high=0.2)[1]["clipfrac"].item() == pytest.approx(2 / 3)
+    assert policy_loss(new, old, adv, mask, ones, clip_low=on_edge, clip_high=0.2)[1][
+        "clipfrac"
+    ].item() == pytest.approx(2 / 3)
 
 
 def test_value_loss_clipped_and_unclipped():
@@ -140,9 +148,19 @@ def test_update_metrics_and_first_ratio():
     pol = ToyPolicy(8)
     ppo = toy_ppo(pol)
     out = ppo.update(st)
-    expected = {"losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac",
-                "losses/explained_variance", "losses/grad_norm", "losses/skipped_minibatches", "losses/kl_ref",
-                "losses/kl_coef", "debug/first_minibatch_ratio_max_dev"}
+    expected = {
+        "losses/policy_loss",
+        "losses/value_loss",
+        "losses/entropy",
+        "losses/approx_kl",
+        "losses/clipfrac",
+        "losses/explained_variance",
+        "losses/grad_norm",
+        "losses/skipped_minibatches",
+        "losses/kl_ref",
+        "losses/kl_coef",
+        "debug/first_minibatch_ratio_max_dev",
+    }
     assert expected <= set(out)
     assert out["debug/first_minibatch_ratio_max_dev"] < 1e-6
     assert out["losses/skipped_minibatches"] == 0
@@ -190,8 +208,15 @@ def test_non_finite_loss_skips_minibatch_and_keeps_weights():
     assert all(p.grad is None or p.grad.abs().sum() == 0 for p in pol2.parameters())
     # no step, no norm, no loss to report
     assert out["optim/steps"] == 0 and out["optim/skipped_windows"] == 4
-    for key in ("losses/grad_norm", "losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl",
-                "losses/clipfrac", "losses/value_clipfrac"):
+    for key in (
+        "losses/grad_norm",
+        "losses/policy_loss",
+        "losses/value_loss",
+        "losses/entropy",
+        "losses/approx_kl",
+        "losses/clipfrac",
+        "losses/value_clipfrac",
+    ):
         assert math.isnan(out[key]), key
 
 
@@ -201,10 +226,14 @@ def test_grad_accumulation_steps_once_per_window():
     opt = torch.optim.SGD(pol.parameters(), lr=0.1)
     steps = []
     opt.register_step_post_hook(lambda *_: steps.append(1))
-    PPO(pol, opt, PPOConfig(old_log_probs="rollout", ppo_epochs=2, mini_batch_size=2, grad_accum_steps=2), seed=0).update(st)
+    PPO(
+        pol, opt, PPOConfig(old_log_probs="rollout", ppo_epochs=2, mini_batch_size=2, grad_accum_steps=2), seed=0
+    ).update(st)
     assert len(steps) == 2 * (4 // 2)
     with pytest.raises(ValueError, match="grad_accum_steps"):
-        PPO(pol, opt, PPOConfig(old_log_probs="rollout", ppo_epochs=1, mini_batch_size=4, grad_accum_steps=4), seed=0).update(st)
+        PPO(
+            pol, opt, PPOConfig(old_log_probs="rollout", ppo_epochs=1, mini_batch_size=4, grad_accum_steps=4), seed=0
+        ).update(st)
 
 
 def _epoch_mean_kls(seen, per_epoch):
@@ -278,7 +307,9 @@ def test_update_through_accelerate_matches_plain():
     cfg = PPOConfig(old_log_probs="rollout", ppo_epochs=2, mini_batch_size=2, lr=0.1, max_grad_norm=10.0)
     PPO(model, opt, cfg, accelerator=acc, seed=0).update(st)
     torch.testing.assert_close(acc.unwrap_model(model).theta, plain.theta)
-    with pytest.raises(ValueError, match=r"create the Accelerator with gradient_accumulation_steps=cfg.ppo.grad_accum_steps$"):
+    with pytest.raises(
+        ValueError, match=r"create the Accelerator with gradient_accumulation_steps=cfg.ppo.grad_accum_steps$"
+    ):
         PPO(model, opt, PPOConfig(grad_accum_steps=2), accelerator=acc)
 
 
@@ -287,7 +318,9 @@ def test_ppo_loss_hand_computed_with_every_term():
     """``pg + vf_coef * v - ent_coef * H + kl_coef * KL`` with every coefficient non-zero and distinct:
     a flipped sign or a lost scale in any term changes the total (flipping H gives 0.1475, v -0.9608,
     KL -0.1725, against -0.0525)."""
-    mb = toy_minibatch(old_log_probs=[0.0, 0.0, 0.0], old_values=[0.0, 0.0, 0.0], advantages=[1.0, -2.0, 2.0], returns=[2.0, 1.0, -1.0])
+    mb = toy_minibatch(
+        old_log_probs=[0.0, 0.0, 0.0], old_values=[0.0, 0.0, 0.0], advantages=[1.0, -2.0, 2.0], returns=[2.0, 1.0, -1.0]
+    )
     log_probs = torch.log(torch.tensor([1.5, 0.5, 0.9])).requires_grad_()
     values = torch.tensor([1.0, 0.0, 0.1], requires_grad=True)
     entropy = torch.tensor([0.5, 1.5, 1.0], requires_grad=True)
@@ -315,7 +348,10 @@ def test_ppo_loss_hand_computed_with_every_term():
     # No penalty term without kl_coef, and a missing KL with a penalty is refused.
     no_kl, _ = ppo_loss(one_token_output(log_probs, values, entropy, kl), mb, cfg, kl_coef=0.0)
     assert no_kl.item() == pytest.approx(pg + 0.5 * v - 0.1 * ent, rel=1e-5)
-    with pytest.raises(ValueError, match="^kl_coef > 0 but the policy returned no KL; evaluate_actions must be called with with_kl=True$"):
+    with pytest.raises(
+        ValueError,
+        match="^kl_coef > 0 but the policy returned no KL; evaluate_actions must be called with with_kl=True$",
+    ):
         ppo_loss(one_token_output(log_probs, values, entropy, None), mb, cfg, kl_coef=0.3)
 
 
@@ -327,8 +363,18 @@ def test_accumulated_gradient_equals_full_batch_gradient(backend, k):
     (by the window on the plain path, by ``accelerator.backward`` under accelerate)."""
     st = toy_storage()
     pol = LinearToyPolicy(8)
-    cfg = PPOConfig(old_log_probs="rollout", ppo_epochs=1, mini_batch_size=8 // k, grad_accum_steps=k, lr=1.0, max_grad_norm=1e6,
-                    norm_adv=False, vf_coef=0.5, ent_coef=0.1, kl_coef=0.3)
+    cfg = PPOConfig(
+        old_log_probs="rollout",
+        ppo_epochs=1,
+        mini_batch_size=8 // k,
+        grad_accum_steps=k,
+        lr=1.0,
+        max_grad_norm=1e6,
+        norm_adv=False,
+        vf_coef=0.5,
+        ent_coef=0.1,
+        kl_coef=0.3,
+    )
     expected = _full_batch_gradient(pol, st, cfg, kl_coef=0.3)
     atol = _step_tolerance(pol, st, cfg, 0.3, windows=k)
     before = _flat_weights(pol)
@@ -346,7 +392,9 @@ def test_gradient_clipping_caps_the_step_and_keeps_its_direction(backend):
     st = toy_storage()
     for ratio in (0.25, 2.0):
         pol = LinearToyPolicy(8)
-        base = dict(old_log_probs="rollout", ppo_epochs=1, mini_batch_size=8, lr=1.0, norm_adv=False, vf_coef=0.5, ent_coef=0.1)
+        base = dict(
+            old_log_probs="rollout", ppo_epochs=1, mini_batch_size=8, lr=1.0, norm_adv=False, vf_coef=0.5, ent_coef=0.1
+        )
         grad = _full_batch_gradient(pol, st, PPOConfig(**base), kl_coef=0.0)
         norm = grad.norm().item()
         cfg = PPOConfig(**base, max_grad_norm=ratio * norm)
@@ -369,8 +417,10 @@ def test_update_rejects_minibatch_layouts_with_the_fix():
     st = toy_storage()  # 8 turns
     with pytest.raises(ValueError, match=r"^ppo.mini_batch_size=3 must divide num_steps\*num_envs=8$"):
         toy_ppo(ToyPolicy(8), mini_batch_size=3).update(st)
-    fix = (r"^4 minibatches per epoch is not a multiple of ppo.grad_accum_steps=3; pick mini_batch_size and "
-           r"grad_accum_steps so that \(num_envs\*num_steps/mini_batch_size\) % grad_accum_steps == 0$")
+    fix = (
+        r"^4 minibatches per epoch is not a multiple of ppo.grad_accum_steps=3; pick mini_batch_size and "
+        r"grad_accum_steps so that \(num_envs\*num_steps/mini_batch_size\) % grad_accum_steps == 0$"
+    )
     with pytest.raises(ValueError, match=fix):
         toy_ppo(ToyPolicy(8), grad_accum_steps=3).update(st)
 
@@ -387,7 +437,9 @@ class _RecordingPolicy(ToyPolicy):
         p = out.log_probs.exp()
         out.entropy = -(p * p.log() + (1 - p) * (1 - p).log())
         out.token_entropy = out.entropy[:, None]
-        self.record.append((mb, SimpleNamespace(**{k: (v.detach().clone() if v is not None else None) for k, v in vars(out).items()})))
+        self.record.append(
+            (mb, SimpleNamespace(**{k: (v.detach().clone() if v is not None else None) for k, v in vars(out).items()}))
+        )
         return out
 
 
@@ -416,15 +468,21 @@ def test_update_logs_each_metric_as_its_mean_over_minibatches():
         per_mb["clipfrac"].append(float(((r - 1).abs() > 0.2).float().mean()))
         moved = o.values - mb.old_values
         clipped = mb.old_values + moved.clamp(-0.2, 0.2)
-        per_mb["value_loss"].append(float(0.5 * torch.maximum((o.values - mb.returns) ** 2, (clipped - mb.returns) ** 2).mean()))
+        per_mb["value_loss"].append(
+            float(0.5 * torch.maximum((o.values - mb.returns) ** 2, (clipped - mb.returns) ** 2).mean())
+        )
         per_mb["value_clipfrac"].append(float((moved.abs() > 0.2).float().mean()))
         per_mb["entropy"].append(float(o.entropy.mean()))
     for name, values in per_mb.items():
         assert out[f"losses/{name}"] == pytest.approx(sum(values) / len(values), rel=1e-5, abs=1e-7), name
     assert 0 < out["losses/clipfrac"] < 1 and 0 < out["losses/value_clipfrac"] < 1  # both branches seen
     first_mb, first = pol.record[0]
-    assert out["debug/first_minibatch_ratio_max_dev"] == pytest.approx(float(((first.log_probs - first_mb.old_log_probs).exp() - 1).abs().max()), rel=1e-6)
-    assert out["losses/kl_ref"] == pytest.approx(float(first.kl.mean()), rel=1e-6)  # measured on the first minibatch only
+    assert out["debug/first_minibatch_ratio_max_dev"] == pytest.approx(
+        float(((first.log_probs - first_mb.old_log_probs).exp() - 1).abs().max()), rel=1e-6
+    )
+    assert out["losses/kl_ref"] == pytest.approx(
+        float(first.kl.mean()), rel=1e-6
+    )  # measured on the first minibatch only
     ret, val = st.returns.flatten().double().numpy(), st.values.flatten().double().numpy()
     assert out["losses/explained_variance"] == pytest.approx(1 - (ret - val).var() / ret.var(), rel=1e-5)
     assert (out["optim/steps"], out["optim/skipped_windows"], out["losses/skipped_minibatches"]) == (8, 0, 0)
@@ -496,7 +554,16 @@ def test_skips_and_early_stops_are_decided_across_processes():
     # Here the first epoch's KL is 0 (ToyPolicy's turns are independent) and so is the KL to the
     # reference (theta 0); the other rank reports 1.0 for both: the means, 0.5, are above target.
     pol = ToyPolicy(8)
-    cfg = PPOConfig(old_log_probs="rollout", ppo_epochs=3, mini_batch_size=2, lr=0.1, target_kl=0.1, kl_coef=0.1, kl_adaptive=True, kl_target=0.05)
+    cfg = PPOConfig(
+        old_log_probs="rollout",
+        ppo_epochs=3,
+        mini_batch_size=2,
+        lr=0.1,
+        target_kl=0.1,
+        kl_coef=0.1,
+        kl_adaptive=True,
+        kl_target=0.05,
+    )
     acc = _TwoRankAccelerator(1.0, 1.0)
     ppo = PPO(pol, torch.optim.SGD(pol.parameters(), lr=0.1), cfg, accelerator=acc)
     out = ppo.update(st)
@@ -541,9 +608,16 @@ def test_deepspeed_engine_steps_once_per_window():
     ``engine.step()`` once per window (not once per backward), with the same result as plain SGD."""
     st = toy_storage()
     engine = _FakeEngine(8, k=2, lr=0.1)
-    acc = SimpleNamespace(num_processes=1, device=torch.device("cpu"), distributed_type="DistributedType.DEEPSPEED",
-                          gradient_accumulation_steps=2, unwrap_model=lambda m: m)
-    cfg = PPOConfig(old_log_probs="rollout", ppo_epochs=2, mini_batch_size=2, grad_accum_steps=2, lr=0.1, max_grad_norm=10.0)
+    acc = SimpleNamespace(
+        num_processes=1,
+        device=torch.device("cpu"),
+        distributed_type="DistributedType.DEEPSPEED",
+        gradient_accumulation_steps=2,
+        unwrap_model=lambda m: m,
+    )
+    cfg = PPOConfig(
+        old_log_probs="rollout", ppo_epochs=2, mini_batch_size=2, grad_accum_steps=2, lr=0.1, max_grad_norm=10.0
+    )
     out = PPO(engine, engine.inner, cfg, accelerator=acc, seed=0).update(st)
     # per window: first backward, boundary backward, then the flag reset after engine.step()
     assert engine.boundaries == [False, True, False] * 4 and engine.engine_steps == 4

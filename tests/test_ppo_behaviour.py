@@ -3,8 +3,9 @@
 On :class:`helpers.ToyPolicy` each stored turn has its own logit ``theta_i`` (action probability
 ``sigmoid(theta_i)``, stored at 0.5) and its own value ``v_i``, so one SGD step on a minibatch of ``m``
 turns moves each turn's parameters by a closed form: the direction of every term of the loss (and
-its scale) is checked against it, not only that "weights moved" (issue 17).
+its scale) is checked against it, not only that "weights moved".
 """
+
 from types import SimpleNamespace
 
 import pytest

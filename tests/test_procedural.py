@@ -70,8 +70,14 @@ def test_room_area_matches_closed_form(scenes):
             corners = np.array([[lo[0], lo[1]], [hi[0], lo[1]], [hi[0], hi[1]], [lo[0], hi[1]]])
             missing = [c for c in corners if not any(np.allclose(c, p) for p in poly)]
             assert len(missing) == 1
-            reflex = [p for p in poly if not np.isclose(p[0], lo[0]) and not np.isclose(p[0], hi[0])
-                      and not np.isclose(p[1], lo[1]) and not np.isclose(p[1], hi[1])]
+            reflex = [
+                p
+                for p in poly
+                if not np.isclose(p[0], lo[0])
+                and not np.isclose(p[0], hi[0])
+                and not np.isclose(p[1], lo[1])
+                and not np.isclose(p[1], hi[1])
+            ]
             assert len(reflex) == 1
             notch = np.abs(missing[0] - reflex[0])
             assert s.room_area == pytest.approx(w * d - notch[0] * notch[1])
@@ -88,7 +94,7 @@ def test_objects_inside_room_and_floor_objects_do_not_overlap(scenes):
             assert o.aabb_min[2] >= -1e-6 and o.aabb_max[2] <= s.ceiling_height
         for i, a in enumerate(floor_objs):
             pts = _grid_in(a.footprint)
-            for b in floor_objs[i + 1:]:
+            for b in floor_objs[i + 1 :]:
                 assert not _inside_convex(pts, b.footprint).any(), (s.scene_id, a.label, b.label)
 
 

@@ -1,4 +1,5 @@
 """The prompt/answer format: parse_action never raises and reads canonical responses back exactly."""
+
 import json
 import string
 
@@ -21,7 +22,7 @@ from a2c_ppo_acktr.common.prompts import (
 )
 
 RNG_SEED = 1234
-ALPHABET = string.printable + "{}[]\":,{}\"\"é中😀\u2028\\"
+ALPHABET = string.printable + '{}[]":,{}""é中😀\u2028\\'
 
 
 def _random_thoughts(rng) -> str:
@@ -57,8 +58,8 @@ def test_round_trip_of_canonical_responses():
         assert parse_action(f"```json\n{text}\n```") == action
         assert parse_action(f"Sure! {text} Done.") == action
         t_span, a_span = response_spans(text)
-        assert json.loads(text[t_span[0]:t_span[1]]) == thoughts
-        act_obj = json.loads(text[a_span[0]:a_span[1]])
+        assert json.loads(text[t_span[0] : t_span[1]]) == thoughts
+        act_obj = json.loads(text[a_span[0] : a_span[1]])
         assert act_obj == json.loads(text)["action"]
 
 
@@ -118,8 +119,14 @@ def test_parse_action_never_raises_on_generated_strings():
         ('{"thoughts": "a", "action": {"rotation_angle_degrees": NaN, "forward_meters": 1}}', "finite"),
         ('{"thoughts": "a", "action": {"rotation_angle_degrees": Infinity, "forward_meters": 1}}', "finite"),
         ('{"thoughts": "a", "action": {"rotation_angle_degrees": 1e999, "forward_meters": 1}}', "finite"),
-        ('{"thoughts": "a", "action": {"rotation_angle_degrees": ' + "9" * 400 + ', "forward_meters": 1}}', "too large"),
-        ('{"thoughts": "a", "action": {"rotation_angle_degrees": ' + "9" * 5000 + ', "forward_meters": 1}}', "not valid JSON"),
+        (
+            '{"thoughts": "a", "action": {"rotation_angle_degrees": ' + "9" * 400 + ', "forward_meters": 1}}',
+            "too large",
+        ),
+        (
+            '{"thoughts": "a", "action": {"rotation_angle_degrees": ' + "9" * 5000 + ', "forward_meters": 1}}',
+            "not valid JSON",
+        ),
         ('{"thoughts": "a", "action": {"rotation_angle_degrees": 181, "forward_meters": 1}}', "outside"),
         ('{"thoughts": "a", "action": {"rotation_angle_degrees": -180.5, "forward_meters": 1}}', "outside"),
         ('{"thoughts": "a", "action": {"rotation_angle_degrees": 0, "forward_meters": -0.1}}', "outside"),
@@ -127,7 +134,10 @@ def test_parse_action_never_raises_on_generated_strings():
         ('{"thoughts": "a", "action": {"rotation_angle_degrees": "30", "forward_meters": 1}}', "must be a number"),
         ('{"thoughts": "a", "action": {"rotation_angle_degrees": true, "forward_meters": 1}}', "must be a number"),
         ('{"thoughts": "a", "action": {"rotation_angle_degrees": 30}}', "missing"),
-        ('{"thoughts": "a", "action": {"rotation_angle_degrees": 30, "forward_meters": 1, "answer": "B"}}', "only 'answer'"),
+        (
+            '{"thoughts": "a", "action": {"rotation_angle_degrees": 30, "forward_meters": 1, "answer": "B"}}',
+            "only 'answer'",
+        ),
         ('{"thoughts": "a", "action": {"answer": ""}}', "empty"),
         ('{"thoughts": "a", "action": {"answer": "  "}}', "empty"),
         ('{"thoughts": "a", "action": {"answer": null}}', "must be a string"),
@@ -157,8 +167,12 @@ def test_lenient_but_exact_cases():
     assert parse_action('{"thoughts": "", "action": {"answer": 3.2}}') == Answer("3.2")
     assert parse_action('{"thoughts": "", "action": {"answer": 4}}') == Answer("4")
     assert parse_action('{"thoughts": "", "action": {"answer": " B "}}') == Answer("B")
-    assert parse_action('{"thoughts":"x","action":{"rotation_angle_degrees":-180,"forward_meters":0}}') == Move(-180.0, 0.0)
-    assert parse_action('{"thoughts": "x", "action": {"rotation_angle_degrees": 0, "forward_meters": 5}}', max_forward=5.0) == Move(0.0, 5.0)
+    assert parse_action('{"thoughts":"x","action":{"rotation_angle_degrees":-180,"forward_meters":0}}') == Move(
+        -180.0, 0.0
+    )
+    assert parse_action(
+        '{"thoughts": "x", "action": {"rotation_angle_degrees": 0, "forward_meters": 5}}', max_forward=5.0
+    ) == Move(0.0, 5.0)
     # Trailing text after the first object is ignored, even another object.
     assert parse_action('{"action": {"answer": "A"}} {"action": {"answer": "B"}}') == Answer("A")
     assert isinstance(parse_action(None), Invalid)  # type: ignore[arg-type]
@@ -166,23 +180,23 @@ def test_lenient_but_exact_cases():
     text = '{"thoughts": "line one\nline two", "action": {"answer": "C"}}'
     assert "\n" in text and parse_action(text) == Answer("C")
     t, a = response_spans(text)
-    assert text[t[0]:t[1]] == '"line one\nline two"' and text[a[0]:a[1]] == '{"answer": "C"}'
+    assert text[t[0] : t[1]] == '"line one\nline two"' and text[a[0] : a[1]] == '{"answer": "C"}'
 
 
 def test_response_spans_hand_made():
     text = 'ok {"thoughts": "go {left}", "action": {"answer": "B"}} tail'
     t, a = response_spans(text)
-    assert text[t[0]:t[1]] == '"go {left}"'
-    assert text[a[0]:a[1]] == '{"answer": "B"}'
+    assert text[t[0] : t[1]] == '"go {left}"'
+    assert text[a[0] : a[1]] == '{"answer": "B"}'
     # Action first, escapes and unicode inside the thoughts, extra whitespace.
     text = '{ "action" :{"rotation_angle_degrees":10,"forward_meters":1} ,\n "thoughts" : "a \\"q\\" é" }'
     t, a = response_spans(text)
-    assert text[t[0]:t[1]] == '"a \\"q\\" é"'
-    assert text[a[0]:a[1]] == '{"rotation_angle_degrees":10,"forward_meters":1}'
+    assert text[t[0] : t[1]] == '"a \\"q\\" é"'
+    assert text[a[0] : a[1]] == '{"rotation_angle_degrees":10,"forward_meters":1}'
     # Truncated after the thoughts: the thoughts span survives, the action is None.
     text = '{"thoughts": "look", "action": {"rotation_angle'
     t, a = response_spans(text)
-    assert text[t[0]:t[1]] == '"look"' and a is None
+    assert text[t[0] : t[1]] == '"look"' and a is None
     # Unterminated thoughts, no object, wrong types.
     assert response_spans('{"thoughts": "loo') == (None, None)
     assert response_spans("no json here") == (None, None)
@@ -227,7 +241,9 @@ def test_render_prompt_uses_generation_prompt():
 # (written out by hand from the format the docstrings describe, not generated by the code).
 # ------------------------------------------------------------------------------------------------
 def test_observation_text_verbatim():
-    numeric = observation_text("How many chairs?", None, feedback_text(None), turns_left=5, num_sweep_frames=8, num_views=2)
+    numeric = observation_text(
+        "How many chairs?", None, feedback_text(None), turns_left=5, num_sweep_frames=8, num_views=2
+    )
     assert numeric == (
         "Question: How many chairs?\n"
         "Answer with a single number.\n"
@@ -249,7 +265,9 @@ def test_observation_text_verbatim():
         "Question: Q?\nAnswer with a single number.\nImages: none.\nLast turn: x\n"
         "Turns left: 2. Moves: rotation_angle_degrees in [-180, 180], forward_meters in [0, 2.5]."
     )
-    assert observation_text("Q?", None, "x", turns_left=0).endswith("Images: none.\nLast turn: x\nThis is your last turn: answer now.")
+    assert observation_text("Q?", None, "x", turns_left=0).endswith(
+        "Images: none.\nLast turn: x\nThis is your last turn: answer now."
+    )
     assert observation_text("Q?", None, "x", turns_left=3).endswith("forward_meters in [0, 3].")
 
 
@@ -262,8 +280,18 @@ def test_observation_text_verbatim():
         (7, 0, "Images: images 1-7 are the start sweep, each turned 51.4286 degrees left of the previous."),
         (0, 1, "Images: image 1 is your current view."),
         (0, 3, "Images: images 1-3 are your latest views, image 3 is the current one."),
-        (2, 1, "Images: images 1-2 are the start sweep, each turned 180 degrees left of the previous; image 3 is your current view."),
-        (4, 2, "Images: images 1-4 are the start sweep, each turned 90 degrees left of the previous; images 5-6 are your latest views, image 6 is the current one."),
+        (
+            2,
+            1,
+            "Images: images 1-2 are the start sweep, each turned 180 degrees left of the previous; image 3 is your "
+            "current view.",
+        ),
+        (
+            4,
+            2,
+            "Images: images 1-4 are the start sweep, each turned 90 degrees left of the previous; images 5-6 are your "
+            "latest views, image 6 is the current one.",
+        ),
     ],
 )
 def test_images_line_names_every_image(sweep, views, line):
@@ -274,7 +302,10 @@ def test_images_line_names_every_image(sweep, views, line):
 
 def test_feedback_text_verbatim():
     assert feedback_text(None) == "none yet (this is the start)."
-    assert feedback_text(Invalid("bad")) == "invalid output (bad); the turn was used. Reply with one JSON object as instructed."
+    assert (
+        feedback_text(Invalid("bad"))
+        == "invalid output (bad); the turn was used. Reply with one JSON object as instructed."
+    )
     assert feedback_text(Answer("B")) == "answered 'B'."
     assert feedback_text(Move(0, 1.5), walked_m=1.5) == "did not turn and walked 1.50 m."
     assert feedback_text(Move(10, 1.0)) == "turned 10 degrees left and walked 0.00 m."  # default: walked nothing
@@ -291,8 +322,14 @@ def test_messages_verbatim():
     blind mode says that no images are shown. The assistant turn of an SFT sample wraps the text."""
     obs = {"images": [np.zeros((2, 2, 3), np.uint8)] * 2, "text": "T"}
     system = {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]}
-    assert build_messages(obs) == [system, {"role": "user", "content": [{"type": "image"}, {"type": "image"}, {"type": "text", "text": "T"}]}]
-    assert build_messages({"images": [], "text": "T"}) == [system, {"role": "user", "content": [{"type": "text", "text": "T"}]}]
+    assert build_messages(obs) == [
+        system,
+        {"role": "user", "content": [{"type": "image"}, {"type": "image"}, {"type": "text", "text": "T"}]},
+    ]
+    assert build_messages({"images": [], "text": "T"}) == [
+        system,
+        {"role": "user", "content": [{"type": "text", "text": "T"}]},
+    ]
     assert build_messages(obs, blind=True) == [
         system,
         {"role": "user", "content": [{"type": "text", "text": "(No images are shown in this evaluation.)\nT"}]},
@@ -303,10 +340,14 @@ def test_messages_verbatim():
 def test_format_response_numbers_and_errors():
     """Integral values print as ints below 1e15 in magnitude only (larger ones keep float notation,
     which round-trips), negative ones included; errors say what was wrong."""
+
     def rot(x):
         return json.loads(format_response("", Move(x, 0.0)))["action"]["rotation_angle_degrees"]
 
-    assert format_response("", Move(-30.0, 0.0)) == '{"thoughts": "", "action": {"rotation_angle_degrees": -30, "forward_meters": 0}}'
+    assert (
+        format_response("", Move(-30.0, 0.0))
+        == '{"thoughts": "", "action": {"rotation_angle_degrees": -30, "forward_meters": 0}}'
+    )
     assert [type(rot(x)) for x in (999_999_999_999_999.0, 1e15, -1e16)] == [int, float, float]
     assert '"rotation_angle_degrees": 1000000000000000.0,' in format_response("", Move(1e15, 0.0))
     with pytest.raises(TypeError) as err:
@@ -349,18 +390,42 @@ _MOVE_NEEDS = "a move needs exactly ['rotation_angle_degrees', 'forward_meters']
         ('{"z": 1, "action": {"answer": "B"}, "b": 2}', "unexpected keys ['b', 'z']; use only 'thoughts' and 'action'"),
         ('{"thoughts": ["a"], "action": {"answer": "B"}}', "'thoughts' must be a string"),
         ('{"action": "B"}', "'action' must be an object, got str"),
-        ('{"action": {"answer": "B", "forward_meters": 1}}', "an answer action holds only 'answer'; got keys ['answer', 'forward_meters']"),
+        (
+            '{"action": {"answer": "B", "forward_meters": 1}}',
+            "an answer action holds only 'answer'; got keys ['answer', 'forward_meters']",
+        ),
         ('{"action": {}}', _MOVE_NEEDS.format("missing ['rotation_angle_degrees', 'forward_meters']")),
         ('{"action": {"forward_meters": 1}}', _MOVE_NEEDS.format("missing ['rotation_angle_degrees']")),
-        ('{"action": {"rotation_angle_degrees": 1, "forward_meters": 1, "speed": 2}}', _MOVE_NEEDS.format("unexpected ['speed']")),
-        ('{"action": {"turn": 1, "forward_meters": 1}}', _MOVE_NEEDS.format("missing ['rotation_angle_degrees'], unexpected ['turn']")),
-        ('{"action": {"rotation_angle_degrees": "30", "forward_meters": 1}}', "rotation_angle_degrees must be a number, got str '30'"),
-        ('{"action": {"rotation_angle_degrees": 30, "forward_meters": null}}', "forward_meters must be a number, got NoneType None"),
-        ('{"action": {"rotation_angle_degrees": 181, "forward_meters": 1}}', "rotation_angle_degrees=181 is outside [-180, 180]"),
+        (
+            '{"action": {"rotation_angle_degrees": 1, "forward_meters": 1, "speed": 2}}',
+            _MOVE_NEEDS.format("unexpected ['speed']"),
+        ),
+        (
+            '{"action": {"turn": 1, "forward_meters": 1}}',
+            _MOVE_NEEDS.format("missing ['rotation_angle_degrees'], unexpected ['turn']"),
+        ),
+        (
+            '{"action": {"rotation_angle_degrees": "30", "forward_meters": 1}}',
+            "rotation_angle_degrees must be a number, got str '30'",
+        ),
+        (
+            '{"action": {"rotation_angle_degrees": 30, "forward_meters": null}}',
+            "forward_meters must be a number, got NoneType None",
+        ),
+        (
+            '{"action": {"rotation_angle_degrees": 181, "forward_meters": 1}}',
+            "rotation_angle_degrees=181 is outside [-180, 180]",
+        ),
         ('{"action": {"rotation_angle_degrees": 0, "forward_meters": 3.5}}', "forward_meters=3.5 is outside [0, 3]"),
-        ('{"action": {"rotation_angle_degrees": NaN, "forward_meters": 1}}', "rotation_angle_degrees must be finite, got nan"),
-        ('{"action": {"rotation_angle_degrees": 0, "forward_meters": ' + "9" * 400 + "}}", "forward_meters is too large"),
-        ('{"action": {"answer": true}}', "'answer' must be a string such as \"B\" or \"3.2\", got True"),
+        (
+            '{"action": {"rotation_angle_degrees": NaN, "forward_meters": 1}}',
+            "rotation_angle_degrees must be finite, got nan",
+        ),
+        (
+            '{"action": {"rotation_angle_degrees": 0, "forward_meters": ' + "9" * 400 + "}}",
+            "forward_meters is too large",
+        ),
+        ('{"action": {"answer": true}}', '\'answer\' must be a string such as "B" or "3.2", got True'),
         ('{"action": {"answer": {"a": 1}}}', "'answer' must be a string such as \"B\" or \"3.2\", got {'a': 1}"),
         ('{"action": {"answer": -Infinity}}', "'answer' must be finite, got -inf"),
         ('{"action": {"answer": " "}}', "'answer' is empty"),
@@ -408,14 +473,24 @@ def test_parse_action_turns_an_internal_error_into_a_reason(monkeypatch):
 
 @pytest.mark.parametrize(
     "tail",
-    ["", ", ", ", x", ', "action"', ', "action" 1', ', "\\q": 1', ', "action": tru', ', "action": ' + "[" * 100000, ' x'],
+    [
+        "",
+        ", ",
+        ", x",
+        ', "action"',
+        ', "action" 1',
+        ', "\\q": 1',
+        ', "action": tru',
+        ', "action": ' + "[" * 100000,
+        " x",
+    ],
 )
 def test_spans_of_complete_members_survive_any_later_error(tail):
     """A response cut off or garbled after its thoughts keeps its thought span (its tokens still get
     the thought weight), whatever error stopped the scan."""
     text = '{"thoughts": "look left"' + tail
     t, a = response_spans(text)
-    assert text[t[0]:t[1]] == '"look left"' and a is None
+    assert text[t[0] : t[1]] == '"look left"' and a is None
 
 
 def test_empty_object_and_duplicate_keys():
@@ -425,7 +500,7 @@ def test_empty_object_and_duplicate_keys():
     result = parse_action(text)
     assert isinstance(result, Invalid) and "'action' appears twice" in result.reason
     _, a = response_spans(text)
-    assert text[a[0]:a[1]] == '{"answer": "A"}'
+    assert text[a[0] : a[1]] == '{"answer": "A"}'
     nested = parse_action('{"action": {"answer": "A", "answer": "B"}}')
     assert isinstance(nested, Invalid) and "has the key 'answer' twice" in nested.reason
 
@@ -433,9 +508,9 @@ def test_empty_object_and_duplicate_keys():
 def test_decided_cases_braces_in_reasoning_second_objects_fullwidth_and_bounds():
     ans = '{"thoughts": "t", "action": {"answer": "C"}}'
     assert parse_action("I think {the sofa} is left. " + ans) == Answer("C")
-    assert parse_action("<think>maybe {\"action\": {\"answer\": \"A\"}}</think>" + ans) == Answer("C")
+    assert parse_action('<think>maybe {"action": {"answer": "A"}}</think>' + ans) == Answer("C")
     t, a = response_spans("I think {the sofa}. " + ans)
-    assert ("I think {the sofa}. " + ans)[a[0]:a[1]] == '{"answer": "C"}'
+    assert ("I think {the sofa}. " + ans)[a[0] : a[1]] == '{"answer": "C"}'
     # doubled braces (a template escape the model copied): the stray outer brace is preamble
     assert parse_action('{{"thoughts": "a", "action": {"answer": "B"}}}') == Answer("B")
     move = '{"thoughts": "t", "action": {"rotation_angle_degrees": 10, "forward_meters": 1}}'

@@ -1,4 +1,5 @@
 """Ground truth of every question type on tiny hand-built scenes with known answers."""
+
 import itertools
 import re
 
@@ -30,7 +31,9 @@ def make_scene(objects, width=6.0, depth=4.0, scene_id="hand"):
 
 
 def box(oid, label, center, extent, rotation=None):
-    return SceneObject(oid, label, np.asarray(center, float), np.asarray(extent, float), np.eye(3) if rotation is None else rotation)
+    return SceneObject(
+        oid, label, np.asarray(center, float), np.asarray(extent, float), np.eye(3) if rotation is None else rotation
+    )
 
 
 def rot_x(deg):
@@ -172,7 +175,13 @@ def test_abs_distance_ground_truth(room):
 
 def test_unavailable_types_raise():
     lonely = make_scene([box(0, "bed", (1, 1, 0.3), (1, 1, 0.6))])
-    for qtype in ("object_counting", "object_abs_distance", "object_rel_distance", "object_rel_direction_easy", "route_planning"):
+    for qtype in (
+        "object_counting",
+        "object_abs_distance",
+        "object_rel_distance",
+        "object_rel_direction_easy",
+        "route_planning",
+    ):
         with pytest.raises(QuestionUnavailable):
             generate_question(lonely, qtype, np.random.default_rng(0))
     with pytest.raises(QuestionUnavailable):
@@ -185,7 +194,9 @@ def test_unavailable_types_raise():
 def test_rel_distance_ground_truth(room):
     for seed in range(30):
         q = generate_question(room, "object_rel_distance", np.random.default_rng(seed))
-        cands_text, target = re.search(r"which of these objects \((.*)\) is the closest to the (\w+)\?", q.question).groups()
+        cands_text, target = re.search(
+            r"which of these objects \((.*)\) is the closest to the (\w+)\?", q.question
+        ).groups()
         cands = cands_text.split(", ")
         assert target != "chair" and len(cands) == 4 and target not in cands
         t = room.objects_by_label(target)[0]
@@ -200,7 +211,11 @@ def test_rel_distance_ground_truth(room):
 # ------------------------------------------------------------------ relative direction
 # Three unique objects: bed (1, 1), sofa (5, 1), table (3, 3). Hand-computed angle for
 # (standing by, facing, target) and the expected easy / medium / hard answers (None = ambiguous).
-TRIANGLE = [box(0, "bed", (1, 1, 0.3), (1, 1, 0.6)), box(1, "sofa", (5, 1, 0.4), (1, 1, 0.8)), box(2, "table", (3, 3, 0.4), (1, 1, 0.8))]
+TRIANGLE = [
+    box(0, "bed", (1, 1, 0.3), (1, 1, 0.6)),
+    box(1, "sofa", (5, 1, 0.4), (1, 1, 0.8)),
+    box(2, "table", (3, 3, 0.4), (1, 1, 0.8)),
+]
 DIRECTIONS = {
     ("bed", "sofa", "table"): ("left", "left", "front-left"),  # +45
     ("bed", "table", "sofa"): ("right", "right", "front-right"),  # -45
@@ -247,8 +262,12 @@ def test_route_planning_hand_answers():
     seen = set()
     for seed in range(20):
         q = generate_question(scene, "route_planning", np.random.default_rng(seed))
-        start, facing, goal = re.search(r"beginning at the (\w+) facing the (\w+)\. You want to navigate to the (\w+)\.", q.question).groups()
-        expected = {("bed", "table", "sofa"): "Turn Right", ("sofa", "table", "bed"): "Turn Left"}[(start, facing, goal)]
+        start, facing, goal = re.search(
+            r"beginning at the (\w+) facing the (\w+)\. You want to navigate to the (\w+)\.", q.question
+        ).groups()
+        expected = {("bed", "table", "sofa"): "Turn Right", ("sofa", "table", "bed"): "Turn Left"}[
+            (start, facing, goal)
+        ]
         assert _option_text(q) == expected
         assert "1. Go forward until the table 2. [please fill in] 3. Go forward until the" in q.question
         assert sorted(o.split(". ", 1)[1] for o in q.options) == ["Turn Back", "Turn Left", "Turn Right"]
@@ -273,7 +292,9 @@ def test_appearance_order_ground_truth(room):
     order, frames = [2, 3, 0, 4, 5, 1], [0, 1, 1, 2, 3, 5]
     answers = set()
     for seed in range(30):
-        q = generate_question(room, "obj_appearance_order", np.random.default_rng(seed), appearance_order=order, appearance_frames=frames)
+        q = generate_question(
+            room, "obj_appearance_order", np.random.default_rng(seed), appearance_order=order, appearance_frames=frames
+        )
         answer = _option_text(q)
         assert answer in ("tv, chair, table, sofa", "tv, bed, table, sofa")
         listed = re.search(r"in the video: (.*)\?", q.question).group(1).split(", ")
@@ -282,7 +303,13 @@ def test_appearance_order_ground_truth(room):
         answers.add(answer)
     assert len(answers) == 2
     with pytest.raises(QuestionUnavailable):
-        generate_question(room, "obj_appearance_order", np.random.default_rng(0), appearance_order=[2, 3, 0], appearance_frames=[0, 1, 1])
+        generate_question(
+            room,
+            "obj_appearance_order",
+            np.random.default_rng(0),
+            appearance_order=[2, 3, 0],
+            appearance_frames=[0, 1, 1],
+        )
 
 
 def test_appearance_from_frames():
@@ -322,11 +349,24 @@ from a2c_ppo_acktr.envs.vsibench import load_vsibench_rows, question_from_row  #
 from a2c_ppo_acktr.envs.vsibench import VSIBenchRowError, scene_for_row  # noqa: E402
 
 ROWS = [
-    {"id": 1, "dataset": "scannet", "scene_name": "scene0011_00", "question_type": "object_counting",
-     "question": "How many chair(s) are in this room?", "options": None, "ground_truth": "4"},
-    {"id": 2, "dataset": "arkitscenes", "scene_name": "41069025", "question_type": "object_rel_direction_easy",
-     "question": "If I am standing by the bed and facing the tv, is the door to my left or right?",
-     "options": ["A. left", "B. right"], "ground_truth": "B"},
+    {
+        "id": 1,
+        "dataset": "scannet",
+        "scene_name": "scene0011_00",
+        "question_type": "object_counting",
+        "question": "How many chair(s) are in this room?",
+        "options": None,
+        "ground_truth": "4",
+    },
+    {
+        "id": 2,
+        "dataset": "arkitscenes",
+        "scene_name": "41069025",
+        "question_type": "object_rel_direction_easy",
+        "question": "If I am standing by the bed and facing the tv, is the door to my left or right?",
+        "options": ["A. left", "B. right"],
+        "ground_truth": "B",
+    },
 ]
 
 
@@ -341,9 +381,17 @@ def test_rows_load_from_json_jsonl_and_parquet(tmp_path):
     pq.write_table(pa.Table.from_pylist(ROWS), tmp_path / "rows.parquet")
     for name in ("rows.json", "rows.jsonl", "rows.parquet"):
         rows = load_vsibench_rows(tmp_path / name)
-        assert [r["id"] for r in rows] == [1, 2] and rows[1]["options"] == ["A. left", "B. right"] and rows[0]["options"] is None
+        assert (
+            [r["id"] for r in rows] == [1, 2]
+            and rows[1]["options"] == ["A. left", "B. right"]
+            and rows[0]["options"] is None
+        )
         q = question_from_row(rows[1])
-        assert q.question_type == "object_rel_direction_easy" and q.ground_truth == "B" and q.options == ["A. left", "B. right"]
+        assert (
+            q.question_type == "object_rel_direction_easy"
+            and q.ground_truth == "B"
+            and q.options == ["A. left", "B. right"]
+        )
         assert q.meta["scene_name"] == "41069025"
 
 

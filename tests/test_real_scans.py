@@ -33,11 +33,42 @@ from a2c_ppo_acktr.envs.scan_labels import (
 from a2c_ppo_acktr.envs.scene import yaw_rotation
 
 # ARKitScenes 3DOD class_names (apple/ARKitScenes threedod/benchmark_scripts/utils/taxonomy.py).
-ARKIT_CLASSES = ["cabinet", "refrigerator", "shelf", "stove", "bed", "sink", "washer", "toilet", "bathtub", "oven",
-                 "dishwasher", "fireplace", "stool", "chair", "table", "tv_monitor", "sofa"]
+ARKIT_CLASSES = [
+    "cabinet",
+    "refrigerator",
+    "shelf",
+    "stove",
+    "bed",
+    "sink",
+    "washer",
+    "toilet",
+    "bathtub",
+    "oven",
+    "dishwasher",
+    "fireplace",
+    "stool",
+    "chair",
+    "table",
+    "tv_monitor",
+    "sofa",
+]
 UNIT_BOX = np.array([[x, y, z] for z in (-0.5, 0.5) for y in (-0.5, 0.5) for x in (-0.5, 0.5)])
-BOX_FACES = np.array([[0, 2, 1], [1, 2, 3], [4, 5, 6], [5, 7, 6], [0, 1, 4], [1, 5, 4],
-                      [2, 6, 3], [3, 6, 7], [0, 4, 2], [2, 4, 6], [1, 3, 5], [3, 7, 5]])
+BOX_FACES = np.array(
+    [
+        [0, 2, 1],
+        [1, 2, 3],
+        [4, 5, 6],
+        [5, 7, 6],
+        [0, 1, 4],
+        [1, 5, 4],
+        [2, 6, 3],
+        [3, 6, 7],
+        [0, 4, 2],
+        [2, 4, 6],
+        [1, 3, 5],
+        [3, 7, 5],
+    ]
+)
 
 
 class MeshParts:
@@ -71,15 +102,31 @@ def room(floor_z, x0, x1, y0, y1, height=2.5):
     corners = [(x0, y0), (x1, y0), (x1, y1), (x0, y1)]
     for k in range(4):
         (a, b), (c, d) = corners[k], corners[(k + 1) % 4]
-        m.quad([[a, b, floor_z], [c, d, floor_z], [c, d, floor_z + height], [a, b, floor_z + height]], (200, 200, 190), "wall")
+        m.quad(
+            [[a, b, floor_z], [c, d, floor_z], [c, d, floor_z + height], [a, b, floor_z + height]],
+            (200, 200, 190),
+            "wall",
+        )
     return m
 
 
 def write_ply(path, vertices, faces, colors, binary):
-    header = ["ply", f"format {'binary_little_endian' if binary else 'ascii'} 1.0", "comment tiny test mesh",
-              f"element vertex {len(vertices)}", "property float x", "property float y", "property float z",
-              "property uchar red", "property uchar green", "property uchar blue", "property uchar alpha",
-              f"element face {len(faces)}", "property list uchar int vertex_indices", "end_header"]
+    header = [
+        "ply",
+        f"format {'binary_little_endian' if binary else 'ascii'} 1.0",
+        "comment tiny test mesh",
+        f"element vertex {len(vertices)}",
+        "property float x",
+        "property float y",
+        "property float z",
+        "property uchar red",
+        "property uchar green",
+        "property uchar blue",
+        "property uchar alpha",
+        f"element face {len(faces)}",
+        "property list uchar int vertex_indices",
+        "end_header",
+    ]
     if binary:
         vdt = np.dtype([("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("r", "u1"), ("g", "u1"), ("b", "u1"), ("a", "u1")])
         va = np.zeros(len(vertices), vdt)
@@ -115,11 +162,17 @@ def make_scannet(tmp_path, binary, name="scene0001_00"):
     floor_v = np.flatnonzero(vp == "floor")
     f = np.concatenate([f, [[chair_v[0], chair_v[1], floor_v[0]]]])
     write_ply(d / f"{name}_vh_clean_2.ply", v, f, c, binary)
-    (d / f"{name}_vh_clean_2.0.010000.segs.json").write_text(json.dumps({"sceneId": name, "segIndices": [SEG_OF[p] for p in vp]}))
-    groups = [{"id": i, "objectId": i, "label": lab, "segments": [SEG_OF[lab]] + ([99] if lab == "table" else [])}
-              for i, lab in enumerate(["floor", "wall", "chair", "table"])]
+    (d / f"{name}_vh_clean_2.0.010000.segs.json").write_text(
+        json.dumps({"sceneId": name, "segIndices": [SEG_OF[p] for p in vp]})
+    )
+    groups = [
+        {"id": i, "objectId": i, "label": lab, "segments": [SEG_OF[lab]] + ([99] if lab == "table" else [])}
+        for i, lab in enumerate(["floor", "wall", "chair", "table"])
+    ]
     (d / f"{name}.aggregation.json").write_text(json.dumps({"sceneId": name, "segGroups": groups}))
-    (d / f"{name}.txt").write_text("colorHeight = 968\naxisAlignment = " + " ".join(str(x) for x in ALIGN.ravel()) + "\nnumVertices = 1\n")
+    (d / f"{name}.txt").write_text(
+        "colorHeight = 968\naxisAlignment = " + " ".join(str(x) for x in ALIGN.ravel()) + "\nnumVertices = 1\n"
+    )
     return d, m, f
 
 
@@ -160,12 +213,30 @@ def make_arkit(tmp_path, vid="41069042", labels=("sofa", "stool")):
     m.box((3.0, 2.0, floor + 0.2), (0.3, 0.3, 0.4), (10, 10, 200), "small")
     v, f, c = m.arrays()
     write_ply(d / f"{vid}_3dod_mesh.ply", v, f, c, binary=True)
-    ann = {"data": [
-        {"label": labels[0], "segments": {"obbAligned": {"centroid": [1.5, 1.5, floor + 0.45], "axesLengths": [1.0, 0.6, 0.9],
-                                                          "normalizedAxes": rot.T.ravel().tolist()}}},
-        {"label": labels[1], "segments": {"obbAligned": {"centroid": [3.0, 2.0, floor + 0.2], "axesLengths": [0.3, 0.3, 0.4],
-                                                          "normalizedAxes": np.eye(3).ravel().tolist()}}},
-    ]}
+    ann = {
+        "data": [
+            {
+                "label": labels[0],
+                "segments": {
+                    "obbAligned": {
+                        "centroid": [1.5, 1.5, floor + 0.45],
+                        "axesLengths": [1.0, 0.6, 0.9],
+                        "normalizedAxes": rot.T.ravel().tolist(),
+                    }
+                },
+            },
+            {
+                "label": labels[1],
+                "segments": {
+                    "obbAligned": {
+                        "centroid": [3.0, 2.0, floor + 0.2],
+                        "axesLengths": [0.3, 0.3, 0.4],
+                        "normalizedAxes": np.eye(3).ravel().tolist(),
+                    }
+                },
+            },
+        ]
+    }
     (d / f"{vid}_3dod_annotation.json").write_text(json.dumps(ann))
     return d, m
 
@@ -201,9 +272,15 @@ PP_PARTS = {
     "ceiling lamp": ((2.5, 3.0, PP_FLOOR + 2.4), (0.4, 0.4, 0.1), 0.0),
     "lamp": ((0.5, 3.5, PP_FLOOR + 0.8), (0.3, 0.3, 1.6), 0.0),
 }
-PP_GROUPS = [(1, "wall", ["wall"], False), (2, "floor", ["floor"], False), (3, "table", ["table", "book"], True),
-             (4, "book", ["book"], True), (5, "office chair", ["chair"], False), (6, "ceiling lamp", ["ceiling lamp"], True),
-             (7, "lamp", ["lamp"], True)]
+PP_GROUPS = [
+    (1, "wall", ["wall"], False),
+    (2, "floor", ["floor"], False),
+    (3, "table", ["table", "book"], True),
+    (4, "book", ["book"], True),
+    (5, "office chair", ["chair"], False),
+    (6, "ceiling lamp", ["ceiling lamp"], True),
+    (7, "lamp", ["lamp"], True),
+]
 
 
 def make_scannetpp(root, sid="3db0a1c8f3", binary=True):
@@ -222,7 +299,11 @@ def make_scannetpp(root, sid="3db0a1c8f3", binary=True):
         g = {"id": oid, "objectId": oid, "label": label, "segments": [seg_of[p] for p in parts]}
         if with_obb:
             center, extent, yaw = PP_PARTS[parts[0]]
-            g["obb"] = {"centroid": list(center), "axesLengths": list(extent), "normalizedAxes": yaw_rotation(yaw).T.ravel().tolist()}
+            g["obb"] = {
+                "centroid": list(center),
+                "axesLengths": list(extent),
+                "normalizedAxes": yaw_rotation(yaw).T.ravel().tolist(),
+            }
         groups.append(g)
     (d / "segments_anno.json").write_text(json.dumps({"sceneId": sid, "segGroups": groups}))
     return root / sid, m
@@ -235,10 +316,16 @@ def test_scannetpp_loader(tmp_path, binary):
     d, m = make_scannetpp(tmp_path, binary=binary)
     s = load_scannetpp_scene(d)
     assert s.scene_id == "3db0a1c8f3" and s.dataset == "scannetpp"
-    assert s.label_counts() == {"table": 1, "chair": 1, "ceiling light": 1}  # office chair -> chair, ceiling lamp -> ceiling light
+    assert s.label_counts() == {
+        "table": 1,
+        "chair": 1,
+        "ceiling light": 1,
+    }  # office chair -> chair, ceiling lamp -> ceiling light
     assert s.excluded_labels == {"book": 1, "lamp": 1}
     table = s.object(3)
-    np.testing.assert_allclose(table.rotation, yaw_rotation(PP_TABLE_YAW), atol=1e-9)  # normalizedAxes rows are the axes
+    np.testing.assert_allclose(
+        table.rotation, yaw_rotation(PP_TABLE_YAW), atol=1e-9
+    )  # normalizedAxes rows are the axes
     np.testing.assert_allclose(table.center, [2.0, 2.0, 0.375], atol=1e-5)  # the floor moved to z = 0
     np.testing.assert_allclose(table.extent, [1.2, 0.7, 0.75])
     chair = s.object(5)  # no obb: the box of its vertices
@@ -265,7 +352,9 @@ def test_scannetpp_table_is_closed_and_lists_the_benchmarks_classes():
     assert table.lookup("lamp") == ("excluded", None) and table.lookup("Mirror") == ("excluded", None)
     assert table.lookup("wall") == ("structure", None)
     assert len(table.categories) + len(table.excluded) == 84
-    assert label_map("scannet").lookup("zorbulator") == ("excluded", None) and label_map("arkitscenes").lookup("lamp") == ("mapped", "lamp")
+    assert label_map("scannet").lookup("zorbulator") == ("excluded", None) and label_map("arkitscenes").lookup(
+        "lamp"
+    ) == ("mapped", "lamp")
 
 
 def test_scannetpp_missing_and_corrupt_files_name_the_file(tmp_path):
@@ -275,7 +364,9 @@ def test_scannetpp_missing_and_corrupt_files_name_the_file(tmp_path):
     bad = json.loads(json.dumps(anno))
     bad["segGroups"][2]["obb"]["normalizedAxes"] = [1, 0, 0, 1, 0, 0, 0, 0, 1]
     (scans / "segments_anno.json").write_text(json.dumps(bad))
-    with pytest.raises(SceneLoadError, match=r"segments_anno.json.*object 3 \(table\) has a malformed obb.*orthonormal"):
+    with pytest.raises(
+        SceneLoadError, match=r"segments_anno.json.*object 3 \(table\) has a malformed obb.*orthonormal"
+    ):
         load_scannetpp_scene(d)
     del bad["segGroups"][2]["obb"]["centroid"]
     (scans / "segments_anno.json").write_text(json.dumps(bad))
@@ -319,7 +410,9 @@ def test_find_scene_layouts(tmp_path):
     (tmp_path / "scannetpp" / "data").mkdir(parents=True)
     make_scannetpp(tmp_path / "scannetpp" / "data", sid="0a5c013435")
     assert find_scene(tmp_path, "scannetpp", "0a5c013435").dataset == "scannetpp"
-    assert find_scan_names(tmp_path, "scannetpp") == ["0a5c013435"] and find_scan_names(tmp_path, "arkitscenes") == ["4200"]
+    assert find_scan_names(tmp_path, "scannetpp") == ["0a5c013435"] and find_scan_names(tmp_path, "arkitscenes") == [
+        "4200"
+    ]
     with pytest.raises(SceneLoadError, match="unknown dataset"):
         find_scene(tmp_path, "matterport", "x")
 
@@ -399,9 +492,18 @@ def test_scan_occupancy_blocks_unlabelled_walls_and_unscanned_floor(tmp_path):
     [
         (lambda t: t.replace("element vertex ", "element vertex x", 1), "header line .*element vertex x"),
         (lambda t: t.replace("element face ", "element face\n#", 1), "header line"),
-        (lambda t: t.replace("property list uchar int vertex_indices", "property list uchar", 1), "header line .*property list uchar"),
-        (lambda t: t.replace("\n0.", "\nnan", 1) if "\n0." in t else t.replace("\n-", "\nnan ", 1), "not finite|malformed"),
-        (lambda t: t.replace("\n0.", "\n1000.", 1) if "\n0." in t else t.replace("\n-1.", "\n1000.", 1), "spans .* m; indoor scans"),
+        (
+            lambda t: t.replace("property list uchar int vertex_indices", "property list uchar", 1),
+            "header line .*property list uchar",
+        ),
+        (
+            lambda t: t.replace("\n0.", "\nnan", 1) if "\n0." in t else t.replace("\n-", "\nnan ", 1),
+            "not finite|malformed",
+        ),
+        (
+            lambda t: t.replace("\n0.", "\n1000.", 1) if "\n0." in t else t.replace("\n-1.", "\n1000.", 1),
+            "spans .* m; indoor scans",
+        ),
     ],
 )
 def test_malformed_ply_inputs_are_scene_load_errors(tmp_path, mutate, message):
@@ -466,8 +568,10 @@ def make_scannet_objects(root, name, objects, binary=True):
     seg = {"floor": 1, "wall": 2, **{f"obj{i}": 10 + i for i in range(len(objects))}}
     (d / f"{name}_vh_clean_2.0.010000.segs.json").write_text(json.dumps({"segIndices": [seg[p] for p in m.vert_part]}))
     labels = ["floor", "wall"] + [o[0] for o in objects]
-    groups = [{"id": k, "objectId": k, "label": lab, "segments": [seg[["floor", "wall"][k] if k < 2 else f"obj{k - 2}"]]}
-              for k, lab in enumerate(labels)]
+    groups = [
+        {"id": k, "objectId": k, "label": lab, "segments": [seg[["floor", "wall"][k] if k < 2 else f"obj{k - 2}"]]}
+        for k, lab in enumerate(labels)
+    ]
     (d / f"{name}.aggregation.json").write_text(json.dumps({"sceneId": name, "segGroups": groups}))
     (d / f"{name}.txt").write_text("axisAlignment = " + " ".join(str(x) for x in np.eye(4).ravel()) + "\n")
     return d, m
@@ -545,13 +649,22 @@ def test_vsibench_rows_name_objects_the_scan_now_has(tmp_path):
     (raw labels mirror, door, trash can) must have exactly those categories."""
     from a2c_ppo_acktr.envs.vsibench import scene_for_row
 
-    objects = [("mirror", (1.0, 0.1, 1.4), (0.6, 0.05, 0.9)), ("door", (5.9, 2.5, 1.0), (0.05, 0.9, 2.0)),
-               ("trash can", (3.0, 4.6, 0.3), (0.3, 0.3, 0.6))]
+    objects = [
+        ("mirror", (1.0, 0.1, 1.4), (0.6, 0.05, 0.9)),
+        ("door", (5.9, 2.5, 1.0), (0.05, 0.9, 2.0)),
+        ("trash can", (3.0, 4.6, 0.3), (0.3, 0.3, 0.6)),
+    ]
     make_scannet_objects(tmp_path / "scans", "scene0664_02", objects)
-    row = {"id": 1, "dataset": "scannet", "scene_name": "scene0664_02", "question_type": "object_rel_direction_hard",
-           "question": "If I am standing by the mirror and facing the door, is the trash bin to my front-left, front-right, "
-                       "back-left, or back-right?", "options": ["A. front-left", "B. front-right", "C. back-left", "D. back-right"],
-           "ground_truth": "A"}
+    row = {
+        "id": 1,
+        "dataset": "scannet",
+        "scene_name": "scene0664_02",
+        "question_type": "object_rel_direction_hard",
+        "question": "If I am standing by the mirror and facing the door, is the trash bin to my front-left, "
+        "front-right, back-left, or back-right?",
+        "options": ["A. front-left", "B. front-right", "C. back-left", "D. back-right"],
+        "ground_truth": "A",
+    }
     s = scene_for_row(row, tmp_path)
     named = re.search(r"standing by the (.*?) and facing the (.*?), is the (.*?) to", row["question"]).groups()
     assert sorted(named) == sorted(s.label_counts()) == ["door", "mirror", "trash bin"]
@@ -565,7 +678,11 @@ def test_label_tables_are_installed_package_data_and_well_formed():
     assert {"chair", "table", "tv", "trash bin", "trash can", "ceiling light"} <= set(vocab)
     assert all(c == c.strip().lower() and vocab[c] for c in vocab)
     for dataset, name in LABEL_TABLES.items():
-        lines = [ln.split("\t") for ln in data.joinpath(name).read_text(encoding="utf-8").splitlines() if ln and not ln.startswith("#")]
+        lines = [
+            ln.split("\t")
+            for ln in data.joinpath(name).read_text(encoding="utf-8").splitlines()
+            if ln and not ln.startswith("#")
+        ]
         header, rows = lines[0], lines[1:]
         keys = [" ".join(r[0].replace("_", " ").lower().split()) for r in rows]
         assert len(keys) == len(set(keys)), f"{name}: duplicate raw labels"
@@ -573,13 +690,19 @@ def test_label_tables_are_installed_package_data_and_well_formed():
         assert {r[status] for r in rows} <= {"mapped", "excluded", "structure"}
         assert all((r[target] in vocab) if r[status] == "mapped" else r[target] == "" for r in rows)
         assert set(label_map(dataset).categories.values()) <= set(vocab)
-    scannet = [ln for ln in data.joinpath(LABEL_TABLES["scannet"]).read_text().splitlines() if ln and not ln.startswith("#")]
+    scannet = [
+        ln for ln in data.joinpath(LABEL_TABLES["scannet"]).read_text().splitlines() if ln and not ln.startswith("#")
+    ]
     assert scannet[0].split("\t")[:4] == ["raw_category", "category", "nyu40class", "count"] and len(scannet) == 1 + 607
     assert len(label_map("arkitscenes").categories) + len(label_map("arkitscenes").excluded) == len(ARKIT_CLASSES)
     assert len(label_map("scannetpp").categories) + len(label_map("scannetpp").excluded) == 84
     # Installs carry the tables: setup.py's package_data covers every file, MANIFEST.in does for sdists.
     root = Path(__file__).resolve().parents[1]
-    call = next(n for n in ast.walk(ast.parse((root / "setup.py").read_text())) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "setup")
+    call = next(
+        n
+        for n in ast.walk(ast.parse((root / "setup.py").read_text()))
+        if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "setup"
+    )
     package_data = ast.literal_eval(next(k.value for k in call.keywords if k.arg == "package_data"))
     assert all(any(fnmatch.fnmatch(f"data/{f}", pat) for pat in package_data["a2c_ppo_acktr.envs"]) for f in files)
     assert "recursive-include a2c_ppo_acktr/envs/data *.tsv" in (root / "MANIFEST.in").read_text()

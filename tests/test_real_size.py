@@ -1,6 +1,7 @@
 """a2c_ppo_acktr/real_size.py: a preset's real architecture with random weights, built offline, loads
 through the package's own loader, keeps the checkpoint's config values that were not reduced, and
 only samples ids its (tiny) tokenizer knows."""
+
 from __future__ import annotations
 
 import json
@@ -15,11 +16,25 @@ from a2c_ppo_acktr.memory import KNOWN_CONFIGS
 
 # What each checkpoint's model card on the hub gives as its size (safetensors parameters): an
 # oracle from outside this package for the full-size build.
-HUB_SIZES = {"qwen2.5-vl-3b": 3.75e9, "qwen2.5-vl-7b": 8.29e9, "qwen3-vl-4b": 4.44e9, "qwen3-vl-8b": 8.77e9, "vsgrpo": 2.21e9}  # vsgrpo: Qwen2-VL-2B
+HUB_SIZES = {
+    "qwen2.5-vl-3b": 3.75e9,
+    "qwen2.5-vl-7b": 8.29e9,
+    "qwen3-vl-4b": 4.44e9,
+    "qwen3-vl-8b": 8.77e9,
+    "vsgrpo": 2.21e9,
+}  # vsgrpo: Qwen2-VL-2B
 PROXY = real_size.Reductions(text_layers=2, vision_blocks=2, hidden=128, vision_hidden=160)
 # The fields a reduction rewrites (the rest must be the checkpoint's).
 REDUCED_TEXT = {"num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size"}
-REDUCED_VISION = {"depth", "hidden_size", "num_heads", "intermediate_size", "out_hidden_size", "fullatt_block_indexes", "deepstack_visual_indexes"}
+REDUCED_VISION = {
+    "depth",
+    "hidden_size",
+    "num_heads",
+    "intermediate_size",
+    "out_hidden_size",
+    "fullatt_block_indexes",
+    "deepstack_visual_indexes",
+}
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +81,16 @@ def test_reduced_build_loads_with_the_real_vocabulary_and_the_stored_values(prox
     vocab = known["text_config"]["vocab_size"]
     assert loaded.model.get_input_embeddings().weight.shape == (vocab, 128)
     assert loaded.model.get_output_embeddings().weight.shape == (vocab, 128)
-    assert loaded.model.get_output_embeddings().weight.data_ptr() == loaded.model.get_input_embeddings().weight.data_ptr()  # tied, as 3B
-    assert (text.num_hidden_layers, text.hidden_size, vision.depth, vision.hidden_size, vision.out_hidden_size) == (2, 128, 2, 160, 128)
+    assert (
+        loaded.model.get_output_embeddings().weight.data_ptr() == loaded.model.get_input_embeddings().weight.data_ptr()
+    )  # tied, as 3B
+    assert (text.num_hidden_layers, text.hidden_size, vision.depth, vision.hidden_size, vision.out_hidden_size) == (
+        2,
+        128,
+        2,
+        160,
+        128,
+    )
     assert vision.fullatt_block_indexes == [1]  # the windowed tower keeps a full-attention block that exists
     for key, value in known["text_config"].items():
         if key not in REDUCED_TEXT | {"rope_theta", "rope_scaling"}:
@@ -93,31 +116,48 @@ def test_the_policy_samples_only_ids_the_tokenizer_knows(proxy_dir):
     torch.manual_seed(0)
     policy = VLMPolicy(cfg, loaded)
     rng = np.random.default_rng(0)
-    obs = [{"images": [rng.integers(0, 256, (56, 56, 3), dtype=np.uint8)], "text": f"Env {i}: where is the chair?"} for i in range(2)]
+    obs = [
+        {"images": [rng.integers(0, 256, (56, 56, 3), dtype=np.uint8)], "text": f"Env {i}: where is the chair?"}
+        for i in range(2)
+    ]
     out = policy.act(obs)
     ids = torch.cat([torch.as_tensor(g) for g in out.generated_ids])
     assert ids.numel() > 0 and int(ids.max()) < tok_len
     enc = loaded.processor(text=["<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"], return_tensors="pt")
     bare = loaded.model.generate(**enc, do_sample=True, max_new_tokens=12, min_new_tokens=12)
-    assert int(bare[0, enc["input_ids"].shape[1]:].max()) >= tok_len
+    assert int(bare[0, enc["input_ids"].shape[1] :].max()) >= tok_len
 
 
 def test_qwen3_vl_reduced_build_keeps_a_deepstack_block(tmp_path):
-    out = real_size.build_real_size("qwen3-vl-4b", tmp_path / "m", real_size.Reductions(text_layers=2, vision_blocks=3, hidden=128, vision_hidden=128))
+    out = real_size.build_real_size(
+        "qwen3-vl-4b",
+        tmp_path / "m",
+        real_size.Reductions(text_layers=2, vision_blocks=3, hidden=128, vision_hidden=128),
+    )
     _, loaded = _loaded(str(out))
     vision, text = loaded.model.config.vision_config, loaded.model.config.get_text_config()
     assert loaded.family == "qwen3_vl" and vision.deepstack_visual_indexes == [2] and vision.depth == 3
     assert text.rope_parameters["mrope_section"] == [24, 20, 20] and text.max_position_embeddings == 262144
-    assert loaded.model.get_input_embeddings().weight.shape[0] == KNOWN_CONFIGS["Qwen/Qwen3-VL-4B-Instruct"]["text_config"]["vocab_size"]
+    assert (
+        loaded.model.get_input_embeddings().weight.shape[0]
+        == KNOWN_CONFIGS["Qwen/Qwen3-VL-4B-Instruct"]["text_config"]["vocab_size"]
+    )
 
 
 def test_qwen2_vl_reduced_build_names_its_tower_width_embed_dim(tmp_path):
     """Qwen2-VL (the vsgrpo preset's 2B): the tower's width is ``embed_dim`` with an MLP of ``mlp_ratio``
     x that, and ``hidden_size`` is the merger's output, the language model's width."""
-    out = real_size.build_real_size("vsgrpo", tmp_path / "m", real_size.Reductions(text_layers=2, vision_blocks=2, hidden=128, vision_hidden=160))
+    out = real_size.build_real_size(
+        "vsgrpo", tmp_path / "m", real_size.Reductions(text_layers=2, vision_blocks=2, hidden=128, vision_hidden=160)
+    )
     _, loaded = _loaded(str(out))
     vision, text = loaded.model.config.vision_config, loaded.model.config.get_text_config()
-    assert loaded.family == "qwen2_vl" and (vision.depth, vision.embed_dim, vision.num_heads, vision.mlp_ratio) == (2, 160, 2, 4)
+    assert loaded.family == "qwen2_vl" and (vision.depth, vision.embed_dim, vision.num_heads, vision.mlp_ratio) == (
+        2,
+        160,
+        2,
+        4,
+    )
     assert vision.hidden_size == text.hidden_size == 128 and text.rope_parameters["mrope_section"] == [16, 24, 24]
     assert loaded.model.get_input_embeddings().weight.shape[0] == 151936
     fields = real_size.config_fields("Qwen/Qwen2-VL-7B-Instruct")
@@ -134,7 +174,9 @@ def test_reductions_that_do_not_fit_the_architecture_say_what_fits():
     # 7B: 28 heads over 4 key/value heads (7 per group) -> 4 heads over 1
     assert (fields["text_config"]["num_attention_heads"], fields["text_config"]["num_key_value_heads"]) == (4, 1)
     assert fields["vision_config"]["fullatt_block_indexes"] == [7, 15]
-    assert KNOWN_CONFIGS["Qwen/Qwen2.5-VL-7B-Instruct"]["text_config"]["hidden_size"] == 3584  # the stored values are not edited
+    assert (
+        KNOWN_CONFIGS["Qwen/Qwen2.5-VL-7B-Instruct"]["text_config"]["hidden_size"] == 3584
+    )  # the stored values are not edited
 
 
 def test_a_device_that_is_not_there_is_refused_before_building(tmp_path):
@@ -149,7 +191,10 @@ def test_a_device_that_is_not_there_is_refused_before_building(tmp_path):
 def test_a_bad_preset_is_one_line_listing_the_known_ones(tmp_path, capsys):
     from a2c_ppo_acktr.config.cli import run_main
 
-    rc = run_main(lambda: real_size.main(["--preset", "qwen9-vl", "--out", str(tmp_path / "m")]), "python -m a2c_ppo_acktr.real_size")
+    rc = run_main(
+        lambda: real_size.main(["--preset", "qwen9-vl", "--out", str(tmp_path / "m")]),
+        "python -m a2c_ppo_acktr.real_size",
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1
     assert "no real-size architecture for preset 'qwen9-vl'; known: " in err[0] and all(p in err[0] for p in HUB_SIZES)
@@ -176,7 +221,10 @@ def test_profile_of_act_and_a_bare_generate_names_the_head_and_the_sampler(proxy
     torch.manual_seed(0)
     policy = VLMPolicy(cfg, loaded)
     rng = np.random.default_rng(0)
-    obs = [{"images": [rng.integers(0, 256, (56, 56, 3), dtype=np.uint8)], "text": f"Env {i}: where is the chair?"} for i in range(2)]
+    obs = [
+        {"images": [rng.integers(0, 256, (56, 56, 3), dtype=np.uint8)], "text": f"Env {i}: where is the chair?"}
+        for i in range(2)
+    ]
     out = tmp_path / "act_profile.txt"
     profile_decoders(policy, obs, tokens=4, path=str(out))
     text = out.read_text(encoding="utf-8")

@@ -1,6 +1,7 @@
 """The EMA reference policy (ppo.reference=ema), perception-aware token weighting
 (ppo.perception_weighting, VPPO) and validation with a best policy (log.val_interval): closed
 forms, independent recomputations on the tiny VLM, and end-to-end runs that resume exactly."""
+
 import dataclasses
 import json
 import math
@@ -39,11 +40,17 @@ def test_reweight_and_advantage_scales_closed_forms():
 
 
 def test_masked_images_replace_pixels_only():
-    inputs = {"input_ids": torch.arange(6)[None], "pixel_values": torch.randn(4, 3), "image_grid_thw": torch.tensor([[1, 2, 2]])}
+    inputs = {
+        "input_ids": torch.arange(6)[None],
+        "pixel_values": torch.randn(4, 3),
+        "image_grid_thw": torch.tensor([[1, 2, 2]]),
+    }
     zero = masked_images(inputs)
     assert torch.equal(zero["pixel_values"], torch.zeros(4, 3)) and zero["input_ids"] is inputs["input_ids"]
     a, b = masked_images(inputs, noise=True, seed=3), masked_images(inputs, noise=True, seed=3)
-    assert torch.equal(a["pixel_values"], b["pixel_values"]) and not torch.equal(a["pixel_values"], inputs["pixel_values"])
+    assert torch.equal(a["pixel_values"], b["pixel_values"]) and not torch.equal(
+        a["pixel_values"], inputs["pixel_values"]
+    )
     with pytest.raises(ValueError, match="no image tensor"):
         masked_images({"input_ids": inputs["input_ids"]})
 
@@ -133,8 +140,14 @@ def test_visual_dependency_equals_an_independent_masked_forward(loaded, tiny_mod
     with torch.no_grad():
         k1 = policy.evaluate_actions(mb, with_kl=True, kl_estimator="k1", reference="masked_images")
         zeroed = [  # vision=None: the zeroed pixels go through the tower, not the rollout's encodings of the real ones
-            dataclasses.replace(e, images=[{k: torch.zeros_like(v) if k.startswith("pixel_values") else v for k, v in img.items()} for img in e.images],
-                                vision=None)
+            dataclasses.replace(
+                e,
+                images=[
+                    {k: torch.zeros_like(v) if k.startswith("pixel_values") else v for k, v in img.items()}
+                    for img in e.images
+                ],
+                vision=None,
+            )
             for e in mb.encodings
         ]
         masked = policy.evaluate_actions(dataclasses.replace(mb, encodings=zeroed))
@@ -147,14 +160,22 @@ def test_visual_dependency_equals_an_independent_masked_forward(loaded, tiny_mod
 def test_perception_apply_keeps_the_ratio_and_scales_advantages(loaded, tiny_model_path):
     policy = fresh_policy(loaded, tiny_model_path)
     st = policy_rollout(policy, seed=6)
-    cfg = PPOConfig(mini_batch_size=NUM_ENVS, perception_weighting=True, perception_top_frac=0.4,
-                    perception_top_weight=3.0, perception_rest_weight=0.5, perception_adv_min=0.8)
+    cfg = PPOConfig(
+        mini_batch_size=NUM_ENVS,
+        perception_weighting=True,
+        perception_top_frac=0.4,
+        perception_top_weight=3.0,
+        perception_rest_weight=0.5,
+        perception_adv_min=0.8,
+    )
     old_weights = [w.clone() for w in st.token_weights]
     adv = st.advantages.clone()
     metrics = perception.apply(policy, st, cfg)
     n_tokens = sum(w.numel() for w in old_weights)
     factors = torch.cat([new / old for new, old in zip(st.token_weights, old_weights)])
-    assert int((factors == 3.0).sum()) == math.ceil(0.4 * n_tokens) and int((factors == 0.5).sum()) == n_tokens - math.ceil(0.4 * n_tokens)
+    assert int((factors == 3.0).sum()) == math.ceil(0.4 * n_tokens) and int(
+        (factors == 0.5).sum()
+    ) == n_tokens - math.ceil(0.4 * n_tokens)
     ratio = st.advantages / adv
     assert ratio.min().item() == pytest.approx(0.8, abs=1e-6) and ratio.max().item() == pytest.approx(1.0, abs=1e-6)
     assert metrics["perception/adv_scale_mean"] == pytest.approx(ratio.mean().item(), rel=1e-5)
@@ -194,8 +215,13 @@ def test_best_policy_keeps_the_highest_score_and_replaces_atomically(tmp_path):
 # ------------------------------------------------------------------------ end to end
 def _overrides(out, **extra):
     defaults = {
-        "log.save_interval": "1", "ppo.num_iterations": "3", "ppo.reference": "ema", "ppo.ema_decay": "0.5", "ppo.kl_coef": "0.05",
-        "ppo.perception_weighting": "true", "ppo.perception_rest_weight": "0.5",
+        "log.save_interval": "1",
+        "ppo.num_iterations": "3",
+        "ppo.reference": "ema",
+        "ppo.ema_decay": "0.5",
+        "ppo.kl_coef": "0.05",
+        "ppo.perception_weighting": "true",
+        "ppo.perception_rest_weight": "0.5",
     }
     return run_overrides(out, defaults, extra)
 
@@ -211,8 +237,12 @@ def test_ema_perception_and_validation_train_resume_exactly_and_validation_chang
 
     plain = run_training(load_config(preset="debug", overrides=_overrides(tmp_path / "plain")))
     val = {"log.val_interval": "1", "log.val_episodes": "3"}
-    run_training(load_config(preset="debug", overrides=_overrides(tmp_path / "val", **val, **{"log.stop_after_iterations": "2"})))
-    resumed = run_training(load_config(preset="debug", overrides=_overrides(tmp_path / "val", **val, **{"log.resume": "auto"})))
+    run_training(
+        load_config(preset="debug", overrides=_overrides(tmp_path / "val", **val, **{"log.stop_after_iterations": "2"}))
+    )
+    resumed = run_training(
+        load_config(preset="debug", overrides=_overrides(tmp_path / "val", **val, **{"log.resume": "auto"}))
+    )
     a, b = torch.load(plain / "trainable.pt"), torch.load(resumed / "trainable.pt")
     assert all(torch.equal(a[n], b[n]) for n in a)
     ea, eb = torch.load(plain / EMA_FILE), torch.load(resumed / EMA_FILE)
@@ -237,8 +267,12 @@ def test_ema_decay_one_keeps_the_starting_weights_as_the_reference(tmp_path):
     from a2c_ppo_acktr.rl.run_state import EMA_FILE
     from a2c_ppo_acktr.rl.train import run_training
 
-    out = run_training(load_config(preset="debug", overrides=_overrides(
-        tmp_path / "frozen", **{"ppo.ema_decay": "1", "ppo.perception_weighting": "false"})))
+    out = run_training(
+        load_config(
+            preset="debug",
+            overrides=_overrides(tmp_path / "frozen", **{"ppo.ema_decay": "1", "ppo.perception_weighting": "false"}),
+        )
+    )
     ema, trained = torch.load(out / EMA_FILE), torch.load(out / "trainable.pt")
     lora_b = [n for n in ema if "lora_B" in n]
     assert lora_b and all(torch.count_nonzero(ema[n]) == 0 for n in lora_b)

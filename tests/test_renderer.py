@@ -128,8 +128,17 @@ def test_rays_that_miss_give_inf_and_no_id():
     mb = MeshBuilder()
     mb.add_box((5.0, 0.0, 1.5), (0.2, 0.2, 0.2), (1, 1, 1), object_id=0)
     v, t, c, i = mb.build()
-    scene = Scene("open", "procedural", v, t, c, i, [SceneObject.upright(0, "box", (5, 0, 1.5), (0.2, 0.2, 0.2))],
-                  np.array([[-1, -1], [1, -1], [1, 1], [-1, 1]], dtype=float), 3.0)
+    scene = Scene(
+        "open",
+        "procedural",
+        v,
+        t,
+        c,
+        i,
+        [SceneObject.upright(0, "box", (5, 0, 1.5), (0.2, 0.2, 0.2))],
+        np.array([[-1, -1], [1, -1], [1, 1], [-1, 1]], dtype=float),
+        3.0,
+    )
     frame = Renderer(scene, CAM).render(Pose(0.0, 0.0, 180.0))  # looking away from the only box
     assert np.isinf(frame.depth).all()
     assert (frame.object_ids == -1).all() and (frame.rgb == 0).all()

@@ -1,6 +1,7 @@
 """What people read: bar charts with values, n and intervals; integer learning-curve ticks and
 smoothing; top-down labels that never overlap; invalid turns' raw text; pictures and tables in
 tensorboard and wandb (issue: "reports people read")."""
+
 from __future__ import annotations
 
 import itertools
@@ -21,24 +22,44 @@ from a2c_ppo_acktr.reports import EpisodeRecord, PictureLayout, TurnRecord
 
 
 def _rec(i: int, qtype: str, score: float, steps=()) -> EpisodeRecord:
-    return EpisodeRecord(episode_id=f"proc-{i:04d}", scene_id=f"s{i}", dataset="procedural", question_type=qtype,
-                         question=f"q {i}", options=None, ground_truth="1", answer="1", score=score, turns=max(len(steps), 1),
-                         steps=list(steps))
+    return EpisodeRecord(
+        episode_id=f"proc-{i:04d}",
+        scene_id=f"s{i}",
+        dataset="procedural",
+        question_type=qtype,
+        question=f"q {i}",
+        options=None,
+        ground_truth="1",
+        answer="1",
+        score=score,
+        turns=max(len(steps), 1),
+        steps=list(steps),
+    )
 
 
 # ------------------------------------------------------------------------------------ bar charts
 def test_task_bars_carry_values_n_intervals_and_show_zero_bars():
     # a: 4 counting questions (mean 0.5), 2 route-plan questions both wrong (an all-zero bar).
-    a = reports.build_report([_rec(i, "object_counting", s) for i, s in enumerate([1.0, 0.0, 1.0, 0.0])]
-                             + [_rec(10 + i, "route_planning", 0.0) for i in range(2)], name="a")
+    a = reports.build_report(
+        [_rec(i, "object_counting", s) for i, s in enumerate([1.0, 0.0, 1.0, 0.0])]
+        + [_rec(10 + i, "route_planning", 0.0) for i in range(2)],
+        name="a",
+    )
     # b: the same counting questions, one route-plan question.
-    b = reports.build_report([_rec(i, "object_counting", 0.25) for i in range(4)] + [_rec(10, "route_planning", 1.0)], name="b")
+    b = reports.build_report(
+        [_rec(i, "object_counting", 0.25) for i in range(4)] + [_rec(10, "route_planning", 1.0)], name="b"
+    )
     ax = reports.task_bars_figure([("a", a)]).axes[0]
     texts = [t.get_text() for t in ax.texts]
     # Overall 25.0, Obj. Count 50.0, Route Plan 0.0, and "n/a" for the 6 tasks without questions.
     assert sorted(texts) == sorted(["25.0", "50.0", "0.0"] + ["n/a"] * 6)
     ticks = [t.get_text() for t in ax.get_xticklabels()]
-    assert ticks[0] == "Overall\nn=6" and ticks[1] == "Obj. Count\nn=4" and ticks[7] == "Route Plan\nn=2" and ticks[2] == "Abs. Dist.\nn=0"
+    assert (
+        ticks[0] == "Overall\nn=6"
+        and ticks[1] == "Obj. Count\nn=4"
+        and ticks[7] == "Route Plan\nn=2"
+        and ticks[2] == "Abs. Dist.\nn=0"
+    )
     # The zero bar is drawn as a stroke at the baseline, in the bar's colour, the width of the bar.
     strokes = [ln for ln in ax.lines if list(ln.get_ydata()) == [0.0, 0.0]]
     assert len(strokes) == 1 and np.ptp(strokes[0].get_xdata()) == pytest.approx(0.8)
@@ -102,8 +123,15 @@ def _crowded_scene(n: int = 24) -> Scene:
     mb = MeshBuilder()
     mb.add_flat_polygon(poly, 0.0, (0.6, 0.6, 0.6))
     rng = np.random.default_rng(1)
-    objs = [SceneObject.upright(i, ("chair", "trash can", "bookshelf")[i % 3], (1.6 + 0.8 * rng.random(), 1.6 + 0.8 * rng.random(), 0.4),
-                                (0.15, 0.15, 0.8)) for i in range(n)]
+    objs = [
+        SceneObject.upright(
+            i,
+            ("chair", "trash can", "bookshelf")[i % 3],
+            (1.6 + 0.8 * rng.random(), 1.6 + 0.8 * rng.random(), 0.4),
+            (0.15, 0.15, 0.8),
+        )
+        for i in range(n)
+    ]
     for o in objs:
         mb.add_object_box(o, (0.5, 0.3, 0.2))
     v, t, c, i = mb.build()
@@ -129,16 +157,28 @@ def test_topdown_labels_of_a_crowded_scene_do_not_overlap():
 def test_invalid_turn_caption_shows_the_raw_output_wrapped_and_cut():
     layout = PictureLayout(tile=192, caption=150)
     raw = 'I will move\nleft "now" ' + "blah " * 80
-    bad = TurnRecord(turn=2, text=raw, thoughts="", action="invalid(no JSON object)", valid=False, reward=-0.1, pose=(0.0, 0.0, 0.0))
+    bad = TurnRecord(
+        turn=2, text=raw, thoughts="", action="invalid(no JSON object)", valid=False, reward=-0.1, pose=(0.0, 0.0, 0.0)
+    )
     lines = reports.turn_caption(bad, layout)
     chars, max_lines = 192 // 6, (150 - 4) // 13
     assert lines[0] == "2: invalid(no JSON object)" and len(lines) <= max_lines and all(len(s) <= chars for s in lines)
     shown = " ".join(lines[1:])
     # JSON-escaped (newline and quotes visible), cut with "...".
     assert shown.startswith('raw: "I will move\\nleft \\"now\\" blah') and shown.endswith("...")
-    ok = TurnRecord(turn=1, text="{}", thoughts="look left", action="move(rot=30, fwd=0)", valid=True, reward=0.0, pose=(0.0, 0.0, 0.0))
+    ok = TurnRecord(
+        turn=1,
+        text="{}",
+        thoughts="look left",
+        action="move(rot=30, fwd=0)",
+        valid=True,
+        reward=0.0,
+        pose=(0.0, 0.0, 0.0),
+    )
     assert reports.turn_caption(ok, layout) == ["1: move(rot=30, fwd=0)", "look left"]
-    empty = TurnRecord(turn=3, text="", thoughts="", action="invalid(empty)", valid=False, reward=-0.1, pose=(0.0, 0.0, 0.0))
+    empty = TurnRecord(
+        turn=3, text="", thoughts="", action="invalid(empty)", valid=False, reward=-0.1, pose=(0.0, 0.0, 0.0)
+    )
     assert reports.turn_caption(empty, layout) == ["3: invalid(empty)", 'raw: ""']
 
 
@@ -150,7 +190,9 @@ def test_logger_writes_images_and_text_tables_to_tensorboard(tmp_path):
     log = RunLogger(cfg, tmp_path)
     assert log.wants_media
     log.log_images("val/trajectory", [np.full((20, 30, 3), 200, np.uint8)], step=4)
-    cols, rows = reports.sample_table([_rec(0, "route_planning", 1.0, [TurnRecord(1, 'a|b\n{"answer": "B"}', "", "answer(B)", True, 1.0, (0, 0, 0))])])
+    cols, rows = reports.sample_table(
+        [_rec(0, "route_planning", 1.0, [TurnRecord(1, 'a|b\n{"answer": "B"}', "", "answer(B)", True, 1.0, (0, 0, 0))])]
+    )
     log.log_text_table("val/samples", cols, rows, step=4)
     log.close()
     acc = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"images": 0, "tensors": 0})
@@ -161,7 +203,9 @@ def test_logger_writes_images_and_text_tables_to_tensorboard(tmp_path):
     md = text.tensor_proto.string_val[0].decode()
     assert text.step == 4 and md.splitlines()[0] == "| " + " | ".join(reports.SAMPLE_COLUMNS) + " |"
     assert '| proc-0000 | route_planning | q 0 | a\\|b {"answer": "B"} | 1 | 1 | 1.0 | 0.0 | 1 |' in md
-    off = RunLogger(RunConfig.from_dict({"log": {"output_dir": str(tmp_path / "off"), "tensorboard": False}}), tmp_path / "off")
+    off = RunLogger(
+        RunConfig.from_dict({"log": {"output_dir": str(tmp_path / "off"), "tensorboard": False}}), tmp_path / "off"
+    )
     assert not off.wants_media  # callers skip drawing pictures nobody receives
 
 
@@ -188,8 +232,10 @@ def test_logger_sends_images_and_tables_to_wandb(tmp_path, monkeypatch):
     log.log_images("val/trajectory", [np.zeros((8, 9, 3), np.uint8), np.zeros((4, 5, 3), np.uint8)], step=2)
     log.log_text_table("val/samples", ["question", "reward"], [["how many?", 0.5]], step=2)
     log.close()
-    assert logged == [({"val/trajectory": [("image", (8, 9, 3)), ("image", (4, 5, 3))]}, 2),
-                      ({"val/samples": ("table", ("question", "reward"), [["how many?", 0.5]])}, 2)]
+    assert logged == [
+        ({"val/trajectory": [("image", (8, 9, 3)), ("image", (4, 5, 3))]}, 2),
+        ({"val/samples": ("table", ("question", "reward"), [["how many?", 0.5]])}, 2),
+    ]
     with pytest.raises(ValueError, match="a row has 1 cells for 2 columns"):
         RunLogger(cfg, tmp_path).log_text_table("t", ["a", "b"], [["x"]], step=1)
 
@@ -203,8 +249,14 @@ def test_training_logs_the_validation_picture_and_table_to_tensorboard(tmp_path)
     from a2c_ppo_acktr.config.arguments import load_config
     from a2c_ppo_acktr.rl.train import run_training
 
-    over = {"log.output_dir": str(tmp_path), "log.progress_bar": "false", "log.tensorboard": "true", "ppo.num_iterations": "1",
-            "log.val_interval": "1", "log.val_episodes": "2"}
+    over = {
+        "log.output_dir": str(tmp_path),
+        "log.progress_bar": "false",
+        "log.tensorboard": "true",
+        "ppo.num_iterations": "1",
+        "log.val_interval": "1",
+        "log.val_episodes": "2",
+    }
     run_training(load_config(preset="debug", overrides=[f"{k}={v}" for k, v in over.items()]))
     acc = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"images": 0, "tensors": 0})
     acc.Reload()
@@ -221,10 +273,15 @@ def test_eval_cli_smooth_flag(tmp_path, capsys):
     import eval_vsi
 
     metrics = tmp_path / "metrics.jsonl"
-    metrics.write_text("".join(json.dumps({"iteration": i, "rollout/episode_score_mean": 0.1 * i}) + "\n" for i in range(1, 6)))
+    metrics.write_text(
+        "".join(json.dumps({"iteration": i, "rollout/episode_score_mean": 0.1 * i}) + "\n" for i in range(1, 6))
+    )
     assert eval_vsi.main(["--metrics", str(metrics), "--smooth", "0.6", "--out", str(tmp_path / "o")]) == 0
     assert (tmp_path / "o" / "learning_curves.png").is_file()
-    for argv, message in ((["--metrics", str(metrics), "--smooth", "1"], "must be in [0, 1)"), (["--smooth", "0.5"], "pass --metrics too")):
+    for argv, message in (
+        (["--metrics", str(metrics), "--smooth", "1"], "must be in [0, 1)"),
+        (["--smooth", "0.5"], "pass --metrics too"),
+    ):
         with pytest.raises(SystemExit):
             eval_vsi.main([*argv, "--out", str(tmp_path / "x")])
         assert message in capsys.readouterr().err
@@ -248,11 +305,11 @@ def _wandb_history(path) -> list[tuple[str, str]]:
         if left < 7:
             i += left
             continue
-        _, length, kind = struct.unpack("<IHB", data[i:i + 7])
+        _, length, kind = struct.unpack("<IHB", data[i : i + 7])
         if length == 0 and kind == 0:  # block padding
             i += left
             continue
-        chunk, i = data[i + 7:i + 7 + length], i + 7 + length
+        chunk, i = data[i + 7 : i + 7 + length], i + 7 + length
         if kind == 1:
             records.append(chunk)
         elif kind == 2:
@@ -286,9 +343,19 @@ def test_a_training_run_logs_to_the_real_wandb_client_offline(tmp_path, monkeypa
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb_home"))
     out = tmp_path / "run"
-    cfg = load_config(preset="debug", overrides=[f"log.output_dir={out}", "log.progress_bar=false", "log.tensorboard=false",
-                                                 "log.wandb_mode=offline", "ppo.num_iterations=2", "log.val_interval=2",
-                                                 "log.val_episodes=2", "model.max_new_tokens=16"])
+    cfg = load_config(
+        preset="debug",
+        overrides=[
+            f"log.output_dir={out}",
+            "log.progress_bar=false",
+            "log.tensorboard=false",
+            "log.wandb_mode=offline",
+            "ppo.num_iterations=2",
+            "log.val_interval=2",
+            "log.val_episodes=2",
+            "model.max_new_tokens=16",
+        ],
+    )
     run_training(cfg)
     logs = list((out / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(logs) == 1, list((out / "wandb").glob("*"))

@@ -5,6 +5,7 @@ numpy.linspace(0.5, 0.95, 10), whose ``1 - t`` values are 0.5, 0.449999999999999
 0.30000000000000004, 0.25, 0.19999999999999996, 0.15000000000000002, 0.10000000000000009,
 0.050000000000000044; a threshold counts when the relative error is <= its ``1 - t``.
 """
+
 from __future__ import annotations
 
 import json
@@ -58,7 +59,9 @@ MRA_CASES = [
 
 
 def test_score_file_mra_boundaries(tmp_path):
-    path = _write_jsonl(tmp_path / "p.jsonl", [_line("object_abs_distance", p, "10", id=i) for i, (p, _) in enumerate(MRA_CASES)])
+    path = _write_jsonl(
+        tmp_path / "p.jsonl", [_line("object_abs_distance", p, "10", id=i) for i, (p, _) in enumerate(MRA_CASES)]
+    )
     rep = reports.score_file(path)
     got = [r["score"] for r in rep["records"]]
     want = [s for _, s in MRA_CASES]
@@ -99,7 +102,8 @@ def test_score_file_multiple_choice_case_and_punctuation(tmp_path):
 def test_relative_direction_is_mean_of_subtype_means_and_overall_over_tasks(tmp_path):
     rows = (
         [_line("object_rel_direction_easy", "A", "A")] * 2  # easy mean 1
-        + [_line("object_rel_direction_medium", "A", "A")] + [_line("object_rel_direction_medium", "B", "A")] * 3  # 0.25
+        + [_line("object_rel_direction_medium", "A", "A")]
+        + [_line("object_rel_direction_medium", "B", "A")] * 3  # 0.25
         + [_line("object_rel_direction_hard", "C", "A")]  # 0
         + [_line("object_counting", "4", "4"), _line("object_counting", "3", "4")]  # 1 and e=0.25 -> 0.6
     )
@@ -152,19 +156,39 @@ def test_markdown_table_layout_and_values(tmp_path):
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[0] == "run" and cells[1] == "50.0"
     assert cells[2] == "100.0" and cells[-1] == "0.0" and cells[3] == "-"
-    assert list(reports.SHORT_TASK_NAMES) == list(__import__("a2c_ppo_acktr.common.scoring", fromlist=["TASK_NAMES"]).TASK_NAMES)
+    assert list(reports.SHORT_TASK_NAMES) == list(
+        __import__("a2c_ppo_acktr.common.scoring", fromlist=["TASK_NAMES"]).TASK_NAMES
+    )
 
 
 def _episode(i: int, qtype: str, score: float, turns: int, invalid: int, answered: bool = True) -> EpisodeRecord:
     steps = [
-        TurnRecord(turn=t + 1, text="{}", thoughts=f"thinking {t}", action="invalid(x)" if t < invalid else "move(rot=30, fwd=0)",
-                   valid=t >= invalid, reward=-0.1 if t < invalid else 0.0, pose=(1.0, 1.0 + t, 0.0))
+        TurnRecord(
+            turn=t + 1,
+            text="{}",
+            thoughts=f"thinking {t}",
+            action="invalid(x)" if t < invalid else "move(rot=30, fwd=0)",
+            valid=t >= invalid,
+            reward=-0.1 if t < invalid else 0.0,
+            pose=(1.0, 1.0 + t, 0.0),
+        )
         for t in range(turns)
     ]
     return EpisodeRecord(
-        episode_id=f"e{i}", scene_id="s", dataset="procedural", question_type=qtype, question="How many chairs?",
-        options=None, ground_truth="2", answer="2" if answered else None, score=score, turns=turns,
-        num_invalid=invalid, reward=score - 0.1 * invalid, truncated=not answered, steps=steps,
+        episode_id=f"e{i}",
+        scene_id="s",
+        dataset="procedural",
+        question_type=qtype,
+        question="How many chairs?",
+        options=None,
+        ground_truth="2",
+        answer="2" if answered else None,
+        score=score,
+        turns=turns,
+        num_invalid=invalid,
+        reward=score - 0.1 * invalid,
+        truncated=not answered,
+        steps=steps,
     )
 
 
@@ -183,14 +207,21 @@ def test_agent_metrics_definitions():
     assert m["mean_reward"] == pytest.approx((1.0 + 0.4 + 0.4 - 0.3) / 4)
     assert m["mean_score"] == pytest.approx(1.9 / 4)
     rep = reports.build_report(recs, name="x")
-    assert rep["records"][1]["actions"] == ["invalid(x)", "move(rot=30, fwd=0)", "move(rot=30, fwd=0)", "move(rot=30, fwd=0)"]
+    assert rep["records"][1]["actions"] == [
+        "invalid(x)",
+        "move(rot=30, fwd=0)",
+        "move(rot=30, fwd=0)",
+        "move(rot=30, fwd=0)",
+    ]
     assert rep["overall"] == pytest.approx(100 * 1.9 / 4)
     assert reports.invalid_summary(rep["records"]) == [("x", 4, "{}")]
     assert "| 4 | x | `{}` |" in reports.report_markdown(rep)
 
 
 def test_write_compare_and_plots_are_pngs_of_the_expected_size(tmp_path):
-    a = reports.build_report([_episode(0, "object_counting", 1.0, 1, 0), _episode(1, "route_planning", 0.0, 2, 1)], name="a")
+    a = reports.build_report(
+        [_episode(0, "object_counting", 1.0, 1, 0), _episode(1, "route_planning", 0.0, 2, 1)], name="a"
+    )
     b = reports.build_report([_episode(0, "object_counting", 0.2, 1, 0)], name="b")
     pa = reports.write_report(a, tmp_path / "a")
     reports.write_report(b, tmp_path / "b")
@@ -207,7 +238,19 @@ def test_write_compare_and_plots_are_pngs_of_the_expected_size(tmp_path):
 
 def test_learning_curves_png(tmp_path):
     metrics = tmp_path / "metrics.jsonl"
-    _write_jsonl(metrics, [{"iteration": i, "losses/value_loss": 1.0 / (i + 1), "rollout/episode_score_mean": 0.1 * i, "time/collect": 2.0, "note": "x"} for i in range(5)])
+    _write_jsonl(
+        metrics,
+        [
+            {
+                "iteration": i,
+                "losses/value_loss": 1.0 / (i + 1),
+                "rollout/episode_score_mean": 0.1 * i,
+                "time/collect": 2.0,
+                "note": "x",
+            }
+            for i in range(5)
+        ],
+    )
     path = reports.plot_learning_curves(metrics, tmp_path / "curves.png", width_px=600, height_px=400)
     with Image.open(path) as im:
         assert im.format == "PNG" and im.size == (600, 400)
@@ -241,14 +284,27 @@ def test_nan_overall_is_written_as_null(tmp_path):
 # ------------------------------------------------------------------------------ paired comparison
 def _scored(i: int, qtype: str, score: float, question: str = "q") -> EpisodeRecord:
     return EpisodeRecord(
-        episode_id=f"proc-{i:04d}", scene_id=f"scene{i}", dataset="procedural", question_type=qtype,
-        question=f"{question} {i}", options=None, ground_truth="1", answer="1", score=score, turns=1,
+        episode_id=f"proc-{i:04d}",
+        scene_id=f"scene{i}",
+        dataset="procedural",
+        question_type=qtype,
+        question=f"{question} {i}",
+        options=None,
+        ground_truth="1",
+        answer="1",
+        score=score,
+        turns=1,
     )
 
 
 # Unbalanced on purpose: 3 counting, 1 room size, 2 + 1 relative-direction subtypes, 1 route plan.
-_TYPES = ["object_counting"] * 3 + ["room_size_estimation", "object_rel_direction_easy", "object_rel_direction_easy",
-                                    "object_rel_direction_hard", "route_planning"]
+_TYPES = ["object_counting"] * 3 + [
+    "room_size_estimation",
+    "object_rel_direction_easy",
+    "object_rel_direction_easy",
+    "object_rel_direction_hard",
+    "route_planning",
+]
 
 
 def test_overall_weights_reproduce_the_task_balanced_overall():
@@ -258,7 +314,9 @@ def test_overall_weights_reproduce_the_task_balanced_overall():
     assert w.sum() == pytest.approx(1.0)
     # 4 tasks; counting: 1/(4*1*3); rel. direction easy: 1/(4*2*2), hard: 1/(4*2*1).
     assert w[0] == pytest.approx(1 / 12) and w[4] == pytest.approx(1 / 16) and w[6] == pytest.approx(1 / 8)
-    expected = reports.build_report([_scored(i, t, s) for i, (t, s) in enumerate(zip(_TYPES, scores))], name="x")["overall"]
+    expected = reports.build_report([_scored(i, t, s) for i, (t, s) in enumerate(zip(_TYPES, scores))], name="x")[
+        "overall"
+    ]
     assert 100 * float(w @ scores) == pytest.approx(expected)
 
 
@@ -282,7 +340,9 @@ def test_paired_ci_is_the_difference_of_overalls_and_pairs_by_question_id():
 def test_pairing_rejects_different_question_sets():
     a = reports.build_report([_scored(i, "object_counting", 0.5) for i in range(4)], name="a")
     fewer = reports.build_report([_scored(i, "object_counting", 0.5) for i in range(3)], name="b")
-    with pytest.raises(ValueError, match=r"not evaluated on the same questions: 1 only in a \(e.g. \['proc-0003'\]\), 0 only in b"):
+    with pytest.raises(
+        ValueError, match=r"not evaluated on the same questions: 1 only in a \(e.g. \['proc-0003'\]\), 0 only in b"
+    ):
         reports.paired_overall_ci(a, fewer, names=("a", "b"))
     other = reports.build_report([_scored(i, "object_counting", 0.5, question="what") for i in range(4)], name="c")
     with pytest.raises(ValueError, match="question 'proc-0000' differs between a and c .question: 'q 0' vs 'what 0'"):
@@ -298,8 +358,11 @@ def test_compare_writes_the_paired_section_for_the_named_rows(tmp_path):
     sa = [1.0, 0.0, 1.0, 1.0, 0.5, 1.0, 0.0, 1.0]
     sb = [0.0, 0.0, 1.0, 0.0, 0.5, 1.0, 0.0, 0.0]
     for name, scores in (("tiny + SFT + PPO", sa), ("tiny + SFT", sb)):
-        reports.write_report(reports.build_report([_scored(i, t, s) for i, (t, s) in enumerate(zip(_TYPES, scores))], name=name),
-                             tmp_path / name.replace(" ", ""), plots=False)
+        reports.write_report(
+            reports.build_report([_scored(i, t, s) for i, (t, s) in enumerate(zip(_TYPES, scores))], name=name),
+            tmp_path / name.replace(" ", ""),
+            plots=False,
+        )
     paths = [tmp_path / "tiny+SFT+PPO" / "report.json", tmp_path / "tiny+SFT" / "report.json"]
     md = reports.compare_reports(paths, tmp_path / "cmp", paired=[("tiny + SFT + PPO", "tiny + SFT")])["md"].read_text()
     res = reports.paired_overall_ci(*[reports.load_report(p) for p in paths])
@@ -309,7 +372,10 @@ def test_compare_writes_the_paired_section_for_the_named_rows(tmp_path):
     assert f"| tiny + SFT + PPO - tiny + SFT | 8 | {res['diff']:+.1f} | [{res['low']:+.1f}, {res['high']:+.1f}] |" in md
     plain = reports.compare_reports(paths, tmp_path / "cmp2")["md"].read_text()
     assert "Paired" not in plain
-    with pytest.raises(ValueError, match=r"--paired names \['ppo'\] are not rows of the comparison; rows: \['tiny \+ SFT \+ PPO', 'tiny \+ SFT'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"--paired names \['ppo'\] are not rows of the comparison; rows: \['tiny \+ SFT \+ PPO', 'tiny \+ SFT'\]",
+    ):
         reports.compare_reports(paths, tmp_path / "cmp3", paired=[("ppo", "tiny + SFT")])
 
 
@@ -319,9 +385,11 @@ def test_score_file_integrity_bom_encoding_duplicates_and_raw_ground_truth(tmp_p
     rule compares it unstripped)."""
     from a2c_ppo_acktr.common.jsonl import JsonlError
 
-    rows = [{"id": 1, "question_type": "object_rel_direction_easy", "prediction": "C", "ground_truth": "C"},
-            {"id": 2, "question_type": "object_rel_direction_easy", "prediction": "C", "ground_truth": " c "},
-            {"id": 1, "question_type": "object_rel_direction_easy", "prediction": "A", "ground_truth": "C"}]
+    rows = [
+        {"id": 1, "question_type": "object_rel_direction_easy", "prediction": "C", "ground_truth": "C"},
+        {"id": 2, "question_type": "object_rel_direction_easy", "prediction": "C", "ground_truth": " c "},
+        {"id": 1, "question_type": "object_rel_direction_easy", "prediction": "A", "ground_truth": "C"},
+    ]
     path = tmp_path / "bom.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + "\n".join(json.dumps(r) for r in rows).encode("utf-8") + b"\n")
     with caplog.at_level("WARNING"):
@@ -354,8 +422,12 @@ def test_ci_matches_the_exact_bootstrap_distribution():
 
     from a2c_ppo_acktr.common import scoring
 
-    by_type = {"object_counting": [0.0, 0.5, 1.0], "route_planning": [0.0, 1.0],
-               "object_rel_direction_easy": [1.0, 0.0], "object_rel_direction_hard": [0.0]}
+    by_type = {
+        "object_counting": [0.0, 0.5, 1.0],
+        "route_planning": [0.0, 1.0],
+        "object_rel_direction_easy": [1.0, 0.0],
+        "object_rel_direction_hard": [0.0],
+    }
     recs = [_scored(i, t, s) for i, (t, s) in enumerate((t, s) for t, ss in by_type.items() for s in ss)]
     recs = recs[::2] + recs[1::2]  # interleave the types: grouping must not depend on record order
     rep = reports.build_report(recs, name="x")
@@ -364,7 +436,10 @@ def test_ci_matches_the_exact_bootstrap_distribution():
     dist: dict[str, dict[float, float]] = {}
     for combo in itertools.product(*draws):
         agg = scoring.aggregate((t, s) for t, sample in zip(types, combo) for s in sample)
-        values = {"overall": agg["overall"], **{reports.SHORT_TASK_NAMES[k]: 100 * v for k, v in agg["per_task"].items()}}
+        values = {
+            "overall": agg["overall"],
+            **{reports.SHORT_TASK_NAMES[k]: 100 * v for k, v in agg["per_task"].items()},
+        }
         for key, v in values.items():
             atoms = dist.setdefault(key, {})
             atoms[round(v, 9)] = atoms.get(round(v, 9), 0.0) + 1 / 432
@@ -377,8 +452,16 @@ def test_ci_matches_the_exact_bootstrap_distribution():
         assert _exact_quantile(atoms, 0.02) - 1e-9 <= low <= _exact_quantile(atoms, 0.03) + 1e-9, (key, low)
         assert _exact_quantile(atoms, 0.97) - 1e-9 <= high <= _exact_quantile(atoms, 0.98) + 1e-9, (key, high)
     assert ci["table"]["Abs. Dist."] is None and ci["single_question_types"] == 1
-    assert rep["table_n"] == {"Obj. Count": 3, "Abs. Dist.": 0, "Obj. Size": 0, "Room Size": 0, "Rel. Dist.": 0,
-                              "Rel. Dir.": 3, "Route Plan": 2, "Appr. Order": 0}
+    assert rep["table_n"] == {
+        "Obj. Count": 3,
+        "Abs. Dist.": 0,
+        "Obj. Size": 0,
+        "Room Size": 0,
+        "Rel. Dist.": 0,
+        "Rel. Dir.": 3,
+        "Route Plan": 2,
+        "Appr. Order": 0,
+    }
 
 
 def test_ci_of_equal_scores_has_zero_width_and_overall_matches_the_paired_interval():
@@ -402,7 +485,9 @@ def test_ci_of_equal_scores_has_zero_width_and_overall_matches_the_paired_interv
 
 def test_ci_in_markdown_and_old_reports_still_load_and_compare(tmp_path):
     rng = np.random.default_rng(2)
-    new = reports.build_report([_scored(i, t, s) for i, (t, s) in enumerate(zip(_TYPES, rng.random(len(_TYPES))))], name="new")
+    new = reports.build_report(
+        [_scored(i, t, s) for i, (t, s) in enumerate(zip(_TYPES, rng.random(len(_TYPES))))], name="new"
+    )
     reports.write_report(new, tmp_path / "new", plots=False)
     md = (tmp_path / "new" / "report.md").read_text()
     lo, hi = new["ci95"]["overall"]
@@ -425,7 +510,9 @@ def test_ci_in_markdown_and_old_reports_still_load_and_compare(tmp_path):
     old["name"] = "bare"
     (tmp_path / "bare").mkdir()
     (tmp_path / "bare" / "report.json").write_text(json.dumps(old))
-    out = reports.compare_reports([tmp_path / "old", tmp_path / "new" / "report.json", tmp_path / "bare"], tmp_path / "cmp")
+    out = reports.compare_reports(
+        [tmp_path / "old", tmp_path / "new" / "report.json", tmp_path / "bare"], tmp_path / "cmp"
+    )
     cmp_md = out["md"].read_text()
     assert f"| old | {new['overall']:.1f} [{lo:.1f}, {hi:.1f}] n=8 |" in cmp_md
     assert f"| bare | {new['overall']:.1f} n=8 |" in cmp_md

@@ -2,6 +2,7 @@
 OpenAI-compatible protocol, backed by the tiny model: the engine's contract (per-row temperature,
 adapter versions, stale replies, token ids, prompt alignment, a dead server), the policy's three-step
 act, and training through it (ratio 1, exact resume, a server dying mid-run)."""
+
 from __future__ import annotations
 
 import math
@@ -17,11 +18,19 @@ from a2c_ppo_acktr.run.logger import read_metrics
 from a2c_ppo_acktr.policy.loopback_server import LoopbackServer
 from a2c_ppo_acktr.policy.model import VLMPolicy
 from a2c_ppo_acktr.policy.rollout_engine import (
-    BadReplyError, EngineError, EngineRow, EngineStopped, EngineUnavailable, StaleAdapterError, TokenAlignmentError, VLLMServerEngine,
-    adapter_name, parse_reply,
+    BadReplyError,
+    EngineError,
+    EngineRow,
+    EngineStopped,
+    EngineUnavailable,
+    StaleAdapterError,
+    TokenAlignmentError,
+    VLLMServerEngine,
+    adapter_name,
+    parse_reply,
 )
 from a2c_ppo_acktr.algo.storage import RolloutStorage
-from helpers import free_port, fresh_policy, run_overrides, tiny_model_cfg
+from helpers import QUESTIONS, free_port, fresh_policy, observation_rows, run_overrides, tiny_model_cfg
 from numerics import recorded_forwards
 
 
@@ -35,19 +44,42 @@ def test_tis_weights_and_the_weighted_surrogate_match_their_closed_form():
     new = torch.tensor([0.3, -1.2, -1.9, -0.7], requires_grad=True)
     adv = torch.tensor([1.0, -0.5, 2.0, -1.0])
     ones = torch.ones(4, 1)
-    loss, _ = policy_loss(new[:, None], old[:, None], adv, ones.bool(), ones, level="sequence", clip_low=0.2, clip_high=0.2, sample_weights=w)
+    loss, _ = policy_loss(
+        new[:, None],
+        old[:, None],
+        adv,
+        ones.bool(),
+        ones,
+        level="sequence",
+        clip_low=0.2,
+        clip_high=0.2,
+        sample_weights=w,
+    )
     ratio = (new - old).exp()
     per = torch.max(-adv * ratio, -adv * ratio.clamp(0.8, 1.2))
     assert float(loss.detach()) == pytest.approx(float((per * w).mean().detach()), rel=1e-6)
     loss.backward()
-    assert new.grad is not None and float(new.grad[0]) == pytest.approx(0.0)  # ratio e^0.3 > 1.2 with A > 0: clipped, no gradient
+    assert new.grad is not None and float(new.grad[0]) == pytest.approx(
+        0.0
+    )  # ratio e^0.3 > 1.2 with A > 0: clipped, no gradient
     assert torch.equal(tis_weights(old, None, 2.0), torch.ones(4))
 
 
 def test_parse_reply_reads_ids_and_log_probs_and_appends_an_unlisted_stop_token():
-    data = {"model": "policy-v3", "prompt_token_ids": [1, 2, 3],
-            "choices": [{"token_ids": [7, 8], "finish_reason": "stop", "stop_reason": 99,
-                         "logprobs": {"content": [{"token": "token_id:7", "logprob": -0.5}, {"token": "token_id:8", "logprob": -1.0}]}}]}
+    data = {
+        "model": "policy-v3",
+        "prompt_token_ids": [1, 2, 3],
+        "choices": [
+            {
+                "token_ids": [7, 8],
+                "finish_reason": "stop",
+                "stop_reason": 99,
+                "logprobs": {
+                    "content": [{"token": "token_id:7", "logprob": -0.5}, {"token": "token_id:8", "logprob": -1.0}]
+                },
+            }
+        ],
+    }
     r = parse_reply(data, stop_ids=[99, 100])
     assert (r.token_ids, r.model, r.prompt_ids) == ([7, 8, 99], "policy-v3", [1, 2, 3])
     assert r.token_log_probs[:2] == [-0.5, -1.0] and math.isnan(r.token_log_probs[2])
@@ -58,7 +90,8 @@ def test_parse_reply_reads_ids_and_log_probs_and_appends_an_unlisted_stop_token(
     assert r.token_ids == [7, 99] and r.token_log_probs is None
     with pytest.raises(EngineError, match="return_token_ids"):
         parse_reply({"model": "x", "choices": [{"message": {"content": "hi"}}]})
-    # vLLM keeps an EOS it stopped on in token_ids, one not among stop_ids included (stop_reason None): nothing appended.
+    # vLLM keeps an EOS it stopped on in token_ids, one not among stop_ids included (stop_reason None): nothing
+    # appended.
     eos = {"model": "m", "choices": [{"token_ids": [7, 42], "finish_reason": "stop", "stop_reason": None}]}
     assert parse_reply(eos, stop_ids=[99]).token_ids == [7, 42]
     # A reply cut for want of context (vLLM 0.33 shortens max_tokens to what --max-model-len leaves) is refused.
@@ -76,9 +109,15 @@ def test_engine_settings_are_checked_in_one_line():
     with pytest.raises(ConfigError, match="tis_cap"):
         load_config(preset="debug", overrides=["ppo.tis_cap=2.0"])
     with pytest.raises(ConfigError, match="max_temperature"):
-        load_config(preset="debug", overrides=["rollout.engine=vllm", "rollout.engine_url=http://x:1", "model.max_temperature=3"])
+        load_config(
+            preset="debug",
+            overrides=["rollout.engine=vllm", "rollout.engine_url=http://x:1", "model.max_temperature=3"],
+        )
     with pytest.raises(ConfigError, match="train_vision"):
-        load_config(preset="debug", overrides=["rollout.engine=vllm", "rollout.engine_url=http://x:1", "model.train_vision=projector"])
+        load_config(
+            preset="debug",
+            overrides=["rollout.engine=vllm", "rollout.engine_url=http://x:1", "model.train_vision=projector"],
+        )
 
 
 # ------------------------------------------------------------------------------ through the loopback server
@@ -129,22 +168,28 @@ def _spread_temperatures(pol: VLMPolicy, observations) -> None:
 
 
 def _engine(pol, url, tmp_path, **over) -> VLLMServerEngine:
-    kw = dict(max_new_tokens=pol.cfg.max_new_tokens, stop_ids=pol.eos_ids, forbidden_ids=pol.forbidden_ids.tolist(), retries=1,
-              backoff_s=0.0, timeout_s=60.0)
+    kw = dict(
+        max_new_tokens=pol.cfg.max_new_tokens,
+        stop_ids=pol.eos_ids,
+        forbidden_ids=pol.forbidden_ids.tolist(),
+        retries=1,
+        backoff_s=0.0,
+        timeout_s=60.0,
+    )
     return VLLMServerEngine(url, tmp_path / "adapters", **{**kw, **over})
 
 
 def _observations(n=3, step=0):
-    rng = np.random.default_rng(step)
-    words = ["How many chairs are in the room?", "What is the distance between the bed and the sofa?", "Which is closer?"]
-    return [{"images": [rng.integers(0, 256, (28 + 8 * k, 36, 3), dtype=np.uint8) for k in range(1 + (i + step) % 2)],
-             "text": words[i % 3]} for i in range(n)]
+    texts = [QUESTIONS[i % 3] for i in range(n)]
+    return observation_rows(np.random.default_rng(step), texts, [1 + (i + step) % 2 for i in range(n)])
 
 
 def test_act_through_the_engine_keeps_the_contract(loaded, tiny_model_path, server, tmp_path):
     pol = _policy(loaded, tiny_model_path)
     _spread_temperatures(pol, _observations())
-    eng = _engine(pol, server.url, tmp_path, max_concurrency=1)  # one request at a time: the server's log is in row order
+    eng = _engine(
+        pol, server.url, tmp_path, max_concurrency=1
+    )  # one request at a time: the server's log is in row order
     assert "base" in eng.check_health()
     eng.sync_adapter(pol.save_pretrained, 1)
     before = len(server.requests)
@@ -156,10 +201,12 @@ def test_act_through_the_engine_keeps_the_contract(loaded, tiny_model_path, serv
     # temperatures lie farther apart than this comparison's tolerance, so one sent for another row fails it.
     temps = out.temperatures.tolist()
     assert [r["temperature"] for r in sent] == pytest.approx(temps, rel=1e-5)
-    assert min(abs(a - b) for i, a in enumerate(temps) for b in temps[i + 1:]) > 2e-5 * max(temps)
+    assert min(abs(a - b) for i, a in enumerate(temps) for b in temps[i + 1 :]) > 2e-5 * max(temps)
     assert all(r["model"] == adapter_name(1) and r["return_token_ids"] and r["logprobs"] for r in sent)
     assert sent[0]["stop_token_ids"] == pol.eos_ids and sent[0]["max_tokens"] == pol.cfg.max_new_tokens
-    assert set(sent[0]["logit_bias"]) == {str(i) for i in pol.forbidden_ids.tolist()} and set(sent[0]["logit_bias"].values()) == {-100}
+    assert set(sent[0]["logit_bias"]) == {str(i) for i in pol.forbidden_ids.tolist()} and set(
+        sent[0]["logit_bias"].values()
+    ) == {-100}
     # Token ids round-trip: the ids the server sampled are the ones the policy stores and decodes.
     assert [g.tolist() for g in out.generated_ids] == server.replies[before:]
     assert out.texts == pol.tokenizer.batch_decode(server.replies[before:], skip_special_tokens=True)
@@ -193,8 +240,13 @@ def test_adapter_versions_advance_and_a_stale_reply_is_refused(loaded, tiny_mode
     eng.sync_adapter(pol.save_pretrained, 1)
     eng.sync_adapter(pol.save_pretrained, 2)
     assert adapter_name(2) in server.adapters and adapter_name(1) not in server.adapters  # the old one unloaded
-    assert server.loads[loads:] == [adapter_name(1), adapter_name(2)]  # plain-text replies read as success: no retried load
-    assert [p.name for p in (tmp_path / "adapters").iterdir()] == [eng.adapter_path(2).name]  # only the loaded version kept
+    assert server.loads[loads:] == [
+        adapter_name(1),
+        adapter_name(2),
+    ]  # plain-text replies read as success: no retried load
+    assert [p.name for p in (tmp_path / "adapters").iterdir()] == [
+        eng.adapter_path(2).name
+    ]  # only the loaded version kept
     assert eng.adapter_path(2).name.startswith(adapter_name(2) + "-") and eng.stats.retries == 0
     with pol.with_engine(eng):
         pol.act(_observations(1))
@@ -216,7 +268,10 @@ def test_one_adapter_per_iteration_serves_every_rank_of_a_server(loaded, tiny_mo
     (another session) replaces the name from a fresh path."""
     pol = _policy(loaded, tiny_model_path)
     kw = dict(tag="policy-shared", session="s1")
-    loader, user = _engine(pol, server.url, tmp_path, **kw), _engine(pol, server.url, tmp_path, loads_adapter=False, **kw)
+    loader, user = (
+        _engine(pol, server.url, tmp_path, **kw),
+        _engine(pol, server.url, tmp_path, loads_adapter=False, **kw),
+    )
     assert not user.loads_adapter and user.adapter_path(1) == loader.adapter_path(1)  # one path for every rank
     loads, swaps, before = len(server.loads), server.adapter_swaps, len(server.requests)
     for version in (1, 2):
@@ -229,7 +284,7 @@ def test_one_adapter_per_iteration_serves_every_rank_of_a_server(loaded, tiny_mo
                 pol.act(_observations(2, step=version))
     names = [adapter_name(v, "policy-shared") for v in (1, 2)]
     assert server.loads[loads:] == names
-    assert {r["model"] for r in server.requests[before:before + 8]} == {names[0]}
+    assert {r["model"] for r in server.requests[before : before + 8]} == {names[0]}
     assert server.adapter_swaps - swaps <= 1  # into v1 from an earlier test's adapter at most: never between the ranks
     relaunch = _engine(pol, server.url, tmp_path, tag="policy-shared", session="s2")
     relaunch.publish_adapter(pol.save_pretrained, 2)
@@ -286,11 +341,20 @@ def test_the_loopback_server_refuses_what_vllm_refuses(loaded, tiny_model_path, 
     finally:
         server.max_model_len = None
     body = json.dumps({"lora_name": "plain", "lora_path": str(eng.adapter_path(1))}).encode()
-    req = urllib.request.Request(server.url + "/v1/load_lora_adapter", data=body, method="POST", headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        server.url + "/v1/load_lora_adapter", data=body, method="POST", headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=30) as resp:
-        assert resp.read() == b"Success: LoRA adapter 'plain' added successfully." and resp.headers["Content-Type"].startswith("text/plain")
+        assert resp.read() == b"Success: LoRA adapter 'plain' added successfully." and resp.headers[
+            "Content-Type"
+        ].startswith("text/plain")
     eng._request("POST", "/v1/unload_lora_adapter", {"lora_name": "plain"}, text_reply=True)
-    for version, refused in (("0.33.0", None), ("0.10.2", None), ("0.10.1", "return_token_ids needs >= 0.10.2"), ("0.34.1", "checked up to 0.33")):
+    for version, refused in (
+        ("0.33.0", None),
+        ("0.10.2", None),
+        ("0.10.1", "return_token_ids needs >= 0.10.2"),
+        ("0.34.1", "checked up to 0.33"),
+    ):
         server.version = version
         try:
             if refused is None:
@@ -303,7 +367,9 @@ def test_the_loopback_server_refuses_what_vllm_refuses(loaded, tiny_model_path, 
     eng.sync_adapter(pol.save_pretrained, 2)  # leave the shared server without this test's adapter 1
 
 
-def test_a_prompt_the_server_tokenises_differently_stops_naming_the_chat_template(loaded, tiny_model_path, server, tmp_path):
+def test_a_prompt_the_server_tokenises_differently_stops_naming_the_chat_template(
+    loaded, tiny_model_path, server, tmp_path
+):
     pol = _policy(loaded, tiny_model_path)
     eng = _engine(pol, server.url, tmp_path, chat_template="the chat template of TINY")
     eng.sync_adapter(pol.save_pretrained, 1)
@@ -331,8 +397,15 @@ def test_a_dead_server_is_one_engine_error(loaded, tiny_model_path, tmp_path):
 # ------------------------------------------------------------------------------ training through it
 def _overrides(out, url, **extra):
     defaults = {
-        "log.save_interval": "1", "log.keep_checkpoints": "3", "ppo.num_iterations": "2", "env.max_turns": "2", "model.max_new_tokens": "16",
-        "rollout.engine": "vllm", "rollout.engine_url": url, "rollout.engine_retries": "1", "rollout.engine_timeout_s": "60",
+        "log.save_interval": "1",
+        "log.keep_checkpoints": "3",
+        "ppo.num_iterations": "2",
+        "env.max_turns": "2",
+        "model.max_new_tokens": "16",
+        "rollout.engine": "vllm",
+        "rollout.engine_url": url,
+        "rollout.engine_retries": "1",
+        "rollout.engine_timeout_s": "60",
     }
     return run_overrides(out, defaults, extra)
 
@@ -358,7 +431,11 @@ def test_training_through_the_engine_resumes_exactly_after_the_server_dies(tmp_p
                 run_training(load_config(preset="debug", overrides=_overrides(tmp_path / "split", srv.url)))
             assert stopped.value.exit_code == 69 and stopped.value.checkpoint.name.endswith("000001")
         with LoopbackServer(cfg.model) as fresh:
-            resumed = run_training(load_config(preset="debug", overrides=_overrides(tmp_path / "split", fresh.url, **{"log.resume": "auto"})))
+            resumed = run_training(
+                load_config(
+                    preset="debug", overrides=_overrides(tmp_path / "split", fresh.url, **{"log.resume": "auto"})
+                )
+            )
     finally:
         torch.set_num_threads(threads)
     assert [r["engine/adapter_version"] for r in rows] == [1.0, 2.0]
@@ -389,14 +466,54 @@ def _run_ranks(tmp_path, urls: str, extra=()) -> tuple[list[int], list[str]]:
 
     repo = Path(__file__).resolve().parent.parent
     port = free_port()
-    args = [sys.executable, str(repo / "main_vsi.py"), "--preset", "debug", "--log.output_dir", str(tmp_path / "out"),
-            "--log.progress_bar", "false", "--log.tensorboard", "false", "--ppo.num_iterations", "2", "--model.max_new_tokens", "16",
-            "--env.max_turns", "2", "--rollout.engine", "vllm", "--rollout.engine_url", urls, "--rollout.engine_retries", "1", *extra]
+    args = [
+        sys.executable,
+        str(repo / "main_vsi.py"),
+        "--preset",
+        "debug",
+        "--log.output_dir",
+        str(tmp_path / "out"),
+        "--log.progress_bar",
+        "false",
+        "--log.tensorboard",
+        "false",
+        "--ppo.num_iterations",
+        "2",
+        "--model.max_new_tokens",
+        "16",
+        "--env.max_turns",
+        "2",
+        "--rollout.engine",
+        "vllm",
+        "--rollout.engine_url",
+        urls,
+        "--rollout.engine_retries",
+        "1",
+        *extra,
+    ]
     # Each worker leads its own session, as torchrun's may: out of a timeout's reach, so killed here by group.
-    procs = [subprocess.Popen(args, cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                              env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "RANK": str(r), "LOCAL_RANK": str(r),
-                                   "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-             for r in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            args,
+            cwd=repo,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            env={
+                **os.environ,
+                "OMP_NUM_THREADS": "1",
+                "HF_HUB_OFFLINE": "1",
+                "RANK": str(r),
+                "LOCAL_RANK": str(r),
+                "WORLD_SIZE": "2",
+                "LOCAL_WORLD_SIZE": "2",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+            },
+        )
+        for r in (0, 1)
+    ]
     errs = []
     try:
         for p in procs:

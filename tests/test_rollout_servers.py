@@ -2,6 +2,7 @@
 (servers per GPU or per tensor-parallel group, ports, devices, context length, LoRA rank), the
 version check, and the launch itself through a fake ``vllm`` that records its command line and
 environment and then runs the loopback server."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from a2c_ppo_acktr.common.vllm_compat import LORA_RANKS, VLLMVersionError, check_version, server_lora_rank, temperature_problem
+from a2c_ppo_acktr.common.vllm_compat import (
+    LORA_RANKS,
+    VLLMVersionError,
+    check_version,
+    server_lora_rank,
+    temperature_problem,
+)
 from a2c_ppo_acktr.config.arguments import ConfigError, load_config
 from a2c_ppo_acktr.policy.rollout_engine import EngineError, server_index
 from a2c_ppo_acktr.rollout_servers import ServerPlan, ServerPlanError, context_length, plan_servers
@@ -30,8 +37,19 @@ def test_ranks_round_up_to_what_every_supported_vllm_accepts():
         server_lora_rank(513)
 
 
-@pytest.mark.parametrize("version, ok", [("0.10.2", True), ("0.11.0", True), ("0.33.0", True), ("0.33.4+cu129", True),
-                                         ("0.10.1.1", False), ("0.9.2", False), ("0.34.0", False), ("1.0.0", False)])
+@pytest.mark.parametrize(
+    "version, ok",
+    [
+        ("0.10.2", True),
+        ("0.11.0", True),
+        ("0.33.0", True),
+        ("0.33.4+cu129", True),
+        ("0.10.1.1", False),
+        ("0.9.2", False),
+        ("0.34.0", False),
+        ("1.0.0", False),
+    ],
+)
 def test_supported_versions(version, ok):
     if ok:
         check_version(version, "here")
@@ -44,7 +62,12 @@ def test_supported_versions(version, ok):
 
 
 def test_servers_split_the_gpus_and_ranks_map_to_them_the_same_way():
-    assert plan_servers(4, 1, 8000) == [ServerPlan(0, 8000, "0"), ServerPlan(1, 8001, "1"), ServerPlan(2, 8002, "2"), ServerPlan(3, 8003, "3")]
+    assert plan_servers(4, 1, 8000) == [
+        ServerPlan(0, 8000, "0"),
+        ServerPlan(1, 8001, "1"),
+        ServerPlan(2, 8002, "2"),
+        ServerPlan(3, 8003, "3"),
+    ]
     assert plan_servers(4, 2, 9000, ["4", "5", "6", "7"]) == [ServerPlan(0, 9000, "4,5"), ServerPlan(1, 9001, "6,7")]
     with pytest.raises(ServerPlanError, match="ROLLOUT_TP=3 must divide"):
         plan_servers(4, 3, 8000)
@@ -71,7 +94,9 @@ def test_vllm_engine_config_turns_tis_on_and_refuses_temperatures_vllm_does_not_
     assert load_config(preset="debug", overrides=[*vllm, "ppo.tis_cap=5"]).ppo.tis_cap == 5
     with pytest.raises(ConfigError, match="max_temperature=2.5 is above 2"):
         load_config(preset="debug", overrides=[*vllm, "model.max_temperature=2.5"])
-    assert load_config(preset="debug", overrides=["model.max_temperature=2.5"]).model.max_temperature == 2.5  # hf samples anything
+    assert (
+        load_config(preset="debug", overrides=["model.max_temperature=2.5"]).model.max_temperature == 2.5
+    )  # hf samples anything
     assert temperature_problem(0.005, 1.5) and temperature_problem(0.1, 2.0) is None
 
 
@@ -88,7 +113,8 @@ sys.path.insert(0, {str(REPO)!r})
 if sys.argv[1:] == ["--version"]:
     print(os.environ["FAKE_VLLM_VERSION"])
     sys.exit(0)
-record = {{"argv": sys.argv[1:], "env": {{k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "VLLM_ALLOW_RUNTIME_LORA_UPDATING")}}}}
+names = ("CUDA_VISIBLE_DEVICES", "VLLM_ALLOW_RUNTIME_LORA_UPDATING")
+record = {{"argv": sys.argv[1:], "env": {{k: os.environ.get(k) for k in names}}}}
 with open(os.path.join(os.environ["FAKE_VLLM_RECORD"], f"{{os.getpid()}}.json"), "w") as f:
     json.dump(record, f)
 assert sys.argv[1] == "serve"
@@ -102,7 +128,10 @@ sys.exit(main([*sys.argv[2:], "--preset", "debug"]))
 def _shim(tmp_path: Path) -> Path:
     """The interpreter the launcher runs, with `accelerate launch` replaced by `echo`."""
     shim = tmp_path / "python"
-    shim.write_text(f'#!/usr/bin/env bash\nif [ "$2" = accelerate.commands.launch ]; then echo "$@"; exit 0; fi\nexec {sys.executable} "$@"\n')
+    shim.write_text(
+        '#!/usr/bin/env bash\nif [ "$2" = accelerate.commands.launch ]; then echo "$@"; exit 0; fi\nexec '
+        f'{sys.executable} "$@"\n'
+    )
     shim.chmod(0o755)
     return shim
 
@@ -126,17 +155,36 @@ def test_run_vsi_qwen_starts_one_server_per_gpu_and_stops_them(tmp_path):
     run_dir = tmp_path / "out" / "run"
     run_dir.mkdir(parents=True)
     (run_dir / "rollout_server-0.log").write_text("the log of a server that failed before\n")
-    env = {**os.environ, "PATH": f"{_fake_vllm(tmp_path)}:{os.environ['PATH']}", "FAKE_VLLM_VERSION": "0.33.0", "FAKE_VLLM_RECORD": str(record),
-           "PYTHON": str(_shim(tmp_path)), "PRESET": "debug", "CUDA_VISIBLE_DEVICES": "4,5", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-           "ROLLOUT_SERVER": "1", "ROLLOUT_PORT": str(base), "ROLLOUT_START_TIMEOUT": "240", "EXTRA_ARGS": "--model.max_new_tokens 40"}
+    env = {
+        **os.environ,
+        "PATH": f"{_fake_vllm(tmp_path)}:{os.environ['PATH']}",
+        "FAKE_VLLM_VERSION": "0.33.0",
+        "FAKE_VLLM_RECORD": str(record),
+        "PYTHON": str(_shim(tmp_path)),
+        "PRESET": "debug",
+        "CUDA_VISIBLE_DEVICES": "4,5",
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "ROLLOUT_SERVER": "1",
+        "ROLLOUT_PORT": str(base),
+        "ROLLOUT_START_TIMEOUT": "240",
+        "EXTRA_ARGS": "--model.max_new_tokens 40",
+    }
     env.pop("NUM_GPUS", None)
     env.pop("VLLM_PYTHON", None)
-    res = subprocess.run(["bash", str(REPO / "scripts" / "run_vsi_qwen.sh"), "1", "run", str(tmp_path / "out"), str(free_port())],
-                         env=env, capture_output=True, text=True, timeout=400)
+    res = subprocess.run(
+        ["bash", str(REPO / "scripts" / "run_vsi_qwen.sh"), "1", "run", str(tmp_path / "out"), str(free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     urls = [f"http://127.0.0.1:{base}", f"http://127.0.0.1:{base + 1}"]
     assert f"--rollout.engine vllm --rollout.engine_url {','.join(urls)}" in res.stdout
-    calls = sorted((json.loads(p.read_text()) for p in record.glob("*.json")), key=lambda c: int(_flag(c["argv"], "--port")))
+    calls = sorted(
+        (json.loads(p.read_text()) for p in record.glob("*.json")), key=lambda c: int(_flag(c["argv"], "--port"))
+    )
     assert len(calls) == 2
     for i, call in enumerate(calls):
         argv = call["argv"]
@@ -157,9 +205,17 @@ def test_run_vsi_qwen_starts_one_server_per_gpu_and_stops_them(tmp_path):
             urllib.request.urlopen(f"{url}/health", timeout=5)
     # ROLLOUT_URL alone only passes the URL list.
     env = {**env, "ROLLOUT_SERVER": "0", "ROLLOUT_URL": "http://gpu-node-3:8000,http://gpu-node-3:8001"}
-    res = subprocess.run(["bash", str(REPO / "scripts" / "run_vsi_qwen.sh"), "1", "run2", str(tmp_path / "out"), str(free_port())],
-                         env=env, capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0 and "--rollout.engine vllm --rollout.engine_url http://gpu-node-3:8000,http://gpu-node-3:8001" in res.stdout
+    res = subprocess.run(
+        ["bash", str(REPO / "scripts" / "run_vsi_qwen.sh"), "1", "run2", str(tmp_path / "out"), str(free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        res.returncode == 0
+        and "--rollout.engine vllm --rollout.engine_url http://gpu-node-3:8000,http://gpu-node-3:8001" in res.stdout
+    )
 
 
 def test_launcher_refuses_an_unsupported_vllm_and_a_bad_tp_before_starting_anything(tmp_path):
@@ -168,16 +224,38 @@ def test_launcher_refuses_an_unsupported_vllm_and_a_bad_tp_before_starting_anyth
     before any server or rank starts."""
     asked = tmp_path / "asked"
     fake_python = tmp_path / "vllm-env-python"
-    fake_python.write_text(f'#!/usr/bin/env bash\necho "$@" >> {asked}\nif [ "$1" = -c ]; then echo 0.10.1; exit 0; fi\nexit 3\n')
+    fake_python.write_text(
+        f'#!/usr/bin/env bash\necho "$@" >> {asked}\nif [ "$1" = -c ]; then echo 0.10.1; exit 0; fi\nexit 3\n'
+    )
     fake_python.chmod(0o755)
-    env = {**os.environ, "PYTHON": str(_shim(tmp_path)), "PRESET": "debug", "NUM_GPUS": "2", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-           "ROLLOUT_SERVER": "1", "VLLM_PYTHON": str(fake_python)}
-    res = subprocess.run(["bash", str(REPO / "scripts" / "run_vsi_qwen.sh"), "1", "run", str(tmp_path / "out"), str(free_port())],
-                         env=env, capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "PYTHON": str(_shim(tmp_path)),
+        "PRESET": "debug",
+        "NUM_GPUS": "2",
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "ROLLOUT_SERVER": "1",
+        "VLLM_PYTHON": str(fake_python),
+    }
+    res = subprocess.run(
+        ["bash", str(REPO / "scripts" / "run_vsi_qwen.sh"), "1", "run", str(tmp_path / "out"), str(free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 2 and "accelerate.commands.launch" not in res.stdout
     line = res.stderr.strip().splitlines()[-1]
     assert "vLLM 0.10.1, outside the supported 0.10.2 to 0.33.x (return_token_ids needs >= 0.10.2)" in line
-    assert "importlib.metadata" in asked.read_text() and "serve" not in asked.read_text()  # the version was read, nothing started
-    res = subprocess.run(["bash", str(REPO / "scripts" / "run_vsi_qwen.sh"), "1", "run", str(tmp_path / "out"), str(free_port())],
-                         env={**env, "ROLLOUT_TP": "3"}, capture_output=True, text=True, timeout=120)
+    assert (
+        "importlib.metadata" in asked.read_text() and "serve" not in asked.read_text()
+    )  # the version was read, nothing started
+    res = subprocess.run(
+        ["bash", str(REPO / "scripts" / "run_vsi_qwen.sh"), "1", "run", str(tmp_path / "out"), str(free_port())],
+        env={**env, "ROLLOUT_TP": "3"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 2 and "ROLLOUT_TP=3 must divide the node's NUM_GPUS=2" in res.stderr

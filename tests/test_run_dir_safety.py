@@ -1,6 +1,7 @@
 """Nothing a user made is deleted or overwritten by surprise: a fresh start in a used run directory
 is refused (or, with log.overwrite, moves the old run aside), and resuming from an older checkpoint
 sets the newer ones aside instead of letting pruning or --resume auto mix the two runs."""
+
 import json
 
 import pytest
@@ -12,8 +13,14 @@ from a2c_ppo_acktr.rl.train import run_training
 
 
 def _cfg(out, **extra):
-    base = {"log.output_dir": str(out), "log.progress_bar": "false", "log.tensorboard": "false", "log.save_interval": "1",
-            "log.keep_checkpoints": "2", "ppo.num_iterations": "2"}
+    base = {
+        "log.output_dir": str(out),
+        "log.progress_bar": "false",
+        "log.tensorboard": "false",
+        "log.save_interval": "1",
+        "log.keep_checkpoints": "2",
+        "ppo.num_iterations": "2",
+    }
     base.update(extra)
     return load_config(preset="debug", overrides=[f"{k}={v}" for k, v in base.items()])
 
@@ -22,9 +29,18 @@ def test_fresh_start_in_a_used_directory_is_refused_then_moved_aside(tmp_path):
     out = tmp_path / "run"
     first = run_training(_cfg(out))
     before = torch.load(first / "trainable.pt")
-    with pytest.raises(CheckpointError, match=r"already holds a run \(checkpoint-000001, checkpoint-000002, metrics.jsonl\).*--resume auto.*--log.overwrite true"):
+    with pytest.raises(
+        CheckpointError,
+        match=(
+            r"already holds a run \(checkpoint-000001, checkpoint-000002, metrics.jsonl\).*--resume "
+            r"auto.*--log.overwrite true"
+        ),
+    ):
         run_training(_cfg(out, **{"seed": "7"}))
-    assert [p.name for p in list_checkpoints(out / "checkpoints")] == ["checkpoint-000001", "checkpoint-000002"]  # untouched
+    assert [p.name for p in list_checkpoints(out / "checkpoints")] == [
+        "checkpoint-000001",
+        "checkpoint-000002",
+    ]  # untouched
     run_training(_cfg(out, **{"seed": "7", "log.overwrite": "true"}))
     (aside,) = [p for p in tmp_path.iterdir() if p.name.startswith("run.old-")]
     kept = torch.load(aside / "checkpoints" / "checkpoint-000002" / "trainable.pt")
@@ -41,12 +57,19 @@ def test_resume_from_an_older_checkpoint_sets_the_newer_ones_aside(tmp_path, cap
         run_training(_cfg(out, **{"ppo.num_iterations": "3", "log.keep_checkpoints": "4", "log.resume": str(older)}))
     assert f"resumed from {older} at iteration 2" in caplog.text
     names = [p.name for p in list_checkpoints(out / "checkpoints")]
-    assert names == ["checkpoint-000001", "checkpoint-000002", "checkpoint-000003"]  # the new branch, not the old 000004
+    assert names == [
+        "checkpoint-000001",
+        "checkpoint-000002",
+        "checkpoint-000003",
+    ]  # the new branch, not the old 000004
     (abandoned,) = (out / "checkpoints").glob("abandoned-*")
     assert sorted(p.name for p in abandoned.iterdir()) == ["checkpoint-000003", "checkpoint-000004", "metrics.jsonl"]
     from a2c_ppo_acktr.run.logger import read_metrics
 
-    assert [r["iteration"] for r in read_metrics(abandoned / "metrics.jsonl")] == [3, 4]  # the branch's rows, kept with it
+    assert [r["iteration"] for r in read_metrics(abandoned / "metrics.jsonl")] == [
+        3,
+        4,
+    ]  # the branch's rows, kept with it
     assert [r["iteration"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3]
 
 
@@ -98,13 +121,15 @@ def _damage(path, how):
         path.write_bytes(data[: len(data) // 2])
     elif how == "bit-flipped":
         i = len(data) // 2
-        path.write_bytes(data[:i] + bytes([data[i] ^ 0x10]) + data[i + 1:])
+        path.write_bytes(data[:i] + bytes([data[i] ^ 0x10]) + data[i + 1 :])
     else:
         path.unlink()
 
 
 @pytest.mark.parametrize("how", ["truncated", "bit-flipped", "missing"])
-@pytest.mark.parametrize("name", ["trainable.pt", "optimizer.pt", "rank000.pkl", "trainer_state.json", "policy/adapter_model.safetensors"])
+@pytest.mark.parametrize(
+    "name", ["trainable.pt", "optimizer.pt", "rank000.pkl", "trainer_state.json", "policy/adapter_model.safetensors"]
+)
 def test_resume_auto_skips_a_damaged_checkpoint_naming_the_file(tmp_path, caplog, name, how):
     from a2c_ppo_acktr.run.checkpoint import resolve_resume, verify_checkpoint
     from a2c_ppo_acktr.eval.evaluation import load_checkpoint_into
@@ -114,10 +139,18 @@ def test_resume_auto_skips_a_damaged_checkpoint_naming_the_file(tmp_path, caplog
 
     manager = CheckpointManager(root, keep=3)
     for it in (1, 2):
+
         def write(tmp, it=it):
             (tmp / "policy").mkdir()
-            for n in ("trainable.pt", "optimizer.pt", "rank000.pkl", "trainer_state.json", "policy/adapter_model.safetensors"):
+            for n in (
+                "trainable.pt",
+                "optimizer.pt",
+                "rank000.pkl",
+                "trainer_state.json",
+                "policy/adapter_model.safetensors",
+            ):
                 (tmp / n).write_bytes(bytes(range(256)) * 4 + str(it).encode())
+
         manager.save(it, write)
     last = root / "checkpoint-000002"
     assert verify_checkpoint(last) is None
@@ -149,18 +182,26 @@ def test_every_checkpoint_damaged_and_a_full_disk_give_one_line(tmp_path, monkey
         (tmp / "half.bin").write_bytes(b"x")
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    with pytest.raises(CheckpointError, match=r"writing checkpoint checkpoint-000002 .* failed: No space left on device .*--resume auto"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"writing checkpoint checkpoint-000002 .* failed: No space left on device .*--resume auto",
+    ):
         manager.save(2, full_disk)
     assert sorted(p.name for p in root.iterdir()) == ["checkpoint-000001"]  # no .tmp-* left behind
 
     def torch_full_disk(tmp):  # what torch.save raises when the disk fills mid-write
         (tmp / "half.bin").write_bytes(b"x")
-        raise RuntimeError("[enforce fail at inline_container.cc:664] . PytorchStreamWriter failed writing file data/0: file write failed")
+        raise RuntimeError(
+            "[enforce fail at inline_container.cc:664] . PytorchStreamWriter failed writing file data/0: file write "
+            "failed"
+        )
 
     def quota(tmp):
         raise OSError(errno.EDQUOT, "Disk quota exceeded", str(tmp / "optimizer.pt"))
 
-    with pytest.raises(CheckpointError, match=r"checkpoint-000002 .* failed: \[enforce fail.*file write failed \(RuntimeError\)"):
+    with pytest.raises(
+        CheckpointError, match=r"checkpoint-000002 .* failed: \[enforce fail.*file write failed \(RuntimeError\)"
+    ):
         manager.save(2, torch_full_disk)
     with pytest.raises(CheckpointError, match=r"failed: Disk quota exceeded \(.*optimizer.pt\) \(OSError, errno"):
         manager.save(2, quota)
@@ -201,7 +242,9 @@ def test_truncated_safetensors_are_one_line(tmp_path, tiny_model_path, target):
 
     model_dir = tmp_path / "model"
     shutil.copytree(tiny_model_path, model_dir)
-    cfg = ModelConfig(model_path=str(model_dir), device="cpu", lora_r=4, lora_alpha=8, value_head_hidden=8, temp_head_hidden=8)
+    cfg = ModelConfig(
+        model_path=str(model_dir), device="cpu", lora_r=4, lora_alpha=8, value_head_hidden=8, temp_head_hidden=8
+    )
     if target == "model":
         w = model_dir / "model.safetensors"
         w.write_bytes(w.read_bytes()[:1000])
@@ -228,12 +271,35 @@ def test_resume_refuses_a_changed_run_definition_applies_a_changed_lr_and_record
     from a2c_ppo_acktr.rl.run_state import RESUME_HISTORY
 
     out = tmp_path / "run"
-    run_training(_cfg(out, **{"ppo.num_iterations": "3", "log.stop_after_iterations": "2", "ppo.lr_schedule": "constant"}))
-    with pytest.raises(CheckpointError, match=r"different run definition \(env.max_turns: 3 -> 5; model.model_path: .* -> 'tiny:qwen2_vl'; seed: 1 -> 7\)"):
-        run_training(_cfg(out, **{"ppo.num_iterations": "3", "log.resume": "auto", "model.model_path": "tiny:qwen2_vl", "env.max_turns": "5", "seed": "7"}))
-    run_training(_cfg(out, **{"ppo.num_iterations": "3", "log.resume": "auto", "ppo.lr_schedule": "constant", "ppo.lr": "0.05"}))
+    run_training(
+        _cfg(out, **{"ppo.num_iterations": "3", "log.stop_after_iterations": "2", "ppo.lr_schedule": "constant"})
+    )
+    with pytest.raises(
+        CheckpointError,
+        match=r"different run definition \(env.max_turns: 3 -> 5; "
+        r"model.model_path: .* -> 'tiny:qwen2_vl'; seed: 1 -> 7\)",
+    ):
+        run_training(
+            _cfg(
+                out,
+                **{
+                    "ppo.num_iterations": "3",
+                    "log.resume": "auto",
+                    "model.model_path": "tiny:qwen2_vl",
+                    "env.max_turns": "5",
+                    "seed": "7",
+                },
+            )
+        )
+    run_training(
+        _cfg(out, **{"ppo.num_iterations": "3", "log.resume": "auto", "ppo.lr_schedule": "constant", "ppo.lr": "0.05"})
+    )
     rows = read_metrics(out / "metrics.jsonl")
-    assert [r["iteration"] for r in rows] == [1, 2, 3] and rows[1]["charts/learning_rate"] != 0.05 and rows[2]["charts/learning_rate"] == 0.05
+    assert (
+        [r["iteration"] for r in rows] == [1, 2, 3]
+        and rows[1]["charts/learning_rate"] != 0.05
+        and rows[2]["charts/learning_rate"] == 0.05
+    )
     (entry,) = [json.loads(line) for line in (out / RESUME_HISTORY).read_text().splitlines()]
     assert entry["iteration"] == 2 and entry["changed"]["ppo.lr"][1] == 0.05
     # another run's checkpoint: refused into a used directory, imported into a fresh one
@@ -241,4 +307,14 @@ def test_resume_refuses_a_changed_run_definition_applies_a_changed_lr_and_record
     run_training(_cfg(other, **{"ppo.num_iterations": "1"}))
     theirs = list_checkpoints(out / "checkpoints")[0]
     with pytest.raises(CheckpointError, match="another run's checkpoint.*fresh log.output_dir"):
-        run_training(_cfg(other, **{"ppo.num_iterations": "3", "log.resume": str(theirs), "ppo.lr_schedule": "constant", "ppo.lr": "0.05"}))
+        run_training(
+            _cfg(
+                other,
+                **{
+                    "ppo.num_iterations": "3",
+                    "log.resume": str(theirs),
+                    "ppo.lr_schedule": "constant",
+                    "ppo.lr": "0.05",
+                },
+            )
+        )

@@ -1,5 +1,6 @@
 """Output directories: the guard (refuse, or move aside; never delete) and the run lock, with real
 processes holding it; eval reports never land in a training run's directory or over an earlier report."""
+
 from __future__ import annotations
 
 import json
@@ -12,10 +13,20 @@ from pathlib import Path
 import pytest
 
 from a2c_ppo_acktr.config.arguments import ConfigError
-from a2c_ppo_acktr.run.rundir import RunLock, RunLockedError, check_output_path, claim_output_dir, claim_report_dir, lock_path
+from a2c_ppo_acktr.run.rundir import (
+    RunLock,
+    RunLockedError,
+    check_output_path,
+    claim_output_dir,
+    claim_report_dir,
+    lock_path,
+)
 
 REPO = Path(__file__).resolve().parent.parent
-HOLD = "import sys, time; from a2c_ppo_acktr.run.rundir import RunLock; RunLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(600)"
+HOLD = (
+    "import sys, time; from a2c_ppo_acktr.run.rundir import RunLock; RunLock(sys.argv[1]).acquire(); print('locked', "
+    "flush=True); time.sleep(600)"
+)
 
 
 def _holder(directory: Path) -> subprocess.Popen:
@@ -110,10 +121,23 @@ def test_reports_never_go_into_a_run_and_an_earlier_report_is_moved_aside_whole(
 
 def test_eval_refuses_an_earlier_report_in_one_line_and_overwrite_keeps_it(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "eval_vsi.py", "--preset", "debug", "--dummy", "--eval.num_episodes", "2", "--out", str(tmp_path / "e")]
+    cmd = [
+        sys.executable,
+        "eval_vsi.py",
+        "--preset",
+        "debug",
+        "--dummy",
+        "--eval.num_episodes",
+        "2",
+        "--out",
+        str(tmp_path / "e"),
+    ]
     assert subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300).returncode == 0
     again = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 2 and "already holds output" in again.stderr and "Traceback" not in again.stderr
-    assert subprocess.run([*cmd, "--overwrite"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300).returncode == 0
+    assert (
+        subprocess.run([*cmd, "--overwrite"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300).returncode
+        == 0
+    )
     assert (tmp_path / "e" / "report.json").is_file()
     assert [p.name.startswith("e.old-") for p in tmp_path.iterdir()].count(True) == 1

@@ -56,7 +56,9 @@ def test_clockwise_polygon_is_reversed_and_contains():
     assert 0.5 * (np.dot(x, np.roll(y, -1)) - np.dot(np.roll(x, -1), y)) > 0
     assert s.contains_xy(1.0, 4.0) and s.contains_xy(5.0, 1.0)
     assert not s.contains_xy(5.0, 4.0)  # inside the notch
-    np.testing.assert_array_equal(s.contains_xy(np.array([1.0, 5.0, 7.0]), np.array([1.0, 4.0, 1.0])), [True, False, False])
+    np.testing.assert_array_equal(
+        s.contains_xy(np.array([1.0, 5.0, 7.0]), np.array([1.0, 4.0, 1.0])), [True, False, False]
+    )
 
 
 def test_room_center_of_rectangle():
@@ -85,7 +87,9 @@ def test_overlap_and_containment_helpers():
 
 
 def test_lookup_helpers():
-    objs = [SceneObject.upright(i, lab, (1, 1, 0.5), (0.5, 0.5, 1.0)) for i, lab in enumerate(["chair", "table", "chair"])]
+    objs = [
+        SceneObject.upright(i, lab, (1, 1, 0.5), (0.5, 0.5, 1.0)) for i, lab in enumerate(["chair", "table", "chair"])
+    ]
     s = _scene(RECT, objs)
     assert s.label_counts() == {"chair": 2, "table": 1}
     assert [o.object_id for o in s.objects_by_label("chair")] == [0, 2]
@@ -96,7 +100,9 @@ def test_lookup_helpers():
 
 def test_validation_errors():
     with pytest.raises(ValueError, match="unique"):
-        _scene(RECT, [SceneObject.upright(1, "a", (0, 0, 0), (1, 1, 1)), SceneObject.upright(1, "b", (0, 0, 0), (1, 1, 1))])
+        _scene(
+            RECT, [SceneObject.upright(1, "a", (0, 0, 0), (1, 1, 1)), SceneObject.upright(1, "b", (0, 0, 0), (1, 1, 1))]
+        )
     mb = MeshBuilder()
     mb.add_box((1, 1, 1), (1, 1, 1), (1, 0, 0), object_id=5)
     with pytest.raises(ValueError, match="unknown objects"):
@@ -113,7 +119,9 @@ def test_occupancy_grid_disk_query():
     blocked = np.zeros((20, 20), dtype=bool)
     blocked[10, 10] = True  # the cell [1.0, 1.1) x [1.0, 1.1) with cell 0.1 and origin 0
     g = OccupancyGrid(np.zeros(2), 0.1, blocked)
-    pts = np.array([[1.05, 1.05], [1.05 + 0.22, 1.05], [1.05 + 0.35, 1.05], [1.05, 1.05 - 0.35], [-0.5, 1.0], [5.0, 5.0]])
+    pts = np.array(
+        [[1.05, 1.05], [1.05 + 0.22, 1.05], [1.05 + 0.35, 1.05], [1.05, 1.05 - 0.35], [-0.5, 1.0], [5.0, 5.0]]
+    )
     np.testing.assert_array_equal(g.blocked_within(pts, 0.2), [True, True, False, False, True, True])
 
 
@@ -146,7 +154,7 @@ def test_closed_primitives_are_wound_outward_and_inscribed_in_their_box():
     assert len(mb.primitives) == len(specs) and sum(n for _, n, _ in mb.primitives) == len(t)
     for (first, n, center), (c, extent, rot) in zip(mb.primitives, specs):
         np.testing.assert_allclose(center, c)
-        tri = t[first:first + n]
+        tri = t[first : first + n]
         a, b, cc = v[tri[:, 0]], v[tri[:, 1]], v[tri[:, 2]]
         normal = np.cross(b - a, cc - a)
         assert np.all(np.einsum("ij,ij->i", normal, (a + b + cc) / 3 - center) > 0)

@@ -1,4 +1,5 @@
 """VSI-Bench scoring against hand-computed values, including every MRA threshold boundary."""
+
 import math
 
 import numpy as np
@@ -36,8 +37,17 @@ def test_extract_answer(prediction, expected):
 
 @pytest.mark.parametrize(
     "prediction, gt, expected",
-    [("c", "C", 1.0), ("C", "c", 1.0), ("C.", "C", 1.0), ("C.\n", "C", 0.0), ("C\n", "C", 1.0), ("B", "C", 0.0),
-     ("C is right", "C", 1.0), ("(C)", "C", 0.0), ("", "A", 0.0)],
+    [
+        ("c", "C", 1.0),
+        ("C", "c", 1.0),
+        ("C.", "C", 1.0),
+        ("C.\n", "C", 0.0),
+        ("C\n", "C", 1.0),
+        ("B", "C", 0.0),
+        ("C is right", "C", 1.0),
+        ("(C)", "C", 0.0),
+        ("", "A", 0.0),
+    ],
 )
 def test_multiple_choice(prediction, gt, expected):
     assert score_prediction("object_rel_distance", prediction, gt) == expected
@@ -127,7 +137,11 @@ def test_aggregate_relative_direction_is_unweighted_mean_of_levels():
     assert out["per_task"]["Relative Direction"] == pytest.approx((0.75 + 0.0 + 1.0) / 3)
     # A pooled mean would give 4/15; the benchmark averages the three levels.
     assert out["per_task"]["Relative Direction"] != pytest.approx(4 / 15)
-    assert out["counts"] == {"object_rel_direction_easy": 4, "object_rel_direction_medium": 10, "object_rel_direction_hard": 1}
+    assert out["counts"] == {
+        "object_rel_direction_easy": 4,
+        "object_rel_direction_medium": 10,
+        "object_rel_direction_hard": 1,
+    }
     assert out["tasks_present"] == ["Relative Direction"]
     assert out["overall"] == pytest.approx(100 * (0.75 + 0.0 + 1.0) / 3)
 
@@ -144,7 +158,11 @@ def test_aggregate_overall_is_mean_of_eight_tasks_times_100():
     }
     records = [(t, s) for t, s in task_scores.items()]
     records += [("object_counting", 0.4)]  # Object Count mean becomes 0.3
-    records += [("object_rel_direction_easy", 1.0), ("object_rel_direction_medium", 0.5), ("object_rel_direction_hard", 0.0)]
+    records += [
+        ("object_rel_direction_easy", 1.0),
+        ("object_rel_direction_medium", 0.5),
+        ("object_rel_direction_hard", 0.0),
+    ]
     out = aggregate(records)
     expected_tasks = [0.3, 0.3, 0.4, 0.5, 0.6, 0.5, 0.7, 0.8]
     assert out["overall"] == pytest.approx(100 * sum(expected_tasks) / 8)

@@ -1,6 +1,7 @@
 """No secret is ever written: a key passed where a variable's name belongs is refused before
 anything is written, URL passwords never reach config.yaml, checkpoints, tensorboard or wandb, and
 a teacher's reply that echoes the key in any spelling a server can produce is redacted."""
+
 from __future__ import annotations
 
 import base64
@@ -21,7 +22,9 @@ ENGINE_PASSWORD = "s3cret,Engine"  # a comma: engine_url is a comma-separated li
 
 
 # ------------------------------------------------------------------------------ *_key_env
-@pytest.mark.parametrize("value", [KEY, "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123", "a3f29c1e5b2d4f6a8c0e11aa", "Bearer abc", "sk-x", ""])
+@pytest.mark.parametrize(
+    "value", [KEY, "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123", "a3f29c1e5b2d4f6a8c0e11aa", "Bearer abc", "sk-x", ""]
+)
 def test_a_key_passed_as_api_key_env_is_refused_without_being_repeated(value):
     with pytest.raises(ConfigError) as e:
         load_config(preset="debug", overrides={"label": {"api_key_env": value}})
@@ -42,7 +45,18 @@ def test_a_key_on_the_command_line_stops_the_labeller_in_one_line_and_writes_not
     import vlm_traj_label
 
     out = tmp_path / "labels"
-    argv = ["--preset", "debug", "--label.teacher", "openai", "--label.model", "m", "--label.api_key_env", KEY, "--label.out_dir", str(out)]
+    argv = [
+        "--preset",
+        "debug",
+        "--label.teacher",
+        "openai",
+        "--label.model",
+        "m",
+        "--label.api_key_env",
+        KEY,
+        "--label.out_dir",
+        str(out),
+    ]
     rc = run_main(lambda: vlm_traj_label.main(argv), "vlm_traj_label.py")
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "label.api_key_env" in err
@@ -60,11 +74,16 @@ def test_the_openai_teacher_refuses_a_key_as_api_key_env_too():
 
 # ------------------------------------------------------------------------------ URL userinfo
 def _cfg(tmp_path, **log) -> RunConfig:
-    return load_config(preset="debug", overrides={
-        "label": {"base_url": f"http://alice:{PASSWORD}@teacher.example:8000/v1?api_key={KEY}"},
-        "rollout": {"engine_url": f"http://bob:{ENGINE_PASSWORD}@gpu1:8000, http://bob:{ENGINE_PASSWORD}@gpu2:8000"},
-        "log": {"output_dir": str(tmp_path / "run"), "tensorboard": False, "wandb_mode": "disabled", **log},
-    })
+    return load_config(
+        preset="debug",
+        overrides={
+            "label": {"base_url": f"http://alice:{PASSWORD}@teacher.example:8000/v1?api_key={KEY}"},
+            "rollout": {
+                "engine_url": f"http://bob:{ENGINE_PASSWORD}@gpu1:8000, http://bob:{ENGINE_PASSWORD}@gpu2:8000"
+            },
+            "log": {"output_dir": str(tmp_path / "run"), "tensorboard": False, "wandb_mode": "disabled", **log},
+        },
+    )
 
 
 def _leaks(text: str) -> list[str]:
@@ -99,7 +118,11 @@ def test_url_passwords_never_reach_tensorboard_or_wandb(tmp_path, monkeypatch):
     assert events and _leaks(events.decode("latin-1")) == []
 
     seen = {}
-    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=lambda **kw: seen.update(kw) or types.SimpleNamespace(id="x", finish=lambda: None)))
+    monkeypatch.setitem(
+        sys.modules,
+        "wandb",
+        types.SimpleNamespace(init=lambda **kw: seen.update(kw) or types.SimpleNamespace(id="x", finish=lambda: None)),
+    )
     cfg = _cfg(tmp_path, wandb_mode="offline")
     RunLogger(cfg, tmp_path / "run2")
     assert _leaks(json.dumps(seen["config"])) == [] and seen["config"]["label"]["base_url"].startswith("http://***@")
@@ -122,16 +145,19 @@ def test_a_redacted_url_from_a_written_config_is_refused_where_it_would_be_used(
         OpenAITeacher(base_url="http://***@h:8000/v1", model="m")
 
 
-@pytest.mark.parametrize("url, expected", [
-    ("http://u:p@h:1/v1", "http://***@h:1/v1"),
-    ("https://user@h/v1", "https://***@h/v1"),
-    ("http://h:8000/v1", "http://h:8000/v1"),
-    ("http://h/v1?token=abc&model=x", "http://h/v1?token=***&model=x"),
-    ("http://u:p@[::1]:8000", "http://***@[::1]:8000"),
-    ("http://u:p@h:notaport/v1", "http://***@h:notaport/v1"),
-    ("outputs/run", "outputs/run"),
-    ("--url=http://u:p@h:1/v1 then https://v:q@g/x.", "--url=http://***@h:1/v1 then https://***@g/x."),
-])
+@pytest.mark.parametrize(
+    "url, expected",
+    [
+        ("http://u:p@h:1/v1", "http://***@h:1/v1"),
+        ("https://user@h/v1", "https://***@h/v1"),
+        ("http://h:8000/v1", "http://h:8000/v1"),
+        ("http://h/v1?token=abc&model=x", "http://h/v1?token=***&model=x"),
+        ("http://u:p@[::1]:8000", "http://***@[::1]:8000"),
+        ("http://u:p@h:notaport/v1", "http://***@h:notaport/v1"),
+        ("outputs/run", "outputs/run"),
+        ("--url=http://u:p@h:1/v1 then https://v:q@g/x.", "--url=http://***@h:1/v1 then https://***@g/x."),
+    ],
+)
 def test_redact_url_cases(url, expected):
     assert redact_urls(url) == expected
     if " " not in url:
@@ -144,7 +170,7 @@ def _spellings(secret: str) -> dict[str, str]:
     return {
         "spaced": " ".join(secret),
         "spaced_without_dashes": secret.replace("-", " "),
-        "line_broken": "\n".join(secret[i:i + 5] for i in range(0, len(secret), 5)),
+        "line_broken": "\n".join(secret[i : i + 5] for i in range(0, len(secret), 5)),
         "zero_width": "\u200b".join(secret),
         "percent_every_byte": "".join(f"%{b:02X}" for b in raw),
         "percent_lower_case": urllib.parse.quote(secret + "/", safe="").lower(),
@@ -157,8 +183,8 @@ def _spellings(secret: str) -> dict[str, str]:
         "base64_after_2_bytes": base64.b64encode(b"k:" + raw).decode(),
         "base64_of_the_header": base64.b64encode(b"Authorization: Bearer " + raw).decode(),
         "base64_url_safe": base64.urlsafe_b64encode(b"xx" + raw + b"\xff\xfe").decode(),
-        "base64_wrapped": "\n".join(base64.b64encode(raw).decode()[i:i + 8] for i in range(0, 44, 8)),
-        "cut_off": secret[:MIN_ECHO + 2],
+        "base64_wrapped": "\n".join(base64.b64encode(raw).decode()[i : i + 8] for i in range(0, 44, 8)),
+        "cut_off": secret[: MIN_ECHO + 2],
     }
 
 
@@ -171,7 +197,10 @@ def test_every_spelling_of_an_echoed_key_is_redacted(spelling):
 
 
 def test_redaction_leaves_ordinary_replies_alone():
-    text = "Thought: the chair is 1.5 m left of the table.\nAction: answer(B) sk-proj is a prefix; dGhlIGNoYWly is base64 too."
+    text = (
+        "Thought: the chair is 1.5 m left of the table.\nAction: answer(B) sk-proj is a prefix; dGhlIGNoYWly is base64 "
+        "too."
+    )
     assert redact_all(text, [KEY, PASSWORD]) == text
 
 
@@ -186,12 +215,23 @@ def test_a_labelling_run_stores_no_spelling_of_an_echoed_key(monkeypatch, tmp_pa
     spellings = _spellings(KEY)
     reply = format_response("Echo: " + " | ".join(spellings.values()), Answer("A"))
     with FakeServer(reply=reply) as server:
-        cfg = load_config(preset="debug", overrides={
-            "env": {"image_size": 16, "num_sweep_frames": 1, "image_history": 1, "max_turns": 1},
-            "label": {"teacher": "openai", "base_url": server.url, "model": "m", "api_key_env": "VSI_TEST_KEY",
-                      "out_dir": str(tmp_path / "lab"), "num_episodes": 1, "batch_size": 1, "backoff_s": 0.0},
-            "log": {"progress_bar": False},
-        })
+        cfg = load_config(
+            preset="debug",
+            overrides={
+                "env": {"image_size": 16, "num_sweep_frames": 1, "image_history": 1, "max_turns": 1},
+                "label": {
+                    "teacher": "openai",
+                    "base_url": server.url,
+                    "model": "m",
+                    "api_key_env": "VSI_TEST_KEY",
+                    "out_dir": str(tmp_path / "lab"),
+                    "num_episodes": 1,
+                    "batch_size": 1,
+                    "backoff_s": 0.0,
+                },
+                "log": {"progress_bar": False},
+            },
+        )
         label_trajectories(cfg)
     (episode,) = read_episodes(tmp_path / "lab" / "trajectories.jsonl")
     stored = " ".join(t["teacher_output"] + (t["action"] or "") for t in episode["turns"])
@@ -211,15 +251,21 @@ def test_the_teacher_log_carries_no_spelling_of_an_echoed_key_in_an_error(monkey
     monkeypatch.setenv("VSI_TEST_KEY", KEY)
     echo = _spellings(KEY)["base64_of_the_header"]
     with caplog.at_level(logging.DEBUG), ReplyServer(lambda auth: (500, f"trace: {echo}".encode())) as server:
-        (reply,) = OpenAITeacher(base_url=server.url, model="m", api_key_env="VSI_TEST_KEY", retries=1, sleep=lambda s: None).generate(_observations(1))
+        (reply,) = OpenAITeacher(
+            base_url=server.url, model="m", api_key_env="VSI_TEST_KEY", retries=1, sleep=lambda s: None
+        ).generate(_observations(1))
     assert echo not in reply.error and echo not in caplog.text and "***" in reply.error
 
 
 def test_the_run_lock_records_the_command_line_without_url_passwords(tmp_path, monkeypatch):
     from a2c_ppo_acktr.run.rundir import RunLock
 
-    argv = ["main_vsi.py", "--rollout.engine_url", f"http://bob:{ENGINE_PASSWORD}@gpu1:8000,http://bob:{ENGINE_PASSWORD}@gpu2:8000",
-            f"--label.base_url=http://alice:{PASSWORD}@h/v1"]
+    argv = [
+        "main_vsi.py",
+        "--rollout.engine_url",
+        f"http://bob:{ENGINE_PASSWORD}@gpu1:8000,http://bob:{ENGINE_PASSWORD}@gpu2:8000",
+        f"--label.base_url=http://alice:{PASSWORD}@h/v1",
+    ]
     monkeypatch.setattr(sys, "argv", argv)
     with RunLock(tmp_path / "run") as lock:
         record = json.loads(lock.path.read_text())

@@ -1,5 +1,6 @@
 """SFT data path and trainer: token identity with RL prompts, loss masking, grouped batching,
 image checks, and a short training run on the tiny model that must teach it the action format."""
+
 from __future__ import annotations
 
 import json
@@ -54,12 +55,20 @@ def test_sft_prompt_tokens_equal_rl_prompt_tokens(family, tiny_family_path, tmp_
 def test_loss_only_on_assistant_tokens(loaded):
     rng = np.random.default_rng(1)
     tok = loaded.processor.tokenizer
-    responses = [format_response("I count 3 chairs.", Answer("3")), format_response("Turning to look.", Move(-45.0, 1.0))]
-    rows = [{"messages": build_messages(o) + [assistant_message(r)], "images": o["images"]} for o, r in zip([sft_observation(rng, 1), sft_observation(rng, 2)], responses)]
+    responses = [
+        format_response("I count 3 chairs.", Answer("3")),
+        format_response("Turning to look.", Move(-45.0, 1.0)),
+    ]
+    rows = [
+        {"messages": build_messages(o) + [assistant_message(r)], "images": o["images"]}
+        for o, r in zip([sft_observation(rng, 1), sft_observation(rng, 2)], responses)
+    ]
     batch = SFTCollator(loaded.processor, max_length=4096)(rows)
     image_pad = tok.convert_tokens_to_ids("<|image_pad|>")
     for i, (row, resp) in enumerate(zip(rows, responses)):
-        prompt_len = loaded.processor(text=[render_prompt(loaded.processor, row["messages"][:-1])], images=row["images"], return_tensors="pt")["input_ids"].shape[1]
+        prompt_len = loaded.processor(
+            text=[render_prompt(loaded.processor, row["messages"][:-1])], images=row["images"], return_tensors="pt"
+        )["input_ids"].shape[1]
         length = int(batch["attention_mask"][i].sum())
         labelled = torch.nonzero(batch["labels"][i] != IGNORE_INDEX).flatten().tolist()
         assert labelled == list(range(prompt_len, length))  # not the prompt, not the padding
@@ -75,7 +84,9 @@ def test_loss_only_on_assistant_tokens(loaded):
     mask = targets != IGNORE_INDEX
     manual = torch.nn.functional.cross_entropy(logits[mask], targets[mask])
     # the same logits, two cross-entropies: a log-sum-exp over V per label (at max |logit| + 1), then their mean
-    atol = f32_tolerance(logit_terms(0, logits.shape[-1]), float(logits.abs().max()) + 1.0) + f32_tolerance(int(mask.sum()), float(manual))
+    atol = f32_tolerance(logit_terms(0, logits.shape[-1]), float(logits.abs().max()) + 1.0) + f32_tolerance(
+        int(mask.sum()), float(manual)
+    )
     torch.testing.assert_close(out.loss, manual, atol=atol, rtol=0)
 
 
@@ -87,7 +98,9 @@ def test_history_turns_keep_rl_prompt_as_suffix(loaded):
     move = format_response("Look left.", Move(90.0, 0.0))
     answer = format_response("Three.", Answer("3"))
     messages = build_messages(first) + [assistant_message(move), build_messages(second)[1], assistant_message(answer)]
-    batch = SFTCollator(loaded.processor, max_length=4096)([{"messages": messages, "images": first["images"] + second["images"]}])
+    batch = SFTCollator(loaded.processor, max_length=4096)(
+        [{"messages": messages, "images": first["images"] + second["images"]}]
+    )
     tok = loaded.processor.tokenizer
     labelled = batch["labels"][0][batch["labels"][0] != IGNORE_INDEX]
     assert tok.decode(labelled) == answer + "<|im_end|>"
@@ -117,7 +130,9 @@ def test_grouped_batches_share_image_count():
 def test_missing_and_corrupt_images_are_skipped_or_fail(tmp_path, caplog):
     rng = np.random.default_rng(4)
     resp = format_response("x", Answer("1"))
-    path = write_sft_rows(tmp_path, [(sft_observation(rng, 1), resp), (sft_observation(rng, 1), resp), (sft_observation(rng, 2), resp)])
+    path = write_sft_rows(
+        tmp_path, [(sft_observation(rng, 1), resp), (sft_observation(rng, 1), resp), (sft_observation(rng, 2), resp)]
+    )
     (tmp_path / "img/0_0.png").unlink()
     (tmp_path / "img/2_1.png").write_bytes(b"not a png")
     with caplog.at_level(logging.WARNING):
@@ -153,7 +168,9 @@ def test_prompt_longer_than_max_length_raises(loaded):
     rng = np.random.default_rng(5)
     obs = sft_observation(rng, 1)
     with pytest.raises(ValueError, match="sft.max_length"):
-        SFTCollator(loaded.processor, max_length=64).encode(build_messages(obs) + [assistant_message("{}")], obs["images"])
+        SFTCollator(loaded.processor, max_length=64).encode(
+            build_messages(obs) + [assistant_message("{}")], obs["images"]
+        )
 
 
 def valid_rate(model, processor, observations, max_new_tokens: int = 48) -> float:
@@ -179,14 +196,30 @@ def test_label_preprocess_sft_teaches_the_action_format_and_warm_starts_the_poli
     cfg = load_config(
         preset="debug",
         overrides={
-            "model": {"model_path": tiny_model_path, "device": "cpu", "lora_r": SFT_LORA_R, "lora_alpha": SFT_LORA_ALPHA,
-                      "lora_target_modules": SFT_TARGETS},
+            "model": {
+                "model_path": tiny_model_path,
+                "device": "cpu",
+                "lora_r": SFT_LORA_R,
+                "lora_alpha": SFT_LORA_ALPHA,
+                "lora_target_modules": SFT_TARGETS,
+            },
             # One question type keeps the replies templated, so a few dozen CPU steps teach the format.
             "env": {"question_types": ["room_size_estimation"]},
-            "label": {"out_dir": str(tmp_path / "lab"), "dataset_dir": str(tmp_path / "data"), "num_episodes": 16, "val_fraction": 0.0},
+            "label": {
+                "out_dir": str(tmp_path / "lab"),
+                "dataset_dir": str(tmp_path / "data"),
+                "num_episodes": 16,
+                "val_fraction": 0.0,
+            },
             "sft": {
-                "data_path": str(tmp_path / "data"), "output_dir": str(tmp_path / "sft"), "max_steps": steps, "lr": SFT_LR,
-                "per_device_batch_size": 2, "logging_steps": 5, "save_steps": steps // 2, "warmup_ratio": 0.0,
+                "data_path": str(tmp_path / "data"),
+                "output_dir": str(tmp_path / "sft"),
+                "max_steps": steps,
+                "lr": SFT_LR,
+                "per_device_batch_size": 2,
+                "logging_steps": 5,
+                "save_steps": steps // 2,
+                "warmup_ratio": 0.0,
             },
             "log": {"progress_bar": False},
         },
@@ -248,8 +281,15 @@ def test_sft_resumes_from_an_adapter_checkpoint(tmp_path, tiny_model_path):
     write_sft_rows(tmp_path / "data", rows)
     overrides = {
         "model": {"model_path": tiny_model_path, "device": "cpu"},
-        "sft": {"data_path": str(tmp_path / "data" / "train.jsonl"), "output_dir": str(tmp_path / "sft"), "max_steps": 2,
-                "per_device_batch_size": 2, "save_steps": 1, "logging_steps": 1, "resume": "auto"},
+        "sft": {
+            "data_path": str(tmp_path / "data" / "train.jsonl"),
+            "output_dir": str(tmp_path / "sft"),
+            "max_steps": 2,
+            "per_device_batch_size": 2,
+            "save_steps": 1,
+            "logging_steps": 1,
+            "resume": "auto",
+        },
         "log": {"progress_bar": False},
     }
     cfg = load_config(preset="debug", overrides=overrides)
@@ -293,18 +333,30 @@ def test_deepspeed_zero2_two_processes_through_the_launch_script(tmp_path, tiny_
 
     rng = np.random.default_rng(7)
     (tmp_path / "data").mkdir()
-    write_sft_rows(tmp_path / "data", [(sft_observation(rng, 2), format_response("Three.", Answer("3"))) for _ in range(8)])
+    write_sft_rows(
+        tmp_path / "data", [(sft_observation(rng, 2), format_response("Three.", Answer("3"))) for _ in range(8)]
+    )
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     repo = Path(__file__).resolve().parent.parent
     env = dict(
-        os.environ, NUM_GPUS="2", DS_ACCELERATOR="cpu", PRESET="debug", PORT=str(port), DATA_PATH=str(tmp_path / "data" / "train.jsonl"),
+        os.environ,
+        NUM_GPUS="2",
+        DS_ACCELERATOR="cpu",
+        PRESET="debug",
+        PORT=str(port),
+        DATA_PATH=str(tmp_path / "data" / "train.jsonl"),
         MODEL_PATH=tiny_model_path,
-        EXTRA_ARGS="--sft.max_steps 2 --sft.save_steps 2 --sft.per_device_batch_size 2 --sft.logging_steps 1 --log.progress_bar false",
+        EXTRA_ARGS=(
+            "--sft.max_steps 2 --sft.save_steps 2 --sft.per_device_batch_size 2 --sft.logging_steps 1 "
+            "--log.progress_bar false"
+        ),
     )
     out = tmp_path / "sft"
-    proc = subprocess.run(["bash", "scripts/run_vsi_sft.sh", str(out)], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        ["bash", "scripts/run_vsi_sft.sh", str(out)], cwd=repo, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = [e for e in json.loads((out / "train_log.json").read_text()) if "loss" in e]
     assert [e["step"] for e in log] == [1, 2] and log[-1]["epoch"] == 1.0
@@ -321,7 +373,9 @@ def test_deepspeed_config_leaves_batch_sizes_to_the_trainer():
     from SFT.trainer import deepspeed_config
 
     repo = Path(__file__).resolve().parent.parent
-    cfg = load_config(preset="debug", overrides={"dist": {"zero_stage": 2, "deepspeed_config": str(repo / "scripts/ds_config.json")}})
+    cfg = load_config(
+        preset="debug", overrides={"dist": {"zero_stage": 2, "deepspeed_config": str(repo / "scripts/ds_config.json")}}
+    )
     ds = deepspeed_config(cfg)
     pinned = json.loads((repo / "scripts/ds_config.json").read_text())
     assert pinned["train_micro_batch_size_per_gpu"] != "auto"  # the shared PPO file pins it...
@@ -345,7 +399,11 @@ def test_sft_clips_gradients_at_its_own_max_grad_norm(zero_stage, tmp_path):
     dist = {"zero_stage": zero_stage, "deepspeed_config": str(repo / "scripts/ds_config.json") if zero_stage else None}
     cfg = load_config(
         preset="debug",
-        overrides={"ppo": {"max_grad_norm": 0.01}, "sft": {"max_grad_norm": 0.7, "output_dir": str(tmp_path)}, "dist": dist},
+        overrides={
+            "ppo": {"max_grad_norm": 0.01},
+            "sft": {"max_grad_norm": 0.7, "output_dir": str(tmp_path)},
+            "dist": dist,
+        },
     )
     args = training_arguments(cfg, has_eval=False)
     assert args.max_grad_norm == 0.7
@@ -370,14 +428,25 @@ def test_sft_adapter_with_embedding_lora_holds_only_the_lora_factors(tmp_path, t
 
     rng = np.random.default_rng(7)
     (tmp_path / "data").mkdir()
-    write_sft_rows(tmp_path / "data", [(sft_observation(rng, 1), format_response("Three chairs.", Answer("3"))) for _ in range(2)])
+    write_sft_rows(
+        tmp_path / "data", [(sft_observation(rng, 1), format_response("Three chairs.", Answer("3"))) for _ in range(2)]
+    )
     targets = f"{ModelConfig.lora_target_modules}|{EMBEDDING_LORA_TARGET}"
-    cfg = load_config(preset="debug", overrides={
-        "model": {"model_path": tiny_model_path, "device": "cpu", "lora_target_modules": targets},
-        "sft": {"data_path": str(tmp_path / "data" / "train.jsonl"), "output_dir": str(tmp_path / "sft"), "max_steps": 1,
-                "per_device_batch_size": 2, "save_steps": 1, "logging_steps": 1},
-        "log": {"progress_bar": False},
-    })
+    cfg = load_config(
+        preset="debug",
+        overrides={
+            "model": {"model_path": tiny_model_path, "device": "cpu", "lora_target_modules": targets},
+            "sft": {
+                "data_path": str(tmp_path / "data" / "train.jsonl"),
+                "output_dir": str(tmp_path / "sft"),
+                "max_steps": 1,
+                "per_device_batch_size": 2,
+                "save_steps": 1,
+                "logging_steps": 1,
+            },
+            "log": {"progress_bar": False},
+        },
+    )
     adapter = run_sft(cfg, loaded=load_vlm(cfg.model))
     for path in (adapter, tmp_path / "sft" / "checkpoint-1"):
         with safe_open(str(path / "adapter_model.safetensors"), "pt") as f:
@@ -396,12 +465,18 @@ def test_sft_with_gradient_checkpointing_runs_no_backward_through_the_frozen_tow
 
     tiny_model_path = tiny_family_path(family)
     rng = np.random.default_rng(0)
-    data = write_sft_rows(tmp_path, [(sft_observation(rng, 2), '{"thoughts": "look", "action": "A"}') for _ in range(2)])
+    data = write_sft_rows(
+        tmp_path, [(sft_observation(rng, 2), '{"thoughts": "look", "action": "A"}') for _ in range(2)]
+    )
     losses = {}
     for checkpointing in (True, False):
-        cfg = load_config(preset="debug", overrides={
-            "model": {"model_path": tiny_model_path, "device": "cpu", "gradient_checkpointing": checkpointing},
-            "sft": {"data_path": str(data), "output_dir": str(tmp_path / f"out{checkpointing}")}})
+        cfg = load_config(
+            preset="debug",
+            overrides={
+                "model": {"model_path": tiny_model_path, "device": "cpu", "gradient_checkpointing": checkpointing},
+                "sft": {"data_path": str(data), "output_dir": str(tmp_path / f"out{checkpointing}")},
+            },
+        )
         torch.manual_seed(0)
         trainer = build_trainer(cfg, load_vlm(cfg.model))
         model = trainer.model
@@ -410,17 +485,30 @@ def test_sft_with_gradient_checkpointing_runs_no_backward_through_the_frozen_tow
         calls = []
         outputs_need_grad = []
         tower_blocks[0].register_forward_hook(lambda *_: calls.append(torch.is_grad_enabled()))
-        tower_blocks[-1].register_forward_hook(lambda _m, _a, out: outputs_need_grad.append((out[0] if isinstance(out, tuple) else out).requires_grad))
+        tower_blocks[-1].register_forward_hook(
+            lambda _m, _a, out: outputs_need_grad.append((out[0] if isinstance(out, tuple) else out).requires_grad)
+        )
         batch = trainer.data_collator([trainer.train_dataset[i] for i in range(2)])
         loss = model(**batch).loss
         loss.backward()
         losses[checkpointing] = loss.item()
         if checkpointing:
-            assert len(calls) == 1, f"the frozen tower's first block ran {len(calls)} times (a recompute means autograd went through it)"
-            assert outputs_need_grad == [False], "the frozen tower's activations are in autograd (input-embedding hooks)"
+            assert len(calls) == 1, (
+                f"the frozen tower's first block ran {len(calls)} times (a recompute means autograd went through it)"
+            )
+            assert outputs_need_grad == [False], (
+                "the frozen tower's activations are in autograd (input-embedding hooks)"
+            )
             assert not any(p.requires_grad for p in model.base_model.model.model.visual.parameters())
-            layers = {n.split(".layers.")[1].split(".")[0] for n, p in model.named_parameters()
-                      if "lora_" in n and ".layers." in n and "visual" not in n and p.grad is not None and p.grad.abs().sum() > 0}
+            layers = {
+                n.split(".layers.")[1].split(".")[0]
+                for n, p in model.named_parameters()
+                if "lora_" in n
+                and ".layers." in n
+                and "visual" not in n
+                and p.grad is not None
+                and p.grad.abs().sum() > 0
+            }
             n_layers = model.base_model.model.config.get_text_config().num_hidden_layers
             assert layers == {str(i) for i in range(n_layers)}
     assert losses[True] == pytest.approx(losses[False], rel=1e-5)

@@ -3,6 +3,7 @@
 interrupted leaves no ``checkpoint-N/``, and one that an older version left half-written is skipped
 by ``--sft.resume auto`` instead of failing every resumption. A run whose lock another process took
 stops at its next checkpoint without writing it."""
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,10 @@ from a2c_ppo_acktr.config.cli import run_main
 from a2c_ppo_acktr.run.preemption import PREEMPTED_EXIT_CODE
 
 REPO = Path(__file__).resolve().parent.parent
-HOLD = "import sys, time; from a2c_ppo_acktr.run.rundir import RunLock; RunLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(600)"
+HOLD = (
+    "import sys, time; from a2c_ppo_acktr.run.rundir import RunLock; RunLock(sys.argv[1]).acquire(); print('locked', "
+    "flush=True); time.sleep(600)"
+)
 
 
 def _data(tmp_path: Path) -> Path:
@@ -34,10 +38,26 @@ def _data(tmp_path: Path) -> Path:
 
 
 def _argv(data: Path, out: Path, tiny_model_path: str, **sft: str) -> list[str]:
-    values = {"data_path": str(data), "output_dir": str(out), "max_steps": "3", "per_device_batch_size": "2", "save_steps": "100",
-              "logging_steps": "1", **sft}
-    return ["--preset", "debug", "--model.model_path", tiny_model_path, "--model.device", "cpu", "--log.progress_bar", "false",
-            *[a for k, v in values.items() for a in (f"--sft.{k}", v)]]
+    values = {
+        "data_path": str(data),
+        "output_dir": str(out),
+        "max_steps": "3",
+        "per_device_batch_size": "2",
+        "save_steps": "100",
+        "logging_steps": "1",
+        **sft,
+    }
+    return [
+        "--preset",
+        "debug",
+        "--model.model_path",
+        tiny_model_path,
+        "--model.device",
+        "cpu",
+        "--log.progress_bar",
+        "false",
+        *[a for k, v in values.items() for a in (f"--sft.{k}", v)],
+    ]
 
 
 def _at_step(monkeypatch, step: int, action) -> None:
@@ -59,7 +79,9 @@ def _steps(out: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_sigterm_and_stop_file_checkpoint_and_exit_75_and_resume_auto_skips_an_incomplete_checkpoint(tmp_path, tiny_model_path, monkeypatch, capsys, caplog):
+def test_sigterm_and_stop_file_checkpoint_and_exit_75_and_resume_auto_skips_an_incomplete_checkpoint(
+    tmp_path, tiny_model_path, monkeypatch, capsys, caplog
+):
     import train_sft
     from SFT.trainer import ADAPTER_DIR, TRAIN_LOG
 
@@ -70,7 +92,10 @@ def test_sigterm_and_stop_file_checkpoint_and_exit_75_and_resume_auto_skips_an_i
     _at_step(monkeypatch, 1, lambda: os.kill(os.getpid(), signal.SIGTERM))
     assert run_main(lambda: train_sft.main(argv), "train_sft.py") == PREEMPTED_EXIT_CODE
     err = capsys.readouterr().err
-    assert f"stopped by SIGTERM after step 1; checkpoint {out / 'checkpoint-1'} written; continue with --sft.resume auto" in err
+    assert (
+        f"stopped by SIGTERM after step 1; checkpoint {out / 'checkpoint-1'} written; continue with --sft.resume auto"
+        in err
+    )
     assert _steps(out) == ["checkpoint-1"] and not (out / ADAPTER_DIR).exists()
 
     # The STOP file during step 2 asks the same; this time the checkpoint's write is cut short (a
@@ -112,7 +137,11 @@ def test_sft_stops_without_writing_when_another_process_took_its_lock(tmp_path, 
     def take_over():
         lock_path(out).unlink()
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        holders.append(subprocess.Popen([sys.executable, "-c", HOLD, str(out)], cwd=REPO, stdout=subprocess.PIPE, text=True, env=env))
+        holders.append(
+            subprocess.Popen(
+                [sys.executable, "-c", HOLD, str(out)], cwd=REPO, stdout=subprocess.PIPE, text=True, env=env
+            )
+        )
         assert holders[0].stdout.readline().strip() == "locked"
 
     _at_step(monkeypatch, 1, take_over)

@@ -41,7 +41,9 @@ def _expected_shade(points: np.ndarray, normal: np.ndarray, r: Renderer, one_sid
     cos_lamp = to_lamp @ normal / d
     cos_sun = float(sun_dir @ normal)
     clamp = (lambda x: np.maximum(x, 0.0)) if one_sided else np.abs
-    return light.ambient + light.sun * clamp(cos_sun) + light.lamp * clamp(cos_lamp) / (1.0 + (d / light.lamp_radius) ** 2)
+    return (
+        light.ambient + light.sun * clamp(cos_sun) + light.lamp * clamp(cos_lamp) / (1.0 + (d / light.lamp_radius) ** 2)
+    )
 
 
 @pytest.mark.parametrize("dataset", ["procedural", "scannet"])
@@ -141,7 +143,11 @@ def test_shadow_darkens_only_what_the_box_hides_from_the_lamp():
     under = floor & (np.abs(at[..., 0] - 2.0) < 0.45) & (np.abs(at[..., 1] - 3.0) < 0.45)
     clear = floor & ((np.abs(at[..., 0] - 2.0) > 0.55) | (np.abs(at[..., 1] - 3.0) > 0.55))
     assert under.sum() > 20 and clear.sum() > 20
-    ambient_sun = 0.5 * 255 * (Lighting().ambient + Lighting().sun * np.array(Lighting().sun_dir)[2] / np.linalg.norm(Lighting().sun_dir))
+    ambient_sun = (
+        0.5
+        * 255
+        * (Lighting().ambient + Lighting().sun * np.array(Lighting().sun_dir)[2] / np.linalg.norm(Lighting().sun_dir))
+    )
     assert np.abs(dark.rgb[under].astype(float) - ambient_sun).max() <= 1.0
     assert (lit.rgb[under].astype(int) > dark.rgb[under].astype(int) + 20).all()
     np.testing.assert_array_equal(dark.rgb[clear], lit.rgb[clear])

@@ -4,6 +4,7 @@ that cache. What sampling, the heads and the update see must not change: the sam
 same seed, the same stored prompt ids and processor tensors, log-probs and values equal (recompute:
 bit for bit) or within float32 rounding (generate's own logits), while the forwards that run cover
 the distinct prompts once plus one token per row."""
+
 from __future__ import annotations
 
 import contextlib
@@ -13,17 +14,15 @@ import pytest
 import torch
 
 from a2c_ppo_acktr.policy.model import VLMPolicy
-from helpers import fresh_policy
+from helpers import QUESTIONS, fresh_policy, observation_rows
 from numerics import f32_chain_tolerance, head_terms, recorded_forwards, vlm_forward_terms, widest
 
 
 def _observations(order: list[int]) -> list[dict]:
     """Rows showing prompts ``order[i]`` of three distinct prompts of unequal lengths and images
     (1-3 frames of different sizes), repeated out of order."""
-    rng = np.random.default_rng(7)
-    words = ["How many chairs are in the room?", "What is the distance between the bed and the sofa in meters? " * 2, "Which is closer?"]
-    distinct = [{"images": [rng.integers(0, 256, (28 + 8 * k, 36, 3), dtype=np.uint8) for k in range(1 + n)], "text": words[n]}
-                for n in range(3)]
+    words = [QUESTIONS[0], (QUESTIONS[1] + " ") * 2, QUESTIONS[2]]
+    distinct = observation_rows(np.random.default_rng(7), words, [1, 2, 3])
     # copies, not the same objects: rows are matched by content
     return [{"images": [im.copy() for im in distinct[k]["images"]], "text": str(distinct[k]["text"])} for k in order]
 
@@ -157,4 +156,6 @@ def test_every_family_decodes_the_same_tokens_from_the_shared_cache(tiny_family_
     # of the model's sums over the prompt, then the head (numerics, as in test_forward_economy)
     P = max(len(p) for p in plain.prompt_ids)
     terms = vlm_forward_terms(policy.base_model.config, P) + head_terms(policy.value_head)
-    torch.testing.assert_close(shared.values, plain.values, atol=f32_chain_tolerance(terms, float(plain.values.abs().max()) + 1.0), rtol=0)
+    torch.testing.assert_close(
+        shared.values, plain.values, atol=f32_chain_tolerance(terms, float(plain.values.abs().max()) + 1.0), rtol=0
+    )

@@ -1,5 +1,6 @@
 """Sokoban: check_env, seeded determinism, generated levels (solvable, as gym-sokoban builds them), the
 oracle solving all of them by shortest plans, classic and shaped rewards on hand-worked levels."""
+
 from __future__ import annotations
 
 import warnings

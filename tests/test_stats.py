@@ -1,4 +1,5 @@
 """Confidence intervals (``a2c_ppo_acktr.common.stats``) against closed forms and published tables."""
+
 from __future__ import annotations
 
 import math
@@ -9,7 +10,20 @@ import pytest
 from a2c_ppo_acktr.common import stats
 
 # Two-sided 95% t quantiles (t_{0.975, df}) from the standard table (e.g. NIST/SEMATECH e-Handbook, 1.3.6.7.2).
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 9: 2.262, 10: 2.228, 20: 2.086, 29: 2.045, 30: 2.042, 60: 2.000, 120: 1.980}
+T_975 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    9: 2.262,
+    10: 2.228,
+    20: 2.086,
+    29: 2.045,
+    30: 2.042,
+    60: 2.000,
+    120: 1.980,
+}
 
 
 @pytest.mark.parametrize("df,expected", sorted(T_975.items()))
@@ -102,7 +116,9 @@ def test_bootstrap_pairs_are_resampled_together():
 def test_bootstrap_is_deterministic_by_seed():
     rng = np.random.default_rng(4)
     a, b = rng.random(50), rng.random(50)
-    assert stats.paired_bootstrap_ci(a, b, n_boot=300, seed=7) == stats.paired_bootstrap_ci(list(a), list(b), n_boot=300, seed=7)
+    assert stats.paired_bootstrap_ci(a, b, n_boot=300, seed=7) == stats.paired_bootstrap_ci(
+        list(a), list(b), n_boot=300, seed=7
+    )
     assert stats.paired_bootstrap_ci(a, b, n_boot=300, seed=7) != stats.paired_bootstrap_ci(a, b, n_boot=300, seed=8)
 
 
@@ -137,7 +153,12 @@ def test_stratified_bootstrap_spread_matches_the_stratified_standard_error():
     labels = ["a"] * sizes["a"] + ["b"] * sizes["b"]
     ci = stats.paired_bootstrap_ci(d, np.zeros(d.size), n_boot=4000, seed=1, strata=labels)
     # Var(mean) = sum_h (n_h/n)^2 s_h^2 / n_h over strata.
-    se = math.sqrt(sum((len(d[[l == h for l in labels]]) / d.size) ** 2 * d[[l == h for l in labels]].var(ddof=1) / n for h, n in sizes.items()))
+    se = math.sqrt(
+        sum(
+            (len(d[[l == h for l in labels]]) / d.size) ** 2 * d[[l == h for l in labels]].var(ddof=1) / n
+            for h, n in sizes.items()
+        )
+    )
     # each 4000-resample tail quantile has sd 0.042 se, the half-width ~0.03 se: 0.1 * 1.96 se is 6.6 of them
     assert (ci["high"] - ci["low"]) / 2 == pytest.approx(1.96 * se, rel=0.1)
 

@@ -1,4 +1,5 @@
 """GAE and episode estimators against closed forms and a naive loop; storage bookkeeping."""
+
 import math
 from types import SimpleNamespace
 
@@ -101,8 +102,13 @@ def test_matches_naive_loop_on_random_inputs():
 @pytest.mark.parametrize("wrong", ["rewards", "values", "next_values", "terminated", "truncated"])
 def test_compute_gae_rejects_an_input_of_another_shape(wrong):
     T, N = 3, 2
-    args = dict(rewards=torch.zeros(T, N), values=torch.zeros(T, N), next_values=torch.zeros(T, N),
-                terminated=torch.zeros(T, N, dtype=torch.bool), truncated=torch.zeros(T, N, dtype=torch.bool))
+    args = dict(
+        rewards=torch.zeros(T, N),
+        values=torch.zeros(T, N),
+        next_values=torch.zeros(T, N),
+        terminated=torch.zeros(T, N, dtype=torch.bool),
+        truncated=torch.zeros(T, N, dtype=torch.bool),
+    )
     args[wrong] = args[wrong][:, :1]
     with pytest.raises(ValueError, match=r"^all inputs must share one \(T, N\) shape, got \{"):
         compute_gae(**args, gamma=0.9, gae_lambda=0.9)
@@ -225,11 +231,15 @@ def test_normalised_advantages_have_mean_zero_and_population_std_one():
     for mb in st.minibatches(4, torch.Generator().manual_seed(0), adv_norm="batch"):
         norm[mb.indices] = mb.advantages
     # each float32 value is shifted by the mean's rounding and scaled by the std's (numerics)
-    np.testing.assert_allclose(norm.numpy(), expected, rtol=normalized_std_tolerance(norm), atol=normalized_mean_tolerance(st.advantages, norm))
+    np.testing.assert_allclose(
+        norm.numpy(), expected, rtol=normalized_std_tolerance(norm), atol=normalized_mean_tolerance(st.advantages, norm)
+    )
     assert float(norm.mean()) == pytest.approx(0.0, abs=normalized_mean_tolerance(st.advantages, norm))
     assert float(norm.std(unbiased=False)) == pytest.approx(1.0, rel=normalized_std_tolerance(norm))
     # the convention matters at this size: the unbiased std of the same numbers is sqrt(12/11)
-    assert float(norm.std(unbiased=True)) == pytest.approx(math.sqrt(T * N / (T * N - 1)), rel=normalized_std_tolerance(norm))
+    assert float(norm.std(unbiased=True)) == pytest.approx(
+        math.sqrt(T * N / (T * N - 1)), rel=normalized_std_tolerance(norm)
+    )
     # The epsilon guards a (near) zero std: equal advantages normalise to 0, and a spread far below
     # the epsilon keeps every sign (an epsilon subtracted instead would flip them).
     st.advantages = torch.zeros(T, N)
@@ -290,8 +300,10 @@ def test_deferred_final_values_and_a_missing_bootstrap_are_refused_with_the_fix(
     st = RolloutStorage(2, 2)
     st.insert(_fake_act(2, 0), torch.ones(2), torch.zeros(2), torch.tensor([True, False]), defer_final_values=True)
     st.insert(_fake_act(2, 1), torch.ones(2), torch.zeros(2), torch.zeros(2))
-    fix = (r"^advantage estimator 'gae' reads the final values of truncated steps, but 1 were deferred and never "
-           r"given; call set_final_values before compute_returns$")
+    fix = (
+        r"^advantage estimator 'gae' reads the final values of truncated steps, but 1 were deferred and never "
+        r"given; call set_final_values before compute_returns$"
+    )
     with pytest.raises(ValueError, match=fix):
         st.compute_returns(torch.zeros(2))
     with pytest.raises(ValueError, match=r"^1 steps, 2 envs and 1 values must be as many$"):
@@ -299,7 +311,9 @@ def test_deferred_final_values_and_a_missing_bootstrap_are_refused_with_the_fix(
     with pytest.raises(ValueError, match=r"^step 0 env 1 is not a truncated step whose final value was deferred$"):
         st.set_final_values([0], [1], torch.tensor([2.0]))
     st.set_final_values([0], [0], torch.tensor([2.0]))
-    with pytest.raises(ValueError, match=r"^advantage estimator 'gae' needs next_value \(N,\): V\(s_T\) of the envs still mid-episode$"):
+    with pytest.raises(
+        ValueError, match=r"^advantage estimator 'gae' needs next_value \(N,\): V\(s_T\) of the envs still mid-episode$"
+    ):
         st.compute_returns(None)
     st.compute_returns(torch.tensor([0.5, -0.5]), gamma=0.9, gae_lambda=1.0)
     # env0: truncated at t=0 (r + gamma * 2.0), then a new episode bootstrapped from 0.5
@@ -318,9 +332,19 @@ def test_storage_rejects_misuse():
         next(st.minibatches(1, torch.Generator()))
     with pytest.raises(ValueError, match=r"^act holds 3 rows, storage has num_envs=2$"):
         st.insert(_fake_act(3, 0), torch.ones(3), torch.zeros(3), torch.zeros(3))
-    with pytest.raises(ValueError, match="^a step cannot be both terminated and truncated; the env must report one of them$"):
-        st.insert(_fake_act(2, 0), torch.ones(2), torch.tensor([True, False]), torch.tensor([True, False]), final_values=torch.zeros(2))
-    with pytest.raises(ValueError, match=r"^some envs truncated: pass final_values \(value of their final observation\) to insert$"):
+    with pytest.raises(
+        ValueError, match="^a step cannot be both terminated and truncated; the env must report one of them$"
+    ):
+        st.insert(
+            _fake_act(2, 0),
+            torch.ones(2),
+            torch.tensor([True, False]),
+            torch.tensor([True, False]),
+            final_values=torch.zeros(2),
+        )
+    with pytest.raises(
+        ValueError, match=r"^some envs truncated: pass final_values \(value of their final observation\) to insert$"
+    ):
         st.insert(_fake_act(2, 0), torch.ones(2), torch.zeros(2), torch.tensor([True, False]))
     with pytest.raises(RuntimeError, match="insert every step"):
         st.compute_returns(torch.zeros(2))
@@ -341,8 +365,16 @@ def _episode_case():
 def test_rloo_and_grpo_hand_computed():
     rewards, term, groups = _episode_case()
     none = torch.zeros_like(term)
-    kw = dict(rewards=rewards, values=torch.zeros(2, 3), next_values=torch.zeros(2, 3), terminated=term,
-              truncated=none, group_ids=groups, gamma=1.0, gae_lambda=1.0)
+    kw = dict(
+        rewards=rewards,
+        values=torch.zeros(2, 3),
+        next_values=torch.zeros(2, 3),
+        terminated=term,
+        truncated=none,
+        group_ids=groups,
+        gamma=1.0,
+        gae_lambda=1.0,
+    )
     adv, ret = get_advantage_estimator("rloo")(**kw)
     # group 0 returns: env0 1.0, env1 0.0, env2 (2nd episode) 0.5; group 1: env2's first episode alone.
     expect = torch.tensor([[0.75, -0.75, 0.0], [0.75, -0.75, 0.0]])
@@ -360,7 +392,9 @@ def test_group_of_two_and_a_lone_group_before_it():
     valid = torch.ones(3, dtype=torch.bool)
     torch.testing.assert_close(rloo_advantages(returns, groups, valid), torch.tensor([0.0, -2.0, 2.0]))
     # grpo: mean 2, unbiased std sqrt(2); a tiny spread shows the epsilon is added (std 1.41e-3)
-    torch.testing.assert_close(grpo_advantages(returns, groups, valid), torch.tensor([0.0, -1.0, 1.0]) / (2**0.5 + 1e-6))
+    torch.testing.assert_close(
+        grpo_advantages(returns, groups, valid), torch.tensor([0.0, -1.0, 1.0]) / (2**0.5 + 1e-6)
+    )
     tiny = grpo_advantages(torch.tensor([5.0, 0.001, -0.001]), groups, valid)
     torch.testing.assert_close(tiny, torch.tensor([0.0, 0.001, -0.001]) / (0.002 / 2**0.5 + 1e-6), rtol=1e-5, atol=0)
 
@@ -384,12 +418,19 @@ def test_episode_estimator_factory_broadcasts_per_episode_advantages():
     term[1, 1], trunc[1, 1] = False, True  # env1's episode is cut, not finished: it still ends there
     # env0 began before the rollout: incomplete, advantage 0; env1 complete (R 0, group 0); env2 two
     # complete one-turn episodes (R 1 in group 1, then R 0.5 in group 0).
-    adv, ret = estimator(rewards=rewards, terminated=term, truncated=trunc, group_ids=groups,
-                         starts_episode=torch.tensor([False, True, True]))
+    adv, ret = estimator(
+        rewards=rewards,
+        terminated=term,
+        truncated=trunc,
+        group_ids=groups,
+        starts_episode=torch.tensor([False, True, True]),
+    )
     torch.testing.assert_close(adv, torch.tensor([[0.0, 0.0, 11.0], [0.0, 0.0, 5.0]]))
     torch.testing.assert_close(ret, torch.tensor([[1.0, 0.0, 1.0], [1.0, 0.0, 0.5]]))
-    message = (r"^this advantage estimator compares episodes of the same question: pass group_ids \(T, N\) to "
-               r"RolloutStorage.insert \(e.g. the question's index\), or use advantage_estimator='gae'$")
+    message = (
+        r"^this advantage estimator compares episodes of the same question: pass group_ids \(T, N\) to "
+        r"RolloutStorage.insert \(e.g. the question's index\), or use advantage_estimator='gae'$"
+    )
     with pytest.raises(ValueError, match=message):
         estimator(rewards=rewards, terminated=term, truncated=trunc, group_ids=None)
     with pytest.raises(ValueError, match="^group_ids must be constant within an episode"):
@@ -399,8 +440,12 @@ def test_episode_estimator_factory_broadcasts_per_episode_advantages():
 def test_group_ids_must_be_constant_within_an_episode():
     rewards = torch.zeros(2, 1)
     term = torch.tensor([[False], [True]])
-    with pytest.raises(ValueError, match=r"^group_ids must be constant within an episode \(one question per episode\)$"):
-        get_advantage_estimator("rloo")(rewards=rewards, terminated=term, truncated=torch.zeros_like(term), group_ids=torch.tensor([[0], [1]]))
+    with pytest.raises(
+        ValueError, match=r"^group_ids must be constant within an episode \(one question per episode\)$"
+    ):
+        get_advantage_estimator("rloo")(
+            rewards=rewards, terminated=term, truncated=torch.zeros_like(term), group_ids=torch.tensor([[0], [1]])
+        )
 
 
 def test_incomplete_episodes_get_zero_advantage():
@@ -427,10 +472,14 @@ def test_registry_names_and_unknown_name():
     with pytest.raises(KeyError, match=r"known estimators: \['gae', 'grpo', 'rloo'\]"):
         get_advantage_estimator("vtrace")
     rewards, term, _ = _episode_case()
-    message = (r"^this advantage estimator compares episodes of the same question: pass group_ids \(T, N\) to "
-               r"RolloutStorage.insert \(e.g. the question's index\), or use advantage_estimator='gae'$")
+    message = (
+        r"^this advantage estimator compares episodes of the same question: pass group_ids \(T, N\) to "
+        r"RolloutStorage.insert \(e.g. the question's index\), or use advantage_estimator='gae'$"
+    )
     with pytest.raises(ValueError, match=message):
-        get_advantage_estimator("grpo")(rewards=rewards, terminated=term, truncated=torch.zeros_like(term), group_ids=None)
+        get_advantage_estimator("grpo")(
+            rewards=rewards, terminated=term, truncated=torch.zeros_like(term), group_ids=None
+        )
     # each registered episode estimator documents itself with its per-episode formula
     assert get_advantage_estimator("rloo").__doc__ == rloo_advantages.__doc__
     assert get_advantage_estimator("grpo").__doc__ == grpo_advantages.__doc__

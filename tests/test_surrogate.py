@@ -1,6 +1,7 @@
 """The policy-loss menu (``ppo.ratio_level``, ``ppo.loss_agg``, decoupled and dual clipping, TIS weights,
 left-out replies) against the papers' definitions, written here a second time as plain loops over
 replies and tokens: values and gradients on random tensors, plus hand-computed cases."""
+
 from __future__ import annotations
 
 import itertools
@@ -81,15 +82,29 @@ MODES = [("token", agg) for agg in LOSS_AGGREGATIONS] + [("sequence", None), ("s
 
 
 @pytest.mark.parametrize("level, agg", MODES)
-@pytest.mark.parametrize("clip", [(0.2, 0.2, None), (0.2, 0.28, None), (0.1, 0.3, 1.5)], ids=["symmetric", "clip-higher", "dual-clip"])
+@pytest.mark.parametrize(
+    "clip", [(0.2, 0.2, None), (0.2, 0.28, None), (0.1, 0.3, 1.5)], ids=["symmetric", "clip-higher", "dual-clip"]
+)
 @pytest.mark.parametrize("with_tis", [False, True])
 def test_every_mode_matches_its_definition_in_value_and_gradient(level, agg, clip, with_tis):
     low, high, c = clip
     for seed in range(3):
         new, old, adv, mask, weights, tis = _case(seed)
         sample = tis if with_tis else None
-        ours, metrics = policy_loss(new, old, adv, mask, weights, level=level, loss_agg=agg or "token-mean",
-                                    clip_low=low, clip_high=high, clip_ratio_c=c, max_tokens=7, sample_weights=sample)
+        ours, metrics = policy_loss(
+            new,
+            old,
+            adv,
+            mask,
+            weights,
+            level=level,
+            loss_agg=agg or "token-mean",
+            clip_low=low,
+            clip_high=high,
+            clip_ratio_c=c,
+            max_tokens=7,
+            sample_weights=sample,
+        )
         (g_ours,) = torch.autograd.grad(ours, new)
         ref_new = new.detach().clone().requires_grad_()
         ref = _reference_loss(ref_new, old, adv, mask, weights, level, agg, low, high, c, 7, sample)
@@ -100,7 +115,9 @@ def test_every_mode_matches_its_definition_in_value_and_gradient(level, agg, cli
         assert abs(float(ours.detach()) - float(ref.detach())) <= tol, (seed, float(ours.detach()), float(ref.detach()))
         torch.testing.assert_close(g_ours, g_ref, atol=tol, rtol=0)
         assert float(g_ours[~mask].abs().sum()) == 0.0  # padding takes no gradient
-        assert set(metrics) >= {"approx_kl", "clipfrac", "ratio_max_dev"} and (("dual_clipfrac" in metrics) == (c is not None))
+        assert set(metrics) >= {"approx_kl", "clipfrac", "ratio_max_dev"} and (
+            ("dual_clipfrac" in metrics) == (c is not None)
+        )
 
 
 def test_hand_computed_token_level_with_clip_higher_and_dual_clip():
@@ -110,7 +127,18 @@ def test_hand_computed_token_level_with_clip_higher_and_dual_clip():
     old = torch.zeros(2, 2)
     adv = torch.tensor([1.0, -1.0])
     mask, weights = torch.ones(2, 2, dtype=torch.bool), torch.tensor([[1.0, 0.5], [1.0, 1.0]])
-    loss, m = policy_loss(new, old, adv, mask, weights, level="token", loss_agg="token-mean", clip_low=0.2, clip_high=0.28, clip_ratio_c=2.0)
+    loss, m = policy_loss(
+        new,
+        old,
+        adv,
+        mask,
+        weights,
+        level="token",
+        loss_agg="token-mean",
+        clip_low=0.2,
+        clip_high=0.28,
+        clip_ratio_c=2.0,
+    )
     # reply 0 (A = 1): token 0 max(-1.5, -1.28) = -1.28 (clipped); token 1 max(-1.1, -1.1) = -1.1, weight 0.5
     # reply 1 (A = -1): token 0 max(2.5, 1.28) = 2.5, dual clip -> min(2.5, 2.0) = 2.0; token 1 max(0.5, 0.8) = 0.8
     expected = (-1.28 - 0.55 + 2.0 + 0.8) / 4

@@ -1,6 +1,7 @@
 """Teachers: the oracle scores the benchmark on every question type (which also checks the env's
 ground truth), its moves face the target and its reasons are true; the OpenAI-compatible teacher
 speaks the protocol to a real local HTTP server, retries what it should and never leaks the key."""
+
 from __future__ import annotations
 
 import base64
@@ -22,6 +23,7 @@ from a2c_ppo_acktr.common.prompts import Answer, Move, build_messages, format_re
 from a2c_ppo_acktr.envs.oracle import bearing_to, format_number
 from a2c_ppo_acktr.common.prompts import openai_messages
 from a2c_ppo_acktr.labels.teachers import OpenAITeacher, OracleTeacher, make_teacher
+from helpers import observation_rows
 
 SECRET = "sk-test-7f3a9c1e5b2d4f6a8c0e"
 
@@ -175,7 +177,12 @@ class FakeServer(_Loopback):
                     if step == "garbage":
                         payload, status = b"<html>oops</html>", 200
                     elif step in (200, "sleep"):
-                        payload, status = json.dumps({"choices": [{"message": {"role": "assistant", "content": server.reply}}]}).encode(), 200
+                        payload, status = (
+                            json.dumps(
+                                {"choices": [{"message": {"role": "assistant", "content": server.reply}}]}
+                            ).encode(),
+                            200,
+                        )
                     else:
                         payload, status = json.dumps({"error": {"message": f"scripted {step}"}}).encode(), step
                 finally:
@@ -196,8 +203,8 @@ class FakeServer(_Loopback):
 
 
 def _observations(n: int, n_images: int = 2) -> list[dict]:
-    rng = np.random.default_rng(0)
-    return [{"images": [rng.integers(0, 256, (8, 8, 3), dtype=np.uint8) for _ in range(n_images)], "text": f"Question {i}?"} for i in range(n)]
+    texts = [f"Question {i}?" for i in range(n)]
+    return observation_rows(np.random.default_rng(0), texts, [n_images] * n, shape=lambda k: (8, 8))
 
 
 def _decode_png(url: str) -> np.ndarray:
@@ -205,7 +212,7 @@ def _decode_png(url: str) -> np.ndarray:
 
     prefix = "data:image/png;base64,"
     assert url.startswith(prefix)
-    return np.asarray(Image.open(io.BytesIO(base64.b64decode(url[len(prefix):]))).convert("RGB"))
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(url[len(prefix) :]))).convert("RGB"))
 
 
 def _teacher(server, **kw) -> OpenAITeacher:
@@ -289,7 +296,10 @@ def test_hf_teacher_batched_greedy_equals_one_by_one(tiny_model_path):
     teacher = HFTeacher(cfg, max_new_tokens=12, loaded=load_vlm(cfg))
     rng = np.random.default_rng(1)
     obs = [
-        {"images": [rng.integers(0, 256, (32, 32, 3), dtype=np.uint8) for _ in range(k)], "text": "Question: how far?" + " more" * (3 * k)}
+        {
+            "images": [rng.integers(0, 256, (32, 32, 3), dtype=np.uint8) for _ in range(k)],
+            "text": "Question: how far?" + " more" * (3 * k),
+        }
         for k in (1, 3, 2)
     ]
     batched = teacher.generate(obs)
@@ -310,8 +320,16 @@ def test_openai_teacher_labelling_run_never_writes_the_key(monkeypatch, tmp_path
             preset="debug",
             overrides={
                 "env": {"image_size": 16, "num_sweep_frames": 1, "image_history": 1, "max_turns": 2},
-                "label": {"teacher": "openai", "base_url": server.url, "model": "m", "api_key_env": "VSI_TEST_KEY",
-                          "out_dir": str(tmp_path / "lab"), "num_episodes": 3, "batch_size": 2, "backoff_s": 0.0},
+                "label": {
+                    "teacher": "openai",
+                    "base_url": server.url,
+                    "model": "m",
+                    "api_key_env": "VSI_TEST_KEY",
+                    "out_dir": str(tmp_path / "lab"),
+                    "num_episodes": 3,
+                    "batch_size": 2,
+                    "backoff_s": 0.0,
+                },
                 "log": {"progress_bar": False},
             },
         )
@@ -372,7 +390,9 @@ def _oom_teacher(tiny_model_path, fits: int, retry: bool, error=None):
     def generate(**kwargs):
         sizes.append(int(kwargs["input_ids"].shape[0]))
         if sizes[-1] > fits:
-            raise error or torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.1 GiB total)")
+            raise error or torch.OutOfMemoryError(
+                "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.1 GiB total)"
+            )
         return real_generate(**kwargs)
 
     loaded.model.generate = generate  # an instance attribute shadows the method for greedy_generate
@@ -388,8 +408,13 @@ def _label_cfg(tmp_path, name, batch_size, retry):
         preset="debug",
         overrides={
             "env": {"image_size": 16, "num_sweep_frames": 1, "image_history": 1, "max_turns": 2},
-            "label": {"teacher": "hf", "out_dir": str(tmp_path / name), "num_episodes": 3, "batch_size": batch_size,
-                      "oom_retry_smaller": retry},
+            "label": {
+                "teacher": "hf",
+                "out_dir": str(tmp_path / name),
+                "num_episodes": 3,
+                "batch_size": batch_size,
+                "oom_retry_smaller": retry,
+            },
             "log": {"progress_bar": False},
         },
     )
@@ -426,10 +451,14 @@ def test_hf_teacher_other_errors_and_oom_messages_from_other_backends(tiny_model
     from a2c_ppo_acktr.labels.teachers import TeacherOutOfMemoryError, is_out_of_memory
 
     obs = [{"images": [np.zeros((16, 16, 3), np.uint8)], "text": "How many chairs?"}] * 2
-    other = _oom_teacher(tiny_model_path, fits=0, retry=False, error=RuntimeError("CUDA error: device-side assert triggered"))
+    other = _oom_teacher(
+        tiny_model_path, fits=0, retry=False, error=RuntimeError("CUDA error: device-side assert triggered")
+    )
     replies = other.generate(obs)
     assert [r.text for r in replies] == ["", ""] and all("device-side assert" in r.error for r in replies)
-    plain = _oom_teacher(tiny_model_path, fits=1, retry=False, error=RuntimeError("MPS backend out of memory (MPS allocated: 9 GB)"))
+    plain = _oom_teacher(
+        tiny_model_path, fits=1, retry=False, error=RuntimeError("MPS backend out of memory (MPS allocated: 9 GB)")
+    )
     with pytest.raises(TeacherOutOfMemoryError, match="MPS backend out of memory"):
         plain.generate(obs)
     assert not is_out_of_memory(ValueError("out of memory"))  # only runtime (allocator) errors
@@ -452,7 +481,10 @@ def test_hf_teacher_oom_retry_labels_in_halves_like_batch_size_one(tmp_path, tin
 
     def turns(name):
         episodes = sorted(read_episodes(tmp_path / name / TRAJECTORIES), key=lambda e: e["episode_id"])
-        return [(e["episode_id"], [(t["observation_text"], t["teacher_output"], t["teacher_error"]) for t in e["turns"]]) for e in episodes]
+        return [
+            (e["episode_id"], [(t["observation_text"], t["teacher_output"], t["teacher_error"]) for t in e["turns"]])
+            for e in episodes
+        ]
 
     assert turns("retry") == turns("single")
     assert any(t[1] for _, ts in turns("retry") for t in ts)  # the replies compared are real text
@@ -539,7 +571,7 @@ class ReplyServer(_Loopback):
                 self.end_headers()
                 try:
                     for start in range(0, len(body), 1 if drip_s else max(1, len(body))):
-                        self.wfile.write(body[start:start + (1 if drip_s else len(body))])
+                        self.wfile.write(body[start : start + (1 if drip_s else len(body))])
                         self.wfile.flush()
                         time.sleep(drip_s)
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up
@@ -568,7 +600,7 @@ def test_a_reply_or_a_cut_error_never_carries_the_key(monkeypatch, status):
         (reply,) = _teacher(server, retries=0).generate(_observations(1))
     assert [r["auth"] for r in server.requests] == [f"Bearer {SECRET}"]
     text = reply.text + (reply.error or "")
-    assert "***" in text and not any(SECRET[i:i + 8] in text for i in range(len(SECRET) - 7))
+    assert "***" in text and not any(SECRET[i : i + 8] in text for i in range(len(SECRET) - 7))
 
 
 def test_a_password_in_base_url_is_sent_as_basic_auth_and_written_nowhere(monkeypatch, tmp_path, caplog):
@@ -594,7 +626,9 @@ def test_hostile_replies_are_bounded_failed_turns(case):
     past label.timeout_s: each is a failed turn within its bound, never a crash or a stored blob."""
     from a2c_ppo_acktr.labels.teachers import MAX_REPLY_BYTES
 
-    body = {"deep": b"[" * 50000 + b"]" * 50000, "huge": b" " * (MAX_REPLY_BYTES + 10), "drip": b'{"choices": []}' * 4}[case]
+    body = {"deep": b"[" * 50000 + b"]" * 50000, "huge": b" " * (MAX_REPLY_BYTES + 10), "drip": b'{"choices": []}' * 4}[
+        case
+    ]
     with ReplyServer(lambda auth: (200, body), drip_s=0.2 if case == "drip" else 0.0) as server:
         t0 = time.monotonic()
         (reply,) = _teacher(server, retries=0, timeout_s=1.0).generate(_observations(1))

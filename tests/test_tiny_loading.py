@@ -1,4 +1,5 @@
 """Tiny offline VLMs (``a2c_ppo_acktr/tiny/build.py``) and the model loader (``a2c_ppo_acktr/policy/loading.py``)."""
+
 from __future__ import annotations
 
 import json
@@ -38,7 +39,9 @@ def _messages(num_images: int, text: str) -> list[dict]:
 
 def _batch(processor, prompts: list[tuple[int, str]], frames: list[np.ndarray]):
     """Processor inputs for prompts ``(num_images, text)``, taking images from ``frames`` in order."""
-    texts = [processor.apply_chat_template(_messages(k, t), add_generation_prompt=True, tokenize=False) for k, t in prompts]
+    texts = [
+        processor.apply_chat_template(_messages(k, t), add_generation_prompt=True, tokenize=False) for k, t in prompts
+    ]
     images, i = [], 0
     for k, _ in prompts:
         images.append(frames[i : i + k])
@@ -49,7 +52,11 @@ def _batch(processor, prompts: list[tuple[int, str]], frames: list[np.ndarray]):
 def _byte_level_decode(tokenizer, ids: list[int]) -> str:
     """GPT-2 byte-level BPE decoding: each vocabulary string's characters stand for bytes (printable
     Latin-1 for themselves, the other bytes shifted to 256+); special tokens are dropped."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1), *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("\u00a1"), ord("\u00ac") + 1),
+        *range(ord("\u00ae"), ord("\u00ff") + 1),
+    ]
     shifted = [b for b in range(256) if b not in printable]
     byte_of = {chr(b): b for b in printable} | {chr(256 + k): b for k, b in enumerate(shifted)}
     special = {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
@@ -91,15 +98,22 @@ def test_family_loads_forwards_left_padded_and_generates(family, tiny_family_pat
         # padding, masks and M-RoPE positions must not leak into real tokens.
         for row, (prompt, frame) in enumerate(zip([long_prompt, short_prompt], frames)):
             alone = model(**_batch(processor, [prompt], [frame])).logits
-            torch.testing.assert_close(logits[row, -1], alone[0, -1], atol=logit_tolerance(logits.shape[1], alone[0, -1]), rtol=0)
+            torch.testing.assert_close(
+                logits[row, -1], alone[0, -1], atol=logit_tolerance(logits.shape[1], alone[0, -1]), rtol=0
+            )
 
     vocab = model.config.get_text_config().vocab_size
     assert logits.shape[-1] == vocab
     forbidden = forbidden_token_ids(processor, vocab_size=vocab)
     torch.manual_seed(0)
     out = model.generate(
-        **batch, max_new_tokens=8, min_new_tokens=8, do_sample=True, suppress_tokens=forbidden,
-        output_logits=True, return_dict_in_generate=True,
+        **batch,
+        max_new_tokens=8,
+        min_new_tokens=8,
+        do_sample=True,
+        suppress_tokens=forbidden,
+        output_logits=True,
+        return_dict_in_generate=True,
     )
     n = batch["input_ids"].shape[1]
     new = out.sequences[:, n:]
@@ -107,7 +121,9 @@ def test_family_loads_forwards_left_padded_and_generates(family, tiny_family_pat
     assert not set(new.flatten().tolist()) & set(forbidden)
     # The processor decodes generated ids as byte-level BPE does, written out independently below.
     tok = processor.tokenizer
-    assert processor.batch_decode(new, skip_special_tokens=True) == [_byte_level_decode(tok, row) for row in new.tolist()]
+    assert processor.batch_decode(new, skip_special_tokens=True) == [
+        _byte_level_decode(tok, row) for row in new.tolist()
+    ]
     # Re-forwarding prompt + generated tokens in one pass (what a PPO update does) reproduces the
     # logits generate saw step by step with its KV cache. Generated tokens are text tokens, so
     # mm_token_type_ids is extended with zeros: without it Qwen2/2.5-VL silently fall back to 1-D
@@ -145,7 +161,11 @@ def test_same_seed_identical_different_seed_differs(tmp_path, monkeypatch):
     randomly_initialised = [k for k in ref if ref[k].dim() == 2]
     assert randomly_initialised and all(not torch.equal(ref[k], reseeded[k]) for k in randomly_initialised)
     # The tokenizer does not depend on the weight seed and is trained deterministically.
-    assert (first / "tokenizer.json").read_bytes() == (again / "tokenizer.json").read_bytes() == (other / "tokenizer.json").read_bytes()
+    assert (
+        (first / "tokenizer.json").read_bytes()
+        == (again / "tokenizer.json").read_bytes()
+        == (other / "tokenizer.json").read_bytes()
+    )
     record = json.loads((first / "tiny_build.json").read_text())
     assert record["vision_pretrain"]["steps"] == 12  # the vision stage did run
 
@@ -174,11 +194,13 @@ def test_special_tokens_match_model_config(family, tiny_family_path):
 def test_tokenizer_writes_the_action_format_in_few_tokens(tiny_model_path):
     tok = load_processor(tiny_model_path).tokenizer
     answer = json.dumps({"thoughts": "", "action": {"answer": "B"}})
-    move = json.dumps({"thoughts": "The chair is to my left.", "action": {"rotation_angle_degrees": -90, "forward_meters": 1.5}})
+    move = json.dumps(
+        {"thoughts": "The chair is to my left.", "action": {"rotation_angle_degrees": -90, "forward_meters": 1.5}}
+    )
     # A byte-level tokenizer without merges would need one token per byte (43 for the answer).
     assert len(tok(answer)["input_ids"]) <= 16
     assert len(tok(move)["input_ids"]) <= 40
-    for text in (answer, move, "Größe 3.25 m², 家具 {\"a\": [1, 2]}\n\ttab"):
+    for text in (answer, move, 'Größe 3.25 m², 家具 {"a": [1, 2]}\n\ttab'):
         ids = tok(text)["input_ids"]
         assert tok.decode(ids) == text  # byte-level BPE round-trips any text exactly
         offsets = tok(text, return_offsets_mapping=True)["offset_mapping"]
@@ -220,7 +242,9 @@ def test_forbidden_tokens_are_never_generated_when_suppressed(tiny_model_path):
     free = model.generate(**batch, max_new_tokens=8, do_sample=True, sequence_bias=bias)[:, n:]
     assert set(free.flatten().tolist()) & set(forbidden)
     torch.manual_seed(0)
-    held = model.generate(**batch, max_new_tokens=8, do_sample=True, sequence_bias=bias, suppress_tokens=forbidden)[:, n:]
+    held = model.generate(**batch, max_new_tokens=8, do_sample=True, sequence_bias=bias, suppress_tokens=forbidden)[
+        :, n:
+    ]
     # What a row sampled: up to and including its <|im_end|>; generate pads a finished row with
     # <|endoftext|> (the pad token, which is forbidden as a sample, not as padding).
     sampled = [t for row in held.tolist() for t in (row[: row.index(im_end) + 1] if im_end in row else row)]
@@ -229,7 +253,14 @@ def test_forbidden_tokens_are_never_generated_when_suppressed(tiny_model_path):
 
 def test_loader_applies_dtype_attention_and_pixel_budget(tiny_model_path):
     # min = max = one merged patch (28x28 pixels): every frame becomes exactly one image token.
-    cfg = ModelConfig(model_path=tiny_model_path, device="cpu", dtype="bfloat16", attn_implementation="eager", min_pixels=784, max_pixels=784)
+    cfg = ModelConfig(
+        model_path=tiny_model_path,
+        device="cpu",
+        dtype="bfloat16",
+        attn_implementation="eager",
+        min_pixels=784,
+        max_pixels=784,
+    )
     loaded = load_vlm(cfg)
     assert next(loaded.model.parameters()).dtype == torch.bfloat16
     assert loaded.model.config._attn_implementation == "eager"
@@ -263,7 +294,9 @@ def test_unknown_tiny_family_and_uncached_hub_id_raise_offline():
 def test_unsupported_model_type_lists_families(tmp_path):
     from transformers import BertConfig
 
-    BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32).save_pretrained(tmp_path)
+    BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32).save_pretrained(
+        tmp_path
+    )
     with pytest.raises(ModelLoadError) as err:
         load_vlm(ModelConfig(model_path=str(tmp_path), device="cpu"))
     message = str(err.value)
@@ -283,7 +316,10 @@ def test_cache_builds_once_under_concurrency_then_reuses(tmp_path, monkeypatch):
 
     monkeypatch.setattr(tiny, "build_tiny_model", counting_build)
     results: list[Path] = []
-    threads = [threading.Thread(target=lambda: results.append(tiny.tiny_model_dir("qwen2_vl", cache_dir=tmp_path))) for _ in range(2)]
+    threads = [
+        threading.Thread(target=lambda: results.append(tiny.tiny_model_dir("qwen2_vl", cache_dir=tmp_path)))
+        for _ in range(2)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -376,12 +412,19 @@ def test_untested_library_versions_stop_the_load_in_one_line(tiny_model_path, mo
     from a2c_ppo_acktr.policy import loading
 
     assert loading.untested_versions() == []  # what the suite runs on is inside the pins
-    assert loading.untested_versions({"transformers": "5.24.0", "peft": "0.21.2", "accelerate": "1.15.0", "deepspeed": "0.19.8"}) == []
+    assert (
+        loading.untested_versions(
+            {"transformers": "5.24.0", "peft": "0.21.2", "accelerate": "1.15.0", "deepspeed": "0.19.8"}
+        )
+        == []
+    )
     old = {"transformers": "4.57.1", "peft": "0.17.0", "accelerate": "1.15.0rc1", "deepspeed": "0.15.4"}
     bad = loading.untested_versions(old)
     assert [b.split()[0] for b in bad] == ["transformers", "peft", "deepspeed"], bad
     assert bad[0] == "transformers 4.57.1 (tested: >=5.24,<6.0)"
-    assert loading.untested_versions({"transformers": "6.0.0.dev0"}) == ["transformers 6.0.0.dev0 (tested: >=5.24,<6.0)"]
+    assert loading.untested_versions({"transformers": "6.0.0.dev0"}) == [
+        "transformers 6.0.0.dev0 (tested: >=5.24,<6.0)"
+    ]
     monkeypatch.setattr(loading, "untested_versions", lambda installed=None: bad)
     monkeypatch.delenv(loading.ALLOW_UNTESTED_ENV, raising=False)
     with pytest.raises(ModelLoadError, match=r"untested library versions: transformers 4\.57\.1") as err:
@@ -414,13 +457,23 @@ def test_a_prompt_past_the_models_positions_stops_in_one_line(tiny_model_path, t
     config = json.loads((path / "config.json").read_text())
     config["text_config"]["max_position_embeddings"] = 300
     (path / "config.json").write_text(json.dumps(config))
-    cfg = ModelConfig(model_path=str(path), device="cpu", max_new_tokens=16, lora_r=2, lora_alpha=4, value_head_hidden=8, temp_head_hidden=8)
+    cfg = ModelConfig(
+        model_path=str(path),
+        device="cpu",
+        max_new_tokens=16,
+        lora_r=2,
+        lora_alpha=4,
+        value_head_hidden=8,
+        temp_head_hidden=8,
+    )
     policy = VLMPolicy(cfg)
     assert policy.context_limit == 300
     short = {"images": [], "text": "Hi"}
     long = {"images": _frames(8), "text": "How many chairs are in the room? " * 4}
     policy.act([short])  # fits
-    with pytest.raises(ContextLengthError, match=r"a prompt of \d+ tokens \+ model.max_new_tokens 16 exceeds the model's 300 positions") as err:
+    with pytest.raises(
+        ContextLengthError, match=r"a prompt of \d+ tokens \+ model.max_new_tokens 16 exceeds the model's 300 positions"
+    ) as err:
         policy.act([short, long])
     assert "env.num_sweep_frames" in str(err.value) and "\n" not in str(err.value)
 
@@ -431,7 +484,9 @@ def test_auto_attention_is_flash_attention_only_where_it_can_run(monkeypatch):
     monkeypatch.setattr(loading, "flash_attn_importable", lambda: True)
     assert loading.resolve_attn_implementation("auto", "cuda", "bfloat16") == "flash_attention_2"
     assert loading.resolve_attn_implementation("auto", "cuda:3", "float16") == "flash_attention_2"
-    assert loading.resolve_attn_implementation("auto", "cuda", "float32") == "sdpa"  # flash attention has no fp32 kernels
+    assert (
+        loading.resolve_attn_implementation("auto", "cuda", "float32") == "sdpa"
+    )  # flash attention has no fp32 kernels
     assert loading.resolve_attn_implementation("auto", "cpu", "bfloat16") == "sdpa"
     assert loading.resolve_attn_implementation("eager", "cuda", "bfloat16") == "eager"  # an explicit choice is kept
     monkeypatch.setattr(loading, "flash_attn_importable", lambda: False)

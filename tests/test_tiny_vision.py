@@ -1,5 +1,6 @@
 """The embedded default model sees: its vision pre-training data, its encoding, and the probe on
 held-out renders (sighted against the same prompts with zeroed frames)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -55,15 +56,21 @@ def test_room_left_right_follows_the_pixel_columns(monkeypatch):
     ids[20:40, 2:14] = 0  # chair, left
     ids[20:40, 44:60] = 1  # table, right
     frame = Frame(rgb=np.zeros((64, 64, 3), np.uint8), depth=np.ones((64, 64), np.float32), object_ids=ids)
-    objects = [SceneObject(0, "chair", np.zeros(3), np.ones(3)), SceneObject(1, "table", np.zeros(3), np.ones(3)),
-               SceneObject(2, "bed", np.zeros(3), np.ones(3))]
+    objects = [
+        SceneObject(0, "chair", np.zeros(3), np.ones(3)),
+        SceneObject(1, "table", np.zeros(3), np.ones(3)),
+        SceneObject(2, "bed", np.zeros(3), np.ones(3)),
+    ]
     scene = type("S", (), {"objects": objects})()
     monkeypatch.setattr(tiny_vision, "_scene_frames", lambda seed, size, n: (scene, [frame]))
     samples = {s.task: s for s in tiny_vision.room_samples([0], 64)}
     assert samples["left_right"].answer == "chair"
     present = samples["present"]
-    assert (present.question, present.answer) in {("Is there a bed in the picture?", "no"), ("Is there a chair in the picture?", "yes"),
-                                                  ("Is there a table in the picture?", "yes")}
+    assert (present.question, present.answer) in {
+        ("Is there a bed in the picture?", "no"),
+        ("Is there a chair in the picture?", "yes"),
+        ("Is there a table in the picture?", "yes"),
+    }
 
 
 def test_room_size_samples_show_the_envs_sweep_and_answer_the_rounded_floor_area():
@@ -138,8 +145,17 @@ def test_vision_pretraining_moves_every_tower_and_merger_weight():
     before = {n: p.detach().clone() for n, p in model.named_parameters() if ".visual." in f".{n}"}
     assert before
     samples = tiny_vision.numberline_samples(tiny_vision.numberline_pairs(held_out=False)[:8], 64)
-    losses = tiny_vision.pretrain_vision(model, processor, samples, steps=2, batch_size=4, lr=1e-3, seed=0,
-                                         text_docs=tiny.reply_documents(tokenizer, tiny.training_corpus()), text_per_batch=2)
+    losses = tiny_vision.pretrain_vision(
+        model,
+        processor,
+        samples,
+        steps=2,
+        batch_size=4,
+        lr=1e-3,
+        seed=0,
+        text_docs=tiny.reply_documents(tokenizer, tiny.training_corpus()),
+        text_per_batch=2,
+    )
     assert len(losses) == 2 and all(np.isfinite(losses))
     still = [n for n, p in model.named_parameters() if n in before and torch.equal(p, before[n])]
     assert not still, f"vision pre-training left these weights unchanged: {still}"
@@ -152,10 +168,16 @@ def test_balanced_batches_draw_every_task_evenly_and_the_default_draws_the_pool(
     draws are the pooled ones, index for index (the default builds do not change)."""
     from a2c_ppo_acktr.tiny import training as tiny_training
 
-    samples = [tiny_vision.VisionSample(np.zeros((4, 4, 3), np.uint8), f"q{i}", str(i), "numberline" if i < 30 else "room_size")
-               for i in range(33)]
+    samples = [
+        tiny_vision.VisionSample(
+            np.zeros((4, 4, 3), np.uint8), f"q{i}", str(i), "numberline" if i < 30 else "room_size"
+        )
+        for i in range(33)
+    ]
     seen: list[list[str]] = []
-    monkeypatch.setattr(tiny_vision, "encode_batch", lambda _processor, picked: seen.append([x.task for x in picked]) or {})
+    monkeypatch.setattr(
+        tiny_vision, "encode_batch", lambda _processor, picked: seen.append([x.task for x in picked]) or {}
+    )
 
     def training(_model, batch, steps, _lr, seed):
         rng = np.random.default_rng(seed)
@@ -165,7 +187,9 @@ def test_balanced_batches_draw_every_task_evenly_and_the_default_draws_the_pool(
 
     monkeypatch.setattr(tiny_training, "next_token_training", training)
     processor = type("P", (), {"tokenizer": type("T", (), {"pad_token_id": 0})()})()
-    tiny_vision.pretrain_vision(None, processor, samples, steps=20, batch_size=16, lr=0.0, seed=0, balance_tasks=balance)
+    tiny_vision.pretrain_vision(
+        None, processor, samples, steps=20, batch_size=16, lr=0.0, seed=0, balance_tasks=balance
+    )
     small = [rows.count("room_size") for rows in seen]
     if balance:
         assert all(len(rows) == 11 and rows.count("numberline") == 8 for rows in seen) and small == [3] * 20
@@ -187,7 +211,9 @@ def test_the_default_model_reads_numberline_frames_it_never_saw(tiny_model_path)
     sighted = tiny_vision.probe(loaded.model, loaded.processor, samples)["numberline"]
     zeroed = tiny_vision.probe(loaded.model, loaded.processor, samples, zero_images=True)["numberline"]
     assert sighted >= 0.9, f"the default model read {sighted:.0%} of held-out NumberLine frames (needs >= 90%)"
-    assert zeroed <= chance + 0.15, f"with zeroed frames it still answered {zeroed:.0%}: the answers do not come from the pixels"
+    assert zeroed <= chance + 0.15, (
+        f"with zeroed frames it still answered {zeroed:.0%}: the answers do not come from the pixels"
+    )
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
 """The opt-in MiniGrid and EZPoints vision tasks: the default build's tasks and samples do not depend on them,
 and their answers are the frame's facts (the triangle's direction, the oracle's next action)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,9 +34,12 @@ def test_minigrid_answers_on_known_frames():
     samples = tiny_vision.minigrid_samples([(1, 1, 0), (4, 3, 0), (4, 3, 1)], 64, tiny_vision.OPT_IN_TASKS)
     got = [(s.task, s.answer) for s in samples]
     assert got == [
-        ("minigrid_facing", "right"), ("minigrid_action", "move forward"),  # top-left, facing right: walk along the top
-        ("minigrid_facing", "right"), ("minigrid_action", "turn right"),  # above the goal, facing the wall: turn to it
-        ("minigrid_facing", "down"), ("minigrid_action", "move forward"),  # above the goal, facing it: step on it
+        ("minigrid_facing", "right"),
+        ("minigrid_action", "move forward"),  # top-left, facing right: walk along the top
+        ("minigrid_facing", "right"),
+        ("minigrid_action", "turn right"),  # above the goal, facing the wall: turn to it
+        ("minigrid_facing", "down"),
+        ("minigrid_action", "move forward"),  # above the goal, facing it: step on it
     ]
     # The red triangle is drawn in the agent's cell.
     for sample, (x, y) in zip(samples[::2], [(1, 1), (4, 3), (4, 3)]):
@@ -62,7 +66,9 @@ def test_ezpoints_deals_cover_every_dealt_hand_and_answer_the_counted_number():
     assert dealt == {(a[0], b[0]) for a, b in train}
     samples = tiny_vision.ezpoints_samples([((12, "H"), (2, "S"))], 64)
     assert [(s.question, s.answer) for s in samples] == [
-        ("What number does the left card count?", "10"), ("What number does the right card count?", "2")]
+        ("What number does the left card count?", "10"),
+        ("What number does the right card count?", "2"),
+    ]
     obs, _ = env.reset(seed=5, options={"cards": [(12, "H"), (2, "S")]})
     assert np.array_equal(samples[0].image, obs["images"][0])  # the first deal: the formula still empty
     # The second deal's frame shows the oracle's first unit typed.
@@ -94,7 +100,11 @@ def test_the_rooms_build_is_the_default_spec_with_room_size_pretraining_and_hash
 
     default, variant = asdict(tiny.tiny_spec("qwen2_5_vl")), asdict(tiny.tiny_spec("qwen2_5_vl-rooms"))
     differ = {k for k in default if default[k] != variant[k]}
-    assert differ == {"vision_pretrain_steps", "vision_pretrain_tasks", "vision_pretrain_scenes"}  # lr: the default 3e-4
+    assert differ == {
+        "vision_pretrain_steps",
+        "vision_pretrain_tasks",
+        "vision_pretrain_scenes",
+    }  # lr: the default 3e-4
     assert variant["vision_pretrain_tasks"] == ("room_size",) and variant["vision_pretrain_scenes"] > 0
     assert tiny.spec_hash("qwen2_5_vl-rooms", 0) != tiny.spec_hash("qwen2_5_vl", 0)
     # The modules that draw the rooms are part of this build's hash, and not of the default's.

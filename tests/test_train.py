@@ -6,6 +6,7 @@ with ``--resume auto`` (past a planted incomplete checkpoint) for the last 2. ``
 rollouts every iteration (the newest 3 kept), so its equality with ``full`` shows that saving them
 changes nothing.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,7 +49,13 @@ REQUIRED_KEYS = (
 def _overrides(out: Path, **extra: str) -> list[str]:
     # max_turns 2 with 2 steps/iteration: episodes end (and auto-reset) inside the run, so the
     # resumed half must restore envs mid-stream.
-    defaults = {"log.save_interval": "1", "log.keep_checkpoints": "2", "ppo.num_iterations": "4", "env.max_turns": "2", "model.max_new_tokens": "24"}
+    defaults = {
+        "log.save_interval": "1",
+        "log.keep_checkpoints": "2",
+        "ppo.num_iterations": "4",
+        "env.max_turns": "2",
+        "model.max_new_tokens": "24",
+    }
     return run_overrides(out, defaults, extra)
 
 
@@ -65,19 +72,30 @@ def runs(tmp_path_factory):
         full_last = run_training(load_config(preset="debug", overrides=_overrides(full_dir)))
         saving = {"log.save_rollouts_every": "1", "log.keep_rollouts": "3"}
         with recorded_forwards(VLMPolicy) as forwards:
-            first_last = run_training(load_config(preset="debug", overrides=_overrides(split_dir, **saving, **{"log.stop_after_iterations": "2"})))
+            first_last = run_training(
+                load_config(
+                    preset="debug", overrides=_overrides(split_dir, **saving, **{"log.stop_after_iterations": "2"})
+                )
+            )
         snapshot = root / "after_two"
         shutil.copytree(split_dir, snapshot)
         # An incomplete later checkpoint (crash mid-write) must be ignored by --resume auto.
         planted = split_dir / "checkpoints" / checkpoint_name(3)
         planted.mkdir()
         (planted / "trainer_state.json").write_text("{}")
-        resumed_last = run_training(load_config(preset="debug", overrides=_overrides(split_dir, **saving, **{"log.resume": "auto"})))
+        resumed_last = run_training(
+            load_config(preset="debug", overrides=_overrides(split_dir, **saving, **{"log.resume": "auto"}))
+        )
     finally:
         torch.set_num_threads(threads)
     return {
-        "full": full_dir, "full_last": full_last, "first_half": snapshot, "first_last": first_last, "first_bounds": widest(forwards),
-        "split": split_dir, "resumed_last": resumed_last,
+        "full": full_dir,
+        "full_last": full_last,
+        "first_half": snapshot,
+        "first_last": first_last,
+        "first_bounds": widest(forwards),
+        "split": split_dir,
+        "resumed_last": resumed_last,
     }
 
 
@@ -90,7 +108,8 @@ def test_two_iterations_write_metrics_config_and_checkpoint(runs):
         assert not missing, f"metrics.jsonl lacks {missing}"
         assert 0.0 <= row["rollout/valid_action_rate"] <= 1.0
         assert math.isfinite(row["losses/policy_loss"]) and math.isfinite(row["losses/value_loss"])
-        # The rollout/update agreement invariant (docs/CONTRACTS.md, Policy and PPO): ratio 1 on the first minibatch, to the
+        # The rollout/update agreement invariant (docs/CONTRACTS.md, Policy and PPO): ratio 1 on the first
+        # minibatch, to the
         # rounding of the widest training forward of those iterations (numerics.forward_bounds).
         assert row["debug/first_minibatch_ratio_max_dev"] < runs["first_bounds"].ratio
         assert row["losses/skipped_minibatches"] == 0
@@ -108,7 +127,15 @@ def test_two_iterations_write_metrics_config_and_checkpoint(runs):
     assert saved.log.stop_after_iterations == 2 and saved.ppo.num_iterations == 4
     ckpt = latest_checkpoint(out / "checkpoints")
     assert ckpt is not None and ckpt.name == checkpoint_name(2) and ckpt.name == runs["first_last"].name
-    for name in ("policy/adapter_model.safetensors", "policy/heads.safetensors", "trainable.pt", "optimizer.pt", "scheduler.pt", "rank000.pkl", "config.yaml"):
+    for name in (
+        "policy/adapter_model.safetensors",
+        "policy/heads.safetensors",
+        "trainable.pt",
+        "optimizer.pt",
+        "scheduler.pt",
+        "rank000.pkl",
+        "config.yaml",
+    ):
         assert (ckpt / name).is_file(), name
 
 
@@ -185,7 +212,9 @@ def test_optimizer_param_groups_use_head_lr():
 def test_cli_maps_sft_adapter_and_resume(tmp_path):
     import main_vsi
 
-    cfg = main_vsi.parse_config(["--preset", "debug", "--sft-adapter", str(tmp_path), "--resume", "auto", "--ppo.lr", "2e-3", "seed=7"])
+    cfg = main_vsi.parse_config(
+        ["--preset", "debug", "--sft-adapter", str(tmp_path), "--resume", "auto", "--ppo.lr", "2e-3", "seed=7"]
+    )
     assert cfg.model.sft_adapter == str(tmp_path) and cfg.log.resume == "auto"
     assert cfg.ppo.lr == 2e-3 and cfg.seed == 7 and cfg.preset == "debug"
     with pytest.raises(ConfigError, match="ppo.lrr"):
@@ -266,14 +295,24 @@ def test_sft_adapter_is_loaded_before_training(runs, tmp_path, monkeypatch):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        train.run_training(load_config(preset="debug", overrides=_overrides(tmp_path, **{"ppo.num_iterations": "1", "model.max_new_tokens": "8", "model.sft_adapter": str(adapter)})))
+        train.run_training(
+            load_config(
+                preset="debug",
+                overrides=_overrides(
+                    tmp_path,
+                    **{"ppo.num_iterations": "1", "model.max_new_tokens": "8", "model.sft_adapter": str(adapter)},
+                ),
+            )
+        )
     finally:
         torch.set_num_threads(threads)
     lora = seen["lora"]
     assert len(lora) == len(saved) > 0
     # peft names saved tensors without the adapter name ("default"); match on that.
     for name, value in saved.items():
-        matches = [v for n, v in lora.items() if n.replace(".default", "").endswith(name.replace("base_model.model.", "", 1))]
+        matches = [
+            v for n, v in lora.items() if n.replace(".default", "").endswith(name.replace("base_model.model.", "", 1))
+        ]
         assert len(matches) == 1, name
         assert torch.equal(matches[0], value), name
 
@@ -287,7 +326,11 @@ def test_kl_ref_is_measured_every_kl_ref_interval_updates_and_values_are_timed(r
         kl = [float(r["losses/kl_ref"]) for r in rows]
         assert math.isfinite(kl[0]) and all(math.isnan(v) for v in kl[1:]), (out, kl)
         for r in rows:
-            assert 0 <= r["time/collect_values"] <= r["time/collect"] - r["time/collect_act"] - r["time/collect_env"] + 1e-6
+            assert (
+                0
+                <= r["time/collect_values"]
+                <= r["time/collect"] - r["time/collect_act"] - r["time/collect_env"] + 1e-6
+            )
 
 
 def test_saved_rollouts_hold_every_turn_and_read_back(runs, capsys):
@@ -302,16 +345,26 @@ def test_saved_rollouts_hold_every_turn_and_read_back(runs, capsys):
     cfg = RunConfig.from_yaml(runs["split"] / "config.yaml")
     rows = read_rollouts(files[-1])
     assert len(rows) == cfg.rollout.num_envs * cfg.rollout.num_steps
-    assert [(r["step"], r["env"]) for r in rows] == [(t, n) for t in range(cfg.rollout.num_steps) for n in range(cfg.rollout.num_envs)]
+    assert [(r["step"], r["env"]) for r in rows] == [
+        (t, n) for t in range(cfg.rollout.num_steps) for n in range(cfg.rollout.num_envs)
+    ]
     for r in rows:
         assert r["iteration"] == 4 and r["env_id"] == cfg.env.env_id and r["prompt"] and r["images"]
         assert all(len(im["digest"]) == 32 and len(im["shape"]) == 3 for im in r["images"])
-        assert isinstance(r["reply"], str) and math.isfinite(r["advantage"]) and math.isfinite(r["return"]) and r["log_prob"] < 0
+        assert (
+            isinstance(r["reply"], str)
+            and math.isfinite(r["advantage"])
+            and math.isfinite(r["return"])
+            and r["log_prob"] < 0
+        )
         if r["action"] is not None:  # the reply's own "action" field, as the JSON parses
             assert json.loads(r["reply"])["action"] == r["action"]
     from a2c_ppo_acktr.rl.saved_rollouts import parsed_action
 
-    assert parsed_action('{"thoughts": "t", "action": {"answer": "B"}}') == {"answer": "B"} and parsed_action('{"thoughts": "t"') is None
+    assert (
+        parsed_action('{"thoughts": "t", "action": {"answer": "B"}}') == {"answer": "B"}
+        and parsed_action('{"thoughts": "t"') is None
+    )
     ended = [r for r in rows if r["terminated"] or r["truncated"]]
     assert ended  # max_turns 2 with 2 steps: episodes end inside the rollout, and the next one gets a new id
     later = [r for r in rows if r["env"] == ended[0]["env"] and r["step"] > ended[0]["step"]]

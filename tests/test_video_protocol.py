@@ -3,6 +3,7 @@ it runs on offline (``scripts/make_mini_vsibench.py``): frame sampling against t
 resizing against qwen-vl-utils' own code, the exact reference prompt, records that ``--score-file``
 reads back to the same numbers, the tiny model end to end (base and PPO checkpoint), the interactive
 and video reports of the same rows paired in one comparison, and one-line errors on bad input."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,23 @@ FAST = ["--log.progress_bar", "false"]
 
 
 def _video(mini: Path, argv: list[str], out: Path) -> dict:
-    assert eval_vsi.main(["--protocol", "video", "--vsibench", str(mini / "test.parquet"), "--video-root", str(mini),
-                          *FAST, *argv, "--out", str(out)]) == 0
+    assert (
+        eval_vsi.main(
+            [
+                "--protocol",
+                "video",
+                "--vsibench",
+                str(mini / "test.parquet"),
+                "--video-root",
+                str(mini),
+                *FAST,
+                *argv,
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return json.loads((out / "report.json").read_text())
 
 
@@ -68,7 +84,12 @@ def test_frame_indices_follow_the_reference_formulas():
     assert vp.qwen_2fps_frames(300, 30.0, 8).read_frames == 20
     # A long video: qwen-vl-utils reads at most 768 frames; the 32 shown span the whole video.
     long = vp.qwen_2fps_frames(30 * 600, 30.0, 32)
-    assert long.read_frames == 768 and long.indices[0] == 0 and long.indices[-1] == 30 * 600 - 1 and len(long.indices) == 32
+    assert (
+        long.read_frames == 768
+        and long.indices[0] == 0
+        and long.indices[-1] == 30 * 600 - 1
+        and len(long.indices) == 32
+    )
     # On a 2-fps video with an even frame count the reader keeps every frame: all samplers agree.
     for name in vp.FRAME_SAMPLERS:
         assert vp.sample_frames(name, 16, 2.0, 8).indices.tolist() == [0, 2, 4, 6, 8, 10, 12, 15]
@@ -105,7 +126,11 @@ def test_frames_and_resize_equal_qwen_vl_utils_own_pipeline(tmp_path, monkeypatc
         frames = torch.from_numpy(_pyav_frames(Path(ele["video"]))).permute(0, 3, 1, 2)
         n = qv.smart_nframes(ele, total_frames=len(frames), video_fps=30.0)
         idx = torch.linspace(0, len(frames) - 1, n).round().long()
-        return frames[idx], {"fps": 30.0, "frames_indices": idx, "total_num_frames": len(frames)}, n / len(frames) * 30.0
+        return (
+            frames[idx],
+            {"fps": 30.0, "frames_indices": idx, "total_num_frames": len(frames)},
+            n / len(frames) * 30.0,
+        )
 
     for name in list(qv.VIDEO_READER_BACKENDS):
         monkeypatch.setitem(qv.VIDEO_READER_BACKENDS, name, pyav_reader)
@@ -127,7 +152,9 @@ def test_the_prompt_is_the_reference_text_exactly(tiny_model_path):
         "These are frames of a video.\nHow many chair(s) are in this room?\n"
         "Please answer the question using a single word or phrase."
     )
-    mc = prompts.benchmark_prompt("object_rel_direction_easy", "Is the sofa to my left or right?", ["A. left", "B. right"])
+    mc = prompts.benchmark_prompt(
+        "object_rel_direction_easy", "Is the sofa to my left or right?", ["A. left", "B. right"]
+    )
     assert mc == (
         "These are frames of a video.\nIs the sofa to my left or right?\nOptions:\nA. left\nB. right\n"
         "Answer with the option's letter from the given choices directly."
@@ -174,7 +201,10 @@ def test_oracle_scores_100_and_score_file_reads_the_records_back(mini, tmp_path)
     records = _records(tmp_path / "oracle")
     assert len(records) == rep["meta"]["num_questions"] == len(load_vsibench_rows(mini / "test.parquet"))
     assert {"id", "question_type", "prediction", "ground_truth", "score"} <= set(records[0])
-    assert eval_vsi.main(["--score-file", str(tmp_path / "oracle" / "records.jsonl"), "--out", str(tmp_path / "scored")]) == 0
+    assert (
+        eval_vsi.main(["--score-file", str(tmp_path / "oracle" / "records.jsonl"), "--out", str(tmp_path / "scored")])
+        == 0
+    )
     scored = json.loads((tmp_path / "scored" / "report.json").read_text())
     assert scored["overall"] == 100.0 and scored["malformed"]["count"] == 0
 
@@ -233,11 +263,21 @@ def test_batching_with_left_padding_does_not_change_answers(mini, tiny_model_pat
     assert answers[1] == answers[len(questions)]
 
 
-@pytest.mark.parametrize("family,sampling,visual", [
-    ("qwen2_vl", "qwen_2fps", "video"), ("qwen3_vl", "qwen3_2fps", "video"), ("llava", "uniform", "images"), ("llava_next", "uniform", "images"),
-])
-def test_every_tiny_family_answers_under_its_reference_sampling(mini, tiny_family_path, tmp_path, family, sampling, visual):
-    rep = _video(mini, ["--model-path", tiny_family_path(family), "--num-frames", "4", "--limit", "3"], tmp_path / family)
+@pytest.mark.parametrize(
+    "family,sampling,visual",
+    [
+        ("qwen2_vl", "qwen_2fps", "video"),
+        ("qwen3_vl", "qwen3_2fps", "video"),
+        ("llava", "uniform", "images"),
+        ("llava_next", "uniform", "images"),
+    ],
+)
+def test_every_tiny_family_answers_under_its_reference_sampling(
+    mini, tiny_family_path, tmp_path, family, sampling, visual
+):
+    rep = _video(
+        mini, ["--model-path", tiny_family_path(family), "--num-frames", "4", "--limit", "3"], tmp_path / family
+    )
     assert rep["meta"]["family"] == family and rep["meta"]["frame_sampling"] == sampling
     assert rep["meta"]["generation"]["video_input"] == visual and len(_records(tmp_path / family)) == 3
 
@@ -256,16 +296,41 @@ def test_interactive_and_video_reports_of_the_same_rows_compare_and_pair(mini, t
     """The two protocols on the same rows: the interactive one re-renders the rooms from the scans the
     mini benchmark writes; --compare puts them side by side and --paired matches every question."""
     inter = tmp_path / "interactive"
-    assert eval_vsi.main([
-        "--vsibench", str(mini / "test.parquet"), "--data-root", str(mini / "scans"), "--model-path", tiny_model_path,
-        "--env.image_size", "64", "--env.num_sweep_frames", "4", "--env.max_turns", "1", "--eval.batch_size", "2",
-        "--eval.num_trajectory_pictures", "0", *FAST, "--out", str(inter),
-    ]) == 0
+    assert (
+        eval_vsi.main(
+            [
+                "--vsibench",
+                str(mini / "test.parquet"),
+                "--data-root",
+                str(mini / "scans"),
+                "--model-path",
+                tiny_model_path,
+                "--env.image_size",
+                "64",
+                "--env.num_sweep_frames",
+                "4",
+                "--env.max_turns",
+                "1",
+                "--eval.batch_size",
+                "2",
+                "--eval.num_trajectory_pictures",
+                "0",
+                *FAST,
+                "--out",
+                str(inter),
+            ]
+        )
+        == 0
+    )
     a = json.loads((inter / "report.json").read_text())
     b = tiny_run[1]
     assert a["meta"]["num_skipped"] == 0 and a["counts"] == b["counts"]
-    paths = reports.compare_reports([inter / "report.json", tiny_run[0] / "report.json"], tmp_path / "cmp",
-                                    names=["interactive", "video"], paired=[("video", "interactive")])
+    paths = reports.compare_reports(
+        [inter / "report.json", tiny_run[0] / "report.json"],
+        tmp_path / "cmp",
+        names=["interactive", "video"],
+        paired=[("video", "interactive")],
+    )
     md = paths["md"].read_text()
     assert "| interactive |" in md and "| video |" in md and f"| video - interactive | {len(b['records'])} |" in md
 
@@ -365,16 +430,29 @@ def test_the_agent_prompt_is_the_envs_answer_turn_on_the_video_frames(mini, tmp_
     by_question = {o["text"]: o for o in policy.seen}
     for r, rec in zip(rows, result.records):
         opts = "".join(f"\n{o}" for o in r["options"] or [])
-        ask = "\nOptions:" + opts + "\nAnswer with the option's letter." if r["options"] else "\nAnswer with a single number."
-        expected = (f"Question: {r['question'].strip()}{ask}\nImages: images 1-5 are your latest views, image 5 is the current one.\n"
-                    "Last turn: none yet (this is the start).\nThis is your last turn: answer now.")
+        ask = (
+            "\nOptions:" + opts + "\nAnswer with the option's letter."
+            if r["options"]
+            else "\nAnswer with a single number."
+        )
+        expected = (
+            f"Question: {r['question'].strip()}{ask}\nImages: images 1-5 are your latest views, image 5 is the current "
+            "one.\n"
+            "Last turn: none yet (this is the start).\nThis is your last turn: answer now."
+        )
         obs = by_question[expected]
         frames = vp.read_clip(mini / r["dataset"] / f"{r['scene_name']}.mp4", "uniform", 5).frames
         assert len(obs["images"]) == 5 and all(np.array_equal(a, b) for a, b in zip(obs["images"], frames))
-        assert rec["reply_kind"] == "answer" and rec["prediction"] == r["ground_truth"] and rec["frame_indices"] == [0, 3, 7, 11, 15]
+        assert (
+            rec["reply_kind"] == "answer"
+            and rec["prediction"] == r["ground_truth"]
+            and rec["frame_indices"] == [0, 3, 7, 11, 15]
+        )
     # The policy renders the observation with the training prompt: the agent's system prompt, one image per frame.
     msgs = prompts.build_messages(policy.seen[0])
-    assert msgs[0]["content"][0]["text"] == prompts.SYSTEM_PROMPT and [c["type"] for c in msgs[1]["content"]] == ["image"] * 5 + ["text"]
+    assert msgs[0]["content"][0]["text"] == prompts.SYSTEM_PROMPT and [c["type"] for c in msgs[1]["content"]] == [
+        "image"
+    ] * 5 + ["text"]
 
 
 MALFORMED = {
@@ -382,7 +460,9 @@ MALFORMED = {
     "cut off": lambda gt: '{"thoughts": "Seen.", "action": {"answer": "' + gt,
     "extra key": lambda gt: json.dumps({"thoughts": "x", "action": {"answer": gt}, "confidence": 1}),
     "answer twice": lambda gt: '{"thoughts": "x", "action": {"answer": "' + gt + '", "answer": "' + gt + '"}}',
-    "a move": lambda gt: json.dumps({"thoughts": "Look left.", "action": {"rotation_angle_degrees": 30, "forward_meters": 1}}),
+    "a move": lambda gt: json.dumps(
+        {"thoughts": "Look left.", "action": {"rotation_angle_degrees": 30, "forward_meters": 1}}
+    ),
     "not a string": lambda gt: None,
     "empty": lambda gt: "",
 }
@@ -394,16 +474,24 @@ def test_malformed_agent_replies_score_0_for_their_row_and_the_rest_are_scored(m
     kinds = list(MALFORMED)
     bad = {r["id"]: kinds[k % len(kinds)] for k, r in enumerate(rows[::2])}  # every other row, each kind at least once
     assert set(bad.values()) == set(kinds)
-    policy = _StubPolicy(rows, lambda r: MALFORMED[bad[r["id"]]](r["ground_truth"]) if r["id"] in bad else _agent_reply(r["ground_truth"]))
-    cfg = vp.VideoProtocolConfig(video_root=str(mini), num_frames=4, frame_sampling="uniform", batch_size=3, scoring_rule=rule)
+    policy = _StubPolicy(
+        rows,
+        lambda r: MALFORMED[bad[r["id"]]](r["ground_truth"]) if r["id"] in bad else _agent_reply(r["ground_truth"]),
+    )
+    cfg = vp.VideoProtocolConfig(
+        video_root=str(mini), num_frames=4, frame_sampling="uniform", batch_size=3, scoring_rule=rule
+    )
     answerer = vp.AgentAnswerer(policy, max_forward=3.0)
     records = vp.run_video_protocol(vp.video_questions(rows, mini), answerer, cfg).records
     for r, rec in zip(rows, records):
         assert rec["score"] == (0.0 if r["id"] in bad else 1.0), (bad.get(r["id"]), rec)
         if r["id"] in bad:
             assert rec["prediction"] == "" and rec["reply_kind"] == ("move" if bad[r["id"]] == "a move" else "invalid")
-    assert answerer.replies == {"answer": len(rows) - len(bad), "move": list(bad.values()).count("a move"),
-                                "invalid": len(bad) - list(bad.values()).count("a move")}
+    assert answerer.replies == {
+        "answer": len(rows) - len(bad),
+        "move": list(bad.values()).count("a move"),
+        "invalid": len(bad) - list(bad.values()).count("a move"),
+    }
 
 
 def _force_generate(policy, rows: list[dict], reply, prompts_seen: list[str]) -> None:
@@ -433,7 +521,9 @@ def _force_generate(policy, rows: list[dict], reply, prompts_seen: list[str]) ->
     policy.model.generate = generate
 
 
-def test_a_policy_answering_in_the_agent_format_scores_only_under_the_agent_prompt(mini, tmp_path, tiny_model_path, monkeypatch):
+def test_a_policy_answering_in_the_agent_format_scores_only_under_the_agent_prompt(
+    mini, tmp_path, tiny_model_path, monkeypatch
+):
     """Side by side on the mini benchmark: the tiny model, loaded by the package's loader and forced to
     reply in the agent's JSON format with each row's ground truth, scores 100 with --prompt agent and
     0 with the reference prompt (its JSON is the prediction there, under the reference's rule)."""
@@ -449,8 +539,23 @@ def test_a_policy_answering_in_the_agent_format_scores_only_under_the_agent_prom
         return policy
 
     monkeypatch.setattr(evaluation, "load_policy", load_policy)
-    common = ["--protocol", "video", "--vsibench", str(path), "--video-root", str(mini), "--model-path", tiny_model_path,
-              "--num-frames", "4", "--batch-size", "4", "--model.max_new_tokens", "40", *FAST]
+    common = [
+        "--protocol",
+        "video",
+        "--vsibench",
+        str(path),
+        "--video-root",
+        str(mini),
+        "--model-path",
+        tiny_model_path,
+        "--num-frames",
+        "4",
+        "--batch-size",
+        "4",
+        "--model.max_new_tokens",
+        "40",
+        *FAST,
+    ]
     reps = {}
     for prompt in ("reference", "agent"):
         assert eval_vsi.main([*common, "--prompt", prompt, "--out", str(tmp_path / prompt)]) == 0
@@ -462,12 +567,24 @@ def test_a_policy_answering_in_the_agent_format_scores_only_under_the_agent_prom
     assert ref["overall"] == 0.0 and agent["overall"] == 100.0
     assert all(r["prediction"].startswith('{"thoughts"') for r in _records(tmp_path / "reference"))
     assert [r["prediction"] for r in _records(tmp_path / "agent")] == [r["ground_truth"] for r in rows]
-    assert agent["meta"]["prompt_kind"] == "agent" and agent["meta"]["replies"] == {"answer": len(rows), "move": 0, "invalid": 0}
+    assert agent["meta"]["prompt_kind"] == "agent" and agent["meta"]["replies"] == {
+        "answer": len(rows),
+        "move": 0,
+        "invalid": 0,
+    }
     assert agent["meta"]["max_new_tokens"] == 40 and ref["meta"]["max_new_tokens"] == 16
-    assert agent["name"].endswith(" (video, agent prompt)") and ref["name"].endswith(" (video)") and ref["meta"]["prompt_kind"] == "reference"
+    assert (
+        agent["name"].endswith(" (video, agent prompt)")
+        and ref["name"].endswith(" (video)")
+        and ref["meta"]["prompt_kind"] == "reference"
+    )
     assert reports.score_file(tmp_path / "agent" / "records.jsonl")["overall"] == 100.0
-    paths = reports.compare_reports([tmp_path / "reference" / "report.json", tmp_path / "agent" / "report.json"], tmp_path / "cmp",
-                                    names=["reference", "agent"], paired=[("agent", "reference")])
+    paths = reports.compare_reports(
+        [tmp_path / "reference" / "report.json", tmp_path / "agent" / "report.json"],
+        tmp_path / "cmp",
+        names=["reference", "agent"],
+        paired=[("agent", "reference")],
+    )
     md = paths["md"].read_text()
     assert "| reference | 0.0 |" in md and "| agent | 100.0 |" in md
 
@@ -491,7 +608,21 @@ def test_prompt_values_and_combinations_give_one_line_errors(mini, tmp_path, cap
     assert "--prompt agent is how a model is asked; --oracle answers without one" in err
     err = _usage_error(["--vsibench", rows, "--dummy", "--prompt", "agent", "--out", str(tmp_path / "o")], capsys)
     assert "--prompt belong to --protocol video" in err
-    err = _usage_error(["video", "--vsibench", rows, "--video-root", str(mini), "--dummy", "--prompt", "", "--out", str(tmp_path / "o")], capsys)
+    err = _usage_error(
+        [
+            "video",
+            "--vsibench",
+            rows,
+            "--video-root",
+            str(mini),
+            "--dummy",
+            "--prompt",
+            "",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        capsys,
+    )
     assert "--prompt '' is not one of reference, agent" in err
     assert tuple(vp.PROMPTS) == eval_vsi.PROMPTS
 
@@ -503,16 +634,22 @@ def test_a_prompt_too_long_for_the_model_names_num_frames(mini, tmp_path):
 
     class TooLong(_StubPolicy):
         def act(self, observations, greedy=False, **_):
-            raise ContextLengthError("a prompt of 9000 tokens + model.max_new_tokens 96 exceeds the model's 8192 positions")
+            raise ContextLengthError(
+                "a prompt of 9000 tokens + model.max_new_tokens 96 exceeds the model's 8192 positions"
+            )
 
     cfg = vp.VideoProtocolConfig(video_root=str(mini), num_frames=4, frame_sampling="uniform", batch_size=2)
     with pytest.raises(ContextLengthError, match="exceeds the model's 8192 positions; .* lower --num-frames"):
-        vp.run_video_protocol(vp.video_questions(rows[:2], mini), vp.AgentAnswerer(TooLong(rows, None), max_forward=3.0), cfg)
+        vp.run_video_protocol(
+            vp.video_questions(rows[:2], mini), vp.AgentAnswerer(TooLong(rows, None), max_forward=3.0), cfg
+        )
 
 
 def test_the_agent_prompt_evaluates_a_ppo_checkpoint_with_its_adapter(mini, tmp_path, tiny_model_path):
     """The same loader as the reference prompt: a checkpoint's adapter changes the agent's replies."""
-    ckpt, _ = perturbed_checkpoint(tmp_path, RunConfig.from_dict({"model": {"model_path": tiny_model_path, "max_new_tokens": 12}}))
+    ckpt, _ = perturbed_checkpoint(
+        tmp_path, RunConfig.from_dict({"model": {"model_path": tiny_model_path, "max_new_tokens": 12}})
+    )
     common = ["--prompt", "agent", "--num-frames", "4", "--batch-size", "8", "--limit", "6"]
     rep = _video(mini, ["--checkpoint", str(ckpt), *common], tmp_path / "ckpt")
     base = _video(mini, ["--model-path", tiny_model_path, "--model.max_new_tokens", "12", *common], tmp_path / "base")
@@ -532,8 +669,19 @@ def test_the_agent_prompt_says_when_it_shows_other_frames_than_training(caplog):
     from a2c_ppo_acktr.config.arguments import load_config
 
     interactive = load_config(preset="cpu-demo")  # 4 sweep frames + 1 view
-    video_qa = load_config(preset="debug", overrides=["--env.mode", "video_qa", "--env.max_turns", "1", "--env.image_history", "0",
-                                                       "--env.num_sweep_frames", "16"])
+    video_qa = load_config(
+        preset="debug",
+        overrides=[
+            "--env.mode",
+            "video_qa",
+            "--env.max_turns",
+            "1",
+            "--env.image_history",
+            "0",
+            "--env.num_sweep_frames",
+            "16",
+        ],
+    )
     assert (vp.trained_frames(interactive), vp.trained_frames(video_qa)) == (5, 16)
     with caplog.at_level(logging.WARNING, logger=vp.__name__):
         vp._warn_unlike_training(5, interactive)

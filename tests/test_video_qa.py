@@ -1,6 +1,7 @@
 """env.mode=video_qa (one answer turn over a walk-through's frames) and the vsgrpo preset: the reward
 against hand-computed numbers, the observation's frames and text, the scan-video path, the config's
 one-line errors, and main_vsi.py --preset vsgrpo end to end on the tiny model."""
+
 from __future__ import annotations
 
 import math
@@ -24,7 +25,9 @@ def _answer(text: str) -> str:
 
 
 COUNT = Question("object_counting", "How many chair(s) are in this room?", None, "10", (1,))
-DIRECTION = Question("object_rel_direction_easy", "Is the sofa to my left or right?", ["A. left", "B. right"], "B", (1, 2))
+DIRECTION = Question(
+    "object_rel_direction_easy", "Is the sofa to my left or right?", ["A. left", "B. right"], "B", (1, 2)
+)
 
 
 # ------------------------------------------------------------------ reward
@@ -101,7 +104,7 @@ def test_observation_is_n_walkthrough_frames_in_order_and_the_question():
     for k in range(1, turn):
         assert (poses[k].x, poses[k].y) == (poses[0].x, poses[0].y)
         assert (poses[k].yaw_deg - poses[k - 1].yaw_deg) % 360.0 == pytest.approx(360.0 / turn)
-    for a, b in zip(poses[turn - 1:], poses[turn:]):
+    for a, b in zip(poses[turn - 1 :], poses[turn:]):
         assert math.hypot(b.x - a.x, b.y - a.y) <= 0.3 + 1e-9
     # frame k is the render of pose k, in that order
     for im, pose in zip(images, poses):
@@ -112,7 +115,9 @@ def test_observation_is_n_walkthrough_frames_in_order_and_the_question():
     text = obs["text"]
     assert q.question in text and all(o in text for o in (q.options or []))
     assert f"images 1-{n} are your latest views" in text and "This is your last turn: answer now." in text
-    assert text == turn_text(q, feedback_text(None), turns_left=1, num_sweep_frames=0, num_views=n, max_forward=env.cfg.max_forward)
+    assert text == turn_text(
+        q, feedback_text(None), turns_left=1, num_sweep_frames=0, num_views=n, max_forward=env.cfg.max_forward
+    )
     # the same seed gives the same walk and question (a group's envs answer the same question)
     again, _ = VSIEnv(**VQA, num_sweep_frames=n).reset(seed=5)
     assert again["text"] == text and all(np.array_equal(a, b) for a, b in zip(again["images"], images))
@@ -125,8 +130,12 @@ def test_a_group_answers_the_same_walkthrough_and_question():
     batch = BatchEnv(EnvConfig(**VQA, num_sweep_frames=3), num_envs=4, seed=11, group_size=2)
     obs = batch.reset()
     for _ in range(2):
-        same = [o["text"] == obs[g * 2]["text"] and all(np.array_equal(a, b) for a, b in zip(o["images"], obs[g * 2]["images"]))
-                for g in range(2) for o in obs[g * 2:g * 2 + 2]]
+        same = [
+            o["text"] == obs[g * 2]["text"]
+            and all(np.array_equal(a, b) for a, b in zip(o["images"], obs[g * 2]["images"]))
+            for g in range(2)
+            for o in obs[g * 2 : g * 2 + 2]
+        ]
         assert all(same)
         assert not all(np.array_equal(a, b) for a, b in zip(obs[0]["images"], obs[2]["images"]))
         obs, rewards, terminated, truncated, infos = batch.step(["not json", _answer("A"), "not json", _answer("1")])
@@ -137,8 +146,13 @@ def test_a_group_answers_the_same_walkthrough_and_question():
 
 # ------------------------------------------------------------------ scan videos
 def _row_env(mini: Path, video_root, n: int = 4) -> VSIEnv:
-    return VSIEnv(**{**VQA, "num_sweep_frames": n}, scene_source="vsibench", vsibench_path=str(mini / "test.parquet"),
-                  data_root=str(mini / "scans"), video_root=None if video_root is None else str(video_root))
+    return VSIEnv(
+        **{**VQA, "num_sweep_frames": n},
+        scene_source="vsibench",
+        vsibench_path=str(mini / "test.parquet"),
+        data_root=str(mini / "scans"),
+        video_root=None if video_root is None else str(video_root),
+    )
 
 
 def test_scan_video_frames_are_read_by_linspace_and_resized(mini):
@@ -226,8 +240,25 @@ def test_eval_vsi_runs_video_qa_episodes(tmp_path):
     import eval_vsi
 
     out = tmp_path / "oracle"
-    argv = ["oracle", "--preset", "debug", "--env.mode", "video_qa", "--env.max_turns", "1", "--env.image_history", "0",
-            "--env.num_sweep_frames", "3", "--eval.num_episodes", "6", "--log.progress_bar", "false", "--out", str(out)]
+    argv = [
+        "oracle",
+        "--preset",
+        "debug",
+        "--env.mode",
+        "video_qa",
+        "--env.max_turns",
+        "1",
+        "--env.image_history",
+        "0",
+        "--env.num_sweep_frames",
+        "3",
+        "--eval.num_episodes",
+        "6",
+        "--log.progress_bar",
+        "false",
+        "--out",
+        str(out),
+    ]
     assert eval_vsi.main(argv) == 0
     rep = json.loads((out / "report.json").read_text())
     assert rep["records"] and all(r["turns"] == 1 and r["score"] == 1.0 for r in rep["records"])
@@ -242,14 +273,60 @@ def test_main_vsi_vsgrpo_preset_trains_on_cpu(tmp_path):
 
     out = tmp_path / "run"
     argv = [
-        "--preset", "vsgrpo", "--model.model_path", "tiny:qwen2_vl", "--model.dtype", "float32", "--model.device", "cpu",
-        "--model.attn_implementation", "sdpa", "--model.gradient_checkpointing", "false", "--model.max_pixels", "null",
-        "--model.lora_r", "4", "--model.lora_alpha", "8", "--model.value_head_hidden", "16", "--model.max_new_tokens", "24",
-        "--env.image_size", "32", "--env.num_sweep_frames", "3", "--env.num_scenes", "4",
-        "--rollout.num_envs", "4", "--rollout.group_size", "2", "--rollout.num_steps", "2",
-        "--ppo.num_iterations", "2", "--ppo.mini_batch_size", "4", "--ppo.grad_accum_steps", "1",
-        "--log.output_dir", str(out), "--log.wandb_mode", "disabled", "--log.save_interval", "2", "--log.progress_bar", "false",
-        "--log.save_rollouts_every", "1", "--dist.zero_stage", "0", "--dist.deepspeed_config", "null",  # one plain CPU process
+        "--preset",
+        "vsgrpo",
+        "--model.model_path",
+        "tiny:qwen2_vl",
+        "--model.dtype",
+        "float32",
+        "--model.device",
+        "cpu",
+        "--model.attn_implementation",
+        "sdpa",
+        "--model.gradient_checkpointing",
+        "false",
+        "--model.max_pixels",
+        "null",
+        "--model.lora_r",
+        "4",
+        "--model.lora_alpha",
+        "8",
+        "--model.value_head_hidden",
+        "16",
+        "--model.max_new_tokens",
+        "24",
+        "--env.image_size",
+        "32",
+        "--env.num_sweep_frames",
+        "3",
+        "--env.num_scenes",
+        "4",
+        "--rollout.num_envs",
+        "4",
+        "--rollout.group_size",
+        "2",
+        "--rollout.num_steps",
+        "2",
+        "--ppo.num_iterations",
+        "2",
+        "--ppo.mini_batch_size",
+        "4",
+        "--ppo.grad_accum_steps",
+        "1",
+        "--log.output_dir",
+        str(out),
+        "--log.wandb_mode",
+        "disabled",
+        "--log.save_interval",
+        "2",
+        "--log.progress_bar",
+        "false",
+        "--log.save_rollouts_every",
+        "1",
+        "--dist.zero_stage",
+        "0",
+        "--dist.deepspeed_config",
+        "null",  # one plain CPU process
     ]
     cfg = main_vsi.parse_config(argv)
     assert (cfg.ppo.advantage_estimator, cfg.ppo.kl_coef, cfg.env.mode) == ("grpo", 1e-4, "video_qa")
@@ -287,7 +364,11 @@ def test_documented_vsgrpo_commands_parse():
         cfg = main_vsi.parse_config(shlex.split(line.split("  #")[0]))
         assert (cfg.env.mode, cfg.ppo.advantage_estimator, cfg.env.max_turns) == ("video_qa", "grpo", 1)
     docs = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-    named = [m.group(1) for d in docs for m in re.finditer(r"PRESET=(\S+) bash scripts/run_vsi_qwen\.sh", d.read_text(encoding="utf-8"))]
+    named = [
+        m.group(1)
+        for d in docs
+        for m in re.finditer(r"PRESET=(\S+) bash scripts/run_vsi_qwen\.sh", d.read_text(encoding="utf-8"))
+    ]
     assert "vsgrpo" in named and set(named) <= set(list_presets())
 
 
@@ -307,29 +388,123 @@ def test_labels_sft_grpo_then_the_benchmarks_videos_under_both_prompts(tmp_path,
     from SFT.data import build_sft_dataset
     from SFT.trainer import run_sft
 
-    vqa = ["--env.mode", "video_qa", "--env.max_turns", "1", "--env.image_history", "0", "--env.num_sweep_frames", "4",
-           "--env.image_size", "32", "--env.num_scenes", "16", "--model.model_path", tiny_model_path, "--model.max_new_tokens", "32",
-           "--log.progress_bar", "false"]
-    cfg = load_config(preset="cpu-demo", overrides=[
-        *vqa, "--label.out_dir", str(tmp_path / "lab"), "--label.num_episodes", "48", "--label.oracle_thoughts", "brief",
-        "--label.val_fraction", "0.0", "--sft.data_path", str(tmp_path / "data"), "--sft.output_dir", str(tmp_path / "sft"),
-        "--sft.max_steps", "60", "--sft.save_steps", "60"])
+    vqa = [
+        "--env.mode",
+        "video_qa",
+        "--env.max_turns",
+        "1",
+        "--env.image_history",
+        "0",
+        "--env.num_sweep_frames",
+        "4",
+        "--env.image_size",
+        "32",
+        "--env.num_scenes",
+        "16",
+        "--model.model_path",
+        tiny_model_path,
+        "--model.max_new_tokens",
+        "32",
+        "--log.progress_bar",
+        "false",
+    ]
+    cfg = load_config(
+        preset="cpu-demo",
+        overrides=[
+            *vqa,
+            "--label.out_dir",
+            str(tmp_path / "lab"),
+            "--label.num_episodes",
+            "48",
+            "--label.oracle_thoughts",
+            "brief",
+            "--label.val_fraction",
+            "0.0",
+            "--sft.data_path",
+            str(tmp_path / "data"),
+            "--sft.output_dir",
+            str(tmp_path / "sft"),
+            "--sft.max_steps",
+            "60",
+            "--sft.save_steps",
+            "60",
+        ],
+    )
     assert label_trajectories(cfg)["written"] == 48
-    assert build_sft_dataset(tmp_path / "lab" / TRAJECTORIES, tmp_path / "data", cfg.label)["train_samples"] == 48  # one turn each
+    assert (
+        build_sft_dataset(tmp_path / "lab" / TRAJECTORIES, tmp_path / "data", cfg.label)["train_samples"] == 48
+    )  # one turn each
     adapter = run_sft(cfg)
-    assert main_vsi.main([
-        "--preset", "vsgrpo", *vqa, "--model.dtype", "float32", "--model.device", "cpu", "--model.attn_implementation", "sdpa",
-        "--model.gradient_checkpointing", "false", "--model.max_pixels", "null", "--sft-adapter", str(adapter),
-        "--rollout.num_envs", "4", "--rollout.group_size", "2", "--rollout.num_steps", "1", "--ppo.num_iterations", "1",
-        "--ppo.mini_batch_size", "4", "--ppo.grad_accum_steps", "1", "--log.output_dir", str(tmp_path / "grpo"),
-        "--log.wandb_mode", "disabled", "--log.save_interval", "1", "--dist.zero_stage", "0", "--dist.deepspeed_config", "null",
-    ]) == 0
+    assert (
+        main_vsi.main(
+            [
+                "--preset",
+                "vsgrpo",
+                *vqa,
+                "--model.dtype",
+                "float32",
+                "--model.device",
+                "cpu",
+                "--model.attn_implementation",
+                "sdpa",
+                "--model.gradient_checkpointing",
+                "false",
+                "--model.max_pixels",
+                "null",
+                "--sft-adapter",
+                str(adapter),
+                "--rollout.num_envs",
+                "4",
+                "--rollout.group_size",
+                "2",
+                "--rollout.num_steps",
+                "1",
+                "--ppo.num_iterations",
+                "1",
+                "--ppo.mini_batch_size",
+                "4",
+                "--ppo.grad_accum_steps",
+                "1",
+                "--log.output_dir",
+                str(tmp_path / "grpo"),
+                "--log.wandb_mode",
+                "disabled",
+                "--log.save_interval",
+                "1",
+                "--dist.zero_stage",
+                "0",
+                "--dist.deepspeed_config",
+                "null",
+            ]
+        )
+        == 0
+    )
     ckpt = sorted((tmp_path / "grpo" / "checkpoints").glob("checkpoint-*"))[-1]
     reps, records = {}, {}
     for prompt in ("agent", "reference"):
         out = tmp_path / f"video_{prompt}"
-        assert eval_vsi.main(["video", "--vsibench", str(mini / "test.parquet"), "--video-root", str(mini), "--checkpoint", str(ckpt),
-                              "--num-frames", "4", "--prompt", prompt, "--log.progress_bar", "false", "--out", str(out)]) == 0
+        assert (
+            eval_vsi.main(
+                [
+                    "video",
+                    "--vsibench",
+                    str(mini / "test.parquet"),
+                    "--video-root",
+                    str(mini),
+                    "--checkpoint",
+                    str(ckpt),
+                    "--num-frames",
+                    "4",
+                    "--prompt",
+                    prompt,
+                    "--log.progress_bar",
+                    "false",
+                    "--out",
+                    str(out),
+                ]
+            )
+            == 0
+        )
         reps[prompt] = json.loads((out / "report.json").read_text())
         records[prompt] = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     rows = len(records["agent"])
@@ -337,4 +512,6 @@ def test_labels_sft_grpo_then_the_benchmarks_videos_under_both_prompts(tmp_path,
     replies = reps["agent"]["meta"]["replies"]
     assert sum(replies.values()) == rows and replies["answer"] >= 0.75 * rows, replies
     assert reps["agent"]["overall"] > 0.0
-    assert reps["reference"]["overall"] == 0.0 and all(r["prediction"].lstrip().startswith("{") for r in records["reference"])
+    assert reps["reference"]["overall"] == 0.0 and all(
+        r["prediction"].lstrip().startswith("{") for r in records["reference"]
+    )

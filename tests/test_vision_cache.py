@@ -2,6 +2,7 @@
 inside ``VLMPolicy.vision_cache`` the tower runs only on images the block has not encoded, what the
 policy computes is what it computes without the cache (up to the rounding of another batch), the
 update still runs no tower and starts at ratio 1, and the cache is split, served and bounded exactly."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,8 +30,10 @@ def _episode_step(step: int) -> list[dict]:
     (envs 0 and 1 share a scene's, with other questions) and the view of this turn."""
     scene = [0, 0] + list(range(1, NUM_ENVS - 1))
     return [
-        {"images": [_frame(100 * scene[n]), _frame(100 * scene[n] + 1), _frame(1000 + 10 * n + step)],
-         "text": f"Env {n}: how far is the sofa from the door? turn {step}" + " look" * n}
+        {
+            "images": [_frame(100 * scene[n]), _frame(100 * scene[n] + 1), _frame(1000 + 10 * n + step)],
+            "text": f"Env {n}: how far is the sofa from the door? turn {step}" + " look" * n,
+        }
         for n in range(NUM_ENVS)
     ]
 
@@ -47,6 +50,7 @@ class TowerRows:
         def hook(_module, args, kwargs):
             first = args[0] if args else next(v for v in kwargs.values() if isinstance(v, torch.Tensor))
             self.rows.append(int(first.shape[0]))
+
         self.handle = self.tower.register_forward_pre_hook(hook, with_kwargs=True)
         return self.rows
 
@@ -73,12 +77,17 @@ def test_an_episodes_repeated_frames_pass_the_tower_once_and_change_nothing(tiny
         assert cache is not None and len(cache) == 0
         for step in range(3):
             with TowerRows(cached) as rows:
-                outputs.append((cached.act(_episode_step(step), greedy=True), plain.act(_episode_step(step), greedy=True)))
+                outputs.append(
+                    (cached.act(_episode_step(step), greedy=True), plain.act(_episode_step(step), greedy=True))
+                )
             encoded.append(sum(rows) // per_frame)
         bounds = widest(forwards)
     # Step 0: the distinct sweep frames and every view; later steps: the new views only.
     assert encoded == [distinct_sweeps + NUM_ENVS, NUM_ENVS, NUM_ENVS]
-    assert (cache.misses, cache.hits) == (distinct_sweeps + 3 * NUM_ENVS, 3 * 3 * NUM_ENVS - distinct_sweeps - 3 * NUM_ENVS)
+    assert (cache.misses, cache.hits) == (
+        distinct_sweeps + 3 * NUM_ENVS,
+        3 * 3 * NUM_ENVS - distinct_sweeps - 3 * NUM_ENVS,
+    )
     for with_cache, without in outputs:
         assert with_cache.texts == without.texts
         torch.testing.assert_close(with_cache.log_probs, without.log_probs, atol=bounds.log_prob, rtol=0)
@@ -118,7 +127,12 @@ def test_inside_the_cache_the_update_runs_no_tower_and_starts_at_ratio_one(loade
     with policy.vision_cache():
         for step in range(3):
             act = policy.act(_episode_step(step))
-            st.insert(act, torch.linspace(-1, 1, NUM_ENVS), torch.zeros(NUM_ENVS, dtype=torch.bool), torch.zeros(NUM_ENVS, dtype=torch.bool))
+            st.insert(
+                act,
+                torch.linspace(-1, 1, NUM_ENVS),
+                torch.zeros(NUM_ENVS, dtype=torch.bool),
+                torch.zeros(NUM_ENVS, dtype=torch.bool),
+            )
     st.compute_returns(torch.zeros(NUM_ENVS))
     mb = next(st.minibatches(3 * NUM_ENVS, torch.Generator().manual_seed(0)))
     policy.train()
@@ -172,6 +186,7 @@ def test_an_evaluation_opens_its_policys_cache_and_a_policy_without_one_needs_no
                     yield None
                 finally:
                     self.inside = False
+
             return block()
 
         def act(self, observations, **_):
@@ -180,7 +195,13 @@ def test_an_evaluation_opens_its_policys_cache_and_a_policy_without_one_needs_no
 
     cfg = load_config(preset="debug", overrides=["--eval.num_episodes", "2"])
     policy = Policy()
-    evaluation.run_episodes(evaluation.PolicyAgent(policy), evaluation.procedural_specs(cfg), evaluation.eval_env_config(cfg), 2, progress=False)
+    evaluation.run_episodes(
+        evaluation.PolicyAgent(policy),
+        evaluation.procedural_specs(cfg),
+        evaluation.eval_env_config(cfg),
+        2,
+        progress=False,
+    )
     assert policy.acts_inside and all(policy.acts_inside) and not policy.inside
     with vision_cache_of(object()) as nothing:  # a teacher, a stub: no cache to open
         assert nothing is None
@@ -194,7 +215,9 @@ def test_no_cache_where_the_tower_trains_or_the_size_is_zero(loaded, tiny_model_
             with TowerRows(policy) as rows:
                 policy.act(_episode_step(0), greedy=True)
                 policy.act(_episode_step(0), greedy=True)
-            assert rows and sum(rows[: len(rows) // 2]) == sum(rows[len(rows) // 2:])  # the second act encodes all again
+            assert rows and sum(rows[: len(rows) // 2]) == sum(
+                rows[len(rows) // 2 :]
+            )  # the second act encodes all again
     with pytest.raises(ValueError, match="vision_cache_images"):
         ModelConfig(vision_cache_images=-1)
 
@@ -211,10 +234,14 @@ class Encoded:
 def qwen_like(calls):
     """An encoder with Qwen-VL's interface: patch rows and ``image_grid_thw``; an image's encoding
     is its patch rows' sum times 2, and a deepstack layer the sum plus 1."""
+
     def get_image_features(pixel_values, image_grid_thw=None, **kwargs):
         calls.append(image_grid_thw.clone())
         parts = torch.split(pixel_values, image_grid_thw.prod(-1).tolist())
-        return Encoded(tuple(2 * p.sum(0, keepdim=True) for p in parts), [tuple(p.sum(0, keepdim=True) + 1 for p in parts)])
+        return Encoded(
+            tuple(2 * p.sum(0, keepdim=True) for p in parts), [tuple(p.sum(0, keepdim=True) + 1 for p in parts)]
+        )
+
     return get_image_features
 
 
@@ -237,8 +264,12 @@ def test_cached_encodings_equal_the_encoder_on_the_whole_call_and_run_only_the_m
     # "b" again (same rows), a new "d", and "d" twice in one call: the encoder sees "d" once.
     b_rows = pixels[2:5]
     d_rows = torch.full((2, 3), 0.5)
-    out = cache.encode(encoder, (torch.cat([b_rows, d_rows, d_rows]),), {"image_grid_thw": torch.tensor([[1, 1, 3], [1, 1, 2], [1, 1, 2]])},
-                       ["b", "d", "d"])
+    out = cache.encode(
+        encoder,
+        (torch.cat([b_rows, d_rows, d_rows]),),
+        {"image_grid_thw": torch.tensor([[1, 1, 3], [1, 1, 2], [1, 1, 2]])},
+        ["b", "d", "d"],
+    )
     assert calls[-1].tolist() == [[1, 1, 2]]
     torch.testing.assert_close(out.pooler_output[0], whole.pooler_output[1], rtol=0, atol=0)
     torch.testing.assert_close(out.pooler_output[1], 2 * d_rows.sum(0, keepdim=True), rtol=0, atol=0)

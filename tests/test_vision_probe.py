@@ -1,4 +1,5 @@
 """The vision probe's command prints one table row per task, with its chance and zeroed-frame columns."""
+
 from __future__ import annotations
 
 from a2c_ppo_acktr import vision_probe

@@ -3,6 +3,7 @@ keeps each image's tower output with its turn, and the update forwards those ins
 Nothing the update computes may change (log-probs, values, entropies, the KL to every reference,
 gradients), the tower must not run in the update, a reference that changes the pixels must still
 see them, and nothing is reused when the tower or its projector trains."""
+
 from __future__ import annotations
 
 import contextlib
@@ -45,7 +46,12 @@ def _rollout(policy: VLMPolicy, steps: int = 2) -> tuple[RolloutStorage, list[in
         with tower_calls(policy) as calls:
             act = policy.act(policy_observations(rng, t))
         per_act.append(len(calls))
-        st.insert(act, torch.linspace(-1, 1, NUM_ENVS), torch.zeros(NUM_ENVS, dtype=torch.bool), torch.zeros(NUM_ENVS, dtype=torch.bool))
+        st.insert(
+            act,
+            torch.linspace(-1, 1, NUM_ENVS),
+            torch.zeros(NUM_ENVS, dtype=torch.bool),
+            torch.zeros(NUM_ENVS, dtype=torch.bool),
+        )
     st.compute_returns(torch.zeros(NUM_ENVS))
     return st, per_act
 
@@ -85,7 +91,9 @@ def test_the_update_forwards_the_rollouts_vision_outputs_and_computes_the_same(t
     for (name, p), q in zip(reuse.named_parameters(), fresh.parameters()):
         if p.requires_grad and "lora_B" in name:
             assert q.grad.abs().max() > 0, f"{name}: no gradient"
-            torch.testing.assert_close(p.grad, q.grad, atol=f32_chain_tolerance(terms, float(q.grad.abs().max())), rtol=0)
+            torch.testing.assert_close(
+                p.grad, q.grad, atol=f32_chain_tolerance(terms, float(q.grad.abs().max())), rtol=0
+            )
             checked += 1
     assert checked > 0
 
@@ -111,7 +119,10 @@ def test_recompute_mode_and_a_shared_prefill_run_the_tower_once_per_act(loaded, 
     assert len(calls) == 1 and act.encodings[0].vision[0]["pooled"] is act.encodings[2].vision[0]["pooled"]
 
 
-@pytest.mark.parametrize("over", [{"train_vision": "projector"}, {"lora_target_modules": r".*(visual\.merger\.mlp\.0|language_model.*q_proj)"}])
+@pytest.mark.parametrize(
+    "over",
+    [{"train_vision": "projector"}, {"lora_target_modules": r".*(visual\.merger\.mlp\.0|language_model.*q_proj)"}],
+)
 def test_nothing_is_reused_when_the_vision_side_trains(loaded, tiny_model_path, over):
     policy = _policy(tiny_model_path, loaded, **over)
     assert policy.vision.owner is None
@@ -129,8 +140,11 @@ def test_the_store_keeps_one_vision_encoding_per_distinct_image():
     frame, other = rng.integers(0, 256, (4, 4, 3), dtype=np.uint8), rng.integers(0, 256, (4, 4, 3), dtype=np.uint8)
 
     def turn(value: float) -> TurnEncoding:
-        return TurnEncoding(tokens={"input_ids": torch.tensor([1, 2])}, images=[{"pixel_values": torch.ones(2, 3)}] * 2,
-                            vision=[{"pooled": torch.full((2, 5), value)}, {"pooled": torch.full((2, 5), value + 1)}])
+        return TurnEncoding(
+            tokens={"input_ids": torch.tensor([1, 2])},
+            images=[{"pixel_values": torch.ones(2, 3)}] * 2,
+            vision=[{"pooled": torch.full((2, 5), value)}, {"pooled": torch.full((2, 5), value + 1)}],
+        )
 
     store = ImageFeatureStore()
     first = store.share(turn(1.0), [frame, other])

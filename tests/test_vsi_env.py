@@ -1,4 +1,5 @@
 """The gymnasium env: check_env clean, seeded determinism, rewards, penalties, truncation, batching."""
+
 import warnings
 
 import gymnasium as gym
@@ -127,7 +128,9 @@ def test_collision_penalty_and_feedback():
     assert info["collided"] and reward == -0.5 and "blocked" in obs["text"]
 
 
-@pytest.mark.parametrize("qtype", ["object_counting", "room_size_estimation", "object_rel_direction_easy", "route_planning"])
+@pytest.mark.parametrize(
+    "qtype", ["object_counting", "room_size_estimation", "object_rel_direction_easy", "route_planning"]
+)
 def test_answer_terminates_with_benchmark_score(qtype):
     env = VSIEnv(EnvConfig(**SMALL))
     env.reset(seed=5, options={"question_type": qtype})
@@ -165,9 +168,17 @@ def test_batch_env_auto_reset_and_determinism():
     cfg = EnvConfig(**SMALL)
     answers = {5: "B", 6: "2"}
     # (step, env, how, turns) of every episode that ends in 9 steps
-    expected = [(3, 0, "truncated", 4), (3, 1, "truncated", 4), (3, 2, "terminated", 4), (4, 1, "terminated", 1),
-                (4, 2, "terminated", 1), (5, 0, "terminated", 2), (5, 1, "terminated", 1), (6, 0, "terminated", 1),
-                (8, 2, "truncated", 4)]
+    expected = [
+        (3, 0, "truncated", 4),
+        (3, 1, "truncated", 4),
+        (3, 2, "terminated", 4),
+        (4, 1, "terminated", 1),
+        (4, 2, "terminated", 1),
+        (5, 0, "terminated", 2),
+        (5, 1, "terminated", 1),
+        (6, 0, "terminated", 1),
+        (8, 2, "truncated", 4),
+    ]
 
     def run(seed):
         batch = VSIBatchEnv(cfg, num_envs=3, seed=seed)
@@ -225,8 +236,15 @@ def test_arkitscenes_source_generates_questions(scan_root):
 def test_vsibench_source_uses_rows_and_names_missing_scenes(scan_root, tmp_path):
     import json
 
-    row = {"id": 7, "dataset": "arkitscenes", "scene_name": "41069025", "question_type": "room_size_estimation",
-           "question": "What is the size of this room (in square meters)?", "options": None, "ground_truth": "20.5"}
+    row = {
+        "id": 7,
+        "dataset": "arkitscenes",
+        "scene_name": "41069025",
+        "question_type": "room_size_estimation",
+        "question": "What is the size of this room (in square meters)?",
+        "options": None,
+        "ground_truth": "20.5",
+    }
     rows = tmp_path / "rows.jsonl"
     rows.write_text(json.dumps(row) + "\n")
     cfg = EnvConfig(**{**SMALL, "scene_source": "vsibench", "data_root": str(scan_root), "vsibench_path": str(rows)})

@@ -1,6 +1,7 @@
 """An env and a reward function defined outside the package, as a user writes them (imported by
 ``env.env_id=user_game:ParityEnv`` and ``env.reward_fn=user_game:plus_ten``; pytest puts ``tests/`` on
 ``sys.path``)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -27,6 +27,7 @@ Under DeepSpeed a gradient that is non-finite although every loss was finite is 
 engine clips and steps inside ``engine.step``); fp16 loss scaling skips such steps itself, and the
 step count reported excludes them (``engine.was_step_applied``).
 """
+
 from __future__ import annotations
 
 import math
@@ -51,7 +52,15 @@ class AccumulationWindow:
         deepspeed: whether ``policy`` is a DeepSpeed engine.
     """
 
-    def __init__(self, policy: Any, optimizer: Any, steps: int, max_grad_norm: float, accelerator: Any = None, deepspeed: bool = False) -> None:
+    def __init__(
+        self,
+        policy: Any,
+        optimizer: Any,
+        steps: int,
+        max_grad_norm: float,
+        accelerator: Any = None,
+        deepspeed: bool = False,
+    ) -> None:
         if steps < 1:
             raise ValueError(f"grad_accum_steps={steps} must be >= 1")
         self.policy, self.optimizer, self.steps, self.max_grad_norm = policy, optimizer, steps, max_grad_norm
@@ -61,7 +70,8 @@ class AccumulationWindow:
             if engine_steps != steps:
                 raise ValueError(
                     f"the DeepSpeed engine accumulates {engine_steps} micro-batches but ppo.grad_accum_steps={steps}; "
-                    "build the engine from a2c_ppo_acktr.run.distributed.deepspeed_config_dict (it sets gradient_accumulation_steps)"
+                    "build the engine from a2c_ppo_acktr.run.distributed.deepspeed_config_dict (it sets "
+                    "gradient_accumulation_steps)"
                 )
         self._params = [p for p in policy.parameters() if p.requires_grad]
         self._position = 0  # minibatches seen in the current window

@@ -12,6 +12,7 @@ coefficient adapts, and when it is only monitored.
   update count and the coefficient, which every process holds alike, so all ranks run the same
   forwards (under ZeRO-3 a forward is a collective).
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -16,6 +16,7 @@ The policy here acts with one response per turn, so VPPO's trajectory is a turn 
 The functions on plain tensors (:func:`top_token_masks`, :func:`reweight`, :func:`advantage_scales`)
 hold the arithmetic; :func:`apply` runs them on a :class:`~a2c_ppo_acktr.algo.storage.RolloutStorage`.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,9 +54,14 @@ def top_token_masks(dependencies: Sequence[Tensor], top_frac: float) -> list[Ten
     return list(chosen.split(lengths))
 
 
-def reweight(token_weights: Sequence[Tensor], top: Sequence[Tensor], top_weight: float, rest_weight: float) -> list[Tensor]:
+def reweight(
+    token_weights: Sequence[Tensor], top: Sequence[Tensor], top_weight: float, rest_weight: float
+) -> list[Tensor]:
     """``w * top_weight`` on the chosen tokens, ``w * rest_weight`` elsewhere (``(R_i,)`` each)."""
-    return [w * torch.where(t, torch.tensor(float(top_weight)), torch.tensor(float(rest_weight))) for w, t in zip(token_weights, top)]
+    return [
+        w * torch.where(t, torch.tensor(float(top_weight)), torch.tensor(float(rest_weight)))
+        for w, t in zip(token_weights, top)
+    ]
 
 
 def advantage_scales(mean_dependency: Tensor, adv_min: float) -> Tensor:
@@ -107,7 +113,9 @@ def apply(policy: Any, storage: Any, cfg: PPOConfig, seed: int = 0) -> dict[str,
     new_weights = reweight(weights, top, cfg.perception_top_weight, cfg.perception_rest_weight)
     for i, (w, lp) in enumerate(zip(new_weights, m.log_probs)):
         storage.token_weights[i] = w
-        storage.old_log_probs.view(-1)[i] = float(sequence_log_prob(lp[None], w[None], torch.ones(1, lp.numel(), dtype=torch.bool)))
+        storage.old_log_probs.view(-1)[i] = float(
+            sequence_log_prob(lp[None], w[None], torch.ones(1, lp.numel(), dtype=torch.bool))
+        )
     mean_dep = torch.stack([d.mean() if d.numel() else torch.tensor(0.0) for d in m.dependencies])
     scales = advantage_scales(mean_dep, cfg.perception_adv_min).view(storage.num_steps, storage.num_envs)
     storage.advantages = storage.advantages * scales

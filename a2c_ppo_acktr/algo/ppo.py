@@ -4,7 +4,8 @@ Losses are pure functions returning ``(loss, metrics)``. :meth:`PPO.update` runs
 minibatches of a :class:`~a2c_ppo_acktr.algo.storage.RolloutStorage`: re-forward prompt+action through the
 policy's ``forward`` (= ``evaluate_actions``; going through ``forward`` keeps DDP/DeepSpeed wrappers'
 hooks working), clipped surrogate, optionally clipped value loss, entropy bonus, KL penalty to the
-reference (adapter disabled, or the adapter's moving average with ``ppo.reference=ema``), gradient clipping, and an optimizer step every ``grad_accum_steps``
+reference (adapter disabled, or the adapter's moving average with ``ppo.reference=ema``), gradient clipping, and an
+optimizer step every ``grad_accum_steps``
 minibatches.
 
 Guards: a minibatch whose loss is not finite on any process is skipped on every process (one
@@ -27,6 +28,7 @@ process (one read per minibatch, before its backward), whether a window's gradie
 (one per optimizer window, before its step), and, with ``target_kl``, the epoch's mean KL (one per
 epoch).
 """
+
 from __future__ import annotations
 
 import time
@@ -43,8 +45,9 @@ from a2c_ppo_acktr.config.arguments import PPOConfig
 from a2c_ppo_acktr.algo.storage import BOOTSTRAPPING_ESTIMATORS, Minibatch, RolloutStorage
 
 
-
-def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, clip_coef: float, clip_vloss: bool) -> tuple[Tensor, dict[str, Tensor]]:
+def value_loss(
+    values: Tensor, old_values: Tensor, returns: Tensor, clip_coef: float, clip_vloss: bool
+) -> tuple[Tensor, dict[str, Tensor]]:
     """Half squared error to the returns, optionally clipped around the rollout values (CleanRL).
 
     All inputs ``(B,)``. Returns ``(loss, {"value_clipfrac"})``.
@@ -56,7 +59,11 @@ def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, clip_coef: f
     else:
         loss = 0.5 * unclipped.mean()
     with torch.no_grad():
-        frac = ((values - old_values).abs() > clip_coef).float().mean() if clip_vloss else torch.zeros((), device=values.device)
+        frac = (
+            ((values - old_values).abs() > clip_coef).float().mean()
+            if clip_vloss
+            else torch.zeros((), device=values.device)
+        )
     return loss, {"value_clipfrac": frac}
 
 
@@ -74,7 +81,9 @@ def temperature_loss(temperatures: Tensor, entropy: Tensor, target_entropy: floa
     return (temperatures.log() * (entropy.detach() - target_entropy)).mean()
 
 
-def ppo_loss(out: Any, mb: Minibatch, cfg: PPOConfig, kl_coef: float, max_tokens: int = 1) -> tuple[Tensor, dict[str, Tensor]]:
+def ppo_loss(
+    out: Any, mb: Minibatch, cfg: PPOConfig, kl_coef: float, max_tokens: int = 1
+) -> tuple[Tensor, dict[str, Tensor]]:
     """Total loss ``pg + vf_coef * v - ent_coef * H + kl_coef * KL (+ temp_coef * temperature loss)``
     and its parts.
 
@@ -106,20 +115,38 @@ def ppo_loss(out: Any, mb: Minibatch, cfg: PPOConfig, kl_coef: float, max_tokens
     mask = out.token_mask
     width = mask.shape[1]
     if mb.old_token_log_probs is None:
-        raise ValueError("the minibatch holds no per-token old log-probs: fill them (ppo.old_log_probs=update) or store act's")
+        raise ValueError(
+            "the minibatch holds no per-token old log-probs: fill them (ppo.old_log_probs=update) or store act's"
+        )
     old = mb.padded("old_token_log_probs", width).to(dev)
     weights = mb.padded("token_weights", width).to(dev)
     pg_mask = mask
     if cfg.mask_truncated_replies and mb.reply_cut is not None:
         pg_mask = mask & ~mb.reply_cut.to(dev)[:, None]
-    sample_weights = tis_weights(mb.old_log_probs.to(dev), mb.engine_log_probs, cfg.tis_cap) if cfg.tis_cap else None  # 0: off
+    sample_weights = (
+        tis_weights(mb.old_log_probs.to(dev), mb.engine_log_probs, cfg.tis_cap) if cfg.tis_cap else None
+    )  # 0: off
     low, high = cfg.clip_range
     pg, pg_m = policy_loss(
-        out.token_log_probs, old, mb.advantages.to(dev), pg_mask, weights, level=cfg.ratio_level, loss_agg=cfg.loss_agg or "token-mean",
-        clip_low=low, clip_high=high, clip_ratio_c=cfg.clip_ratio_c, max_tokens=max_tokens, sample_weights=sample_weights,
+        out.token_log_probs,
+        old,
+        mb.advantages.to(dev),
+        pg_mask,
+        weights,
+        level=cfg.ratio_level,
+        loss_agg=cfg.loss_agg or "token-mean",
+        clip_low=low,
+        clip_high=high,
+        clip_ratio_c=cfg.clip_ratio_c,
+        max_tokens=max_tokens,
+        sample_weights=sample_weights,
     )
     if sample_weights is not None:
-        pg_m = {**pg_m, "tis_weight": sample_weights.mean(), "tis_capped_frac": (sample_weights >= cfg.tis_cap).float().mean()}
+        pg_m = {
+            **pg_m,
+            "tis_weight": sample_weights.mean(),
+            "tis_capped_frac": (sample_weights >= cfg.tis_cap).float().mean(),
+        }
     v, v_m = value_loss(out.values, mb.old_values.to(dev), mb.returns.to(dev), cfg.clip_coef, cfg.clip_vloss)
     per_token = cfg.ratio_level == "token"
     ent = aggregate(out.token_entropy, mask, cfg.loss_agg, max_tokens) if per_token else out.entropy.mean()
@@ -136,7 +163,9 @@ def ppo_loss(out: Any, mb: Minibatch, cfg: PPOConfig, kl_coef: float, max_tokens
         kl_mean = aggregate(out.token_kl, mask, cfg.loss_agg, max_tokens) if per_token else out.kl.mean()
     if kl_coef > 0 and cfg.kl_penalty == "loss":
         if kl_mean is None:
-            raise ValueError("kl_coef > 0 but the policy returned no KL; evaluate_actions must be called with with_kl=True")
+            raise ValueError(
+                "kl_coef > 0 but the policy returned no KL; evaluate_actions must be called with with_kl=True"
+            )
         loss = loss + kl_coef * kl_mean
     metrics = {"policy_loss": pg.detach(), "value_loss": v.detach(), "entropy": ent.detach(), **pg_m, **v_m}
     if cfg.entropy_bonus == "sequence":
@@ -212,12 +241,19 @@ class PPO:
         self.generator = torch.Generator().manual_seed(int(seed))
         self.num_updates = 0
         self.optimizer_steps = 0  # optimizer steps actually taken, over the whole run (optim/steps)
-        self.window = AccumulationWindow(policy, optimizer, cfg.grad_accum_steps, cfg.max_grad_norm, accelerator, deepspeed=self._deepspeed)
+        self.window = AccumulationWindow(
+            policy, optimizer, cfg.grad_accum_steps, cfg.max_grad_norm, accelerator, deepspeed=self._deepspeed
+        )
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """Controller state to checkpoint (the optimizer is checkpointed by the caller)."""
-        return {"kl_coef": self.kl_coef, "generator": self.generator.get_state(), "num_updates": self.num_updates, "optimizer_steps": self.optimizer_steps}
+        return {
+            "kl_coef": self.kl_coef,
+            "generator": self.generator.get_state(),
+            "num_updates": self.num_updates,
+            "optimizer_steps": self.optimizer_steps,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.kl_coef = float(state["kl_coef"])
@@ -296,7 +332,8 @@ class PPO:
         if num_mb % cfg.grad_accum_steps != 0:
             raise ValueError(
                 f"{num_mb} minibatches per epoch is not a multiple of ppo.grad_accum_steps={cfg.grad_accum_steps}; "
-                "pick mini_batch_size and grad_accum_steps so that (num_envs*num_steps/mini_batch_size) % grad_accum_steps == 0"
+                "pick mini_batch_size and grad_accum_steps so that (num_envs*num_steps/mini_batch_size) % "
+                "grad_accum_steps == 0"
             )
         self.policy.train()
         self.optimizer.zero_grad()
@@ -310,7 +347,11 @@ class PPO:
             epoch_kl: Optional[Tensor] = None
             epoch_counted = 0
             order = first_order if epoch == 0 else storage.shuffled_order(self.generator)
-            for k, mb in enumerate(storage.minibatches(cfg.mini_batch_size, adv_norm=cfg.adv_norm, std_floor=cfg.adv_std_floor, order=order)):
+            for k, mb in enumerate(
+                storage.minibatches(
+                    cfg.mini_batch_size, adv_norm=cfg.adv_norm, std_floor=cfg.adv_std_floor, order=order
+                )
+            ):
                 with_kl = self.kl.with_reference(epoch == 0 and k == 0, self.num_updates, has_reference)
                 out = self.policy(mb, with_kl=with_kl, **options)
                 loss, m = ppo_loss(out, mb, cfg, self.kl_coef, max_tokens)
@@ -329,7 +370,11 @@ class PPO:
                 if ended is not None:
                     tally.end_window(*ended)
                     self.optimizer_steps += int(ended[0])
-            if cfg.target_kl is not None and epoch_counted and self._mean_across(float(epoch_kl) / epoch_counted) > cfg.target_kl:
+            if (
+                cfg.target_kl is not None
+                and epoch_counted
+                and self._mean_across(float(epoch_kl) / epoch_counted) > cfg.target_kl
+            ):
                 break
         mean, kl_ref, first = tally.read()  # the one read of the metrics
         if tally.kl_ref_count and self.kl.adapts:
@@ -359,26 +404,41 @@ class PPO:
 
 
 def update_metrics(
-    mean: dict[str, float], kl_ref: float, first: float, tally: UpdateTally, storage: RolloutStorage, kl_coef: float, optimizer_steps: int
+    mean: dict[str, float],
+    kl_ref: float,
+    first: float,
+    tally: UpdateTally,
+    storage: RolloutStorage,
+    kl_coef: float,
+    optimizer_steps: int,
 ) -> dict[str, float]:
     """The logged metrics of one update (``losses/*``, ``adv/*``, ``optim/*``, the ratio check)."""
     nan = float("nan")
     loss_keys = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "value_clipfrac")
     out = {f"losses/{k}": mean.get(k, nan) for k in loss_keys}
-    out.update({
-        "losses/explained_variance": explained_variance(storage.values.flatten(), storage.returns.flatten()),
-        "losses/grad_norm": tally.mean_grad_norm(),
-        "losses/skipped_minibatches": float(tally.skipped),
-        "losses/kl_ref": kl_ref,
-        "losses/kl_coef": kl_coef,
-    })
-    out.update({f"losses/{k}": mean.get(k, nan) for k in ("seq_entropy", "temperature_loss", "tis_weight", "tis_capped_frac", "dual_clipfrac")})
-    out.update({
-        "adv/compared_fraction": float(storage.adv_mask.float().mean()) if storage.adv_mask is not None else nan,
-        "adv/raw_std": float(storage.advantages.float().std(unbiased=False)),
-        "debug/first_minibatch_ratio_max_dev": first,
-        "optim/steps": float(optimizer_steps),
-        # windows without a step: every minibatch skipped, or a non-finite gradient norm
-        "optim/skipped_windows": float(tally.windows - tally.window_steps),
-    })
+    out.update(
+        {
+            "losses/explained_variance": explained_variance(storage.values.flatten(), storage.returns.flatten()),
+            "losses/grad_norm": tally.mean_grad_norm(),
+            "losses/skipped_minibatches": float(tally.skipped),
+            "losses/kl_ref": kl_ref,
+            "losses/kl_coef": kl_coef,
+        }
+    )
+    out.update(
+        {
+            f"losses/{k}": mean.get(k, nan)
+            for k in ("seq_entropy", "temperature_loss", "tis_weight", "tis_capped_frac", "dual_clipfrac")
+        }
+    )
+    out.update(
+        {
+            "adv/compared_fraction": float(storage.adv_mask.float().mean()) if storage.adv_mask is not None else nan,
+            "adv/raw_std": float(storage.advantages.float().std(unbiased=False)),
+            "debug/first_minibatch_ratio_max_dev": first,
+            "optim/steps": float(optimizer_steps),
+            # windows without a step: every minibatch skipped, or a non-finite gradient norm
+            "optim/skipped_windows": float(tally.windows - tally.window_steps),
+        }
+    )
     return out

@@ -1,5 +1,6 @@
 """The optimizer and its learning-rate schedule: AdamW over the adapter and the heads (two groups),
 linear warmup, then constant or cosine decay."""
+
 from __future__ import annotations
 
 import math
@@ -40,5 +41,9 @@ def build_optimizer(policy: torch.nn.Module, cfg: PPOConfig) -> torch.optim.Opti
     body = [p for p in trainable if id(p) not in head_ids]
     heads = [p for p in trainable if id(p) in head_ids]
     head_lr = cfg.head_lr if cfg.head_lr is not None else cfg.lr
-    groups = [g for g in ({"params": body, "lr": cfg.lr, "name": "body"}, {"params": heads, "lr": head_lr, "name": "heads"}) if g["params"]]
+    groups = [
+        g
+        for g in ({"params": body, "lr": cfg.lr, "name": "body"}, {"params": heads, "lr": head_lr, "name": "heads"})
+        if g["params"]
+    ]
     return torch.optim.AdamW(groups, lr=cfg.lr, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)

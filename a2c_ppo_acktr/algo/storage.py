@@ -43,6 +43,7 @@ the rollout's end, so whether it is compared never depends on how it went. Witho
 that began late completes only when it is short, so with rollouts shorter than an episode only quick
 wins would ever be compared and the turns of failing and malformed episodes would get no gradient.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -84,7 +85,9 @@ def compute_gae(
     Returns:
         ``(advantages, returns)``, both ``(T, N)`` float32, ``returns = advantages + values``.
     """
-    _check_same_shape(rewards=rewards, values=values, next_values=next_values, terminated=terminated, truncated=truncated)
+    _check_same_shape(
+        rewards=rewards, values=values, next_values=next_values, terminated=terminated, truncated=truncated
+    )
     rewards, values, next_values = rewards.float(), values.float(), next_values.float()
     term = terminated.bool()
     ended = term | truncated.bool()
@@ -100,7 +103,9 @@ def compute_gae(
     return advantages, advantages + values
 
 
-def episode_ids(ended: Tensor, starts_episode: Optional[Tensor] = None, horizon: Optional[int] = None) -> tuple[Tensor, Tensor]:
+def episode_ids(
+    ended: Tensor, starts_episode: Optional[Tensor] = None, horizon: Optional[int] = None
+) -> tuple[Tensor, Tensor]:
     """Number the episode segments of a ``(T, N)`` rollout.
 
     Args:
@@ -169,7 +174,9 @@ def rloo_advantages(returns: Tensor, groups: Tensor, valid: Tensor) -> Tensor:
     return adv
 
 
-def grpo_advantages(returns: Tensor, groups: Tensor, valid: Tensor, eps: float = 1e-6, std_floor: float = 0.0) -> Tensor:
+def grpo_advantages(
+    returns: Tensor, groups: Tensor, valid: Tensor, eps: float = 1e-6, std_floor: float = 0.0
+) -> Tensor:
     """Group-normalised advantages ``(R_e - mean_g) / (std_g + eps)``, or ``/ max(std_g, std_floor)``
     when ``std_floor > 0``. All ``(E,)``; invalid -> 0."""
     adv = torch.zeros_like(returns)
@@ -199,8 +206,15 @@ def _episode_estimator(per_episode: Callable[..., Tensor], takes_std_floor: bool
     given ``std_floor=`` too when ``takes_std_floor``."""
 
     def estimator(
-        *, rewards: Tensor, terminated: Tensor, truncated: Tensor, group_ids: Optional[Tensor],
-        starts_episode: Optional[Tensor] = None, std_floor: float = 0.0, horizon: Optional[int] = None, **_: Any,
+        *,
+        rewards: Tensor,
+        terminated: Tensor,
+        truncated: Tensor,
+        group_ids: Optional[Tensor],
+        starts_episode: Optional[Tensor] = None,
+        std_floor: float = 0.0,
+        horizon: Optional[int] = None,
+        **_: Any,
     ) -> tuple[Tensor, Tensor]:
         if group_ids is None:
             raise ValueError(
@@ -220,8 +234,15 @@ def _episode_estimator(per_episode: Callable[..., Tensor], takes_std_floor: bool
 
 
 def _gae_estimator(
-    *, rewards: Tensor, values: Tensor, next_values: Tensor, terminated: Tensor, truncated: Tensor,
-    gamma: float, gae_lambda: float, **_: Any,
+    *,
+    rewards: Tensor,
+    values: Tensor,
+    next_values: Tensor,
+    terminated: Tensor,
+    truncated: Tensor,
+    gamma: float,
+    gae_lambda: float,
+    **_: Any,
 ) -> tuple[Tensor, Tensor]:
     return compute_gae(rewards, values, next_values, terminated, truncated, gamma, gae_lambda)
 
@@ -242,7 +263,11 @@ BOOTSTRAPPING_ESTIMATORS = frozenset({"gae"})
 
 
 def advantage_mask(
-    estimator: str, terminated: Tensor, truncated: Tensor, group_ids: Optional[Tensor], starts_episode: Optional[Tensor] = None,
+    estimator: str,
+    terminated: Tensor,
+    truncated: Tensor,
+    group_ids: Optional[Tensor],
+    starts_episode: Optional[Tensor] = None,
     horizon: Optional[int] = None,
 ) -> Tensor:
     """``(T, N)`` bool: turns that get an advantage from ``estimator`` (all of them for gae; for
@@ -255,7 +280,11 @@ def advantage_mask(
 
 
 def normalize_advantages(
-    advantages: Tensor, mode: str, std_floor: float = 0.0, group_ids: Optional[Tensor] = None, mask: Optional[Tensor] = None
+    advantages: Tensor,
+    mode: str,
+    std_floor: float = 0.0,
+    group_ids: Optional[Tensor] = None,
+    mask: Optional[Tensor] = None,
 ) -> Tensor:
     """``(a - mean) / max(std, std_floor)`` over the batch or within each group, on the ``mask``ed
     entries (the others become 0). All inputs share one shape; returns that shape.
@@ -431,7 +460,9 @@ class RolloutStorage:
             raise ValueError("a step cannot be both terminated and truncated; the env must report one of them")
         if bool(trunc.any()):
             if final_values is not None:
-                self.next_values[t] = torch.where(trunc, final_values.detach().float().cpu().reshape(N), self.next_values[t])
+                self.next_values[t] = torch.where(
+                    trunc, final_values.detach().float().cpu().reshape(N), self.next_values[t]
+                )
             elif defer_final_values:
                 self.final_pending[t] = trunc
             else:
@@ -480,7 +511,9 @@ class RolloutStorage:
             self.next_values[t, n] = v
             self.final_pending[t, n] = False
 
-    def set_old_policy(self, indices: Tensor, token_log_probs: Tensor, mask: Tensor, log_probs: Tensor, values: Tensor) -> None:
+    def set_old_policy(
+        self, indices: Tensor, token_log_probs: Tensor, mask: Tensor, log_probs: Tensor, values: Tensor
+    ) -> None:
         """Replace the old policy's numbers of the turns at flat ``indices`` (``(B,)``) with a
         recompute's (``ppo.old_log_probs=update``): per-token log-probs ``(B, R)`` on ``mask``, their
         weighted sums ``(B,)`` and the values ``(B,)`` (the value clip's centre; the advantages keep
@@ -501,8 +534,13 @@ class RolloutStorage:
         return ~(self.terminated[last] | self.truncated[last])
 
     def compute_returns(
-        self, next_value: Optional[Tensor], estimator: str = "gae", gamma: float = 0.99, gae_lambda: float = 0.95,
-        std_floor: float = 0.0, horizon: Optional[int] = None,
+        self,
+        next_value: Optional[Tensor],
+        estimator: str = "gae",
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        std_floor: float = 0.0,
+        horizon: Optional[int] = None,
     ) -> None:
         """Fill ``advantages`` and ``returns`` ``(T, N)``.
 
@@ -522,16 +560,21 @@ class RolloutStorage:
                 never given, or ``next_value`` None while an episode goes on).
         """
         if not self.full:
-            raise RuntimeError(f"storage holds {self.step}/{self.num_steps} steps; insert every step before compute_returns")
+            raise RuntimeError(
+                f"storage holds {self.step}/{self.num_steps} steps; insert every step before compute_returns"
+            )
         fn = get_advantage_estimator(estimator)
         if estimator in BOOTSTRAPPING_ESTIMATORS:
             if bool(self.final_pending.any()):
                 raise ValueError(
                     f"advantage estimator {estimator!r} reads the final values of truncated steps, but "
-                    f"{int(self.final_pending.sum())} were deferred and never given; call set_final_values before compute_returns"
+                    f"{int(self.final_pending.sum())} were deferred and never given; call set_final_values before "
+                    "compute_returns"
                 )
             if next_value is None and bool(self.needs_bootstrap.any()):
-                raise ValueError(f"advantage estimator {estimator!r} needs next_value (N,): V(s_T) of the envs still mid-episode")
+                raise ValueError(
+                    f"advantage estimator {estimator!r} needs next_value (N,): V(s_T) of the envs still mid-episode"
+                )
         if next_value is None:
             next_value = torch.zeros(self.num_envs)
         nv = self.next_values.clone()
@@ -541,18 +584,32 @@ class RolloutStorage:
         nv[-1] = torch.where(self.truncated[-1], nv[-1], next_value.detach().float().cpu().reshape(self.num_envs))
         self.next_values = nv
         self.advantages, self.returns = fn(
-            rewards=self.rewards, values=self.values, next_values=nv, terminated=self.terminated,
-            truncated=self.truncated, group_ids=self.group_ids, starts_episode=self.starts_episode,
-            gamma=gamma, gae_lambda=gae_lambda, std_floor=std_floor, horizon=horizon,
+            rewards=self.rewards,
+            values=self.values,
+            next_values=nv,
+            terminated=self.terminated,
+            truncated=self.truncated,
+            group_ids=self.group_ids,
+            starts_episode=self.starts_episode,
+            gamma=gamma,
+            gae_lambda=gae_lambda,
+            std_floor=std_floor,
+            horizon=horizon,
         )
-        self.adv_mask = advantage_mask(estimator, self.terminated, self.truncated, self.group_ids, self.starts_episode, horizon)
+        self.adv_mask = advantage_mask(
+            estimator, self.terminated, self.truncated, self.group_ids, self.starts_episode, horizon
+        )
 
     def shuffled_order(self, generator: torch.Generator) -> Tensor:
         """A random order of the ``num_steps * num_envs`` stored turns (one epoch's)."""
         return torch.randperm(self.num_steps * self.num_envs, generator=generator)
 
     def minibatches(
-        self, mini_batch_size: int, generator: Optional[torch.Generator] = None, adv_norm: str = "none", std_floor: float = 0.0,
+        self,
+        mini_batch_size: int,
+        generator: Optional[torch.Generator] = None,
+        adv_norm: str = "none",
+        std_floor: float = 0.0,
         order: Optional[Tensor] = None,
     ) -> Iterator[Minibatch]:
         """Yield shuffled minibatches covering every turn once.
@@ -610,9 +667,31 @@ class RolloutStorage:
         )
 
     # Per-turn fields (flat index t * num_envs + n) that :meth:`copy_turns` carries: lists, then (T, N) tensors.
-    _TURN_LISTS = ("prompts", "images", "prompt_ids", "generated_ids", "token_weights", "old_token_log_probs", "encodings")
-    _TURN_TENSORS = ("old_log_probs", "values", "old_values", "rewards", "terminated", "truncated", "next_values", "temperatures",
-                     "engine_log_probs", "reply_cut", "advantages", "returns", "adv_mask", "group_ids")
+    _TURN_LISTS = (
+        "prompts",
+        "images",
+        "prompt_ids",
+        "generated_ids",
+        "token_weights",
+        "old_token_log_probs",
+        "encodings",
+    )
+    _TURN_TENSORS = (
+        "old_log_probs",
+        "values",
+        "old_values",
+        "rewards",
+        "terminated",
+        "truncated",
+        "next_values",
+        "temperatures",
+        "engine_log_probs",
+        "reply_cut",
+        "advantages",
+        "returns",
+        "adv_mask",
+        "group_ids",
+    )
 
     @classmethod
     def batch_like(cls, other: "RolloutStorage") -> "RolloutStorage":

@@ -36,6 +36,7 @@ rescale them) and one advantage ``A_i``. With ``d_{i,t} = log p_{i,t} - log q_{i
 Each turn may also carry a detached sample weight (truncated importance sampling for a rollout
 engine's sampler, :func:`tis_weights`) that multiplies all of its terms.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -127,7 +128,9 @@ def log_ratios(log_probs: Tensor, old_log_probs: Tensor, weights: Tensor, mask: 
     return RATIO_LEVELS[level](log_probs - old_log_probs.detach(), weights.detach(), mask)
 
 
-def clipped_terms(ratio: Tensor, advantages: Tensor, clip_low: float, clip_high: float, clip_ratio_c: Optional[float] = None) -> Tensor:
+def clipped_terms(
+    ratio: Tensor, advantages: Tensor, clip_low: float, clip_high: float, clip_ratio_c: Optional[float] = None
+) -> Tensor:
     """``max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high))`` elementwise, and with the dual clip
     ``min(that, -A clip_ratio_c)`` where ``A < 0``. ``ratio`` and ``advantages`` broadcast together."""
     unclipped = -advantages * ratio

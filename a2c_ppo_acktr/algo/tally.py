@@ -4,6 +4,7 @@ A minibatch's loss metrics are detached device scalars; :class:`UpdateTally` add
 the reference apart: it is measured on some minibatches only), counts skipped minibatches and the
 optimizer windows, and :meth:`UpdateTally.read` copies every sum to the host in one transfer.
 """
+
 from __future__ import annotations
 
 import math

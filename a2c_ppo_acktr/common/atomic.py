@@ -10,6 +10,7 @@ a reader never to see half a file.
   common cases;
 * :func:`publish_dir`: a finished temporary directory takes the place of another.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,7 +28,9 @@ def temporary_sibling(path: str | os.PathLike) -> Path:
 
 
 @contextmanager
-def open_atomic(path: str | os.PathLike, mode: str = "w", *, durable: bool = False, encoding: str = "utf-8") -> Iterator[IO]:
+def open_atomic(
+    path: str | os.PathLike, mode: str = "w", *, durable: bool = False, encoding: str = "utf-8"
+) -> Iterator[IO]:
     """Open a temporary sibling of ``path`` for writing; on a clean exit it replaces ``path``.
 
     Args:
@@ -61,7 +64,9 @@ def write_text(path: str | os.PathLike, text: str, *, durable: bool = False) -> 
     return Path(path)
 
 
-def write_json(obj: Any, path: str | os.PathLike, *, indent: int | None = 2, durable: bool = False, **dumps: Any) -> Path:
+def write_json(
+    obj: Any, path: str | os.PathLike, *, indent: int | None = 2, durable: bool = False, **dumps: Any
+) -> Path:
     """Write ``json.dumps(obj, indent=indent, **dumps)`` to ``path`` atomically."""
     return write_text(path, json.dumps(obj, indent=indent, **dumps), durable=durable)
 

@@ -9,6 +9,7 @@ request are checked, so a request ends within :data:`POLL_S` of either. Name res
 handshake are bounded by the deadline but not sliced. Requests go through ``urllib``'s opener, so
 proxy settings (``HTTP_PROXY``, ``NO_PROXY``) apply as before.
 """
+
 from __future__ import annotations
 
 import errno
@@ -177,14 +178,18 @@ class _DeadlineHTTPConnection(http.client.HTTPConnection):
     def __init__(self, *args: Any, deadline: Deadline, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # http.client's own hook for making the socket; a proxy's CONNECT tunnel reads through it too.
-        self._create_connection = lambda address, timeout=None, source=None: _SlicedSocket(_connect(address, deadline, source), deadline)
+        self._create_connection = lambda address, timeout=None, source=None: _SlicedSocket(
+            _connect(address, deadline, source), deadline
+        )
 
 
 class _DeadlineHTTPSConnection(http.client.HTTPSConnection):
     def __init__(self, *args: Any, deadline: Deadline, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deadline = deadline
-        self._create_connection = lambda address, timeout=None, source=None: _SlicedSocket(_connect(address, deadline, source), deadline)
+        self._create_connection = lambda address, timeout=None, source=None: _SlicedSocket(
+            _connect(address, deadline, source), deadline
+        )
 
     def connect(self) -> None:
         super().connect()  # TCP (and tunnel) through the sliced socket, then TLS wraps the raw one
@@ -206,7 +211,9 @@ class _DeadlineHTTPSHandler(urllib.request.HTTPSHandler):
         self._deadline = deadline
 
     def https_open(self, req: urllib.request.Request) -> Any:
-        return self.do_open(functools.partial(_DeadlineHTTPSConnection, deadline=self._deadline), req, context=self._context)
+        return self.do_open(
+            functools.partial(_DeadlineHTTPSConnection, deadline=self._deadline), req, context=self._context
+        )
 
 
 def open_within(request: urllib.request.Request, deadline: Deadline, *handlers: urllib.request.BaseHandler) -> Any:

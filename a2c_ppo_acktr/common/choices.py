@@ -5,6 +5,7 @@ implements a family checks at import that it implements exactly these names
 (:func:`check_registry`), so a name added to one and not the other fails on the first import, not in
 the middle of a run. This module imports nothing, so the config stays light.
 """
+
 from __future__ import annotations
 
 from typing import Iterable

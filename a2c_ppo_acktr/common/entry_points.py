@@ -4,6 +4,7 @@
 checked when the config is built (nothing is imported then); :func:`load` imports the object when an
 env is made, with one-line errors for a module that cannot be imported or a name it lacks.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -37,8 +38,10 @@ def load(spec: str, setting: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except Exception as e:  # noqa: BLE001 (user code: any import-time error is reported in one line)
-        raise EntryPointError(f"{setting}={spec!r}: module {module_name!r} cannot be imported ({type(e).__name__}: {e}); "
-                              "is it on PYTHONPATH?") from e
+        raise EntryPointError(
+            f"{setting}={spec!r}: module {module_name!r} cannot be imported ({type(e).__name__}: {e}); "
+            "is it on PYTHONPATH?"
+        ) from e
     if not hasattr(module, name):
         raise EntryPointError(f"{setting}={spec!r}: module {module_name!r} has no {name!r}")
     return getattr(module, name)

@@ -1,5 +1,6 @@
 """The env ids ``env.env_id`` accepts, without importing any env (the config validates against them
 and must stay light; :mod:`a2c_ppo_acktr.envs.registry` builds the envs)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,8 +27,14 @@ def canonical_id(env_id: str) -> str:
     Raises:
         UnknownEnvError: The id names no env (the message lists the known ones).
     """
-    name = env_id[len(CARD_NAMESPACE):] if env_id.startswith(CARD_NAMESPACE) else env_id
-    if name == VSI_ID or name in CARD_IDS or name == SOKOBAN_ID or name.startswith(MINIGRID_PREFIXES) or is_entry_point(name):
+    name = env_id[len(CARD_NAMESPACE) :] if env_id.startswith(CARD_NAMESPACE) else env_id
+    if (
+        name == VSI_ID
+        or name in CARD_IDS
+        or name == SOKOBAN_ID
+        or name.startswith(MINIGRID_PREFIXES)
+        or is_entry_point(name)
+    ):
         return name
     raise UnknownEnvError(
         f"env.env_id={env_id!r} is not a known env; use one of {[VSI_ID, *CARD_IDS, SOKOBAN_ID]}, a minigrid id "

@@ -5,6 +5,7 @@ An entry script (:func:`a2c_ppo_acktr.config.cli.run_main`) prints such an error
 :class:`UserError` beside its usual base (``ValueError``, ``RuntimeError``), so the command line
 needs to import none of them.
 """
+
 from __future__ import annotations
 
 

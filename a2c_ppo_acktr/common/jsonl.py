@@ -12,6 +12,7 @@ Two kinds of file, two readers:
 :func:`write_jsonl` writes a whole file at once (SFT splits, video-protocol records): a temp file
 renamed into place, so a reader never sees half of it.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,7 +41,9 @@ def decode_line(raw: bytes, path: Path, lineno: int, fix: str = "") -> str:
         return raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
     except UnicodeDecodeError as e:
         hint = f"; {fix}" if fix else ""
-        raise JsonlError(f"{path}:{lineno} is not UTF-8 ({e.reason} at byte {e.start}); save the file as UTF-8{hint}") from e
+        raise JsonlError(
+            f"{path}:{lineno} is not UTF-8 ({e.reason} at byte {e.start}); save the file as UTF-8{hint}"
+        ) from e
 
 
 def _parse(raw: str | bytes, path: Path, lineno: int, fix: str) -> dict:

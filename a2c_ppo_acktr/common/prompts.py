@@ -15,6 +15,7 @@ A move turns first (positive degrees = to the left, counter-clockwise seen from 
 straight ahead. An answer ends the episode: an option letter for multiple choice, a number (as a
 string) otherwise, in the unit the question asks for.
 """
+
 from __future__ import annotations
 
 import collections
@@ -128,7 +129,10 @@ def observation_text(
     if turns_left <= 1:
         lines.append("This is your last turn: answer now.")
     else:
-        lines.append(f"Turns left: {turns_left}. Moves: rotation_angle_degrees in [-180, 180], forward_meters in [0, {max_forward:g}].")
+        lines.append(
+            f"Turns left: {turns_left}. Moves: rotation_angle_degrees in [-180, 180], forward_meters in [0, "
+            f"{max_forward:g}]."
+        )
     return "\n".join(lines)
 
 
@@ -141,11 +145,17 @@ def _images_line(num_sweep_frames: int, num_views: int) -> str:
             parts.append("image 1 is the start view")
         else:
             step = 360.0 / num_sweep_frames
-            parts.append(f"images 1-{num_sweep_frames} are the start sweep, each turned {step:g} degrees left of the previous")
+            parts.append(
+                f"images 1-{num_sweep_frames} are the start sweep, each turned {step:g} degrees left of the previous"
+            )
     if num_views:
         first = num_sweep_frames + 1
         last = num_sweep_frames + num_views
-        parts.append(f"image {last} is your current view" if num_views == 1 else f"images {first}-{last} are your latest views, image {last} is the current one")
+        parts.append(
+            f"image {last} is your current view"
+            if num_views == 1
+            else f"images {first}-{last} are your latest views, image {last} is the current one"
+        )
     return "Images: " + "; ".join(parts) + "."
 
 
@@ -249,8 +259,12 @@ def openai_messages(observation: dict, blind: bool = False) -> list[dict]:
     images = iter(observation["images"])
     out: list[dict] = []
     for msg in build_messages(observation, blind=blind):
-        parts = [{"type": "image_url", "image_url": {"url": png_data_url(next(images))}} if part["type"] == "image"
-                 else {"type": "text", "text": part["text"]} for part in msg["content"]]
+        parts = [
+            {"type": "image_url", "image_url": {"url": png_data_url(next(images))}}
+            if part["type"] == "image"
+            else {"type": "text", "text": part["text"]}
+            for part in msg["content"]
+        ]
         if msg["role"] == "system":
             out.append({"role": "system", "content": "".join(p["text"] for p in parts)})
         else:
@@ -277,7 +291,8 @@ def render_prompt(processor: Any, messages: list[dict]) -> str:
 # ---------------------------------------------------------------------------------------------
 # The benchmark's own prompt (the reference protocol on videos, a2c_ppo_acktr/eval/video_protocol.py)
 # ---------------------------------------------------------------------------------------------
-# VSI-Bench's reference evaluation (docs/BENCHMARK.md, "The reference prompts"); the code it follows is vsibench_doc_to_text in lmms_eval/tasks/vsibench/utils.py of
+# VSI-Bench's reference evaluation (docs/BENCHMARK.md, "The reference prompts"); the code it follows is
+# vsibench_doc_to_text in lmms_eval/tasks/vsibench/utils.py of
 # vision-x-nyu/thinking-in-space (the same task ships in EvolvingLMMs-Lab/lmms-eval). The system
 # prompt is the system_prompt default of lmms-eval's Qwen2/2.5/3-VL wrappers. The agent's multi-turn
 # format above never uses these; a model answers them with a bare word, read by scoring.extract_answer.
@@ -349,7 +364,10 @@ def format_response(thoughts: str, action: Move | Answer) -> str:
     if isinstance(action, Move):
         if not (math.isfinite(action.rotation_deg) and math.isfinite(action.forward_m)):
             raise ValueError(f"cannot format a move with non-finite values: {action}")
-        act: dict[str, Any] = {MOVE_KEYS[0]: _json_number(action.rotation_deg), MOVE_KEYS[1]: _json_number(action.forward_m)}
+        act: dict[str, Any] = {
+            MOVE_KEYS[0]: _json_number(action.rotation_deg),
+            MOVE_KEYS[1]: _json_number(action.forward_m),
+        }
     elif isinstance(action, Answer):
         act = {ANSWER_KEY: action.text}
     else:
@@ -588,7 +606,9 @@ def _parse_action(text: str, max_forward: float) -> Action:
     if keys != set(MOVE_KEYS):
         missing = [k for k in MOVE_KEYS if k not in keys]
         extra_keys = sorted(keys - set(MOVE_KEYS))
-        detail = ", ".join(p for p in (f"missing {missing}" if missing else "", f"unexpected {extra_keys}" if extra_keys else "") if p)
+        detail = ", ".join(
+            p for p in (f"missing {missing}" if missing else "", f"unexpected {extra_keys}" if extra_keys else "") if p
+        )
         return Invalid(f"a move needs exactly {list(MOVE_KEYS)} ({detail}); an answer needs 'answer'")
     rotation = _number(MOVE_KEYS[0], action[MOVE_KEYS[0]], -MAX_ROTATION_DEG, MAX_ROTATION_DEG)
     if isinstance(rotation, str):
@@ -601,7 +621,7 @@ def _parse_action(text: str, max_forward: float) -> Action:
 
 def _parse_answer(value: Any) -> Action:
     if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
-        return Invalid(f"'answer' must be a string such as \"B\" or \"3.2\", got {_short(value)}")
+        return Invalid(f'\'answer\' must be a string such as "B" or "3.2", got {_short(value)}')
     if isinstance(value, (int, float)):
         if isinstance(value, float) and not math.isfinite(value):
             return Invalid(f"'answer' must be finite, got {value}")

@@ -12,6 +12,7 @@ Three rules, each enforced where the value enters:
   (:func:`redact_all`): as sent, cut off, spaced, percent-, JSON- or HTML-escaped, upper-cased,
   hex, or base64 at any alignment (the key inside a longer encoded header).
 """
+
 from __future__ import annotations
 
 import base64
@@ -33,7 +34,9 @@ _GAP = r"(?:[\s\u00ad\u200b-\u200d\u2060\ufeff]|\\[nrt])*"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # How the keys of common providers begin (OpenAI, Anthropic, Hugging Face, GitHub, Slack, AWS, Google,
 # Groq, xAI, Perplexity); a variable's name never does.
-_KEY_PREFIXES = re.compile(r"(?i)^(sk-|sk_|hf_|ghp_|gho_|ghs_|github_pat_|xox[abpors]-|akia|aiza|gsk_|xai-|pplx-|bearer\s)")
+_KEY_PREFIXES = re.compile(
+    r"(?i)^(sk-|sk_|hf_|ghp_|gho_|ghs_|github_pat_|xox[abpors]-|akia|aiza|gsk_|xai-|pplx-|bearer\s)"
+)
 # Query parameters whose values are credentials.
 _SECRET_PARAM = re.compile(r"(?i)(key|token|secret|passw|pwd|auth|sig|credential)")
 _URL_START = re.compile(r"(?i)[a-z][a-z0-9+.\-]*://")
@@ -59,7 +62,10 @@ def key_env_problem(value: str) -> Optional[str]:
         mixed = any(c.isdigit() for c in part) and any(c.isalpha() for c in part)
         cased = any(c.islower() for c in part) and any(c.isupper() for c in part)
         if len(part) >= 16 and (mixed or cased):
-            return "looks like an API key (a long run of mixed letters and digits), not like an environment variable's name"
+            return (
+                "looks like an API key (a long run of mixed letters and digits), not like an environment variable's "
+                "name"
+            )
     return None
 
 
@@ -87,9 +93,9 @@ def _redact_param(pair: str) -> str:
 
 def _redact_userinfo_text(text: str) -> str:
     m = _URL_START.match(text)
-    if not m or "@" not in text[m.end():]:
+    if not m or "@" not in text[m.end() :]:
         return text
-    return text[: m.end()] + MASK + "@" + text[m.end():].rpartition("@")[2]
+    return text[: m.end()] + MASK + "@" + text[m.end() :].rpartition("@")[2]
 
 
 def redact_urls(value: str) -> str:
@@ -147,10 +153,16 @@ def _char_spellings(ch: str) -> str:
     """A regex for one character as a server may echo it: itself, percent-encoded (its UTF-8 bytes),
     JSON-escaped (``\\uXXXX``, ``\\"``), or an HTML character reference."""
     code = ord(ch)
-    alts = [re.escape(ch), "".join(f"%{b:02x}" for b in ch.encode("utf-8")), rf"\\u{code:04x}", f"&#0*{code};", f"&#x0*{code:x};"]
+    alts = [
+        re.escape(ch),
+        "".join(f"%{b:02x}" for b in ch.encode("utf-8")),
+        rf"\\u{code:04x}",
+        f"&#0*{code};",
+        f"&#x0*{code:x};",
+    ]
     if ch == " ":
         alts.append(r"\+")
-    if ch in "\"\\/":
+    if ch in '"\\/':
         alts.append(re.escape("\\" + ch))
     return "(?:" + "|".join(alts) + ")"
 
@@ -171,7 +183,7 @@ def _base64_forms(raw: bytes) -> list[str]:
     forms = [base64.b64encode(raw).decode("ascii"), base64.b64encode(b"Bearer " + raw).decode("ascii")]
     for r in range(3):
         enc = base64.b64encode(b"\0" * r + raw).decode("ascii")
-        forms.append(enc[(8 * r + 5) // 6: (8 * (r + len(raw))) // 6])
+        forms.append(enc[(8 * r + 5) // 6 : (8 * (r + len(raw))) // 6])
     forms += [f.translate(str.maketrans("+/", "-_")) for f in forms]
     return forms
 

@@ -6,6 +6,7 @@ inside the data must not make the run read (or copy into a dataset) a file from 
 built from data is resolved, symbolic links included, and refused when it lands outside its root;
 the error is one line naming the row or file that holds the name.
 """
+
 from __future__ import annotations
 
 import os
@@ -59,7 +60,9 @@ def inside(root: str | os.PathLike, path: str | os.PathLike, where: str, shown: 
     try:
         real_root, real = Path(root).resolve(), path.resolve()
     except (OSError, RuntimeError) as e:  # a symbolic link loop
-        raise PathOutsideRoot(f"{where}: {shown!r} under {str(root)!r} cannot be resolved ({e}); fix the links") from None
+        raise PathOutsideRoot(
+            f"{where}: {shown!r} under {str(root)!r} cannot be resolved ({e}); fix the links"
+        ) from None
     if real != real_root and real_root not in real.parents:
         link = " (through a symbolic link)" if ".." not in Path(shown).parts else ""
         raise PathOutsideRoot(

@@ -1,6 +1,7 @@
 """Equality of observations, field by field: what lets a rollout compute a value or a prompt
 prefill once for rows that show the same thing (a group's siblings on one shared state, a one-turn
 episode cut on the state it answered)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -24,8 +25,13 @@ def same_observation(a: Any, b: Any) -> bool:
     if a is b:
         return True
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape
-                and a.dtype == b.dtype and bool(np.array_equal(a, b)))
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.shape == b.shape
+            and a.dtype == b.dtype
+            and bool(np.array_equal(a, b))
+        )
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
     if isinstance(a, dict) and isinstance(b, dict):

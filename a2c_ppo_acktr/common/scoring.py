@@ -23,6 +23,7 @@ Multiple-choice scoring is the same under both rules. The rules in detail (docs/
 * aggregation: mean per raw question type; Relative Direction is the unweighted mean of its easy,
   medium and hard means; Overall is the unweighted mean of the 8 task scores, times 100.
 """
+
 from __future__ import annotations
 
 import math
@@ -110,7 +111,10 @@ def mean_relative_accuracy(pred: float, gt: float) -> float:
     """
     gt = float(gt)
     if not math.isfinite(gt) or gt <= 0:
-        raise ValueError(f"ground truth {gt!r} must be a finite number > 0 for the relative error |pred-gt|/gt; fix the question data")
+        raise ValueError(
+            f"ground truth {gt!r} must be a finite number > 0 for the relative error |pred-gt|/gt; fix the question "
+            "data"
+        )
     pred = float(pred)
     if not math.isfinite(pred):
         return 0.0
@@ -123,8 +127,13 @@ DEFAULT_SCORING_RULE = "thinking-in-space"
 
 # English number words and their values (the lmms-eval-0.7 rule reads runs of them).
 NUMBER_WORDS: dict[str, int] = {
-    **{w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-                                   "fifteen sixteen seventeen eighteen nineteen".split())},
+    **{
+        w: i
+        for i, w in enumerate(
+            "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+            "fifteen sixteen seventeen eighteen nineteen".split()
+        )
+    },
     **{w: 10 * (i + 2) for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split())},
     "hundred": 100,
     "thousand": 1000,
@@ -207,7 +216,10 @@ def score_prediction(question_type: str, prediction: str, ground_truth: str, rul
         return 1.0 if word.lower() == ground_truth.lower() else 0.0
     gt = _to_float(ground_truth)
     if gt is None:
-        raise ValueError(f"numerical ground truth {ground_truth!r} of a {question_type} question is not a number; fix the question data")
+        raise ValueError(
+            f"numerical ground truth {ground_truth!r} of a {question_type} question is not a number; fix the question "
+            "data"
+        )
     pred = _to_float(word) if rule == "thinking-in-space" else first_number(prediction)
     if pred is None:
         return 0.0
@@ -241,7 +253,9 @@ def aggregate(records: Iterable[tuple[str, float]]) -> dict:
         _check_type(question_type)
         score = float(score)
         if not 0.0 <= score <= 1.0:
-            raise ValueError(f"score {score!r} for {question_type} is outside [0, 1]; pass per-question scores from score_prediction")
+            raise ValueError(
+                f"score {score!r} for {question_type} is outside [0, 1]; pass per-question scores from score_prediction"
+            )
         sums[question_type] += score
         counts[question_type] += 1
     per_type = {t: sums[t] / counts[t] for t in TASKS if counts[t] > 0}

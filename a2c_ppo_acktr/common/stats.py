@@ -13,6 +13,7 @@ The t distribution is scipy's; the bootstraps are written here, since they resam
 (question types) and weight the strata as the benchmark's Overall does, which ``scipy.stats.bootstrap``
 does not.
 """
+
 from __future__ import annotations
 
 import math
@@ -125,7 +126,10 @@ def paired_bootstrap_ci(
     x = np.asarray(a, dtype=np.float64).reshape(-1)
     y = np.asarray(b, dtype=np.float64).reshape(-1)
     if x.size != y.size:
-        raise ValueError(f"paired_bootstrap_ci needs one b per a: got {x.size} values in a and {y.size} in b; pair them by question first")
+        raise ValueError(
+            f"paired_bootstrap_ci needs one b per a: got {x.size} values in a and {y.size} in b; pair them by question "
+            "first"
+        )
     if x.size == 0:
         raise ValueError("paired_bootstrap_ci got no pairs (a and b are empty)")
     d = x - y

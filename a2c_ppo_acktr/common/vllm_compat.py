@@ -16,6 +16,7 @@ One home for the facts the launcher (:mod:`a2c_ppo_acktr.rollout_servers`), the 
   0.01, so a policy sampling outside ``[MIN_TEMPERATURE, MAX_TEMPERATURE]`` would be refused or
   sampled at another temperature than the one it scores.
 """
+
 from __future__ import annotations
 
 import re
@@ -65,8 +66,10 @@ def check_version(text: str, where: str) -> tuple[int, int, int]:
     version = parse_version(text)
     if version < MIN_VERSION or version[:2] > CHECKED_UP_TO:
         why = "return_token_ids needs >= 0.10.2" if version < MIN_VERSION else "its fields were checked up to 0.33"
-        raise VLLMVersionError(f"{where} is vLLM {str(text).strip()[:40]}, outside the supported {SUPPORTED_RANGE} ({why}); "
-                               f"install a supported one there (pip install '{PIP_REQUIREMENT}')")
+        raise VLLMVersionError(
+            f"{where} is vLLM {str(text).strip()[:40]}, outside the supported {SUPPORTED_RANGE} ({why}); "
+            f"install a supported one there (pip install '{PIP_REQUIREMENT}')"
+        )
     return version
 
 
@@ -79,16 +82,24 @@ def server_lora_rank(lora_r: int) -> int:
     for rank in PORTABLE_LORA_RANKS:
         if rank >= int(lora_r):
             return rank
-    raise VLLMVersionError(f"model.lora_r={lora_r} is above vLLM's largest --max-lora-rank {PORTABLE_LORA_RANKS[-1]}: "
-                           f"lower model.lora_r, or use rollout.engine=hf")
+    raise VLLMVersionError(
+        f"model.lora_r={lora_r} is above vLLM's largest --max-lora-rank {PORTABLE_LORA_RANKS[-1]}: "
+        f"lower model.lora_r, or use rollout.engine=hf"
+    )
 
 
 def temperature_problem(min_temperature: float, max_temperature: float) -> Optional[str]:
     """Why a vLLM server cannot sample the policy's temperature range, or None when it can."""
     if max_temperature > MAX_TEMPERATURE:
-        return (f"model.max_temperature={max_temperature} is above {MAX_TEMPERATURE:g}, the highest temperature vLLM serves "
-                "(0.33 answers HTTP 400): lower model.max_temperature, or use rollout.engine=hf")
+        return (
+            f"model.max_temperature={max_temperature} is above {MAX_TEMPERATURE:g}, the highest temperature vLLM "
+            "serves "
+            "(0.33 answers HTTP 400): lower model.max_temperature, or use rollout.engine=hf"
+        )
     if 0 < min_temperature < MIN_TEMPERATURE:
-        return (f"model.min_temperature={min_temperature} is below {MIN_TEMPERATURE:g}, which vLLM samples at {MIN_TEMPERATURE:g} "
-                "instead: raise model.min_temperature, or use rollout.engine=hf")
+        return (
+            f"model.min_temperature={min_temperature} is below {MIN_TEMPERATURE:g}, which vLLM samples at "
+            f"{MIN_TEMPERATURE:g} "
+            "instead: raise model.min_temperature, or use rollout.engine=hf"
+        )
     return None

@@ -8,6 +8,7 @@ next to every run's outputs (``config.yaml``) and logged.
 Validation runs in ``__post_init__`` of each component and in :meth:`RunConfig.validate` for
 cross-component rules; every message names the key, the value, what is allowed and how to fix it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,7 +26,15 @@ import yaml
 
 from a2c_ppo_acktr.common import atomic
 from a2c_ppo_acktr.common.choices import (
-    ADV_NORMS, ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, OLD_LOG_PROBS, RATIO_LEVELS, REFERENCES, ROLLOUT_ENGINES, TEACHERS,
+    ADV_NORMS,
+    ADVANTAGE_ESTIMATORS,
+    KL_ESTIMATORS,
+    LOSS_AGGREGATIONS,
+    OLD_LOG_PROBS,
+    RATIO_LEVELS,
+    REFERENCES,
+    ROLLOUT_ENGINES,
+    TEACHERS,
     THOUGHT_STYLES,
 )
 from a2c_ppo_acktr.common.errors import UserError
@@ -77,8 +86,11 @@ def _check_key_env(name: str, value: str) -> None:
     """A ``*_key_env`` setting names the environment variable holding a key. A key passed in its
     place is refused before the config is written anywhere, and the message does not repeat it."""
     problem = key_env_problem(value)
-    _check(problem is None, f"{name} {problem}; pass the NAME of the environment variable that holds the key "
-                            f"(export MY_API_KEY=... in the shell, then --{name} MY_API_KEY), never the key itself")
+    _check(
+        problem is None,
+        f"{name} {problem}; pass the NAME of the environment variable that holds the key "
+        f"(export MY_API_KEY=... in the shell, then --{name} MY_API_KEY), never the key itself",
+    )
 
 
 # Scene sources that generate questions in real scans, and those that read rows of questions from a file.
@@ -99,21 +111,27 @@ class EnvConfig:
     # VSI-v0 | NumberLine-v0 | EZPoints-v0 | Points24-v0 | Blackjack-v0 | Sokoban-v0 | MiniGrid-<...> (any minigrid id)
     # | module.path:ClassName (your own env class, envs/registry.py)
     env_id: str = "VSI-v0"
-    game: dict[str, Any] = field(default_factory=dict)  # settings of a game env's own config, e.g. {max_position: 7} or {dim_room: [7, 7], num_boxes: 2}
+    game: dict[str, Any] = field(
+        default_factory=dict
+    )  # settings of a game env's own config, e.g. {max_position: 7} or {dim_room: [7, 7], num_boxes: 2}
     # module.path:function: every step's reward becomes fn(reply=, reward=, info=, episode=) (envs/reward_fn.py);
     # the score evaluation reports stays the env's. null = the env's reward.
     reward_fn: Optional[str] = None
     # procedural | scannet | arkitscenes | scannetpp (questions generated in the scans) | vsibench (the
     # benchmark's rows) | parquet (a training set of rows written by python -m a2c_ppo_acktr.envs.make_dataset)
     scene_source: str = "procedural"
-    data_root: Optional[str] = None  # directory with the real scans (scannet/arkitscenes/scannetpp, and those the rows name)
+    data_root: Optional[str] = (
+        None  # directory with the real scans (scannet/arkitscenes/scannetpp, and those the rows name)
+    )
     vsibench_path: Optional[str] = None  # parquet/JSON of rows (scene_source=vsibench or parquet)
     num_scenes: int = 64  # procedural scenes drawn from (scene k has seed env.scene_seed + k)
     question_types: list[str] = field(default_factory=lambda: list(QUESTION_TYPES))
     image_size: int = 224  # rendered frames are image_size x image_size
     fov_deg: float = 90.0  # horizontal field of view of the pinhole camera
     eye_height: float = 1.5  # camera height above the floor, meters
-    num_sweep_frames: int = 8  # frames of the initial 360-degree sweep ("video" frames); mode video_qa: of the walk-through
+    num_sweep_frames: int = (
+        8  # frames of the initial 360-degree sweep ("video" frames); mode video_qa: of the walk-through
+    )
     image_history: int = 2  # most recent per-turn views kept in the observation besides the sweep
     max_turns: int = 10  # turns per episode before truncation
     agent_radius: float = 0.2  # meters; movement is blocked when the disk would hit walls/objects
@@ -123,12 +141,18 @@ class EnvConfig:
     collision_penalty: float = -0.05  # reward added when a move is blocked
     procedural_min_room: float = 3.0  # meters, smallest side of procedural rooms
     procedural_max_room: float = 10.0  # meters, largest side of procedural rooms
-    scene_seed: int = 0  # procedural scene k (k < num_scenes) is built from seed scene_seed + k; use another value for held-out scenes
-    appearance_min_fraction: float = 0.002  # an object counts as seen in a sweep frame when it covers this fraction of the pixels
+    # procedural scene k (k < num_scenes) is built from seed scene_seed + k; use another value for held-out scenes
+    scene_seed: int = 0
+    appearance_min_fraction: float = (
+        0.002  # an object counts as seen in a sweep frame when it covers this fraction of the pixels
+    )
     scene_cache_size: int = 64  # scenes (with their ray-casting structures) kept per env; real scans are large
     look: str = "shaded"  # shaded (per-pixel light, materials, textures) | flat (one color per triangle)
-    shadows: bool = False  # shaded look: hard shadows from the ceiling lamp (a second ray per pixel, about half the frame rate)
-    object_labels: str = "none"  # none | names | ids: draw each visible object's category name or object id on the observed frames (set-of-marks)
+    shadows: bool = (
+        False  # shaded look: hard shadows from the ceiling lamp (a second ray per pixel, about half the frame rate)
+    )
+    # none | names | ids: draw each visible object's category name or object id on the observed frames (set-of-marks)
+    object_labels: str = "none"
     # How a numerical answer is read (reward and reports): thinking-in-space (the reference: first word,
     # float) | lmms-eval-0.7 (the first number anywhere, digits or English words); docs/EVAL.md
     scoring_rule: str = "thinking-in-space"
@@ -138,7 +162,8 @@ class EnvConfig:
     # reward = the answer's score + format_reward (docs/TRAINING.md, "Single-turn video QA").
     mode: str = "interactive"
     # video_qa: reward added to a reply that parses as an answer in the reply format; a reply that does not
-    # parse gets invalid_penalty, a move 0. null = 0.1 in video_qa (EnvConfig.format_bonus); interactive takes none (null or 0).
+    # parse gets invalid_penalty, a move 0. null = 0.1 in video_qa (EnvConfig.format_bonus); interactive takes
+    # none (null or 0).
     format_reward: Optional[float] = None
     # video_qa with rows (scene_source vsibench/parquet): the benchmark's video layout,
     # <video_root>/<dataset>/<scene_name>.mp4 (read with PyAV, num_sweep_frames frames by linspace, resized to
@@ -155,26 +180,43 @@ class EnvConfig:
         _check(isinstance(self.game, dict), f"env.game must be a mapping of a game's settings, got {self.game!r}")
         from a2c_ppo_acktr.common.entry_points import is_entry_point
 
-        _check(self.reward_fn is None or is_entry_point(str(self.reward_fn)),
-               f"env.reward_fn={self.reward_fn!r} must name a function as 'module.path:function' (or be null)")
+        _check(
+            self.reward_fn is None or is_entry_point(str(self.reward_fn)),
+            f"env.reward_fn={self.reward_fn!r} must name a function as 'module.path:function' (or be null)",
+        )
         _choice("env.scene_source", self.scene_source, ["procedural", *SCAN_SOURCES, *ROW_SOURCES])
         for q in self.question_types:
-            _check(q in QUESTION_TYPES, f"env.question_types contains unknown type {q!r}; known: {list(QUESTION_TYPES)}")
-        _check(len(self.question_types) > 0, "env.question_types is empty; list at least one of " f"{list(QUESTION_TYPES)}")
+            _check(
+                q in QUESTION_TYPES, f"env.question_types contains unknown type {q!r}; known: {list(QUESTION_TYPES)}"
+            )
+        _check(
+            len(self.question_types) > 0, f"env.question_types is empty; list at least one of {list(QUESTION_TYPES)}"
+        )
         _check(16 <= self.image_size <= 2048, f"env.image_size={self.image_size} must be in [16, 2048]")
         _check(10.0 <= self.fov_deg <= 170.0, f"env.fov_deg={self.fov_deg} must be in [10, 170] degrees")
         _check(self.max_turns >= 1, f"env.max_turns={self.max_turns} must be >= 1")
-        _check(1 <= self.num_sweep_frames <= MAX_SWEEP_FRAMES,
-               f"env.num_sweep_frames={self.num_sweep_frames} must be in [1, {MAX_SWEEP_FRAMES}] (every prompt of an episode holds the whole sweep)")
-        _check(0 <= self.image_history <= MAX_SWEEP_FRAMES, f"env.image_history={self.image_history} must be in [0, {MAX_SWEEP_FRAMES}]")
+        _check(
+            1 <= self.num_sweep_frames <= MAX_SWEEP_FRAMES,
+            f"env.num_sweep_frames={self.num_sweep_frames} must be in [1, {MAX_SWEEP_FRAMES}] (every prompt of an "
+            "episode holds the whole sweep)",
+        )
+        _check(
+            0 <= self.image_history <= MAX_SWEEP_FRAMES,
+            f"env.image_history={self.image_history} must be in [0, {MAX_SWEEP_FRAMES}]",
+        )
         _check(
             self.memory_bytes() <= HOST_MEMORY_BUDGET,
-            f"env.num_sweep_frames={self.num_sweep_frames} + env.image_history={self.image_history} frames of {self.image_size}x{self.image_size} "
-            f"need about {self.memory_bytes() / 2**30:.1f} GiB per env ({FRAME_BYTES_PER_PIXEL} bytes per pixel), more than the "
+            f"env.num_sweep_frames={self.num_sweep_frames} + env.image_history={self.image_history} frames of "
+            f"{self.image_size}x{self.image_size} "
+            f"need about {self.memory_bytes() / 2**30:.1f} GiB per env ({FRAME_BYTES_PER_PIXEL} bytes per pixel), more "
+            "than the "
             f"{HOST_MEMORY_BUDGET // 2**30} GiB a process's envs may use; use fewer frames or a smaller env.image_size",
         )
         _check(self.num_scenes >= 1, f"env.num_scenes={self.num_scenes} must be >= 1")
-        _check(0 < self.appearance_min_fraction < 1, f"env.appearance_min_fraction={self.appearance_min_fraction} must be in (0, 1)")
+        _check(
+            0 < self.appearance_min_fraction < 1,
+            f"env.appearance_min_fraction={self.appearance_min_fraction} must be in (0, 1)",
+        )
         _choice("env.look", self.look, ["shaded", "flat"])
         _choice("env.object_labels", self.object_labels, ["none", "names", "ids"])
         from a2c_ppo_acktr.common.scoring import SCORING_RULES
@@ -183,43 +225,74 @@ class EnvConfig:
         _check(self.scene_cache_size >= 1, f"env.scene_cache_size={self.scene_cache_size} must be >= 1")
         _check(0 < self.agent_radius < 1.0, f"env.agent_radius={self.agent_radius} must be in (0, 1) meters")
         _check(0 < self.max_forward <= 10.0, f"env.max_forward={self.max_forward} must be in (0, 10] meters")
-        _check(0 < self.eye_height <= 3.0, f"env.eye_height={self.eye_height} must be in (0, 3] meters (a person's eye is ~1.5)")
+        _check(
+            0 < self.eye_height <= 3.0,
+            f"env.eye_height={self.eye_height} must be in (0, 3] meters (a person's eye is ~1.5)",
+        )
         _check(
             0 < self.procedural_min_room <= self.procedural_max_room,
-            f"env.procedural_min_room={self.procedural_min_room} must be > 0 and <= env.procedural_max_room={self.procedural_max_room}",
+            f"env.procedural_min_room={self.procedural_min_room} must be > 0 and <= "
+            f"env.procedural_max_room={self.procedural_max_room}",
         )
         self._check_mode()
         if self.scene_source in SCAN_SOURCES:
-            _check(self.data_root is not None, f"env.scene_source={self.scene_source!r} needs env.data_root (directory of scans)")
+            _check(
+                self.data_root is not None,
+                f"env.scene_source={self.scene_source!r} needs env.data_root (directory of scans)",
+            )
         if self.scene_source in ROW_SOURCES:
             _check(
                 self.vsibench_path is not None and self.data_root is not None,
-                f"env.scene_source={self.scene_source!r} needs env.vsibench_path (parquet/JSON rows) and env.data_root (scans)",
+                f"env.scene_source={self.scene_source!r} needs env.vsibench_path (parquet/JSON rows) and env.data_root "
+                "(scans)",
             )
 
     def _check_mode(self) -> None:
         """``mode`` and the settings it needs."""
         _choice("env.mode", self.mode, list(ENV_MODES))
         if self.mode == "interactive":
-            _check(not self.format_reward, f"env.format_reward={self.format_reward} applies to env.mode=video_qa only; "
-                                           "leave it null (or 0) in interactive mode")
-            _check(self.video_root is None, "env.video_root (scan videos) is read by env.mode=video_qa only; set env.mode=video_qa or leave it null")
+            _check(
+                not self.format_reward,
+                f"env.format_reward={self.format_reward} applies to env.mode=video_qa only; "
+                "leave it null (or 0) in interactive mode",
+            )
+            _check(
+                self.video_root is None,
+                "env.video_root (scan videos) is read by env.mode=video_qa only; set env.mode=video_qa or leave it "
+                "null",
+            )
             return
         from a2c_ppo_acktr.common.env_ids import canonical_id
 
-        _check(canonical_id(self.env_id) == "VSI-v0",
-               f"env.mode=video_qa is a mode of VSI-v0; env.env_id={self.env_id!r} has its own turns: leave env.mode=interactive")
-        _check(self.max_turns == 1, f"env.mode=video_qa has one answer turn: set env.max_turns=1 (got {self.max_turns})")
-        _check(self.image_history == 0,
-               f"env.mode=video_qa shows only the walk-through's frames (no per-turn views): set env.image_history=0 (got {self.image_history})")
-        _check(self.object_labels == "none",
-               f"env.object_labels={self.object_labels!r} is not supported with env.mode=video_qa (a scan's video has no object ids): use none")
-        _check(self.format_reward is None or (math.isfinite(self.format_reward) and 0.0 <= self.format_reward <= 1.0),
-               f"env.format_reward={self.format_reward} must be in [0, 1] (a small bonus next to a score in [0, 1])")
+        _check(
+            canonical_id(self.env_id) == "VSI-v0",
+            f"env.mode=video_qa is a mode of VSI-v0; env.env_id={self.env_id!r} has its own turns: leave "
+            "env.mode=interactive",
+        )
+        _check(
+            self.max_turns == 1, f"env.mode=video_qa has one answer turn: set env.max_turns=1 (got {self.max_turns})"
+        )
+        _check(
+            self.image_history == 0,
+            "env.mode=video_qa shows only the walk-through's frames (no per-turn views): set env.image_history=0 (got "
+            f"{self.image_history})",
+        )
+        _check(
+            self.object_labels == "none",
+            f"env.object_labels={self.object_labels!r} is not supported with env.mode=video_qa (a scan's video has no "
+            "object ids): use none",
+        )
+        _check(
+            self.format_reward is None or (math.isfinite(self.format_reward) and 0.0 <= self.format_reward <= 1.0),
+            f"env.format_reward={self.format_reward} must be in [0, 1] (a small bonus next to a score in [0, 1])",
+        )
         if self.video_root is not None:
-            _check(self.scene_source in ROW_SOURCES,
-                   f"env.video_root holds videos named by rows (<dataset>/<scene_name>.mp4): it needs env.scene_source vsibench or parquet, "
-                   f"not {self.scene_source!r}")
+            _check(
+                self.scene_source in ROW_SOURCES,
+                "env.video_root holds videos named by rows (<dataset>/<scene_name>.mp4): it needs env.scene_source "
+                "vsibench or parquet, "
+                f"not {self.scene_source!r}",
+            )
 
     @property
     def format_bonus(self) -> float:
@@ -247,7 +320,9 @@ class ModelConfig:
     """The policy VLM, its LoRA adapter and its heads (``a2c_ppo_acktr/policy/model.py``)."""
 
     model_path: str = "tiny:qwen2_5_vl"  # HF hub id, local directory, or tiny:<family> for the offline tiny model
-    sft_adapter: Optional[str] = None  # LoRA adapter directory from train_sft.py to warm-start PPO (main_vsi.py --sft-adapter)
+    sft_adapter: Optional[str] = (
+        None  # LoRA adapter directory from train_sft.py to warm-start PPO (main_vsi.py --sft-adapter)
+    )
     dtype: str = "float32"  # float32 | bfloat16 | float16
     # sdpa | eager | flash_attention_2 | auto (at load: flash_attention_2 on CUDA in bf16/fp16 when flash_attn
     # imports, else sdpa; flash attention also serves Qwen2.5-VL's windowed vision tower in one varlen
@@ -311,13 +386,21 @@ class ModelConfig:
         _choice("model.device", self.device, ["auto", "cpu", "cuda"])
         _choice("model.train_vision", self.train_vision, ["none", "projector", "tower"])
         _choice("model.rollout_log_probs", self.rollout_log_probs, ["auto", "generate", "recompute"])
-        _check(self.logits_chunk_tokens is None or self.logits_chunk_tokens >= 1,
-               f"model.logits_chunk_tokens={self.logits_chunk_tokens} must be >= 1 (or null for the default)")
-        _check(self.vision_cache_images >= 0, f"model.vision_cache_images={self.vision_cache_images} must be >= 0 (0 = off)")
+        _check(
+            self.logits_chunk_tokens is None or self.logits_chunk_tokens >= 1,
+            f"model.logits_chunk_tokens={self.logits_chunk_tokens} must be >= 1 (or null for the default)",
+        )
+        _check(
+            self.vision_cache_images >= 0,
+            f"model.vision_cache_images={self.vision_cache_images} must be >= 0 (0 = off)",
+        )
         _check(self.lora_r >= 1, f"model.lora_r={self.lora_r} must be >= 1")
         _check(self.lora_alpha > 0, f"model.lora_alpha={self.lora_alpha} must be > 0")
         _check(0 <= self.lora_dropout < 1, f"model.lora_dropout={self.lora_dropout} must be in [0, 1)")
-        _check(self.temperature > 0, f"model.temperature={self.temperature} must be > 0 (use a small value such as 0.01 for near-greedy)")
+        _check(
+            self.temperature > 0,
+            f"model.temperature={self.temperature} must be > 0 (use a small value such as 0.01 for near-greedy)",
+        )
         _check(
             0 < self.min_temperature <= self.temperature <= self.max_temperature,
             f"temperatures must satisfy 0 < model.min_temperature ({self.min_temperature}) <= model.temperature "
@@ -331,23 +414,36 @@ class ModelConfig:
                 f"(got {self.min_temperature}, {self.temperature}, {self.max_temperature}); widen the range or "
                 "set use_temp_predictor=false for a fixed temperature",
             )
-        _check(0.0 <= self.thought_prob_coef <= 1.0, f"model.thought_prob_coef={self.thought_prob_coef} must be in [0, 1]")
+        _check(
+            0.0 <= self.thought_prob_coef <= 1.0, f"model.thought_prob_coef={self.thought_prob_coef} must be in [0, 1]"
+        )
         _check(self.max_new_tokens >= 1, f"model.max_new_tokens={self.max_new_tokens} must be >= 1")
         _check(self.top_k >= 0, f"model.top_k={self.top_k} must be >= 0 (0 = off)")
         _check(0.0 < self.top_p <= 1.0, f"model.top_p={self.top_p} must be in (0, 1] (1 = off)")
         _check(self.value_head_hidden >= 1, f"model.value_head_hidden={self.value_head_hidden} must be >= 1")
         for name in ("min_pixels", "max_pixels"):
             value = getattr(self, name)
-            _check(value is None or value >= 1, f"model.{name}={value} must be >= 1 pixel (or null for the model's own budget)")
+            _check(
+                value is None or value >= 1,
+                f"model.{name}={value} must be >= 1 pixel (or null for the model's own budget)",
+            )
         if self.min_pixels is not None and self.max_pixels is not None:
-            _check(self.min_pixels <= self.max_pixels, f"model.min_pixels={self.min_pixels} must be <= model.max_pixels={self.max_pixels}")
+            _check(
+                self.min_pixels <= self.max_pixels,
+                f"model.min_pixels={self.min_pixels} must be <= model.max_pixels={self.max_pixels}",
+            )
         try:
             re.compile(self.lora_target_modules)
         except re.error as e:
-            raise ConfigError(f"model.lora_target_modules={self.lora_target_modules!r} is not a valid regular expression: {e}") from e
+            raise ConfigError(
+                f"model.lora_target_modules={self.lora_target_modules!r} is not a valid regular expression: {e}"
+            ) from e
         _check(self.temp_head_hidden >= 1, f"model.temp_head_hidden={self.temp_head_hidden} must be >= 1")
         if self.attn_implementation == "flash_attention_2":
-            _check(self.dtype != "float32", "model.attn_implementation=flash_attention_2 needs model.dtype bfloat16 or float16")
+            _check(
+                self.dtype != "float32",
+                "model.attn_implementation=flash_attention_2 needs model.dtype bfloat16 or float16",
+            )
 
     @property
     def recompute_rollout_log_probs(self) -> bool:
@@ -383,11 +479,16 @@ class RolloutConfig:
         _choice("rollout.engine", self.engine, ROLLOUT_ENGINES)
         _check(self.engine_timeout_s > 0, f"rollout.engine_timeout_s={self.engine_timeout_s} must be > 0")
         _check(self.engine_retries >= 1, f"rollout.engine_retries={self.engine_retries} must be >= 1")
-        _check(self.engine_max_concurrency >= 1, f"rollout.engine_max_concurrency={self.engine_max_concurrency} must be >= 1")
+        _check(
+            self.engine_max_concurrency >= 1,
+            f"rollout.engine_max_concurrency={self.engine_max_concurrency} must be >= 1",
+        )
         _check(
             1 <= self.num_envs <= HOST_MEMORY_BUDGET // ENV_BASE_BYTES,
-            f"rollout.num_envs={self.num_envs} must be in [1, {HOST_MEMORY_BUDGET // ENV_BASE_BYTES}] per process (each env keeps its "
-            f"scene, about {ENV_BASE_BYTES // 2**20} MiB, and its frames: {HOST_MEMORY_BUDGET // 2**30} GiB for a process's envs); "
+            f"rollout.num_envs={self.num_envs} must be in [1, {HOST_MEMORY_BUDGET // ENV_BASE_BYTES}] per process "
+            "(each env keeps its "
+            f"scene, about {ENV_BASE_BYTES // 2**20} MiB, and its frames: {HOST_MEMORY_BUDGET // 2**30} GiB for a "
+            "process's envs); "
             "more processes run more envs",
         )
         _check(self.num_steps >= 1, f"rollout.num_steps={self.num_steps} must be >= 1")
@@ -528,13 +629,22 @@ class PPOConfig:
         _check(self.warmup_iterations >= 0, f"ppo.warmup_iterations={self.warmup_iterations} must be >= 0")
         _check(self.weight_decay >= 0, f"ppo.weight_decay={self.weight_decay} must be >= 0")
         _check(self.adam_eps > 0, f"ppo.adam_eps={self.adam_eps} must be > 0 (e.g. 1e-8)")
-        _check(self.target_kl is None or self.target_kl > 0, f"ppo.target_kl={self.target_kl} must be > 0 (or null: no early stop)")
+        _check(
+            self.target_kl is None or self.target_kl > 0,
+            f"ppo.target_kl={self.target_kl} must be > 0 (or null: no early stop)",
+        )
         _choice("ppo.lr_schedule", self.lr_schedule, ["cosine", "constant"])
         _check(0 <= self.min_lr_ratio <= 1, f"ppo.min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
         _check(self.clip_coef > 0, f"ppo.clip_coef={self.clip_coef} must be > 0")
-        _check(self.tis_cap is None or self.tis_cap == 0 or self.tis_cap >= 1.0,
-               f"ppo.tis_cap={self.tis_cap} must be >= 1 (a cap on the importance weight), 0 (off) or null (the engine's default)")
-        _check(self.vf_coef >= 0 and self.ent_coef >= 0 and self.kl_coef >= 0, "ppo.vf_coef, ppo.ent_coef and ppo.kl_coef must be >= 0")
+        _check(
+            self.tis_cap is None or self.tis_cap == 0 or self.tis_cap >= 1.0,
+            f"ppo.tis_cap={self.tis_cap} must be >= 1 (a cap on the importance weight), 0 (off) or null (the engine's "
+            "default)",
+        )
+        _check(
+            self.vf_coef >= 0 and self.ent_coef >= 0 and self.kl_coef >= 0,
+            "ppo.vf_coef, ppo.ent_coef and ppo.kl_coef must be >= 0",
+        )
         _check(self.max_grad_norm > 0, f"ppo.max_grad_norm={self.max_grad_norm} must be > 0")
         _check(0 <= self.gamma <= 1, f"ppo.gamma={self.gamma} must be in [0, 1]")
         _check(0 <= self.gae_lambda <= 1, f"ppo.gae_lambda={self.gae_lambda} must be in [0, 1]")
@@ -559,7 +669,8 @@ class PPOConfig:
         else:
             _check(
                 self.loss_agg is None,
-                f"ppo.loss_agg={self.loss_agg!r} aggregates per-token losses, but ppo.ratio_level={self.ratio_level!r} has one "
+                f"ppo.loss_agg={self.loss_agg!r} aggregates per-token losses, but ppo.ratio_level={self.ratio_level!r} "
+                "has one "
                 "loss per reply (averaged over the replies): leave ppo.loss_agg null, or use ppo.ratio_level=token",
             )
         for side in ("clip_low", "clip_high"):
@@ -567,25 +678,40 @@ class PPOConfig:
             _check(value is None or value > 0, f"ppo.{side}={value} must be > 0 (or null for ppo.clip_coef)")
         _check(
             self.dynamic_sampling_max_rounds >= 1,
-            f"ppo.dynamic_sampling_max_rounds={self.dynamic_sampling_max_rounds} must be >= 1 (rollouts collected per update at most)",
+            f"ppo.dynamic_sampling_max_rounds={self.dynamic_sampling_max_rounds} must be >= 1 (rollouts collected per "
+            "update at most)",
         )
-        _check(self.clip_low is None or self.clip_low < 1, f"ppo.clip_low={self.clip_low} must be < 1 (the ratio's floor is 1 - clip_low > 0)")
+        _check(
+            self.clip_low is None or self.clip_low < 1,
+            f"ppo.clip_low={self.clip_low} must be < 1 (the ratio's floor is 1 - clip_low > 0)",
+        )
         _check(
             self.clip_ratio_c is None or self.clip_ratio_c > 1,
-            f"ppo.clip_ratio_c={self.clip_ratio_c} must be > 1 (the dual clip's cap on a negative advantage's ratio; verl uses 3) or null",
+            f"ppo.clip_ratio_c={self.clip_ratio_c} must be > 1 (the dual clip's cap on a negative advantage's ratio; "
+            "verl uses 3) or null",
         )
 
         _check(
             0.0 <= self.ema_decay <= 1.0,
-            f"ppo.ema_decay={self.ema_decay} must be in [0, 1] (0 = the reference is the last update's weights, 1 = the starting weights)",
+            f"ppo.ema_decay={self.ema_decay} must be in [0, 1] (0 = the reference is the last update's weights, 1 = "
+            "the starting weights)",
         )
-        _check(0.0 < self.perception_top_frac <= 1.0, f"ppo.perception_top_frac={self.perception_top_frac} must be in (0, 1]")
         _check(
-            self.perception_top_weight >= 0 and self.perception_rest_weight >= 0 and self.perception_top_weight + self.perception_rest_weight > 0,
-            f"ppo.perception_top_weight={self.perception_top_weight} and ppo.perception_rest_weight={self.perception_rest_weight} "
+            0.0 < self.perception_top_frac <= 1.0,
+            f"ppo.perception_top_frac={self.perception_top_frac} must be in (0, 1]",
+        )
+        _check(
+            self.perception_top_weight >= 0
+            and self.perception_rest_weight >= 0
+            and self.perception_top_weight + self.perception_rest_weight > 0,
+            f"ppo.perception_top_weight={self.perception_top_weight} and "
+            f"ppo.perception_rest_weight={self.perception_rest_weight} "
             "must be >= 0 and not both 0",
         )
-        _check(0.0 <= self.perception_adv_min <= 1.0, f"ppo.perception_adv_min={self.perception_adv_min} must be in [0, 1] (1 = no advantage scaling)")
+        _check(
+            0.0 <= self.perception_adv_min <= 1.0,
+            f"ppo.perception_adv_min={self.perception_adv_min} must be in [0, 1] (1 = no advantage scaling)",
+        )
         _choice("ppo.perception_mask", self.perception_mask, ["zero", "noise"])
         if self.kl_penalty == "reward":
             _check(not self.kl_adaptive, "ppo.kl_adaptive works with ppo.kl_penalty=loss only")
@@ -628,7 +754,10 @@ class SFTConfig:
     overwrite: bool = False
 
     def __post_init__(self) -> None:
-        _check(self.max_steps == -1 or self.max_steps >= 1, f"sft.max_steps={self.max_steps} must be -1 (use num_epochs) or >= 1")
+        _check(
+            self.max_steps == -1 or self.max_steps >= 1,
+            f"sft.max_steps={self.max_steps} must be -1 (use num_epochs) or >= 1",
+        )
         _check(0 <= self.warmup_ratio < 1, f"sft.warmup_ratio={self.warmup_ratio} must be in [0, 1)")
         _check(self.weight_decay >= 0, f"sft.weight_decay={self.weight_decay} must be >= 0")
         _check(
@@ -654,9 +783,13 @@ class LabelConfig:
     num_episodes: int = 100
     seed: int = 0  # episode i is reset with seed + i (deterministic episode ids)
     batch_size: int = 4  # episodes stepped together (one batched teacher call per turn)
-    epsilon: float = 0.0  # probability that a turn executes a random move instead of the teacher's (still labelled by the teacher)
+    epsilon: float = (
+        0.0  # probability that a turn executes a random move instead of the teacher's (still labelled by the teacher)
+    )
     oracle_max_moves: int = 1  # oracle turns toward its target at most this many times before answering
-    oracle_face_tolerance_deg: float = 20.0  # oracle stops turning once the target is within this angle of the view axis
+    oracle_face_tolerance_deg: float = (
+        20.0  # oracle stops turning once the target is within this angle of the view axis
+    )
     # oracle thoughts: "full" = a reason with the scene's names and numbers; "brief" = one fixed sentence per
     # question type (no names or numbers), for tiny models that cannot learn to copy them (configs/cpu-demo.yaml)
     oracle_thoughts: str = "full"
@@ -678,7 +811,9 @@ class LabelConfig:
     # preprocessing (labelled trajectories -> SFT dataset)
     dataset_dir: str = "outputs/sft_data"  # train.jsonl / val.jsonl are written here
     min_score: float = 0.0  # keep episodes whose benchmark score is >= this
-    per_turn: bool = True  # one sample per teacher turn; false = one sample per episode (its final turn, all turns as context)
+    per_turn: bool = (
+        True  # one sample per teacher turn; false = one sample per episode (its final turn, all turns as context)
+    )
     history_turns: int = 0  # earlier turns (user + assistant) kept as context; 0 = exactly the RL prompt
     val_fraction: float = 0.1  # fraction of scenes held out for validation (split by scene, never by turn)
 
@@ -689,7 +824,10 @@ class LabelConfig:
         _check(0.0 <= self.epsilon <= 1.0, f"label.epsilon={self.epsilon} must be in [0, 1]")
         _check(self.oracle_max_moves >= 0, f"label.oracle_max_moves={self.oracle_max_moves} must be >= 0")
         _choice("label.oracle_thoughts", self.oracle_thoughts, THOUGHT_STYLES)
-        _check(0 < self.oracle_face_tolerance_deg <= 180, f"label.oracle_face_tolerance_deg={self.oracle_face_tolerance_deg} must be in (0, 180]")
+        _check(
+            0 < self.oracle_face_tolerance_deg <= 180,
+            f"label.oracle_face_tolerance_deg={self.oracle_face_tolerance_deg} must be in (0, 180]",
+        )
         _check(self.max_new_tokens >= 1, f"label.max_new_tokens={self.max_new_tokens} must be >= 1")
         _check(self.timeout_s > 0, f"label.timeout_s={self.timeout_s} must be > 0 seconds")
         _check(self.max_concurrency >= 1, f"label.max_concurrency={self.max_concurrency} must be >= 1")
@@ -698,7 +836,10 @@ class LabelConfig:
         _check(self.request_temperature >= 0, f"label.request_temperature={self.request_temperature} must be >= 0")
         _check_key_env("label.api_key_env", self.api_key_env)
         if self.teacher == "openai":
-            _check(bool(self.model), "label.teacher=openai needs label.model (the served model name, e.g. Qwen/Qwen2.5-VL-72B-Instruct)")
+            _check(
+                bool(self.model),
+                "label.teacher=openai needs label.model (the served model name, e.g. Qwen/Qwen2.5-VL-72B-Instruct)",
+            )
         _check(0.0 <= self.min_score <= 1.0, f"label.min_score={self.min_score} must be in [0, 1]")
         _check(self.history_turns >= 0, f"label.history_turns={self.history_turns} must be >= 0")
         _check(0.0 <= self.val_fraction < 1.0, f"label.val_fraction={self.val_fraction} must be in [0, 1)")
@@ -722,7 +863,8 @@ class EvalConfig:
     def __post_init__(self) -> None:
         _check(
             1 <= self.num_episodes <= MAX_EVAL_EPISODES,
-            f"eval.num_episodes={self.num_episodes} must be in [1, {MAX_EVAL_EPISODES}] (the question set and a record per episode are "
+            f"eval.num_episodes={self.num_episodes} must be in [1, {MAX_EVAL_EPISODES}] (the question set and a record "
+            "per episode are "
             "kept in memory for the report); split a larger evaluation into runs with different eval.seed",
         )
         _check(
@@ -787,7 +929,10 @@ class LogConfig:
         _choice("log.wandb_mode", self.wandb_mode, ["online", "offline", "disabled"])
         _check(self.save_interval >= 1, f"log.save_interval={self.save_interval} must be >= 1")
         _check(self.keep_checkpoints >= 1, f"log.keep_checkpoints={self.keep_checkpoints} must be >= 1")
-        _check(self.save_rollouts_every >= 0, f"log.save_rollouts_every={self.save_rollouts_every} must be >= 0 (0 = never)")
+        _check(
+            self.save_rollouts_every >= 0,
+            f"log.save_rollouts_every={self.save_rollouts_every} must be >= 0 (0 = never)",
+        )
         _check(self.keep_rollouts >= 1, f"log.keep_rollouts={self.keep_rollouts} must be >= 1")
 
 
@@ -834,27 +979,50 @@ class RunConfig:
                 for f in dataclasses.fields(value):
                     if f.name.endswith("_key_env"):
                         _check_key_env(f"{section.name}.{f.name}", getattr(value, f.name))
-        for name, value in (("seed", self.seed), ("env.scene_seed", self.env.scene_seed), ("label.seed", self.label.seed),
-                            ("eval.seed", self.eval.seed), ("log.val_seed", self.log.val_seed)):
-            _check(0 <= value <= MAX_SEED, f"{name}={value} must be in [0, {MAX_SEED}] (seeds add offsets per rank, scene and episode)")
+        for name, value in (
+            ("seed", self.seed),
+            ("env.scene_seed", self.env.scene_seed),
+            ("label.seed", self.label.seed),
+            ("eval.seed", self.eval.seed),
+            ("log.val_seed", self.log.val_seed),
+        ):
+            _check(
+                0 <= value <= MAX_SEED,
+                f"{name}={value} must be in [0, {MAX_SEED}] (seeds add offsets per rank, scene and episode)",
+            )
         if self.rollout.engine != "hf":
-            _check(bool(self.rollout.engine_url), f"rollout.engine={self.rollout.engine} needs rollout.engine_url (the server's http://host:port)")
-            _check(self.model.use_lora and self.model.train_vision == "none",
-                   f"rollout.engine={self.rollout.engine} loads the policy into the server as a LoRA adapter: it needs model.use_lora=true "
-                   "and model.train_vision=none (fully trained modules do not travel as an adapter)")
-            _check(self.dist.zero_stage < 3, f"rollout.engine={self.rollout.engine} saves the whole adapter every iteration; use dist.zero_stage=2")
+            _check(
+                bool(self.rollout.engine_url),
+                f"rollout.engine={self.rollout.engine} needs rollout.engine_url (the server's http://host:port)",
+            )
+            _check(
+                self.model.use_lora and self.model.train_vision == "none",
+                f"rollout.engine={self.rollout.engine} loads the policy into the server as a LoRA adapter: it needs "
+                "model.use_lora=true "
+                "and model.train_vision=none (fully trained modules do not travel as an adapter)",
+            )
+            _check(
+                self.dist.zero_stage < 3,
+                f"rollout.engine={self.rollout.engine} saves the whole adapter every iteration; use dist.zero_stage=2",
+            )
             problem = temperature_problem(self.model.min_temperature, self.model.max_temperature)
             _check(problem is None, str(problem))
             if self.ppo.tis_cap is None:
                 self.ppo.tis_cap = VLLM_TIS_CAP
-        _check(not self.ppo.tis_cap or self.rollout.engine != "hf",
-               "ppo.tis_cap corrects for a rollout engine's own sampler; with rollout.engine=hf the policy samples itself: leave it null")
+        _check(
+            not self.ppo.tis_cap or self.rollout.engine != "hf",
+            "ppo.tis_cap corrects for a rollout engine's own sampler; with rollout.engine=hf the policy samples "
+            "itself: leave it null",
+        )
         need = self.rollout.num_envs * self.env.memory_bytes()
         _check(
             need <= HOST_MEMORY_BUDGET,
-            f"rollout.num_envs={self.rollout.num_envs} envs of {self.env.num_sweep_frames + self.env.image_history + 1} frames at "
-            f"{self.env.image_size}x{self.env.image_size} need about {need / 2**30:.1f} GiB of host memory per process ({FRAME_BYTES_PER_PIXEL} bytes per pixel of a frame), "
-            f"more than {HOST_MEMORY_BUDGET // 2**30} GiB; use fewer envs (more processes), fewer frames or a smaller env.image_size",
+            f"rollout.num_envs={self.rollout.num_envs} envs of "
+            f"{self.env.num_sweep_frames + self.env.image_history + 1} frames at "
+            f"{self.env.image_size}x{self.env.image_size} need about {need / 2**30:.1f} GiB of host memory per process "
+            f"({FRAME_BYTES_PER_PIXEL} bytes per pixel of a frame), "
+            f"more than {HOST_MEMORY_BUDGET // 2**30} GiB; use fewer envs (more processes), fewer frames or a smaller "
+            "env.image_size",
         )
         bs = self.rollout.batch_size
         mb = self.ppo.mini_batch_size
@@ -868,7 +1036,8 @@ class RunConfig:
             _check(
                 self.model.use_lora and self.model.train_vision != "tower",
                 "dist.zero_stage=3 is supported only with LoRA (model.use_lora=true) and without "
-                "model.train_vision=tower (partitioned generation of a fully trained tower is not supported); use zero_stage=2",
+                "model.train_vision=tower (partitioned generation of a fully trained tower is not supported); use "
+                "zero_stage=2",
             )
             _check(
                 not self.model.gradient_checkpointing or self.model.use_lora,
@@ -882,31 +1051,40 @@ class RunConfig:
             )
             _check(
                 self.rollout.num_steps >= self.env.max_turns,
-                f"ppo.advantage_estimator={self.ppo.advantage_estimator!r} compares whole episodes, and only those bound to end "
-                f"inside the rollout (begun at least env.max_turns steps before its end; any other choice favours short "
+                f"ppo.advantage_estimator={self.ppo.advantage_estimator!r} compares whole episodes, and only those "
+                "bound to end "
+                "inside the rollout (begun at least env.max_turns steps before its end; any other choice favours "
+                "short "
                 f"episodes): rollout.num_steps={self.rollout.num_steps} must be >= env.max_turns={self.env.max_turns}, "
                 f"ideally a few times it",
             )
         if self.ppo.adv_norm == "group":
             _check(
                 self.rollout.group_size >= 2,
-                "ppo.adv_norm=group normalises within groups of envs: set rollout.group_size >= 2, or use ppo.adv_norm=batch",
+                "ppo.adv_norm=group normalises within groups of envs: set rollout.group_size >= 2, or use "
+                "ppo.adv_norm=batch",
             )
         if self.ppo.temperature_loss == "entropy_target":
-            _check(self.model.use_temp_predictor, "ppo.temperature_loss=entropy_target trains the temperature head: set model.use_temp_predictor=true")
+            _check(
+                self.model.use_temp_predictor,
+                "ppo.temperature_loss=entropy_target trains the temperature head: set model.use_temp_predictor=true",
+            )
         if self.ppo.reference == "ema":
             _check(self.model.use_lora, "ppo.reference=ema averages the LoRA adapter: set model.use_lora=true")
         if self.reference_copies_weights:
             _check(
                 self.dist.zero_stage < 3,
-                f"ppo.reference={self.ppo.reference} keeps a full copy of the trainable weights on every process (here: of the warm "
-                "start's adapter); with dist.zero_stage=3 they are partitioned: use ppo.reference=base or dist.zero_stage=2",
+                f"ppo.reference={self.ppo.reference} keeps a full copy of the trainable weights on every process "
+                "(here: of the warm "
+                "start's adapter); with dist.zero_stage=3 they are partitioned: use ppo.reference=base or "
+                "dist.zero_stage=2",
             )
         if self.ppo.dynamic_sampling:
             _check(
                 self.ppo.advantage_estimator in ("rloo", "grpo"),
                 f"ppo.dynamic_sampling drops groups whose episodes all score alike; ppo.advantage_estimator="
-                f"{self.ppo.advantage_estimator!r} has no groups: use rloo or grpo (with rollout.group_size >= 2), or turn it off",
+                f"{self.ppo.advantage_estimator!r} has no groups: use rloo or grpo (with rollout.group_size >= 2), or "
+                "turn it off",
             )
         if self.model.rollout_log_probs == "auto":  # resolved here, so the saved config.yaml holds the mode used
             update = self.ppo.old_log_probs == "update"
@@ -918,17 +1096,25 @@ class RunConfig:
             test = range(self.eval.seed, self.eval.seed + self.eval.num_episodes)
             _check(
                 not _overlap(val, train) and not _overlap(val, test),
-                f"validation scenes {self.log.val_seed}..{val.stop - 1} (log.val_seed, log.val_episodes) overlap the training "
-                f"scenes {train.start}..{train.stop - 1} or the eval scenes {test.start}..{test.stop - 1}; choose another log.val_seed",
+                f"validation scenes {self.log.val_seed}..{val.stop - 1} (log.val_seed, log.val_episodes) overlap the "
+                "training "
+                f"scenes {train.start}..{train.stop - 1} or the eval scenes {test.start}..{test.stop - 1}; choose "
+                "another log.val_seed",
             )
         if self.ppo.kl_coef > 0:
-            _check(self.model.use_lora, "a KL to the reference (ppo.kl_coef > 0) needs LoRA (model.use_lora=true): the reference is the adapter-disabled model")
+            _check(
+                self.model.use_lora,
+                "a KL to the reference (ppo.kl_coef > 0) needs LoRA (model.use_lora=true): the reference is the "
+                "adapter-disabled model",
+            )
 
     @property
     def reference_copies_weights(self) -> bool:
         """Whether the KL's reference is a copy of the trainable weights (``ema``, or ``start`` after a
         warm start); ``start`` without a warm start and ``base`` disable the adapter instead."""
-        return self.model.use_lora and (self.ppo.reference == "ema" or (self.ppo.reference == "start" and self.model.sft_adapter is not None))
+        return self.model.use_lora and (
+            self.ppo.reference == "ema" or (self.ppo.reference == "start" and self.model.sft_adapter is not None)
+        )
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
@@ -967,11 +1153,15 @@ def _divisors(n: int) -> list[int]:
 def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} does not exist; presets live in {CONFIG_DIR} ({', '.join(list_presets())})")
+        raise ConfigError(
+            f"config file {str(path)!r} does not exist; presets live in {CONFIG_DIR} ({', '.join(list_presets())})"
+        )
     try:
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as e:
-        raise ConfigError(f"config file {str(path)!r} is not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8") from e
+        raise ConfigError(
+            f"config file {str(path)!r} is not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8"
+        ) from e
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader) or {}
     except yaml.YAMLError as e:
@@ -999,7 +1189,10 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         expanded = _expanded_size(node, {})
         if expanded > MAX_YAML_NODES:
             raise yaml.composer.ComposerError(
-                None, None, f"it expands to {expanded} values through its aliases (*name), more than {MAX_YAML_NODES}: refused as an alias bomb",
+                None,
+                None,
+                f"it expands to {expanded} values through its aliases (*name), more than {MAX_YAML_NODES}: refused as "
+                "an alias bomb",
                 node.start_mark,
             )
         return self.construct_document(node)
@@ -1028,7 +1221,10 @@ def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool 
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise yaml.constructor.ConstructorError(
-                "while constructing a mapping", node.start_mark, f"found the key {key!r} twice (keep one)", key_node.start_mark
+                "while constructing a mapping",
+                node.start_mark,
+                f"found the key {key!r} twice (keep one)",
+                key_node.start_mark,
             )
         seen[key] = True
     return loader.construct_mapping(node, deep=deep)
@@ -1104,13 +1300,19 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
         if value is None:
             return {}
         if not isinstance(value, dict):
-            raise ConfigError(f"{name} must be a mapping such as {{key: value}}, got {value!r} ({type(value).__name__})")
+            raise ConfigError(
+                f"{name} must be a mapping such as {{key: value}}, got {value!r} ({type(value).__name__})"
+            )
         # Values set one by one on the command line (--env.game.max_position 7) arrive as strings.
         return {str(k): (yaml.safe_load(v) if isinstance(v, str) else v) for k, v in value.items()}
     if origin is list:
         (item_tp,) = args
         if isinstance(value, str):
-            parsed = yaml.safe_load(value) if value.strip().startswith("[") else [v.strip() for v in value.split(",") if v.strip()]
+            parsed = (
+                yaml.safe_load(value)
+                if value.strip().startswith("[")
+                else [v.strip() for v in value.split(",") if v.strip()]
+            )
             value = parsed
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{name} must be a list, got {value!r} ({type(value).__name__})")
@@ -1220,7 +1422,9 @@ def load_config(
 
 def add_config_args(parser) -> None:
     """Add ``--config``/``--preset`` to an argparse parser; other ``--section.key`` are overrides."""
-    parser.add_argument("--config", default=None, help="YAML config file (sections env/model/rollout/ppo/sft/eval/log/dist)")
+    parser.add_argument(
+        "--config", default=None, help="YAML config file (sections env/model/rollout/ppo/sft/eval/log/dist)"
+    )
     parser.add_argument("--preset", default=None, help=f"preset name under configs/ ({', '.join(list_presets())})")
 
 

@@ -6,9 +6,11 @@ Every entry script's ``--help`` shows its own flags and the common config keys w
 command line's ``--preset``/``--config``/overrides give them (a script's own flags, such as
 ``--resume``, are not applied there); ``--help-section SECTION`` one section; ``--help-all`` every config
 key (``--section.key``) with its type, default and the comment written beside (or above) the field in
-``a2c_ppo_acktr/config/arguments.py``, read from that file's source when help is asked for; ``--print-config`` prints the resolved config as YAML and exits.
+``a2c_ppo_acktr/config/arguments.py``, read from that file's source when help is asked for; ``--print-config`` prints
+the resolved config as YAML and exits.
 This module imports nothing heavy (no torch/transformers): help and config errors come back at once.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,9 +39,25 @@ _ROOT_KEYS = frozenset(f.name for f in dataclasses.fields(RunConfig))
 
 # The keys ``--help`` shows with the values the command line resolves to; ``--help-all`` lists every key.
 COMMON_KEYS = (
-    "seed", "model.model_path", "model.device", "model.dtype", "env.env_id", "env.image_size", "env.max_turns",
-    "rollout.num_envs", "rollout.num_steps", "rollout.engine", "ppo.num_iterations", "ppo.lr", "ppo.advantage_estimator",
-    "ppo.kl_coef", "sft.data_path", "label.teacher", "eval.num_episodes", "log.output_dir", "log.resume",
+    "seed",
+    "model.model_path",
+    "model.device",
+    "model.dtype",
+    "env.env_id",
+    "env.image_size",
+    "env.max_turns",
+    "rollout.num_envs",
+    "rollout.num_steps",
+    "rollout.engine",
+    "ppo.num_iterations",
+    "ppo.lr",
+    "ppo.advantage_estimator",
+    "ppo.kl_coef",
+    "sft.data_path",
+    "label.teacher",
+    "eval.num_episodes",
+    "log.output_dir",
+    "log.resume",
 )
 
 
@@ -56,11 +74,27 @@ class ConfigArgumentParser(argparse.ArgumentParser):
         kwargs["add_help"] = False
         super().__init__(*args, **kwargs)
         sections = config_sections()
-        self.add_argument("-h", "--help", action="store_true",
-                          help="show the script's flags and the common config keys with the values this command line gives them, then exit")
-        self.add_argument("--help-section", default=None, choices=sections, metavar="SECTION",
-                          help=f"show every key of one config section ({', '.join(sections)}) with its value, then exit")
-        self.add_argument("--help-all", action="store_true", help="show every config key with its type, default and meaning, then exit")
+        self.add_argument(
+            "-h",
+            "--help",
+            action="store_true",
+            help=(
+                "show the script's flags and the common config keys with the values this command line gives them, then "
+                "exit"
+            ),
+        )
+        self.add_argument(
+            "--help-section",
+            default=None,
+            choices=sections,
+            metavar="SECTION",
+            help=f"show every key of one config section ({', '.join(sections)}) with its value, then exit",
+        )
+        self.add_argument(
+            "--help-all",
+            action="store_true",
+            help="show every config key with its type, default and meaning, then exit",
+        )
 
     def format_help(self) -> str:
         """The short help with the code defaults (``--help`` shows the resolved values instead)."""
@@ -69,7 +103,9 @@ class ConfigArgumentParser(argparse.ArgumentParser):
     def format_help_all(self) -> str:
         return super().format_help().rstrip("\n") + "\n\n" + config_keys_help()
 
-    def short_help(self, cfg: Optional[RunConfig], keys: Sequence[str] = COMMON_KEYS, title: str = "common config keys") -> str:
+    def short_help(
+        self, cfg: Optional[RunConfig], keys: Sequence[str] = COMMON_KEYS, title: str = "common config keys"
+    ) -> str:
         values = _flat_values(cfg if cfg is not None else RunConfig())
         defaults = {k.key: k.default for k in config_keys()}
         origin = "values from --preset/--config/overrides" if cfg is not None else "code defaults"
@@ -78,7 +114,10 @@ class ConfigArgumentParser(argparse.ArgumentParser):
             value = values[key]
             note = "" if value == defaults[key] else f"   (code default {format_value(defaults[key])})"
             lines.append(f"  --{key} = {format_value(value)}{note}")
-        lines += ["", f"all {len(defaults)} config keys with their meaning: --help-all; one section: --help-section SECTION"]
+        lines += [
+            "",
+            f"all {len(defaults)} config keys with their meaning: --help-all; one section: --help-section SECTION",
+        ]
         return "\n".join(lines) + "\n"
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
@@ -125,10 +164,13 @@ def _flat_values(cfg: RunConfig) -> dict[str, Any]:
 def config_parser(description: Optional[str]) -> argparse.ArgumentParser:
     """A parser with ``--config``/``--preset``/``--print-config``; every other ``--section.key`` is a
     config override (all of them are listed by ``--help``)."""
-    parser = ConfigArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    parser = ConfigArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     add_config_args(parser)
     parser.add_argument(
-        "--print-config", action="store_true",
+        "--print-config",
+        action="store_true",
         help="print the resolved config (preset, --config file and overrides applied) as YAML and exit",
     )
     return parser
@@ -221,7 +263,11 @@ def _module_field_comments(module_name: str) -> dict[str, dict[str, str]]:
             while row in full_line:
                 above.append(comments[row])
                 row -= 1
-            beside = [comments[r] for r in range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1) if r in comments and r not in full_line]
+            beside = [
+                comments[r]
+                for r in range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1)
+                if r in comments and r not in full_line
+            ]
             text = "; ".join(t for t in (" ".join(reversed(above)), " ".join(beside)) if t)
             if text:
                 fields[stmt.target.id] = text
@@ -266,7 +312,9 @@ def config_keys_help(width: int = 100) -> str:
     """The config part of ``--help``: every key grouped by section, ``--section.key  TYPE = DEFAULT``
     and the field's comment from ``arguments.py`` below it."""
     hints = typing.get_type_hints(RunConfig)
-    sections = [(None, RunConfig)] + [(f.name, hints[f.name]) for f in dataclasses.fields(RunConfig) if dataclasses.is_dataclass(hints[f.name])]
+    sections = [(None, RunConfig)] + [
+        (f.name, hints[f.name]) for f in dataclasses.fields(RunConfig) if dataclasses.is_dataclass(hints[f.name])
+    ]
     out = [
         "config keys (set any of them with --section.key VALUE or section.key=VALUE; a preset or --config YAML",
         "sets them per section; precedence: command line > --config > --preset > the defaults shown here):",
@@ -279,7 +327,9 @@ def config_keys_help(width: int = 100) -> str:
         for k in keys:
             out.append(f"  --{k.key}  {k.type} = {format_value(k.default)}")
             if k.comment:
-                out += textwrap.wrap(k.comment, width=width, initial_indent=" " * 6, subsequent_indent=" " * 6, break_on_hyphens=False)
+                out += textwrap.wrap(
+                    k.comment, width=width, initial_indent=" " * 6, subsequent_indent=" " * 6, break_on_hyphens=False
+                )
     return "\n".join(out) + "\n"
 
 

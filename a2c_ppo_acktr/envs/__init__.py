@@ -16,6 +16,7 @@ Without the hook (``VSI_PPO_NO_GYMNASIUM_PLUGIN=1``, or the checkout on ``sys.pa
 installed), name the module before the id, ``gym.make("a2c_ppo_acktr.envs:VSI-v0")``: gymnasium
 imports it, which registers the ids.
 """
+
 from a2c_ppo_acktr.envs import cards, sokoban  # gymnasium-only imports; a game's module loads when it is made
 from a2c_ppo_acktr.envs.base import register_entry_points
 

@@ -3,6 +3,7 @@
 The package ``__init__`` and the games import these from here (never from the package, whose
 ``__init__`` imports the games).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,7 +27,9 @@ def env_config(cfg: Any, overrides: dict[str, Any], render_mode: Optional[str], 
             raise TypeError(f"unknown {type(cfg).__name__} fields {unknown}; known fields: {sorted(known)}")
         cfg = dataclasses.replace(cfg, **overrides)
     if render_mode is not None and render_mode not in render_modes:
-        raise ValueError(f"render_mode={render_mode!r} is not supported; use None or {', '.join(repr(m) for m in render_modes)}")
+        raise ValueError(
+            f"render_mode={render_mode!r} is not supported; use None or {', '.join(repr(m) for m in render_modes)}"
+        )
     return cfg
 
 
@@ -42,4 +45,7 @@ def register_entry_points(entry_points: dict[str, str], conflict_hint: str) -> N
         if spec is None:
             gym.register(id=env_id, entry_point=entry_point)
         elif spec.entry_point != entry_point:
-            raise ValueError(f"{env_id} is already registered with entry point {spec.entry_point!r}, not {entry_point!r}; {conflict_hint}")
+            raise ValueError(
+                f"{env_id} is already registered with entry point {spec.entry_point!r}, not {entry_point!r}; "
+                f"{conflict_hint}"
+            )

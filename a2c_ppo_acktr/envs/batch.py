@@ -22,6 +22,7 @@ same rollout (without it the drift grows without bound and siblings are soon nev
 episodes share one). The counters
 (``episode_counts``) are plain attributes, so checkpoints save them and a resumed run keeps its groups.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence

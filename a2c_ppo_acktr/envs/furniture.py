@@ -126,7 +126,11 @@ def electronics(rng: np.random.Generator) -> Finish:
 
 
 def tv_housing(rng: np.random.Generator) -> Finish:
-    return (np.full(3, _u(rng, 0.04, 0.3)), "plastic") if rng.random() < 0.8 else (hsv(0.6, 0.03, _u(rng, 0.55, 0.75)), "metal")
+    return (
+        (np.full(3, _u(rng, 0.04, 0.3)), "plastic")
+        if rng.random() < 0.8
+        else (hsv(0.6, 0.03, _u(rng, 0.55, 0.75)), "metal")
+    )
 
 
 def ceramic(rng: np.random.Generator) -> Finish:
@@ -141,7 +145,12 @@ def frame_finish(rng: np.random.Generator) -> Finish:
     kind = _pick(rng, ("white", "white", "grey", "anthracite", "black", "wood"))
     if kind == "wood":
         return wood(rng)
-    v = {"white": _u(rng, 0.85, 0.96), "grey": _u(rng, 0.5, 0.7), "anthracite": _u(rng, 0.2, 0.32), "black": _u(rng, 0.05, 0.12)}[kind]
+    v = {
+        "white": _u(rng, 0.85, 0.96),
+        "grey": _u(rng, 0.5, 0.7),
+        "anthracite": _u(rng, 0.2, 0.32),
+        "black": _u(rng, 0.05, 0.12),
+    }[kind]
     return hsv(0.6, _u(rng, 0.0, 0.05), v), "paint"
 
 
@@ -209,7 +218,9 @@ class Kit:
     the object's box. ``main`` is the object's main (body) color and ``main_mat`` its material.
     """
 
-    def __init__(self, mb: MeshBuilder, obj: SceneObject, rng: np.random.Generator, main: Finish, placement: str = "") -> None:
+    def __init__(
+        self, mb: MeshBuilder, obj: SceneObject, rng: np.random.Generator, main: Finish, placement: str = ""
+    ) -> None:
         self.mb = mb
         self.obj = obj
         self.rng = rng
@@ -243,22 +254,50 @@ class Kit:
         col, mat = self._fin(color, material)
         self.mb.add_box(self._world(c), e, col, self.obj.object_id, self.obj.rotation, mat)
 
-    def cyl(self, x: Span, y: Span, z: Span, color=None, material: Optional[str] = None, axis: int = 2,
-            scales: tuple[float, float] = (1.0, 1.0), segments: int = 16) -> None:
+    def cyl(
+        self,
+        x: Span,
+        y: Span,
+        z: Span,
+        color=None,
+        material: Optional[str] = None,
+        axis: int = 2,
+        scales: tuple[float, float] = (1.0, 1.0),
+        segments: int = 16,
+    ) -> None:
         """Elliptic cylinder (or frustum with ``scales``) inscribed in the spans, along local ``axis``."""
         c, e = self._box_of(x, y, z)
         col, mat = self._fin(color, material)
         self.mb.add_frustum(self._world(c), e, col, self.obj.object_id, self.obj.rotation, axis, scales, segments, mat)
 
-    def blob(self, x: Span, y: Span, z: Span, color=None, material: Optional[str] = None,
-             square: tuple[float, float] = (1.0, 1.0), segments: int = 12, rings: int = 6) -> None:
+    def blob(
+        self,
+        x: Span,
+        y: Span,
+        z: Span,
+        color=None,
+        material: Optional[str] = None,
+        square: tuple[float, float] = (1.0, 1.0),
+        segments: int = 12,
+        rings: int = 6,
+    ) -> None:
         """(Super)ellipsoid inscribed in the spans (cushions, foliage, pillows)."""
         c, e = self._box_of(x, y, z)
         col, mat = self._fin(color, material)
-        self.mb.add_ellipsoid(self._world(c), e, col, self.obj.object_id, self.obj.rotation, segments, rings, square, mat)
+        self.mb.add_ellipsoid(
+            self._world(c), e, col, self.obj.object_id, self.obj.rotation, segments, rings, square, mat
+        )
 
-    def stick(self, a: Sequence[float], b: Sequence[float], width: float, thick: float, thick_dir: Sequence[float],
-              color=None, material: Optional[str] = None) -> None:
+    def stick(
+        self,
+        a: Sequence[float],
+        b: Sequence[float],
+        width: float,
+        thick: float,
+        thick_dir: Sequence[float],
+        color=None,
+        material: Optional[str] = None,
+    ) -> None:
         """Box from local point ``a`` to ``b`` (its long axis), ``thick`` along ``thick_dir`` (made
         perpendicular to the axis) and ``width`` across both. Callers keep the corners inside."""
         a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
@@ -271,7 +310,9 @@ class Kit:
         wv = np.cross(t, ax)
         rot = np.stack([ax, wv, t], axis=1)  # columns: long axis, width, thickness (right-handed)
         col, mat = self._fin(color, material)
-        self.mb.add_box(self._world((a + b) / 2.0), (length, width, thick), col, self.obj.object_id, self.obj.rotation @ rot, mat)
+        self.mb.add_box(
+            self._world((a + b) / 2.0), (length, width, thick), col, self.obj.object_id, self.obj.rotation @ rot, mat
+        )
 
     # -------------------------------------------------------------- small recurring parts
     def knob(self, x: float, z: float, r: float, y: Span, color=None, material: str = "metal") -> None:
@@ -282,8 +323,16 @@ class Kit:
         """A handle bar (a box) standing proud of a front."""
         self.box(x, y, z, STEEL if color is None else color, material)
 
-    def legs(self, x_out: float, y_out: float, size: float, z: Span, color=None, material: Optional[str] = None,
-             round_: bool = False) -> None:
+    def legs(
+        self,
+        x_out: float,
+        y_out: float,
+        size: float,
+        z: Span,
+        color=None,
+        material: Optional[str] = None,
+        round_: bool = False,
+    ) -> None:
         """Four legs whose outer faces are at ``|x| = x_out`` and ``|y| = y_out``."""
         for sx in (-1, 1):
             for sy in (-1, 1):
@@ -320,7 +369,9 @@ def door(k: Kit) -> None:
     side = 1 if k.rng.random() < 0.5 else -1
     hx = side * (X - f - 0.07)
     hz = k.u(0.98, 1.05)
-    k.cyl((hx - 0.026, hx + 0.026), (leaf_front, Y - 0.012), (hz - 0.026, hz + 0.026), STEEL, "metal", axis=1, segments=12)
+    k.cyl(
+        (hx - 0.026, hx + 0.026), (leaf_front, Y - 0.012), (hz - 0.026, hz + 0.026), STEEL, "metal", axis=1, segments=12
+    )
     k.bar(tuple(sorted((hx, hx - side * 0.13))), (hz - 0.01, hz + 0.01), (Y - 0.012, Y))
 
 
@@ -408,7 +459,11 @@ def cabinet(k: Kit) -> None:
         for ci, xs in enumerate(xs_all):
             k.box(xs, (Y - 0.045, Y - 0.025), z)
             hx = xs[1] - 0.04 if (cols == 2 and ci == 0) or cols == 1 else xs[0] + 0.04
-            hz = z[1] - 0.05 - hl / 2 if zi == rows - 1 and rows == 2 else (z[1] - 0.08 - hl / 2 if rows == 1 else z[0] + 0.08 + hl / 2)
+            hz = (
+                z[1] - 0.05 - hl / 2
+                if zi == rows - 1 and rows == 2
+                else (z[1] - 0.08 - hl / 2 if rows == 1 else z[0] + 0.08 + hl / 2)
+            )
             hz = min(max(hz, z[0] + hl / 2 + 0.02), z[1] - hl / 2 - 0.02)
             k.bar((hx - 0.008, hx + 0.008), (hz - hl / 2, hz + hl / 2), (Y - 0.025, Y))
 
@@ -458,7 +513,7 @@ def dresser(k: Kit) -> None:
                 k.bar((cx - 0.07, cx + 0.07), (zc - 0.008, zc + 0.008), (Y - 0.02, Y))
             else:
                 width = xs[1] - xs[0]
-                for x in ((cx,) if width < 0.5 else (xs[0] + 0.25 * width, xs[1] - 0.25 * width)):
+                for x in (cx,) if width < 0.5 else (xs[0] + 0.25 * width, xs[1] - 0.25 * width):
                     k.knob(x, zc, 0.016, (Y - 0.02, Y), BRASS if k.main_mat == "paint" else STEEL)
 
 
@@ -496,7 +551,13 @@ def tv_stand(k: Kit) -> None:
         k.box((xs[1], xs[1] + t), (-Y + 0.008, Y - 0.01), (lh + t, h - t))
     if k.rng.random() < 0.5:  # one compartment with a drop-down flap, the rest open
         xs = cells[int(k.rng.integers(n))]
-        k.box((xs[0] + 0.003, xs[1] - 0.003), (Y - 0.01, Y), (lh + t + 0.003, h - t - 0.003), shade(k.main, 1.08), k.main_mat)
+        k.box(
+            (xs[0] + 0.003, xs[1] - 0.003),
+            (Y - 0.01, Y),
+            (lh + t + 0.003, h - t - 0.003),
+            shade(k.main, 1.08),
+            k.main_mat,
+        )
 
 
 def refrigerator(k: Kit) -> None:
@@ -553,7 +614,14 @@ def stove(k: Kit) -> None:
         for by in (-Y + 0.05 + 0.4 * (k.d - 0.05) * 0.5, -Y + 0.05 + 0.75 * (k.d - 0.05)):
             rr = r * (1.0 if by > 0 else 0.8)
             k.cyl((bx - rr, bx + rr), (by - rr, by + rr), (zt, zt + 0.015), DARK_METAL, "metal")
-            k.cyl((bx - rr * 0.4, bx + rr * 0.4), (by - rr * 0.4, by + rr * 0.4), (zt + 0.015, zt + 0.025), BLACK, "metal", segments=12)
+            k.cyl(
+                (bx - rr * 0.4, bx + rr * 0.4),
+                (by - rr * 0.4, by + rr * 0.4),
+                (zt + 0.015, zt + 0.025),
+                BLACK,
+                "metal",
+                segments=12,
+            )
     for x in np.linspace(-0.7 * X, 0.7 * X, 4):
         k.knob(float(x), zt - 0.06, 0.018, (Y - 0.025, Y))
     k.box((-X + 0.01, X - 0.01), (Y - 0.025, Y - 0.012), (0.12, zt - 0.1))  # door, no window
@@ -569,20 +637,41 @@ def dishwasher(k: Kit) -> None:
     strip = BLACK if k.rng.random() < 0.5 else STEEL
     k.box((-X + 0.005, X - 0.005), (Y - 0.006, Y - 0.002), (h - 0.08, h - 0.01), strip, "plastic")
     for x in np.linspace(0.2 * X, 0.8 * X, 4):
-        k.box((float(x) - 0.012, float(x) + 0.012), (Y - 0.002, Y), (h - 0.05, h - 0.04), shade(strip, 1.6) + 0.1, "plastic")
+        k.box(
+            (float(x) - 0.012, float(x) + 0.012),
+            (Y - 0.002, Y),
+            (h - 0.05, h - 0.04),
+            shade(strip, 1.6) + 0.1,
+            "plastic",
+        )
     k.bar((-0.18, 0.18), (h - 0.12, h - 0.1), (Y - 0.006, Y))
 
 
 def washer(k: Kit) -> None:
     X, Y, h = k.X, k.Y, k.h
     k.box((-X, X), (-Y, Y - 0.03), (0.0, h))
-    k.box((-X + 0.005, X - 0.005), (Y - 0.03, Y - 0.022), (h - 0.15, h - 0.005), shade(k.main, 0.95), k.main_mat)  # panel
-    k.box((-X + 0.03, -X + 0.03 + 0.32 * k.w), (Y - 0.022, Y - 0.012), (h - 0.12, h - 0.04), shade(k.main, 1.05), k.main_mat)
+    k.box(
+        (-X + 0.005, X - 0.005), (Y - 0.03, Y - 0.022), (h - 0.15, h - 0.005), shade(k.main, 0.95), k.main_mat
+    )  # panel
+    k.box(
+        (-X + 0.03, -X + 0.03 + 0.32 * k.w),
+        (Y - 0.022, Y - 0.012),
+        (h - 0.12, h - 0.04),
+        shade(k.main, 1.05),
+        k.main_mat,
+    )
     k.knob(X - 0.09, h - 0.08, 0.032, (Y - 0.022, Y), STEEL)
     k.box((0.0, 0.12), (Y - 0.022, Y - 0.016), (h - 0.1, h - 0.06), SCREEN, "screen")
     zc = 0.45 * (h - 0.15) + 0.02
     rr = min(0.21, 0.36 * k.w, 0.45 * (h - 0.17))
-    k.cyl((-rr, rr), (Y - 0.03, Y - 0.008), (zc - rr, zc + rr), STEEL if k.rng.random() < 0.6 else shade(k.main, 0.8), "metal", axis=1)
+    k.cyl(
+        (-rr, rr),
+        (Y - 0.03, Y - 0.008),
+        (zc - rr, zc + rr),
+        STEEL if k.rng.random() < 0.6 else shade(k.main, 0.8),
+        "metal",
+        axis=1,
+    )
     k.cyl((-0.72 * rr, 0.72 * rr), (Y - 0.008, Y), (zc - 0.72 * rr, zc + 0.72 * rr), DARK_GLASS, "glass", axis=1)
 
 
@@ -590,7 +679,13 @@ def microwave(k: Kit) -> None:
     X, Y, h = k.X, k.Y, k.h
     for sx in (-1, 1):
         for sy in (-1, 1):
-            k.box(tuple(sorted((sx * (X - 0.02), sx * (X - 0.05)))), tuple(sorted((sy * (Y - 0.03), sy * (Y - 0.06)))), (0.0, 0.012), BLACK, "plastic")
+            k.box(
+                tuple(sorted((sx * (X - 0.02), sx * (X - 0.05)))),
+                tuple(sorted((sy * (Y - 0.03), sy * (Y - 0.06)))),
+                (0.0, 0.012),
+                BLACK,
+                "plastic",
+            )
     k.box((-X, X), (-Y, Y - 0.012), (0.01, h))
     cp = 0.26 * k.w
     door_col = k.main if k.rng.random() < 0.5 else BLACK
@@ -624,7 +719,13 @@ def sink(k: Kit) -> None:
     yb = (Y - 0.03 - bd, Y - 0.03)
     bh = min(k.u(0.09, 0.12), h - ct - 0.02)
     k.cyl((-bw, bw), yb, (ct, ct + bh), bowl, "ceramic", scales=(0.55, 1.0))
-    k.cyl((-0.82 * bw, 0.82 * bw), (yb[0] + 0.09 * bd, yb[1] - 0.09 * bd), (ct + bh, ct + bh + 0.002), shade(bowl, 0.82), "ceramic")
+    k.cyl(
+        (-0.82 * bw, 0.82 * bw),
+        (yb[0] + 0.09 * bd, yb[1] - 0.09 * bd),
+        (ct + bh, ct + bh + 0.002),
+        shade(bowl, 0.82),
+        "ceramic",
+    )
     fy = -Y + 0.045
     k.cyl((-0.016, 0.016), (fy - 0.016, fy + 0.016), (ct, h - 0.012), STEEL, "metal", segments=12)
     k.box((-0.012, 0.012), (fy - 0.016, yb[0] + 0.06), (h - 0.025, h), STEEL, "metal")
@@ -741,10 +842,19 @@ def chair(k: Kit) -> None:
         for xs in _splits(-X + leg + 0.04, X - leg - 0.04, n, 0.05 if n > 2 else 0.08):
             k.box(xs, (-Y + 0.008, -Y + leg - 0.008), (sh, h - rail))
     else:
-        k.box((-X + leg, X - leg), (-Y + 0.006, -Y + leg - 0.006), (sh + 0.12, h - rail), shade(k.main, 0.92), k.main_mat)
+        k.box(
+            (-X + leg, X - leg), (-Y + 0.006, -Y + leg - 0.006), (sh + 0.12, h - rail), shade(k.main, 0.92), k.main_mat
+        )
     if k.rng.random() < 0.5:  # seat pad
         pad, pad_mat = upholstery(k.rng)
-        k.blob((-X + 0.015, X - 0.015), (-Y + leg + 0.01, Y - 0.015), (sh - 0.01, sh + 0.025), pad, pad_mat, square=(0.2, 0.4))
+        k.blob(
+            (-X + 0.015, X - 0.015),
+            (-Y + leg + 0.01, Y - 0.015),
+            (sh - 0.01, sh + 0.025),
+            pad,
+            pad_mat,
+            square=(0.2, 0.4),
+        )
 
 
 def stool(k: Kit) -> None:
@@ -801,7 +911,13 @@ def tv(k: Kit) -> None:
         for sy in (-1, 1):
             end = (x + sx * 0.06, sy * (Y - 0.03), 0.012)
             k.stick((x, yc, fh + 0.02), end, 0.02, 0.012, (0.0, 0.0, 1.0), DARK_METAL, "metal")
-            k.box((end[0] - 0.02, end[0] + 0.02), tuple(sorted((sy * (Y - 0.045), sy * Y))), (0.0, 0.012), DARK_METAL, "metal")  # pad
+            k.box(
+                (end[0] - 0.02, end[0] + 0.02),
+                tuple(sorted((sy * (Y - 0.045), sy * Y))),
+                (0.0, 0.012),
+                DARK_METAL,
+                "metal",
+            )  # pad
         k.box((x - 0.015, x + 0.015), (yc - 0.012, yc + 0.012), (0.0, fh + 0.03), DARK_METAL, "metal")
 
 
@@ -885,24 +1001,54 @@ def computer_tower(k: Kit) -> None:
     fz = 0.015
     for sx in (-1, 1):
         for sy in (-1, 1):
-            k.box(tuple(sorted((sx * (X - 0.01), sx * (X - 0.04)))), tuple(sorted((sy * (Y - 0.02), sy * (Y - 0.06)))), (0.0, fz), BLACK, "plastic")
+            k.box(
+                tuple(sorted((sx * (X - 0.01), sx * (X - 0.04)))),
+                tuple(sorted((sy * (Y - 0.02), sy * (Y - 0.06)))),
+                (0.0, fz),
+                BLACK,
+                "plastic",
+            )
     k.box((-X, X), (-Y, Y - 0.012), (fz, h))
     bezel = BLACK if k.main.mean() > 0.3 else np.full(3, 0.3)
     k.box((-X + 0.004, X - 0.004), (Y - 0.012, Y - 0.004), (fz + 0.005, h - 0.005), bezel, "plastic")
-    k.cyl((-0.012, 0.012), (Y - 0.004, Y), (h - 0.05, h - 0.026), np.array([0.3, 0.6, 0.95]), "plastic", axis=1, segments=12)
-    k.box((-X + 0.02, X - 0.02), (Y - 0.004, Y - 0.002), (h - 0.13, h - 0.09), shade(bezel, 1.8) + 0.05, "plastic")  # drive bay
+    k.cyl(
+        (-0.012, 0.012),
+        (Y - 0.004, Y),
+        (h - 0.05, h - 0.026),
+        np.array([0.3, 0.6, 0.95]),
+        "plastic",
+        axis=1,
+        segments=12,
+    )
+    k.box(
+        (-X + 0.02, X - 0.02), (Y - 0.004, Y - 0.002), (h - 0.13, h - 0.09), shade(bezel, 1.8) + 0.05, "plastic"
+    )  # drive bay
     if k.rng.random() < 0.4:  # glass side panel
         k.box((X - 0.003, X), (-Y + 0.04, Y - 0.05), (fz + 0.04, h - 0.04), DARK_GLASS, "glass")
     else:  # vents
         for z in np.linspace(fz + 0.08, h - 0.08, 6):
-            k.box((X - 0.002, X), (-Y + 0.06, Y - 0.1), (float(z) - 0.004, float(z) + 0.004), shade(k.main, 0.6), k.main_mat)
+            k.box(
+                (X - 0.002, X),
+                (-Y + 0.06, Y - 0.1),
+                (float(z) - 0.004, float(z) + 0.004),
+                shade(k.main, 0.6),
+                k.main_mat,
+            )
 
 
 def plant(k: Kit) -> None:
     X, Y, h = k.X, k.Y, k.h
     pot_h = min(max(k.u(0.25, 0.35) * h, 0.08), 0.45)
     pr = k.u(0.55, 0.75)
-    pot, pot_mat = _pick(k.rng, ((hsv(0.05, 0.6, 0.6), "ceramic"), (WHITE, "ceramic"), (np.full(3, 0.45), "ceramic"), (BLACK + 0.05, "plastic")))
+    pot, pot_mat = _pick(
+        k.rng,
+        (
+            (hsv(0.05, 0.6, 0.6), "ceramic"),
+            (WHITE, "ceramic"),
+            (np.full(3, 0.45), "ceramic"),
+            (BLACK + 0.05, "plastic"),
+        ),
+    )
     pot = shade(pot, k.u(0.9, 1.1))
     k.cyl((-pr * X, pr * X), (-pr * Y, pr * Y), (0.0, pot_h), pot, pot_mat, scales=(0.75, 1.0))
     k.cyl((-0.86 * pr * X, 0.86 * pr * X), (-0.86 * pr * Y, 0.86 * pr * Y), (pot_h, pot_h + 0.008), SOIL, "soil")
@@ -939,7 +1085,15 @@ def _bush(k: Kit, z0: float, big: bool) -> None:
         cx = np.clip(np.cos(a) * np.cos(e) * 0.8 * X, -X + sx, X - sx)
         cy = np.clip(np.sin(a) * np.cos(e) * 0.8 * Y, -Y + sy, Y - sy)
         cz = np.clip(zc + np.sin(e) * 0.8 * rz, z0 + sz, h - sz)
-        k.blob((cx - sx, cx + sx), (cy - sy, cy + sy), (cz - sz, cz + sz), shade(k.main, k.u(0.85, 1.15)), "foliage", segments=8, rings=4)
+        k.blob(
+            (cx - sx, cx + sx),
+            (cy - sy, cy + sy),
+            (cz - sz, cz + sz),
+            shade(k.main, k.u(0.85, 1.15)),
+            "foliage",
+            segments=8,
+            rings=4,
+        )
 
 
 def pillow(k: Kit) -> None:
@@ -962,7 +1116,14 @@ def backpack(k: Kit) -> None:
     strap = 0.03
     pocket = min(0.06, 0.3 * k.d)
     k.blob((-X, X), (-Y + strap, Y - pocket), (0.0, h - 0.04), square=(0.4, 0.5))
-    k.blob((-0.75 * X, 0.75 * X), (Y - pocket - 0.04, Y), (0.04, 0.5 * h), shade(k.main, 0.85), k.main_mat, square=(0.4, 0.5))
+    k.blob(
+        (-0.75 * X, 0.75 * X),
+        (Y - pocket - 0.04, Y),
+        (0.04, 0.5 * h),
+        shade(k.main, 0.85),
+        k.main_mat,
+        square=(0.4, 0.5),
+    )
     strap_col = shade(k.main, 0.5)
     for x in (-0.45 * X, 0.45 * X):
         k.box((x - 0.025, x + 0.025), (-Y, -Y + strap), (0.06, 0.85 * h), strap_col, "fabric")
@@ -975,7 +1136,13 @@ def suitcase(k: Kit) -> None:
     top = h - k.u(0.05, 0.1)
     k.blob((-X, X), (-Y, Y - 0.006), (wz - 0.01, top), square=(0.2, 0.2), segments=16)
     for x in np.linspace(-0.5 * X, 0.5 * X, 3):
-        k.box((float(x) - 0.012, float(x) + 0.012), (Y - 0.02, Y), (wz + 0.05, top - 0.06), shade(k.main, 0.85), k.main_mat)
+        k.box(
+            (float(x) - 0.012, float(x) + 0.012),
+            (Y - 0.02, Y),
+            (wz + 0.05, top - 0.06),
+            shade(k.main, 0.85),
+            k.main_mat,
+        )
     for sx in (-1, 1):
         for sy in (-1, 1):
             x, y = sx * (X - 0.05), sy * (Y - 0.04)
@@ -1017,7 +1184,15 @@ def picture(k: Kit) -> None:
         if k.rng.random() < 0.5:
             k.box((cx - ww / 2, cx + ww / 2), (Y - 0.012, Y - 0.01), (cz - hh / 2, cz + hh / 2), col, "paper")
         else:
-            k.cyl((cx - ww / 2, cx + ww / 2), (Y - 0.012, Y - 0.01), (cz - hh / 2, cz + hh / 2), col, "paper", axis=1, segments=12)
+            k.cyl(
+                (cx - ww / 2, cx + ww / 2),
+                (Y - 0.012, Y - 0.01),
+                (cz - hh / 2, cz + hh / 2),
+                col,
+                "paper",
+                axis=1,
+                segments=12,
+            )
 
 
 def mirror(k: Kit) -> None:
@@ -1060,7 +1235,15 @@ def clock(k: Kit) -> None:
         a = np.pi * i / 6
         p0 = np.array([np.cos(a) * 0.68, np.sin(a) * 0.68])
         p1 = np.array([np.cos(a) * (0.8 if i % 3 else 0.84), np.sin(a) * (0.8 if i % 3 else 0.84)])
-        k.stick((p0[0] * rx, Y - 0.0045, zc + p0[1] * rz), (p1[0] * rx, Y - 0.0045, zc + p1[1] * rz), 0.006, 0.001, (0.0, 1.0, 0.0), hand_col, "paint")
+        k.stick(
+            (p0[0] * rx, Y - 0.0045, zc + p0[1] * rz),
+            (p1[0] * rx, Y - 0.0045, zc + p1[1] * rz),
+            0.006,
+            0.001,
+            (0.0, 1.0, 0.0),
+            hand_col,
+            "paint",
+        )
     for a, length, width in ((k.u(0, 2 * np.pi), 0.5, 0.01), (k.u(0, 2 * np.pi), 0.72, 0.006)):
         tip = (np.cos(a) * length * rx, Y - 0.003, zc + np.sin(a) * length * rz)
         k.stick((0.0, Y - 0.003, zc), tip, width, 0.002, (0.0, 1.0, 0.0), hand_col, "paint")
@@ -1089,7 +1272,13 @@ def piano(k: Kit) -> None:
         x = kx[0] + (i + 1) * wk
         k.box((x - 0.3 * wk, x + 0.3 * wk), (Y - 0.16, Y - 0.065), (kz, kz + 0.012), BLACK, "plastic")
     k.box((-X + ch, X - ch), (-Y + cd, -Y + cd + 0.03), (kz - 0.025, kz + 0.1))  # key slip / fall board
-    k.box((-0.3 * k.w, 0.3 * k.w), (-Y + cd, -Y + cd + 0.015), (kz + 0.16, min(kz + 0.32, h - 0.05)), shade(k.main, 0.85), k.main_mat)  # music desk
+    k.box(
+        (-0.3 * k.w, 0.3 * k.w),
+        (-Y + cd, -Y + cd + 0.015),
+        (kz + 0.16, min(kz + 0.32, h - 0.05)),
+        shade(k.main, 0.85),
+        k.main_mat,
+    )  # music desk
     for x in (-0.05, 0.0, 0.05):
         k.box((x - 0.012, x + 0.012), (-Y + cd, -Y + cd + 0.07), (0.06, 0.075), BRASS, "metal")
 
@@ -1116,7 +1305,15 @@ def fireplace(k: Kit) -> None:
     lw = 0.38 * (ix[1] - ix[0])
     logc = hsv(0.07, 0.5, 0.3)
     for i, (x0, zlog) in enumerate(((-lw / 2 - 0.06, 0.05), (-lw / 2 + 0.06, 0.05), (-lw / 2, 0.13))):
-        k.cyl((x0, x0 + lw), (-0.06 - 0.04 * (i % 2), 0.02 - 0.04 * (i % 2)), (zlog, zlog + 0.08), logc, "wood", axis=0, segments=12)
+        k.cyl(
+            (x0, x0 + lw),
+            (-0.06 - 0.04 * (i % 2), 0.02 - 0.04 * (i % 2)),
+            (zlog, zlog + 0.08),
+            logc,
+            "wood",
+            axis=0,
+            segments=12,
+        )
     k.blob((-0.15, 0.15), (-0.08, 0.02), (0.1, 0.3), np.array([1.0, 0.5, 0.12]), "ceramic", rings=4)  # glow
 
 
@@ -1140,30 +1337,94 @@ def radiator(k: Kit) -> None:
 
 # One template per category (the keys of procedural.CATEGORIES).
 TEMPLATES: dict[str, Callable[[Kit], None]] = {
-    "door": door, "window": window, "bed": bed, "sofa": sofa, "cabinet": cabinet, "shelf": shelf,
-    "dresser": dresser, "nightstand": nightstand, "tv stand": tv_stand, "refrigerator": refrigerator,
-    "oven": oven, "stove": stove, "dishwasher": dishwasher, "washer": washer, "sink": sink,
-    "toilet": toilet, "bathtub": bathtub, "desk": desk, "piano": piano, "fireplace": fireplace,
-    "radiator": radiator, "table": table, "coffee table": coffee_table, "chair": chair, "stool": stool,
-    "lamp": lamp, "tv": tv, "monitor": monitor, "laptop": laptop, "keyboard": keyboard, "printer": printer,
-    "microwave": microwave, "pillow": pillow, "computer tower": computer_tower, "plant": plant,
-    "trash can": trash_can, "backpack": backpack, "suitcase": suitcase, "whiteboard": whiteboard,
-    "picture": picture, "mirror": mirror, "clock": clock,
+    "door": door,
+    "window": window,
+    "bed": bed,
+    "sofa": sofa,
+    "cabinet": cabinet,
+    "shelf": shelf,
+    "dresser": dresser,
+    "nightstand": nightstand,
+    "tv stand": tv_stand,
+    "refrigerator": refrigerator,
+    "oven": oven,
+    "stove": stove,
+    "dishwasher": dishwasher,
+    "washer": washer,
+    "sink": sink,
+    "toilet": toilet,
+    "bathtub": bathtub,
+    "desk": desk,
+    "piano": piano,
+    "fireplace": fireplace,
+    "radiator": radiator,
+    "table": table,
+    "coffee table": coffee_table,
+    "chair": chair,
+    "stool": stool,
+    "lamp": lamp,
+    "tv": tv,
+    "monitor": monitor,
+    "laptop": laptop,
+    "keyboard": keyboard,
+    "printer": printer,
+    "microwave": microwave,
+    "pillow": pillow,
+    "computer tower": computer_tower,
+    "plant": plant,
+    "trash can": trash_can,
+    "backpack": backpack,
+    "suitcase": suitcase,
+    "whiteboard": whiteboard,
+    "picture": picture,
+    "mirror": mirror,
+    "clock": clock,
 }
 
 # The main (body) finish of each category.
 PALETTES: dict[str, Callable[[np.random.Generator], Finish]] = {
     "door": lambda r: wood(r) if r.random() < 0.5 else painted(r),
-    "window": frame_finish, "bed": lambda r: upholstery(r) if r.random() < 0.5 else wood(r), "sofa": upholstery,
-    "cabinet": furniture, "shelf": furniture, "dresser": furniture, "nightstand": furniture, "tv stand": furniture,
-    "refrigerator": appliance, "oven": appliance, "stove": appliance, "dishwasher": appliance, "washer": appliance,
-    "sink": furniture, "toilet": ceramic, "bathtub": ceramic, "desk": furniture, "piano": piano_finish,
-    "fireplace": surround, "radiator": radiator_paint, "table": furniture, "coffee table": furniture,
-    "chair": furniture, "stool": furniture, "lamp": shade_fabric, "tv": tv_housing, "monitor": electronics,
-    "laptop": electronics, "keyboard": electronics, "printer": electronics, "microwave": appliance,
-    "pillow": lambda r: knit(r) if r.random() < 0.5 else bright_fabric(r), "computer tower": electronics,
-    "plant": foliage, "trash can": plastic_any, "backpack": bright_fabric, "suitcase": plastic_any,
-    "whiteboard": board_white, "picture": art, "mirror": ornament_frame, "clock": ornament_frame,
+    "window": frame_finish,
+    "bed": lambda r: upholstery(r) if r.random() < 0.5 else wood(r),
+    "sofa": upholstery,
+    "cabinet": furniture,
+    "shelf": furniture,
+    "dresser": furniture,
+    "nightstand": furniture,
+    "tv stand": furniture,
+    "refrigerator": appliance,
+    "oven": appliance,
+    "stove": appliance,
+    "dishwasher": appliance,
+    "washer": appliance,
+    "sink": furniture,
+    "toilet": ceramic,
+    "bathtub": ceramic,
+    "desk": furniture,
+    "piano": piano_finish,
+    "fireplace": surround,
+    "radiator": radiator_paint,
+    "table": furniture,
+    "coffee table": furniture,
+    "chair": furniture,
+    "stool": furniture,
+    "lamp": shade_fabric,
+    "tv": tv_housing,
+    "monitor": electronics,
+    "laptop": electronics,
+    "keyboard": electronics,
+    "printer": electronics,
+    "microwave": appliance,
+    "pillow": lambda r: knit(r) if r.random() < 0.5 else bright_fabric(r),
+    "computer tower": electronics,
+    "plant": foliage,
+    "trash can": plastic_any,
+    "backpack": bright_fabric,
+    "suitcase": plastic_any,
+    "whiteboard": board_white,
+    "picture": art,
+    "mirror": ornament_frame,
+    "clock": ornament_frame,
 }
 
 MIN_MAIN_DISTANCE = 0.15  # RGB distance aimed for between main colors of one category in a room
@@ -1193,8 +1454,14 @@ def draw_main(label: str, rng: np.random.Generator, avoid: Sequence[Color] = (),
     return best
 
 
-def build_object(mb: MeshBuilder, obj: SceneObject, rng: np.random.Generator, placement: str = "",
-                 avoid: Sequence[Color] = (), main: Optional[Finish] = None) -> Color:
+def build_object(
+    mb: MeshBuilder,
+    obj: SceneObject,
+    rng: np.random.Generator,
+    placement: str = "",
+    avoid: Sequence[Color] = (),
+    main: Optional[Finish] = None,
+) -> Color:
     """Add ``obj``'s parts to ``mb`` (ids ``obj.object_id``) and return its main color.
 
     Args:

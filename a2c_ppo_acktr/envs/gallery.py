@@ -29,7 +29,10 @@ from a2c_ppo_acktr.envs.procedural import CATEGORIES, make_procedural_scene
 from a2c_ppo_acktr.envs.renderer import Camera, Pose, Renderer
 from a2c_ppo_acktr.envs.scene import MeshBuilder, Scene, SceneObject
 
-VIEWS = {"front-left": (35.0, 25.0), "back-right": (215.0, 20.0)}  # (azimuth from the front toward -x, elevation) in degrees
+VIEWS = {
+    "front-left": (35.0, 25.0),
+    "back-right": (215.0, 20.0),
+}  # (azimuth from the front toward -x, elevation) in degrees
 LABEL_H = 16  # pixels of the text strip under a tile row
 
 
@@ -40,8 +43,9 @@ def _renderer(scene: Scene, camera: Camera, look: Optional[str]) -> Renderer:
     return Renderer(scene, camera)
 
 
-def category_scene(label: str, size: Optional[Sequence[float]] = None, variant: int = 0, look_seed: int = 0,
-                   floor: float = 4.0) -> tuple[Scene, SceneObject]:
+def category_scene(
+    label: str, size: Optional[Sequence[float]] = None, variant: int = 0, look_seed: int = 0, floor: float = 4.0
+) -> tuple[Scene, SceneObject]:
     """A scene with one ``label`` object (id 0, yaw 0, front toward +y) standing at the origin on a
     ``2 floor`` x ``2 floor`` m floor (no walls); ``size`` defaults to the middle of the variant's ranges."""
     v = CATEGORIES[label][variant]
@@ -54,12 +58,15 @@ def category_scene(label: str, size: Optional[Sequence[float]] = None, variant: 
     mb.add_flat_polygon(poly, 0.0, (0.55, 0.55, 0.55), material="parquet")
     build_object(mb, obj, np.random.default_rng([look_seed, 11]), v.placement)
     vtx, tri, col, ids = mb.build()
-    scene = Scene(f"alone_{label}", "procedural", vtx, tri, col, ids, [obj], poly, 3.0, triangle_materials=mb.triangle_materials())
+    scene = Scene(
+        f"alone_{label}", "procedural", vtx, tri, col, ids, [obj], poly, 3.0, triangle_materials=mb.triangle_materials()
+    )
     return scene, obj
 
 
-def orbit_camera(obj: SceneObject, azimuth_deg: float, elevation_deg: float, size: int, fov_deg: float = 50.0,
-                 margin: float = 1.08) -> tuple[Camera, Pose]:
+def orbit_camera(
+    obj: SceneObject, azimuth_deg: float, elevation_deg: float, size: int, fov_deg: float = 50.0, margin: float = 1.08
+) -> tuple[Camera, Pose]:
     """Camera and pose looking at ``obj``'s center from ``azimuth_deg`` (0 = in front of it, on its
     +y side; positive turns toward its -x side) and ``elevation_deg`` above, far enough that its
     bounding sphere fits the view."""
@@ -125,7 +132,10 @@ def rooms_sheet(num_rooms: int, size: int, look: Optional[str], seed: int, frame
         poses = [Pose(start.x, start.y, start.yaw_deg + 360.0 * k / frames) for k in range(frames)]
         for k, frame in enumerate(_renderer(scene, camera, look).render_many(poses)):
             sheet.paste(Image.fromarray(frame.rgb), (k * size, r * (size + LABEL_H)))
-        text = f"{scene.scene_id}  {getattr(scene, 'theme', '')}  {len(scene.objects)} objects  {scene.num_triangles} triangles"
+        text = (
+            f"{scene.scene_id}  {getattr(scene, 'theme', '')}  {len(scene.objects)} objects  {scene.num_triangles} "
+            "triangles"
+        )
         draw.text((4, r * (size + LABEL_H) + size + 1), text, fill=(0, 0, 0), font=font)
     return sheet
 
@@ -147,10 +157,16 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, str]:
     parser.add_argument("--out", required=True, help="output folder (created)")
     parser.add_argument("--size", type=int, default=224, help="tile side in pixels")
     parser.add_argument("--seed", type=int, default=0, help="picks the rooms and the furniture looks")
-    parser.add_argument("--look", choices=("shaded", "flat"), default=None, help="renderer look (when the renderer supports it)")
+    parser.add_argument(
+        "--look", choices=("shaded", "flat"), default=None, help="renderer look (when the renderer supports it)"
+    )
     parser.add_argument("--categories", nargs="*", default=None, help="subset of categories (default: all)")
     parser.add_argument("--rooms", type=int, default=6, help="number of rooms")
-    parser.add_argument("--overwrite", action="store_true", help="move sheets already in --out aside to NAME.old-<time> (nothing is deleted)")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="move sheets already in --out aside to NAME.old-<time> (nothing is deleted)",
+    )
     args = parser.parse_args(argv)
     labels = list(CATEGORIES) if args.categories is None else list(args.categories)
     unknown = [lab for lab in labels if lab not in CATEGORIES]
@@ -167,7 +183,10 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, str]:
         out = {"categories": str(folder / "categories.png"), "rooms": str(folder / "rooms.png")}
         with open_atomic(out["categories"], "wb") as f:
             categories_sheet(labels, args.size, args.look, args.seed).save(f, format="PNG")
-        print(f"categories.png: {len(labels)} categories x {len(VIEWS)} views at {args.size}px -> {out['categories']}", flush=True)
+        print(
+            f"categories.png: {len(labels)} categories x {len(VIEWS)} views at {args.size}px -> {out['categories']}",
+            flush=True,
+        )
         with open_atomic(out["rooms"], "wb") as f:
             rooms_sheet(args.rooms, args.size, args.look, args.seed).save(f, format="PNG")
         print(f"rooms.png: {args.rooms} rooms x 8 frames at {args.size}px -> {out['rooms']}", flush=True)

@@ -14,6 +14,7 @@ the anchor), so nearer objects' labels lie on top. Everything is deterministic.
 The renderer is not involved beyond :meth:`Renderer.project`: frames keep their unlabelled ``rgb``
 and this module returns new images.
 """
+
 from __future__ import annotations
 
 import functools
@@ -74,7 +75,12 @@ def _text_alpha(text: str, size: int) -> np.ndarray:
     w += 1 - w % 2
     h += 1 - h % 2
     img = Image.new("L", (w, h), 0)
-    ImageDraw.Draw(img).text((PAD - left + (w - 2 * PAD - (right - left)) // 2, PAD - top + (h - 2 * PAD - (bottom - top)) // 2), text, fill=255, font=font)
+    ImageDraw.Draw(img).text(
+        (PAD - left + (w - 2 * PAD - (right - left)) // 2, PAD - top + (h - 2 * PAD - (bottom - top)) // 2),
+        text,
+        fill=255,
+        font=font,
+    )
     alpha = np.asarray(img, dtype=np.float32) / 255.0
     alpha.flags.writeable = False
     return alpha
@@ -103,7 +109,7 @@ def interior_pixel(mask: np.ndarray) -> tuple[int, int]:
         raise ValueError("interior_pixel needs a non-empty mask")
     r0, c0 = int(rows[0]), int(cols[0])
     m = np.zeros((rows[-1] - r0 + 3, cols[-1] - c0 + 3), dtype=bool)
-    m[1:-1, 1:-1] = mask[r0:rows[-1] + 1, c0:cols[-1] + 1]
+    m[1:-1, 1:-1] = mask[r0 : rows[-1] + 1, c0 : cols[-1] + 1]
     step = 0
     while True:
         core = m[1:-1, 1:-1]
@@ -120,7 +126,9 @@ def interior_pixel(mask: np.ndarray) -> tuple[int, int]:
     return r0 + int(rr[k]), c0 + int(cc[k])
 
 
-def layout_labels(frame: Frame, scene: Scene, mode: str, min_pixels: int, renderer: Optional[Any] = None) -> list[Label]:
+def layout_labels(
+    frame: Frame, scene: Scene, mode: str, min_pixels: int, renderer: Optional[Any] = None
+) -> list[Label]:
     """The labels of ``frame`` in drawing order (far to near), without drawing them.
 
     Args:

@@ -33,6 +33,7 @@ Training reads the set with ``--env.scene_source parquet --env.vsibench_path OUT
 ``data_root`` in the manifest): the env finds each row's scan there as ``find_scene`` does. The same
 seed and inputs give the same file.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -81,7 +82,9 @@ def data_root_of(roots: Mapping[str, str | Path]) -> Path:
     return Path(os.path.commonpath(resolved))
 
 
-def scene_questions(scene: Any, env: EnvConfig, rng: np.random.Generator, count: int) -> tuple[list[dict], dict[str, str]]:
+def scene_questions(
+    scene: Any, env: EnvConfig, rng: np.random.Generator, count: int
+) -> tuple[list[dict], dict[str, str]]:
     """Up to ``count`` distinct questions about ``scene``, the types of ``env.question_types`` in turn.
 
     Returns:
@@ -124,9 +127,15 @@ def scene_questions(scene: Any, env: EnvConfig, rng: np.random.Generator, count:
         if key in seen:
             continue
         row = {
-            "dataset": scene.dataset, "scene_name": scene.scene_id, "question_type": q.question_type, "question": q.question,
-            "options": list(q.options) if q.options else None, "ground_truth": q.ground_truth,
-            "start_pose": [pose.x, pose.y, pose.yaw_deg], "object_ids": [int(i) for i in q.object_ids], "sweep": sweep,
+            "dataset": scene.dataset,
+            "scene_name": scene.scene_id,
+            "question_type": q.question_type,
+            "question": q.question,
+            "options": list(q.options) if q.options else None,
+            "ground_truth": q.ground_truth,
+            "start_pose": [pose.x, pose.y, pose.yaw_deg],
+            "object_ids": [int(i) for i in q.object_ids],
+            "sweep": sweep,
         }
         try:
             validate_row({"id": 0, **row})
@@ -209,13 +218,18 @@ def build_dataset(
             room = room_of(dataset, name)
             if room in test_rooms:
                 test_scene, parquet = test_rooms[room]
-                what = "it is a VSI-Bench test scene" if test_scene == name else f"it shows the room of VSI-Bench test scene {test_scene}"
+                what = (
+                    "it is a VSI-Bench test scene"
+                    if test_scene == name
+                    else f"it shows the room of VSI-Bench test scene {test_scene}"
+                )
                 logger.warning("refused %s scene %s: %s (in %s)", dataset, name, what, parquet)
                 refused.append({"dataset": dataset, "scene_name": name, "test_scene": test_scene, "parquet": parquet})
                 continue
             if not any(c.is_dir() for c in scene_candidates(data_root, dataset, name)):
                 raise ConfigError(
-                    f"{dataset} scene {name} (under {root}) cannot be found from {data_root}, the directory training reads as "
+                    f"{dataset} scene {name} (under {root}) cannot be found from {data_root}, the directory training "
+                    "reads as "
                     "env.data_root; put the datasets side by side (DATA/scannet/scans, DATA/arkitscenes/3dod/Training, "
                     "DATA/scannetpp/data: docs/DATA.md) and pass those folders"
                 )
@@ -238,11 +252,20 @@ def build_dataset(
             relative = f"{dataset}/{name}.mp4"
             video = relative if contained(video_root, relative, f"{dataset} scene {name!r}'s video").is_file() else None
         rows += [{**r, "video": video} for r in scene_rows]
-        scenes.append({"dataset": dataset, "scene_name": name, "questions": len(scene_rows), "objects": len(scene.objects),
-                       "video": video, "unavailable_types": unavailable})
+        scenes.append(
+            {
+                "dataset": dataset,
+                "scene_name": name,
+                "questions": len(scene_rows),
+                "objects": len(scene.objects),
+                "video": video,
+                "unavailable_types": unavailable,
+            }
+        )
     if not rows:
         raise ConfigError(
-            f"no question was generated: {len(todo)} scans loaded, {len(refused)} refused as test scenes, {len(skipped)} skipped "
+            f"no question was generated: {len(todo)} scans loaded, {len(refused)} refused as test scenes, "
+            f"{len(skipped)} skipped "
             f"(first: {skipped[0]['reason'] if skipped else 'none'}); add scans or widen env.question_types"
         )
     rows = [validate_row({"id": i, **r}, where=f"generated row {i}") for i, r in enumerate(rows)]
@@ -276,17 +299,35 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line (``--preset``/``--config`` and ``--env.*`` overrides pick the env the set is for)."""
     from a2c_ppo_acktr.config.arguments import add_config_args
 
-    p = argparse.ArgumentParser(prog="python -m a2c_ppo_acktr.envs.make_dataset", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m a2c_ppo_acktr.envs.make_dataset",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     for dataset, flag in DATASET_FLAGS.items():
         p.add_argument(flag, default=None, metavar="ROOT", help=f"directory of {dataset} scans")
     p.add_argument("--out", required=True, help="output directory (train.parquet, manifest.json)")
-    p.add_argument("--exclude", action="extend", nargs="+", default=[], metavar="VSIBENCH_PARQUET",
-                   help="VSI-Bench row files whose scenes are refused (the benchmark's test parquet)")
-    p.add_argument("--questions-per-scene", type=int, default=20, metavar="N", help="questions per scan (default %(default)s)")
+    p.add_argument(
+        "--exclude",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="VSIBENCH_PARQUET",
+        help="VSI-Bench row files whose scenes are refused (the benchmark's test parquet)",
+    )
+    p.add_argument(
+        "--questions-per-scene", type=int, default=20, metavar="N", help="questions per scan (default %(default)s)"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of every draw (default %(default)s)")
-    p.add_argument("--video-root", default=None, metavar="VIDEOS", help="videos in the benchmark's layout, <dataset>/<scene_name>.mp4")
-    p.add_argument("--overwrite", action="store_true", help="move a used --out aside to OUT.old-<time> first (nothing is deleted)")
+    p.add_argument(
+        "--video-root",
+        default=None,
+        metavar="VIDEOS",
+        help="videos in the benchmark's layout, <dataset>/<scene_name>.mp4",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="move a used --out aside to OUT.old-<time> first (nothing is deleted)"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_config_args(p)
     return p
@@ -301,13 +342,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     check_flag_typos(parser, extra)
     cfg = config_from_args(args, extra)
     roots = {d: getattr(args, d) for d in DATASET_FLAGS if getattr(args, d) is not None}
-    path = build_dataset(roots, args.out, env=cfg.env, exclude=args.exclude, questions_per_scene=args.questions_per_scene,
-                         seed=args.seed, video_root=args.video_root, overwrite=args.overwrite, progress=not args.no_progress)
+    path = build_dataset(
+        roots,
+        args.out,
+        env=cfg.env,
+        exclude=args.exclude,
+        questions_per_scene=args.questions_per_scene,
+        seed=args.seed,
+        video_root=args.video_root,
+        overwrite=args.overwrite,
+        progress=not args.no_progress,
+    )
     import json
 
     manifest = json.loads((path.parent / MANIFEST_FILE).read_text(encoding="utf-8"))
-    print(f"{manifest['num_rows']} questions over {len(manifest['scenes'])} scans ({len(manifest['refused'])} refused as "
-          f"VSI-Bench test scenes, {len(manifest['skipped'])} skipped): {path}")
+    print(
+        f"{manifest['num_rows']} questions over {len(manifest['scenes'])} scans ({len(manifest['refused'])} refused as "
+        f"VSI-Bench test scenes, {len(manifest['skipped'])} skipped): {path}"
+    )
     print(f"train on it: --env.scene_source parquet --env.vsibench_path {path} --env.data_root {manifest['data_root']}")
     return 0
 

@@ -114,11 +114,17 @@ def _pattern(m: Material, size: int) -> np.ndarray:
         tile = rng.uniform(-0.25, 0.25, (2, 2))[np.floor(vv * 2).astype(int), np.floor(uu * 2).astype(int)]
         return np.where(grout, -1.0, tile + 0.15 * (2 * _value_noise(rng, size, 16) - 1))
     if m.pattern == "weave":
-        return 0.6 * np.sign(np.sin(2 * np.pi * 8 * uu) * np.sin(2 * np.pi * 8 * vv)) + 0.4 * (2 * rng.random((size, size)) - 1)
+        return 0.6 * np.sign(np.sin(2 * np.pi * 8 * uu) * np.sin(2 * np.pi * 8 * vv)) + 0.4 * (
+            2 * rng.random((size, size)) - 1
+        )
     if m.pattern == "knit":
-        return 0.7 * np.sin(2 * np.pi * (8 * uu + 0.5 * np.abs(np.sin(2 * np.pi * 8 * vv)))) + 0.3 * (2 * rng.random((size, size)) - 1)
+        return 0.7 * np.sin(2 * np.pi * (8 * uu + 0.5 * np.abs(np.sin(2 * np.pi * 8 * vv)))) + 0.3 * (
+            2 * rng.random((size, size)) - 1
+        )
     if m.pattern == "brushed":
-        return 0.5 * (2 * _value_noise(rng, size, 32)[:, :1].repeat(size, axis=1) - 1) + 0.5 * (2 * rng.random((size, 1)) - 1)
+        return 0.5 * (2 * _value_noise(rng, size, 32)[:, :1].repeat(size, axis=1) - 1) + 0.5 * (
+            2 * rng.random((size, 1)) - 1
+        )
     if m.pattern == "leaves":
         blobs = _value_noise(rng, size, 6) + 0.5 * _value_noise(rng, size, 12)
         return 2.0 * (blobs / blobs.max()) - 1.0

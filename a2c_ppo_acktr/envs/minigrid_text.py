@@ -48,6 +48,7 @@ An invalid reply (:func:`~a2c_ppo_acktr.envs.cards.common.parse_reply`) costs ``
 uses the turn and does not step the inner env (its ``step_count``, hence the success reward, is
 unchanged). ``oracle_reply`` is a privileged BFS planner (:func:`oracle_reply`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -88,7 +89,7 @@ PROMPT = (
     '"pick up": pick up the key, ball or box in front of you (you carry at most one object);\n'
     '"drop": put the object you carry on the empty cell in front of you;\n'
     '"toggle": open or close the door in front of you (a locked door opens only while you carry the key of its '
-    'colour), or open the box in front of you;\n'
+    "colour), or open the box in front of you;\n"
     '"done": say that the mission is complete (most missions end by themselves, and then this does nothing).\n'
     "Each turn, reply with ONE JSON object and nothing else:\n"
     '{"thoughts": "<describe what you see and where things are relative to you, then plan your next action>", '
@@ -141,7 +142,10 @@ class MiniGridConfig(TokenGameConfig):
             return
         super().__post_init__()
         if not isinstance(self.minigrid_id, str) or not self.minigrid_id.startswith(ID_PREFIXES):
-            raise ValueError(f"minigrid_id={self.minigrid_id!r} is not a minigrid id; it must start with 'MiniGrid-' or 'BabyAI-', e.g. {TESTED_IDS[0]!r}")
+            raise ValueError(
+                f"minigrid_id={self.minigrid_id!r} is not a minigrid id; it must start with 'MiniGrid-' or 'BabyAI-', "
+                f"e.g. {TESTED_IDS[0]!r}"
+            )
         if self.view not in VIEWS:
             raise ValueError(f"view={self.view!r} is not one of {list(VIEWS)}")
 
@@ -227,7 +231,9 @@ class MiniGridTextEnv(TokenGameEnv):
         if view == "agent":  # minigrid's POV render always draws the visible cells lighter
             frame = env.get_frame(tile_size=math.ceil(size / env.agent_view_size), agent_pov=True)
         else:
-            frame = env.get_frame(highlight=highlight, tile_size=math.ceil(size / max(env.width, env.height)), agent_pov=False)
+            frame = env.get_frame(
+                highlight=highlight, tile_size=math.ceil(size / max(env.width, env.height)), agent_pov=False
+            )
         h, w = frame.shape[:2]
         if h != w:  # a grid that is not square: centre it on a black square
             side = max(h, w)
@@ -280,7 +286,9 @@ def state_hash(env: MiniGridEnv) -> str:
     carries: equal states, equal hashes (the first one names the layout dealt)."""
     digest = hashlib.sha256(env.grid.encode().tobytes())
     carrying = env.carrying.encode() if env.carrying is not None else ()
-    digest.update(repr((tuple(int(v) for v in env.agent_pos), int(env.agent_dir), tuple(int(v) for v in carrying))).encode())
+    digest.update(
+        repr((tuple(int(v) for v in env.agent_pos), int(env.agent_dir), tuple(int(v) for v in carrying))).encode()
+    )
     return digest.hexdigest()[:16]
 
 
@@ -337,7 +345,9 @@ def _describe_step(env: MiniGridEnv, token: str, before: _Before) -> str:
         return f"you turned {token.split()[1]}."
     if token == "move forward":
         if tuple(int(v) for v in env.agent_pos) != before.pos:
-            return "you moved forward" + (f" onto {_the(cell)}." if cell is not None and cell.type in ("goal", "lava") else ".")
+            return "you moved forward" + (
+                f" onto {_the(cell)}." if cell is not None and cell.type in ("goal", "lava") else "."
+            )
         blocker = cell if cell is not None else env.grid.get(*before.front)  # an obstacle may have moved in
         if blocker is None:
             return "you did not move forward."
@@ -352,7 +362,10 @@ def _describe_step(env: MiniGridEnv, token: str, before: _Before) -> str:
         if not cell.can_pickup():
             return f"you could not pick up {_the(cell)}: it cannot be carried."
         if before.carrying is not None:
-            return f"you could not pick up the {_name(cell)}: you already carry the {_name(before.carrying)}; drop it first."
+            return (
+                f"you could not pick up the {_name(cell)}: you already carry the {_name(before.carrying)}; drop it "
+                "first."
+            )
         return "you tried to pick something up; nothing happened."
     if token == "drop":
         if before.carrying is None:
@@ -372,7 +385,9 @@ def _describe_step(env: MiniGridEnv, token: str, before: _Before) -> str:
             return f"you {'opened' if cell.is_open else 'closed'} the {_name(cell)}."
         if cell.type == "box":
             inside = env.grid.get(*before.front)
-            return f"you opened the {_name(cell)}" + (f"; it held {_the(inside)}." if inside is not None else "; it was empty.")
+            return f"you opened the {_name(cell)}" + (
+                f"; it held {_the(inside)}." if inside is not None else "; it was empty."
+            )
         return f"nothing happened: {_the(cell)} cannot be toggled."
     return "you said done."  # token == "done"; whether it ended the mission follows in _play
 
@@ -472,16 +487,24 @@ def oracle_reply(env: MiniGridEnv) -> str:
     if here is not None and here.type == "goal":
         raise ValueError("the agent stands on the goal; the episode is over")
     if not goals:
-        raise RuntimeError(f"the oracle plans only missions that end on the goal square; this grid has none (mission {env.mission!r})")
+        raise RuntimeError(
+            f"the oracle plans only missions that end on the goal square; this grid has none (mission {env.mission!r})"
+        )
     plan = plan_to_face(env, goals)
     if plan is not None:
-        return _step_towards(plan, _FORWARD, "The goal is right in front of me, so I move forward onto it.", "I head for the goal.")
+        return _step_towards(
+            plan, _FORWARD, "The goal is right in front of me, so I move forward onto it.", "I head for the goal."
+        )
 
     closed = _cells(env, lambda c: c.type == "door" and not c.is_open and not c.is_locked)
     plan = plan_to_face(env, [pos for pos, _ in closed])
     if plan is not None:
-        return _step_towards(plan, "toggle", "A closed door is in front of me; I open it to find the way to the goal.",
-                             "The goal cannot be reached yet; I go to open the nearest closed door.")
+        return _step_towards(
+            plan,
+            "toggle",
+            "A closed door is in front of me; I open it to find the way to the goal.",
+            "The goal cannot be reached yet; I go to open the nearest closed door.",
+        )
 
     locked = _cells(env, lambda c: c.type == "door" and c.is_locked)
     carrying = env.carrying
@@ -489,8 +512,13 @@ def oracle_reply(env: MiniGridEnv) -> str:
         mine = [pos for pos, door in locked if door.color == carrying.color]
         plan = plan_to_face(env, mine)
         if plan is not None:
-            return _step_towards(plan, "toggle", f"I carry the {carrying.color} key and face the locked {carrying.color} door; I toggle it to unlock it.",
-                                 f"I carry the {carrying.color} key for the locked {carrying.color} door, so I go to the door.")
+            return _step_towards(
+                plan,
+                "toggle",
+                f"I carry the {carrying.color} key and face the locked {carrying.color} door; I toggle it to unlock "
+                "it.",
+                f"I carry the {carrying.color} key for the locked {carrying.color} door, so I go to the door.",
+            )
     colors = {door.color for _, door in locked}
     keys = _cells(env, lambda c: c.type == "key" and c.color in colors)
     plan = plan_to_face(env, [pos for pos, _ in keys])
@@ -499,12 +527,26 @@ def oracle_reply(env: MiniGridEnv) -> str:
         if carrying is not None:
             front = tuple(int(v) for v in env.front_pos)
             if env.grid.get(*front) is None:
-                return format_reply(f"I need the {names} but carry the {_name(carrying)}, so I drop it here first.", "drop")
+                return format_reply(
+                    f"I need the {names} but carry the {_name(carrying)}, so I drop it here first.", "drop"
+                )
             free = [(x, y) for x in range(env.grid.width) for y in range(env.grid.height) if env.grid.get(x, y) is None]
             plan = plan_to_face(env, free)
             if plan:
-                return format_reply(f"I need the {names} but carry the {_name(carrying)}; I {plan[0]} to find a free cell to drop it on.", plan[0])
+                return format_reply(
+                    f"I need the {names} but carry the {_name(carrying)}; I {plan[0]} to find a free cell to drop it "
+                    "on.",
+                    plan[0],
+                )
         else:
-            return _step_towards(plan, "pick up", f"The {names} is in front of me; I pick it up to unlock the door.",
-                                 f"The way to the goal is through a locked door and I do not have its key, so I fetch the {names} first.")
-    raise RuntimeError(f"the oracle found no plan: the goal, a closed door and the key of a locked door are all out of reach (mission {env.mission!r})")
+            return _step_towards(
+                plan,
+                "pick up",
+                f"The {names} is in front of me; I pick it up to unlock the door.",
+                f"The way to the goal is through a locked door and I do not have its key, so I fetch the {names} "
+                "first.",
+            )
+    raise RuntimeError(
+        "the oracle found no plan: the goal, a closed door and the key of a locked door are all out of reach (mission "
+        f"{env.mission!r})"
+    )

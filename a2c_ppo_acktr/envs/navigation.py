@@ -63,7 +63,9 @@ def _segment_distance(points: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.nd
     return np.linalg.norm(p - closest, axis=-1)
 
 
-def free_mask(scene: Scene, points: np.ndarray, radius: float, obstacle_max_bottom: float = DEFAULT_OBSTACLE_MAX_BOTTOM) -> np.ndarray:
+def free_mask(
+    scene: Scene, points: np.ndarray, radius: float, obstacle_max_bottom: float = DEFAULT_OBSTACLE_MAX_BOTTOM
+) -> np.ndarray:
     """Vectorised free-space test of floor points (M, 2) for a disk of ``radius``; returns bool (M,)."""
     if radius < 0:
         raise ValueError(f"radius must be >= 0, got {radius}")
@@ -88,7 +90,9 @@ def free_mask(scene: Scene, points: np.ndarray, radius: float, obstacle_max_bott
     return free
 
 
-def is_free(scene: Scene, x: float, y: float, radius: float, obstacle_max_bottom: float = DEFAULT_OBSTACLE_MAX_BOTTOM) -> bool:
+def is_free(
+    scene: Scene, x: float, y: float, radius: float, obstacle_max_bottom: float = DEFAULT_OBSTACLE_MAX_BOTTOM
+) -> bool:
     """Whether the agent's disk centred at ``(x, y)`` touches no wall and no obstacle."""
     return bool(free_mask(scene, np.array([[x, y]]), radius, obstacle_max_bottom)[0])
 
@@ -178,7 +182,9 @@ WALK_BLOCKED_TURN_DEG = 90.0  # walk phase: turn when a step is blocked
 WALK_WAYPOINT_REACHED_M = 0.5
 
 
-def walkthrough_poses(scene: Scene, rng: np.random.Generator, num_frames: int, radius: float, start: Pose | None = None) -> list[Pose]:
+def walkthrough_poses(
+    scene: Scene, rng: np.random.Generator, num_frames: int, radius: float, start: Pose | None = None
+) -> list[Pose]:
     """Poses of a walk-through: a 360-degree turn in place, then a collision-checked walk.
 
     From ``start`` (else a free pose drawn from ``rng``) the camera turns left in

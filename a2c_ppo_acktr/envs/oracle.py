@@ -3,11 +3,13 @@
 Every env answers :meth:`oracle_reply` (the env contract, :mod:`a2c_ppo_acktr.envs.protocol`); the
 oracle teacher only asks. A game's oracle is its own solver (NumberLine's step toward the target,
 Blackjack's basic strategy, the Points solvers, MiniGrid's BFS planner, Sokoban's A*), written under
-the style's reason (:meth:`~a2c_ppo_acktr.envs.cards.common.TokenGameEnv.oracle_reply`). VSI's (:func:`vsi_reply`) faces the first object the
+the style's reason (:meth:`~a2c_ppo_acktr.envs.cards.common.TokenGameEnv.oracle_reply`). VSI's (:func:`vsi_reply`) faces
+the first object the
 question is about, for at most ``style.max_moves`` turns, then answers with the ground truth and a
 short truthful reason computed from the scene's geometry (:func:`oracle_thoughts`), or one fixed
 sentence per question type (``thoughts="brief"``, :data:`BRIEF_THOUGHTS`).
 """
+
 from __future__ import annotations
 
 import math
@@ -85,7 +87,10 @@ def oracle_thoughts(scene: Any, question: Any) -> str:
         return f"I count {len(ids)} {label}(s) in the room."
     if qt == "object_abs_distance" and len(ids) >= 2:
         a, b = scene.object(ids[0]), scene.object(ids[1])
-        return f"The closest points of the {a.label} and the {b.label} are {format_number(round(box_distance(a, b), 2))} m apart."
+        return (
+            f"The closest points of the {a.label} and the {b.label} are {format_number(round(box_distance(a, b), 2))} "
+            "m apart."
+        )
     if qt == "object_size_estimation" and ids:
         obj = scene.object(ids[0])
         return f"The longest side of the {obj.label} is about {format_number(round(obj.longest_side * 100.0))} cm."
@@ -150,7 +155,10 @@ def vsi_reply(env: Any, style: OracleStyle) -> str:
             if style.thoughts == "brief":
                 thoughts = BRIEF_MOVE_THOUGHTS
             else:
-                thoughts = f"The {target.label} matters for this question; I turn {'left' if turn > 0 else 'right'} to face it."
+                thoughts = (
+                    f"The {target.label} matters for this question; I turn {'left' if turn > 0 else 'right'} to face "
+                    "it."
+                )
             return format_response(thoughts, Move(rotation_deg=float(round(turn)), forward_m=0.0))
     reason = brief_thoughts(question) if style.thoughts == "brief" else oracle_thoughts(scene, question)
     return format_response(reason, Answer(_answer_text(question)))

@@ -6,6 +6,7 @@ stepped together: every slot starts the next job when its episode ends, and one 
 agent's or the teacher's) answers every running slot each round. What differs (what an episode
 records, where it goes) is in the callbacks.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Iterable, Optional, Sequence, TypeVar

@@ -33,7 +33,14 @@ from typing import Optional
 import numpy as np
 
 from a2c_ppo_acktr.envs.furniture import build_object, hsv
-from a2c_ppo_acktr.envs.scene import MeshBuilder, Scene, SceneObject, convex_polygons_overlap, polygon_area, polygon_inside_polygon
+from a2c_ppo_acktr.envs.scene import (
+    MeshBuilder,
+    Scene,
+    SceneObject,
+    convex_polygons_overlap,
+    polygon_area,
+    polygon_inside_polygon,
+)
 
 Range = tuple[float, float]
 
@@ -63,7 +70,15 @@ class Variant:
     shape: str = "box"
 
 
-def _v(w: Range, d: Range, h: Range, placement: str, supports: tuple[str, ...] = (), bottom: Range = (0.0, 0.0), shape: str = "box") -> Variant:
+def _v(
+    w: Range,
+    d: Range,
+    h: Range,
+    placement: str,
+    supports: tuple[str, ...] = (),
+    bottom: Range = (0.0, 0.0),
+    shape: str = "box",
+) -> Variant:
     return Variant(w, d, h, placement, supports, bottom, shape)
 
 
@@ -103,7 +118,14 @@ CATEGORIES: dict[str, tuple[Variant, ...]] = {
         _v((0.3, 0.4), (0.3, 0.4), (0.45, 0.75), "floor"),
     ),
     "lamp": (
-        _v((0.2, 0.35), (0.2, 0.35), (0.35, 0.6), "on", supports=("nightstand", "desk", "dresser", "table"), shape="lamp"),
+        _v(
+            (0.2, 0.35),
+            (0.2, 0.35),
+            (0.35, 0.6),
+            "on",
+            supports=("nightstand", "desk", "dresser", "table"),
+            shape="lamp",
+        ),
         _v((0.3, 0.45), (0.3, 0.45), (1.3, 1.8), "wall", shape="lamp"),
     ),
     "tv": (
@@ -139,49 +161,137 @@ CATEGORIES: dict[str, tuple[Variant, ...]] = {
 # theme -> (label, min count, max count, probability of appearing); listed in placement order.
 THEMES: dict[str, tuple[tuple[str, int, int, float], ...]] = {
     "bedroom": (
-        ("door", 1, 1, 1.0), ("window", 1, 2, 0.9), ("bed", 1, 1, 1.0), ("nightstand", 1, 2, 0.9),
-        ("dresser", 1, 1, 0.6), ("cabinet", 1, 1, 0.4), ("desk", 1, 1, 0.4), ("shelf", 1, 1, 0.4),
-        ("radiator", 1, 1, 0.3), ("chair", 1, 2, 0.6), ("suitcase", 1, 1, 0.4), ("plant", 1, 2, 0.5),
-        ("trash can", 1, 1, 0.5), ("lamp", 1, 2, 0.8), ("pillow", 1, 3, 0.9), ("tv", 1, 1, 0.4),
-        ("backpack", 1, 1, 0.4), ("laptop", 1, 1, 0.3), ("picture", 1, 2, 0.6), ("mirror", 1, 1, 0.4),
+        ("door", 1, 1, 1.0),
+        ("window", 1, 2, 0.9),
+        ("bed", 1, 1, 1.0),
+        ("nightstand", 1, 2, 0.9),
+        ("dresser", 1, 1, 0.6),
+        ("cabinet", 1, 1, 0.4),
+        ("desk", 1, 1, 0.4),
+        ("shelf", 1, 1, 0.4),
+        ("radiator", 1, 1, 0.3),
+        ("chair", 1, 2, 0.6),
+        ("suitcase", 1, 1, 0.4),
+        ("plant", 1, 2, 0.5),
+        ("trash can", 1, 1, 0.5),
+        ("lamp", 1, 2, 0.8),
+        ("pillow", 1, 3, 0.9),
+        ("tv", 1, 1, 0.4),
+        ("backpack", 1, 1, 0.4),
+        ("laptop", 1, 1, 0.3),
+        ("picture", 1, 2, 0.6),
+        ("mirror", 1, 1, 0.4),
         ("clock", 1, 1, 0.3),
     ),
     "living room": (
-        ("door", 1, 2, 1.0), ("window", 1, 3, 0.9), ("sofa", 1, 2, 1.0), ("tv stand", 1, 1, 0.8),
-        ("shelf", 1, 2, 0.6), ("cabinet", 1, 1, 0.4), ("piano", 1, 1, 0.2), ("fireplace", 1, 1, 0.3),
-        ("radiator", 1, 1, 0.3), ("coffee table", 1, 1, 0.8), ("table", 1, 1, 0.5), ("chair", 1, 4, 0.7),
-        ("stool", 1, 2, 0.3), ("plant", 1, 3, 0.8), ("lamp", 1, 2, 0.7), ("trash can", 1, 1, 0.3),
-        ("tv", 1, 1, 0.9), ("pillow", 1, 4, 0.8), ("backpack", 1, 1, 0.3), ("picture", 1, 3, 0.7),
+        ("door", 1, 2, 1.0),
+        ("window", 1, 3, 0.9),
+        ("sofa", 1, 2, 1.0),
+        ("tv stand", 1, 1, 0.8),
+        ("shelf", 1, 2, 0.6),
+        ("cabinet", 1, 1, 0.4),
+        ("piano", 1, 1, 0.2),
+        ("fireplace", 1, 1, 0.3),
+        ("radiator", 1, 1, 0.3),
+        ("coffee table", 1, 1, 0.8),
+        ("table", 1, 1, 0.5),
+        ("chair", 1, 4, 0.7),
+        ("stool", 1, 2, 0.3),
+        ("plant", 1, 3, 0.8),
+        ("lamp", 1, 2, 0.7),
+        ("trash can", 1, 1, 0.3),
+        ("tv", 1, 1, 0.9),
+        ("pillow", 1, 4, 0.8),
+        ("backpack", 1, 1, 0.3),
+        ("picture", 1, 3, 0.7),
         ("clock", 1, 1, 0.4),
     ),
     "kitchen": (
-        ("door", 1, 2, 1.0), ("window", 1, 2, 0.9), ("refrigerator", 1, 1, 1.0), ("stove", 1, 1, 0.7),
-        ("oven", 1, 1, 0.6), ("sink", 1, 1, 1.0), ("dishwasher", 1, 1, 0.5), ("cabinet", 1, 3, 1.0),
-        ("washer", 1, 1, 0.3), ("shelf", 1, 1, 0.3), ("table", 1, 1, 0.8), ("chair", 2, 4, 0.8),
-        ("stool", 1, 3, 0.4), ("trash can", 1, 2, 0.8), ("microwave", 1, 1, 0.9), ("plant", 1, 2, 0.5),
-        ("clock", 1, 1, 0.5), ("picture", 1, 1, 0.3),
+        ("door", 1, 2, 1.0),
+        ("window", 1, 2, 0.9),
+        ("refrigerator", 1, 1, 1.0),
+        ("stove", 1, 1, 0.7),
+        ("oven", 1, 1, 0.6),
+        ("sink", 1, 1, 1.0),
+        ("dishwasher", 1, 1, 0.5),
+        ("cabinet", 1, 3, 1.0),
+        ("washer", 1, 1, 0.3),
+        ("shelf", 1, 1, 0.3),
+        ("table", 1, 1, 0.8),
+        ("chair", 2, 4, 0.8),
+        ("stool", 1, 3, 0.4),
+        ("trash can", 1, 2, 0.8),
+        ("microwave", 1, 1, 0.9),
+        ("plant", 1, 2, 0.5),
+        ("clock", 1, 1, 0.5),
+        ("picture", 1, 1, 0.3),
     ),
     "bathroom": (
-        ("door", 1, 1, 1.0), ("window", 1, 1, 0.7), ("bathtub", 1, 1, 0.8), ("toilet", 1, 1, 1.0),
-        ("sink", 1, 2, 1.0), ("cabinet", 1, 2, 0.7), ("washer", 1, 1, 0.5), ("shelf", 1, 1, 0.4),
-        ("radiator", 1, 1, 0.4), ("trash can", 1, 1, 0.8), ("plant", 1, 1, 0.3), ("mirror", 1, 2, 0.9),
+        ("door", 1, 1, 1.0),
+        ("window", 1, 1, 0.7),
+        ("bathtub", 1, 1, 0.8),
+        ("toilet", 1, 1, 1.0),
+        ("sink", 1, 2, 1.0),
+        ("cabinet", 1, 2, 0.7),
+        ("washer", 1, 1, 0.5),
+        ("shelf", 1, 1, 0.4),
+        ("radiator", 1, 1, 0.4),
+        ("trash can", 1, 1, 0.8),
+        ("plant", 1, 1, 0.3),
+        ("mirror", 1, 2, 0.9),
         ("picture", 1, 1, 0.3),
     ),
     "office": (
-        ("door", 1, 2, 1.0), ("window", 1, 3, 0.9), ("desk", 1, 3, 1.0), ("cabinet", 1, 2, 0.7),
-        ("shelf", 1, 2, 0.7), ("computer tower", 1, 2, 0.6), ("radiator", 1, 1, 0.3), ("table", 1, 1, 0.5),
-        ("chair", 1, 4, 1.0), ("sofa", 1, 1, 0.3), ("plant", 1, 2, 0.6), ("trash can", 1, 2, 0.8),
-        ("backpack", 1, 2, 0.6), ("suitcase", 1, 1, 0.2), ("monitor", 1, 3, 1.0), ("keyboard", 1, 2, 0.8),
-        ("laptop", 1, 2, 0.6), ("printer", 1, 1, 0.5), ("lamp", 1, 2, 0.5), ("microwave", 1, 1, 0.2),
-        ("whiteboard", 1, 1, 0.6), ("tv", 1, 1, 0.3), ("clock", 1, 1, 0.4), ("picture", 1, 1, 0.3),
+        ("door", 1, 2, 1.0),
+        ("window", 1, 3, 0.9),
+        ("desk", 1, 3, 1.0),
+        ("cabinet", 1, 2, 0.7),
+        ("shelf", 1, 2, 0.7),
+        ("computer tower", 1, 2, 0.6),
+        ("radiator", 1, 1, 0.3),
+        ("table", 1, 1, 0.5),
+        ("chair", 1, 4, 1.0),
+        ("sofa", 1, 1, 0.3),
+        ("plant", 1, 2, 0.6),
+        ("trash can", 1, 2, 0.8),
+        ("backpack", 1, 2, 0.6),
+        ("suitcase", 1, 1, 0.2),
+        ("monitor", 1, 3, 1.0),
+        ("keyboard", 1, 2, 0.8),
+        ("laptop", 1, 2, 0.6),
+        ("printer", 1, 1, 0.5),
+        ("lamp", 1, 2, 0.5),
+        ("microwave", 1, 1, 0.2),
+        ("whiteboard", 1, 1, 0.6),
+        ("tv", 1, 1, 0.3),
+        ("clock", 1, 1, 0.4),
+        ("picture", 1, 1, 0.3),
     ),
     "studio": (
-        ("door", 1, 2, 1.0), ("window", 1, 3, 0.9), ("bed", 1, 1, 0.9), ("sofa", 1, 1, 0.7),
-        ("refrigerator", 1, 1, 0.8), ("stove", 1, 1, 0.5), ("sink", 1, 1, 0.7), ("cabinet", 1, 2, 0.7),
-        ("desk", 1, 1, 0.6), ("nightstand", 1, 1, 0.5), ("tv stand", 1, 1, 0.4), ("table", 1, 1, 0.6),
-        ("chair", 1, 3, 0.9), ("plant", 1, 2, 0.6), ("trash can", 1, 1, 0.6), ("lamp", 1, 2, 0.6),
-        ("pillow", 1, 3, 0.8), ("tv", 1, 1, 0.7), ("monitor", 1, 1, 0.4), ("microwave", 1, 1, 0.5),
-        ("backpack", 1, 1, 0.4), ("suitcase", 1, 1, 0.3), ("picture", 1, 2, 0.5), ("washer", 1, 1, 0.2),
+        ("door", 1, 2, 1.0),
+        ("window", 1, 3, 0.9),
+        ("bed", 1, 1, 0.9),
+        ("sofa", 1, 1, 0.7),
+        ("refrigerator", 1, 1, 0.8),
+        ("stove", 1, 1, 0.5),
+        ("sink", 1, 1, 0.7),
+        ("cabinet", 1, 2, 0.7),
+        ("desk", 1, 1, 0.6),
+        ("nightstand", 1, 1, 0.5),
+        ("tv stand", 1, 1, 0.4),
+        ("table", 1, 1, 0.6),
+        ("chair", 1, 3, 0.9),
+        ("plant", 1, 2, 0.6),
+        ("trash can", 1, 1, 0.6),
+        ("lamp", 1, 2, 0.6),
+        ("pillow", 1, 3, 0.8),
+        ("tv", 1, 1, 0.7),
+        ("monitor", 1, 1, 0.4),
+        ("microwave", 1, 1, 0.5),
+        ("backpack", 1, 1, 0.4),
+        ("suitcase", 1, 1, 0.3),
+        ("picture", 1, 2, 0.5),
+        ("washer", 1, 1, 0.2),
     ),
 }
 
@@ -352,7 +462,12 @@ class _Placer:
             ax, ay = anchor.obj.extent[0] / 2, anchor.obj.extent[1] / 2
             along = float(self.rng.uniform(-0.35, 0.35))
             off = float(self.rng.uniform(0.08, 0.2))  # gap between chair and table edge
-            local = [(along * ax, -ay - d / 2 - off), (along * ax, ay + d / 2 + off), (-ax - d / 2 - off, along * ay), (ax + d / 2 + off, along * ay)][side]
+            local = [
+                (along * ax, -ay - d / 2 - off),
+                (along * ax, ay + d / 2 + off),
+                (-ax - d / 2 - off, along * ay),
+                (ax + d / 2 + off, along * ay),
+            ][side]
             xy = anchor.obj.center[:2] + anchor.obj.rotation[:2, :2] @ np.array(local)
             to_anchor = anchor.obj.center[:2] - xy
             # face the anchor: the chair's front (local +y) points at the anchor's center
@@ -382,7 +497,9 @@ class _Placer:
             return None
         return obj, fp, z0, on
 
-    def _commit(self, label: str, v: Variant, obj: SceneObject, fp: np.ndarray, z0: float, on: Optional[_Placed]) -> None:
+    def _commit(
+        self, label: str, v: Variant, obj: SceneObject, fp: np.ndarray, z0: float, on: Optional[_Placed]
+    ) -> None:
         w, d, h = obj.extent
         # Must agree with the furniture templates (furniture.bed / furniture.sofa build the mattress
         # and seat cushions to these heights and keep headboard, arms and back out of these rects).
@@ -399,7 +516,9 @@ class _Placer:
         if v.placement == "door":
             n = obj.rotation[:2, 1]
             zone_center = obj.center[:2] + n * (d / 2 + _DOOR_CLEARANCE / 2)
-            zone = SceneObject.upright(0, "zone", (zone_center[0], zone_center[1], 1.0), (w + 0.2, _DOOR_CLEARANCE, 2.0), obj.yaw_deg)
+            zone = SceneObject.upright(
+                0, "zone", (zone_center[0], zone_center[1], 1.0), (w + 0.2, _DOOR_CLEARANCE, 2.0), obj.yaw_deg
+            )
             self.keepout.append(zone.footprint)
 
     # ------------------------------------------------------------------ mesh
@@ -413,18 +532,35 @@ class _Placer:
         floor_material = _floor_material(theme, look)
         mb.add_flat_polygon(self.polygon, 0.0, _floor_color(floor_material, look), material=floor_material)
         mb.add_flat_polygon(self.polygon, self.height, (0.93, 0.93, 0.9), material="ceiling", facing="down")
-        wall_h, wall_s, wall_v = float(look.uniform(0.0, 1.0)), float(look.uniform(0.03, 0.2)), float(look.uniform(0.8, 0.92))
+        wall_h, wall_s, wall_v = (
+            float(look.uniform(0.0, 1.0)),
+            float(look.uniform(0.03, 0.2)),
+            float(look.uniform(0.8, 0.92)),
+        )
         for k in range(len(self.polygon)):
             # alternate wall brightness a little so corners read in flat shading
             color = hsv(wall_h, wall_s, wall_v * (1.0 - 0.05 * (k % 2)))
-            mb.add_wall(self.polygon[k], self.polygon[(k + 1) % len(self.polygon)], self.height, color, material="paint")
+            mb.add_wall(
+                self.polygon[k], self.polygon[(k + 1) % len(self.polygon)], self.height, color, material="paint"
+            )
         used: dict[str, list[np.ndarray]] = {}
         for p in self.placed:
             mains = used.setdefault(p.obj.label, [])
             mains.append(build_object(mb, p.obj, look, p.variant.placement, avoid=mains))
         v, t, c, ids = mb.build()
         objects = [p.obj for p in self.placed]
-        scene = Scene(scene_id, "procedural", v, t, c, ids, objects, self.polygon, self.height, triangle_materials=mb.triangle_materials())
+        scene = Scene(
+            scene_id,
+            "procedural",
+            v,
+            t,
+            c,
+            ids,
+            objects,
+            self.polygon,
+            self.height,
+            triangle_materials=mb.triangle_materials(),
+        )
         scene.theme = theme  # informational; not part of the contract
         return scene
 

@@ -6,6 +6,7 @@ internals: a new env that implements them runs through the whole pipeline.
 :class:`~a2c_ppo_acktr.envs.batch.BatchEnv` saves and restores its envs through
 ``get_state``/``set_state``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -17,6 +17,7 @@ clockwise positive, i.e. positive = to the left. Candidates closer than a margin
 boundary are rejected as ambiguous. Rounding of ground truths follows the benchmark's habit: meters
 and square meters to one decimal, centimeters and counts to integers; ``meta`` keeps exact values.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -112,7 +113,9 @@ def _segment_segment_distance(p0: np.ndarray, p1: np.ndarray, q0: np.ndarray, q1
     e_safe = np.where(ok, e, 1.0)
     denom = a_safe * e_safe - b * b
     # Parallel segments (denom ~ 0): any s works for the line problem; s = 0 then clamps t.
-    s = np.where(denom > 1e-12 * a_safe * e_safe, np.clip((b * f - c * e_safe) / np.where(denom > 0, denom, 1.0), 0.0, 1.0), 0.0)
+    s = np.where(
+        denom > 1e-12 * a_safe * e_safe, np.clip((b * f - c * e_safe) / np.where(denom > 0, denom, 1.0), 0.0, 1.0), 0.0
+    )
     t = (b * s + f) / e_safe
     s = np.where(t < 0, np.clip(-c / a_safe, 0.0, 1.0), np.where(t > 1, np.clip((b - c) / a_safe, 0.0, 1.0), s))
     t = np.clip(t, 0.0, 1.0)
@@ -228,13 +231,16 @@ def _object_abs_distance(scene: Scene, rng: np.random.Generator, **_) -> Questio
                 a, b = b, a
             return Question(
                 "object_abs_distance",
-                f"Measuring from the closest point of each object, what is the direct distance between the {a.label} and the {b.label} (in meters)?",
+                f"Measuring from the closest point of each object, what is the direct distance between the {a.label} "
+                f"and the {b.label} (in meters)?",
                 None,
                 _fmt(d, 1),
                 [a.object_id, b.object_id],
                 {"distance_m": d, "labels": [a.label, b.label]},
             )
-    raise QuestionUnavailable(f"scene {scene.scene_id!r} has no pair of unique objects at least {MIN_DISTANCE_M} m apart")
+    raise QuestionUnavailable(
+        f"scene {scene.scene_id!r} has no pair of unique objects at least {MIN_DISTANCE_M} m apart"
+    )
 
 
 def _object_size_estimation(scene: Scene, rng: np.random.Generator, **_) -> Question:
@@ -245,7 +251,8 @@ def _object_size_estimation(scene: Scene, rng: np.random.Generator, **_) -> Ques
     cm = obj.longest_side * 100.0
     return Question(
         "object_size_estimation",
-        f"What is the length of the longest dimension (length, width, or height) of the {obj.label}, measured in centimeters?",
+        f"What is the length of the longest dimension (length, width, or height) of the {obj.label}, measured in "
+        "centimeters?",
         None,
         _fmt(cm, 0),
         [obj.object_id],
@@ -270,7 +277,8 @@ def _object_rel_distance(scene: Scene, rng: np.random.Generator, **_) -> Questio
         others = [lab for lab in labels if lab != target.label]
         if len(others) < NUM_REL_DISTANCE_CANDIDATES:
             raise QuestionUnavailable(
-                f"scene {scene.scene_id!r} has {len(others) + 1} categories; relative distance needs {NUM_REL_DISTANCE_CANDIDATES + 1}"
+                f"scene {scene.scene_id!r} has {len(others) + 1} categories; relative distance needs "
+                f"{NUM_REL_DISTANCE_CANDIDATES + 1}"
             )
         cands = _pick(rng, others, NUM_REL_DISTANCE_CANDIDATES)
         # A category's distance is that of its closest instance.
@@ -285,7 +293,11 @@ def _object_rel_distance(scene: Scene, rng: np.random.Generator, **_) -> Questio
         options, letter = _multiple_choice(rng, ranked[0], [lab for lab in cands if lab != ranked[0]])
         closest_ids = [min(scene.objects_by_label(ranked[0]), key=lambda o: box_distance(target, o)).object_id]
         return Question(
-            "object_rel_distance", question, options, letter, [target.object_id, *closest_ids],
+            "object_rel_distance",
+            question,
+            options,
+            letter,
+            [target.object_id, *closest_ids],
             {"target": target.label, "distances_m": dists, "answer": ranked[0]},
         )
     raise QuestionUnavailable(f"scene {scene.scene_id!r}: no unambiguous relative-distance question in {_TRIES} draws")
@@ -314,7 +326,8 @@ def _direction_label(angle: float, level: str) -> Optional[str]:
 _DIRECTION_QUESTIONS = {
     "easy": ("is the {c} to my left or right?", ["left", "right"]),
     "medium": (
-        "is the {c} to my left, right, or back? An object is to my back if I would have to turn at least 135 degrees in order to face it.",
+        "is the {c} to my left, right, or back? An object is to my back if I would have to turn at least 135 degrees "
+        "in order to face it.",
         ["left", "right", "back"],
     ),
     "hard": (
@@ -331,7 +344,9 @@ def _rel_direction(level: str) -> Callable[..., Question]:
     def generate(scene: Scene, rng: np.random.Generator, **_) -> Question:
         uniq = unique_objects(scene)
         if len(uniq) < 3:
-            raise QuestionUnavailable(f"scene {scene.scene_id!r} has {len(uniq)} single-instance categories; relative direction needs 3")
+            raise QuestionUnavailable(
+                f"scene {scene.scene_id!r} has {len(uniq)} single-instance categories; relative direction needs 3"
+            )
         template, choices = _DIRECTION_QUESTIONS[level]
         for _ in range(_TRIES):
             a, b, c = _pick(rng, uniq, 3)
@@ -346,7 +361,11 @@ def _rel_direction(level: str) -> Callable[..., Question]:
             question = f"If I am standing by the {a.label} and facing the {b.label}, " + template.format(c=c.label)
             options, letter = _multiple_choice(rng, answer, [x for x in choices if x != answer])
             return Question(
-                qtype, question, options, letter, [c.object_id, a.object_id, b.object_id],
+                qtype,
+                question,
+                options,
+                letter,
+                [c.object_id, a.object_id, b.object_id],
                 {"angle_deg": angle, "answer": answer, "labels": [a.label, b.label, c.label]},
             )
         raise QuestionUnavailable(f"scene {scene.scene_id!r}: no unambiguous {qtype} question in {_TRIES} draws")
@@ -373,7 +392,9 @@ def route_turn(angle: float) -> Optional[str]:
 def _route_planning(scene: Scene, rng: np.random.Generator, **_) -> Question:
     uniq = unique_objects(scene)
     if len(uniq) < 3:
-        raise QuestionUnavailable(f"scene {scene.scene_id!r} has {len(uniq)} single-instance categories; route planning needs 3")
+        raise QuestionUnavailable(
+            f"scene {scene.scene_id!r} has {len(uniq)} single-instance categories; route planning needs 3"
+        )
     turns_vocab = ["Turn Left", "Turn Right", "Turn Back"]
     for _ in range(_TRIES):
         n_turns = int(rng.integers(1, MAX_ROUTE_TURNS + 1))
@@ -397,14 +418,21 @@ def _route_planning(scene: Scene, rng: np.random.Generator, **_) -> Question:
             f"You are a robot beginning at the {path[0].label} facing the {path[1].label}. "
             f"You want to navigate to the {path[-1].label}. You will perform the following actions "
             "(Note: for each [please fill in], choose either 'turn back,' 'turn left,' or 'turn right.'): "
-            + " ".join(steps) + ". You have reached the final destination."
+            + " ".join(steps)
+            + ". You have reached the final destination."
         )
         correct = ", ".join(turns)
-        alternatives = [", ".join(seq) for seq in itertools.product(turns_vocab, repeat=n_turns) if ", ".join(seq) != correct]
+        alternatives = [
+            ", ".join(seq) for seq in itertools.product(turns_vocab, repeat=n_turns) if ", ".join(seq) != correct
+        ]
         distractors = _pick(rng, alternatives, min(3, len(alternatives)))
         options, letter = _multiple_choice(rng, correct, distractors)
         return Question(
-            "route_planning", question, options, letter, [o.object_id for o in path],
+            "route_planning",
+            question,
+            options,
+            letter,
+            [o.object_id for o in path],
             {"turns": turns, "labels": [o.label for o in path]},
         )
     raise QuestionUnavailable(f"scene {scene.scene_id!r}: no unambiguous route in {_TRIES} draws")
@@ -419,10 +447,14 @@ def _obj_appearance_order(
     **_,
 ) -> Question:
     if appearance_order is None:
-        raise QuestionUnavailable("obj_appearance_order needs the appearance order of the episode's sweep (pass appearance_order)")
+        raise QuestionUnavailable(
+            "obj_appearance_order needs the appearance order of the episode's sweep (pass appearance_order)"
+        )
     frames = list(appearance_frames) if appearance_frames is not None else list(range(len(appearance_order)))
     if len(frames) != len(appearance_order):
-        raise ValueError(f"appearance_frames has {len(frames)} entries for {len(appearance_order)} ids in appearance_order")
+        raise ValueError(
+            f"appearance_frames has {len(frames)} entries for {len(appearance_order)} ids in appearance_order"
+        )
     # First frame in which each category appears (any instance).
     first: dict[str, int] = {}
     first_id: dict[str, int] = {}

@@ -44,7 +44,8 @@ z = 0; the ceiling height is a high percentile of z; the floor polygon is the 2-
 vertices within 10 cm of the floor (of all vertices when too few are that low). Triangle colors are
 the mean of their vertices' colors. Because a convex hull can span several rooms, a 5 cm occupancy
 raster (:func:`build_occupancy`: scanned floor, minus cells with surface between 0.2 and 1.8 m) is
-attached as ``Scene.occupancy`` and keeps the agent off walls and out of unscanned space. Missing or unreadable files raise :class:`SceneLoadError` naming
+attached as ``Scene.occupancy`` and keeps the agent off walls and out of unscanned space. Missing or unreadable files
+raise :class:`SceneLoadError` naming
 the file.
 
 Labels speak the benchmark's vocabulary: each raw label is looked up in the dataset's table
@@ -89,18 +90,41 @@ class SceneLoadError(ValueError, UserError):
 def _log_exclusions(scene: Scene, excluded: Counter) -> None:
     if excluded:
         detail = ", ".join(f"{label} x{n}" for label, n in sorted(excluded.items(), key=lambda kv: (-kv[1], kv[0])))
-        logger.info("%s scan %s: %d objects with VSI-Bench categories; %d excluded (no VSI-Bench category, geometry kept): %s",
-                    scene.dataset, scene.scene_id, len(scene.objects), sum(excluded.values()), detail)
+        logger.info(
+            "%s scan %s: %d objects with VSI-Bench categories; %d excluded (no VSI-Bench category, geometry kept): %s",
+            scene.dataset,
+            scene.scene_id,
+            len(scene.objects),
+            sum(excluded.values()),
+            detail,
+        )
     else:
-        logger.info("%s scan %s: %d objects with VSI-Bench categories; none excluded", scene.dataset, scene.scene_id, len(scene.objects))
+        logger.info(
+            "%s scan %s: %d objects with VSI-Bench categories; none excluded",
+            scene.dataset,
+            scene.scene_id,
+            len(scene.objects),
+        )
 
 
 # ---------------------------------------------------------------------------- PLY
 _PLY_TYPES = {
-    "char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1",
-    "short": "i2", "int16": "i2", "ushort": "u2", "uint16": "u2",
-    "int": "i4", "int32": "i4", "uint": "u4", "uint32": "u4",
-    "float": "f4", "float32": "f4", "double": "f8", "float64": "f8",
+    "char": "i1",
+    "int8": "i1",
+    "uchar": "u1",
+    "uint8": "u1",
+    "short": "i2",
+    "int16": "i2",
+    "ushort": "u2",
+    "uint16": "u2",
+    "int": "i4",
+    "int32": "i4",
+    "uint": "u4",
+    "uint32": "u4",
+    "float": "f4",
+    "float32": "f4",
+    "double": "f8",
+    "float64": "f8",
 }
 
 
@@ -153,7 +177,9 @@ def read_ply_mesh(path: str | Path) -> tuple[np.ndarray, np.ndarray, Optional[np
                 else:
                     elements[-1]["props"].append((tok[2], _ply_type(path, tok[1]), None, None))
         except (IndexError, ValueError) as e:
-            raise SceneLoadError(f"{str(path)!r}: PLY header line {number} {line.strip()!r} is malformed ({type(e).__name__}: {e})") from e
+            raise SceneLoadError(
+                f"{str(path)!r}: PLY header line {number} {line.strip()!r} is malformed ({type(e).__name__}: {e})"
+            ) from e
     if fmt not in ("ascii", "binary_little_endian", "binary_big_endian"):
         raise SceneLoadError(f"{str(path)!r}: unsupported PLY format {fmt!r}")
     try:
@@ -177,7 +203,8 @@ def read_ply_mesh(path: str | Path) -> tuple[np.ndarray, np.ndarray, Optional[np
         raise SceneLoadError(f"{str(path)!r}: vertex {bad} is not finite ({vertices[bad].tolist()})")
     if len(vertices) and float(np.ptp(vertices, axis=0).max()) > MAX_SCAN_EXTENT_M:
         raise SceneLoadError(
-            f"{str(path)!r}: the mesh spans {float(np.ptp(vertices, axis=0).max()):.0f} m; indoor scans span < {MAX_SCAN_EXTENT_M:.0f} m "
+            f"{str(path)!r}: the mesh spans {float(np.ptp(vertices, axis=0).max()):.0f} m; indoor scans span < "
+            f"{MAX_SCAN_EXTENT_M:.0f} m "
             "(a stray vertex far away, or units other than meters)"
         )
     colors = None
@@ -209,7 +236,11 @@ def _fan(faces: list[np.ndarray] | np.ndarray) -> np.ndarray:
         k = faces.shape[1]
         if k < 3:
             raise ValueError(f"faces with {k} corners")
-        return np.concatenate([faces[:, [0, i, i + 1]] for i in range(1, k - 1)]).astype(np.int64) if len(faces) else np.zeros((0, 3), np.int64)
+        return (
+            np.concatenate([faces[:, [0, i, i + 1]] for i in range(1, k - 1)]).astype(np.int64)
+            if len(faces)
+            else np.zeros((0, 3), np.int64)
+        )
     tris = [[f[0], f[i], f[i + 1]] for f in faces for i in range(1, len(f) - 1)]
     return np.asarray(tris, dtype=np.int64).reshape(-1, 3)
 
@@ -220,7 +251,7 @@ def _read_ply_ascii(body: bytes, elements: list[dict[str, Any]]) -> dict[str, di
     out: dict[str, dict[str, Any]] = {}
     for el in elements:
         n = el["count"]
-        rows = [ln.split() for ln in lines[pos:pos + n]]
+        rows = [ln.split() for ln in lines[pos : pos + n]]
         if len(rows) < n:
             raise ValueError(f"element {el['name']} expects {n} lines, found {len(rows)}")
         pos += n
@@ -235,7 +266,7 @@ def _read_ply_ascii(body: bytes, elements: list[dict[str, Any]]) -> dict[str, di
             for name, kind, _, _ in el["props"]:
                 if kind == "list":
                     k = int(row[i])
-                    values[name].append(np.asarray(row[i + 1:i + 1 + k], dtype=np.int64))
+                    values[name].append(np.asarray(row[i + 1 : i + 1 + k], dtype=np.int64))
                     if len(values[name][-1]) != k:
                         raise ValueError(f"face list shorter than its count {k}")
                     i += 1 + k
@@ -319,7 +350,10 @@ def convex_hull_2d(points: np.ndarray) -> np.ndarray:
     def half(seq: np.ndarray) -> list[np.ndarray]:
         h: list[np.ndarray] = []
         for p in seq:
-            while len(h) >= 2 and (h[-1][0] - h[-2][0]) * (p[1] - h[-2][1]) - (h[-1][1] - h[-2][1]) * (p[0] - h[-2][0]) <= 0:
+            while (
+                len(h) >= 2
+                and (h[-1][0] - h[-2][0]) * (p[1] - h[-2][1]) - (h[-1][1] - h[-2][1]) * (p[0] - h[-2][0]) <= 0
+            ):
                 h.pop()
             h.append(p)
         return h
@@ -361,8 +395,19 @@ def _finish_scene(
     else:
         tri_colors = vertex_colors[triangles].mean(axis=1)
     excluded = excluded if excluded is not None else Counter()
-    scene = Scene(scene_id, dataset, vertices, triangles, tri_colors, triangle_object_ids, objects, polygon, ceiling, occupancy,
-                  excluded_labels=dict(sorted(excluded.items())))
+    scene = Scene(
+        scene_id,
+        dataset,
+        vertices,
+        triangles,
+        tri_colors,
+        triangle_object_ids,
+        objects,
+        polygon,
+        ceiling,
+        occupancy,
+        excluded_labels=dict(sorted(excluded.items())),
+    )
     _log_exclusions(scene, excluded)
     return scene
 
@@ -455,7 +500,9 @@ def read_axis_alignment(path: str | Path) -> np.ndarray:
             if len(values) != 16:
                 raise SceneLoadError(f"{str(path)!r}: axisAlignment needs 16 numbers, got {len(values)}")
             return np.asarray(values).reshape(4, 4)
-    raise SceneLoadError(f"{str(path)!r} has no 'axisAlignment = ...' line (ScanNet test scenes lack it; use a train/val scene)")
+    raise SceneLoadError(
+        f"{str(path)!r} has no 'axisAlignment = ...' line (ScanNet test scenes lack it; use a train/val scene)"
+    )
 
 
 def _majority_ids(vertex_obj: np.ndarray, triangles: np.ndarray) -> np.ndarray:
@@ -475,7 +522,9 @@ def _read_seg_indices(path: Path, num_vertices: int, mesh: Path) -> np.ndarray:
     except (KeyError, TypeError, ValueError) as e:
         raise SceneLoadError(f"{str(path)!r}: expected a 'segIndices' list of integers ({e})") from e
     if len(seg_indices) != num_vertices:
-        raise SceneLoadError(f"{str(path)!r}: {len(seg_indices)} segIndices for {num_vertices} mesh vertices in {str(mesh)!r}")
+        raise SceneLoadError(
+            f"{str(path)!r}: {len(seg_indices)} segIndices for {num_vertices} mesh vertices in {str(mesh)!r}"
+        )
     return seg_indices
 
 
@@ -491,7 +540,9 @@ def _scene_files(scene_dir: Path, names: list[str], root: Optional[str | Path]) 
     return paths
 
 
-def load_scannet_scene(scene_dir: str | Path, scene_name: Optional[str] = None, root: Optional[str | Path] = None) -> Scene:
+def load_scannet_scene(
+    scene_dir: str | Path, scene_name: Optional[str] = None, root: Optional[str | Path] = None
+) -> Scene:
     """Load a ScanNet scene directory (see the module docstring for the files and conventions).
 
     Args:
@@ -502,14 +553,18 @@ def load_scannet_scene(scene_dir: str | Path, scene_name: Optional[str] = None, 
     scene_dir = Path(scene_dir)
     name = scene_name or scene_dir.name
     ply, segs_path, agg_path, meta_path = _scene_files(
-        scene_dir, [f"{name}_vh_clean_2.ply", f"{name}_vh_clean_2.0.010000.segs.json", f"{name}.aggregation.json", f"{name}.txt"], root
+        scene_dir,
+        [f"{name}_vh_clean_2.ply", f"{name}_vh_clean_2.0.010000.segs.json", f"{name}.aggregation.json", f"{name}.txt"],
+        root,
     )
     vertices, triangles, colors = read_ply_mesh(ply)
     align = read_axis_alignment(meta_path)
     agg = _load_json(agg_path)
     seg_indices = _read_seg_indices(segs_path, len(vertices), ply)
     try:
-        groups = [(int(g["objectId"]), clean_label(g["label"]), [int(s) for s in g["segments"]]) for g in agg["segGroups"]]
+        groups = [
+            (int(g["objectId"]), clean_label(g["label"]), [int(s) for s in g["segments"]]) for g in agg["segGroups"]
+        ]
     except (KeyError, TypeError, ValueError) as e:
         raise SceneLoadError(f"{str(agg_path)!r}: expected 'segGroups' with objectId, label, segments ({e})") from e
     ids = [oid for oid, _, _ in groups]
@@ -550,7 +605,9 @@ def load_scannet_scene(scene_dir: str | Path, scene_name: Optional[str] = None, 
 
 
 # ---------------------------------------------------------------------------- ARKitScenes
-def load_arkitscenes_scene(scene_dir: str | Path, video_id: Optional[str] = None, root: Optional[str | Path] = None) -> Scene:
+def load_arkitscenes_scene(
+    scene_dir: str | Path, video_id: Optional[str] = None, root: Optional[str | Path] = None
+) -> Scene:
     """Load an ARKitScenes 3DOD scene directory (see the module docstring).
 
     Args:
@@ -569,8 +626,15 @@ def load_arkitscenes_scene(scene_dir: str | Path, video_id: Optional[str] = None
         for i, entry in enumerate(entries):
             obb = entry["segments"]["obbAligned"]
             axes = np.asarray(obb["normalizedAxes"], dtype=np.float64).reshape(3, 3)
-            objects.append(SceneObject(i, clean_label(entry["label"]), np.asarray(obb["centroid"], dtype=np.float64).reshape(3),
-                                       np.asarray(obb["axesLengths"], dtype=np.float64).reshape(3), axes.T))
+            objects.append(
+                SceneObject(
+                    i,
+                    clean_label(entry["label"]),
+                    np.asarray(obb["centroid"], dtype=np.float64).reshape(3),
+                    np.asarray(obb["axesLengths"], dtype=np.float64).reshape(3),
+                    axes.T,
+                )
+            )
     except (KeyError, TypeError, ValueError) as e:
         raise SceneLoadError(
             f"{str(ann_path)!r}: expected 'data' entries with label and segments.obbAligned "
@@ -579,7 +643,10 @@ def load_arkitscenes_scene(scene_dir: str | Path, video_id: Optional[str] = None
 
     for o in objects:
         if not (np.isfinite(o.center).all() and np.isfinite(o.extent).all() and np.isfinite(o.rotation).all()):
-            raise SceneLoadError(f"{str(ann_path)!r}: object {o.object_id} ({o.label}) has a non-finite box (centroid {o.center.tolist()})")
+            raise SceneLoadError(
+                f"{str(ann_path)!r}: object {o.object_id} ({o.label}) has a non-finite box (centroid "
+                f"{o.center.tolist()})"
+            )
     labels = label_map("arkitscenes")
     excluded: Counter = Counter()
     boxes: list[SceneObject] = []  # kept and excluded: an excluded box still claims its own triangles
@@ -611,7 +678,9 @@ def load_arkitscenes_scene(scene_dir: str | Path, video_id: Optional[str] = None
 SCANNETPP_FILES = ("mesh_aligned_0.05.ply", "segments.json", "segments_anno.json")
 
 
-def load_scannetpp_scene(scene_dir: str | Path, scene_id: Optional[str] = None, root: Optional[str | Path] = None) -> Scene:
+def load_scannetpp_scene(
+    scene_dir: str | Path, scene_id: Optional[str] = None, root: Optional[str | Path] = None
+) -> Scene:
     """Load a ScanNet++ scene directory (see the module docstring).
 
     Args:
@@ -626,9 +695,14 @@ def load_scannetpp_scene(scene_dir: str | Path, scene_id: Optional[str] = None, 
     anno = _load_json(anno_path)
     seg_indices = _read_seg_indices(segs_path, len(vertices), ply)
     try:
-        groups = [(int(g["objectId"]), clean_label(g["label"]), [int(s) for s in g["segments"]], g.get("obb")) for g in anno["segGroups"]]
+        groups = [
+            (int(g["objectId"]), clean_label(g["label"]), [int(s) for s in g["segments"]], g.get("obb"))
+            for g in anno["segGroups"]
+        ]
     except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise SceneLoadError(f"{str(anno_path)!r}: expected 'segGroups' with objectId, label, segments ({type(e).__name__}: {e})") from e
+        raise SceneLoadError(
+            f"{str(anno_path)!r}: expected 'segGroups' with objectId, label, segments ({type(e).__name__}: {e})"
+        ) from e
     ids = [oid for oid, *_ in groups]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
@@ -670,8 +744,13 @@ def load_scannetpp_scene(scene_dir: str | Path, scene_id: Optional[str] = None, 
         try:
             if obb is not None:
                 axes = np.asarray(obb["normalizedAxes"], dtype=np.float64).reshape(3, 3)
-                obj = SceneObject(oid, category, np.asarray(obb["centroid"], dtype=np.float64).reshape(3),
-                                  np.asarray(obb["axesLengths"], dtype=np.float64).reshape(3), axes.T)
+                obj = SceneObject(
+                    oid,
+                    category,
+                    np.asarray(obb["centroid"], dtype=np.float64).reshape(3),
+                    np.asarray(obb["axesLengths"], dtype=np.float64).reshape(3),
+                    axes.T,
+                )
                 if not np.isfinite(obj.center).all():
                     raise ValueError(f"centroid {obj.center.tolist()} is not finite")
             else:
@@ -682,7 +761,8 @@ def load_scannetpp_scene(scene_dir: str | Path, scene_id: Optional[str] = None, 
                 obj = SceneObject(oid, category, (lo + hi) / 2.0, hi - lo, np.eye(3))
         except (KeyError, TypeError, ValueError) as e:
             raise SceneLoadError(
-                f"{str(anno_path)!r}: object {oid} ({category}) has a malformed obb; expected centroid, axesLengths and a "
+                f"{str(anno_path)!r}: object {oid} ({category}) has a malformed obb; expected centroid, axesLengths "
+                "and a "
                 f"rotation normalizedAxes ({type(e).__name__}: {e})"
             ) from e
         objects.append(obj)
@@ -694,7 +774,11 @@ def load_scannetpp_scene(scene_dir: str | Path, scene_id: Optional[str] = None, 
 
 # ---------------------------------------------------------------------------- lookup
 # A file every scan of a dataset has once: its name (or, for ScanNet++, its directory) names the scan.
-SCAN_MARKERS = {"scannet": "*_vh_clean_2.ply", "arkitscenes": "*_3dod_mesh.ply", "scannetpp": "scans/mesh_aligned_0.05.ply"}
+SCAN_MARKERS = {
+    "scannet": "*_vh_clean_2.ply",
+    "arkitscenes": "*_3dod_mesh.ply",
+    "scannetpp": "scans/mesh_aligned_0.05.ply",
+}
 
 
 def find_scan_names(data_root: str | Path, dataset: str) -> list[str]:
@@ -719,11 +803,21 @@ def find_scan_names(data_root: str | Path, dataset: str) -> list[str]:
 def scene_candidates(data_root: str | Path, dataset: str, scene_name: str) -> list[Path]:
     """The directories :func:`find_scene` tries, in order (see there)."""
     root = Path(data_root)
-    candidates = [root / scene_name, root / "scans" / scene_name, root / "data" / scene_name,
-                  root / dataset / scene_name, root / dataset / "scans" / scene_name, root / dataset / "data" / scene_name]
+    candidates = [
+        root / scene_name,
+        root / "scans" / scene_name,
+        root / "data" / scene_name,
+        root / dataset / scene_name,
+        root / dataset / "scans" / scene_name,
+        root / dataset / "data" / scene_name,
+    ]
     for split in ("Validation", "Training", "val", "train"):
-        candidates += [root / split / scene_name, root / "3dod" / split / scene_name, root / dataset / split / scene_name,
-                       root / dataset / "3dod" / split / scene_name]
+        candidates += [
+            root / split / scene_name,
+            root / "3dod" / split / scene_name,
+            root / dataset / split / scene_name,
+            root / dataset / "3dod" / split / scene_name,
+        ]
     return candidates
 
 
@@ -746,7 +840,10 @@ def find_scene(data_root: str | Path, dataset: str, scene_name: str) -> Scene:
         raise SceneLoadError(f"unknown dataset {dataset!r} for scene {scene_name!r}; known: {sorted(loaders)}")
     problem = plain_name_problem(scene_name)
     if problem:
-        raise SceneLoadError(f"{dataset} scene name {scene_name[:80]!r} {problem}; a scene is named like scene0011_00, 41069025 or 3db0a1c8f3")
+        raise SceneLoadError(
+            f"{dataset} scene name {scene_name[:80]!r} {problem}; a scene is named like scene0011_00, 41069025 or "
+            "3db0a1c8f3"
+        )
     candidates = scene_candidates(root, dataset, scene_name)
     for c in candidates:
         if c.is_dir():
@@ -756,5 +853,6 @@ def find_scene(data_root: str | Path, dataset: str, scene_name: str) -> Scene:
                 raise SceneLoadError(str(e)) from None
             return loaders[dataset](c, scene_name, root=root)
     raise SceneLoadError(
-        f"{dataset} scene {scene_name!r} not found under {str(root)!r}; looked in: " + ", ".join(str(c) for c in candidates)
+        f"{dataset} scene {scene_name!r} not found under {str(root)!r}; looked in: "
+        + ", ".join(str(c) for c in candidates)
     )

@@ -41,6 +41,7 @@ What the pipeline asks of an env (``env.unwrapped``) is :class:`~a2c_ppo_acktr.e
 gymnasium's ``reset``/``step``, the reply parser, random, chance and oracle replies, what a record
 keeps of an episode, the overview picture and ``get_state``/``set_state``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,19 +50,43 @@ from typing import Any
 from a2c_ppo_acktr.common import entry_points
 from a2c_ppo_acktr.common.errors import UserError
 from a2c_ppo_acktr.common.env_ids import (  # noqa: F401 (re-exported)
-    CARD_IDS, CARD_NAMESPACE, MINIGRID_PREFIXES, OVERLAYS, SOKOBAN_ID, TESTED_IDS, VSI_ID, UnknownEnvError, canonical_id, is_vsi, overlay_path,
+    CARD_IDS,
+    CARD_NAMESPACE,
+    MINIGRID_PREFIXES,
+    OVERLAYS,
+    SOKOBAN_ID,
+    TESTED_IDS,
+    VSI_ID,
+    UnknownEnvError,
+    canonical_id,
+    is_vsi,
+    overlay_path,
 )
 
 _SHARED_FIELDS = ("image_size", "max_turns", "invalid_penalty")
 
 
 class GameConfigError(ValueError, UserError):
-    """``env.game`` (or a shared ``env.*`` field) holds a setting the game refuses; the message says where to change it."""
+    """``env.game`` (or a shared ``env.*`` field) holds a setting the game refuses; the message says where to change
+    it."""
 
 
 # What the pipeline calls on an env (envs/protocol.TextEnv); a user's env class must have them all.
-_TEXT_ENV_MEMBERS = ("reset", "step", "close", "episode_reward", "task_type", "parse", "random_reply", "chance_reply",
-                     "oracle_reply", "episode_fields", "overview_image", "get_state", "set_state")
+_TEXT_ENV_MEMBERS = (
+    "reset",
+    "step",
+    "close",
+    "episode_reward",
+    "task_type",
+    "parse",
+    "random_reply",
+    "chance_reply",
+    "oracle_reply",
+    "episode_fields",
+    "overview_image",
+    "get_state",
+    "set_state",
+)
 
 
 def _user_env_class(spec: str) -> type:
@@ -76,7 +101,8 @@ def _user_env_class(spec: str) -> type:
     missing = [m for m in _TEXT_ENV_MEMBERS if not hasattr(cls, m)]
     if missing:
         raise entry_points.EntryPointError(
-            f"env.env_id={spec!r}: {cls.__name__} lacks {missing} of the env contract (a2c_ppo_acktr.envs.protocol.TextEnv); "
+            f"env.env_id={spec!r}: {cls.__name__} lacks {missing} of the env contract "
+            "(a2c_ppo_acktr.envs.protocol.TextEnv); "
             "a one-token game can subclass a2c_ppo_acktr.envs.cards.common.TokenGameEnv"
         )
     return cls
@@ -119,7 +145,10 @@ def game_config(env_cfg: Any) -> Any:
     name = canonical_id(env_cfg.env_id)
     if name == VSI_ID:
         if env_cfg.game:
-            raise GameConfigError(f"env.game={env_cfg.game!r} is set but env.env_id={name!r} takes its settings from the other env.* fields; leave env.game empty")
+            raise GameConfigError(
+                f"env.game={env_cfg.game!r} is set but env.env_id={name!r} takes its settings from the other env.* "
+                "fields; leave env.game empty"
+            )
         return None
     cls = getattr(env_class(name), "config_class", None)
     if cls is None:
@@ -130,7 +159,9 @@ def game_config(env_cfg: Any) -> Any:
         values["minigrid_id"] = name
     unknown = sorted(set(env_cfg.game) - known)
     if unknown:
-        raise GameConfigError(f"env.game has {unknown}, which {name} does not take; its settings are {sorted(known - {'minigrid_id'})}")
+        raise GameConfigError(
+            f"env.game has {unknown}, which {name} does not take; its settings are {sorted(known - {'minigrid_id'})}"
+        )
     values.update(env_cfg.game)
     try:
         return cls(**values)

@@ -286,7 +286,7 @@ class Renderer:
             return []
         per_cast = max(1, self.max_rays_per_cast // (self.camera.width * self.camera.height))
         if len(poses) > per_cast:  # bound memory: open3d returns ~40 bytes per ray
-            return [f for i in range(0, len(poses), per_cast) for f in self.render_many(poses[i:i + per_cast])]
+            return [f for i in range(0, len(poses), per_cast) for f in self.render_many(poses[i : i + per_cast])]
         rays = self.rays(poses)
         hits = self.cast(rays)
         depth = hits["t_hit"].numpy()
@@ -311,7 +311,9 @@ class Renderer:
                 self._workspaces.clear()
             f32 = ("t", "px", "py", "pz", "qx", "qy", "qz", "d2", "lamp", "shade", "scale")
             work = {k: np.empty(shape, np.float32) for k in f32}
-            work.update(texel=np.empty(shape, np.int32), tmp=np.empty(shape, np.int32), rgb=np.empty(shape + (3,), np.float32))
+            work.update(
+                texel=np.empty(shape, np.int32), tmp=np.empty(shape, np.int32), rgb=np.empty(shape + (3,), np.float32)
+            )
             self._workspaces[shape] = work
         return work
 
@@ -323,7 +325,9 @@ class Renderer:
         tables' last row just as plain indexing does.
         """
         w = self._workspace(t_hit.shape)
-        px, py, pz, qx, qy, qz, d2, lamp, shade = (w[k] for k in ("px", "py", "pz", "qx", "qy", "qz", "d2", "lamp", "shade"))
+        px, py, pz, qx, qy, qz, d2, lamp, shade = (
+            w[k] for k in ("px", "py", "pz", "qx", "qy", "qz", "d2", "lamp", "shade")
+        )
         t = np.minimum(t_hit, np.float32(1e4), out=w["t"])  # misses (inf) read every table's background row
         for k, p in enumerate((px, py, pz)):  # hit point p = origin + t * direction
             np.multiply(t, rays[..., 3 + k], out=p)

@@ -6,6 +6,7 @@ reward. ``episode_reward`` sums the new rewards; everything else (the observatio
 ``truncated``, ``info["score"]``, which evaluation reports, the oracle, the state) is the env's. A
 result that is not a finite number stops the run with one line naming the function.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,7 +29,12 @@ class ShapedReward:
         self._episode_reward = 0.0
 
     def __getattr__(self, attr: str) -> Any:
-        if attr.startswith("__") or attr in ("env", "fn", "name", "_episode_reward"):  # copying and unpickling look these up first
+        if attr.startswith("__") or attr in (
+            "env",
+            "fn",
+            "name",
+            "_episode_reward",
+        ):  # copying and unpickling look these up first
             raise AttributeError(attr)
         return getattr(self.env, attr)
 

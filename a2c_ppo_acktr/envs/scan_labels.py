@@ -14,6 +14,7 @@ category is kept as is, except for ScanNet++: its annotators type free-form labe
 them) and the benchmark asks only about its 84 instance classes, so a ScanNet++ label its table does
 not list is excluded even when it is a benchmark category elsewhere (:data:`CLOSED_TABLES`).
 """
+
 from __future__ import annotations
 
 import functools
@@ -23,7 +24,11 @@ from types import MappingProxyType
 from typing import Any, Mapping, Optional
 
 STRUCTURE_LABELS = frozenset({"wall", "floor", "ceiling", "remove", "unknown", "object", "otherstructure"})
-LABEL_TABLES = {"scannet": "scannet_labels.tsv", "arkitscenes": "arkitscenes_labels.tsv", "scannetpp": "scannetpp_labels.tsv"}
+LABEL_TABLES = {
+    "scannet": "scannet_labels.tsv",
+    "arkitscenes": "arkitscenes_labels.tsv",
+    "scannetpp": "scannetpp_labels.tsv",
+}
 # Tables whose unlisted labels are excluded: the benchmark picks ScanNet++ objects by its own class list.
 CLOSED_TABLES = frozenset({"scannetpp"})
 VOCABULARY_TABLE = "vsibench_categories.tsv"
@@ -77,7 +82,10 @@ def read_data_file(name: str) -> str:
     try:
         return resources.files(__package__).joinpath("data").joinpath(name).read_text(encoding="utf-8")
     except (FileNotFoundError, OSError) as e:
-        raise LabelMapError(f"package data file envs/data/{name} is missing ({e}); reinstall the package or run scripts/make_label_maps.py") from e
+        raise LabelMapError(
+            f"package data file envs/data/{name} is missing ({e}); reinstall the package or run "
+            "scripts/make_label_maps.py"
+        ) from e
 
 
 def _parse_table(text: str, name: str) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
@@ -110,7 +118,9 @@ def benchmark_categories() -> Mapping[str, str]:
     for number, row in rows:
         name = row["category"]
         if not name or name != clean_label(name) or name in out:
-            raise LabelMapError(f"envs/data/{VOCABULARY_TABLE} line {number}: category {name!r} is empty, not normalised or repeated")
+            raise LabelMapError(
+                f"envs/data/{VOCABULARY_TABLE} line {number}: category {name!r} is empty, not normalised or repeated"
+            )
         out[name] = row["evidence"]
     return MappingProxyType(out)
 
@@ -121,11 +131,18 @@ def label_map(dataset: str) -> LabelMap:
     normalised raw label, a known status, and every mapped category a :func:`benchmark_categories` name."""
     if dataset not in LABEL_TABLES:
         raise LabelMapError(f"no label table for dataset {dataset!r}; known: {sorted(LABEL_TABLES)}")
-    return parse_label_table(dataset, read_data_file(LABEL_TABLES[dataset]), benchmark_categories(), f"envs/data/{LABEL_TABLES[dataset]}",
-                             closed=dataset in CLOSED_TABLES)
+    return parse_label_table(
+        dataset,
+        read_data_file(LABEL_TABLES[dataset]),
+        benchmark_categories(),
+        f"envs/data/{LABEL_TABLES[dataset]}",
+        closed=dataset in CLOSED_TABLES,
+    )
 
 
-def parse_label_table(dataset: str, text: str, vocabulary: Mapping[str, str], name: str = "label table", closed: bool = False) -> LabelMap:
+def parse_label_table(
+    dataset: str, text: str, vocabulary: Mapping[str, str], name: str = "label table", closed: bool = False
+) -> LabelMap:
     """A :class:`LabelMap` from a table's text (see :func:`label_map`); errors name ``name`` and the line.
 
     Args:

@@ -31,20 +31,32 @@ from a2c_ppo_acktr.envs.materials import MATERIALS, material_id
 # seen from above so that ``corners[:4]`` is a valid footprint polygon for an upright box.
 _BOX_SIGNS = np.array(
     [
-        [-1, -1, -1], [1, -1, -1], [1, 1, -1], [-1, 1, -1],
-        [-1, -1, 1], [1, -1, 1], [1, 1, 1], [-1, 1, 1],
+        [-1, -1, -1],
+        [1, -1, -1],
+        [1, 1, -1],
+        [-1, 1, -1],
+        [-1, -1, 1],
+        [1, -1, 1],
+        [1, 1, 1],
+        [-1, 1, 1],
     ],
     dtype=np.float64,
 )
 # Twelve triangles of a box over the corner order above (two per face).
 _BOX_TRIANGLES = np.array(
     [
-        [0, 2, 1], [0, 3, 2],  # bottom
-        [4, 5, 6], [4, 6, 7],  # top
-        [0, 1, 5], [0, 5, 4],  # -y side
-        [1, 2, 6], [1, 6, 5],  # +x side
-        [2, 3, 7], [2, 7, 6],  # +y side
-        [3, 0, 4], [3, 4, 7],  # -x side
+        [0, 2, 1],
+        [0, 3, 2],  # bottom
+        [4, 5, 6],
+        [4, 6, 7],  # top
+        [0, 1, 5],
+        [0, 5, 4],  # -y side
+        [1, 2, 6],
+        [1, 6, 5],  # +x side
+        [2, 3, 7],
+        [2, 7, 6],  # +y side
+        [3, 0, 4],
+        [3, 4, 7],  # -x side
     ],
     dtype=np.int32,
 )
@@ -112,7 +124,7 @@ def convex_polygons_overlap(a: np.ndarray, b: np.ndarray, margin: float = 0.0) -
     if np.any(b.min(axis=0) - a.max(axis=0) >= margin) or np.any(a.min(axis=0) - b.max(axis=0) >= margin):
         return False
     for poly in (a, b):
-        edges = poly[np.r_[1:len(poly), 0]] - poly
+        edges = poly[np.r_[1 : len(poly), 0]] - poly
         normals = np.stack([-edges[:, 1], edges[:, 0]], axis=1)
         lengths = np.linalg.norm(normals, axis=1)
         keep = lengths > 1e-12
@@ -184,16 +196,24 @@ class SceneObject:
         self.extent = np.asarray(self.extent, dtype=np.float64).reshape(3)
         self.rotation = np.asarray(self.rotation, dtype=np.float64).reshape(3, 3)
         if self.object_id < 0:
-            raise ValueError(f"SceneObject {self.label!r}: object_id must be >= 0 (-1 is reserved for structure), got {self.object_id}")
+            raise ValueError(
+                f"SceneObject {self.label!r}: object_id must be >= 0 (-1 is reserved for structure), got "
+                f"{self.object_id}"
+            )
         if np.any(self.extent < 0) or not np.all(np.isfinite(self.extent)):
-            raise ValueError(f"SceneObject {self.object_id} ({self.label!r}): extent must be finite and >= 0, got {self.extent}")
+            raise ValueError(
+                f"SceneObject {self.object_id} ({self.label!r}): extent must be finite and >= 0, got {self.extent}"
+            )
         if not np.allclose(self.rotation.T @ self.rotation, np.eye(3), atol=1e-4):
             raise ValueError(
-                f"SceneObject {self.object_id} ({self.label!r}): rotation must be orthonormal (columns = box axes), got {self.rotation}"
+                f"SceneObject {self.object_id} ({self.label!r}): rotation must be orthonormal (columns = box axes), "
+                f"got {self.rotation}"
             )
 
     @classmethod
-    def upright(cls, object_id: int, label: str, center: Sequence[float], extent: Sequence[float], yaw_deg: float = 0.0) -> "SceneObject":
+    def upright(
+        cls, object_id: int, label: str, center: Sequence[float], extent: Sequence[float], yaw_deg: float = 0.0
+    ) -> "SceneObject":
         """A box standing upright and turned by ``yaw_deg`` about +z (its local x axis at that yaw)."""
         return cls(object_id, label, np.asarray(center), np.asarray(extent), yaw_rotation(yaw_deg))
 
@@ -262,7 +282,9 @@ class OccupancyGrid:
         self.origin = np.asarray(self.origin, dtype=np.float64).reshape(2)
         self.blocked = np.asarray(self.blocked, dtype=bool)
         if self.blocked.ndim != 2 or self.cell <= 0:
-            raise ValueError(f"OccupancyGrid needs a 2-D blocked mask and cell > 0, got {self.blocked.shape}, {self.cell}")
+            raise ValueError(
+                f"OccupancyGrid needs a 2-D blocked mask and cell > 0, got {self.blocked.shape}, {self.cell}"
+            )
         self._dilated: dict[float, np.ndarray] = {}
 
     def _dilate(self, radius: float) -> np.ndarray:
@@ -275,8 +297,8 @@ class OccupancyGrid:
                 for di in range(-k, k + 1):
                     if (di * di + dj * dj) * self.cell**2 > (radius + 0.5 * self.cell) ** 2 or (di == 0 and dj == 0):
                         continue
-                    src = self.blocked[max(0, -dj):ny - max(0, dj), max(0, -di):nx - max(0, di)]
-                    out[max(0, dj):ny - max(0, -dj), max(0, di):nx - max(0, -di)] |= src
+                    src = self.blocked[max(0, -dj) : ny - max(0, dj), max(0, -di) : nx - max(0, di)]
+                    out[max(0, dj) : ny - max(0, -dj), max(0, di) : nx - max(0, -di)] |= src
             self._dilated[radius] = out
         return self._dilated[radius]
 
@@ -340,7 +362,10 @@ class Scene:
             raise ValueError(f"{name}: triangles must be (F, 3), got {self.triangles.shape}")
         f = len(self.triangles)
         if f and (self.triangles.min() < 0 or self.triangles.max() >= len(self.vertices)):
-            raise ValueError(f"{name}: triangle indices must lie in [0, {len(self.vertices)}), got [{self.triangles.min()}, {self.triangles.max()}]")
+            raise ValueError(
+                f"{name}: triangle indices must lie in [0, {len(self.vertices)}), got [{self.triangles.min()}, "
+                f"{self.triangles.max()}]"
+            )
         if self.triangle_colors.shape != (f, 3):
             raise ValueError(f"{name}: triangle_colors must be ({f}, 3), got {self.triangle_colors.shape}")
         if self.triangle_object_ids.shape != (f,):
@@ -351,7 +376,9 @@ class Scene:
         if self.triangle_materials.shape != (f,):
             raise ValueError(f"{name}: triangle_materials must be ({f},), got {self.triangle_materials.shape}")
         if f and (self.triangle_materials.min() < 0 or self.triangle_materials.max() >= len(MATERIALS)):
-            raise ValueError(f"{name}: triangle_materials must be material ids in [0, {len(MATERIALS)}), see envs/materials.py")
+            raise ValueError(
+                f"{name}: triangle_materials must be material ids in [0, {len(MATERIALS)}), see envs/materials.py"
+            )
         if self.floor_polygon.ndim != 2 or self.floor_polygon.shape[1] != 2 or len(self.floor_polygon) < 3:
             raise ValueError(f"{name}: floor_polygon must be (P >= 3, 2), got {self.floor_polygon.shape}")
         if polygon_area(self.floor_polygon) < 0:
@@ -446,7 +473,14 @@ class MeshBuilder:
         """Triangles added so far."""
         return self._num_triangles
 
-    def _add(self, vertices: np.ndarray, triangles: np.ndarray, color: Sequence[float], object_id: int, material: str = "plain") -> None:
+    def _add(
+        self,
+        vertices: np.ndarray,
+        triangles: np.ndarray,
+        color: Sequence[float],
+        object_id: int,
+        material: str = "plain",
+    ) -> None:
         color = np.clip(np.asarray(color, dtype=np.float32).reshape(3), 0.0, 1.0)
         self._vertices.append(np.asarray(vertices, dtype=np.float64))
         self._triangles.append(np.asarray(triangles, dtype=np.int64) + self._count)
@@ -456,7 +490,9 @@ class MeshBuilder:
         self._count += len(vertices)
         self._num_triangles += len(triangles)
 
-    def _add_closed(self, center: np.ndarray, vertices: np.ndarray, triangles: np.ndarray, color, object_id: int, material: str) -> None:
+    def _add_closed(
+        self, center: np.ndarray, vertices: np.ndarray, triangles: np.ndarray, color, object_id: int, material: str
+    ) -> None:
         self.primitives.append((self._num_triangles, len(triangles), np.asarray(center, dtype=np.float64).copy()))
         self._add(vertices, triangles, color, object_id, material)
 
@@ -499,13 +535,15 @@ class MeshBuilder:
         """
         s0, s1 = (float(v) for v in scales)
         if not (0.0 < s0 <= 1.0 and 0.0 < s1 <= 1.0) or segments < 3 or axis not in (0, 1, 2):
-            raise ValueError(f"add_frustum: need scales in (0, 1], segments >= 3, axis in 0..2; got {scales}, {segments}, {axis}")
+            raise ValueError(
+                f"add_frustum: need scales in (0, 1], segments >= 3, axis in 0..2; got {scales}, {segments}, {axis}"
+            )
         ext = np.asarray(extent, dtype=np.float64) / 2.0
         u_ax, v_ax = (axis + 1) % 3, (axis + 2) % 3  # cyclic, so (u, v, axis) is right-handed
         ang = 2.0 * np.pi * np.arange(segments) / segments
         local = np.zeros((2 * segments, 3))
         for k, (sign, s) in enumerate(((-1.0, s0), (1.0, s1))):
-            ring = local[k * segments:(k + 1) * segments]
+            ring = local[k * segments : (k + 1) * segments]
             ring[:, axis] = sign * ext[axis]
             ring[:, u_ax] = s * ext[u_ax] * np.cos(ang)
             ring[:, v_ax] = s * ext[v_ax] * np.sin(ang)
@@ -553,7 +591,10 @@ class MeshBuilder:
         """
         eh, ev = (float(v) for v in squareness)
         if not (0.0 < eh <= 1.0 and 0.0 < ev <= 1.0) or segments < 3 or rings < 2:
-            raise ValueError(f"add_ellipsoid: need squareness in (0, 1], segments >= 3, rings >= 2; got {squareness}, {segments}, {rings}")
+            raise ValueError(
+                f"add_ellipsoid: need squareness in (0, 1], segments >= 3, rings >= 2; got {squareness}, {segments}, "
+                f"{rings}"
+            )
 
         def spow(x: np.ndarray, e: float) -> np.ndarray:
             return np.sign(x) * np.abs(x) ** e
@@ -579,13 +620,21 @@ class MeshBuilder:
         tris.append(np.stack([top + k, top + kn, np.full_like(k, north)], 1))
         self._add_rotated(center, local, np.concatenate(tris), rotation, color, object_id, material)
 
-    def _add_rotated(self, center, local: np.ndarray, triangles: np.ndarray, rotation, color, object_id: int, material: str) -> None:
+    def _add_rotated(
+        self, center, local: np.ndarray, triangles: np.ndarray, rotation, color, object_id: int, material: str
+    ) -> None:
         rot = np.eye(3) if rotation is None else np.asarray(rotation, dtype=np.float64)
         center = np.asarray(center, dtype=np.float64)
         self._add_closed(center, center + local @ rot.T, triangles, color, object_id, material)
 
     def add_flat_polygon(
-        self, polygon: np.ndarray, z: float, color: Sequence[float], object_id: int = -1, material: str = "plain", facing: str = "up"
+        self,
+        polygon: np.ndarray,
+        z: float,
+        color: Sequence[float],
+        object_id: int = -1,
+        material: str = "plain",
+        facing: str = "up",
     ) -> None:
         """Add a horizontal polygon at height ``z`` (ear-clipping triangulation; simple polygons).
 
@@ -603,7 +652,14 @@ class MeshBuilder:
         self._add(verts, tris, color, object_id, material)
 
     def add_wall(
-        self, p0: Sequence[float], p1: Sequence[float], height: float, color: Sequence[float], z0: float = 0.0, object_id: int = -1, material: str = "plain"
+        self,
+        p0: Sequence[float],
+        p1: Sequence[float],
+        height: float,
+        color: Sequence[float],
+        z0: float = 0.0,
+        object_id: int = -1,
+        material: str = "plain",
     ) -> None:
         """Add a vertical rectangle from floor point ``p0`` to ``p1`` between ``z0`` and ``z0 + height``.
 
@@ -621,7 +677,12 @@ class MeshBuilder:
     def build(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Return ``(vertices f32, triangles i32, triangle_colors f32, triangle_object_ids i32)``."""
         if not self._vertices:
-            return (np.zeros((0, 3), np.float32), np.zeros((0, 3), np.int32), np.zeros((0, 3), np.float32), np.zeros(0, np.int32))
+            return (
+                np.zeros((0, 3), np.float32),
+                np.zeros((0, 3), np.int32),
+                np.zeros((0, 3), np.float32),
+                np.zeros(0, np.int32),
+            )
         return (
             np.concatenate(self._vertices).astype(np.float32),
             np.concatenate(self._triangles).astype(np.int32),
@@ -658,4 +719,3 @@ def triangulate_polygon(polygon: np.ndarray) -> np.ndarray:
             break
     out.append(idx)
     return np.asarray(out, dtype=np.int32)
-

@@ -102,7 +102,9 @@ def place_labels(
         One :class:`PlacedLabel` per label, in input order. Placed boxes never intersect.
     """
     if len(anchors) != len(variants):
-        raise ValueError(f"place_labels got {len(anchors)} anchors for {len(variants)} labels; give one anchor per label")
+        raise ValueError(
+            f"place_labels got {len(anchors)} anchors for {len(variants)} labels; give one anchor per label"
+        )
     placed: list[LabelBox] = []
     out: list[PlacedLabel] = []
     half = gap / 2
@@ -224,9 +226,16 @@ def topdown_figure(
             yaw = np.deg2rad(p.yaw_deg)
             ax.add_patch(
                 FancyArrow(
-                    p.x, p.y, length * np.cos(yaw), length * np.sin(yaw), width=length * 0.12,
-                    head_width=length * 0.45, head_length=length * 0.45, length_includes_head=True,
-                    color="#ff7f0e" if last else _PATH, zorder=7,
+                    p.x,
+                    p.y,
+                    length * np.cos(yaw),
+                    length * np.sin(yaw),
+                    width=length * 0.12,
+                    head_width=length * 0.45,
+                    head_length=length * 0.45,
+                    length_includes_head=True,
+                    color="#ff7f0e" if last else _PATH,
+                    zorder=7,
                 )
             )
     lo = scene.floor_polygon.min(axis=0)
@@ -240,13 +249,22 @@ def topdown_figure(
     return fig, placements
 
 
-def _draw_labels(ax, renderer, scene: Scene, labelled: Sequence[int], highlight: set[int], font: float, dpi: int) -> list[PlacedLabel]:
+def _draw_labels(
+    ax, renderer, scene: Scene, labelled: Sequence[int], highlight: set[int], font: float, dpi: int
+) -> list[PlacedLabel]:
     """Measure, place (:func:`place_labels`) and draw the labels of ``scene.objects[labelled]``."""
     ax.apply_aspect()  # the equal-aspect box is final before data and pixels are related
     to_px = ax.transData
     # Targets first (never lose the question's objects), then large objects, whose labels sit best inside them.
     # Labels go under the path and its arrows (zorder 5-7): where the agent went stays visible.
-    order = sorted(labelled, key=lambda k: (scene.objects[k].object_id not in highlight, -_area(scene.objects[k].footprint), scene.objects[k].object_id))
+    order = sorted(
+        labelled,
+        key=lambda k: (
+            scene.objects[k].object_id not in highlight,
+            -_area(scene.objects[k].footprint),
+            scene.objects[k].object_id,
+        ),
+    )
     anchors, variants, styles = [], [], []
     # Text boxes get a light background; its padding (points) is part of the measured box.
     pad_pt = 0.15 * font
@@ -273,8 +291,20 @@ def _draw_labels(ax, renderer, scene: Scene, labelled: Sequence[int], highlight:
         if p.box is None:
             continue
         cx, cy = to_data.transform(p.box.center)
-        ax.text(cx, cy, p.text, ha="center", va="center", color="black", clip_on=True, zorder=4,
-                bbox=dict(boxstyle=f"square,pad={pad_pt / style['fontsize']:.3f}", facecolor="white", alpha=0.6, linewidth=0), **style)
+        ax.text(
+            cx,
+            cy,
+            p.text,
+            ha="center",
+            va="center",
+            color="black",
+            clip_on=True,
+            zorder=4,
+            bbox=dict(
+                boxstyle=f"square,pad={pad_pt / style['fontsize']:.3f}", facecolor="white", alpha=0.6, linewidth=0
+            ),
+            **style,
+        )
         if p.displaced:
             # Leader from the object to the nearest point of its label.
             nx = min(max(anchor[0], p.box.x0), p.box.x1)

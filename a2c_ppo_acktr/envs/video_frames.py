@@ -2,6 +2,7 @@
 the decoded RGB frames (PyAV). The video protocol (:mod:`a2c_ppo_acktr.eval.video_protocol`) and the
 VSI env's ``video_qa`` mode both read videos here.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,7 +29,8 @@ def _av():
         import av
     except ImportError:
         raise VideoReaderMissing(
-            "reading a video needs PyAV, which is not installed: pip install av (or leave env.video_root null to render walk-throughs)"
+            "reading a video needs PyAV, which is not installed: pip install av (or leave env.video_root null to "
+            "render walk-throughs)"
         ) from None
     return av
 
@@ -122,7 +124,9 @@ def video_file(video_root: str | Path, dataset: str, scene_name: str, where: str
 
 def _video_error(path: Path, e: Exception) -> VideoError:
     reason = getattr(e, "strerror", None) or str(e)
-    return VideoError(f"cannot read video {str(path)!r}: {reason}; the file is damaged or not a video (download or re-encode it)")
+    return VideoError(
+        f"cannot read video {str(path)!r}: {reason}; the file is damaged or not a video (download or re-encode it)"
+    )
 
 
 def probe_video(path: str | Path) -> tuple[int, float]:
@@ -151,7 +155,9 @@ def probe_video(path: str | Path) -> tuple[int, float]:
     except av.error.FFmpegError as e:
         raise _video_error(path, e) from None
     if total == 0 or not rate:
-        raise VideoError(f"video {str(path)!r} has {total} frames at rate {rate}; the file is empty or damaged (download it again)")
+        raise VideoError(
+            f"video {str(path)!r} has {total} frames at rate {rate}; the file is empty or damaged (download it again)"
+        )
     return total, float(rate)
 
 
@@ -185,7 +191,8 @@ def decode_frames(path: str | Path, indices: Sequence[int]) -> np.ndarray:
     if len(got) < len(wanted):
         missing = min(wanted - set(got))
         raise VideoError(
-            f"video {str(path)!r} ends after {decoded} decodable frames but frame {missing} was asked for: the file is truncated "
+            f"video {str(path)!r} ends after {decoded} decodable frames but frame {missing} was asked for: the file is "
+            "truncated "
             "(download it again)"
         )
     return np.stack([got[int(i)] for i in indices])
@@ -218,5 +225,9 @@ def read_clip(path: str | Path, sampling: str, num_frames: int) -> VideoClip:
     try:
         sample = sample_frames(sampling, total, fps, num_frames)
     except ValueError as e:
-        raise VideoError(f"video {str(path)!r} ({total} frames at {fps:g} fps) cannot be sampled with {sampling!r}: {e}") from None
-    return VideoClip(path=path, frames=decode_frames(path, sample.indices), sample=sample, total_frames=total, video_fps=fps)
+        raise VideoError(
+            f"video {str(path)!r} ({total} frames at {fps:g} fps) cannot be sampled with {sampling!r}: {e}"
+        ) from None
+    return VideoClip(
+        path=path, frames=decode_frames(path, sample.indices), sample=sample, total_frames=total, video_fps=fps
+    )

@@ -35,6 +35,7 @@ visible object (:mod:`a2c_ppo_acktr.envs.labels`) and the text says so; the fram
 (``sweep_frames``, ``views``: questions, teachers, reports) stay unlabelled.
 All randomness comes from ``self.np_random``; scenes and their renderers are cached per scene key.
 """
+
 from __future__ import annotations
 
 import string
@@ -47,7 +48,15 @@ import numpy as np
 from gymnasium import spaces
 
 from a2c_ppo_acktr.config.arguments import ROW_SOURCES, SCAN_SOURCES, EnvConfig
-from a2c_ppo_acktr.common.prompts import Answer, Invalid, Move, feedback_text, format_response, observation_text, parse_action
+from a2c_ppo_acktr.common.prompts import (
+    Answer,
+    Invalid,
+    Move,
+    feedback_text,
+    format_response,
+    observation_text,
+    parse_action,
+)
 from a2c_ppo_acktr.common.scoring import is_multiple_choice, score_prediction
 from a2c_ppo_acktr.envs.base import env_config
 from a2c_ppo_acktr.envs.labels import draw_labels
@@ -81,16 +90,18 @@ def turn_text(
     """The user text of one VSI turn (:func:`~a2c_ppo_acktr.common.prompts.observation_text`, characters
     outside ``string.printable`` replaced): what the env shows every turn, and what the video
     protocol's agent prompt (``eval_vsi.py video --prompt agent``) shows for its one answer turn."""
-    return _printable(observation_text(
-        question.question,
-        question.options,
-        feedback,
-        turns_left=turns_left,
-        num_sweep_frames=num_sweep_frames,
-        num_views=num_views,
-        max_forward=max_forward,
-        object_labels=object_labels,
-    ))
+    return _printable(
+        observation_text(
+            question.question,
+            question.options,
+            feedback,
+            turns_left=turns_left,
+            num_sweep_frames=num_sweep_frames,
+            num_views=num_views,
+            max_forward=max_forward,
+            object_labels=object_labels,
+        )
+    )
 
 
 def sweep_poses(start: Pose, num_frames: int) -> list[Pose]:
@@ -156,6 +167,7 @@ def random_answer(question_type: str, options: Optional[Sequence[str]], rng: np.
         return str(int(rng.integers(int(low), int(high) + 1)))
     return f"{rng.uniform(low, high):.2f}"
 
+
 def video_qa_reward(parsed: Any, question: Question, cfg: EnvConfig) -> tuple[float, float]:
     """``(reward, score)`` of video_qa's one reply, already parsed (:func:`parse_action`).
 
@@ -183,7 +195,20 @@ def _square(frame: np.ndarray, size: int) -> np.ndarray:
 
 
 # Attributes that are settings, spaces, caches or rebuilt objects, not the state (get_state).
-_NOT_STATE = frozenset({"cfg", "render_mode", "camera", "observation_space", "action_space", "_cache", "_rows", "_scan_names", "renderer", "spec"})
+_NOT_STATE = frozenset(
+    {
+        "cfg",
+        "render_mode",
+        "camera",
+        "observation_space",
+        "action_space",
+        "_cache",
+        "_rows",
+        "_scan_names",
+        "renderer",
+        "spec",
+    }
+)
 
 
 class VSIEnv(gym.Env):
@@ -274,12 +299,18 @@ class VSIEnv(gym.Env):
                 check_training_rows(rows, path)
             for row in rows:
                 check_row_sweep(row, self.cfg, f"{Path(path).name} row id {row['id']}")
-                if self.cfg.mode == "video_qa" and row.get("sweep") is not None and row["question_type"] == "obj_appearance_order":
+                if (
+                    self.cfg.mode == "video_qa"
+                    and row.get("sweep") is not None
+                    and row["question_type"] == "obj_appearance_order"
+                ):
                     from a2c_ppo_acktr.envs.vsibench import VSIBenchRowError
 
                     raise VSIBenchRowError(
-                        f"{Path(path).name} row id {row['id']} (obj_appearance_order) was built for the interactive start sweep, "
-                        "not a walk-through: leave obj_appearance_order out of env.question_types with env.mode=video_qa"
+                        f"{Path(path).name} row id {row['id']} (obj_appearance_order) was built for the interactive "
+                        "start sweep, "
+                        "not a walk-through: leave obj_appearance_order out of env.question_types with "
+                        "env.mode=video_qa"
                     )
             self._rows = rows
         return self._rows
@@ -295,14 +326,22 @@ class VSIEnv(gym.Env):
             return ("given", scene.scene_id), *self._cached(("given", id(scene)), lambda: scene)
         src = self.cfg.scene_source
         if src == "procedural":
-            index = int(options["scene_index"]) if "scene_index" in options else int(self.np_random.integers(self.cfg.num_scenes))
+            index = (
+                int(options["scene_index"])
+                if "scene_index" in options
+                else int(self.np_random.integers(self.cfg.num_scenes))
+            )
             return ("procedural", index), *self._procedural(index)
         if src in SCAN_SOURCES:
             if self._scan_names is None:
                 from a2c_ppo_acktr.envs.real_scans import find_scan_names
 
                 self._scan_names = find_scan_names(self.cfg.data_root, src)
-            index = int(options["scene_index"]) if "scene_index" in options else int(self.np_random.integers(len(self._scan_names)))
+            index = (
+                int(options["scene_index"])
+                if "scene_index" in options
+                else int(self.np_random.integers(len(self._scan_names)))
+            )
             name = self._scan_names[index % len(self._scan_names)]
             return (src, name), *self._scan(src, name)
         raise AssertionError(f"unhandled scene_source {src!r}")  # row sources are handled by reset
@@ -338,7 +377,9 @@ class VSIEnv(gym.Env):
         self._feedback = feedback_text(None)
         return self._observation(), self._info(action=None, valid=True, collided=False)
 
-    def _start(self, scene: Scene, renderer: Renderer, pose: Optional[Pose] = None, video: Optional[np.ndarray] = None) -> None:
+    def _start(
+        self, scene: Scene, renderer: Renderer, pose: Optional[Pose] = None, video: Optional[np.ndarray] = None
+    ) -> None:
         """Start pose (``pose``, else a free one drawn), sweep and appearance order in ``scene``.
 
         In ``video_qa`` mode the "sweep" is the walk-through: ``num_sweep_frames`` frames rendered
@@ -356,14 +397,18 @@ class VSIEnv(gym.Env):
             self.views, self.view_images = [], []
             return
         if video_qa:
-            self.walk_poses = walkthrough_poses(scene, self.np_random, self.cfg.num_sweep_frames, self.cfg.agent_radius, start=pose)
+            self.walk_poses = walkthrough_poses(
+                scene, self.np_random, self.cfg.num_sweep_frames, self.cfg.agent_radius, start=pose
+            )
             self.pose = self.walk_poses[0]
             poses = self.walk_poses
         else:
             self.pose = pose if pose is not None else sample_free_pose(scene, self.np_random, self.cfg.agent_radius)
             poses = sweep_poses(self.pose, self.cfg.num_sweep_frames)
         self.sweep_frames = renderer.render_many(poses)
-        self.appearance_order, self._appearance_frames = appearance_from_frames([f.object_ids for f in self.sweep_frames], self._min_pixels)
+        self.appearance_order, self._appearance_frames = appearance_from_frames(
+            [f.object_ids for f in self.sweep_frames], self._min_pixels
+        )
         self.sweep_images = [self._image(f) for f in self.sweep_frames]
         if video_qa:  # one answer turn over the frames: no current view
             self.views, self.view_images = [], []
@@ -388,7 +433,9 @@ class VSIEnv(gym.Env):
             self._start(scene, renderer)
             if "question" in options:
                 if "scene" not in options and "scene_index" not in options:
-                    raise ValueError("options['question'] needs options['scene'] or options['scene_index'] naming its scene")
+                    raise ValueError(
+                        "options['question'] needs options['scene'] or options['scene_index'] naming its scene"
+                    )
                 self.question = options["question"]
                 return
             qtype = options.get("question_type") or types[int(self.np_random.integers(len(types)))]
@@ -408,7 +455,8 @@ class VSIEnv(gym.Env):
                     if "question_type" in options:
                         raise  # nothing left to redraw
         raise RuntimeError(
-            f"no question could be generated in {_MAX_DRAWS} draws of scenes and types {types}; last reason: {last_error}. "
+            f"no question could be generated in {_MAX_DRAWS} draws of scenes and types {types}; last reason: "
+            f"{last_error}. "
             "Widen env.question_types or use larger/more varied scenes"
         )
 
@@ -418,7 +466,9 @@ class VSIEnv(gym.Env):
         row = rows[index % len(rows)]
         from a2c_ppo_acktr.envs.vsibench import question_from_row, scene_for_row
 
-        scene, renderer = self._cached((row["dataset"], row["scene_name"]), lambda: scene_for_row(row, self.cfg.data_root))
+        scene, renderer = self._cached(
+            (row["dataset"], row["scene_name"]), lambda: scene_for_row(row, self.cfg.data_root)
+        )
         start = Pose(*row["start_pose"]) if row.get("start_pose") is not None else None
         self._start(scene, renderer, start, video=self._row_video(row))
         self.question = options.get("question") or question_from_row(row)
@@ -432,7 +482,9 @@ class VSIEnv(gym.Env):
             return None
         from a2c_ppo_acktr.envs import video_frames
 
-        path = video_frames.video_file(self.cfg.video_root, row["dataset"], row["scene_name"], where=f"row id {row.get('id')}")
+        path = video_frames.video_file(
+            self.cfg.video_root, row["dataset"], row["scene_name"], where=f"row id {row.get('id')}"
+        )
         if not path.is_file():
             self._frames_source = "render"
             return None
@@ -453,13 +505,17 @@ class VSIEnv(gym.Env):
         collided = False
         score: Optional[float] = None
         if isinstance(parsed, Answer):
-            score = score_prediction(self.question.question_type, parsed.text, self.question.ground_truth, rule=self.cfg.scoring_rule)
+            score = score_prediction(
+                self.question.question_type, parsed.text, self.question.ground_truth, rule=self.cfg.scoring_rule
+            )
             reward = score
             terminated = True
             self._feedback = feedback_text(parsed)
         elif isinstance(parsed, Move):
             start = self.pose
-            self.pose, collided = try_move(self.scene, self.pose, parsed.rotation_deg, parsed.forward_m, self.cfg.agent_radius)
+            self.pose, collided = try_move(
+                self.scene, self.pose, parsed.rotation_deg, parsed.forward_m, self.cfg.agent_radius
+            )
             walked = float(np.hypot(self.pose.x - start.x, self.pose.y - start.y))
             self.path.append(self.pose)
             self.views.append(self.renderer.render(self.pose))
@@ -498,14 +554,21 @@ class VSIEnv(gym.Env):
 
     # ------------------------------------------------------------------ observation
     def _observation(self) -> dict:
-        views = self.view_images[-self.cfg.image_history:] if self.cfg.image_history > 0 else []
+        views = self.view_images[-self.cfg.image_history :] if self.cfg.image_history > 0 else []
         # Fresh arrays every call: callers keep observations, and the sweep is reused every turn.
         images = tuple(im.copy() for im in self.sweep_images) + tuple(im.copy() for im in views)
         if self.cfg.mode == "video_qa":
             # The answer turn of the video protocol's agent prompt (eval_vsi.py video --prompt agent):
             # the frames as the agent's views in order, the last turn.
-            text = turn_text(self.question, self._feedback, turns_left=1, num_sweep_frames=0, num_views=len(images),
-                             max_forward=self.cfg.max_forward, object_labels=self.cfg.object_labels)
+            text = turn_text(
+                self.question,
+                self._feedback,
+                turns_left=1,
+                num_sweep_frames=0,
+                num_views=len(images),
+                max_forward=self.cfg.max_forward,
+                object_labels=self.cfg.object_labels,
+            )
             return {"images": images, "text": text}
         text = turn_text(
             self.question,
@@ -557,7 +620,9 @@ class VSIEnv(gym.Env):
         walk of up to ``cfg.max_forward`` m."""
         last_turn = self.turn >= self.cfg.max_turns - 1
         if last_turn or rng.random() < answer_prob:
-            return format_response("A random guess.", Answer(random_answer(self.question.question_type, self.question.options, rng)))
+            return format_response(
+                "A random guess.", Answer(random_answer(self.question.question_type, self.question.options, rng))
+            )
         rotation = float(CHANCE_ROTATIONS[int(rng.integers(len(CHANCE_ROTATIONS)))])
         forward = round(float(rng.uniform(0.0, self.cfg.max_forward)), 2)
         return format_response("A random move.", Move(rotation_deg=rotation, forward_m=forward))
@@ -596,7 +661,9 @@ class VSIEnv(gym.Env):
         """The top-down map of the scene with the path walked so far and the question's objects."""
         from a2c_ppo_acktr.envs.topdown import render_topdown
 
-        return render_topdown(self.scene, path=list(self.path), highlight_ids=list(highlight_ids), caption=caption, size=size)
+        return render_topdown(
+            self.scene, path=list(self.path), highlight_ids=list(highlight_ids), caption=caption, size=size
+        )
 
     def render(self) -> Optional[np.ndarray]:
         """The current view (H, W, 3) uint8 as the agent sees it (labelled per ``cfg.object_labels``)

@@ -12,6 +12,7 @@ read with ``env.scene_source=parquet``) carry more fields, checked when present:
 ``obj_appearance_order``: the sweep settings its order was read with) and ``video``
 (``<dataset>/<scene_name>.mp4`` when the scan's video was found, else null).
 """
+
 from __future__ import annotations
 
 import json
@@ -52,7 +53,10 @@ def load_vsibench_rows(path: str | Path) -> list[dict]:
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"VSI-Bench rows file {str(path)!r} does not exist; set env.vsibench_path to the benchmark's parquet/JSON file")
+        raise FileNotFoundError(
+            f"VSI-Bench rows file {str(path)!r} does not exist; set env.vsibench_path to the benchmark's parquet/JSON "
+            "file"
+        )
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         import pyarrow.parquet as pq  # optional heavy import, only for parquet files
@@ -62,7 +66,9 @@ def load_vsibench_rows(path: str | Path) -> list[dict]:
         try:
             raw = pq.read_table(path).to_pylist()
         except (pa.ArrowException, OSError) as e:
-            raise VSIBenchRowError(f"{path} is not a readable parquet file ({str(e).splitlines()[0]}); pass the benchmark's test parquet") from None
+            raise VSIBenchRowError(
+                f"{path} is not a readable parquet file ({str(e).splitlines()[0]}); pass the benchmark's test parquet"
+            ) from None
         if not raw:
             raise VSIBenchRowError(f"{path} holds no rows; pass the benchmark's test parquet")
     elif suffix == ".json":
@@ -73,7 +79,10 @@ def load_vsibench_rows(path: str | Path) -> list[dict]:
         if isinstance(raw, dict) and isinstance(raw.get("rows"), list):
             raw = raw["rows"]
         if not isinstance(raw, list):
-            raise VSIBenchRowError(f"{path}: a .json rows file must hold a list of row objects (or {{'rows': [...]}}), got {type(raw).__name__}")
+            raise VSIBenchRowError(
+                f"{path}: a .json rows file must hold a list of row objects (or {{'rows': [...]}}), got "
+                f"{type(raw).__name__}"
+            )
     elif suffix == ".jsonl":
         try:
             raw = [row for _, row in iter_jsonl(path)]
@@ -108,7 +117,9 @@ def validate_row(row: Any, where: str = "row") -> dict:
     # The name becomes a directory and a video file under the data roots: it must not be a path.
     problem = plain_name_problem(row["scene_name"])
     if problem:
-        raise VSIBenchRowError(f"{where}: scene_name {row['scene_name'][:80]!r} {problem}; a scene is named like scene0011_00 or 41069025")
+        raise VSIBenchRowError(
+            f"{where}: scene_name {row['scene_name'][:80]!r} {problem}; a scene is named like scene0011_00 or 41069025"
+        )
     gt = str(row["ground_truth"]).strip()
     options = row.get("options")
     if qtype in MULTIPLE_CHOICE_TYPES:
@@ -139,7 +150,9 @@ def validate_row(row: Any, where: str = "row") -> dict:
         out["start_pose"] = values
     if row.get("object_ids") is not None:
         ids = row["object_ids"]
-        if not isinstance(ids, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        if not isinstance(ids, (list, tuple)) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids
+        ):
             raise VSIBenchRowError(f"{where}: object_ids must be a list of object ids (integers >= 0), got {ids!r}")
         out["object_ids"] = [int(i) for i in ids]
     return out
@@ -152,8 +165,10 @@ def check_training_rows(rows: list[dict], path: str | Path) -> None:
         missing = [k for k in TRAINING_FIELDS if row.get(k) is None]
         if missing:
             raise VSIBenchRowError(
-                f"{Path(path).name} row {i} (id {row.get('id')!r}) has no {' or '.join(missing)}: env.scene_source=parquet trains on a set "
-                "written by python -m a2c_ppo_acktr.envs.make_dataset (the benchmark's rows are for env.scene_source=vsibench)"
+                f"{Path(path).name} row {i} (id {row.get('id')!r}) has no {' or '.join(missing)}: "
+                "env.scene_source=parquet trains on a set "
+                "written by python -m a2c_ppo_acktr.envs.make_dataset (the benchmark's rows are for "
+                "env.scene_source=vsibench)"
             )
 
 
@@ -190,5 +205,6 @@ def scene_for_row(row: dict, data_root: str | Path):
         return find_scene(data_root, row["dataset"], row["scene_name"])
     except SceneLoadError as e:
         raise SceneLoadError(
-            f"VSI-Bench row {row.get('id')!r} needs {row['dataset']} scene {row['scene_name'][:80]!r} from {str(data_root)!r}: {e}"
+            f"VSI-Bench row {row.get('id')!r} needs {row['dataset']} scene {row['scene_name'][:80]!r} from "
+            f"{str(data_root)!r}: {e}"
         ) from e

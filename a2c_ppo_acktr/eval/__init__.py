@@ -1,1 +1,2 @@
-"""Evaluation and data: the evaluation command, validation, the benchmark's video protocol, teachers and trajectory labelling."""
+"""Evaluation and data: the evaluation command, validation, the benchmark's video protocol, teachers and trajectory
+labelling."""

@@ -19,6 +19,7 @@ the same questions:
 :func:`run_episodes` keeps ``eval.batch_size`` envs busy: each agent call answers every active env
 at once, and a finished env immediately starts the next question.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -59,12 +60,10 @@ def _scans_hint(data_root: Optional[str]) -> str:
     return ""
 
 
-
 class Agent(Protocol):
     """Maps a batch of observations (and their envs, for privileged agents) to response texts."""
 
-    def act(self, observations: Sequence[dict], envs: Sequence[Any]) -> list[str]:
-        ...
+    def act(self, observations: Sequence[dict], envs: Sequence[Any]) -> list[str]: ...
 
 
 # -------------------------------------------------------------------------------------- agents
@@ -82,9 +81,13 @@ class PolicyAgent:
             its shape before the policy sees it, so prompts and tokens are the sighted run's.
     """
 
-    def __init__(self, policy: Any, greedy: bool = True, temperature: float = 1.0, blind: bool = False, zero_images: bool = False) -> None:
+    def __init__(
+        self, policy: Any, greedy: bool = True, temperature: float = 1.0, blind: bool = False, zero_images: bool = False
+    ) -> None:
         if blind and zero_images:
-            raise ValueError("blind (no images in the prompt) and zero_images (black frames in the same prompt) exclude each other")
+            raise ValueError(
+                "blind (no images in the prompt) and zero_images (black frames in the same prompt) exclude each other"
+            )
         self.policy = policy
         self.greedy = greedy
         self.temperature = temperature
@@ -112,7 +115,8 @@ class DummyAgent:
     Each turn it answers with probability ``answer_prob`` (always on the last turn, so every
     episode is answered and its score is the chance score), otherwise it makes a random move.
     Answers are a uniformly random option letter, or a uniformly random number from
-    :data:`~a2c_ppo_acktr.envs.vsi_env.DUMMY_NUMBER_RANGES`. It reads only the question's type and options (never the answer).
+    :data:`~a2c_ppo_acktr.envs.vsi_env.DUMMY_NUMBER_RANGES`. It reads only the question's type and options (never the
+    answer).
     Each episode draws from its own stream, seeded by ``seed`` and the scene and question, so the
     answers do not depend on the batch size or on which env slot ran the episode.
 
@@ -131,8 +135,11 @@ class DummyAgent:
         self.rng = np.random.default_rng(seed)  # used by random_answer when no stream is given
         self._streams: dict[int, np.random.Generator] = {}
 
-    def random_answer(self, question_type: str, options: Optional[Sequence[str]], rng: Optional[np.random.Generator] = None) -> str:
-        """A uniformly random legal answer for a question of this type (:func:`~a2c_ppo_acktr.envs.vsi_env.random_answer`)."""
+    def random_answer(
+        self, question_type: str, options: Optional[Sequence[str]], rng: Optional[np.random.Generator] = None
+    ) -> str:
+        """A uniformly random legal answer for a question of this type
+        (:func:`~a2c_ppo_acktr.envs.vsi_env.random_answer`)."""
         from a2c_ppo_acktr.envs.vsi_env import random_answer  # the env modules load only when an env is made
 
         return random_answer(question_type, options, self.rng if rng is None else rng)
@@ -146,7 +153,8 @@ class DummyAgent:
         return self._streams[id(env)]
 
     def respond(self, env: Any) -> str:
-        """The dummy's response for one env's current state (the env's chance reply; a game's: a random action token)."""
+        """The dummy's response for one env's current state (the env's chance reply; a game's: a random action
+        token)."""
         return env.unwrapped.chance_reply(self._stream(env), self.answer_prob)
 
     def act(self, observations: Sequence[dict], envs: Sequence[Any]) -> list[str]:
@@ -181,7 +189,9 @@ def procedural_specs(cfg: RunConfig) -> list[EpisodeSpec]:
     """The fixed, seeded procedural question set: ``eval.num_episodes`` spread evenly over the types."""
     types = list(cfg.env.question_types)
     return [
-        EpisodeSpec(episode_id=f"proc-{i:04d}", seed=cfg.eval.seed + i, question_type=types[i % len(types)], scene_index=i)
+        EpisodeSpec(
+            episode_id=f"proc-{i:04d}", seed=cfg.eval.seed + i, question_type=types[i % len(types)], scene_index=i
+        )
         for i in range(cfg.eval.num_episodes)
     ]
 
@@ -221,7 +231,9 @@ def vsibench_specs(cfg: RunConfig, limit: Optional[int] = None) -> list[EpisodeS
     from a2c_ppo_acktr.envs.vsibench import load_vsibench_rows
 
     if not cfg.env.vsibench_path or not cfg.env.data_root:
-        raise ValueError("VSI-Bench evaluation needs env.vsibench_path (--vsibench ROWS) and env.data_root (--data-root SCANS)")
+        raise ValueError(
+            "VSI-Bench evaluation needs env.vsibench_path (--vsibench ROWS) and env.data_root (--data-root SCANS)"
+        )
     # The same filtering as the env's own row list, so a spec's index names the same row there.
     rows = [r for r in load_vsibench_rows(cfg.env.vsibench_path) if r["question_type"] in cfg.env.question_types]
     indexed = list(enumerate(rows))[:limit]
@@ -271,7 +283,9 @@ def _reset(env: Any, spec: EpisodeSpec, failed_scans: dict[tuple[str, str], str]
             failed_scans[spec.scene_key] = f"scan {spec.scene_key[0]}/{spec.scene_key[1]} not available: {e}"
             return {}, failed_scans[spec.scene_key]
         except Exception as e:  # noqa: BLE001 - one bad scan must not abort the evaluation: skipped, counted, reported
-            failed_scans[spec.scene_key] = f"scan {spec.scene_key[0]}/{spec.scene_key[1]} failed to load ({type(e).__name__}: {e})"
+            failed_scans[spec.scene_key] = (
+                f"scan {spec.scene_key[0]}/{spec.scene_key[1]} failed to load ({type(e).__name__}: {e})"
+            )
             logger.warning("%s; its questions are skipped", failed_scans[spec.scene_key])
             return {}, failed_scans[spec.scene_key]
         return obs, None
@@ -286,7 +300,8 @@ def _reset(env: Any, spec: EpisodeSpec, failed_scans: dict[tuple[str, str], str]
         except QuestionUnavailable as e:
             reasons.append(str(e))
     reason = (
-        f"no procedural scene among {_MAX_REDRAWS} draws supports a {spec.question_type} question (last reason: {reasons[-1]}); "
+        f"no procedural scene among {_MAX_REDRAWS} draws supports a {spec.question_type} question (last reason: "
+        f"{reasons[-1]}); "
         "more sweep frames (env.num_sweep_frames) or other room sizes (env.procedural_min_room/max_room) may help"
     )
     logger.warning("%s skipped: %s", spec.episode_id, reason)
@@ -327,7 +342,7 @@ def thoughts_of(text: str) -> str:
     span, _ = response_spans(text)
     if span is None:
         return ""
-    return json.loads(text[span[0]:span[1]])
+    return json.loads(text[span[0] : span[1]])
 
 
 def _pose_of(env: Any) -> Optional[tuple[float, float, float]]:
@@ -522,8 +537,10 @@ def evaluate(
     )
     if not result.records:
         raise EvaluationError(
-            f"no episode could be evaluated: {len(result.skipped)} of {len(specs)} questions were skipped; check --data-root"
-            f"{_scans_hint(cfg.env.data_root)} (the first reason: {result.skipped[0]['reason'] if result.skipped else 'no questions'})"
+            f"no episode could be evaluated: {len(result.skipped)} of {len(specs)} questions were skipped; check "
+            "--data-root"
+            f"{_scans_hint(cfg.env.data_root)} (the first reason: "
+            f"{result.skipped[0]['reason'] if result.skipped else 'no questions'})"
         )
     full_meta = {
         "question_set": "game" if game else cfg.env.scene_source if rows else "procedural",
@@ -559,7 +576,9 @@ def _checkpoint_run_data(checkpoint: str | Path) -> tuple[dict[str, Any], Option
 
     ckpt = Path(checkpoint)
     if not ckpt.is_dir():
-        raise FileNotFoundError(f"checkpoint {str(ckpt)!r} is not a directory; pass a checkpoint-<N> directory written by main_vsi.py")
+        raise FileNotFoundError(
+            f"checkpoint {str(ckpt)!r} is not a directory; pass a checkpoint-<N> directory written by main_vsi.py"
+        )
     for candidate in (ckpt / "config.yaml", ckpt.parent.parent / "config.yaml", ckpt.parent / "config.yaml"):
         if candidate.is_file():
             return load_yaml(candidate), candidate
@@ -627,8 +646,10 @@ def resolve_config(args: Any, extra: Sequence[str]) -> RunConfig:
         data, ckpt_source = _checkpoint_run_data(args.checkpoint)
         if ckpt_source is None:
             logger.warning(
-                "checkpoint %s has no config.yaml (nor its run directory): evaluating on the env of the preset/config/defaults, "
-                "which may not be the one it was trained on", args.checkpoint,
+                "checkpoint %s has no config.yaml (nor its run directory): evaluating on the env of the "
+                "preset/config/defaults, "
+                "which may not be the one it was trained on",
+                args.checkpoint,
             )
         ckpt_env = dict(data.get("env") or {})
         ckpt_model = checkpoint_model_config(args.checkpoint) if ckpt_source is not None else {}
@@ -670,7 +691,9 @@ def resolve_config(args: Any, extra: Sequence[str]) -> RunConfig:
     return cfg
 
 
-def _warn_env_changes(checkpoint: Any, source: Optional[Path], trained: EnvConfig, now: EnvConfig, layers: Sequence[tuple[str, dict]]) -> list[str]:
+def _warn_env_changes(
+    checkpoint: Any, source: Optional[Path], trained: EnvConfig, now: EnvConfig, layers: Sequence[tuple[str, dict]]
+) -> list[str]:
     """Log (and return) one line per env field that differs from the checkpoint's, naming the layer that set it."""
     from a2c_ppo_acktr.config.cli import format_value
 
@@ -684,14 +707,18 @@ def _warn_env_changes(checkpoint: Any, source: Optional[Path], trained: EnvConfi
     if lines:
         logger.warning(
             "evaluating checkpoint %s on an env that differs from the one it was trained on (%s):\n  %s",
-            checkpoint, source, "\n  ".join(lines),
+            checkpoint,
+            source,
+            "\n  ".join(lines),
         )
     else:
         logger.info("evaluating checkpoint %s on the env it was trained on (%s)", checkpoint, source)
     return lines
 
 
-def load_policy(cfg: RunConfig, adapter: Optional[str] = None, checkpoint: Optional[str] = None, take_base: bool = False) -> Any:
+def load_policy(
+    cfg: RunConfig, adapter: Optional[str] = None, checkpoint: Optional[str] = None, take_base: bool = False
+) -> Any:
     """Build the policy of ``cfg.model`` and load an SFT adapter or a PPO checkpoint into it.
 
     Args:
@@ -764,10 +791,21 @@ def _run_cli(args: Any, extra: Sequence[str]) -> Optional[dict[str, Any]]:
     """:func:`run_cli` inside the lock of ``--out``."""
     from a2c_ppo_acktr.run.rundir import claim_report_dir
 
-    evaluates = args.model_path or args.adapter or args.checkpoint or args.oracle or args.dummy or args.config or args.preset or extra
+    evaluates = (
+        args.model_path
+        or args.adapter
+        or args.checkpoint
+        or args.oracle
+        or args.dummy
+        or args.config
+        or args.preset
+        or extra
+    )
     writes_report = not args.compare and (bool(args.score_file) or bool(evaluates) or not args.metrics)
     # A report claims the whole directory; a comparison or learning curves only their own files.
-    files = None if writes_report else [*(COMPARE_FILES if args.compare else ()), *((CURVES_FILE,) if args.metrics else ())]
+    files = (
+        None if writes_report else [*(COMPARE_FILES if args.compare else ()), *((CURVES_FILE,) if args.metrics else ())]
+    )
     out = claim_report_dir(args.out, overwrite=args.overwrite, files=files)
     if args.metrics:
         path = reports.plot_learning_curves(args.metrics, out / CURVES_FILE, smoothing=args.smooth)
@@ -780,11 +818,15 @@ def _run_cli(args: Any, extra: Sequence[str]) -> Optional[dict[str, Any]]:
     if args.score_file:
         if extra:
             raise ValueError(f"--score-file takes no config overrides (got {list(extra)}): it only scores the file")
-        report = reports.score_file(args.score_file, name=args.name, rule=getattr(args, "scoring_rule", None) or DEFAULT_SCORING_RULE)
+        report = reports.score_file(
+            args.score_file, name=args.name, rule=getattr(args, "scoring_rule", None) or DEFAULT_SCORING_RULE
+        )
         reports.write_report(report, out)
         _print_summary(report, out)
         if report["malformed"]["count"]:
-            print(f"WARNING: {report['malformed']['count']} malformed line(s); see {out / 'report.md'}", file=sys.stderr)
+            print(
+                f"WARNING: {report['malformed']['count']} malformed line(s); see {out / 'report.md'}", file=sys.stderr
+            )
         return report
     if args.metrics and not evaluates:
         return None
@@ -801,11 +843,28 @@ def _run_cli(args: Any, extra: Sequence[str]) -> Optional[dict[str, Any]]:
     else:
         policy = load_policy(cfg, adapter=args.adapter, checkpoint=args.checkpoint, take_base=not args.model_path)
         agent = PolicyAgent(
-            policy, greedy=cfg.eval.greedy, temperature=cfg.eval.temperature, blind=cfg.eval.blind, zero_images=cfg.eval.zero_images
+            policy,
+            greedy=cfg.eval.greedy,
+            temperature=cfg.eval.temperature,
+            blind=cfg.eval.blind,
+            zero_images=cfg.eval.zero_images,
         )
-        meta.update(agent="policy", model_path=cfg.model.model_path, adapter=args.adapter, checkpoint=args.checkpoint, dtype=cfg.model.dtype)
+        meta.update(
+            agent="policy",
+            model_path=cfg.model.model_path,
+            adapter=args.adapter,
+            checkpoint=args.checkpoint,
+            dtype=cfg.model.dtype,
+        )
     suffix = " (blind)" if cfg.eval.blind else " (zeroed images)" if cfg.eval.zero_images else ""
-    report = evaluate(cfg, agent, name=default_name(args, cfg.model.model_path, suffix), out_dir=out, meta=meta, vsibench_limit=args.limit)
+    report = evaluate(
+        cfg,
+        agent,
+        name=default_name(args, cfg.model.model_path, suffix),
+        out_dir=out,
+        meta=meta,
+        vsibench_limit=args.limit,
+    )
     _print_summary(report, out)
     return report
 

@@ -19,6 +19,7 @@ The best policy (highest ``val/score``; the earlier iteration on ties) is writte
 iteration, per-type scores), replaced atomically. The best score so far travels in every checkpoint,
 so a resumed run keeps comparing against it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -82,12 +83,22 @@ def run_validation(
     module.eval()
     try:
         with gather_weights():
-            result = run_episodes(PolicyAgent(module, greedy=True), specs, vcfg.env, vcfg.eval.batch_size, progress=False,
-                                  picture_dir=picture_dir, num_pictures=int(picture_dir is not None))
+            result = run_episodes(
+                PolicyAgent(module, greedy=True),
+                specs,
+                vcfg.env,
+                vcfg.eval.batch_size,
+                progress=False,
+                picture_dir=picture_dir,
+                num_pictures=int(picture_dir is not None),
+            )
     finally:
         module.train(was_training)
         restore_rng_state(rng)
-    mine = [(r.episode_id, r.question_type, float(r.score), r.turns, r.num_invalid, r.answer is not None) for r in result.records]
+    mine = [
+        (r.episode_id, r.question_type, float(r.score), r.turns, r.num_invalid, r.answer is not None)
+        for r in result.records
+    ]
     rows = sorted(gather_lists(mine))
     if not rows:
         raise RuntimeError(f"validation answered no question ({len(result.skipped)} skipped); check env.question_types")
@@ -153,7 +164,12 @@ class BestPolicy:
             info = {"iteration": int(iteration), **{k: v for k, v in result.items() if k != "seconds"}}
             (tmp / BEST_FILE).write_text(json.dumps(info, indent=1, sort_keys=True), encoding="utf-8")
             publish_dir(tmp, self.dir)
-            logger.info("iteration %d: validation score %.4f is the best so far; policy written to %s", iteration, self.score, self.dir)
+            logger.info(
+                "iteration %d: validation score %.4f is the best so far; policy written to %s",
+                iteration,
+                self.score,
+                self.dir,
+            )
         return True
 
 

@@ -65,6 +65,7 @@ which ``eval_vsi.py --score-file`` scores to the same numbers, and the usual ``r
 named ``vsibench-<id>`` like the interactive protocol's, so the two reports of the same rows pair in
 ``eval_vsi.py --compare --paired``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -121,11 +122,14 @@ IMAGE_INPUT_FAMILIES = frozenset({"llava", "llava_next"})
 # ``--prompt``: what the model is asked, and how its reply is read (the report's ``meta.prompt``).
 PROMPTS: dict[str, str] = {
     "reference": "prompts.benchmark_prompt (VSI-Bench reference pre/post prompts); the reply is the prediction",
-    "agent": "the agent's answer turn (vsi_env.turn_text, prompts.build_messages); the reply read by prompts.parse_action",
+    "agent": "the agent's answer turn (vsi_env.turn_text, prompts.build_messages); "
+    "the reply read by prompts.parse_action",
 }
 
 
-def qwen_resize(frames: np.ndarray, *, min_pixels: int, max_pixels: int, patch_size: int, merge_size: int, read_frames: int):
+def qwen_resize(
+    frames: np.ndarray, *, min_pixels: int, max_pixels: int, patch_size: int, merge_size: int, read_frames: int
+):
     """Resize frames as qwen-vl-utils' ``fetch_video`` does for a video it read itself.
 
     Args:
@@ -148,7 +152,10 @@ def qwen_resize(frames: np.ndarray, *, min_pixels: int, max_pixels: int, patch_s
     # fetch_video's budget (qwen_vl_utils/vision_process.py 0.0.14): the caller's min, and the
     # caller's max capped by VIDEO_MAX_TOKEN_NUM tokens and by the sequence length shared by all frames.
     total_pixels = qv.MODEL_SEQ_LEN * factor * factor * 0.9
-    cap = max(min(qv.VIDEO_MAX_TOKEN_NUM * factor * factor, total_pixels / read_frames * qv.FRAME_FACTOR), int(min_pixels * 1.05))
+    cap = max(
+        min(qv.VIDEO_MAX_TOKEN_NUM * factor * factor, total_pixels / read_frames * qv.FRAME_FACTOR),
+        int(min_pixels * 1.05),
+    )
     height, width = frames.shape[1:3]
     h, w = qv.smart_resize(height, width, factor=factor, min_pixels=min_pixels, max_pixels=min(max_pixels, cap))
     video = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2)
@@ -184,7 +191,9 @@ class ModelAnswerer:
         self.family = policy.family
         self.processor = policy.processor
         if self.processor.tokenizer.padding_side != "left":
-            raise ValueError("batched generation needs the tokenizer to pad on the left (load it with loading.load_processor)")
+            raise ValueError(
+                "batched generation needs the tokenizer to pad on the left (load it with loading.load_processor)"
+            )
         self.generation_config = self._generation_config(max_new_tokens)
         self.timings = {"encode_s": 0.0, "generate_s": 0.0}
         video_proc = getattr(self.processor, "video_processor", None)
@@ -207,16 +216,27 @@ class ModelAnswerer:
 
             gen = GenerationConfig()
         # lmms-eval's generate call: greedy, one beam, 16 tokens, the rest from the checkpoint's config.
-        gen.update(do_sample=False, num_beams=1, max_new_tokens=max_new_tokens, temperature=None, top_p=None, top_k=None,
-                   eos_token_id=list(self.policy.eos_ids), pad_token_id=self.policy.pad_id)
+        gen.update(
+            do_sample=False,
+            num_beams=1,
+            max_new_tokens=max_new_tokens,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            eos_token_id=list(self.policy.eos_ids),
+            pad_token_id=self.policy.pad_id,
+        )
         return gen
 
     def describe(self) -> dict[str, Any]:
         """What the report's ``meta.generation`` records."""
         g = self.generation_config
         return {
-            "do_sample": g.do_sample, "num_beams": g.num_beams, "max_new_tokens": g.max_new_tokens,
-            "repetition_penalty": g.repetition_penalty, "eos_token_id": g.eos_token_id,
+            "do_sample": g.do_sample,
+            "num_beams": g.num_beams,
+            "max_new_tokens": g.max_new_tokens,
+            "repetition_penalty": g.repetition_penalty,
+            "eos_token_id": g.eos_token_id,
             "video_input": "video" if self.family in VIDEO_INPUT_FAMILIES else "images",
             "pixel_budget": list(self.pixel_budget) if self.pixel_budget else None,
         }
@@ -226,24 +246,40 @@ class ModelAnswerer:
         if self.family not in VIDEO_INPUT_FAMILIES:
             return list(clip.frames)
         lo, hi = self.pixel_budget
-        return qwen_resize(clip.frames, min_pixels=lo, max_pixels=hi, patch_size=self.patch[0], merge_size=self.patch[1],
-                           read_frames=clip.sample.read_frames)
+        return qwen_resize(
+            clip.frames,
+            min_pixels=lo,
+            max_pixels=hi,
+            patch_size=self.patch[0],
+            merge_size=self.patch[1],
+            read_frames=clip.sample.read_frames,
+        )
 
     def encode(self, questions: Sequence[VideoQuestion], clips: Sequence[VideoClip]) -> dict:
         """The processor's left-padded batch (CPU tensors)."""
         video = self.family in VIDEO_INPUT_FAMILIES
         texts = [
-            prompts.render_prompt(self.processor, prompts.benchmark_messages(q.prompt, num_images=0 if video else len(c.frames)))
+            prompts.render_prompt(
+                self.processor, prompts.benchmark_messages(q.prompt, num_images=0 if video else len(c.frames))
+            )
             for q, c in zip(questions, clips)
         ]
         if video:
             metadata = [
-                {"fps": c.video_fps, "frames_indices": c.sample.indices.tolist(), "total_num_frames": c.total_frames} for c in clips
+                {"fps": c.video_fps, "frames_indices": c.sample.indices.tolist(), "total_num_frames": c.total_frames}
+                for c in clips
             ]
-            return dict(self.processor(
-                text=texts, videos=[c.visual for c in clips], video_metadata=metadata, do_sample_frames=False, do_resize=False,
-                padding=True, return_tensors="pt",
-            ))
+            return dict(
+                self.processor(
+                    text=texts,
+                    videos=[c.visual for c in clips],
+                    video_metadata=metadata,
+                    do_sample_frames=False,
+                    do_resize=False,
+                    padding=True,
+                    return_tensors="pt",
+                )
+            )
         images = [img for c in clips for img in c.visual]
         return dict(self.processor(text=texts, images=images, padding=True, return_tensors="pt"))
 
@@ -256,7 +292,7 @@ class ModelAnswerer:
         t1 = time.perf_counter()
         with torch.no_grad():
             out = self.policy.model.generate(**enc, generation_config=self.generation_config)
-        new = out[:, enc["input_ids"].shape[1]:].cpu()
+        new = out[:, enc["input_ids"].shape[1] :].cpu()
         texts = self.processor.tokenizer.batch_decode(new.tolist(), skip_special_tokens=True)
         t2 = time.perf_counter()
         self.timings["encode_s"] += t1 - t0
@@ -289,8 +325,13 @@ class AgentAnswerer:
 
     def describe(self) -> dict[str, Any]:
         """What the report's ``meta.generation`` records."""
-        return {"do_sample": False, "num_beams": 1, "max_new_tokens": int(self.policy.cfg.max_new_tokens),
-                "video_input": "images", "decoding": "VLMPolicy.act(greedy=True)"}
+        return {
+            "do_sample": False,
+            "num_beams": 1,
+            "max_new_tokens": int(self.policy.cfg.max_new_tokens),
+            "video_input": "images",
+            "decoding": "VLMPolicy.act(greedy=True)",
+        }
 
     def prepare(self, clip: VideoClip) -> Any:
         """The frames as the turn's images (the processor resizes them as it does in training)."""
@@ -301,8 +342,14 @@ class AgentAnswerer:
         from a2c_ppo_acktr.envs.vsi_env import turn_text
         from a2c_ppo_acktr.envs.vsibench import question_from_row
 
-        text = turn_text(question_from_row(question.row), prompts.feedback_text(None), turns_left=1, num_sweep_frames=0,
-                         num_views=len(clip.visual), max_forward=self.max_forward)
+        text = turn_text(
+            question_from_row(question.row),
+            prompts.feedback_text(None),
+            turns_left=1,
+            num_sweep_frames=0,
+            num_views=len(clip.visual),
+            max_forward=self.max_forward,
+        )
         return {"images": clip.visual, "text": text}
 
     def answer(self, questions: Sequence[VideoQuestion], clips: Sequence[VideoClip]) -> list[str]:
@@ -312,7 +359,9 @@ class AgentAnswerer:
         try:
             out = self.policy.act([self.observation(q, c) for q, c in zip(questions, clips)], greedy=True)
         except ContextLengthError as e:  # the frames here are --num-frames, not the env's sweep
-            raise ContextLengthError(f"{e}; with --prompt agent the images are the video's frames: lower --num-frames") from None
+            raise ContextLengthError(
+                f"{e}; with --prompt agent the images are the video's frames: lower --num-frames"
+            ) from None
         self.timings["generate_s"] += time.perf_counter() - t0
         return list(out.texts)
 
@@ -423,8 +472,11 @@ def video_questions(rows: Sequence[dict], video_root: str | Path) -> list[VideoQ
             "(<dataset>/<scene_name>.mp4, e.g. arkitscenes/41069025.mp4)"
         )
     questions = [
-        VideoQuestion(row=r, prompt=prompts.benchmark_prompt(r["question_type"], r["question"], r["options"]),
-                      video=video_file(video_root, r["dataset"], r["scene_name"], where=f"VSI-Bench row {r['id']}"))
+        VideoQuestion(
+            row=r,
+            prompt=prompts.benchmark_prompt(r["question_type"], r["question"], r["options"]),
+            video=video_file(video_root, r["dataset"], r["scene_name"], where=f"VSI-Bench row {r['id']}"),
+        )
         for r in rows
     ]
     missing = sorted({str(q.video) for q in questions if not q.video.is_file()})
@@ -432,7 +484,8 @@ def video_questions(rows: Sequence[dict], video_root: str | Path) -> list[VideoQ
         first = next(q for q in questions if str(q.video) == missing[0])
         raise FileNotFoundError(
             f"video {missing[0]!r} of VSI-Bench row {first.row['id']} does not exist ({len(missing)} of "
-            f"{len({q.video for q in questions})} videos missing); --video-root must hold <dataset>/<scene_name>.mp4 as the benchmark ships"
+            f"{len({q.video for q in questions})} videos missing); --video-root must hold <dataset>/<scene_name>.mp4 "
+            "as the benchmark ships"
         )
     return questions
 
@@ -460,7 +513,7 @@ def run_video_protocol(questions: Sequence[VideoQuestion], answerer: Any, cfg: V
     start = time.perf_counter()
     bar = tqdm(total=len(questions), desc="video protocol", unit="q", disable=not cfg.progress)
     for b in range(0, len(order), cfg.batch_size):
-        batch = [questions[i] for i in order[b:b + cfg.batch_size]]
+        batch = [questions[i] for i in order[b : b + cfg.batch_size]]
         t0 = time.perf_counter()
         # Grouped by video: only the previous batch's last video can be asked again.
         clips = {q.video: clips.get(q.video) for q in batch}
@@ -473,7 +526,7 @@ def run_video_protocol(questions: Sequence[VideoQuestion], answerer: Any, cfg: V
         answers = answerer.answer(batch, batch_clips)
         if len(answers) != len(batch):
             raise RuntimeError(f"the answerer returned {len(answers)} answers for {len(batch)} questions")
-        for i, q, clip, text in zip(order[b:b + cfg.batch_size], batch, batch_clips, answers):
+        for i, q, clip, text in zip(order[b : b + cfg.batch_size], batch, batch_clips, answers):
             row = q.row
             prediction, reply = (text, {}) if read_reply is None else read_reply(text)
             records[i] = {
@@ -481,7 +534,9 @@ def run_video_protocol(questions: Sequence[VideoQuestion], answerer: Any, cfg: V
                 "question_type": row["question_type"],
                 "prediction": prediction,
                 "ground_truth": row["ground_truth"],
-                "score": scoring.score_prediction(row["question_type"], prediction, row["ground_truth"], rule=cfg.scoring_rule),
+                "score": scoring.score_prediction(
+                    row["question_type"], prediction, row["ground_truth"], rule=cfg.scoring_rule
+                ),
                 "dataset": row["dataset"],
                 "scene_name": row["scene_name"],
                 "frame_indices": clip.sample.indices.tolist(),
@@ -501,7 +556,9 @@ def write_records(records: Sequence[dict], path: str | Path) -> Path:
     return write_jsonl(records, path)
 
 
-def build_video_report(records: Sequence[dict], rows: Sequence[dict], *, name: str, meta: dict[str, Any]) -> dict[str, Any]:
+def build_video_report(
+    records: Sequence[dict], rows: Sequence[dict], *, name: str, meta: dict[str, Any]
+) -> dict[str, Any]:
     """The report of a video-protocol run (``reports.build_report``; ``mode`` ``video``, no agent metrics).
 
     Each question becomes a one-turn episode named like the interactive protocol's
@@ -513,19 +570,21 @@ def build_video_report(records: Sequence[dict], rows: Sequence[dict], *, name: s
     episodes = []
     for rec in records:
         row = by_id[rec["id"]]
-        episodes.append(reports.EpisodeRecord(
-            episode_id=f"vsibench-{row['id']}",
-            scene_id=str(row["scene_name"]),
-            dataset=str(row["dataset"]),
-            question_type=row["question_type"],
-            question=row["question"].strip(),
-            options=list(row["options"]) if row["options"] else None,
-            ground_truth=row["ground_truth"],
-            answer=rec["prediction"],
-            score=float(rec["score"]),
-            turns=1,
-            reward=float(rec["score"]),
-        ))
+        episodes.append(
+            reports.EpisodeRecord(
+                episode_id=f"vsibench-{row['id']}",
+                scene_id=str(row["scene_name"]),
+                dataset=str(row["dataset"]),
+                question_type=row["question_type"],
+                question=row["question"].strip(),
+                options=list(row["options"]) if row["options"] else None,
+                ground_truth=row["ground_truth"],
+                answer=rec["prediction"],
+                score=float(rec["score"]),
+                turns=1,
+                reward=float(rec["score"]),
+            )
+        )
     report = reports.build_report(episodes, name=name, meta=meta)
     report["mode"] = "video"
     report.pop("agent")  # turns, invalid outputs and rewards are the interactive agent's; one answer here
@@ -541,7 +600,9 @@ def resolve_config(args: Any, extra: Sequence[str]) -> Any:
     the rows are read directly and only the model, eval and env.question_types sections apply)."""
     from a2c_ppo_acktr.eval import evaluation
 
-    return evaluation.resolve_config(argparse.Namespace(**{**vars(args), "vsibench": None, "data_root": None}), list(extra))
+    return evaluation.resolve_config(
+        argparse.Namespace(**{**vars(args), "vsibench": None, "data_root": None}), list(extra)
+    )
 
 
 def run_cli(args: Any, extra: Sequence[str]) -> dict[str, Any]:
@@ -571,9 +632,13 @@ def _warn_unlike_training(num_frames: int, cfg: Any) -> None:
     saw per turn (the quickstart's tiny agents, trained on 5, write no readable reply at 32)."""
     seen = trained_frames(cfg)
     if num_frames != seen:
-        logger.warning("--prompt agent shows %d frames per question; this config's agent saw %d per turn in training "
-                       "(env.num_sweep_frames + env.image_history): pass --num-frames %d to show it as many",
-                       num_frames, seen, seen)
+        logger.warning(
+            "--prompt agent shows %d frames per question; this config's agent saw %d per turn in training "
+            "(env.num_sweep_frames + env.image_history): pass --num-frames %d to show it as many",
+            num_frames,
+            seen,
+            seen,
+        )
 
 
 def _run_cli(args: Any, extra: Sequence[str]) -> dict[str, Any]:
@@ -599,11 +664,21 @@ def _run_cli(args: Any, extra: Sequence[str]) -> dict[str, Any]:
         answerer = DummyAnswerer(seed=cfg.eval.seed)
         agent_meta = {"agent": "dummy"}
     else:
-        policy = evaluation.load_policy(cfg, adapter=args.adapter, checkpoint=args.checkpoint, take_base=not args.model_path)
+        policy = evaluation.load_policy(
+            cfg, adapter=args.adapter, checkpoint=args.checkpoint, take_base=not args.model_path
+        )
         family = policy.family
-        answerer = AgentAnswerer(policy, max_forward=cfg.env.max_forward) if prompt == "agent" else ModelAnswerer(policy)
-        agent_meta = {"agent": "policy", "model_path": cfg.model.model_path, "adapter": args.adapter,
-                      "checkpoint": args.checkpoint, "dtype": cfg.model.dtype, "family": family}
+        answerer = (
+            AgentAnswerer(policy, max_forward=cfg.env.max_forward) if prompt == "agent" else ModelAnswerer(policy)
+        )
+        agent_meta = {
+            "agent": "policy",
+            "model_path": cfg.model.model_path,
+            "adapter": args.adapter,
+            "checkpoint": args.checkpoint,
+            "dtype": cfg.model.dtype,
+            "family": family,
+        }
     pcfg = VideoProtocolConfig(
         video_root=args.video_root,
         num_frames=args.num_frames or REFERENCE_NUM_FRAMES.get(family, DEFAULT_NUM_FRAMES),
@@ -642,14 +717,19 @@ def _run_cli(args: Any, extra: Sequence[str]) -> dict[str, Any]:
     if isinstance(answerer, AgentAnswerer):
         meta["replies"] = dict(answerer.replies)  # answers, moves and unreadable replies (the last two score 0)
     suffix = " (video, agent prompt)" if prompt == "agent" else " (video)"
-    report = build_video_report(result.records, rows, name=evaluation.default_name(args, str(args.model_path or family), suffix), meta=meta)
+    report = build_video_report(
+        result.records, rows, name=evaluation.default_name(args, str(args.model_path or family), suffix), meta=meta
+    )
     reports.write_report(report, out)
     cfg.save(out / "config.yaml")
     print(reports.table_markdown([(report["name"], report)]))
     t = result.timings
-    print(f"{t['questions']} questions, {t['videos']} videos in {t['total_s']:.1f} s (decoding {t['decode_s']:.1f} s"
-          + (f", processor {t['encode_s']:.1f} s" if "encode_s" in t else "")
-          + (f", generate {t['generate_s']:.1f} s" if "generate_s" in t else "") + ")")
+    print(
+        f"{t['questions']} questions, {t['videos']} videos in {t['total_s']:.1f} s (decoding {t['decode_s']:.1f} s"
+        + (f", processor {t['encode_s']:.1f} s" if "encode_s" in t else "")
+        + (f", generate {t['generate_s']:.1f} s" if "generate_s" in t else "")
+        + ")"
+    )
     print(f"records: {records_path}; reports: {out / 'report.json'}, {out / 'report.md'}")
     return report
 

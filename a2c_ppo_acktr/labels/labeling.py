@@ -24,6 +24,7 @@ content-addressed and rewritten identically, so nothing is duplicated. One label
 appends to a folder (its lock, :class:`a2c_ppo_acktr.run.rundir.RunLock`); a second one stops with one
 line naming the first.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -151,7 +152,12 @@ def make_env(cfg: RunConfig) -> Any:
 
 
 def _run_meta(cfg: RunConfig, teacher: Teacher) -> dict:
-    return {"env": dataclasses.asdict(cfg.env), "seed": cfg.label.seed, "epsilon": cfg.label.epsilon, "teacher": teacher.describe()}
+    return {
+        "env": dataclasses.asdict(cfg.env),
+        "seed": cfg.label.seed,
+        "epsilon": cfg.label.epsilon,
+        "teacher": teacher.describe(),
+    }
 
 
 def _meta_diff(old: dict, new: dict, prefix: str = "") -> list[str]:
@@ -164,7 +170,11 @@ def _meta_diff(old: dict, new: dict, prefix: str = "") -> list[str]:
         if isinstance(a, dict) and isinstance(b, dict):
             out += _meta_diff(a, b, f"{prefix}{k}.")
         elif a != b:
-            out.append(f"{prefix}{k} ({a!r} -> {b!r})" if not isinstance(a, (dict, list)) and not isinstance(b, (dict, list)) else f"{prefix}{k}")
+            out.append(
+                f"{prefix}{k} ({a!r} -> {b!r})"
+                if not isinstance(a, (dict, list)) and not isinstance(b, (dict, list))
+                else f"{prefix}{k}"
+            )
     return out
 
 
@@ -175,20 +185,24 @@ def _check_meta(out_dir: Path, meta: dict) -> None:
             old = json.loads(path.read_text(encoding="utf-8"))
         except (ValueError, RecursionError) as e:  # not UTF-8, not JSON
             raise ConfigError(
-                f"{path} is damaged ({str(e).splitlines()[0][:200]}); it records the setup of the episodes in {out_dir}: "
+                f"{path} is damaged ({str(e).splitlines()[0][:200]}); it records the setup of the episodes in "
+                f"{out_dir}: "
                 "restore it, or label into a new label.out_dir"
             ) from None
         new = json.loads(json.dumps(meta))
         if old != new:
             raise ConfigError(
-                f"{out_dir} was labelled with a different setup (differs in: {_meta_diff(old, new)}); resuming would mix episodes. "
+                f"{out_dir} was labelled with a different setup (differs in: {_meta_diff(old, new)}); resuming would "
+                "mix episodes. "
                 "Use a new label.out_dir, or rerun with the original settings"
             )
     else:
         atomic.write_json(meta, path)
 
 
-def label_trajectories(cfg: RunConfig, teacher: Optional[Teacher] = None, envs: Optional[list] = None, progress: Optional[bool] = None) -> dict:
+def label_trajectories(
+    cfg: RunConfig, teacher: Optional[Teacher] = None, envs: Optional[list] = None, progress: Optional[bool] = None
+) -> dict:
     """Run ``cfg.label.num_episodes`` teacher episodes and append them to ``trajectories.jsonl``.
 
     Args:
@@ -213,7 +227,9 @@ def label_trajectories(cfg: RunConfig, teacher: Optional[Teacher] = None, envs: 
         return _label_trajectories(cfg, teacher, envs, progress)
 
 
-def _label_trajectories(cfg: RunConfig, teacher: Optional[Teacher], envs: Optional[list], progress: Optional[bool]) -> dict:
+def _label_trajectories(
+    cfg: RunConfig, teacher: Optional[Teacher], envs: Optional[list], progress: Optional[bool]
+) -> dict:
     """:func:`label_trajectories` inside the lock of ``label.out_dir``."""
     from tqdm.auto import tqdm
 
@@ -236,8 +252,20 @@ def _label_trajectories(cfg: RunConfig, teacher: Optional[Teacher], envs: Option
         envs = [make_env(cfg) for _ in range(min(lab.batch_size, max(len(todo), 1)))]
         share_scene_cache(envs)
     max_turns = cfg.env.max_turns
-    stats = {"written": 0, "skipped": skipped, "score_sum": 0.0, "failed_turns": 0, "invalid_turns": 0, "explore_turns": 0}
-    bar = tqdm(total=lab.num_episodes, initial=skipped, desc=f"label[{teacher.name}]", disable=not (cfg.log.progress_bar if progress is None else progress))
+    stats = {
+        "written": 0,
+        "skipped": skipped,
+        "score_sum": 0.0,
+        "failed_turns": 0,
+        "invalid_turns": 0,
+        "explore_turns": 0,
+    }
+    bar = tqdm(
+        total=lab.num_episodes,
+        initial=skipped,
+        desc=f"label[{teacher.name}]",
+        disable=not (cfg.log.progress_bar if progress is None else progress),
+    )
 
     def begin(slot: int, index: int) -> _Running:
         obs, _ = envs[slot].reset(seed=lab.seed + index)
@@ -289,10 +317,17 @@ def _label_trajectories(cfg: RunConfig, teacher: Optional[Teacher], envs: Option
     bar.close()
     written = stats.pop("written")
     score_sum = stats.pop("score_sum")
-    return {"written": written, "mean_score": score_sum / written if written else float("nan"), **stats, "path": str(jsonl)}
+    return {
+        "written": written,
+        "mean_score": score_sum / written if written else float("nan"),
+        **stats,
+        "path": str(jsonl),
+    }
 
 
-def _episode_record(cfg: RunConfig, teacher: Teacher, env: Any, run: _Running, info: dict, terminated: bool, truncated: bool) -> dict:
+def _episode_record(
+    cfg: RunConfig, teacher: Teacher, env: Any, run: _Running, info: dict, terminated: bool, truncated: bool
+) -> dict:
     fields = env.unwrapped.episode_fields()
     score = info.get("score")
     return {

@@ -17,6 +17,7 @@ local teacher that runs out of memory raises :class:`TeacherOutOfMemoryError` (o
 ``label.oom_retry_smaller``, first retries in smaller batches), because recording every turn of a
 model that does not fit as failed would silently produce a dataset of failures.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -36,8 +37,23 @@ from a2c_ppo_acktr.common import choices
 from a2c_ppo_acktr.config.arguments import ConfigError, LabelConfig, ModelConfig
 from a2c_ppo_acktr.common.choices import check_registry
 from a2c_ppo_acktr.envs.protocol import OracleStyle
-from a2c_ppo_acktr.common.bounded_read import Deadline, ReplyTooLarge, ReplyTooSlow, error_body, open_within, read_within, timed_out
-from a2c_ppo_acktr.common.redaction import basic_auth, has_redacted_credentials, key_env_problem, redact_all, strip_credentials, url_secrets
+from a2c_ppo_acktr.common.bounded_read import (
+    Deadline,
+    ReplyTooLarge,
+    ReplyTooSlow,
+    error_body,
+    open_within,
+    read_within,
+    timed_out,
+)
+from a2c_ppo_acktr.common.redaction import (
+    basic_auth,
+    has_redacted_credentials,
+    key_env_problem,
+    redact_all,
+    strip_credentials,
+    url_secrets,
+)
 from a2c_ppo_acktr.common.prompts import build_messages, openai_messages, render_prompt
 
 logger = logging.getLogger(__name__)
@@ -135,7 +151,9 @@ def _pad_token_id(processor: Any) -> int:
     return tok.eos_token_id
 
 
-def greedy_generate(model: Any, processor: Any, observations: Sequence[dict], max_new_tokens: int, blind: bool = False) -> list[str]:
+def greedy_generate(
+    model: Any, processor: Any, observations: Sequence[dict], max_new_tokens: int, blind: bool = False
+) -> list[str]:
     """Batched greedy decoding on the policy's prompts (left padding).
 
     Args:
@@ -177,7 +195,7 @@ def greedy_generate(model: Any, processor: Any, observations: Sequence[dict], ma
     )
     with torch.no_grad():
         out = model.generate(**inputs, generation_config=gen)
-    new = out[:, inputs["input_ids"].shape[1]:]
+    new = out[:, inputs["input_ids"].shape[1] :]
     tok = getattr(processor, "tokenizer", processor)
     return tok.batch_decode(new, skip_special_tokens=True)
 
@@ -200,7 +218,11 @@ def is_out_of_memory(error: BaseException) -> bool:
     """
     import torch
 
-    oom_types = tuple(t for t in (getattr(torch, "OutOfMemoryError", None), getattr(torch.cuda, "OutOfMemoryError", None)) if t is not None)
+    oom_types = tuple(
+        t
+        for t in (getattr(torch, "OutOfMemoryError", None), getattr(torch.cuda, "OutOfMemoryError", None))
+        if t is not None
+    )
     if oom_types and isinstance(error, oom_types):
         return True
     return isinstance(error, RuntimeError) and "out of memory" in str(error).lower()
@@ -226,7 +248,9 @@ class HFTeacher(Teacher):
 
     name = "hf"
 
-    def __init__(self, model_cfg: ModelConfig, max_new_tokens: int, loaded: Any = None, oom_retry_smaller: bool = False) -> None:
+    def __init__(
+        self, model_cfg: ModelConfig, max_new_tokens: int, loaded: Any = None, oom_retry_smaller: bool = False
+    ) -> None:
         """
         Args:
             model_cfg: Which model to load and how (``model_path``, ``dtype``, ``device``...).
@@ -264,8 +288,12 @@ class HFTeacher(Teacher):
         observations = list(observations)
         try:
             size = self.fit_batch_size or len(observations) or 1
-            texts = [t for i in range(0, len(observations), size) for t in self._generate_fitting(observations[i : i + size])]
-        except RuntimeError as e:  # any other failure on one batch (OOM is a ConfigError): record its turns as failed, go on
+            texts = [
+                t for i in range(0, len(observations), size) for t in self._generate_fitting(observations[i : i + size])
+            ]
+        except (
+            RuntimeError
+        ) as e:  # any other failure on one batch (OOM is a ConfigError): record its turns as failed, go on
             logger.error("hf teacher failed on a batch of %d observations: %s", len(observations), e)
             return [TeacherReply("", error=f"generation failed: {e}") for _ in observations]
         return [TeacherReply(t) for t in texts]
@@ -285,13 +313,18 @@ class HFTeacher(Teacher):
         # their tensors) until the block is left.
         _free_accelerator_memory()
         half = (n + 1) // 2
-        logger.warning("hf teacher out of memory on a batch of %d observations (%s); retrying in batches of %d", n, cause, half)
+        logger.warning(
+            "hf teacher out of memory on a batch of %d observations (%s); retrying in batches of %d", n, cause, half
+        )
         texts = self._generate_fitting(observations[:half]) + self._generate_fitting(observations[half:])
         self.fit_batch_size = min(self.fit_batch_size or half, half)
         return texts
 
     def _oom_message(self, n: int, error: BaseException) -> str:
-        what = f"the hf teacher {self.model_path!r} ran out of memory generating replies for {n} observation(s) ({_first_line(error)})"
+        what = (
+            f"the hf teacher {self.model_path!r} ran out of memory generating replies for {n} observation(s) "
+            f"({_first_line(error)})"
+        )
         if n <= 1:
             return (
                 f"{what}; not even one observation fits. Use a smaller teacher (label.model_path), fewer or smaller "
@@ -327,7 +360,8 @@ class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001 - urllib's signature
         raise _Fatal(
-            f"HTTP {code} from {strip_credentials(req.full_url)} redirects to {_origin(newurl)}; redirects are not followed (the request "
+            f"HTTP {code} from {strip_credentials(req.full_url)} redirects to {_origin(newurl)}; redirects are not "
+            "followed (the request "
             "carries the API key): set label.base_url to the server's final address"
         )
 
@@ -380,11 +414,15 @@ class OpenAITeacher(Teacher):
         """
         problem = key_env_problem(api_key_env)
         if problem:
-            raise ConfigError(f"label.api_key_env {problem}; pass the NAME of the environment variable that holds the key "
-                              "(export OPENAI_API_KEY=...; --label.api_key_env OPENAI_API_KEY), never the key itself")
+            raise ConfigError(
+                f"label.api_key_env {problem}; pass the NAME of the environment variable that holds the key "
+                "(export OPENAI_API_KEY=...; --label.api_key_env OPENAI_API_KEY), never the key itself"
+            )
         if has_redacted_credentials(base_url):
-            raise ConfigError("label.base_url holds *** where its password was (configs are written without it): "
-                              "pass the URL with its user:password again")
+            raise ConfigError(
+                "label.base_url holds *** where its password was (configs are written without it): "
+                "pass the URL with its user:password again"
+            )
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.display_url = strip_credentials(self.url)  # what messages and label files name
         self.model = model
@@ -399,7 +437,13 @@ class OpenAITeacher(Teacher):
 
     def describe(self) -> dict:
         # The key's variable name is fine to record; its value never is.
-        return {"teacher": self.name, "base_url": self.display_url, "model": self.model, "max_tokens": self.max_tokens, "temperature": self.temperature}
+        return {
+            "teacher": self.name,
+            "base_url": self.display_url,
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+        }
 
     def _secrets(self) -> list[str]:
         """What no message, log line or label may contain: the key, and base_url's password and the
@@ -458,10 +502,14 @@ class OpenAITeacher(Teacher):
             detail = self._cut(error_body(e, _MAX_ERROR_BODY))
             if e.code == 429 or e.code >= 500:
                 raise _Retryable(f"HTTP {e.code} from {self.display_url}: {detail}") from None
-            raise _Fatal(f"HTTP {e.code} from {self.display_url}: {detail} (not retried; check label.model and label.base_url)") from None
+            raise _Fatal(
+                f"HTTP {e.code} from {self.display_url}: {detail} (not retried; check label.model and label.base_url)"
+            ) from None
         except (urllib.error.URLError, http.client.HTTPException, OSError) as e:  # OSError covers timeouts and resets
             if timed_out(e):
-                raise _Retryable(f"the reply from {self.display_url} took longer than label.timeout_s={self.timeout_s:g}") from None
+                raise _Retryable(
+                    f"the reply from {self.display_url} took longer than label.timeout_s={self.timeout_s:g}"
+                ) from None
             reason = getattr(e, "reason", e)
             raise _Retryable(f"cannot reach {self.display_url}: {type(reason).__name__}: {reason}") from None
         try:
@@ -469,7 +517,9 @@ class OpenAITeacher(Teacher):
             content = data["choices"][0]["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError, RecursionError) as e:
             raw_text = raw[:_MAX_ERROR_BODY].decode("utf-8", "replace")
-            raise _Retryable(f"unreadable response from {self.display_url} ({type(e).__name__}): {self._cut(raw_text)!r}") from None
+            raise _Retryable(
+                f"unreadable response from {self.display_url} ({type(e).__name__}): {self._cut(raw_text)!r}"
+            ) from None
         if isinstance(content, list):  # some servers return content parts
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
         if not isinstance(content, str):
@@ -500,7 +550,9 @@ def _read_bounded(resp: Any, deadline: Deadline, url: str) -> bytes:
 # ---------------------------------------------------------------------------------------------
 def _make_oracle(label: LabelConfig, model: ModelConfig) -> Teacher:
     return OracleTeacher(
-        max_moves=label.oracle_max_moves, face_tolerance_deg=label.oracle_face_tolerance_deg, thoughts=label.oracle_thoughts
+        max_moves=label.oracle_max_moves,
+        face_tolerance_deg=label.oracle_face_tolerance_deg,
+        thoughts=label.oracle_thoughts,
     )
 
 

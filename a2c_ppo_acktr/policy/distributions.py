@@ -24,6 +24,7 @@ time, from the final hidden states (applying ``lm_head`` itself) or from logits,
 checkpointing: the forward keeps only the chunk's inputs, and the backward recomputes one chunk's
 float32 intermediates at a time, so the extra memory is ``O(chunk_tokens * V)`` in both passes.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple, Optional, Sequence
@@ -56,9 +57,7 @@ def process_logits(
         Float32 tensor of the same shape as ``logits``.
     """
     if temperatures.dim() != 1 or temperatures.shape[0] != logits.shape[0]:
-        raise ValueError(
-            f"temperatures must have shape (B,) = ({logits.shape[0]},), got {tuple(temperatures.shape)}"
-        )
+        raise ValueError(f"temperatures must have shape (B,) = ({logits.shape[0]},), got {tuple(temperatures.shape)}")
     shape = (-1,) + (1,) * (logits.dim() - 1)
     out = logits.float() / temperatures.float().view(shape)
     if forbidden_ids is not None and forbidden_ids.numel() > 0:
@@ -170,7 +169,9 @@ def _chunk_stats(
     checkpointed call keeps only references to the full inputs, never a chunk-sized copy.
     """
     x = inputs[rows, cols]
-    logits = process_logits(head(x) if head is not None else x, temperatures[rows], forbidden_ids, top_k, top_p)  # (N, V) fp32
+    logits = process_logits(
+        head(x) if head is not None else x, temperatures[rows], forbidden_ids, top_k, top_p
+    )  # (N, V) fp32
     raw = torch.log_softmax(logits, dim=-1)
     # The token's log-prob is read before zeroing impossible entries: a forbidden token keeps its
     # -inf, as in token_log_probs; entropy and KL use the zeroed copy, as _safe_log_softmax does.
@@ -180,7 +181,9 @@ def _chunk_stats(
     if ref_inputs is not None:
         with torch.no_grad():  # the reference is a fixed target: no gradient into it (nor into lm_head through it)
             y = ref_inputs[rows, cols]
-            ref_logits = process_logits(ref_head(y) if ref_head is not None else y, temperatures[rows].detach(), forbidden_ids)
+            ref_logits = process_logits(
+                ref_head(y) if ref_head is not None else y, temperatures[rows].detach(), forbidden_ids
+            )
             _, logq = _safe_log_softmax(ref_logits)
             ref_log_prob = torch.log_softmax(ref_logits, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
         out.append((p * (logp - logq)).sum(-1))
@@ -232,11 +235,17 @@ def chunked_token_stats(
         :class:`TokenStats` of ``(B, R)`` float32 tensors, 0 where ``mask`` is false.
     """
     if mask.shape != tokens.shape or inputs.shape[:2] != tokens.shape:
-        raise ValueError(f"inputs {tuple(inputs.shape)}, tokens {tuple(tokens.shape)} and mask {tuple(mask.shape)} must agree on (B, R)")
+        raise ValueError(
+            f"inputs {tuple(inputs.shape)}, tokens {tuple(tokens.shape)} and mask {tuple(mask.shape)} must agree on "
+            "(B, R)"
+        )
     if chunk_tokens is None:
         vocab = getattr(head, "out_features", None) if head is not None else inputs.shape[-1]
         if vocab is None:
-            raise ValueError(f"cannot tell the vocabulary size of head {type(head).__name__}; pass chunk_tokens=logits_chunk_tokens(V)")
+            raise ValueError(
+                f"cannot tell the vocabulary size of head {type(head).__name__}; pass "
+                "chunk_tokens=logits_chunk_tokens(V)"
+            )
         chunk_tokens = logits_chunk_tokens(vocab)
     if chunk_tokens < 1:
         raise ValueError(f"chunk_tokens={chunk_tokens} must be >= 1")
@@ -246,19 +255,35 @@ def chunked_token_stats(
     n_stats = 4 if ref_inputs is not None else 2
     needed = -(-rows.numel() // chunk_tokens)
     if num_chunks is not None and num_chunks < needed:
-        raise ValueError(f"num_chunks={num_chunks} is fewer than the {needed} chunks of {chunk_tokens} positions that {rows.numel()} positions need")
+        raise ValueError(
+            f"num_chunks={num_chunks} is fewer than the {needed} chunks of {chunk_tokens} positions that "
+            f"{rows.numel()} positions need"
+        )
     parts = []
     for k in range(needed if num_chunks is None else num_chunks):
         start = k * chunk_tokens  # past the end: an empty chunk
-        args = (inputs, ref_inputs, temperatures, rows[start : start + chunk_tokens], cols[start : start + chunk_tokens],
-                tokens_sel[start : start + chunk_tokens], head, ref_head, forbidden_ids, top_k, top_p)
+        args = (
+            inputs,
+            ref_inputs,
+            temperatures,
+            rows[start : start + chunk_tokens],
+            cols[start : start + chunk_tokens],
+            tokens_sel[start : start + chunk_tokens],
+            head,
+            ref_head,
+            forbidden_ids,
+            top_k,
+            top_p,
+        )
         if torch.is_grad_enabled():
             # Non-reentrant checkpoint: the forward stores only the arguments (references, no copies);
             # backward re-runs this chunk and frees its (N, V) intermediates before the next chunk.
             # No randomness inside, so the RNG state need not be saved and restored. The recompute's
             # metadata check is off: under DeepSpeed ZeRO-3 lm_head's weight is partitioned (shape
             # [0]) again by the time the check reads it, although the recompute used it gathered.
-            parts.append(checkpoint(_chunk_stats, *args, use_reentrant=False, preserve_rng_state=False, determinism_check="none"))
+            parts.append(
+                checkpoint(_chunk_stats, *args, use_reentrant=False, preserve_rng_state=False, determinism_check="none")
+            )
         else:
             parts.append(_chunk_stats(*args))
     flat = torch.cat(parts) if parts else inputs.new_zeros((0, n_stats), dtype=torch.float32)
@@ -349,7 +374,9 @@ def thought_token_mask(char_ends: Sequence[int], thought_span: tuple[int, int] |
     t0, t1 = thought_span
     starts = [0, *char_ends[:-1]]
     # One tensor from a list: element-wise tensor writes cost microseconds each, per token per turn.
-    return torch.tensor([end > start and start < t1 and end > t0 for start, end in zip(starts, char_ends)], dtype=torch.bool)
+    return torch.tensor(
+        [end > start and start < t1 and end > t0 for start, end in zip(starts, char_ends)], dtype=torch.bool
+    )
 
 
 def token_weights(char_ends: Sequence[int], thought_span: tuple[int, int] | None, thought_prob_coef: float) -> Tensor:

@@ -14,6 +14,7 @@ Memory: pixels are kept on the CPU in the model's dtype (the vision tower casts 
 first step, so the cast changes no number) and :class:`ImageFeatureStore` keeps one copy of an image
 that several turns show (the sweep frames repeat on every turn of an episode).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -75,7 +76,8 @@ def _image_rows(enc: Mapping[str, Tensor], key: str, num_images: int) -> list[in
     if grid is not None and rows == int(grid.prod(-1).sum()):
         return [int(n) for n in grid.prod(-1).tolist()]
     raise ValueError(
-        f"the processor's {key!r} has {rows} rows for {num_images} images; a2c_ppo_acktr.policy.encoding only splits tensors "
+        f"the processor's {key!r} has {rows} rows for {num_images} images; a2c_ppo_acktr.policy.encoding only splits "
+        "tensors "
         "with one row per image or one per patch (image_grid_thw); extend _image_rows for this model family"
     )
 
@@ -118,7 +120,8 @@ def split_rows(
             tokens[key] = [row[mask] for row, mask in zip(value, keep)]
         else:
             raise ValueError(
-                f"processor output {key!r} of shape {tuple(value.shape)} is neither a token tensor ({B}, {P}) nor one of "
+                f"processor output {key!r} of shape {tuple(value.shape)} is neither a token tensor ({B}, {P}) nor one "
+                "of "
                 f"{sorted(IMAGE_KEYS)}; add it to a2c_ppo_acktr.policy.encoding.IMAGE_KEYS or TOKEN_PAD"
             )
     out: list[TurnEncoding] = []
@@ -144,9 +147,11 @@ def collate(turns: Sequence[TurnEncoding], pad_id: int) -> dict[str, Tensor]:
     out: dict[str, Tensor] = {}
     for key in turns[0].tokens:
         rows = [t.tokens[key] for t in turns]
-        batch = torch.full((len(rows), length), pad_id if key == "input_ids" else TOKEN_PAD.get(key, 0), dtype=rows[0].dtype)
+        batch = torch.full(
+            (len(rows), length), pad_id if key == "input_ids" else TOKEN_PAD.get(key, 0), dtype=rows[0].dtype
+        )
         for i, row in enumerate(rows):
-            batch[i, length - len(row):] = row
+            batch[i, length - len(row) :] = row
         out[key] = batch
     images = [im for t in turns for im in t.images]
     if images:
@@ -193,7 +198,11 @@ class ImageFeatureStore:
         for j, (raw, feats) in enumerate(zip(raw_images, turn.images)):
             key = image_key(raw)
             known = self._features.get(key)
-            if known is not None and known.keys() == feats.keys() and all(torch.equal(known[k], feats[k]) for k in feats):
+            if (
+                known is not None
+                and known.keys() == feats.keys()
+                and all(torch.equal(known[k], feats[k]) for k in feats)
+            ):
                 shared.append(known)
             else:
                 # Clone: a slice would keep the whole batch tensor of its rollout step alive.

@@ -16,6 +16,7 @@ transformers 4.x also replaced knobs left at their default values), so the rollo
 a distribution other than the one whose log-probs are trained on. Sampling is what the run's config
 says, whatever the checkpoint ships; the benchmark's video protocol and ``export`` use the shipped one.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -56,7 +57,15 @@ REFUSED_FAMILIES: dict[str, str] = {
 
 # Special tokens the processors insert for images/videos (Qwen's, then LLaVA's); generating one is
 # never valid. Tokens a tokenizer does not know are skipped.
-_VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<image>", "<video>")
+_VISION_TOKENS = (
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<image>",
+    "<video>",
+)
 
 
 class ModelLoadError(RuntimeError, UserError):
@@ -90,7 +99,10 @@ class LoadedVLM:
 
 def is_offline() -> bool:
     """True when ``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE`` is set to a true value."""
-    return any(os.environ.get(k, "").strip().lower() in ("1", "true", "yes", "on") for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return any(
+        os.environ.get(k, "").strip().lower() in ("1", "true", "yes", "on")
+        for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
 
 
 def _in_hf_cache(repo_id: str) -> bool:
@@ -119,9 +131,12 @@ def resolve_model_path(path: str) -> str:
     if path.startswith(TINY_PREFIX):
         from a2c_ppo_acktr.tiny import build as tiny
 
-        family = path[len(TINY_PREFIX):]
+        family = path[len(TINY_PREFIX) :]
         if family not in tiny.BUILDS:
-            raise ModelLoadError(f"model_path={path!r}: unknown tiny family {family!r}; use one of {[TINY_PREFIX + f for f in tiny.BUILDS]}")
+            raise ModelLoadError(
+                f"model_path={path!r}: unknown tiny family {family!r}; use one of "
+                f"{[TINY_PREFIX + f for f in tiny.BUILDS]}"
+            )
         return str(tiny.tiny_model_dir(family))
     expanded = Path(path).expanduser()
     if expanded.is_dir():
@@ -132,7 +147,9 @@ def resolve_model_path(path: str) -> str:
             )
         return str(expanded)
     if expanded.exists():
-        raise ModelLoadError(f"model_path={path!r} is a file; point it at the directory holding config.json and the weights")
+        raise ModelLoadError(
+            f"model_path={path!r} is a file; point it at the directory holding config.json and the weights"
+        )
     # A hub id is "name" or "org/name"; anything else that names a path must exist locally.
     if path.startswith(("/", ".", "~")) or path.count("/") > 1 or os.sep != "/" and os.sep in path:
         raise ModelLoadError(
@@ -143,7 +160,8 @@ def resolve_model_path(path: str) -> str:
         raise ModelLoadError(
             f"model {path!r} is not a local directory and not in the local Hugging Face cache, and offline mode is on "
             "(HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE); download it first with `huggingface-cli download "
-            f"{path}` on a machine with network, pass a local directory, or use model.model_path=tiny:qwen2_5_vl for CPU"
+            f"{path}` on a machine with network, pass a local directory, or use model.model_path=tiny:qwen2_5_vl for "
+            "CPU"
         )
     return path
 
@@ -175,7 +193,9 @@ def detect_family(model_type: str) -> str:
         ModelLoadError: ``model_type`` is not supported; the message lists what is.
     """
     if model_type in REFUSED_FAMILIES:
-        raise ModelLoadError(f"model_type {model_type!r}: {REFUSED_FAMILIES[model_type]}; supported: {sorted(SUPPORTED_FAMILIES)}")
+        raise ModelLoadError(
+            f"model_type {model_type!r}: {REFUSED_FAMILIES[model_type]}; supported: {sorted(SUPPORTED_FAMILIES)}"
+        )
     if model_type not in SUPPORTED_FAMILIES:
         raise ModelLoadError(
             f"model_type {model_type!r} is not supported; supported model types: {sorted(SUPPORTED_FAMILIES)} "
@@ -266,7 +286,8 @@ def set_pixel_budget(processor, min_pixels: Optional[int], max_pixels: Optional[
         # (LLaVA's) lone shortest_edge is an edge length in pixels, not a pixel count.
         if "shortest_edge" not in size or "longest_edge" not in size:
             raise ModelLoadError(
-                f"{type(sub).__name__} has no min/max pixel budget (size={size}, not Qwen-VL's shortest_edge/longest_edge "
+                f"{type(sub).__name__} has no min/max pixel budget (size={size}, not Qwen-VL's "
+                "shortest_edge/longest_edge "
                 "pixel counts); unset model.min_pixels/max_pixels for this model"
             )
         if min_pixels is not None:
@@ -275,7 +296,8 @@ def set_pixel_budget(processor, min_pixels: Optional[int], max_pixels: Optional[
             size["longest_edge"] = int(max_pixels)
         if size["shortest_edge"] > size["longest_edge"]:
             raise ModelLoadError(
-                f"model.min_pixels={size['shortest_edge']} exceeds model.max_pixels={size['longest_edge']}; make min <= max"
+                f"model.min_pixels={size['shortest_edge']} exceeds model.max_pixels={size['longest_edge']}; make min "
+                "<= max"
             )
         sub.size = type(sub.size)(**size) if not isinstance(sub.size, dict) else size
 
@@ -326,8 +348,10 @@ def check_versions(installed: Optional[dict[str, str]] = None) -> None:
     bad = untested_versions(installed)
     if not bad:
         return
-    message = (f"untested library versions: {'; '.join(bad)}. Reinstall with 'bash scripts/setup.sh' "
-               f"(or pip install -e .), or set {ALLOW_UNTESTED_ENV}=1 to run anyway")
+    message = (
+        f"untested library versions: {'; '.join(bad)}. Reinstall with 'bash scripts/setup.sh' "
+        f"(or pip install -e .), or set {ALLOW_UNTESTED_ENV}=1 to run anyway"
+    )
     if os.environ.get(ALLOW_UNTESTED_ENV, "") == "1":
         log.warning(message)
         return
@@ -396,10 +420,17 @@ def load_vlm(cfg: ModelConfig) -> LoadedVLM:
     shipped = getattr(model, "generation_config", None)
     if shipped is not None:
         model.generation_config = neutral_generation_config(shipped)
-    dropped = sorted(set(shipped.to_diff_dict()) - set(model.generation_config.to_diff_dict()) - {"transformers_version"}) if shipped is not None else []
+    dropped = (
+        sorted(set(shipped.to_diff_dict()) - set(model.generation_config.to_diff_dict()) - {"transformers_version"})
+        if shipped is not None
+        else []
+    )
     if dropped:
-        log.info("set aside the decoding defaults of %s's generation_config (%s); sampling follows the run's config",
-                 path, ", ".join(f"{k}={getattr(shipped, k)!r}" for k in dropped))
+        log.info(
+            "set aside the decoding defaults of %s's generation_config (%s); sampling follows the run's config",
+            path,
+            ", ".join(f"{k}={getattr(shipped, k)!r}" for k in dropped),
+        )
     processor = load_processor(path, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels)
     return LoadedVLM(model=model, processor=processor, family=family, path=path, shipped_generation_config=shipped)
 
@@ -418,7 +449,9 @@ def neutral_generation_config(shipped: Any) -> Any:
     """
     from transformers import GenerationConfig
 
-    return GenerationConfig(**{k: getattr(shipped, k, None) for k in GENERATION_TOKEN_FIELDS if getattr(shipped, k, None) is not None})
+    return GenerationConfig(
+        **{k: getattr(shipped, k, None) for k in GENERATION_TOKEN_FIELDS if getattr(shipped, k, None) is not None}
+    )
 
 
 def forbidden_token_ids(processor, vocab_size: Optional[int] = None, allowed: Iterable[int] = ()) -> list[int]:
@@ -426,7 +459,8 @@ def forbidden_token_ids(processor, vocab_size: Optional[int] = None, allowed: It
 
     These are the vision placeholders (Qwen's ``<|image_pad|>``..., LLaVA's ``<image>``) and every
     other special token except the end-of-turn token (``eos``, ``<|im_end|>`` for Qwen) plus, when
-    ``vocab_size`` (the model's embedding rows) is larger than the tokenizer, the unused padding rows. A random tiny model samples
+    ``vocab_size`` (the model's embedding rows) is larger than the tokenizer, the unused padding rows. A random tiny
+    model samples
     ``<|image_pad|>`` readily, and a sampled placeholder breaks the next forward (image-token
     count mismatch); the same list must mask the training forward so log-probs agree.
 
@@ -439,7 +473,11 @@ def forbidden_token_ids(processor, vocab_size: Optional[int] = None, allowed: It
         Sorted unique ids.
     """
     tok = getattr(processor, "tokenizer", processor)
-    keep = {i for i in (tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")) if i is not None and i != tok.unk_token_id}
+    keep = {
+        i
+        for i in (tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>"))
+        if i is not None and i != tok.unk_token_id
+    }
     keep |= set(allowed)
     ids: set[int] = set()
     for t in _VISION_TOKENS:
@@ -468,7 +506,10 @@ def adapter_settings(adapter_dir: str | os.PathLike) -> dict[str, Any]:
 
     path = Path(adapter_dir) / "adapter_config.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist; pass a directory written by peft save_pretrained (an SFT adapter or a checkpoint's policy/)")
+        raise FileNotFoundError(
+            f"{path} does not exist; pass a directory written by peft save_pretrained (an SFT adapter or a "
+            "checkpoint's policy/)"
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -486,7 +527,9 @@ def adapter_settings(adapter_dir: str | os.PathLike) -> dict[str, Any]:
     }
 
 
-def adopt_adapter_settings(model_cfg: ModelConfig, adapter_dir: str | os.PathLike, take_base: bool = False) -> list[str]:
+def adopt_adapter_settings(
+    model_cfg: ModelConfig, adapter_dir: str | os.PathLike, take_base: bool = False
+) -> list[str]:
     """Set ``model_cfg``'s LoRA rank, alpha and targets (and with ``take_base`` its ``model_path``) to
     what the adapter at ``adapter_dir`` was saved with, in place. Returns one line per setting the
     config held otherwise, naming both values (the caller logs them as warnings): an adapter is loaded
@@ -497,17 +540,25 @@ def adopt_adapter_settings(model_cfg: ModelConfig, adapter_dir: str | os.PathLik
     for field_name in ("lora_r", "lora_alpha", "lora_target_modules"):
         value = saved[field_name]
         if value is not None and getattr(model_cfg, field_name) != value:
-            notes.append(f"adapter {adapter_dir} was saved with {field_name.replace('lora_', 'LoRA ')}={value!r}; using it instead of "
-                         f"model.{field_name}={getattr(model_cfg, field_name)!r}")
+            notes.append(
+                f"adapter {adapter_dir} was saved with {field_name.replace('lora_', 'LoRA ')}={value!r}; using it "
+                "instead of "
+                f"model.{field_name}={getattr(model_cfg, field_name)!r}"
+            )
             setattr(model_cfg, field_name, value)
     base = saved["base_model"]
     if base and base != model_cfg.model_path:
         if take_base and (not _looks_like_path(base) or Path(base).exists()):
-            notes.append(f"adapter {adapter_dir} names its base model {base!r}; using it instead of model.model_path={model_cfg.model_path!r}")
+            notes.append(
+                f"adapter {adapter_dir} names its base model {base!r}; using it instead of "
+                f"model.model_path={model_cfg.model_path!r}"
+            )
             model_cfg.model_path = base
         else:
-            notes.append(f"adapter {adapter_dir} was trained on {base!r} but model.model_path is {model_cfg.model_path!r}; "
-                         "loading it on the configured model")
+            notes.append(
+                f"adapter {adapter_dir} was trained on {base!r} but model.model_path is {model_cfg.model_path!r}; "
+                "loading it on the configured model"
+            )
     return notes
 
 

@@ -32,6 +32,7 @@ draws exactly what it would alone.
 
     python -m a2c_ppo_acktr.policy.loopback_server outputs/quickstart/model --port 8000 [--preset cpu-demo]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -95,22 +96,40 @@ class LoopbackServer:
         ValueError: ``max_lora_rank`` is not a value vLLM accepts, or ``max_loras`` < 1.
     """
 
-    def __init__(self, model_cfg: Any, host: str = "127.0.0.1", port: int = 0, served_name: str = "base", max_lora_rank: int = 16,
-                 max_model_len: Optional[int] = None, max_loras: int = 1, version: str = "0.33.0") -> None:
+    def __init__(
+        self,
+        model_cfg: Any,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        served_name: str = "base",
+        max_lora_rank: int = 16,
+        max_model_len: Optional[int] = None,
+        max_loras: int = 1,
+        version: str = "0.33.0",
+    ) -> None:
         from a2c_ppo_acktr.common.vllm_compat import LORA_RANKS
         from a2c_ppo_acktr.policy.model import VLMPolicy
 
         if max_lora_rank not in LORA_RANKS:
-            raise ValueError(f"--max-lora-rank {max_lora_rank}: invalid choice (choose from {', '.join(map(str, LORA_RANKS))})")
+            raise ValueError(
+                f"--max-lora-rank {max_lora_rank}: invalid choice (choose from {', '.join(map(str, LORA_RANKS))})"
+            )
         if max_loras < 1:
             raise ValueError(f"--max-loras {max_loras} must be >= 1")
         self.policy = VLMPolicy(model_cfg)
         self.policy.eval()
         self.served_name = served_name
-        self.max_lora_rank, self.max_model_len, self.max_loras, self.version = int(max_lora_rank), max_model_len, int(max_loras), version
+        self.max_lora_rank, self.max_model_len, self.max_loras, self.version = (
+            int(max_lora_rank),
+            max_model_len,
+            int(max_loras),
+            version,
+        )
         self.adapters: dict[str, str] = {}  # name -> path
         self.active: Optional[str] = None  # the adapter whose weights are in the model now
-        self.batch_adapters: list[str] = []  # the adapters the current batch holds, most recent last (at most max_loras)
+        self.batch_adapters: list[
+            str
+        ] = []  # the adapters the current batch holds, most recent last (at most max_loras)
         self.adapter_swaps = 0  # requests that could not join the current batch's adapters
         self.loads: list[str] = []  # every adapter name loaded, in order
         self.requests: list[dict[str, Any]] = []  # every chat request's sampling fields (no messages)
@@ -146,7 +165,10 @@ class LoopbackServer:
     # ------------------------------------------------------------------ endpoints
     def models(self) -> dict:
         ids = [self.served_name, *self.adapters]
-        return {"object": "list", "data": [{"id": i, "object": "model", "max_model_len": self.max_model_len} for i in ids]}
+        return {
+            "object": "list",
+            "data": [{"id": i, "object": "model", "max_model_len": self.max_model_len} for i in ids],
+        }
 
     def version_info(self) -> dict:
         return {"version": self.version}
@@ -155,8 +177,11 @@ class LoopbackServer:
         name, path = str(body["lora_name"]), str(body["lora_path"])
         with self.lock:
             if name in self.adapters:
-                raise _HTTPError(400, f"The lora adapter '{name}' has already been loaded. If you want to load the adapter in place, "
-                                      "set 'load_inplace' to True.")
+                raise _HTTPError(
+                    400,
+                    f"The lora adapter '{name}' has already been loaded. If you want to load the adapter in place, "
+                    "set 'load_inplace' to True.",
+                )
             config = Path(path) / "adapter_config.json"
             if not config.is_file():
                 raise _HTTPError(404, f"Loading lora {name} failed: No adapter found for {path}")
@@ -194,8 +219,21 @@ class LoopbackServer:
 
         name = str(body.get("model", self.served_name))
         messages, images = hf_messages(body["messages"])
-        fields = {k: body.get(k) for k in ("model", "temperature", "top_p", "top_k", "seed", "max_tokens", "stop_token_ids",
-                                           "logit_bias", "return_token_ids", "logprobs")}
+        fields = {
+            k: body.get(k)
+            for k in (
+                "model",
+                "temperature",
+                "top_p",
+                "top_k",
+                "seed",
+                "max_tokens",
+                "stop_token_ids",
+                "logit_bias",
+                "return_token_ids",
+                "logprobs",
+            )
+        }
         temperature = float(body.get("temperature", 1.0))
         if temperature > 2.0:
             raise _HTTPError(400, f"temperature must be in [0, 2], got {temperature}.")
@@ -210,9 +248,12 @@ class LoopbackServer:
             prompt_ids = enc["input_ids"][0].tolist()
             max_tokens = int(body.get("max_tokens") or 16)
             if self.max_model_len is not None and len(prompt_ids) + max_tokens > self.max_model_len:
-                raise _HTTPError(400, f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's maximum context "
-                                      f"length is {self.max_model_len} tokens and your request has {len(prompt_ids)} input tokens "
-                                      f"({max_tokens} > {self.max_model_len} - {len(prompt_ids)}).")
+                raise _HTTPError(
+                    400,
+                    f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's maximum context "
+                    f"length is {self.max_model_len} tokens and your request has {len(prompt_ids)} input tokens "
+                    f"({max_tokens} > {self.max_model_len} - {len(prompt_ids)}).",
+                )
             self.requests.append(fields)
             self._join_batch(name)
             if name != self.active and name in self.adapters:
@@ -235,20 +276,31 @@ class LoopbackServer:
             "object": "chat.completion",
             "model": answered,
             "prompt_token_ids": prompt_ids if body.get("return_token_ids") else None,
-            "choices": [{
-                "index": 0,
-                "message": {"role": "assistant", "content": text_out},
-                "logprobs": {"content": content} if body.get("logprobs") else None,
-                "finish_reason": finish,
-                "stop_reason": stop_reason,
-                "token_ids": ids if body.get("return_token_ids") else None,
-            }],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text_out},
+                    "logprobs": {"content": content} if body.get("logprobs") else None,
+                    "finish_reason": finish,
+                    "stop_reason": stop_reason,
+                    "token_ids": ids if body.get("return_token_ids") else None,
+                }
+            ],
             "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids)},
         }
 
 
-def _sample(pol: Any, enc: dict, bias: torch.Tensor, stops: list[int], temperature: float, top_k: int, top_p: float,
-            seed: int, max_tokens: int) -> tuple[list[int], list[float]]:
+def _sample(
+    pol: Any,
+    enc: dict,
+    bias: torch.Tensor,
+    stops: list[int],
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    seed: int,
+    max_tokens: int,
+) -> tuple[list[int], list[float]]:
     """One reply with ``generate``: the bias added to the logits, then the policy's own
     :func:`~a2c_ppo_acktr.policy.distributions.process_logits` (temperature, top-k, top-p) as the only
     processor; sampled from ``seed`` with the process's random state put back afterwards. Returns
@@ -262,12 +314,29 @@ def _sample(pol: Any, enc: dict, bias: torch.Tensor, stops: list[int], temperatu
     class Process(LogitsProcessor):
         def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
             t = torch.full((scores.shape[0],), 1.0 if greedy else temperature)
-            return process_logits(scores.float() + bias.to(scores.device), t, None,
-                                  top_k if (top_k > 0 and not greedy) else 0, top_p if not greedy else 1.0)
+            return process_logits(
+                scores.float() + bias.to(scores.device),
+                t,
+                None,
+                top_k if (top_k > 0 and not greedy) else 0,
+                top_p if not greedy else 1.0,
+            )
 
-    config = GenerationConfig(max_new_tokens=max_tokens, do_sample=not greedy, num_beams=1, temperature=1.0, top_k=0, top_p=1.0,
-                              min_p=None, repetition_penalty=1.0, eos_token_id=stops, pad_token_id=pol.pad_id, use_cache=True,
-                              output_scores=True, return_dict_in_generate=True)
+    config = GenerationConfig(
+        max_new_tokens=max_tokens,
+        do_sample=not greedy,
+        num_beams=1,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        min_p=None,
+        repetition_penalty=1.0,
+        eos_token_id=stops,
+        pad_token_id=pol.pad_id,
+        use_cache=True,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         torch.manual_seed(seed)
         out = pol.model.generate(**enc, generation_config=config, logits_processor=LogitsProcessorList([Process()]))
@@ -289,8 +358,11 @@ class _HTTPError(Exception):
 
 def _make_handler(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
     routes_get = {"/health": lambda: None, "/version": server.version_info, "/v1/models": server.models}
-    routes_post = {"/v1/chat/completions": server.chat, "/v1/load_lora_adapter": server.load_adapter,
-                   "/v1/unload_lora_adapter": server.unload_adapter}
+    routes_post = {
+        "/v1/chat/completions": server.chat,
+        "/v1/load_lora_adapter": server.load_adapter,
+        "/v1/unload_lora_adapter": server.unload_adapter,
+    }
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -316,8 +388,17 @@ def _make_handler(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
             try:
                 self._send(200, route(body) if body is not None else route())
             except _HTTPError as e:
-                self._send(e.code, {"error": {"message": str(e), "type": "BadRequestError" if e.code == 400 else "Error", "param": None,
-                                              "code": e.code}})
+                self._send(
+                    e.code,
+                    {
+                        "error": {
+                            "message": str(e),
+                            "type": "BadRequestError" if e.code == 400 else "Error",
+                            "param": None,
+                            "code": e.code,
+                        }
+                    },
+                )
             except (KeyError, ValueError, TypeError) as e:
                 self._send(400, {"error": {"message": f"{type(e).__name__}: {e}"}})
 
@@ -347,24 +428,48 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="the model directory or tiny:<family>")
-    p.add_argument("--preset", default="cpu-demo", help="the preset whose model section (LoRA settings) the adapters have")
+    p.add_argument(
+        "--preset", default="cpu-demo", help="the preset whose model section (LoRA settings) the adapters have"
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--max-lora-rank", type=int, default=16, choices=LORA_RANKS, help="the largest adapter rank a load accepts")
-    p.add_argument("--max-model-len", type=int, default=None, help="the longest prompt + max_tokens a request may ask for")
-    p.add_argument("--max-loras", type=int, default=1, help="adapters in one batch (requests of others wait: counted as swaps)")
+    p.add_argument(
+        "--max-lora-rank", type=int, default=16, choices=LORA_RANKS, help="the largest adapter rank a load accepts"
+    )
+    p.add_argument(
+        "--max-model-len", type=int, default=None, help="the longest prompt + max_tokens a request may ask for"
+    )
+    p.add_argument(
+        "--max-loras", type=int, default=1, help="adapters in one batch (requests of others wait: counted as swaps)"
+    )
     p.add_argument("--enable-lora", action="store_true", help="accepted for vllm serve's command line (always on)")
     p.add_argument("--gpu-memory-utilization", type=float, default=None, help="accepted and ignored (CPU)")
     p.add_argument("--tensor-parallel-size", type=int, default=1, help="accepted and ignored (CPU)")
-    p.add_argument("--generation-config", default="auto", help="accepted: this server has no generation_config defaults")
-    p.add_argument("--logprobs-mode", default="processed_logprobs", choices=["processed_logprobs"],
-                   help="accepted: this server's log-probs are always the processed (sampled) distribution's")
+    p.add_argument(
+        "--generation-config", default="auto", help="accepted: this server has no generation_config defaults"
+    )
+    p.add_argument(
+        "--logprobs-mode",
+        default="processed_logprobs",
+        choices=["processed_logprobs"],
+        help="accepted: this server's log-probs are always the processed (sampled) distribution's",
+    )
     p.add_argument("--served-version", default="0.33.0", help="what GET /version answers")
     args = p.parse_args(argv)
-    cfg = load_config(preset=args.preset, overrides=[f"model.model_path={args.model}", "model.device=cpu", "model.dtype=float32"])
+    cfg = load_config(
+        preset=args.preset, overrides=[f"model.model_path={args.model}", "model.device=cpu", "model.dtype=float32"]
+    )
     logging.basicConfig(level=logging.INFO)
-    server = LoopbackServer(cfg.model, args.host, args.port, served_name=args.model, max_lora_rank=args.max_lora_rank,
-                            max_model_len=args.max_model_len, max_loras=args.max_loras, version=args.served_version)
+    server = LoopbackServer(
+        cfg.model,
+        args.host,
+        args.port,
+        served_name=args.model,
+        max_lora_rank=args.max_lora_rank,
+        max_model_len=args.max_model_len,
+        max_loras=args.max_loras,
+        version=args.served_version,
+    )
     logger.info("loopback rollout server on %s", server.url)
     server.httpd.serve_forever()
     return 0

@@ -18,6 +18,7 @@ The reference policy for the KL penalty is the same network with the adapter dis
 (``peft``'s ``disable_adapter``): no second copy. ``train_vision`` modules are trained through
 ``modules_to_save``, so the reference keeps the original vision weights too.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -41,8 +42,17 @@ from a2c_ppo_acktr.policy.training_forward import EvalOutput
 from a2c_ppo_acktr.policy.vision_cache import VisionOutputCache
 from a2c_ppo_acktr.policy.vision_reuse import VisionReuse, reusable_vision
 
-__all__ = ["ActOutput", "EvalOutput", "MASK_POSITION_FAMILIES", "REFERENCES", "VISION_MODULES", "VLMPolicy",
-           "build_lora_config", "enable_gradient_checkpointing", "float32_logits"]
+__all__ = [
+    "ActOutput",
+    "EvalOutput",
+    "MASK_POSITION_FAMILIES",
+    "REFERENCES",
+    "VISION_MODULES",
+    "VLMPolicy",
+    "build_lora_config",
+    "enable_gradient_checkpointing",
+    "float32_logits",
+]
 
 
 # Vision modules trained for ModelConfig.train_vision, per family (peft modules_to_save suffixes).
@@ -156,9 +166,9 @@ class VLMPolicy(nn.Module):
         float32_logits(self.model.get_output_embeddings())
         device = next(base.parameters()).device
         # Heads stay float32 whatever the base dtype: values and temperatures need the precision.
-        self.value_head = compute_in_float32(nn.Sequential(
-            nn.Linear(hidden, cfg.value_head_hidden), nn.Tanh(), nn.Linear(cfg.value_head_hidden, 1)
-        )).to(device=device, dtype=torch.float32)
+        self.value_head = compute_in_float32(
+            nn.Sequential(nn.Linear(hidden, cfg.value_head_hidden), nn.Tanh(), nn.Linear(cfg.value_head_hidden, 1))
+        ).to(device=device, dtype=torch.float32)
         self.temp_predictor: Optional[TempPredictor] = None
         if cfg.use_temp_predictor:
             self.temp_predictor = TempPredictor(
@@ -171,14 +181,24 @@ class VLMPolicy(nn.Module):
         self.eos_ids = sorted({int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])})
         pad = gen.pad_token_id if gen.pad_token_id is not None else self.tokenizer.pad_token_id
         if pad is None:
-            raise ValueError("the model has no pad token id (generation_config.pad_token_id / tokenizer.pad_token_id); set one")
+            raise ValueError(
+                "the model has no pad token id (generation_config.pad_token_id / tokenizer.pad_token_id); set one"
+            )
         self.pad_id = int(pad)
         self._engine: Any = None  # a rollout engine while a rollout uses one (with_engine), else None: generate here
         self._ema: Optional[EMAWeights] = None  # ppo.reference=ema: float32 averages (init_ema_reference)
         limit = getattr(text_cfg, "max_position_embeddings", None)
-        self.context_limit: Optional[int] = int(limit) if limit else None  # prompt + response positions (Sampler.check_context)
+        self.context_limit: Optional[int] = (
+            int(limit) if limit else None
+        )  # prompt + response positions (Sampler.check_context)
         # The frozen tower's outputs kept with the rollout (model.reuse_vision_outputs); acting's machinery.
-        owner = reusable_vision(base, self.model, VISION_MODULES.get(self.family, {}).get("tower"), cfg.reuse_vision_outputs, cfg.train_vision)
+        owner = reusable_vision(
+            base,
+            self.model,
+            VISION_MODULES.get(self.family, {}).get("tower"),
+            cfg.reuse_vision_outputs,
+            cfg.train_vision,
+        )
         self.vision = VisionReuse(owner, cfg.vision_cache_images)
         self.sampler = Sampler(self)
 
@@ -187,7 +207,9 @@ class VLMPolicy(nn.Module):
     def _wrap(base: nn.Module, cfg: ModelConfig, family: str) -> nn.Module:
         vision = [] if cfg.train_vision == "none" else VISION_MODULES.get(family, {}).get(cfg.train_vision)
         if vision is None:
-            raise ValueError(f"model.train_vision={cfg.train_vision!r} is not defined for family {family!r}; use train_vision=none")
+            raise ValueError(
+                f"model.train_vision={cfg.train_vision!r} is not defined for family {family!r}; use train_vision=none"
+            )
         if not cfg.use_lora:
             # Full fine-tuning of the language model (+ the chosen vision modules); no reference model.
             names = [n for n, _ in base.named_parameters()]
@@ -207,7 +229,9 @@ class VLMPolicy(nn.Module):
         except ValueError as e:
             from a2c_ppo_acktr.config.arguments import ConfigError
 
-            raise ConfigError(f"LoRA could not be applied with model.lora_target_modules={cfg.lora_target_modules!r}: {e}") from e
+            raise ConfigError(
+                f"LoRA could not be applied with model.lora_target_modules={cfg.lora_target_modules!r}: {e}"
+            ) from e
 
     @staticmethod
     def _vision_module_names(base: nn.Module, suffixes: Sequence[str]) -> list[str]:
@@ -221,7 +245,9 @@ class VLMPolicy(nn.Module):
                 else:
                     names.append(name)
         if suffixes and not names:
-            raise ValueError(f"no module of this model ends with any of {list(suffixes)}; check model.train_vision for this family")
+            raise ValueError(
+                f"no module of this model ends with any of {list(suffixes)}; check model.train_vision for this family"
+            )
         return names
 
     def vision_cache(self) -> contextlib.AbstractContextManager[Optional[VisionOutputCache]]:
@@ -304,7 +330,9 @@ class VLMPolicy(nn.Module):
             handle.remove()
 
     # ------------------------------------------------------------------ batching
-    def _prompts_and_images(self, observations: Sequence[dict], blind: bool) -> tuple[list[str], list[list[np.ndarray]]]:
+    def _prompts_and_images(
+        self, observations: Sequence[dict], blind: bool
+    ) -> tuple[list[str], list[list[np.ndarray]]]:
         texts = [prompts.render_prompt(self.processor, prompts.build_messages(o, blind=blind)) for o in observations]
         images = [[] if blind else list(o["images"]) for o in observations]
         return texts, images
@@ -339,8 +367,14 @@ class VLMPolicy(nn.Module):
     def _unpadded(enc: dict[str, Tensor]) -> list[Tensor]:
         return [row[mask.bool()].cpu() for row, mask in zip(enc["input_ids"], enc["attention_mask"])]
 
-    def _forward_turns(self, enc: dict[str, Tensor], generated_ids: Sequence[Tensor], token_weights: Sequence[Tensor], with_kl: bool,
-                       **options: Any) -> EvalOutput:
+    def _forward_turns(
+        self,
+        enc: dict[str, Tensor],
+        generated_ids: Sequence[Tensor],
+        token_weights: Sequence[Tensor],
+        with_kl: bool,
+        **options: Any,
+    ) -> EvalOutput:
         """The training forward on ``[left-padded prompt | right-padded response]``: every re-scoring
         (the update, ``model.rollout_log_probs=recompute``, the engine's replies) goes through here
         (:func:`~a2c_ppo_acktr.policy.training_forward.forward_turns`, whose options it takes)."""
@@ -390,8 +424,13 @@ class VLMPolicy(nn.Module):
         return self.evaluate_actions(minibatch, with_kl=with_kl, **options)
 
     def evaluate_actions(
-        self, minibatch: Any, with_kl: bool = False, kl_estimator: str = "full", detach_temperature: bool = False,
-        reference: str = "start", noise_seed: int = 0,
+        self,
+        minibatch: Any,
+        with_kl: bool = False,
+        kl_estimator: str = "full",
+        detach_temperature: bool = False,
+        reference: str = "start",
+        noise_seed: int = 0,
     ) -> EvalOutput:
         """Re-forward prompt + action of stored turns.
 
@@ -399,7 +438,8 @@ class VLMPolicy(nn.Module):
             minibatch: a :class:`~a2c_ppo_acktr.algo.storage.Minibatch` (``prompts``, ``images``,
                 ``prompt_ids``, ``generated_ids``, ``token_weights`` and, when kept, ``encodings``
                 are read).
-            with_kl: also compute the KL to the reference (``reference``: the starting policy by default); one more forward.
+            with_kl: also compute the KL to the reference (``reference``: the starting policy by default); one more
+            forward.
             kl_estimator, detach_temperature, reference, noise_seed: see
                 :func:`~a2c_ppo_acktr.policy.training_forward.forward_turns` (``ppo.kl_estimator``,
                 ``ppo.temperature_loss=entropy_target``, ``ppo.reference``, the perception pass).
@@ -413,8 +453,14 @@ class VLMPolicy(nn.Module):
         """
         enc, vision = training_forward.minibatch_inputs(self, minibatch)
         return self._forward_turns(
-            enc, minibatch.generated_ids, minibatch.token_weights, with_kl,
-            kl_estimator=kl_estimator, detach_temperature=detach_temperature, reference=reference, noise_seed=noise_seed,
+            enc,
+            minibatch.generated_ids,
+            minibatch.token_weights,
+            with_kl,
+            kl_estimator=kl_estimator,
+            detach_temperature=detach_temperature,
+            reference=reference,
+            noise_seed=noise_seed,
             vision=vision,
         )
 
@@ -433,11 +479,17 @@ class VLMPolicy(nn.Module):
             return torch.zeros(0)
         step = len(observations) if max_rows is None else max(1, int(max_rows))
         if len(observations) > step:
-            return torch.cat([self.get_values(observations[i:i + step], blind) for i in range(0, len(observations), step)])
+            return torch.cat(
+                [self.get_values(observations[i : i + step], blind) for i in range(0, len(observations), step)]
+            )
         texts, images = self._prompts_and_images(observations, blind)
         enc = self._encode(texts, images)
         # Only the value head reads this forward: lm_head computes no vocabulary logits.
-        with self._eval_mode(), self._catch_lm_head_input(skip_logits=True) as caught, self.vision.capture(self.vision.image_keys(images)):
+        with (
+            self._eval_mode(),
+            self._catch_lm_head_input(skip_logits=True) as caught,
+            self.vision.capture(self.vision.image_keys(images)),
+        ):
             self.model(**self._with_positions(enc), use_cache=False, logits_to_keep=1)
         return self._values(caught[0][:, -1]).float().cpu()
 
@@ -452,7 +504,13 @@ class VLMPolicy(nn.Module):
             self._engine = previous
 
     @torch.no_grad()
-    def act(self, observations: Sequence[dict], greedy: bool = False, blind: bool = False, temperature: Optional[float] = None) -> ActOutput:
+    def act(
+        self,
+        observations: Sequence[dict],
+        greedy: bool = False,
+        blind: bool = False,
+        temperature: Optional[float] = None,
+    ) -> ActOutput:
         """Choose one response per observation with ONE batched ``generate`` (or through the rollout
         engine inside :meth:`with_engine`). Rows that repeat a prompt are processed and prefilled once
         (``model.shared_prefill``). The machinery is :class:`~a2c_ppo_acktr.policy.sampling.Sampler`'s.

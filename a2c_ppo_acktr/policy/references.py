@@ -21,6 +21,7 @@ visual dependency (``ppo.perception_weighting``).
 A new reference is one class with a ``name``, registered in :data:`REFERENCES` and named in
 :data:`a2c_ppo_acktr.common.choices.REFERENCES` (the config's list; the two are checked against each other).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,10 +43,14 @@ def masked_images(inputs: dict[str, Tensor], noise: bool = False, seed: int = 0)
     gen = torch.Generator().manual_seed(int(seed)) if noise else None
     keys = [k for k in inputs if k.startswith("pixel_values") and torch.is_tensor(inputs[k])]
     if not keys:
-        raise ValueError("the batch holds no image tensor (pixel_values*) to mask; perception weighting needs image observations")
+        raise ValueError(
+            "the batch holds no image tensor (pixel_values*) to mask; perception weighting needs image observations"
+        )
     for k in keys:
         v = inputs[k]
-        out[k] = torch.randn(v.shape, generator=gen).to(device=v.device, dtype=v.dtype) if noise else torch.zeros_like(v)
+        out[k] = (
+            torch.randn(v.shape, generator=gen).to(device=v.device, dtype=v.dtype) if noise else torch.zeros_like(v)
+        )
     return out
 
 
@@ -85,7 +90,8 @@ class EMAWeights:
         own = dict(params)
         if set(own) != set(state):
             raise ValueError(
-                f"the saved EMA reference holds {len(state)} tensors for {len(own)} trainable weights here; resume with the same model and LoRA settings"
+                f"the saved EMA reference holds {len(state)} tensors for {len(own)} trainable weights here; resume "
+                "with the same model and LoRA settings"
             )
         self.avg = {n: state[n].to(device=own[n].device, dtype=torch.float32).clone() for n in own}
 
@@ -114,7 +120,9 @@ class Reference:
 
     def hidden(self, policy: Any, inputs: dict[str, Tensor], R: int, noise_seed: int = 0) -> Tensor:
         """``(B, R, H)`` final hidden states of the reference (no grad) at the R generated positions."""
-        forward, context, kwargs = self.forward(policy, {**inputs, "use_cache": False, "logits_to_keep": R + 1}, noise_seed)
+        forward, context, kwargs = self.forward(
+            policy, {**inputs, "use_cache": False, "logits_to_keep": R + 1}, noise_seed
+        )
         with torch.no_grad(), context, policy._catch_lm_head_input(skip_logits=True) as caught:
             forward(**kwargs)
         # A copy: the slice would keep the reference's whole (B, T, H) final hidden states alive.
@@ -126,7 +134,9 @@ class AdapterDisabled(Reference):
 
     def forward(self, policy: Any, kwargs: dict[str, Any], noise_seed: int) -> tuple[Any, Any, dict[str, Any]]:
         if not policy.has_reference:
-            raise ValueError("KL to the reference needs LoRA (model.use_lora=true): the reference is the adapter-disabled model")
+            raise ValueError(
+                "KL to the reference needs LoRA (model.use_lora=true): the reference is the adapter-disabled model"
+            )
         return policy.model, policy.model.disable_adapter(), kwargs
 
     def head(self, policy: Any, head: nn.Module) -> Any:
@@ -138,7 +148,11 @@ class MovingAverage(Reference):
 
     def forward(self, policy: Any, kwargs: dict[str, Any], noise_seed: int) -> tuple[Any, Any, dict[str, Any]]:
         params = _ema_params(policy)
-        return (lambda **kw: torch.func.functional_call(policy.model, params, (), kw, strict=False)), contextlib.nullcontext(), kwargs
+        return (
+            (lambda **kw: torch.func.functional_call(policy.model, params, (), kw, strict=False)),
+            contextlib.nullcontext(),
+            kwargs,
+        )
 
     def head(self, policy: Any, head: nn.Module) -> Any:
         """``head`` itself when it has no trained weights (the default targets), else a no-grad
@@ -146,7 +160,7 @@ class MovingAverage(Reference):
         prefix = next((name for name, m in policy.model.named_modules() if m is head), None)
         if prefix is None or not any(p.requires_grad for p in head.parameters()):
             return head
-        params = {n[len(prefix) + 1:]: t for n, t in _ema_params(policy).items() if n.startswith(prefix + ".")}
+        params = {n[len(prefix) + 1 :]: t for n, t in _ema_params(policy).items() if n.startswith(prefix + ".")}
 
         def apply(x: Tensor) -> Tensor:
             with torch.no_grad():
@@ -194,7 +208,10 @@ def _ema_params(policy: Any) -> dict[str, Tensor]:
 
 REFERENCES: dict[str, Reference] = {"start": StartingPolicy(), "base": AdapterDisabled(), "ema": MovingAverage()}
 check_registry("ppo.reference", REFERENCES, choices.REFERENCES)
-PERCEPTION_PROBES: dict[str, Reference] = {"masked_images": ImageProbe("masked_images", noise=False), "noised_images": ImageProbe("noised_images", noise=True)}
+PERCEPTION_PROBES: dict[str, Reference] = {
+    "masked_images": ImageProbe("masked_images", noise=False),
+    "noised_images": ImageProbe("noised_images", noise=True),
+}
 
 
 def reference_named(name: str) -> Reference:

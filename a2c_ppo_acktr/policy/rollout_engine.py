@@ -55,6 +55,7 @@ The contract, each part enforced here and tested against a loopback server
 * **Credentials.** A ``user:password@`` in ``rollout.engine_url`` is sent as HTTP basic
   authentication and never appears in a message or a written config.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -71,10 +72,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from a2c_ppo_acktr.common.bounded_read import Deadline, ReplyTooLarge, RequestAborted, error_body, open_within, read_within, timed_out, wait
+from a2c_ppo_acktr.common.bounded_read import (
+    Deadline,
+    ReplyTooLarge,
+    RequestAborted,
+    error_body,
+    open_within,
+    read_within,
+    timed_out,
+    wait,
+)
 from a2c_ppo_acktr.common.choices import ROLLOUT_ENGINES
 from a2c_ppo_acktr.common.errors import UserError
-from a2c_ppo_acktr.common.redaction import basic_auth, has_redacted_credentials, redact_all, strip_credentials, url_secrets
+from a2c_ppo_acktr.common.redaction import (
+    basic_auth,
+    has_redacted_credentials,
+    redact_all,
+    strip_credentials,
+    url_secrets,
+)
 from a2c_ppo_acktr.common.vllm_compat import SUPPORTED_RANGE, VLLMVersionError, check_version
 from a2c_ppo_acktr.run.preemption import PREEMPTED_EXIT_CODE, Preempted, stop_requested
 
@@ -97,12 +113,18 @@ class EngineStopped(Preempted):
     def __init__(self, error: str, iteration: int, checkpoint: Path) -> None:
         stop = stop_requested()
         if stop:
-            Exception.__init__(self, f"stopped by {stop} while waiting for the rollout server; checkpoint {checkpoint} holds the "
-                                     f"{iteration} iterations done: continue with --resume auto")
+            Exception.__init__(
+                self,
+                f"stopped by {stop} while waiting for the rollout server; checkpoint {checkpoint} holds the "
+                f"{iteration} iterations done: continue with --resume auto",
+            )
             self.exit_code = PREEMPTED_EXIT_CODE
         else:
-            Exception.__init__(self, f"{error}; checkpoint {checkpoint} holds the {iteration} iterations done: "
-                                     "continue with --resume auto once the server answers")
+            Exception.__init__(
+                self,
+                f"{error}; checkpoint {checkpoint} holds the {iteration} iterations done: "
+                "continue with --resume auto once the server answers",
+            )
         self.checkpoint = checkpoint
 
 
@@ -226,8 +248,10 @@ class VLLMServerEngine:
         loads_adapter: bool = True,
     ) -> None:
         if has_redacted_credentials(url):
-            raise EngineError("rollout.engine_url holds *** where its password was (configs are written without it): "
-                              "pass the URL with its user:password again")
+            raise EngineError(
+                "rollout.engine_url holds *** where its password was (configs are written without it): "
+                "pass the URL with its user:password again"
+            )
         base = url.rstrip("/")
         base = base[: -len("/v1")] if base.endswith("/v1") else base
         # The password travels as basic authentication; names and messages carry the address only.
@@ -248,8 +272,15 @@ class VLLMServerEngine:
         self.stats = EngineStats()
 
     # ------------------------------------------------------------------ HTTP
-    def _request(self, method: str, path: str, payload: Optional[dict] = None, timeout_s: Optional[float] = None,
-                 text_reply: bool = False, retry_500: bool = True) -> Any:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        payload: Optional[dict] = None,
+        timeout_s: Optional[float] = None,
+        text_reply: bool = False,
+        retry_500: bool = True,
+    ) -> Any:
         """One request with retries, each try within its own total deadline.
 
         Args:
@@ -271,7 +302,10 @@ class VLLMServerEngine:
         url = self.base + path
         timeout = self.timeout_s if timeout_s is None else timeout_s
         body = None if payload is None else json.dumps(payload).encode("utf-8")
-        headers = {"Content-Type": "application/json", **({"Authorization": "Basic " + self._auth} if self._auth else {})}
+        headers = {
+            "Content-Type": "application/json",
+            **({"Authorization": "Basic " + self._auth} if self._auth else {}),
+        }
         last = ""
         try:
             for attempt in range(self.retries):
@@ -288,14 +322,18 @@ class VLLMServerEngine:
                 except urllib.error.HTTPError as e:
                     detail = redact_all(error_body(e, 2000), self._secrets)[:300]
                     if (400 <= e.code < 500 and e.code != 429) or (e.code == 500 and not retry_500):
-                        raise EngineRefused(f"the rollout server refused {method} {path} with HTTP {e.code}: {detail}") from None
+                        raise EngineRefused(
+                            f"the rollout server refused {method} {path} with HTTP {e.code}: {detail}"
+                        ) from None
                     last = f"HTTP {e.code}: {detail}"
                     continue
                 except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
                     if timed_out(e):
                         last = f"no complete reply within rollout.engine_timeout_s={timeout:g}"
                     else:
-                        last = redact_all(f"{type(getattr(e, 'reason', e)).__name__}: {getattr(e, 'reason', e)}", self._secrets)
+                        last = redact_all(
+                            f"{type(getattr(e, 'reason', e)).__name__}: {getattr(e, 'reason', e)}", self._secrets
+                        )
                     continue
                 if not raw:
                     return None
@@ -306,7 +344,9 @@ class VLLMServerEngine:
                         return raw.decode("utf-8", errors="replace")
                     last = f"unreadable reply ({type(e).__name__})"
         except RequestAborted as e:
-            raise EngineInterrupted(f"{e} while waiting for {method} {path} from the rollout server {self.base}") from None
+            raise EngineInterrupted(
+                f"{e} while waiting for {method} {path} from the rollout server {self.base}"
+            ) from None
         raise EngineUnavailable(
             f"the rollout server {self.base} did not answer {method} {path} after {self.retries} tries ({last}); "
             "check that it is running (rollout.engine_url, ROLLOUT_URL) and resume with --resume auto"
@@ -329,7 +369,9 @@ class VLLMServerEngine:
             version = None
         where = f"the rollout server {self.base}"
         if not isinstance(version, dict) or not isinstance(version.get("version"), str):
-            raise EngineError(f"{where} does not answer GET /version with {{\"version\": ...}}: is it vLLM {SUPPORTED_RANGE}?")
+            raise EngineError(
+                f'{where} does not answer GET /version with {{"version": ...}}: is it vLLM {SUPPORTED_RANGE}?'
+            )
         try:
             check_version(version["version"], where)
         except VLLMVersionError as e:
@@ -354,8 +396,10 @@ class VLLMServerEngine:
         try:
             save(path)
         except OSError as e:
-            raise EngineError(f"could not write the adapter for the rollout server to {path}: {e.strerror or e}; "
-                              "free space there and resume with --resume auto") from None
+            raise EngineError(
+                f"could not write the adapter for the rollout server to {path}: {e.strerror or e}; "
+                "free space there and resume with --resume auto"
+            ) from None
         self.stats.sync_seconds += time.perf_counter() - t0
         return path
 
@@ -371,8 +415,10 @@ class VLLMServerEngine:
             self._request("POST", route, load, text_reply=True, retry_500=False)
         except EngineRefused as e:
             if "already" not in str(e):
-                raise EngineError(f"{e}: the server needs VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, --enable-lora, a --max-lora-rank "
-                                  "of at least model.lora_r and read access to the run directory (its log says which is missing)") from None
+                raise EngineError(
+                    f"{e}: the server needs VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, --enable-lora, a --max-lora-rank "
+                    "of at least model.lora_r and read access to the run directory (its log says which is missing)"
+                ) from None
             self._request("POST", "/v1/unload_lora_adapter", {"lora_name": name}, text_reply=True)
             self._request("POST", route, load, text_reply=True, retry_500=False)
         previous = self.version
@@ -439,7 +485,13 @@ class VLLMServerEngine:
 
     def _one(self, row: EngineRow) -> EngineReply:
         data = self._request("POST", "/v1/chat/completions", self.request_body(row))
-        reply = parse_reply(data, self.stop_ids, vocab_size=self.vocab_size, banned_ids=self.forbidden_ids, max_tokens=self.max_new_tokens)
+        reply = parse_reply(
+            data,
+            self.stop_ids,
+            vocab_size=self.vocab_size,
+            banned_ids=self.forbidden_ids,
+            max_tokens=self.max_new_tokens,
+        )
         expected = adapter_name(self.version, self.tag)  # type: ignore[arg-type]
         if reply.model != expected:
             raise StaleAdapterError(
@@ -448,14 +500,20 @@ class VLLMServerEngine:
             )
         if reply.prompt_ids is None:
             raise TokenAlignmentError(
-                f"the rollout server {self.base} returned no prompt_token_ids: it needs return_token_ids (vLLM >= 0.10.2)"
+                f"the rollout server {self.base} returned no prompt_token_ids: it needs return_token_ids (vLLM >= "
+                "0.10.2)"
             )
         if reply.prompt_ids != list(row.prompt_ids):
-            first = next((i for i, (a, b) in enumerate(zip(reply.prompt_ids, row.prompt_ids)) if a != b), min(len(reply.prompt_ids), len(row.prompt_ids)))
+            first = next(
+                (i for i, (a, b) in enumerate(zip(reply.prompt_ids, row.prompt_ids)) if a != b),
+                min(len(reply.prompt_ids), len(row.prompt_ids)),
+            )
             raise TokenAlignmentError(
-                f"the rollout server tokenised a prompt into {len(reply.prompt_ids)} ids where the processor made {len(row.prompt_ids)} "
+                f"the rollout server tokenised a prompt into {len(reply.prompt_ids)} ids where the processor made "
+                f"{len(row.prompt_ids)} "
                 f"(first difference at position {first}): serve the same checkpoint with {self.chat_template} "
-                "(vllm serve --chat-template) and the processor's pixel budget (--mm-processor-kwargs min_pixels/max_pixels)"
+                "(vllm serve --chat-template) and the processor's pixel budget (--mm-processor-kwargs "
+                "min_pixels/max_pixels)"
             )
         return reply
 
@@ -506,14 +564,22 @@ def parse_reply(
         if not isinstance(raw_ids, list):
             raise TypeError("token_ids is not a list")
     except (TypeError, KeyError, IndexError) as e:
-        raise EngineError(f"the rollout server's reply has no choices[0].token_ids ({type(e).__name__}): it needs return_token_ids (vLLM >= 0.10.2)") from None
+        raise EngineError(
+            f"the rollout server's reply has no choices[0].token_ids ({type(e).__name__}): it needs return_token_ids "
+            "(vLLM >= 0.10.2)"
+        ) from None
     if max_tokens is not None and len(raw_ids) > max_tokens:
-        raise BadReplyError(f"the rollout server returned {len(raw_ids)} token ids for a request of max_tokens={max_tokens}: a broken or foreign server")
+        raise BadReplyError(
+            f"the rollout server returned {len(raw_ids)} token ids for a request of max_tokens={max_tokens}: a broken "
+            "or foreign server"
+        )
     ids = _checked_ids(raw_ids, "choices[0].token_ids", vocab_size)
     banned = set(banned_ids).intersection(ids)
     if banned:
-        raise BadReplyError(f"the rollout server sampled token id(s) {sorted(banned)[:5]} that the request banned (logit_bias -100): "
-                            "a server that ignores logit_bias, or another model than the policy's")
+        raise BadReplyError(
+            f"the rollout server sampled token id(s) {sorted(banned)[:5]} that the request banned (logit_bias -100): "
+            "a server that ignores logit_bias, or another model than the policy's"
+        )
     prompt = data.get("prompt_token_ids") if isinstance(data, dict) else None
     prompt_ids = _checked_ids(prompt, "prompt_token_ids", vocab_size) if isinstance(prompt, list) else None
     log_probs: Optional[list[float]] = None
@@ -523,45 +589,67 @@ def parse_reply(
     if isinstance(content, list) and len(content) >= len(ids) > 0:
         named = [_token_id(entry.get("token")) for entry in content[: len(ids)]]
         if all(n is None or n == i for n, i in zip(named, ids)):
-            log_probs = [_checked_log_prob(entry.get("logprob", math.nan), k) for k, entry in enumerate(content[: len(ids)])]
+            log_probs = [
+                _checked_log_prob(entry.get("logprob", math.nan), k) for k, entry in enumerate(content[: len(ids)])
+            ]
     finish = choice.get("finish_reason")
     stop_reason = choice.get("stop_reason")
     if finish == "length" and max_tokens is not None and len(ids) < max_tokens:
-        raise BadReplyError(f"the rollout server cut a reply at {len(ids)} of max_tokens={max_tokens} tokens (finish_reason length): "
-                            "its --max-model-len leaves less than model.max_new_tokens after the prompt; restart it with a longer "
-                            "--max-model-len (ROLLOUT_MAX_MODEL_LEN)")
+        raise BadReplyError(
+            f"the rollout server cut a reply at {len(ids)} of max_tokens={max_tokens} tokens (finish_reason length): "
+            "its --max-model-len leaves less than model.max_new_tokens after the prompt; restart it with a longer "
+            "--max-model-len (ROLLOUT_MAX_MODEL_LEN)"
+        )
     # vLLM keeps the token it stopped on in token_ids (an EOS of the tokenizer or generation_config that
     # is not among stop_ids included, and stop_reason is then None); only a server that strips a listed
     # stop token, and names it in stop_reason, gets it back here.
-    if finish == "stop" and isinstance(stop_reason, int) and not isinstance(stop_reason, bool) and stop_reason in stop_ids \
-            and (not ids or ids[-1] != stop_reason):
+    if (
+        finish == "stop"
+        and isinstance(stop_reason, int)
+        and not isinstance(stop_reason, bool)
+        and stop_reason in stop_ids
+        and (not ids or ids[-1] != stop_reason)
+    ):
         ids.append(int(stop_reason))
         if log_probs is not None:
             log_probs.append(math.nan)  # the server did not score the token it stopped on
-    return EngineReply(token_ids=ids, token_log_probs=log_probs, model=model, prompt_ids=prompt_ids,
-                       finish_reason=finish if isinstance(finish, str) else None)
+    return EngineReply(
+        token_ids=ids,
+        token_log_probs=log_probs,
+        model=model,
+        prompt_ids=prompt_ids,
+        finish_reason=finish if isinstance(finish, str) else None,
+    )
 
 
 def _checked_ids(values: list, field: str, vocab_size: Optional[int]) -> list[int]:
     """``values`` as token ids: integers (not floats, strings or booleans) in ``[0, vocab_size)``."""
     for k, v in enumerate(values):
         if isinstance(v, bool) or not isinstance(v, int):
-            raise BadReplyError(f"the rollout server's {field}[{k}] is {type(v).__name__} {str(v)[:40]!r}, not a token id")
+            raise BadReplyError(
+                f"the rollout server's {field}[{k}] is {type(v).__name__} {str(v)[:40]!r}, not a token id"
+            )
         if v < 0 or (vocab_size is not None and v >= vocab_size):
             bound = f"[0, {vocab_size})" if vocab_size is not None else ">= 0"
-            raise BadReplyError(f"the rollout server's {field}[{k}] = {v} is outside the policy's vocabulary {bound}: "
-                                "is it serving another model than rollout's policy (model.model_path)?")
+            raise BadReplyError(
+                f"the rollout server's {field}[{k}] = {v} is outside the policy's vocabulary {bound}: "
+                "is it serving another model than rollout's policy (model.model_path)?"
+            )
     return list(values)
 
 
 def _checked_log_prob(value: Any, k: int) -> float:
     """A log-prob the server returned for the ``k``-th sampled token: a number <= 0 (NaN: unscored)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise BadReplyError(f"the rollout server's logprob of token {k} is {type(value).__name__} {str(value)[:40]!r}, not a number")
+        raise BadReplyError(
+            f"the rollout server's logprob of token {k} is {type(value).__name__} {str(value)[:40]!r}, not a number"
+        )
     value = float(value)
     # A sampled token has a probability in (0, 1]: its log is finite and <= 0 (up to rounding).
     if not math.isnan(value) and not (-math.inf < value <= 1e-4):
-        raise BadReplyError(f"the rollout server's logprob of token {k} is {value}, not the log of a probability of a sampled token")
+        raise BadReplyError(
+            f"the rollout server's logprob of token {k} is {value}, not the log of a probability of a sampled token"
+        )
     return value
 
 
@@ -600,14 +688,23 @@ def server_index(local_rank: int, local_world_size: int, servers: int) -> tuple[
         EngineError: ``servers`` does not divide ``local_world_size``.
     """
     if servers < 1 or local_world_size % servers:
-        raise EngineError(f"rollout.engine_url lists {servers} servers for {local_world_size} processes on this node: list the node's "
-                          f"servers, one per process or one per group of processes (a count that divides {local_world_size})")
+        raise EngineError(
+            f"rollout.engine_url lists {servers} servers for {local_world_size} processes on this node: list the "
+            "node's "
+            f"servers, one per process or one per group of processes (a count that divides {local_world_size})"
+        )
     group = local_world_size // servers
     return local_rank // group, local_rank % group == 0
 
 
-def make_engine(cfg: Any, policy: Any, output_dir: str | Path, local_rank: int = 0, local_world_size: int = 1,
-                session: Optional[str] = None) -> Optional[VLLMServerEngine]:
+def make_engine(
+    cfg: Any,
+    policy: Any,
+    output_dir: str | Path,
+    local_rank: int = 0,
+    local_world_size: int = 1,
+    session: Optional[str] = None,
+) -> Optional[VLLMServerEngine]:
     """The engine of ``cfg.rollout`` for ``policy`` (None for ``hf``: the policy samples itself).
 
     ``rollout.engine_url`` lists the servers of one node (comma-separated, the same list on every
@@ -618,14 +715,19 @@ def make_engine(cfg: Any, policy: Any, output_dir: str | Path, local_rank: int =
         return None
     urls = [u.strip() for u in str(cfg.rollout.engine_url or "").split(",") if u.strip()]
     if not urls:
-        raise EngineError("rollout.engine=vllm needs rollout.engine_url (the server's http://host:port; ROLLOUT_URL in the launch scripts)")
+        raise EngineError(
+            "rollout.engine=vllm needs rollout.engine_url (the server's http://host:port; ROLLOUT_URL in the launch "
+            "scripts)"
+        )
     import hashlib
 
     index, loads = server_index(local_rank, local_world_size, len(urls))
     # One name space per run directory: trainers sharing a server never answer with each other's adapters.
     tag = "policy-" + hashlib.sha256(str(Path(output_dir).resolve()).encode()).hexdigest()[:8]
     template = getattr(policy.processor, "chat_template", None)
-    where = f"the chat template of {policy.cfg.model_path}" + (" (the processor's chat_template.jinja)" if template else "")
+    where = f"the chat template of {policy.cfg.model_path}" + (
+        " (the processor's chat_template.jinja)" if template else ""
+    )
     return VLLMServerEngine(
         urls[index],
         Path(output_dir) / "engine_adapters",

@@ -22,6 +22,7 @@ Rows that repeat a prompt (grouped envs) are processed and prefilled once (``mod
 Inside ``VLMPolicy.with_engine`` replies are sampled by a rollout engine
 (:mod:`a2c_ppo_acktr.policy.rollout_engine`) and re-scored here.
 """
+
 from __future__ import annotations
 
 import logging
@@ -35,7 +36,12 @@ from transformers import DynamicCache, GenerationConfig, LogitsProcessor, Logits
 
 from a2c_ppo_acktr.common import prompts
 from a2c_ppo_acktr.common.sameness import unique_rows
-from a2c_ppo_acktr.policy.distributions import process_logits, response_token_weights, sequence_log_prob, token_log_probs
+from a2c_ppo_acktr.policy.distributions import (
+    process_logits,
+    response_token_weights,
+    sequence_log_prob,
+    token_log_probs,
+)
 from a2c_ppo_acktr.policy.encoding import IMAGE_KEYS, TurnEncoding, collate, split_rows
 from a2c_ppo_acktr.policy.loading import ContextLengthError
 from a2c_ppo_acktr.policy.temp_predictor import float32_weight_cache
@@ -78,7 +84,9 @@ class RowTemperatureProcessor(LogitsProcessor):
     processed logits kept from step k; :meth:`finish` reads the last one after generate returns.
     """
 
-    def __init__(self, temperature_fn, forbidden_ids: Tensor, record_log_probs: bool, top_k: int = 0, top_p: float = 1.0) -> None:
+    def __init__(
+        self, temperature_fn, forbidden_ids: Tensor, record_log_probs: bool, top_k: int = 0, top_p: float = 1.0
+    ) -> None:
         self.temperature_fn = temperature_fn
         self.forbidden_ids = forbidden_ids
         self.top_k, self.top_p = top_k, top_p
@@ -96,7 +104,9 @@ class RowTemperatureProcessor(LogitsProcessor):
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
         if self.temperatures is None:
             self.temperatures = self.temperature_fn()
-        processed = process_logits(scores, self.temperatures.to(scores.device), self.forbidden_ids, self.top_k, self.top_p)
+        processed = process_logits(
+            scores, self.temperatures.to(scores.device), self.forbidden_ids, self.top_k, self.top_p
+        )
         if self.record:
             self._read(input_ids[:, -1])
             self._previous = processed
@@ -122,7 +132,9 @@ class Sampler:
         self._warned_split = False  # the processor output could not be kept with the rollout (warned once)
 
     # ------------------------------------------------------------------ acting
-    def act(self, observations: Sequence[dict], greedy: bool, blind: bool, temperature: Optional[float], engine: Any = None) -> ActOutput:
+    def act(
+        self, observations: Sequence[dict], greedy: bool, blind: bool, temperature: Optional[float], engine: Any = None
+    ) -> ActOutput:
         """See :meth:`VLMPolicy.act`; ``engine``: sample through it (:meth:`act_with_engine`)."""
         if engine is not None:
             return self.act_with_engine(engine, observations, greedy, blind, temperature)
@@ -144,8 +156,14 @@ class Sampler:
             generated = [self.trim(row) for row in seqs[:, P:].cpu()]
             decoded, weights = self._decode(generated)
             if recompute:
-                ev = pol._forward_turns(enc, generated, weights, with_kl=False, temperature=temperature,
-                                        vision=None if vision is None else [e for row in vision for e in row])
+                ev = pol._forward_turns(
+                    enc,
+                    generated,
+                    weights,
+                    with_kl=False,
+                    temperature=temperature,
+                    vision=None if vision is None else [e for row in vision for e in row],
+                )
                 log_probs, values, temps, tok_lp = ev.log_probs, ev.values, ev.temperatures, ev.token_log_probs
             else:
                 # Same functions as the training forward: process_logits -> token_log_probs ->
@@ -161,13 +179,23 @@ class Sampler:
                 temps = proc.temperatures
         encodings = pol.vision.attach(self.split_encodings(cpu_enc, images), vision)
         return ActOutput(
-            generated_ids=generated, texts=decoded, log_probs=log_probs.float().cpu(), values=values.float().cpu(),
-            temperatures=temps.float().cpu(), prompts=texts, images=images,
+            generated_ids=generated,
+            texts=decoded,
+            log_probs=log_probs.float().cpu(),
+            values=values.float().cpu(),
+            temperatures=temps.float().cpu(),
+            prompts=texts,
+            images=images,
             prompt_ids=[e.input_ids for e in encodings] if encodings is not None else pol._unpadded(cpu_enc),
-            token_weights=weights, encodings=encodings, token_log_probs=per_row(tok_lp, generated), reply_cut=self.reply_cut(generated),
+            token_weights=weights,
+            encodings=encodings,
+            token_log_probs=per_row(tok_lp, generated),
+            reply_cut=self.reply_cut(generated),
         )
 
-    def act_with_engine(self, engine: Any, observations: Sequence[dict], greedy: bool, blind: bool, temperature: Optional[float]) -> ActOutput:
+    def act_with_engine(
+        self, engine: Any, observations: Sequence[dict], greedy: bool, blind: bool, temperature: Optional[float]
+    ) -> ActOutput:
         """:meth:`act` through a rollout engine, in three steps: a prompt-only forward gives each
         row's temperature and value (the head predicts before sampling); the engine samples one reply
         per row at its temperature (0 when greedy) with a seed drawn from torch's generator; the
@@ -181,30 +209,50 @@ class Sampler:
             cpu_enc = pol._process(texts, images)
             self.check_context(cpu_enc["input_ids"].shape[1])
             enc = pol._to_device(cpu_enc)
-            with pol.vision.capture(pol.vision.image_keys(images)) as encoded, pol._catch_lm_head_input(skip_logits=True) as caught:
+            with (
+                pol.vision.capture(pol.vision.image_keys(images)) as encoded,
+                pol._catch_lm_head_input(skip_logits=True) as caught,
+            ):
                 pol.model(**pol._with_positions(enc), use_cache=False, logits_to_keep=1)
             vision = pol.vision.row_entries(encoded, images, None)
             temps = pol._temperatures(caught[0][:, -1], temperature).float().cpu()
             seeds = torch.randint(0, 2**31 - 1, (len(observations),)).tolist()
             prompt_ids = pol._unpadded(cpu_enc)
             rows = [
-                EngineRow(messages=prompts.openai_messages(o, blind), prompt_ids=p.tolist(),
-                          temperature=0.0 if greedy else float(t), seed=int(seed))
+                EngineRow(
+                    messages=prompts.openai_messages(o, blind),
+                    prompt_ids=p.tolist(),
+                    temperature=0.0 if greedy else float(t),
+                    seed=int(seed),
+                )
                 for o, p, t, seed in zip(observations, prompt_ids, temps.tolist(), seeds)
             ]
             replies = engine.generate(rows)
             generated = [self.trim(torch.tensor(r.token_ids, dtype=torch.long)) for r in replies]
             decoded, weights = self._decode(generated)
-            ev = pol._forward_turns(enc, generated, weights, with_kl=False, temperature=temperature,
-                                    vision=None if vision is None else [e for row in vision for e in row])
+            ev = pol._forward_turns(
+                enc,
+                generated,
+                weights,
+                with_kl=False,
+                temperature=temperature,
+                vision=None if vision is None else [e for row in vision for e in row],
+            )
         encodings = pol.vision.attach(self.split_encodings(cpu_enc, images), vision)
         return ActOutput(
-            generated_ids=generated, texts=decoded, log_probs=ev.log_probs.float().cpu(), values=ev.values.float().cpu(),
-            temperatures=ev.temperatures.float().cpu(), prompts=texts, images=images,
+            generated_ids=generated,
+            texts=decoded,
+            log_probs=ev.log_probs.float().cpu(),
+            values=ev.values.float().cpu(),
+            temperatures=ev.temperatures.float().cpu(),
+            prompts=texts,
+            images=images,
             prompt_ids=[e.input_ids for e in encodings] if encodings is not None else prompt_ids,
-            token_weights=weights, encodings=encodings,
+            token_weights=weights,
+            encodings=encodings,
             engine_log_probs=torch.tensor(sequence_log_probs(replies, weights), dtype=torch.float32),
-            token_log_probs=per_row(ev.token_log_probs, generated), reply_cut=self.reply_cut(generated),
+            token_log_probs=per_row(ev.token_log_probs, generated),
+            reply_cut=self.reply_cut(generated),
         )
 
     # ------------------------------------------------------------------ pieces
@@ -224,9 +272,13 @@ class Sampler:
     def reply_cut(self, generated: Sequence[Tensor]) -> Tensor:
         """``(N,)`` bool: replies that reached ``max_new_tokens`` without an end-of-sequence token."""
         limit, eos = self.policy.cfg.max_new_tokens, self.policy.eos_ids
-        return torch.tensor([len(g) >= limit and (len(g) == 0 or int(g[-1]) not in eos) for g in generated], dtype=torch.bool)
+        return torch.tensor(
+            [len(g) >= limit and (len(g) == 0 or int(g[-1]) not in eos) for g in generated], dtype=torch.bool
+        )
 
-    def split_encodings(self, cpu_enc: dict[str, Tensor], images: Sequence[Sequence[np.ndarray]]) -> Optional[list[TurnEncoding]]:
+    def split_encodings(
+        self, cpu_enc: dict[str, Tensor], images: Sequence[Sequence[np.ndarray]]
+    ) -> Optional[list[TurnEncoding]]:
         """Each row's processor output, kept with the rollout: the update forwards these tensors and
         the processor never runs on these images again. None (the update re-processes the raw
         images) for a processor output :mod:`a2c_ppo_acktr.policy.encoding` cannot split, with a
@@ -236,11 +288,15 @@ class Sampler:
             return split_rows(cpu_enc, [len(row) for row in images], dtype=pol.base_model.dtype)
         except ValueError as e:
             if not self._warned_split:
-                logger.warning("processor outputs are not kept with the rollout, the update will re-process the images: %s", e)
+                logger.warning(
+                    "processor outputs are not kept with the rollout, the update will re-process the images: %s", e
+                )
                 self._warned_split = True
             return None
 
-    def generate(self, inputs: dict[str, Any], greedy: bool, temperature: Optional[float], recompute: bool) -> tuple[Tensor, RowTemperatureProcessor, list[Tensor]]:
+    def generate(
+        self, inputs: dict[str, Any], greedy: bool, temperature: Optional[float], recompute: bool
+    ) -> tuple[Tensor, RowTemperatureProcessor, list[Tensor]]:
         """``generate`` under the per-row temperature processor: the sequences, the processor (its
         recorded log-probs and temperatures) and the caught ``lm_head`` inputs (the first: each row's
         last prompt token, which the heads read)."""
@@ -248,14 +304,19 @@ class Sampler:
         # The float32 lm_head casts its weight once for the whole call, not once per decoded token.
         with pol._catch_lm_head_input() as caught, float32_weight_cache(pol.model):
             proc = RowTemperatureProcessor(
-                lambda: pol._temperatures(caught[0][:, -1], temperature), pol.forbidden_ids, record_log_probs=not recompute,
-                top_k=pol.cfg.top_k, top_p=pol.cfg.top_p,
+                lambda: pol._temperatures(caught[0][:, -1], temperature),
+                pol.forbidden_ids,
+                record_log_probs=not recompute,
+                top_k=pol.cfg.top_k,
+                top_p=pol.cfg.top_p,
             )
             # synced_gpus=False: under ZeRO-3 act runs inside gathered_for_rollout (local forwards), and
             # transformers' default there (all-reduce every decoded token until every rank is done)
             # would hang ranks that call generate different numbers of times (validation's episodes).
             seqs = pol.model.generate(
-                **inputs, generation_config=self.generation_config(greedy), logits_processor=LogitsProcessorList([proc]),
+                **inputs,
+                generation_config=self.generation_config(greedy),
+                logits_processor=LogitsProcessorList([proc]),
                 synced_gpus=False,
             )
         return seqs, proc, caught
@@ -292,7 +353,11 @@ class Sampler:
         pol = self.policy
         few = pol._to_device(few)
         B_few = few["input_ids"].shape[0]
-        tokens = {k for k, v in few.items() if k not in IMAGE_KEYS and isinstance(v, Tensor) and v.shape == few["input_ids"].shape}
+        tokens = {
+            k
+            for k, v in few.items()
+            if k not in IMAGE_KEYS and isinstance(v, Tensor) and v.shape == few["input_ids"].shape
+        }
         head = {k: (v[:, :-1] if k in tokens else v) for k, v in few.items()}
         cache = DynamicCache(config=pol.base_model.config)
         pol.model(**pol._with_positions(head), cache=cache, use_cache=True, logits_to_keep=1)
@@ -324,9 +389,18 @@ class Sampler:
         # one whose log-probs we train on. Sampling-only knobs are left out of greedy configs (they warn there).
         pol = self.policy
         kwargs: dict[str, Any] = dict(
-            max_new_tokens=pol.cfg.max_new_tokens, do_sample=not greedy, num_beams=1, repetition_penalty=1.0,
-            no_repeat_ngram_size=0, min_new_tokens=0, eos_token_id=pol.eos_ids, pad_token_id=pol.pad_id, use_cache=True,
+            max_new_tokens=pol.cfg.max_new_tokens,
+            do_sample=not greedy,
+            num_beams=1,
+            repetition_penalty=1.0,
+            no_repeat_ngram_size=0,
+            min_new_tokens=0,
+            eos_token_id=pol.eos_ids,
+            pad_token_id=pol.pad_id,
+            use_cache=True,
         )
         if not greedy:
-            kwargs.update(temperature=1.0, top_k=0, top_p=1.0, min_p=None, typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0)
+            kwargs.update(
+                temperature=1.0, top_k=0, top_p=1.0, min_p=None, typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0
+            )
         return GenerationConfig(**kwargs)

@@ -6,6 +6,7 @@ so an SFT adapter and a PPO checkpoint load the same way); without it, ``trainab
 and always ``heads.safetensors`` (value head and temperature head, float32, with the family and
 whether the temperature head exists in its metadata).
 """
+
 from __future__ import annotations
 
 import os
@@ -84,15 +85,21 @@ def load_heads(policy: Policy, in_dir: str | os.PathLike) -> None:
             saved_temp = (f.metadata() or {}).get("use_temp_predictor")
         state = load_file(str(path))
     except (SafetensorError, OSError) as e:
-        raise ModelLoadError(f"{path} cannot be read ({type(e).__name__}: {e}); the file is truncated or damaged") from e
+        raise ModelLoadError(
+            f"{path} cannot be read ({type(e).__name__}: {e}); the file is truncated or damaged"
+        ) from e
     if saved_temp is not None and saved_temp != str(policy.temp_predictor is not None):
         raise ValueError(
             f"{path} was saved with use_temp_predictor={saved_temp} but model.use_temp_predictor="
             f"{policy.cfg.use_temp_predictor}; set model.use_temp_predictor to match the checkpoint"
         )
-    policy.value_head.load_state_dict({k[len("value_head."):]: v for k, v in state.items() if k.startswith("value_head.")})
+    policy.value_head.load_state_dict(
+        {k[len("value_head.") :]: v for k, v in state.items() if k.startswith("value_head.")}
+    )
     if policy.temp_predictor is not None:
-        policy.temp_predictor.load_state_dict({k[len("temp_predictor."):]: v for k, v in state.items() if k.startswith("temp_predictor.")})
+        policy.temp_predictor.load_state_dict(
+            {k[len("temp_predictor.") :]: v for k, v in state.items() if k.startswith("temp_predictor.")}
+        )
 
 
 def load_adapter(policy: Policy, path: str | os.PathLike) -> None:
@@ -119,11 +126,15 @@ def load_adapter(policy: Policy, path: str | os.PathLike) -> None:
     try:
         weights = load_peft_weights(str(path), device=str(policy.device))
     except (SafetensorError, OSError, EOFError, ValueError, RuntimeError) as e:
-        raise ModelLoadError(f"adapter at {path} cannot be read ({type(e).__name__}: {e}); the file is truncated or damaged") from e
+        raise ModelLoadError(
+            f"adapter at {path} cannot be read ({type(e).__name__}: {e}); the file is truncated or damaged"
+        ) from e
     result = set_peft_model_state_dict(policy.model, weights)
     unexpected = list(getattr(result, "unexpected_keys", []) or [])
     if unexpected:
-        raise ValueError(f"adapter at {path} holds weights this policy has no place for (targets differ?): {unexpected[:5]}")
+        raise ValueError(
+            f"adapter at {path} holds weights this policy has no place for (targets differ?): {unexpected[:5]}"
+        )
     own = {k for k in policy.model.state_dict() if "lora_" in k}
     if not weights or len(weights) < len(own):
         raise ValueError(

@@ -6,6 +6,7 @@ so at initialisation every state gets exactly the configured temperature ``T0`` 
 from the plain fixed-temperature policy. The temperature enters the action log-prob (logits / T), so
 the policy gradient trains it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -72,7 +73,11 @@ def float32_weight_cache(module: nn.Module) -> Iterator[None]:
     of one per decoded token. The copy's memory is what each token's temporary took before (one
     ``V x H`` float32 array), held for the whole call instead of within each step.
     """
-    layers = [m for m in module.modules() if isinstance(m, nn.Linear) and getattr(m.forward, "__func__", None) is _float32_linear_forward]
+    layers = [
+        m
+        for m in module.modules()
+        if isinstance(m, nn.Linear) and getattr(m.forward, "__func__", None) is _float32_linear_forward
+    ]
     for layer in layers:
         layer.__dict__[_CACHE] = {}
     try:
@@ -92,17 +97,27 @@ class TempPredictor(nn.Module):
         min_temperature, max_temperature: output range (``min < init < max`` strictly).
     """
 
-    def __init__(self, hidden_size: int, head_hidden: int, init_temperature: float, min_temperature: float, max_temperature: float) -> None:
+    def __init__(
+        self,
+        hidden_size: int,
+        head_hidden: int,
+        init_temperature: float,
+        min_temperature: float,
+        max_temperature: float,
+    ) -> None:
         super().__init__()
         if not min_temperature < init_temperature < max_temperature:
             raise ValueError(
                 f"the temperature predictor needs min_temperature < temperature < max_temperature strictly, got "
-                f"{min_temperature} < {init_temperature} < {max_temperature}; widen model.min_temperature/model.max_temperature "
+                f"{min_temperature} < {init_temperature} < {max_temperature}; widen "
+                "model.min_temperature/model.max_temperature "
                 "or set model.use_temp_predictor=false for a fixed temperature"
             )
         self.min_temperature = float(min_temperature)
         self.max_temperature = float(max_temperature)
-        self.mlp = compute_in_float32(nn.Sequential(nn.Linear(hidden_size, head_hidden), nn.Tanh(), nn.Linear(head_hidden, 1)))
+        self.mlp = compute_in_float32(
+            nn.Sequential(nn.Linear(hidden_size, head_hidden), nn.Tanh(), nn.Linear(head_hidden, 1))
+        )
         frac = (init_temperature - min_temperature) / (max_temperature - min_temperature)
         last = self.mlp[-1]
         nn.init.zeros_(last.weight)

@@ -14,6 +14,7 @@ the rollout made (:mod:`a2c_ppo_acktr.policy.encoding`), collated here instead o
 processor again, so no re-tokenisation can drift from the rollout's; a minibatch without them is
 re-processed and its prompt ids checked against the rollout's.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -44,7 +45,9 @@ class EvalOutput:
     log_probs: Tensor
     values: Tensor
     entropy: Tensor  # mean per-token entropy over the generated tokens
-    kl: Optional[Tensor]  # mean per-token KL(pi || pi_ref) over generated tokens (the chosen estimator); None if not asked
+    kl: Optional[
+        Tensor
+    ]  # mean per-token KL(pi || pi_ref) over generated tokens (the chosen estimator); None if not asked
     temperatures: Tensor
     # The response's entropy: per-token entropies summed with the log-prob's token weights.
     seq_entropy: Optional[Tensor] = None
@@ -57,7 +60,9 @@ class EvalOutput:
     token_entropy: Optional[Tensor] = None
 
 
-def _responses(policy: Policy, generated_ids: Sequence[Tensor], token_weights: Sequence[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+def _responses(
+    policy: Policy, generated_ids: Sequence[Tensor], token_weights: Sequence[Tensor]
+) -> tuple[Tensor, Tensor, Tensor]:
     """``(B, R)`` right-padded response ids, their mask and token weights, on the model's device."""
     B, R = len(generated_ids), max((len(g) for g in generated_ids), default=0)
     # Built on the CPU and moved once each: a copy per row would be a host sync per row.
@@ -105,7 +110,9 @@ def forward_turns(
     inputs["input_ids"] = torch.cat([enc["input_ids"], resp], dim=1)
     inputs["attention_mask"] = torch.cat([enc["attention_mask"], resp_mask.to(enc["attention_mask"].dtype)], dim=1)
     if "mm_token_type_ids" in enc:  # generated tokens are text
-        inputs["mm_token_type_ids"] = torch.cat([enc["mm_token_type_ids"], torch.zeros_like(resp, dtype=enc["mm_token_type_ids"].dtype)], dim=1)
+        inputs["mm_token_type_ids"] = torch.cat(
+            [enc["mm_token_type_ids"], torch.zeros_like(resp, dtype=enc["mm_token_type_ids"].dtype)], dim=1
+        )
     inputs = policy._with_positions(inputs)
     reuse = policy.vision
     encoded = inputs if vision is None else reuse.forward_inputs(inputs, vision, policy.device)
@@ -129,8 +136,17 @@ def forward_turns(
     values = policy._values(hidden)
     chunk = policy.cfg.logits_chunk_tokens or logits_chunk_tokens(policy.vocab_size)
     stats = chunked_token_stats(
-        final[:, :R], resp, temps.detach() if detach_temperature else temps, policy.forbidden_ids, resp_mask,
-        head=head, ref_inputs=ref_final, ref_head=ref_head, chunk_tokens=chunk, top_k=policy.cfg.top_k, top_p=policy.cfg.top_p,
+        final[:, :R],
+        resp,
+        temps.detach() if detach_temperature else temps,
+        policy.forbidden_ids,
+        resp_mask,
+        head=head,
+        ref_inputs=ref_final,
+        ref_head=ref_head,
+        chunk_tokens=chunk,
+        top_k=policy.cfg.top_k,
+        top_p=policy.cfg.top_p,
         num_chunks=agreed_chunk_count(-(-num_positions // chunk), head),  # equal lm_head calls on every ZeRO-3 rank
     )
     log_probs = sequence_log_prob(stats.log_probs, weights, resp_mask)
@@ -138,11 +154,22 @@ def forward_turns(
     seq_entropy = masked_sum(stats.entropy * weights, resp_mask)
     kl = kl_sum = per_token = None
     if stats.kl is not None:
-        per_token = stats.kl if kl_estimator == "full" else sample_kl(stats.log_probs, stats.ref_log_probs, kl_estimator)
+        per_token = (
+            stats.kl if kl_estimator == "full" else sample_kl(stats.log_probs, stats.ref_log_probs, kl_estimator)
+        )
         kl, kl_sum = masked_mean(per_token, resp_mask), masked_sum(per_token, resp_mask)
     return EvalOutput(
-        log_probs=log_probs, values=values, entropy=entropy, kl=kl, temperatures=temps, seq_entropy=seq_entropy, kl_sum=kl_sum,
-        token_log_probs=stats.log_probs, token_kl=per_token, token_mask=resp_mask, token_entropy=stats.entropy,
+        log_probs=log_probs,
+        values=values,
+        entropy=entropy,
+        kl=kl,
+        temperatures=temps,
+        seq_entropy=seq_entropy,
+        kl_sum=kl_sum,
+        token_log_probs=stats.log_probs,
+        token_kl=per_token,
+        token_mask=resp_mask,
+        token_entropy=stats.entropy,
     )
 
 

@@ -13,6 +13,7 @@ Qwen3-VL's ``"deepstack.<layer>"`` features; :func:`output_entries` reads them f
 output and :func:`vision_outputs` builds the object a forward takes back as
 ``mm_encoder_outputs["image"]``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -51,7 +52,11 @@ def output_entries(out: Any) -> Optional[list[dict[str, Tensor]]]:
 def vision_outputs(entries: Sequence[dict[str, Tensor]], device: Any) -> VisionOutputs:
     """The encoder output a forward takes as ``mm_encoder_outputs["image"]`` for ``entries`` (its
     images, in order), on ``device``."""
-    layers = sorted((k for k in entries[0] if k.startswith("deepstack.")), key=lambda k: int(k.split(".")[1])) if entries else []
+    layers = (
+        sorted((k for k in entries[0] if k.startswith("deepstack.")), key=lambda k: int(k.split(".")[1]))
+        if entries
+        else []
+    )
     return VisionOutputs(
         pooler_output=tuple(e["pooled"].to(device) for e in entries),
         deepstack_features=[tuple(e[k].to(device) for e in entries) for k in layers] or None,
@@ -99,7 +104,9 @@ class VisionOutputCache:
         while len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
 
-    def encode(self, encoder: Callable[..., Any], args: tuple, kwargs: dict[str, Any], keys: Sequence[Hashable]) -> Optional[VisionOutputs]:
+    def encode(
+        self, encoder: Callable[..., Any], args: tuple, kwargs: dict[str, Any], keys: Sequence[Hashable]
+    ) -> Optional[VisionOutputs]:
         """``encoder(*args, **kwargs)`` for images whose content keys are ``keys`` (in the call's
         order), running ``encoder`` only on the images not cached (each distinct one once).
 
@@ -115,7 +122,9 @@ class VisionOutputCache:
             return None
         arguments = bound.arguments
         pixels, grid = arguments.get("pixel_values"), arguments.get("image_grid_thw")
-        others = [k for k, v in arguments.items() if isinstance(v, Tensor) and k not in ("pixel_values", "image_grid_thw")]
+        others = [
+            k for k, v in arguments.items() if isinstance(v, Tensor) and k not in ("pixel_values", "image_grid_thw")
+        ]
         if not isinstance(pixels, Tensor) or others:
             return None
         sizes = [1] * pixels.shape[0] if grid is None else [int(n) for n in grid.prod(-1).tolist()]

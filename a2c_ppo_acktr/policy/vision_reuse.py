@@ -8,6 +8,7 @@ rollout (:attr:`~a2c_ppo_acktr.policy.encoding.TurnEncoding.vision`), and the tr
 them back as ``mm_encoder_outputs``: the update runs no tower. Inside :meth:`VisionReuse.cache_block`
 (one per rollout) an image already encoded in the block is not encoded again.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -33,15 +34,22 @@ def distinct_rows(rows: Sequence[Any], where: Sequence[int]) -> list[Any]:
     return [rows[first[k]] for k in range(len(first))]
 
 
-def reusable_vision(base: nn.Module, trainable: nn.Module, tower: Optional[Sequence[str]], reuse: bool, train_vision: str) -> Optional[nn.Module]:
+def reusable_vision(
+    base: nn.Module, trainable: nn.Module, tower: Optional[Sequence[str]], reuse: bool, train_vision: str
+) -> Optional[nn.Module]:
     """The module whose ``get_image_features`` encodes images and whose forward takes them back as
     ``mm_encoder_outputs``, when ``reuse`` (``model.reuse_vision_outputs``) is on and nothing in the
     vision tower or projector (module suffixes ``tower``) trains in ``trainable`` (``train_vision=none``
     and no adapter there); else None."""
     inner = getattr(base, "model", None)
-    if not (reuse and train_vision == "none" and tower and inner is not None
-            and callable(getattr(inner, "get_image_features", None))
-            and "mm_encoder_outputs" in inspect.signature(inner.forward).parameters):
+    if not (
+        reuse
+        and train_vision == "none"
+        and tower
+        and inner is not None
+        and callable(getattr(inner, "get_image_features", None))
+        and "mm_encoder_outputs" in inspect.signature(inner.forward).parameters
+    ):
         return None
     trains = any(p.requires_grad and any(f".{v}." in f".{n}" for v in tower) for n, p in trainable.named_parameters())
     return None if trains else inner
@@ -73,7 +81,9 @@ class VisionReuse:
         finally:
             self.cache = previous
 
-    def image_keys(self, images: Sequence[Sequence[np.ndarray]], where: Optional[list[int]] = None) -> Optional[list[tuple]]:
+    def image_keys(
+        self, images: Sequence[Sequence[np.ndarray]], where: Optional[list[int]] = None
+    ) -> Optional[list[tuple]]:
         """The content keys of the images the next encoder call encodes (rows in order; after a
         shared prefill, the distinct prompts' rows: row ``i`` is distinct prompt ``where[i]``), or
         None outside :meth:`cache_block`."""
@@ -127,11 +137,13 @@ class VisionReuse:
             return None
         rows, start = [], 0
         for n in images_per_row:
-            rows.append(flat[start:start + n])
+            rows.append(flat[start : start + n])
             start += n
         return rows
 
-    def row_entries(self, caught: list[Any], images: Sequence[Sequence[np.ndarray]], where: Optional[list[int]]) -> Optional[list[Entries]]:
+    def row_entries(
+        self, caught: list[Any], images: Sequence[Sequence[np.ndarray]], where: Optional[list[int]]
+    ) -> Optional[list[Entries]]:
         """Each row's encodings from the outputs caught while acting, or None: the rows' images in
         order, or, after a shared prefill, the distinct prompts' images (row ``i`` is distinct prompt
         ``where[i]``)."""
@@ -141,7 +153,9 @@ class VisionReuse:
         return None if distinct is None else [distinct[k] for k in where]
 
     @staticmethod
-    def attach(encodings: Optional[list[TurnEncoding]], vision: Optional[list[Entries]]) -> Optional[list[TurnEncoding]]:
+    def attach(
+        encodings: Optional[list[TurnEncoding]], vision: Optional[list[Entries]]
+    ) -> Optional[list[TurnEncoding]]:
         """``encodings`` with each row's encodings attached, on the CPU (kept with the rollout)."""
         if encodings is None or vision is None:
             return encodings
@@ -157,7 +171,9 @@ class VisionReuse:
         return {**inputs, "mm_encoder_outputs": dict(inputs["mm_encoder_outputs"])}
 
     @staticmethod
-    def forward_inputs(inputs: dict[str, Any], entries: Sequence[dict[str, Tensor]], device: torch.device) -> dict[str, Any]:
+    def forward_inputs(
+        inputs: dict[str, Any], entries: Sequence[dict[str, Tensor]], device: torch.device
+    ) -> dict[str, Any]:
         """``inputs`` with the pixels replaced by the kept encodings of its images (in order): the
         forward then skips the tower."""
         out = {k: v for k, v in inputs.items() if not k.startswith("pixel_values")}

@@ -52,6 +52,7 @@ first use of one of its names:
 * :mod:`~a2c_ppo_acktr.reports.files`: ``report.json`` / ``report.md`` / ``tasks.png`` on disk;
 * :mod:`~a2c_ppo_acktr.reports.compare`: comparisons of reports, paired intervals.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -60,34 +61,80 @@ from typing import Any
 # name -> the module that defines it
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "compare": (
-        "compare_reports", "question_key", "paired_records", "overall_weights", "paired_overall_ci",
+        "compare_reports",
+        "question_key",
+        "paired_records",
+        "overall_weights",
+        "paired_overall_ci",
     ),
     "figures": (
-        "task_bars_figure", "plot_task_bars", "curve_keys", "ema_smooth", "learning_curves_figure",
+        "task_bars_figure",
+        "plot_task_bars",
+        "curve_keys",
+        "ema_smooth",
+        "learning_curves_figure",
         "plot_learning_curves",
     ),
     "files": (
-        "write_json", "write_report", "load_report",
+        "write_json",
+        "write_report",
+        "load_report",
     ),
     "games": (
-        "wilson_interval", "game_metrics", "game_intervals", "build_game_report",
+        "wilson_interval",
+        "game_metrics",
+        "game_intervals",
+        "build_game_report",
     ),
     "markdown": (
-        "fmt", "table_markdown", "ci_table_markdown", "agent_metrics_markdown", "GAME_TABLE_HEADER",
-        "game_table_markdown", "game_table_note", "game_report_markdown", "report_markdown",
-        "invalid_summary", "cell", "paired_markdown",
+        "fmt",
+        "table_markdown",
+        "ci_table_markdown",
+        "agent_metrics_markdown",
+        "GAME_TABLE_HEADER",
+        "game_table_markdown",
+        "game_table_note",
+        "game_report_markdown",
+        "report_markdown",
+        "invalid_summary",
+        "cell",
+        "paired_markdown",
     ),
     "pictures": (
-        "PictureLayout", "turn_caption", "picture_header", "trajectory_picture",
+        "PictureLayout",
+        "turn_caption",
+        "picture_header",
+        "trajectory_picture",
     ),
     "records": (
-        "SHORT_TASK_NAMES", "SUCCESS_THRESHOLD", "GAME_TASKS", "VSI_KIND", "GAME_KIND", "MALFORMED_KEY",
-        "CI_RESAMPLES", "CI_SEED", "CI_CONFIDENCE", "TurnRecord", "EpisodeRecord", "agent_metrics",
-        "is_game_type", "report_kind", "game_task_order", "is_success", "split_kinds", "is_number",
-        "SAMPLE_COLUMNS", "sample_table",
+        "SHORT_TASK_NAMES",
+        "SUCCESS_THRESHOLD",
+        "GAME_TASKS",
+        "VSI_KIND",
+        "GAME_KIND",
+        "MALFORMED_KEY",
+        "CI_RESAMPLES",
+        "CI_SEED",
+        "CI_CONFIDENCE",
+        "TurnRecord",
+        "EpisodeRecord",
+        "agent_metrics",
+        "is_game_type",
+        "report_kind",
+        "game_task_order",
+        "is_success",
+        "split_kinds",
+        "is_number",
+        "SAMPLE_COLUMNS",
+        "sample_table",
     ),
     "vsi": (
-        "task_table", "table_counts", "score_intervals", "build_report", "score_file", "report_counts",
+        "task_table",
+        "table_counts",
+        "score_intervals",
+        "build_report",
+        "score_file",
+        "report_counts",
     ),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}

@@ -1,6 +1,7 @@
 """Comparing reports: side-by-side tables and bars of several runs, and paired question-by-question
 differences with bootstrap intervals (the same questions, two agents).
 """
+
 from __future__ import annotations
 
 import os
@@ -13,7 +14,14 @@ from a2c_ppo_acktr.common import atomic, scoring, stats
 from a2c_ppo_acktr.common.errors import UserError
 from a2c_ppo_acktr.reports.figures import plot_task_bars
 from a2c_ppo_acktr.reports.files import load_report
-from a2c_ppo_acktr.reports.markdown import agent_metrics_markdown, ci_table_markdown, game_table_markdown, game_table_note, paired_markdown, table_markdown
+from a2c_ppo_acktr.reports.markdown import (
+    agent_metrics_markdown,
+    ci_table_markdown,
+    game_table_markdown,
+    game_table_note,
+    paired_markdown,
+    table_markdown,
+)
 from a2c_ppo_acktr.reports.records import is_game_type, is_success, split_kinds
 
 
@@ -41,7 +49,8 @@ def compare_reports(
             their common questions with a paired bootstrap 95% interval (:func:`paired_overall_ci`).
 
     Raises:
-        CompareError: If names repeat or a paired name is not a row, or the two rows were not evaluated on the same questions.
+        CompareError: If names repeat or a paired name is not a row, or the two rows were not evaluated on the same
+        questions.
     """
     if not paths:
         raise CompareError("compare needs at least one report.json")
@@ -56,19 +65,30 @@ def compare_reports(
         raise CompareError(f"got {len(names)} names for {len(reports)} reports; give --names one name per report")
     elif len(set(names)) < len(names):
         repeated = sorted({n for n in names if list(names).count(n) > 1})
-        raise CompareError(f"--names repeats {repeated}: each row needs its own name (rows and --paired refer to them by name)")
+        raise CompareError(
+            f"--names repeats {repeated}: each row needs its own name (rows and --paired refer to them by name)"
+        )
     rows = list(zip(names, reports))
     by_name = dict(rows)
     differences = []
     for a, b in paired or ():
         unknown = [n for n in (a, b) if n not in by_name]
         if unknown:
-            raise CompareError(f"--paired names {unknown} are not rows of the comparison; rows: {list(names)} (set them with --names or --name)")
+            raise CompareError(
+                f"--paired names {unknown} are not rows of the comparison; rows: {list(names)} (set them with --names "
+                "or --name)"
+            )
         differences.append(paired_overall_ci(by_name[a], by_name[b], names=(a, b)))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     vsi, games = split_kinds(rows)
-    title = "# VSI evaluation: comparison" if not games else "# Game evaluation: comparison" if not vsi else "# Evaluation: comparison"
+    title = (
+        "# VSI evaluation: comparison"
+        if not games
+        else "# Game evaluation: comparison"
+        if not vsi
+        else "# Evaluation: comparison"
+    )
     md = [title, ""]
     if vsi:
         md += [table_markdown(vsi), ""]
@@ -102,11 +122,15 @@ def question_key(record: dict[str, Any]) -> str:
     key = record.get("episode_id", record.get("id"))
     if key is None:
         where = f" (line {record['line']})" if "line" in record else ""
-        raise CompareError(f"a record{where} has no episode_id or id, so it cannot be paired; give every score-file line an \"id\"")
+        raise CompareError(
+            f'a record{where} has no episode_id or id, so it cannot be paired; give every score-file line an "id"'
+        )
     return str(key)
 
 
-def paired_records(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str] = ("A", "B")) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def paired_records(
+    a: dict[str, Any], b: dict[str, Any], names: tuple[str, str] = ("A", "B")
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """Records of two reports matched by :func:`question_key`, in ``a``'s order.
 
     Args:
@@ -125,7 +149,10 @@ def paired_records(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str] 
             raise CompareError(f"{name} has no per-question records to pair; use a report.json written by eval_vsi.py")
         by_key = {question_key(r): r for r in records}
         if len(by_key) < len(records):
-            raise CompareError(f"{name} holds {len(records) - len(by_key)} duplicate question id(s); each question must appear once to be paired")
+            raise CompareError(
+                f"{name} holds {len(records) - len(by_key)} duplicate question id(s); each question must appear once "
+                "to be paired"
+            )
         keyed.append(by_key)
     only_a, only_b = keyed[0].keys() - keyed[1].keys(), keyed[1].keys() - keyed[0].keys()
     if only_a or only_b:
@@ -141,8 +168,10 @@ def paired_records(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str] 
         if diff:
             f = diff[0]
             raise CompareError(
-                f"question {key!r} differs between {names[0]} and {names[1]} ({f}: {ra.get(f)!r} vs {rb.get(f)!r}): the reports "
-                "use the same ids for different questions; evaluate both with the same eval.seed, env.question_types and env settings"
+                f"question {key!r} differs between {names[0]} and {names[1]} ({f}: {ra.get(f)!r} vs {rb.get(f)!r}): "
+                "the reports "
+                "use the same ids for different questions; evaluate both with the same eval.seed, env.question_types "
+                "and env settings"
             )
         pairs.append((ra, rb))
     return pairs
@@ -216,7 +245,14 @@ def paired_overall_ci(
     score_b = 100.0 * weights * np.array([value(rb) for _, rb in pairs])
     ci = stats.paired_bootstrap_ci(score_a, score_b, n_boot=n_boot, seed=seed, confidence=confidence, strata=types)
     single = sum(1 for t in set(types) if types.count(t) == 1)
-    out = {"a": names[0], "b": names[1], **ci, "confidence": confidence, "n_boot": n_boot, "single_question_types": single}
+    out = {
+        "a": names[0],
+        "b": names[1],
+        **ci,
+        "confidence": confidence,
+        "n_boot": n_boot,
+        "single_question_types": single,
+    }
     if game:
         out["measure"] = "success"
     return out

@@ -3,6 +3,7 @@
 matplotlib's object-oriented API on the Agg canvas (no pyplot, no global backend switch), so the
 figures work headless and leave the caller's matplotlib state alone.
 """
+
 from __future__ import annotations
 
 import logging
@@ -15,7 +16,15 @@ import numpy as np
 
 from a2c_ppo_acktr.common.errors import UserError
 from a2c_ppo_acktr.run.logger import read_metrics
-from a2c_ppo_acktr.reports.records import CI_CONFIDENCE, SHORT_TASK_NAMES, VSI_KIND, game_task_order, is_number, report_kind, split_kinds
+from a2c_ppo_acktr.reports.records import (
+    CI_CONFIDENCE,
+    SHORT_TASK_NAMES,
+    VSI_KIND,
+    game_task_order,
+    is_number,
+    report_kind,
+    split_kinds,
+)
 from a2c_ppo_acktr.reports.vsi import report_counts
 
 logger = logging.getLogger(__name__)
@@ -78,13 +87,28 @@ def task_bars_figure(
                 continue
             top = v
             if iv is not None and None not in iv:
-                ax.errorbar([xi], [v], yerr=[[max(v - iv[0], 0.0)], [max(iv[1] - v, 0.0)]], fmt="none", ecolor="black",
-                            elinewidth=0.8, capsize=min(3.0, 60.0 * width), zorder=3)
+                ax.errorbar(
+                    [xi],
+                    [v],
+                    yerr=[[max(v - iv[0], 0.0)], [max(iv[1] - v, 0.0)]],
+                    fmt="none",
+                    ecolor="black",
+                    elinewidth=0.8,
+                    capsize=min(3.0, 60.0 * width),
+                    zorder=3,
+                )
                 top = max(v, iv[1])
             if v == 0.0:
                 # A zero-height bar is invisible: a stroke at the baseline shows the bar is there.
-                ax.plot([xi - width / 2, xi + width / 2], [0.0, 0.0], color=colour, linewidth=3, solid_capstyle="butt",
-                        clip_on=False, zorder=4)
+                ax.plot(
+                    [xi - width / 2, xi + width / 2],
+                    [0.0, 0.0],
+                    color=colour,
+                    linewidth=3,
+                    solid_capstyle="butt",
+                    clip_on=False,
+                    zorder=4,
+                )
             ax.text(xi, top + 1.0, f"{v:.1f}", ha="center", va="bottom", fontsize=label_size, rotation=rotation)
     ticks = []
     for j, col in enumerate(columns):
@@ -134,11 +158,16 @@ def _bar_columns(rows: Sequence[tuple[str, dict[str, Any]]]) -> tuple[list[str],
     game_columns = ([_GAME_ALL_COLUMN] if several else []) + [t for t in tasks if t not in _VSI_BAR_COLUMNS]
     if not vsi:
         return game_columns, "success rate (%)", _GAME_ERRORBAR_TITLE
-    return ([*_VSI_BAR_COLUMNS, *[c for c in game_columns if c != _GAME_ALL_COLUMN]], "VSI score / game success (x100)",
-            "interval (VSI: bootstrap; games: Wilson)")
+    return (
+        [*_VSI_BAR_COLUMNS, *[c for c in game_columns if c != _GAME_ALL_COLUMN]],
+        "VSI score / game success (x100)",
+        "interval (VSI: bootstrap; games: Wilson)",
+    )
 
 
-def _report_bars(report: dict[str, Any], columns: Sequence[str]) -> list[tuple[Optional[float], Optional[Sequence[float]], int]]:
+def _report_bars(
+    report: dict[str, Any], columns: Sequence[str]
+) -> list[tuple[Optional[float], Optional[Sequence[float]], int]]:
     """``(value x100 or None, interval or None, n)`` of each of ``columns`` for one report (None, None, 0
     for a column the report does not have)."""
     ci = report.get("ci95") or {}
@@ -199,10 +228,16 @@ _STEP_KEYS = ("iteration", "global_step", "step", "epoch")
 
 def curve_keys(rows: Sequence[dict[str, Any]], max_panels: int = 9) -> list[str]:
     """Metrics to plot: the known groups first, then other numeric keys, at most ``max_panels``."""
-    numeric = [k for k in dict.fromkeys(k for r in rows for k in r) if k not in _STEP_KEYS and any(is_number(r.get(k)) for r in rows)]
+    numeric = [
+        k
+        for k in dict.fromkeys(k for r in rows for k in r)
+        if k not in _STEP_KEYS and any(is_number(r.get(k)) for r in rows)
+    ]
     chosen = [next(k for k in group if k in numeric) for group in _CURVE_GROUPS if any(k in numeric for k in group)]
     # Timings and counters say little about learning; other unknown metrics fill the free panels.
-    chosen += [k for k in numeric if k not in chosen and not k.startswith(("time/", "charts/turns", "rollout/episodes"))]
+    chosen += [
+        k for k in numeric if k not in chosen and not k.startswith(("time/", "charts/turns", "rollout/episodes"))
+    ]
     return chosen[:max_panels]
 
 
@@ -259,7 +294,8 @@ def learning_curves_figure(
     keys = curve_keys(rows)
     if not keys:
         raise NoCurvesError(
-            f"{source} holds no finite numeric metric to plot ({len(rows)} row(s); every value is missing, NaN, infinite or not a "
+            f"{source} holds no finite numeric metric to plot ({len(rows)} row(s); every value is missing, NaN, "
+            "infinite or not a "
             "number); pass the metrics.jsonl of a run whose iterations logged numbers"
         )
     step_key = next((k for k in _STEP_KEYS if any(is_number(r.get(k)) for r in rows)), None)
@@ -311,7 +347,9 @@ def plot_learning_curves(
         NoCurvesError: If the file holds no finite numeric metric.
     """
     rows = read_metrics(metrics_path)
-    fig = learning_curves_figure(rows, smoothing=smoothing, width_px=width_px, height_px=height_px, dpi=dpi, source=str(metrics_path))
+    fig = learning_curves_figure(
+        rows, smoothing=smoothing, width_px=width_px, height_px=height_px, dpi=dpi, source=str(metrics_path)
+    )
     path = Path(path)
     fig.savefig(path, dpi=dpi)
     return path

@@ -1,6 +1,7 @@
 """Reading and writing reports: ``report.json`` (atomically, NaN as null), ``report.md``, ``tasks.png``;
 a report loaded from disk gets the intervals of a report written before they existed.
 """
+
 from __future__ import annotations
 
 import json

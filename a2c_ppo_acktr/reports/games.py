@@ -1,6 +1,7 @@
 """Game reports (gym-cards, MiniGrid, Sokoban episodes): success rates with Wilson score intervals,
 per-task return, length, invalid-output and truncation rates.
 """
+
 from __future__ import annotations
 
 import logging
@@ -8,7 +9,16 @@ import math
 from statistics import NormalDist
 from typing import Any, Optional, Sequence
 
-from a2c_ppo_acktr.reports.records import CI_CONFIDENCE, EpisodeRecord, GAME_KIND, SUCCESS_THRESHOLD, agent_metrics, game_task_order, is_game_type, is_success
+from a2c_ppo_acktr.reports.records import (
+    CI_CONFIDENCE,
+    EpisodeRecord,
+    GAME_KIND,
+    SUCCESS_THRESHOLD,
+    agent_metrics,
+    game_task_order,
+    is_game_type,
+    is_success,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -105,13 +115,20 @@ def build_game_report(
     agent = agent_metrics(records)
     for r in records:
         if not 0.0 <= float(r.score) <= 1.0:
-            raise ValueError(f"score {r.score!r} of episode {r.episode_id} ({r.question_type}) is outside [0, 1]; "
-                             "a game episode scores 1.0 when won or solved, else 0.0")
+            raise ValueError(
+                f"score {r.score!r} of episode {r.episode_id} ({r.question_type}) is outside [0, 1]; "
+                "a game episode scores 1.0 when won or solved, else 0.0"
+            )
     tasks = game_task_order([r.question_type for r in records])
     vsi = [t for t in tasks if not is_game_type(t)]
     if vsi:
-        logger.warning("report %s mixes VSI-Bench question types %s with game tasks; each type is reported as a task "
-                       "by its success rate (score >= %s)", name, vsi, SUCCESS_THRESHOLD)
+        logger.warning(
+            "report %s mixes VSI-Bench question types %s with game tasks; each type is reported as a task "
+            "by its success rate (score >= %s)",
+            name,
+            vsi,
+            SUCCESS_THRESHOLD,
+        )
     by_task = {t: [r for r in records if str(r.question_type) == t] for t in tasks}
     task_metrics = {t: game_metrics(rs) for t, rs in by_task.items()}
     per_task = {t: m["success_rate"] for t, m in task_metrics.items()}

@@ -1,6 +1,7 @@
 """Markdown of reports: the benchmark's table, the interval table, agent metrics, game tables, a
 report's page (``report.md``) and the paired comparison.
 """
+
 from __future__ import annotations
 
 import json
@@ -65,8 +66,10 @@ def ci_table_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
         return "\n\n".join(([ci_table_markdown(vsi)] if vsi else []) + [game_table_markdown(games)])
     ci = next((r["ci95"] for _, r in rows if r.get("ci95")), None)
     if ci is not None:
-        intro = (f"Score (x100) [{100 * ci['confidence']:g}% percentile bootstrap interval, {ci['n_boot']} resamples of the "
-                 "questions within each question type] and n, the number of questions.")
+        intro = (
+            f"Score (x100) [{100 * ci['confidence']:g}% percentile bootstrap interval, {ci['n_boot']} resamples of the "
+            "questions within each question type] and n, the number of questions."
+        )
     else:
         intro = "Score (x100) and n, the number of questions (these reports hold no intervals)."
     header = ["Method", "Overall", *SHORT_TASK_NAMES.values()]
@@ -76,13 +79,20 @@ def ci_table_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
         n = report_counts(report)
         interval = report.get("ci95") or {}
         cells = [cell(name), _ci_cell(report["overall"], interval.get("overall"), sum(n.values()))]
-        cells += [_ci_cell(report["table"].get(c), (interval.get("table") or {}).get(c), n[c]) for c in SHORT_TASK_NAMES.values()]
+        cells += [
+            _ci_cell(report["table"].get(c), (interval.get("table") or {}).get(c), n[c])
+            for c in SHORT_TASK_NAMES.values()
+        ]
         lines.append("| " + " | ".join(cells) + " |")
         if interval.get("single_question_types"):
             single.append(f"{name} ({interval['single_question_types']})")
     if single:
-        lines += ["", f"**Question types with a single question** (no spread, so the intervals are too narrow): {', '.join(single)}; "
-                  "evaluate more episodes (eval.num_episodes) for honest ones."]
+        lines += [
+            "",
+            "**Question types with a single question** (no spread, so the intervals are too narrow): "
+            f"{', '.join(single)}; "
+            "evaluate more episodes (eval.num_episodes) for honest ones.",
+        ]
     return "\n".join(lines)
 
 
@@ -106,7 +116,10 @@ def agent_metrics_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
     if not rows:
         return ""
     keys = list(_AGENT_METRIC_LABELS)
-    lines = ["| Method | " + " | ".join(_AGENT_METRIC_LABELS[k] for k in keys) + " |", "|---" + "|---:" * len(keys) + "|"]
+    lines = [
+        "| Method | " + " | ".join(_AGENT_METRIC_LABELS[k] for k in keys) + " |",
+        "|---" + "|---:" * len(keys) + "|",
+    ]
     for name, r in rows:
         cells = [str(r["agent"][k]) if k == "num_episodes" else fmt(r["agent"][k], 3) for k in keys]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -114,8 +127,16 @@ def agent_metrics_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
 
 
 # The game table's header; :func:`game_table_note` says what each column is.
-GAME_TABLE_HEADER = ("Method", "Task", "n", "Success (%) [95% CI]", "Mean return", "Mean length (turns)",
-                     "Invalid outputs (%)", "Truncated (%)")
+GAME_TABLE_HEADER = (
+    "Method",
+    "Task",
+    "n",
+    "Success (%) [95% CI]",
+    "Mean return",
+    "Mean length (turns)",
+    "Invalid outputs (%)",
+    "Truncated (%)",
+)
 
 
 def _game_task_rows(report: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -132,30 +153,42 @@ def _game_task_rows(report: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     out = []
     for task in tasks:
         m = metrics.get(task) or {}
-        out.append((task, {
-            "n": counts.get(task, m.get("num_episodes", 0)),
-            "success": table.get(task),
-            "interval": (ci.get("table") or {}).get(task),
-            "mean_reward": m.get("mean_reward"),
-            "mean_turns": m.get("mean_turns"),
-            "invalid": None if m.get("invalid_output_rate") is None else 100.0 * m["invalid_output_rate"],
-            "truncated": None if m.get("truncation_rate") is None else 100.0 * m["truncation_rate"],
-        }))
+        out.append(
+            (
+                task,
+                {
+                    "n": counts.get(task, m.get("num_episodes", 0)),
+                    "success": table.get(task),
+                    "interval": (ci.get("table") or {}).get(task),
+                    "mean_reward": m.get("mean_reward"),
+                    "mean_turns": m.get("mean_turns"),
+                    "invalid": None if m.get("invalid_output_rate") is None else 100.0 * m["invalid_output_rate"],
+                    "truncated": None if m.get("truncation_rate") is None else 100.0 * m["truncation_rate"],
+                },
+            )
+        )
     if len(tasks) > 1:
         agent = report.get("agent") or {}
         n_all = sum(f["n"] for _, f in out)
         truncated = None
         if n_all and all(f["truncated"] is not None for _, f in out):
             truncated = sum(f["truncated"] * f["n"] for _, f in out) / n_all
-        out.append(("all", {
-            "n": n_all,
-            "success": report.get("overall"),
-            "interval": ci.get("overall"),
-            "mean_reward": agent.get("mean_reward"),
-            "mean_turns": agent.get("mean_turns"),
-            "invalid": None if agent.get("invalid_output_rate") is None else 100.0 * agent["invalid_output_rate"],
-            "truncated": truncated,
-        }))
+        out.append(
+            (
+                "all",
+                {
+                    "n": n_all,
+                    "success": report.get("overall"),
+                    "interval": ci.get("overall"),
+                    "mean_reward": agent.get("mean_reward"),
+                    "mean_turns": agent.get("mean_turns"),
+                    "invalid": None
+                    if agent.get("invalid_output_rate") is None
+                    else 100.0 * agent["invalid_output_rate"],
+                    "truncated": truncated,
+                },
+            )
+        )
     return out
 
 
@@ -178,8 +211,16 @@ def game_table_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
             iv = f["interval"]
             if success != "-" and iv is not None and None not in iv:
                 success += f" [{iv[0]:.1f}, {iv[1]:.1f}]"
-            cells = [cell(name), cell(task), str(f["n"]), success, fmt(f["mean_reward"], 2), fmt(f["mean_turns"], 2),
-                     fmt(f["invalid"]), fmt(f["truncated"])]
+            cells = [
+                cell(name),
+                cell(task),
+                str(f["n"]),
+                success,
+                fmt(f["mean_reward"], 2),
+                fmt(f["mean_turns"], 2),
+                fmt(f["invalid"]),
+                fmt(f["truncated"]),
+            ]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -188,10 +229,12 @@ def game_table_note(rows: Sequence[tuple[str, dict[str, Any]]] = ()) -> str:
     """The line under a game table that says what its columns are."""
     ci = next((r["ci95"] for _, r in rows if r.get("ci95")), None)
     level = f"{100 * ci['confidence']:g}%" if ci and "confidence" in ci else "95%"
-    return (f"Success: episodes won or solved / episodes (x100), with its {level} Wilson score interval. "
-            "Mean return: the episode's summed rewards, averaged over episodes. Mean length: turns per episode. "
-            "Invalid outputs: turns whose text did not parse as an action / all turns (x100). "
-            "Truncated: episodes that hit the turn limit (x100).")
+    return (
+        f"Success: episodes won or solved / episodes (x100), with its {level} Wilson score interval. "
+        "Mean return: the episode's summed rewards, averaged over episodes. Mean length: turns per episode. "
+        "Invalid outputs: turns whose text did not parse as an action / all turns (x100). "
+        "Truncated: episodes that hit the turn limit (x100)."
+    )
 
 
 def game_report_markdown(report: dict[str, Any]) -> str:
@@ -232,7 +275,10 @@ def report_markdown(report: dict[str, Any]) -> str:
         ]
     skipped = report.get("meta", {}).get("num_skipped")
     if skipped:
-        out += [f"**{skipped} question(s) skipped** (scene not available locally); see `meta.skipped` in report.json.", ""]
+        out += [
+            f"**{skipped} question(s) skipped** (scene not available locally); see `meta.skipped` in report.json.",
+            "",
+        ]
     out += ["## Per question type", "", "| question_type | n | score (x100) |", "|---|---:|---:|"]
     for qtype, mean in report["per_type"].items():
         out.append(f"| {qtype} | {report['counts'][qtype]} | {fmt(100.0 * mean)} |")
@@ -243,7 +289,12 @@ def report_markdown(report: dict[str, Any]) -> str:
     out += _invalid_markdown(report)
     mal = report.get("malformed")
     if mal and mal["count"]:
-        out += ["## Malformed lines", "", f"{mal['count']} line(s) could not be scored ({mal['overall_treatment']}):", ""]
+        out += [
+            "## Malformed lines",
+            "",
+            f"{mal['count']} line(s) could not be scored ({mal['overall_treatment']}):",
+            "",
+        ]
         out += [f"- line {b['line']}: {b['error']}" for b in mal["lines"][:50]]
         if mal["count"] > 50:
             out.append(f"- ... and {mal['count'] - 50} more (see report.json)")
@@ -289,11 +340,16 @@ def paired_markdown(differences: Sequence[dict[str, Any]]) -> str:
         "|---|---:|---:|---|",
     ]
     for d in differences:
-        lines.append(f"| {cell(d['a'])} - {cell(d['b'])} | {d['n']} | {d['diff']:+.1f} | [{d['low']:+.1f}, {d['high']:+.1f}] |")
+        lines.append(
+            f"| {cell(d['a'])} - {cell(d['b'])} | {d['n']} | {d['diff']:+.1f} | [{d['low']:+.1f}, {d['high']:+.1f}] |"
+        )
     single = max(d["single_question_types"] for d in differences)
     if single:
-        lines += ["", f"**{single} question type(s) have a single question**: they add no spread, so the interval is too "
-                  "narrow; evaluate more episodes (eval.num_episodes) for an honest one."]
+        lines += [
+            "",
+            f"**{single} question type(s) have a single question**: they add no spread, so the interval is too "
+            "narrow; evaluate more episodes (eval.num_episodes) for an honest one.",
+        ]
     return "\n".join(lines)
 
 
@@ -310,5 +366,7 @@ def _paired_game_markdown(differences: Sequence[dict[str, Any]]) -> str:
         "|---|---:|---:|---|",
     ]
     for d in differences:
-        lines.append(f"| {cell(d['a'])} - {cell(d['b'])} | {d['n']} | {d['diff']:+.1f} | [{d['low']:+.1f}, {d['high']:+.1f}] |")
+        lines.append(
+            f"| {cell(d['a'])} - {cell(d['b'])} | {d['n']} | {d['diff']:+.1f} | [{d['low']:+.1f}, {d['high']:+.1f}] |"
+        )
     return "\n".join(lines)

@@ -1,5 +1,5 @@
-"""Trajectory pictures: an episode's frames with each turn's caption, and a top-down map beside them.
-"""
+"""Trajectory pictures: an episode's frames with each turn's caption, and a top-down map beside them."""
+
 from __future__ import annotations
 
 import json
@@ -98,12 +98,16 @@ def picture_header(record: EpisodeRecord) -> tuple[str, str]:
     """
     if is_game_type(record.question_type):
         outcome = "won" if is_success(record.score) else ("lost (turn limit)" if record.truncated else "lost")
-        return (f"[{record.question_type}] {record.question or ''}".rstrip(),
-                f"{outcome}   return: {record.reward:.2f}   turns: {record.turns}   invalid: {record.num_invalid}")
+        return (
+            f"[{record.question_type}] {record.question or ''}".rstrip(),
+            f"{outcome}   return: {record.reward:.2f}   turns: {record.turns}   invalid: {record.num_invalid}",
+        )
     answer = record.answer if record.answer is not None else "(no answer)"
     opts = "  ".join(record.options) if record.options else ""
-    return (f"[{record.question_type}] {record.question} {opts}",
-            f"answer: {answer}   ground truth: {record.ground_truth}   score: {record.score:.2f}   turns: {record.turns}")
+    return (
+        f"[{record.question_type}] {record.question} {opts}",
+        f"answer: {answer}   ground truth: {record.ground_truth}   score: {record.score:.2f}   turns: {record.turns}",
+    )
 
 
 def trajectory_picture(
@@ -133,7 +137,9 @@ def trajectory_picture(
     from PIL import Image, ImageDraw
 
     if len(frames) != len(record.steps):
-        raise ValueError(f"trajectory_picture got {len(frames)} frames for {len(record.steps)} turns; pass one frame per turn")
+        raise ValueError(
+            f"trajectory_picture got {len(frames)} frames for {len(record.steps)} turns; pass one frame per turn"
+        )
     width, height = layout.size(len(record.steps))
     canvas = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(canvas)
@@ -156,7 +162,9 @@ def trajectory_picture(
         scale = layout.map_size / max(tmap.size)
         size = (max(1, round(tmap.size[0] * scale)), max(1, round(tmap.size[1] * scale)))
         tmap = tmap.resize(size, Image.NEAREST if scale >= 1 else Image.BILINEAR)
-        canvas.paste(tmap, (width - layout.map_size + (layout.map_size - size[0]) // 2, top + (layout.map_size - size[1]) // 2))
+        canvas.paste(
+            tmap, (width - layout.map_size + (layout.map_size - size[0]) // 2, top + (layout.map_size - size[1]) // 2)
+        )
     else:
         tmap = tmap.resize((layout.map_size, layout.map_size), Image.BILINEAR)
         canvas.paste(tmap, (width - layout.map_size, top))

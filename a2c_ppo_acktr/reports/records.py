@@ -2,6 +2,7 @@
 as a success, the two report kinds (VSI questions, game episodes), the per-episode agent metrics
 and the logged-samples table.
 """
+
 from __future__ import annotations
 
 import math
@@ -210,6 +211,17 @@ def sample_table(records: Sequence[EpisodeRecord], reply_chars: int = 300) -> tu
         if len(reply) > reply_chars:
             reply = reply[: max(reply_chars - 3, 0)] + "..."
         question = r.question + (" " + " ".join(r.options) if r.options else "")
-        rows.append([r.episode_id, r.question_type, question, reply, r.answer, r.ground_truth, round(float(r.score), 4),
-                     round(float(r.reward), 4), r.turns])
+        rows.append(
+            [
+                r.episode_id,
+                r.question_type,
+                question,
+                reply,
+                r.answer,
+                r.ground_truth,
+                round(float(r.score), 4),
+                round(float(r.reward), 4),
+                r.turns,
+            ]
+        )
     return list(SAMPLE_COLUMNS), rows

@@ -2,6 +2,7 @@
 score file of predictions (:func:`score_file`), with bootstrap intervals resampled within question
 types. Every number comes from :mod:`a2c_ppo_acktr.common.scoring`, the one scorer the env reward also uses.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,19 @@ import numpy as np
 from a2c_ppo_acktr.common import scoring, stats
 from a2c_ppo_acktr.common.jsonl import JsonlError, decode_line
 from a2c_ppo_acktr.reports.games import build_game_report
-from a2c_ppo_acktr.reports.records import CI_CONFIDENCE, CI_RESAMPLES, CI_SEED, EpisodeRecord, GAME_KIND, MALFORMED_KEY, SHORT_TASK_NAMES, VSI_KIND, agent_metrics, is_game_type, report_kind
+from a2c_ppo_acktr.reports.records import (
+    CI_CONFIDENCE,
+    CI_RESAMPLES,
+    CI_SEED,
+    EpisodeRecord,
+    GAME_KIND,
+    MALFORMED_KEY,
+    SHORT_TASK_NAMES,
+    VSI_KIND,
+    agent_metrics,
+    is_game_type,
+    report_kind,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +105,9 @@ def score_intervals(
         "scheme": "percentile bootstrap; questions resampled with replacement within each question type",
         "overall": list(stats.percentile_interval(overall, confidence)),
         "table": {
-            SHORT_TASK_NAMES[task]: (list(stats.percentile_interval(task_samples[task], confidence)) if task in task_samples else None)
+            SHORT_TASK_NAMES[task]: (
+                list(stats.percentile_interval(task_samples[task], confidence)) if task in task_samples else None
+            )
             for task in scoring.TASK_NAMES
         },
         "single_question_types": sum(1 for c in counts.values() if c == 1),
@@ -131,7 +146,9 @@ def build_report(
     }
 
 
-def _score_line(raw: str, rule: str = scoring.DEFAULT_SCORING_RULE) -> tuple[Optional[str], Optional[float], Optional[str], dict[str, Any]]:
+def _score_line(
+    raw: str, rule: str = scoring.DEFAULT_SCORING_RULE
+) -> tuple[Optional[str], Optional[float], Optional[str], dict[str, Any]]:
     """Score one JSONL line. Returns ``(question_type or None, score, error or None, fields)``."""
     try:
         row = json.loads(raw)
@@ -155,12 +172,19 @@ def _score_line(raw: str, rule: str = scoring.DEFAULT_SCORING_RULE) -> tuple[Opt
         if not isinstance(value, str):
             return qtype, 0.0, f"{key} is {'missing' if key not in row else repr(value)}; expected a string", fields
     try:
-        return qtype, scoring.score_prediction(qtype, fields["prediction"], fields["ground_truth"], rule=rule), None, fields
+        return (
+            qtype,
+            scoring.score_prediction(qtype, fields["prediction"], fields["ground_truth"], rule=rule),
+            None,
+            fields,
+        )
     except ValueError as e:
         return qtype, 0.0, str(e), fields
 
 
-def score_file(path: str | os.PathLike, *, name: Optional[str] = None, rule: str = scoring.DEFAULT_SCORING_RULE) -> dict[str, Any]:
+def score_file(
+    path: str | os.PathLike, *, name: Optional[str] = None, rule: str = scoring.DEFAULT_SCORING_RULE
+) -> dict[str, Any]:
     """Score a JSONL file of predictions through :mod:`scoring` and build a report.
 
     Each non-blank line is a JSON object with ``question_type``, ``prediction`` (the raw model text)
@@ -212,7 +236,8 @@ def score_file(path: str | os.PathLike, *, name: Optional[str] = None, rule: str
         records.append({"line": lineno, **fields, "question_type": qtype, "score": score, "error": error})
     if not scored:
         raise JsonlError(
-            f"no line of {str(path)!r} could be scored ({unknown_type} malformed; first: {bad[0] if bad else 'file is empty'}); "
+            f"no line of {str(path)!r} could be scored ({unknown_type} malformed; first: "
+            f"{bad[0] if bad else 'file is empty'}); "
             "each line must be a JSON object with question_type, prediction and ground_truth"
         )
     agg = scoring.aggregate(scored)
@@ -222,8 +247,13 @@ def score_file(path: str | os.PathLike, *, name: Optional[str] = None, rule: str
     duplicates = {i: ls for i, ls in seen_ids.items() if len(ls) > 1}
     if duplicates:
         first = next(iter(duplicates.items()))
-        logger.warning("score file %s: %d id(s) appear more than once and each occurrence is scored (first: id %s on lines %s)",
-                       path, len(duplicates), first[0], first[1])
+        logger.warning(
+            "score file %s: %d id(s) appear more than once and each occurrence is scored (first: id %s on lines %s)",
+            path,
+            len(duplicates),
+            first[0],
+            first[1],
+        )
     return {
         "name": name or path.stem,
         "mode": "score_file",

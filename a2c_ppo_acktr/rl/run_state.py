@@ -7,6 +7,7 @@ format itself (atomic directories, checksums, pruning) is :mod:`a2c_ppo_acktr.ru
 checkpoint holds, besides the weights and optimizer state, every random stream and each rank's envs
 and observations, so a resumed run continues exactly where the saved one stopped.
 """
+
 from __future__ import annotations
 
 import json
@@ -107,7 +108,6 @@ def rank_file(rank: int) -> str:
     return f"rank{rank:03d}.pkl"
 
 
-
 def write_checkpoint(run: Run, iteration: int, tmp: Path) -> None:
     """Write this process's share of checkpoint ``iteration`` into ``tmp`` (see :mod:`checkpoint`)."""
     acc = run.accelerator
@@ -124,7 +124,12 @@ def write_checkpoint(run: Run, iteration: int, tmp: Path) -> None:
         if run.module.has_ema_reference:
             torch.save(run.module.ema_reference_state(), tmp / EMA_FILE)
         run.cfg.save(tmp / "config.yaml")
-        state = {"iteration": iteration, "wandb_run_id": run.wandb_run_id, "num_processes": acc.num_processes, "best_val": run.best.state()}
+        state = {
+            "iteration": iteration,
+            "wandb_run_id": run.wandb_run_id,
+            "num_processes": acc.num_processes,
+            "best_val": run.best.state(),
+        }
         (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1), encoding="utf-8")
     if is_deepspeed(acc):
         # ZeRO partitions the optimizer state across ranks: the engine writes each rank's shard
@@ -145,12 +150,16 @@ RANK_STATE_KEYS = ("rng", "ppo", "env", "observations", "storage_starts_episode"
 
 
 def _torch_file(path: Path) -> Any:
-    """``torch.load`` of a checkpoint's tensor file; a missing, truncated or foreign file is one :class:`CheckpointError`."""
+    """``torch.load`` of a checkpoint's tensor file; a missing, truncated or foreign file is one
+    :class:`CheckpointError`."""
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise CheckpointError(f"checkpoint file {path} cannot be read ({type(e).__name__}: {first}); it is truncated or damaged: resume from an earlier checkpoint") from e
+        raise CheckpointError(
+            f"checkpoint file {path} cannot be read ({type(e).__name__}: {first}); it is truncated or damaged: resume "
+            "from an earlier checkpoint"
+        ) from e
 
 
 def load_checkpoint(run: Run, path: Path) -> int:
@@ -159,9 +168,14 @@ def load_checkpoint(run: Run, path: Path) -> int:
     try:
         state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise CheckpointError(f"{path / 'trainer_state.json'} cannot be read ({type(e).__name__}: {e}); resume from an earlier checkpoint") from e
+        raise CheckpointError(
+            f"{path / 'trainer_state.json'} cannot be read ({type(e).__name__}: {e}); resume from an earlier checkpoint"
+        ) from e
     if not isinstance(state, dict) or not {"num_processes", "iteration"} <= set(state):
-        raise CheckpointError(f"{path / 'trainer_state.json'} is not a trainer state (num_processes and iteration expected); resume from an earlier checkpoint")
+        raise CheckpointError(
+            f"{path / 'trainer_state.json'} is not a trainer state (num_processes and iteration expected); resume from "
+            "an earlier checkpoint"
+        )
     if state["num_processes"] != acc.num_processes:
         raise CheckpointError(
             f"checkpoint {path} was written by {state['num_processes']} processes, this run has {acc.num_processes}; "
@@ -169,7 +183,11 @@ def load_checkpoint(run: Run, path: Path) -> int:
         )
     if is_deepspeed(acc):
         load_path, _ = run.policy.load_checkpoint(
-            str(path / "deepspeed"), tag="state", load_module_strict=False, load_optimizer_states=True, load_lr_scheduler_states=False
+            str(path / "deepspeed"),
+            tag="state",
+            load_module_strict=False,
+            load_optimizer_states=True,
+            load_lr_scheduler_states=False,
         )
         if load_path is None:
             raise CheckpointError(f"DeepSpeed found no engine state under {path / 'deepspeed'}")
@@ -179,14 +197,24 @@ def load_checkpoint(run: Run, path: Path) -> int:
     run.scheduler.load_state_dict(_torch_file(path / "scheduler.pt"))
     if run.module.has_ema_reference:
         if not (path / EMA_FILE).is_file():
-            raise CheckpointError(f"{path} holds no {EMA_FILE}: it was written without ppo.reference=ema; resume with the run's own ppo.reference")
+            raise CheckpointError(
+                f"{path} holds no {EMA_FILE}: it was written without ppo.reference=ema; resume with the run's own "
+                "ppo.reference"
+            )
         run.module.load_ema_reference_state(_torch_file(path / EMA_FILE))
     run.best.load_state(state.get("best_val"))
     per_rank_path = path / rank_file(acc.process_index)
     per_rank = load_pickle(per_rank_path)
     if not isinstance(per_rank, dict) or not set(RANK_STATE_KEYS) <= set(per_rank):
-        what = f"lacks {sorted(set(RANK_STATE_KEYS) - set(per_rank))}" if isinstance(per_rank, dict) else f"holds a {type(per_rank).__name__}"
-        raise CheckpointError(f"{per_rank_path} is not this run's per-process state (it {what}; expected a mapping of {list(RANK_STATE_KEYS)}); resume from an earlier checkpoint")
+        what = (
+            f"lacks {sorted(set(RANK_STATE_KEYS) - set(per_rank))}"
+            if isinstance(per_rank, dict)
+            else f"holds a {type(per_rank).__name__}"
+        )
+        raise CheckpointError(
+            f"{per_rank_path} is not this run's per-process state (it {what}; expected a mapping of "
+            f"{list(RANK_STATE_KEYS)}); resume from an earlier checkpoint"
+        )
     try:
         run.ppo.load_state_dict(per_rank["ppo"])
         restore_env_state(run.envs, per_rank["env"])
@@ -195,23 +223,46 @@ def load_checkpoint(run: Run, path: Path) -> int:
         restore_rng_state(per_rank["rng"], owned_generators(run))
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
         # The file's contents come from disk (a shared or damaged checkpoint): a wrong shape is the file's fault.
-        raise CheckpointError(f"{per_rank_path} does not hold the state this run saves ({type(e).__name__}: {e}); resume from an earlier checkpoint") from e
+        raise CheckpointError(
+            f"{per_rank_path} does not hold the state this run saves ({type(e).__name__}: {e}); resume from an earlier "
+            "checkpoint"
+        ) from e
     run.wandb_run_id = state.get("wandb_run_id")
     apply_resumed_rates(run)
     return int(state["iteration"])
 
 
 # Fields that may differ between a run and its resumption without changing the results.
-_RESUME_FREE_KEYS = {"log.resume", "log.overwrite", "log.val_interval", "log.val_episodes", "log.stop_after_iterations", "log.progress_bar", "log.wandb_mode", "log.output_dir", "model.sft_adapter",
-                     "log.save_rollouts_every", "log.keep_rollouts"}
+_RESUME_FREE_KEYS = {
+    "log.resume",
+    "log.overwrite",
+    "log.val_interval",
+    "log.val_episodes",
+    "log.stop_after_iterations",
+    "log.progress_bar",
+    "log.wandb_mode",
+    "log.output_dir",
+    "model.sft_adapter",
+    "log.save_rollouts_every",
+    "log.keep_rollouts",
+}
 # Fields that define the run: a resumption that changes one would continue another run's state, so it
 # is refused. (Everything else, e.g. ppo.lr or ppo.num_iterations, is applied and recorded.)
 _RUN_DEFINING_PREFIXES = ("model.", "env.", "rollout.")
 _RUN_DEFINING_KEYS = {"seed", "ppo.advantage_estimator", "ppo.reference"}
-_RUN_DEFINING_EXCEPT = {"model.sft_adapter", "model.device", "model.attn_implementation", "model.gradient_checkpointing", "model.logits_chunk_tokens",
-                        # how replies are sampled, not what the run is: a resumed run may use another server or engine
-                        "rollout.engine", "rollout.engine_url", "rollout.engine_timeout_s", "rollout.engine_retries",
-                        "rollout.engine_max_concurrency"}
+_RUN_DEFINING_EXCEPT = {
+    "model.sft_adapter",
+    "model.device",
+    "model.attn_implementation",
+    "model.gradient_checkpointing",
+    "model.logits_chunk_tokens",
+    # how replies are sampled, not what the run is: a resumed run may use another server or engine
+    "rollout.engine",
+    "rollout.engine_url",
+    "rollout.engine_timeout_s",
+    "rollout.engine_retries",
+    "rollout.engine_max_concurrency",
+}
 RESUME_HISTORY = "resume_history.jsonl"
 
 
@@ -238,7 +289,11 @@ def config_changes(path: Path, cfg: RunConfig) -> dict[str, tuple[Any, Any]]:
     """
     old = _flatten(RunConfig.from_yaml(path / "config.yaml").to_dict())
     new = _flatten(cfg.to_dict())
-    changed = {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k) and k not in _RESUME_FREE_KEYS}
+    changed = {
+        k: (old.get(k), new.get(k))
+        for k in sorted(set(old) | set(new))
+        if old.get(k) != new.get(k) and k not in _RESUME_FREE_KEYS
+    }
     defining = {k: v for k, v in changed.items() if _defines_run(k)}
     if defining:
         listed = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in defining.items())
@@ -253,8 +308,12 @@ def config_changes(path: Path, cfg: RunConfig) -> dict[str, tuple[Any, Any]]:
 
 def record_resume(out: Path, path: Path, iteration: int, changed: dict[str, tuple[Any, Any]]) -> None:
     """One line per resumption in ``RESUME_HISTORY``: when, from which checkpoint, what changed."""
-    row = {"time": time.strftime("%Y-%m-%d %H:%M:%S"), "checkpoint": str(path), "iteration": iteration,
-           "changed": {k: [a, b] for k, (a, b) in changed.items()}}
+    row = {
+        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "checkpoint": str(path),
+        "iteration": iteration,
+        "changed": {k: [a, b] for k, (a, b) in changed.items()},
+    }
     with open(out / RESUME_HISTORY, "a", encoding="utf-8") as f:
         f.write(json.dumps(row, default=str) + "\n")
 
@@ -309,7 +368,11 @@ def prepare_output_dir(cfg: RunConfig, resume_from: Optional[Path], accelerator)
             )
         return
     if resume_from is not None:
-        newer = [p for p in list_checkpoints(out / CHECKPOINTS_SUBDIR) if checkpoint_iteration(p) > checkpoint_iteration(resume_from)]
+        newer = [
+            p
+            for p in list_checkpoints(out / CHECKPOINTS_SUBDIR)
+            if checkpoint_iteration(p) > checkpoint_iteration(resume_from)
+        ]
         if newer and accelerator.is_main_process:
             confirm_lock(out)  # nothing is moved in a directory another run has taken
             aside = free_name(out / CHECKPOINTS_SUBDIR / f"abandoned-{stamp}")
@@ -317,10 +380,17 @@ def prepare_output_dir(cfg: RunConfig, resume_from: Optional[Path], accelerator)
             for p in newer:
                 os.rename(p, aside / p.name)
             # The branch's metrics rows go with its checkpoints (the logger sets them aside too).
-            branch = [r for r in read_metrics(out / METRICS_FILE) if r.get("iteration", 0) > checkpoint_iteration(resume_from)]
+            branch = [
+                r for r in read_metrics(out / METRICS_FILE) if r.get("iteration", 0) > checkpoint_iteration(resume_from)
+            ]
             if branch:
                 (aside / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in branch), encoding="utf-8")
-            logger.warning("resuming from %s: the newer checkpoints %s were moved to %s", resume_from, [p.name for p in newer], aside)
+            logger.warning(
+                "resuming from %s: the newer checkpoints %s were moved to %s",
+                resume_from,
+                [p.name for p in newer],
+                aside,
+            )
         accelerator.wait_for_everyone()
         return
     if cfg.log.resume == "auto":
@@ -331,7 +401,8 @@ def prepare_output_dir(cfg: RunConfig, resume_from: Optional[Path], accelerator)
     if not cfg.log.overwrite:
         raise CheckpointError(
             f"{out} already holds a run ({', '.join(found[:4])}{', ...' if len(found) > 4 else ''}); continue it with "
-            f"--resume auto, or start over with --log.overwrite true (moves it to {out.name}.old-<time>), or choose another log.output_dir"
+            f"--resume auto, or start over with --log.overwrite true (moves it to {out.name}.old-<time>), or choose "
+            "another log.output_dir"
         )
     accelerator.wait_for_everyone()  # every process has looked before the main one moves it
     if accelerator.is_main_process:
@@ -344,8 +415,12 @@ def pre_rollout_state(run: Run) -> bytes:
     """What a rollout changes besides the storage (generators, envs, observations, episode starts),
     pickled before a rollout through a server: a server that dies mid-rollout leaves the run as it
     was after the last iteration, so the checkpoint then written resumes exactly."""
-    state = {"rng": capture_rng_state(owned_generators(run)), "env": run.envs.get_state(),
-             "observations": run.observations, "starts": run.storage.starts_episode.clone()}
+    state = {
+        "rng": capture_rng_state(owned_generators(run)),
+        "env": run.envs.get_state(),
+        "observations": run.observations,
+        "starts": run.storage.starts_episode.clone(),
+    }
     return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
 
 
@@ -383,7 +458,11 @@ class RunState:
         self.last: Optional[Path] = self.resume_from  # the newest checkpoint of this run
         # Before each checkpoint the run confirms that its lock file is still its own.
         self.checkpoints = CheckpointManager(
-            root, cfg.log.keep_checkpoints, accelerator.is_main_process, accelerator.wait_for_everyone, guard=functools.partial(confirm_lock, self.out)
+            root,
+            cfg.log.keep_checkpoints,
+            accelerator.is_main_process,
+            accelerator.wait_for_everyone,
+            guard=functools.partial(confirm_lock, self.out),
         )
 
     def restore(self, run: Run) -> int:
@@ -400,18 +479,23 @@ class RunState:
         return start
 
     def end(self, start: int) -> int:
-        """The iteration this invocation stops after: ``ppo.num_iterations``, or sooner with ``log.stop_after_iterations``."""
+        """The iteration this invocation stops after: ``ppo.num_iterations``, or sooner with
+        ``log.stop_after_iterations``."""
         log, total = self.cfg.log, self.cfg.ppo.num_iterations
         return total if log.stop_after_iterations is None else min(total, start + log.stop_after_iterations)
 
     def due(self, iteration: int, end: int, stopping: bool) -> bool:
-        """Whether the run writes a checkpoint after ``iteration``: every ``log.save_interval``, at the end, and when stopping."""
+        """Whether the run writes a checkpoint after ``iteration``: every ``log.save_interval``, at the end, and when
+        stopping."""
         return iteration % self.cfg.log.save_interval == 0 or iteration == end or stopping
 
     def save(self, run: Run, iteration: int) -> Path:
         """Write the checkpoint of ``run`` after ``iteration`` (all ranks; rank 0 publishes it atomically)."""
-        self.last = self.checkpoints.save(iteration, lambda tmp: write_checkpoint(run, iteration, tmp),
-                                          meta={"num_processes": self.accelerator.num_processes})
+        self.last = self.checkpoints.save(
+            iteration,
+            lambda tmp: write_checkpoint(run, iteration, tmp),
+            meta={"num_processes": self.accelerator.num_processes},
+        )
         return self.last
 
     def saved(self, iteration: int) -> bool:

@@ -14,6 +14,7 @@ prints a file's episodes readably (every turn's prompt tail, reply, action and n
 is not a saved rollout, or that decompresses past the bounds (:data:`MAX_ROW_BYTES` a row,
 :data:`MAX_ROLLOUT_BYTES` in all), is one line naming the file and the row.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,29 +69,37 @@ def rollout_rows(storage: Any, tokenizer: Any, env_id: str, iteration: int, rank
             i = t * N + n
             ids = storage.generated_ids[i]
             reply = tokenizer.decode(ids.tolist(), skip_special_tokens=True) if ids is not None else ""
-            rows.append({
-                "iteration": iteration, "rank": rank, "step": t, "env": n, "env_id": env_id,
-                "episode": f"it{iteration}-r{rank}-env{n}-ep{episode[n]}",
-                "continued": bool(t == 0 and not bool(storage.starts_episode[n])),
-                "prompt": storage.prompts[i],
-                "images": [_image_ref(im) for im in (storage.images[i] or [])],
-                "reply": reply,
-                "action": parsed_action(reply),
-                "reward": float(storage.rewards[t, n]),
-                "terminated": bool(storage.terminated[t, n]),
-                "truncated": bool(storage.truncated[t, n]),
-                "temperature": float(storage.temperatures[t, n]),
-                "value": float(storage.values[t, n]),
-                "advantage": float(storage.advantages[t, n]) if storage.advantages is not None else None,
-                "return": float(storage.returns[t, n]) if storage.returns is not None else None,
-                "log_prob": float(storage.old_log_probs[t, n]),
-            })
+            rows.append(
+                {
+                    "iteration": iteration,
+                    "rank": rank,
+                    "step": t,
+                    "env": n,
+                    "env_id": env_id,
+                    "episode": f"it{iteration}-r{rank}-env{n}-ep{episode[n]}",
+                    "continued": bool(t == 0 and not bool(storage.starts_episode[n])),
+                    "prompt": storage.prompts[i],
+                    "images": [_image_ref(im) for im in (storage.images[i] or [])],
+                    "reply": reply,
+                    "action": parsed_action(reply),
+                    "reward": float(storage.rewards[t, n]),
+                    "terminated": bool(storage.terminated[t, n]),
+                    "truncated": bool(storage.truncated[t, n]),
+                    "temperature": float(storage.temperatures[t, n]),
+                    "value": float(storage.values[t, n]),
+                    "advantage": float(storage.advantages[t, n]) if storage.advantages is not None else None,
+                    "return": float(storage.returns[t, n]) if storage.returns is not None else None,
+                    "log_prob": float(storage.old_log_probs[t, n]),
+                }
+            )
             if storage.terminated[t, n] or storage.truncated[t, n]:
                 episode[n] += 1
     return rows
 
 
-def write_rollouts(rows: Sequence[dict[str, Any]], directory: str | os.PathLike, iteration: int, rank: int = 0, keep: int = 10) -> Path:
+def write_rollouts(
+    rows: Sequence[dict[str, Any]], directory: str | os.PathLike, iteration: int, rank: int = 0, keep: int = 10
+) -> Path:
     """Write ``rows`` as ``rollouts/iter-<iteration>-rank<rank>.jsonl.gz`` atomically, then remove this
     rank's files beyond the newest ``keep`` iterations. Returns the file."""
     target = rollout_file(directory, iteration, rank)
@@ -99,7 +108,9 @@ def write_rollouts(rows: Sequence[dict[str, Any]], directory: str | os.PathLike,
         with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
             for row in rows:
                 gz.write((json.dumps(row, allow_nan=True) + "\n").encode("utf-8"))
-    mine = sorted((int(m.group(1)), p) for p in target.parent.iterdir() if (m := _FILE.search(p.name)) and int(m.group(2)) == rank)
+    mine = sorted(
+        (int(m.group(1)), p) for p in target.parent.iterdir() if (m := _FILE.search(p.name)) and int(m.group(2)) == rank
+    )
     for _, old in mine[:-keep] if keep > 0 else []:
         old.unlink(missing_ok=True)
     return target
@@ -113,9 +124,23 @@ MAX_ROW_BYTES = 16 * 2**20
 MAX_ROLLOUT_BYTES = 256 * 2**20
 # The fields show prints, with the types it needs ("number": an int or float, NaN included).
 _ROW_FIELDS = {
-    "episode": (str,), "env_id": (str,), "iteration": (int,), "env": (int,), "step": (int,), "continued": (bool,),
-    "prompt": (str, type(None)), "images": (list,), "reply": (str,), "action": (object,), "reward": ("number",), "value": ("number",),
-    "advantage": ("number", type(None)), "temperature": ("number",), "log_prob": ("number",), "terminated": (bool,), "truncated": (bool,),
+    "episode": (str,),
+    "env_id": (str,),
+    "iteration": (int,),
+    "env": (int,),
+    "step": (int,),
+    "continued": (bool,),
+    "prompt": (str, type(None)),
+    "images": (list,),
+    "reply": (str,),
+    "action": (object,),
+    "reward": ("number",),
+    "value": ("number",),
+    "advantage": ("number", type(None)),
+    "temperature": ("number",),
+    "log_prob": ("number",),
+    "terminated": (bool,),
+    "truncated": (bool,),
 }
 
 
@@ -140,17 +165,25 @@ def _row(line: bytes, path: Path, n: int) -> dict[str, Any]:
     try:
         row = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise RolloutFileError(f"{path}: row {n} is not a JSON line ({type(e).__name__}); the file is damaged or not a saved rollout") from None
+        raise RolloutFileError(
+            f"{path}: row {n} is not a JSON line ({type(e).__name__}); the file is damaged or not a saved rollout"
+        ) from None
     if not isinstance(row, dict):
-        raise RolloutFileError(f"{path}: row {n} is a JSON {type(row).__name__}, not a saved turn; the file is not a saved rollout")
+        raise RolloutFileError(
+            f"{path}: row {n} is a JSON {type(row).__name__}, not a saved turn; the file is not a saved rollout"
+        )
     for key, kinds in _ROW_FIELDS.items():
         if key not in row or not _type_ok(row[key], kinds):
             got = "missing" if key not in row else f"a {type(row[key]).__name__}"
-            raise RolloutFileError(f"{path}: row {n} has no valid {key!r} ({got}); the file is damaged or not a saved rollout")
+            raise RolloutFileError(
+                f"{path}: row {n} has no valid {key!r} ({got}); the file is damaged or not a saved rollout"
+            )
     return row
 
 
-def read_rollouts(path: str | os.PathLike, max_row_bytes: int = MAX_ROW_BYTES, max_bytes: int = MAX_ROLLOUT_BYTES) -> list[dict[str, Any]]:
+def read_rollouts(
+    path: str | os.PathLike, max_row_bytes: int = MAX_ROW_BYTES, max_bytes: int = MAX_ROLLOUT_BYTES
+) -> list[dict[str, Any]]:
     """The rows of a saved rollout file, each checked to hold the fields of a saved turn.
 
     Decompresses at most ``max_bytes`` in all and ``max_row_bytes`` per row (see :data:`MAX_ROW_BYTES`).
@@ -168,12 +201,14 @@ def read_rollouts(path: str | os.PathLike, max_row_bytes: int = MAX_ROW_BYTES, m
                 total += len(line)
                 if len(line) > max_row_bytes:
                     raise RolloutFileError(
-                        f"{path}: row {len(rows) + 1} decompresses to more than {max_row_bytes // 2**20} MiB (a saved turn is a few MiB "
+                        f"{path}: row {len(rows) + 1} decompresses to more than {max_row_bytes // 2**20} MiB (a saved "
+                        "turn is a few MiB "
                         "at most); the file is damaged or not a saved rollout"
                     )
                 if total > max_bytes:
                     raise RolloutFileError(
-                        f"{path} decompresses to more than {max_bytes // 2**20} MiB after {len(rows)} rows (saved rollouts are far "
+                        f"{path} decompresses to more than {max_bytes // 2**20} MiB after {len(rows)} rows (saved "
+                        "rollouts are far "
                         "smaller); the file is damaged or not a saved rollout"
                     )
                 if line.strip():
@@ -196,8 +231,10 @@ def format_episodes(rows: Iterable[dict[str, Any]], episode: Optional[str] = Non
     out = []
     for name, turns in by_episode.items():
         first = turns[0]
-        out.append(f"=== episode {name} ({first['env_id']}, iteration {first['iteration']}, env {first['env']}"
-                   f"{', continued from the previous rollout' if first['continued'] else ''}) ===")
+        out.append(
+            f"=== episode {name} ({first['env_id']}, iteration {first['iteration']}, env {first['env']}"
+            f"{', continued from the previous rollout' if first['continued'] else ''}) ==="
+        )
         for r in turns:
             prompt = r["prompt"] or ""
             tail = prompt if len(prompt) <= chars else "..." + prompt[-chars:]
@@ -214,8 +251,11 @@ def format_episodes(rows: Iterable[dict[str, Any]], episode: Optional[str] = Non
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m a2c_ppo_acktr.rl.saved_rollouts", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m a2c_ppo_acktr.rl.saved_rollouts",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     show = sub.add_parser("show", help="print a saved rollout's episodes")
     show.add_argument("path", help="a rollouts/iter-*-rank*.jsonl.gz file")

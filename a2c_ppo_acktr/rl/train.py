@@ -10,6 +10,7 @@ generators and scene/question cursors) is seeded from ``cfg.seed`` (offset by th
 ranks must differ) and saved in every checkpoint, so that on CPU a run of 4 iterations equals 2
 iterations + resume + 2 iterations, weight for weight.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,7 +32,13 @@ from a2c_ppo_acktr.common.atomic import publish_dir
 from a2c_ppo_acktr.common.sameness import find_equal, unique_rows
 from a2c_ppo_acktr.algo.schedule import build_optimizer, lr_factor
 from a2c_ppo_acktr.config.arguments import PPOConfig, RunConfig
-from a2c_ppo_acktr.run.distributed import build_accelerator, full_trainable, gather_lists, gathered_for_rollout, reduce_mean
+from a2c_ppo_acktr.run.distributed import (
+    build_accelerator,
+    full_trainable,
+    gather_lists,
+    gathered_for_rollout,
+    reduce_mean,
+)
 from a2c_ppo_acktr.run.logger import RunLogger
 from a2c_ppo_acktr.run.preemption import STOP_FILE, Preempted, StopOnSignal, remove_stop_file
 from a2c_ppo_acktr.rl.saved_rollouts import rollout_rows, write_rollouts
@@ -73,7 +80,9 @@ class RolloutStats:
     next_value: Optional[torch.Tensor] = None
 
 
-def _bootstrap_values(policy, storage, finals: list[tuple[int, int, dict]], observations: list[dict], stats: RolloutStats) -> None:
+def _bootstrap_values(
+    policy, storage, finals: list[tuple[int, int, dict]], observations: list[dict], stats: RolloutStats
+) -> None:
     """The values GAE reads, in one batched pass (one processor run; forwards of at most num_envs
     rows): V(final observation) of every truncated step of the rollout (into ``storage``) and V(s_T)
     of the envs still mid-episode (``stats.next_value``). Equal observations are valued once. No
@@ -136,8 +145,16 @@ def collect_rollout(
     return observations, stats
 
 
-def _steps(policy, envs, storage, observations: list[dict], num_steps: int, gather: Callable[[], ContextManager],
-           bootstrap: bool, stats: RolloutStats) -> list[dict]:
+def _steps(
+    policy,
+    envs,
+    storage,
+    observations: list[dict],
+    num_steps: int,
+    gather: Callable[[], ContextManager],
+    bootstrap: bool,
+    stats: RolloutStats,
+) -> list[dict]:
     """:func:`collect_rollout`'s ``num_steps`` steps; returns the observations after the last."""
     finals: list[tuple[int, int, dict]] = []  # (step, env, final observation) of truncated steps
     for t in range(num_steps):
@@ -152,7 +169,9 @@ def _steps(policy, envs, storage, observations: list[dict], num_steps: int, gath
             stats.env_seconds += time.perf_counter() - t1
             terminated, truncated = np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool)
             # A turn limit the observations announced ends that MDP: no value is bootstrapped there (TextEnv).
-            announced = truncated & np.array([bool(info.get("time_limit_announced", False)) for info in infos], dtype=bool)
+            announced = truncated & np.array(
+                [bool(info.get("time_limit_announced", False)) for info in infos], dtype=bool
+            )
             terminated, truncated = terminated | announced, truncated & ~announced
             group_ids = [info["group_id"] for info in infos] if all("group_id" in i for i in infos) else None
             storage.insert(act, rewards, terminated, truncated, group_ids=group_ids, defer_final_values=True)
@@ -168,7 +187,9 @@ def _steps(policy, envs, storage, observations: list[dict], num_steps: int, gath
                     else:
                         known.append((n, float(act.values[j])))
                 if known:
-                    storage.set_final_values([t] * len(known), [n for n, _ in known], torch.tensor([v for _, v in known]))
+                    storage.set_final_values(
+                        [t] * len(known), [n for n, _ in known], torch.tensor([v for _, v in known])
+                    )
                 if t == num_steps - 1:
                     _bootstrap_values(policy, storage, finals, observations, stats)
         for info in infos:
@@ -184,7 +205,11 @@ def _steps(policy, envs, storage, observations: list[dict], num_steps: int, gath
 def rollout_metrics(accelerator, stats: RolloutStats) -> dict[str, float]:
     """Rollout statistics over all processes (episodes gathered, counts summed)."""
     episodes = gather_lists(accelerator, stats.episodes)
-    counts = torch.tensor([stats.valid, stats.turns, stats.reward_sum, stats.temperature_sum], dtype=torch.float64, device=accelerator.device)
+    counts = torch.tensor(
+        [stats.valid, stats.turns, stats.reward_sum, stats.temperature_sum],
+        dtype=torch.float64,
+        device=accelerator.device,
+    )
     if accelerator.num_processes > 1:
         counts = accelerator.reduce(counts, reduction="sum")
     valid, turns, reward_sum, temp_sum = counts.tolist()
@@ -246,20 +271,41 @@ def _build_run(cfg: RunConfig, accelerator) -> Run:
         module.init_ema_reference()
     # From here on ranks must differ (sampling, shuffles): offset by rank.
     seed_everything(cfg.seed + rank)
-    envs = BatchEnv(cfg.env, cfg.rollout.num_envs, seed=cfg.seed + rank * RANK_SEED_STRIDE, group_size=cfg.rollout.group_size)
+    envs = BatchEnv(
+        cfg.env, cfg.rollout.num_envs, seed=cfg.seed + rank * RANK_SEED_STRIDE, group_size=cfg.rollout.group_size
+    )
     observations = envs.reset()
-    ppo = PPO(policy, prepared_optimizer, cfg.ppo, accelerator, seed=cfg.seed + rank, kl_ref_interval=cfg.log.kl_ref_interval)
+    ppo = PPO(
+        policy, prepared_optimizer, cfg.ppo, accelerator, seed=cfg.seed + rank, kl_ref_interval=cfg.log.kl_ref_interval
+    )
     storage = RolloutStorage(cfg.rollout.num_steps, cfg.rollout.num_envs)
     best = BestPolicy(cfg.log.output_dir, accelerator.is_main_process)
-    return Run(cfg, accelerator, policy, module, optimizer, prepared_optimizer, scheduler, ppo, storage, envs, observations, best)
+    return Run(
+        cfg,
+        accelerator,
+        policy,
+        module,
+        optimizer,
+        prepared_optimizer,
+        scheduler,
+        ppo,
+        storage,
+        envs,
+        observations,
+        best,
+    )
 
 
-def compute_advantages(storage, next_value: Optional[torch.Tensor], cfg: PPOConfig, horizon: Optional[int] = None) -> None:
+def compute_advantages(
+    storage, next_value: Optional[torch.Tensor], cfg: PPOConfig, horizon: Optional[int] = None
+) -> None:
     """Fill advantages/returns from the rollout and its bootstrap ``V(s_T)`` (``(N,)``, read only
     for envs still mid-episode; None when the estimator reads none: see :func:`collect_rollout`).
     ``horizon`` (``env.max_turns``): rloo/grpo compare only episodes bound to end inside the rollout
     (:func:`a2c_ppo_acktr.algo.storage.episode_ids`)."""
-    storage.compute_returns(next_value, cfg.advantage_estimator, cfg.gamma, cfg.gae_lambda, std_floor=cfg.adv_std_floor, horizon=horizon)
+    storage.compute_returns(
+        next_value, cfg.advantage_estimator, cfg.gamma, cfg.gae_lambda, std_floor=cfg.adv_std_floor, horizon=horizon
+    )
 
 
 def apply_kl_reward(run: "Run") -> dict[str, float]:
@@ -269,7 +315,10 @@ def apply_kl_reward(run: "Run") -> dict[str, float]:
         return {}
     kl = run.ppo.reward_kl(run.storage)
     run.storage.rewards -= run.ppo.kl_coef * kl
-    return {"rollout/kl_reward_penalty": float(run.ppo.kl_coef * kl.mean()), "rollout/kl_to_reference": float(kl.mean())}
+    return {
+        "rollout/kl_reward_penalty": float(run.ppo.kl_coef * kl.mean()),
+        "rollout/kl_to_reference": float(kl.mean()),
+    }
 
 
 def apply_perception_weighting(run: "Run", iteration: int) -> dict[str, float]:
@@ -295,8 +344,12 @@ def validate(run: "Run", iteration: int, log: Optional[RunLogger] = None) -> dic
     acc = run.accelerator
     with tempfile.TemporaryDirectory() as tmp:
         result = run_validation(
-            run.module, run.cfg, acc.process_index, acc.num_processes,
-            gather_lists=functools.partial(gather_lists, acc), gather_weights=functools.partial(gathered_for_rollout, run.policy),
+            run.module,
+            run.cfg,
+            acc.process_index,
+            acc.num_processes,
+            gather_lists=functools.partial(gather_lists, acc),
+            gather_weights=functools.partial(gathered_for_rollout, run.policy),
             picture_dir=Path(tmp) if log is not None and log.wants_media else None,
         )
         records, pictures = result.pop("records"), result.pop("pictures")
@@ -325,15 +378,24 @@ def merge_stats(a: RolloutStats, b: RolloutStats) -> RolloutStats:
     """The statistics of two rollouts of one iteration (dynamic sampling's rounds): counts and
     seconds added, episodes joined; the bootstrap values are the later rollout's."""
     return RolloutStats(
-        episodes=a.episodes + b.episodes, valid=a.valid + b.valid, turns=a.turns + b.turns, reward_sum=a.reward_sum + b.reward_sum,
-        temperature_sum=a.temperature_sum + b.temperature_sum, act_seconds=a.act_seconds + b.act_seconds,
-        env_seconds=a.env_seconds + b.env_seconds, value_seconds=a.value_seconds + b.value_seconds,
-        value_rows=a.value_rows + b.value_rows, next_value=b.next_value,
+        episodes=a.episodes + b.episodes,
+        valid=a.valid + b.valid,
+        turns=a.turns + b.turns,
+        reward_sum=a.reward_sum + b.reward_sum,
+        temperature_sum=a.temperature_sum + b.temperature_sum,
+        act_seconds=a.act_seconds + b.act_seconds,
+        env_seconds=a.env_seconds + b.env_seconds,
+        value_seconds=a.value_seconds + b.value_seconds,
+        value_rows=a.value_rows + b.value_rows,
+        next_value=b.next_value,
     )
 
 
 def dynamic_batch(
-    run: Run, stats: RolloutStats, collect: Callable[[], RolloutStats], estimate: Callable[[RolloutStats], dict[str, float]],
+    run: Run,
+    stats: RolloutStats,
+    collect: Callable[[], RolloutStats],
+    estimate: Callable[[RolloutStats], dict[str, float]],
 ) -> tuple[Any, RolloutStats, dict[str, float]]:
     """DAPO's dynamic sampling (``ppo.dynamic_sampling``; Yu et al. 2025): the update's batch from the
     compared turns of groups whose episodes differ (:func:`~a2c_ppo_acktr.algo.storage.informative_turns`),
@@ -378,11 +440,15 @@ def dynamic_batch(
         at = torch.tensor(positions, dtype=torch.long)
         batch.adv_mask.view(-1)[at] = False
         batch.advantages.view(-1)[at] = 0.0
-    return batch, stats, {
-        "rollout/dynamic_rounds": float(rounds),
-        "rollout/informative_fraction": informative / (rounds * size),
-        "rollout/uninformative_fill": fill / size,
-    }
+    return (
+        batch,
+        stats,
+        {
+            "rollout/dynamic_rounds": float(rounds),
+            "rollout/informative_fraction": informative / (rounds * size),
+            "rollout/uninformative_fill": fill / size,
+        },
+    )
 
 
 def update_policy(run: Run, iteration: int, batch: Any = None) -> dict[str, float]:
@@ -391,16 +457,21 @@ def update_policy(run: Run, iteration: int, batch: Any = None) -> dict[str, floa
     metrics = run.ppo.update(run.storage if batch is None else batch)
     if metrics.get("losses/skipped_minibatches", 0.0) > 0 or metrics.get("optim/skipped_windows", 0.0) > 0:
         logger.warning(
-            "iteration %d: %d minibatch(es) skipped for a non-finite loss, %d accumulation window(s) without an optimizer step "
+            "iteration %d: %d minibatch(es) skipped for a non-finite loss, %d accumulation window(s) without an "
+            "optimizer step "
             "(see losses/skipped_minibatches, optim/skipped_windows)",
-            iteration + 1, int(metrics.get("losses/skipped_minibatches", 0)), int(metrics.get("optim/skipped_windows", 0)),
+            iteration + 1,
+            int(metrics.get("losses/skipped_minibatches", 0)),
+            int(metrics.get("optim/skipped_windows", 0)),
         )
     run.storage.after_update()
     run.scheduler.step()
     return metrics
 
 
-def iteration_metrics(run: Run, stats: RolloutStats, update_metrics: dict[str, float], lrs: list[float], iteration: int) -> dict[str, float]:
+def iteration_metrics(
+    run: Run, stats: RolloutStats, update_metrics: dict[str, float], lrs: list[float], iteration: int
+) -> dict[str, float]:
     """One row of metrics, reduced over processes (identical on every process)."""
     acc = run.accelerator
     return {
@@ -509,14 +580,27 @@ def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
     from a2c_ppo_acktr.policy.rollout_engine import make_engine
 
     if cfg.rollout.engine != "hf":
-        run.engine = make_engine(cfg, run.module, out, accelerator.local_process_index, local_world_size(accelerator), engine_session(accelerator))
+        run.engine = make_engine(
+            cfg,
+            run.module,
+            out,
+            accelerator.local_process_index,
+            local_world_size(accelerator),
+            engine_session(accelerator),
+        )
         _check_engine_health(run)
     log = RunLogger(cfg, out, is_main=accelerator.is_main_process, start_iteration=start, wandb_run_id=run.wandb_run_id)
     run.wandb_run_id = log.wandb_run_id
     end = state.end(start)
     from tqdm.auto import tqdm
 
-    bar = tqdm(range(start, end), initial=start, total=cfg.ppo.num_iterations, desc="PPO", disable=not (accelerator.is_main_process and cfg.log.progress_bar))
+    bar = tqdm(
+        range(start, end),
+        initial=start,
+        total=cfg.ppo.num_iterations,
+        desc="PPO",
+        disable=not (accelerator.is_main_process and cfg.log.progress_bar),
+    )
     checkpoint_seconds = 0.0  # time spent writing the previous iteration's checkpoint
     try:
         for it in bar:
@@ -528,7 +612,13 @@ def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
             def collect(it: int = it) -> RolloutStats:
                 if run.engine is None:
                     run.observations, collected = collect_rollout(
-                        run.module, run.envs, run.storage, run.observations, cfg.rollout.num_steps, gather, bootstrap=bootstrap
+                        run.module,
+                        run.envs,
+                        run.storage,
+                        run.observations,
+                        cfg.rollout.num_steps,
+                        gather,
+                        bootstrap=bootstrap,
                     )
                     return collected
                 return _collect_through_engine(run, it, state, gather, bootstrap)
@@ -551,21 +641,33 @@ def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
                     batch, stats, sampled = dynamic_batch(run, stats, collect, estimate)
                 extra_metrics.update(sampled)
             with _timed(timings, "save_rollouts"):
-                if cfg.log.save_rollouts_every and (it + 1) % cfg.log.save_rollouts_every == 0:  # every rank its own envs' turns
+                if (
+                    cfg.log.save_rollouts_every and (it + 1) % cfg.log.save_rollouts_every == 0
+                ):  # every rank its own envs' turns
                     rows = rollout_rows(batch, run.module.tokenizer, cfg.env.env_id, it + 1, accelerator.process_index)
                     write_rollouts(rows, out, it + 1, accelerator.process_index, keep=cfg.log.keep_rollouts)
             with _timed(timings, "update"):
                 update_metrics = update_policy(run, it, batch)
-            timings["time/iteration"] = timings["time/collect"] + timings["time/advantages"] + timings["time/dynamic_sampling"] + timings["time/update"]
+            timings["time/iteration"] = (
+                timings["time/collect"]
+                + timings["time/advantages"]
+                + timings["time/dynamic_sampling"]
+                + timings["time/update"]
+            )
             timings["time/collect_act"], timings["time/collect_env"] = stats.act_seconds, stats.env_seconds
             timings["time/collect_values"] = stats.value_seconds
-            metrics = {**iteration_metrics(run, stats, update_metrics, lrs, it), **(reduce_mean(accelerator, extra_metrics) if extra_metrics else {})}
+            metrics = {
+                **iteration_metrics(run, stats, update_metrics, lrs, it),
+                **(reduce_mean(accelerator, extra_metrics) if extra_metrics else {}),
+            }
             metrics.update(engine_metrics(run))
             with _timed(timings, "validation"):
                 metrics.update(validate(run, it + 1, log))
             confirm_run_lock(out, accelerator.is_main_process, accelerator.num_processes)  # before each metrics row too
             log.log({**metrics, **timings}, iteration=it + 1)
-            bar.set_postfix(score=f"{metrics['rollout/episode_score_mean']:.3f}", kl=f"{metrics['losses/approx_kl']:.2e}")
+            bar.set_postfix(
+                score=f"{metrics['rollout/episode_score_mean']:.3f}", kl=f"{metrics['losses/approx_kl']:.2e}"
+            )
             checkpoint_seconds = 0.0
             stop_reason = stop.agreed(accelerator)
             if state.due(it + 1, end, bool(stop_reason)):
@@ -581,7 +683,10 @@ def _train(cfg: RunConfig, accelerator, stop: StopOnSignal) -> Path:
         bar.close()
         log.close()
     if state.last is None:
-        raise RuntimeError(f"no iteration ran: the run starts at iteration {start} and ends at {end}; raise ppo.num_iterations to continue")
+        raise RuntimeError(
+            f"no iteration ran: the run starts at iteration {start} and ends at {end}; raise ppo.num_iterations to "
+            "continue"
+        )
     return state.last
 
 
@@ -606,7 +711,9 @@ def _check_engine_health(run: Run) -> None:
     except EngineError as e:
         error = e
     if _any_failed(run.accelerator, error):
-        raise error or EngineError("the rollout server of another process failed its health check (see that process's log)")
+        raise error or EngineError(
+            "the rollout server of another process failed its health check (see that process's log)"
+        )
 
 
 def _collect_through_engine(run: Run, it: int, state: RunState, gather: Any, bootstrap: bool) -> RolloutStats:
@@ -638,7 +745,13 @@ def _collect_through_engine(run: Run, it: int, state: RunState, gather: Any, boo
             engine.discard_adapters(keep=version)  # every server holds this version now
         with run.module.with_engine(engine):
             run.observations, collected[0] = collect_rollout(
-                run.module, run.envs, run.storage, run.observations, run.cfg.rollout.num_steps, gather, bootstrap=bootstrap
+                run.module,
+                run.envs,
+                run.storage,
+                run.observations,
+                run.cfg.rollout.num_steps,
+                gather,
+                bootstrap=bootstrap,
             )
 
     error: Optional[EngineError] = None
@@ -654,5 +767,7 @@ def _collect_through_engine(run: Run, it: int, state: RunState, gather: Any, boo
     restore_pre_rollout_state(run, snapshot)
     if not state.saved(it):
         state.save(run, it)
-    reason = str(error) if error is not None else "the rollout server of another process failed (see that process's log)"
+    reason = (
+        str(error) if error is not None else "the rollout server of another process failed (see that process's log)"
+    )
     raise EngineStopped(reason, it, state.last) from None

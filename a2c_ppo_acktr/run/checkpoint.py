@@ -11,6 +11,7 @@ What goes into a checkpoint is decided by the caller (:mod:`a2c_ppo_acktr.rl.tra
 callback; this module only knows how to make the write atomic, how to keep the last K, and how to
 capture/restore random-number-generator state.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -57,7 +58,9 @@ def checkpoint_iteration(path: str | os.PathLike) -> int:
     """
     m = _NAME_RE.match(Path(path).name)
     if m is None:
-        raise CheckpointError(f"{str(path)!r} is not a checkpoint directory (expected a name like {checkpoint_name(12)!r})")
+        raise CheckpointError(
+            f"{str(path)!r} is not a checkpoint directory (expected a name like {checkpoint_name(12)!r})"
+        )
     return int(m.group(1))
 
 
@@ -110,17 +113,21 @@ def resolve_resume(resume: Optional[str], checkpoints_root: str | os.PathLike) -
         found = latest_intact_checkpoint(checkpoints_root)
         if found is None and list_checkpoints(checkpoints_root):
             raise CheckpointError(
-                f"every checkpoint under {checkpoints_root} is damaged (see the warnings above); restore one from a backup, "
+                f"every checkpoint under {checkpoints_root} is damaged (see the warnings above); restore one from a "
+                "backup, "
                 "or start afresh with --log.overwrite true"
             )
         return found
     path = Path(resume)
     if not path.is_dir():
-        raise CheckpointError(f"log.resume={resume!r}: no such checkpoint directory; use --resume auto or a path under {checkpoints_root}")
+        raise CheckpointError(
+            f"log.resume={resume!r}: no such checkpoint directory; use --resume auto or a path under {checkpoints_root}"
+        )
     if not is_complete(path):
         raise CheckpointError(
             f"log.resume={resume!r} has no {COMPLETE_MARKER} marker: its write was interrupted. "
-            f"Resume from an earlier checkpoint ({[p.name for p in list_checkpoints(path.parent)]}) or use --resume auto"
+            f"Resume from an earlier checkpoint ({[p.name for p in list_checkpoints(path.parent)]}) or use --resume "
+            "auto"
         )
     require_intact(path, "resume from an earlier checkpoint or use --resume auto")
     return path
@@ -257,7 +264,9 @@ class CheckpointManager:
                     # write of the same iteration: leave it for that run to publish or clean.
                     tmp = None
                     raise
-                publish_dir(tmp, target)  # a re-save of the same iteration (final save after a periodic one) replaces it
+                publish_dir(
+                    tmp, target
+                )  # a re-save of the same iteration (final save after a periodic one) replaces it
                 self._prune()
         except BaseException as e:  # never leave a half-written temporary directory behind
             if self.is_main and tmp is not None:
@@ -269,7 +278,8 @@ class CheckpointManager:
             where = f" ({e.filename})" if getattr(e, "filename", None) else ""
             raise CheckpointError(
                 f"writing checkpoint {target.name} into {self.root} failed: {what}{where} "
-                f"({type(e).__name__}{', errno ' + str(e.errno) if getattr(e, 'errno', None) else ''}); free space or fix the directory's "
+                f"({type(e).__name__}{', errno ' + str(e.errno) if getattr(e, 'errno', None) else ''}); free space or "
+                "fix the directory's "
                 "permissions, then continue with --resume auto (the earlier checkpoints are intact)"
             ) from e
         self.barrier()
@@ -326,7 +336,10 @@ def restore_rng_state(state: Mapping[str, Any], extra: Optional[Mapping[str, Any
     saved = state.get("extra", {})
     for name, gen in (extra or {}).items():
         if name not in saved:
-            raise CheckpointError(f"checkpoint has no state for random generator {name!r} (saved: {sorted(saved)}); it was written by a different version of the run")
+            raise CheckpointError(
+                f"checkpoint has no state for random generator {name!r} (saved: {sorted(saved)}); it was written by a "
+                "different version of the run"
+            )
         _set_generator_state(gen, saved[name], name)
 
 
@@ -337,7 +350,10 @@ def _generator_state(gen: Any, name: str) -> Any:
         return gen.bit_generator.state
     if isinstance(gen, random.Random):
         return gen.getstate()
-    raise CheckpointError(f"cannot checkpoint generator {name!r} of type {type(gen).__name__}; expected torch.Generator, numpy Generator or random.Random")
+    raise CheckpointError(
+        f"cannot checkpoint generator {name!r} of type {type(gen).__name__}; expected torch.Generator, numpy Generator "
+        "or random.Random"
+    )
 
 
 def _set_generator_state(gen: Any, state: Any, name: str) -> None:
@@ -397,41 +413,64 @@ def _unbox(obj: Any) -> Any:
 # What a per-rank state file may name, besides this package's own dataclasses and enums: numpy
 # arrays, dtypes and random generators, an OrderedDict. Nothing that runs a command, opens a file or
 # imports a module by a name read from the file.
-_SAFE_GLOBALS = frozenset({
-    ("collections", "OrderedDict"),
-    ("numpy", "dtype"),
-    ("numpy", "ndarray"),
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "scalar"),
-    ("numpy.core.numeric", "_frombuffer"),
-    ("numpy._core.numeric", "_frombuffer"),
-    ("numpy.random._pickle", "__generator_ctor"),
-    ("numpy.random._pickle", "__bit_generator_ctor"),
-    ("numpy.random._pickle", "__randomstate_ctor"),
-    ("numpy.random._pcg64", "PCG64"),
-    ("numpy.random._mt19937", "MT19937"),
-    ("numpy.random._philox", "Philox"),
-    ("numpy.random._sfc64", "SFC64"),
-    ("numpy.random.bit_generator", "SeedSequence"),
-    ("numpy.random.bit_generator", "__pyx_unpickle_SeedSequence"),
-})
+_SAFE_GLOBALS = frozenset(
+    {
+        ("collections", "OrderedDict"),
+        ("numpy", "dtype"),
+        ("numpy", "ndarray"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "scalar"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"),
+        ("numpy.random._pickle", "__generator_ctor"),
+        ("numpy.random._pickle", "__bit_generator_ctor"),
+        ("numpy.random._pickle", "__randomstate_ctor"),
+        ("numpy.random._pcg64", "PCG64"),
+        ("numpy.random._mt19937", "MT19937"),
+        ("numpy.random._philox", "Philox"),
+        ("numpy.random._sfc64", "SFC64"),
+        ("numpy.random.bit_generator", "SeedSequence"),
+        ("numpy.random.bit_generator", "__pyx_unpickle_SeedSequence"),
+    }
+)
 
 
 # Modules that moved into sub-packages, by their old names: a state file written before the move
 # names its dataclasses by the old module and still loads.
 _MOVED_MODULES = {
-    **{f"a2c_ppo_acktr.{m}": f"a2c_ppo_acktr.common.{m}" for m in ("choices", "errors", "atomic", "jsonl", "bounded_read", "stats", "scoring", "env_ids", "prompts")},
+    **{
+        f"a2c_ppo_acktr.{m}": f"a2c_ppo_acktr.common.{m}"
+        for m in ("choices", "errors", "atomic", "jsonl", "bounded_read", "stats", "scoring", "env_ids", "prompts")
+    },
     **{f"a2c_ppo_acktr.{m}": f"a2c_ppo_acktr.config.{m}" for m in ("arguments", "cli")},
-    **{f"a2c_ppo_acktr.{m}": f"a2c_ppo_acktr.run.{m}" for m in ("rundir", "checkpoint", "distributed", "logger", "preemption")},
-    **{f"a2c_ppo_acktr.{m}": f"a2c_ppo_acktr.policy.{m}"
-       for m in ("encoding", "temp_predictor", "distributions", "references", "rollout_engine", "loading", "model", "loopback_server")},
+    **{
+        f"a2c_ppo_acktr.{m}": f"a2c_ppo_acktr.run.{m}"
+        for m in ("rundir", "checkpoint", "distributed", "logger", "preemption")
+    },
+    **{
+        f"a2c_ppo_acktr.{m}": f"a2c_ppo_acktr.policy.{m}"
+        for m in (
+            "encoding",
+            "temp_predictor",
+            "distributions",
+            "references",
+            "rollout_engine",
+            "loading",
+            "model",
+            "loopback_server",
+        )
+    },
     **{f"a2c_ppo_acktr.{m}": f"a2c_ppo_acktr.rl.{m}" for m in ("run_state", "train")},
     **{old: "a2c_ppo_acktr.algo.storage" for old in ("a2c_ppo_acktr.storage", "a2c_ppo_acktr.rl.storage")},
     **{f"a2c_ppo_acktr.{m}": f"a2c_ppo_acktr.eval.{m}" for m in ("evaluation", "validation", "video_protocol")},
     **{old: "a2c_ppo_acktr.rl.saved_rollouts" for old in ("a2c_ppo_acktr.rollouts", "a2c_ppo_acktr.rl.rollouts")},
-    **{old: f"a2c_ppo_acktr.labels.{m}" for m in ("teachers", "labeling") for old in (f"a2c_ppo_acktr.{m}", f"a2c_ppo_acktr.eval.{m}")},
+    **{
+        old: f"a2c_ppo_acktr.labels.{m}"
+        for m in ("teachers", "labeling")
+        for old in (f"a2c_ppo_acktr.{m}", f"a2c_ppo_acktr.eval.{m}")
+    },
 }
 
 
@@ -467,13 +506,33 @@ def load_pickle(path: Path) -> Any:
             (a tampered file, or one written before tensors were boxed: start that run afresh).
     """
     if not path.is_file():
-        raise CheckpointError(f"checkpoint file {str(path)!r} is missing; the checkpoint is incomplete or from another run layout")
+        raise CheckpointError(
+            f"checkpoint file {str(path)!r} is missing; the checkpoint is incomplete or from another run layout"
+        )
     try:
         with open(path, "rb") as f:
             return _unbox(_StateUnpickler(f).load())
     except pickle.PickleError as e:  # UnpicklingError, or a library's own (numpy's checksum mismatch)
         if str(e).startswith("refusing"):
-            raise CheckpointError(f"checkpoint file {str(path)!r} was not loaded: {e} (only numpy, RNG and this package's state types are allowed)") from e
-        raise CheckpointError(f"checkpoint file {str(path)!r} is corrupt ({e}); resume from an earlier checkpoint") from e
-    except (EOFError, ValueError, TypeError, AttributeError, ImportError, IndexError, KeyError, OverflowError, MemoryError, RecursionError) as e:
-        raise CheckpointError(f"checkpoint file {str(path)!r} is corrupt ({type(e).__name__}: {e}); resume from an earlier checkpoint") from e
+            raise CheckpointError(
+                f"checkpoint file {str(path)!r} was not loaded: {e} (only numpy, RNG and this package's state types "
+                "are allowed)"
+            ) from e
+        raise CheckpointError(
+            f"checkpoint file {str(path)!r} is corrupt ({e}); resume from an earlier checkpoint"
+        ) from e
+    except (
+        EOFError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        ImportError,
+        IndexError,
+        KeyError,
+        OverflowError,
+        MemoryError,
+        RecursionError,
+    ) as e:
+        raise CheckpointError(
+            f"checkpoint file {str(path)!r} is corrupt ({type(e).__name__}: {e}); resume from an earlier checkpoint"
+        ) from e

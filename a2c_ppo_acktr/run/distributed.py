@@ -11,6 +11,7 @@ DeepSpeed the Accelerator must not get ``cpu=True``; the JSON must give
 ``train_micro_batch_size_per_gpu``; processes that imported DeepSpeed can abort at interpreter exit
 unless the process group is destroyed first (:func:`shutdown`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,7 +43,7 @@ def _fill(ds: dict[str, Any], key: str, value: Any, source: str) -> None:
     elif float(current) != float(value):
         raise ConfigError(
             f"DeepSpeed config sets {key}={current!r} but the run config has {source}={value!r}; "
-            f"set {key} to \"auto\" in the JSON (the run config then wins) or make them equal"
+            f'set {key} to "auto" in the JSON (the run config then wins) or make them equal'
         )
 
 
@@ -65,7 +66,10 @@ def deepspeed_config_dict(cfg: RunConfig) -> dict[str, Any]:
     else:
         path = Path(cfg.dist.deepspeed_config)
         if not path.is_file():
-            raise ConfigError(f"dist.deepspeed_config={str(path)!r} does not exist; use scripts/ds_config.json or scripts/ds_config_zero3.json")
+            raise ConfigError(
+                f"dist.deepspeed_config={str(path)!r} does not exist; use scripts/ds_config.json or "
+                "scripts/ds_config_zero3.json"
+            )
         try:
             ds = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
@@ -77,7 +81,8 @@ def deepspeed_config_dict(cfg: RunConfig) -> dict[str, Any]:
         zero["stage"] = cfg.dist.zero_stage
     elif int(stage) != cfg.dist.zero_stage:
         raise ConfigError(
-            f"{cfg.dist.deepspeed_config} sets zero_optimization.stage={stage} but dist.zero_stage={cfg.dist.zero_stage}; "
+            f"{cfg.dist.deepspeed_config} sets zero_optimization.stage={stage} but "
+            f"dist.zero_stage={cfg.dist.zero_stage}; "
             "make them equal (scripts/ds_config.json is stage 2, scripts/ds_config_zero3.json stage 3)"
         )
     _fill(ds, "gradient_clipping", cfg.ppo.max_grad_norm, "ppo.max_grad_norm")
@@ -91,7 +96,10 @@ def deepspeed_config_dict(cfg: RunConfig) -> dict[str, Any]:
         if section.get("enabled", "auto") == "auto":
             section["enabled"] = want
         elif bool(section["enabled"]) != want:
-            raise ConfigError(f"DeepSpeed config sets {key}.enabled={section['enabled']} but model.dtype={cfg.model.dtype!r}; set it to \"auto\"")
+            raise ConfigError(
+                f"DeepSpeed config sets {key}.enabled={section['enabled']} but model.dtype={cfg.model.dtype!r}; set it "
+                'to "auto"'
+            )
     # Gradients summed over micro-batches and reduced over ranks in float32 unless the JSON says
     # otherwise: in bf16, 16 micro-batches x 8 ranks of sums keep 2-3 significant digits.
     ds.setdefault("data_types", {}).setdefault("grad_accum_dtype", "fp32")
@@ -119,7 +127,8 @@ def build_accelerator(cfg: RunConfig):
     if launched_with_ds and cfg.dist.zero_stage == 0:
         raise ConfigError(
             "accelerate launch was given a DeepSpeed config but dist.zero_stage=0; pass "
-            "--dist.zero_stage 2 --dist.deepspeed_config scripts/ds_config.json (or launch without the DeepSpeed config)"
+            "--dist.zero_stage 2 --dist.deepspeed_config scripts/ds_config.json (or launch without the DeepSpeed "
+            "config)"
         )
     handlers = []
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
@@ -204,7 +213,10 @@ def gathered_for_rollout(policy: Any) -> Iterator[None]:
     try:
         from deepspeed.runtime.zero.stage3 import unwrap_model_for_generation
     except ImportError as e:  # added in DeepSpeed 0.16
-        raise ConfigError("ZeRO-3 rollouts need deepspeed>=0.16 (deepspeed.runtime.zero.stage3.unwrap_model_for_generation); upgrade deepspeed or use dist.zero_stage=2") from e
+        raise ConfigError(
+            "ZeRO-3 rollouts need deepspeed>=0.16 (deepspeed.runtime.zero.stage3.unwrap_model_for_generation); upgrade "
+            "deepspeed or use dist.zero_stage=2"
+        ) from e
     global _LOCAL_FORWARDS
     with unwrap_model_for_generation(policy):
         _LOCAL_FORWARDS += 1
@@ -227,11 +239,18 @@ def agreed_chunk_count(needed: int, head: torch.nn.Module) -> int:
     rank that never comes.
     """
     weight = getattr(head, "weight", None)
-    if (weight is None or not hasattr(weight, "ds_id") or _LOCAL_FORWARDS > 0 or not torch.distributed.is_initialized()
-            or torch.distributed.get_world_size() == 1):
+    if (
+        weight is None
+        or not hasattr(weight, "ds_id")
+        or _LOCAL_FORWARDS > 0
+        or not torch.distributed.is_initialized()
+        or torch.distributed.get_world_size() == 1
+    ):
         return needed
     on_gpu = torch.distributed.get_backend() == "nccl"
-    count = torch.tensor([needed], dtype=torch.long, device=torch.device("cuda", torch.cuda.current_device()) if on_gpu else "cpu")
+    count = torch.tensor(
+        [needed], dtype=torch.long, device=torch.device("cuda", torch.cuda.current_device()) if on_gpu else "cpu"
+    )
     torch.distributed.all_reduce(count, op=torch.distributed.ReduceOp.MAX)
     return int(count.item())
 

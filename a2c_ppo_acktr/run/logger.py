@@ -8,6 +8,7 @@ Beside scalars, :meth:`RunLogger.log_images` and :meth:`RunLogger.log_text_table
 a trajectory picture) and tables (question, reply, reward) to tensorboard (``add_image``, ``add_text``
 with a markdown table) and wandb (``wandb.Image``, ``wandb.Table``); ``metrics.jsonl`` keeps numbers only.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,7 +43,9 @@ def check_metrics_file(path: str | os.PathLike) -> None:
     """
     path = Path(path)
     if os.path.lexists(path) and not path.is_file():
-        raise MetricsFileError(f"{path} is not a file (a directory?); a run appends its metrics there: move it away, then run again")
+        raise MetricsFileError(
+            f"{path} is not a file (a directory?); a run appends its metrics there: move it away, then run again"
+        )
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
@@ -57,7 +60,9 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"metrics file {str(path)!r} does not exist; pass the metrics.jsonl a training run wrote")
+        raise FileNotFoundError(
+            f"metrics file {str(path)!r} does not exist; pass the metrics.jsonl a training run wrote"
+        )
     return read_log(path, fix="metrics.jsonl holds one JSON object per line")
 
 
@@ -164,7 +169,13 @@ class RunLogger:
             aside = self._set_aside_path()
             with open(aside, "w", encoding="utf-8") as f:
                 f.writelines(json.dumps(r) + "\n" for r in dropped)
-            logger.warning("resuming at iteration %d: the %d later row(s) of %s were moved to %s", start_iteration, len(dropped), self.metrics_path, aside)
+            logger.warning(
+                "resuming at iteration %d: the %d later row(s) of %s were moved to %s",
+                start_iteration,
+                len(dropped),
+                self.metrics_path,
+                aside,
+            )
         with open_atomic(self.metrics_path) as f:
             for r in keep:
                 f.write(json.dumps(r) + "\n")
@@ -180,7 +191,8 @@ class RunLogger:
         except OSError as e:
             # A torn row the failed write may leave is dropped when the run resumes (read_log).
             raise MetricsFileError(
-                f"writing iteration {iteration}'s row to {self.metrics_path} failed: {e.strerror or e}; free space or fix the directory's "
+                f"writing iteration {iteration}'s row to {self.metrics_path} failed: {e.strerror or e}; free space or "
+                "fix the directory's "
                 "permissions, then continue with --resume auto (from the last checkpoint; later iterations are redone)"
             ) from e
         scalars = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
@@ -229,7 +241,9 @@ class RunLogger:
         columns = [str(c) for c in columns]
         for row in rows:
             if len(row) != len(columns):
-                raise ValueError(f"log_text_table({tag!r}): a row has {len(row)} cells for {len(columns)} columns {columns}")
+                raise ValueError(
+                    f"log_text_table({tag!r}): a row has {len(row)} cells for {len(columns)} columns {columns}"
+                )
         if self._tb is not None:
             self._tb.add_text(tag, markdown_table(columns, rows), global_step=step)
             self._tb.flush()

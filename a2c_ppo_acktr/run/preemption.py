@@ -5,13 +5,15 @@ The first signal only sets a flag: the run finishes the iteration it is in (roll
 row), writes a checkpoint and exits with :data:`PREEMPTED_EXIT_CODE`, so ``--resume auto``
 continues exactly where it stopped. A ``STOP`` file (``touch RUN/STOP``) does the same and is removed
 when the run stops; it reaches every process of every node whatever the launcher does with signals
-(``scripts/batch_vsi.sh`` writes it when SLURM signals the job). A second signal stops at once (exit 130, nothing saved beyond
+(``scripts/batch_vsi.sh`` writes it when SLURM signals the job). A second signal stops at once (exit 130, nothing saved
+beyond
 the last checkpoint). In a multi-process run the processes agree on the flag after every iteration
 (a one-element all-reduce), so all of them stop after the same iteration.
 
 A request the run is waiting on (the rollout server's) does not hold the stop back: it polls
 :func:`stop_requested` and gives up within a second of the signal or the file.
 """
+
 from __future__ import annotations
 
 import logging
@@ -59,8 +61,12 @@ class Preempted(Exception):
 
     exit_code = PREEMPTED_EXIT_CODE
 
-    def __init__(self, what: str, iteration: int, checkpoint: Path, unit: str = "iteration", resume: str = "--resume auto") -> None:
-        super().__init__(f"stopped by {what} after {unit} {iteration}; checkpoint {checkpoint} written; continue with {resume}")
+    def __init__(
+        self, what: str, iteration: int, checkpoint: Path, unit: str = "iteration", resume: str = "--resume auto"
+    ) -> None:
+        super().__init__(
+            f"stopped by {what} after {unit} {iteration}; checkpoint {checkpoint} written; continue with {resume}"
+        )
         self.checkpoint = checkpoint
 
 
@@ -81,7 +87,8 @@ def remove_stop_file(path: Path) -> None:
             path.unlink(missing_ok=True)
     except OSError as e:
         raise StopFileError(
-            f"the stop request {path} cannot be removed ({e.strerror}); remove it yourself (a run stops when a {path.name} "
+            f"the stop request {path} cannot be removed ({e.strerror}); remove it yourself (a run stops when a "
+            f"{path.name} "
             "file appears in its directory), then continue the run"
         ) from None
 
@@ -102,7 +109,11 @@ class StopOnSignal:
         if self.signame is not None:
             raise KeyboardInterrupt(f"a second signal ({name}) after {self.signame}: stopping now")
         self.signame = name
-        logger.warning("%s received: finishing this iteration, then a checkpoint and exit %d (send it again to stop at once)", name, PREEMPTED_EXIT_CODE)
+        logger.warning(
+            "%s received: finishing this iteration, then a checkpoint and exit %d (send it again to stop at once)",
+            name,
+            PREEMPTED_EXIT_CODE,
+        )
 
     def __enter__(self) -> "StopOnSignal":
         if threading.current_thread() is threading.main_thread():

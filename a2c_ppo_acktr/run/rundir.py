@@ -19,6 +19,7 @@ output directory.
   taken back, and one that another process now holds stops this process with one line
   (:class:`RunLockLostError`) before it writes over that process's files.
 """
+
 from __future__ import annotations
 
 import errno
@@ -99,7 +100,9 @@ def check_output_path(out: str | os.PathLike, inputs: Iterable[str | os.PathLike
         raise ConfigError(f"{option} {ascii(shown)} is not UTF-8 text; choose a directory name of UTF-8 characters")
     path = Path(shown).expanduser().resolve()
     if _contains(path, Path.cwd().resolve()):
-        raise ConfigError(f"{option} {shown} is the current directory or contains it; choose a new directory for the output")
+        raise ConfigError(
+            f"{option} {shown} is the current directory or contains it; choose a new directory for the output"
+        )
     if Path(shown).name == "..":
         # The run's own name would be "..": moving it aside, or its lock beside it, cannot work.
         raise ConfigError(f"{option} {shown} ends in '..'; name the directory itself ({path})")
@@ -111,7 +114,9 @@ def check_output_path(out: str | os.PathLike, inputs: Iterable[str | os.PathLike
             continue
         src = src.resolve()
         if _contains(path, src) or _contains(src, path):
-            raise ConfigError(f"{option} {shown} overlaps the input {given}; write the output to a directory of its own")
+            raise ConfigError(
+                f"{option} {shown} overlaps the input {given}; write the output to a directory of its own"
+            )
     return path
 
 
@@ -146,7 +151,8 @@ def claim_output_dir(
         if used(path):
             if not overwrite:
                 raise ConfigError(
-                    f"{option} {os.fsdecode(out)} already holds output; choose another directory, or pass {overwrite_hint} "
+                    f"{option} {os.fsdecode(out)} already holds output; choose another directory, or pass "
+                    f"{overwrite_hint} "
                     f"(moves it to {path.name}.old-<time>, nothing is deleted)"
                 )
             aside = move_aside(path)
@@ -157,8 +163,14 @@ def claim_output_dir(
 
 
 @contextmanager
-def staged_output_dir(out: str | os.PathLike, target: Path, *, overwrite: bool, inputs: Iterable[str | os.PathLike] = (),
-                      prefix: str = ".tmp-") -> Iterator[Path]:
+def staged_output_dir(
+    out: str | os.PathLike,
+    target: Path,
+    *,
+    overwrite: bool,
+    inputs: Iterable[str | os.PathLike] = (),
+    prefix: str = ".tmp-",
+) -> Iterator[Path]:
     """A temporary sibling of ``target`` to fill in the block; when the block ends cleanly ``out`` is
     claimed (:func:`claim_output_dir`: refused, or moved aside with ``overwrite``) and the sibling is
     renamed into place. Any failure removes the sibling and nothing else."""
@@ -202,7 +214,8 @@ def claim_output_files(
         taken = [n for n in names if os.path.lexists(path / n)]
         if taken and not overwrite:
             raise ConfigError(
-                f"{option} {os.fsdecode(directory)} already holds {', '.join(taken)}; choose another directory, or pass "
+                f"{option} {os.fsdecode(directory)} already holds {', '.join(taken)}; choose another directory, or "
+                "pass "
                 f"{overwrite_hint} (moves each to NAME.old-<time>, nothing is deleted)"
             )
         for name in taken:
@@ -267,7 +280,8 @@ class RunLock:
             return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except IsADirectoryError:
             raise ConfigError(
-                f"the lock file {self.path} of {self.directory} is a directory; remove it (rmdir {self.path}) if it holds "
+                f"the lock file {self.path} of {self.directory} is a directory; remove it (rmdir {self.path}) if it "
+                "holds "
                 "nothing of yours, then run again"
             ) from None
 
@@ -288,14 +302,19 @@ class RunLock:
             except BlockingIOError:
                 os.close(fd)
                 raise RunLockedError(
-                    f"{self.directory} is in use by another run: {self._who()}; wait for it to end or stop it, or choose another "
+                    f"{self.directory} is in use by another run: {self._who()}; wait for it to end or stop it, or "
+                    "choose another "
                     f"directory (lock file {self.path})"
                 ) from None
             except OSError as e:
                 os.close(fd)
                 if e.errno not in _NO_LOCKS:
                     raise
-                logger.warning("the file system of %s has no file locks (%s): running without the run-directory lock", self.path, e.strerror)
+                logger.warning(
+                    "the file system of %s has no file locks (%s): running without the run-directory lock",
+                    self.path,
+                    e.strerror,
+                )
                 return self
             # The file may have been removed or replaced between the open and the lock: a lock on a
             # file nobody else will open protects nothing, so lock the one the name points to now.
@@ -303,11 +322,21 @@ class RunLock:
                 break
             os.close(fd)
         else:
-            raise RunLockedError(f"the lock file {self.path} keeps being removed or replaced; find what deletes it and stop it, then run again")
+            raise RunLockedError(
+                f"the lock file {self.path} keeps being removed or replaced; find what deletes it and stop it, then "
+                "run again"
+            )
         old = self._holder()
         if old.get("pid"):
-            logger.info("taking over the lock of %s: pid %s on %s is gone", self.directory, old.get("pid"), old.get("host"))
-        info = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "command": redact_urls(" ".join(sys.argv))[:500]}
+            logger.info(
+                "taking over the lock of %s: pid %s on %s is gone", self.directory, old.get("pid"), old.get("host")
+            )
+        info = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "command": redact_urls(" ".join(sys.argv))[:500],
+        }
         os.ftruncate(fd, 0)
         os.write(fd, json.dumps(info).encode("utf-8"))
         self._fd = fd
@@ -331,13 +360,17 @@ class RunLock:
             self.acquire()
         except RunLockedError:
             raise RunLockLostError(
-                f"the lock file {self.path} was removed while this process held {self.directory}, and another process now "
-                f"holds a new one: {self._who()}; this process stops here without writing into the directory again (let one "
+                f"the lock file {self.path} was removed while this process held {self.directory}, and another process "
+                "now "
+                f"holds a new one: {self._who()}; this process stops here without writing into the directory again "
+                "(let one "
                 "run use a directory at a time; never delete a live run's lock file)"
             ) from None
         finally:
             os.close(lost)  # after the new lock is held: the directory is never unguarded in between
-        logger.warning("the lock file %s was removed while this process held %s; it is locked again", self.path, self.directory)
+        logger.warning(
+            "the lock file %s was removed while this process held %s; it is locked again", self.path, self.directory
+        )
 
     def release(self) -> None:
         """Release the lock (the file stays: removing it would race with a process that opened it)."""
@@ -411,7 +444,10 @@ def claim_report_dir(out: str | os.PathLike, *, overwrite: bool, files: Optional
     path = check_output_path(out)
     found = holds_run(path)
     if found:
-        raise ConfigError(f"--out {out} is a training run's directory (it holds {', '.join(found)}); write the report to a directory of its own")
+        raise ConfigError(
+            f"--out {out} is a training run's directory (it holds {', '.join(found)}); write the report to a directory "
+            "of its own"
+        )
     if files is not None:
         return claim_output_files(out, files, overwrite=overwrite)
     return claim_output_dir(out, overwrite=overwrite, used=lambda p: any((p / m).exists() for m in REPORT_MARKERS))
@@ -486,12 +522,16 @@ def check_shared_directory(directory: str | os.PathLike, is_main: bool, num_proc
     if is_main:
         target.parent.mkdir(parents=True, exist_ok=True)
         probe = target.parent / f".{target.name}.probe-{socket.gethostname()}-{os.getpid()}-{time.time_ns()}"
-        probe.write_text("shared-filesystem probe of a starting run; removed once every process has looked\n", encoding="utf-8")
+        probe.write_text(
+            "shared-filesystem probe of a starting run; removed once every process has looked\n", encoding="utf-8"
+        )
     name = broadcast_object_list([probe.name if probe is not None else None])[0]
     # A network filesystem may cache "no such file" for a few seconds: look again, listing the
     # directory (which refreshes it), before calling the directory node-local.
     deadline = time.monotonic() + SHARED_PROBE_WAIT_S
-    while not (seen := (target.parent / name).exists() or (target.parent.is_dir() and name in os.listdir(target.parent))):
+    while not (
+        seen := (target.parent / name).exists() or (target.parent.is_dir() and name in os.listdir(target.parent))
+    ):
         if time.monotonic() > deadline:
             break
         time.sleep(0.5)
@@ -502,6 +542,7 @@ def check_shared_directory(directory: str | os.PathLike, is_main: bool, num_proc
     if blind:
         who = ", ".join(f"{rank} on {host}" for rank, host in blind)
         raise SharedDirectoryError(
-            f"{target} is not on a filesystem every process sees: process(es) {who} do not see the file the main process "
+            f"{target} is not on a filesystem every process sees: process(es) {who} do not see the file the main "
+            "process "
             f"wrote beside it; put the output directory on a shared filesystem (not /tmp or a node-local disk)"
         )

@@ -6,6 +6,7 @@ the project's own renders (:mod:`.vision`).
 ``tiny_model_dir(family, seed)`` is what loading a ``tiny:<family>`` path calls; the command line is
 ``python -m a2c_ppo_acktr.tiny --family qwen2_5_vl --out DIR [--seed N]`` (or ``vsi-tiny``).
 """
+
 from a2c_ppo_acktr.tiny.build import (  # noqa: F401 (the sub-package's interface)
     BUILDS,
     FAMILIES,

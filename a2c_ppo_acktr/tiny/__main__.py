@@ -1,4 +1,5 @@
 """``python -m a2c_ppo_acktr.tiny``: build a tiny model (:func:`a2c_ppo_acktr.tiny.build.main`)."""
+
 import sys
 
 from a2c_ppo_acktr.config.cli import run_main

@@ -24,6 +24,7 @@ run with another seed checks that no test depends on one build's weights (anothe
 changes them too).
 CLI: ``python -m a2c_ppo_acktr.tiny --family qwen2_5_vl --out DIR [--seed N]`` (or ``vsi-tiny``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,6 +63,7 @@ SEED_ENV = "VSI_TINY_SEED"
 class TinySeedError(ValueError, UserError):
     """``$VSI_TINY_SEED`` holds something other than a seed; the message says what it accepts."""
 
+
 # Qwen2/2.5/3-VL special tokens in the order the real tokenizers list them (ids follow the base
 # vocabulary, as in the real checkpoints, so code never assumes special ids are small or large).
 SPECIAL_TOKENS = (
@@ -92,7 +94,8 @@ _QWEN_SPLIT_PATTERN = (
 CHAT_TEMPLATE = (
     "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
     "{% for message in messages %}"
-    "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% "
+    "endif %}"
     "<|im_start|>{{ message['role'] }}\n"
     "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
     "{% else %}{% for content in message['content'] %}"
@@ -166,12 +169,22 @@ class TinySpec:
 VISION_VARIANTS: dict[str, tuple[str, dict]] = {
     # Reads EZPoints' cards (held-out suits) at 1.000 with 2000 steps at lr 1e-3; 1000 steps gave
     # 0.908 and the default lr 3e-4 0.575 (bench/README.md, "A second image-only game").
-    "qwen2_5_vl-ezpoints": ("qwen2_5_vl", {"vision_pretrain_steps": 2000, "vision_pretrain_lr": 1e-3, "vision_pretrain_tasks": ("ezpoints_cards",)}),
+    "qwen2_5_vl-ezpoints": (
+        "qwen2_5_vl",
+        {"vision_pretrain_steps": 2000, "vision_pretrain_lr": 1e-3, "vision_pretrain_tasks": ("ezpoints_cards",)},
+    ),
     # Reads a procedural room's floor area from the 4 frames of its sweep (VSI-Bench's room-size
     # question): held-out MRA 0.627 against the best constant's 0.419 (docs/RESULTS.md, "The embedded model
     # sees"). In an exploratory run at lr 1e-3 the model kept answering one constant.
-    "qwen2_5_vl-rooms": ("qwen2_5_vl", {"vision_pretrain_steps": 2500, "vision_pretrain_lr": 3e-4, "vision_pretrain_tasks": ("room_size",),
-                                        "vision_pretrain_scenes": 2000}),
+    "qwen2_5_vl-rooms": (
+        "qwen2_5_vl",
+        {
+            "vision_pretrain_steps": 2500,
+            "vision_pretrain_lr": 3e-4,
+            "vision_pretrain_tasks": ("room_size",),
+            "vision_pretrain_scenes": 2000,
+        },
+    ),
 }
 BUILDS = FAMILIES + tuple(VISION_VARIANTS)
 
@@ -214,24 +227,83 @@ def _check_family(family: str) -> None:
 
 # --------------------------------------------------------------------------- tokenizer corpus
 _OBJECTS = (
-    "chair", "table", "sofa", "bed", "desk", "lamp", "tv", "monitor", "cabinet", "shelf", "bookshelf",
-    "toilet", "sink", "bathtub", "refrigerator", "stove", "microwave", "oven", "dishwasher", "door", "window",
-    "plant", "trash can", "trash bin", "pillow", "stool", "nightstand", "dresser", "wardrobe",
-    "washer", "dryer", "fireplace", "piano", "whiteboard", "radiator", "backpack", "box", "bag",
-    "mirror", "picture", "counter", "kitchen cabinet", "coffee table", "armchair", "ottoman",
-    "computer tower", "keyboard", "laptop", "printer", "heater", "fan", "curtain", "rug", "towel",
-    "clock", "vase", "bottle", "cup", "ceiling light", "blanket", "basket", "suitcase", "tv stand",
+    "chair",
+    "table",
+    "sofa",
+    "bed",
+    "desk",
+    "lamp",
+    "tv",
+    "monitor",
+    "cabinet",
+    "shelf",
+    "bookshelf",
+    "toilet",
+    "sink",
+    "bathtub",
+    "refrigerator",
+    "stove",
+    "microwave",
+    "oven",
+    "dishwasher",
+    "door",
+    "window",
+    "plant",
+    "trash can",
+    "trash bin",
+    "pillow",
+    "stool",
+    "nightstand",
+    "dresser",
+    "wardrobe",
+    "washer",
+    "dryer",
+    "fireplace",
+    "piano",
+    "whiteboard",
+    "radiator",
+    "backpack",
+    "box",
+    "bag",
+    "mirror",
+    "picture",
+    "counter",
+    "kitchen cabinet",
+    "coffee table",
+    "armchair",
+    "ottoman",
+    "computer tower",
+    "keyboard",
+    "laptop",
+    "printer",
+    "heater",
+    "fan",
+    "curtain",
+    "rug",
+    "towel",
+    "clock",
+    "vase",
+    "bottle",
+    "cup",
+    "ceiling light",
+    "blanket",
+    "basket",
+    "suitcase",
+    "tv stand",
 )
 _DIRECTIONS = ("left", "right", "back", "front", "front-left", "front-right", "back-left", "back-right")
 _QUESTIONS = (
     "How many {o}(s) are in this room?",
     "Measuring from the closest point of each object, what is the distance between the {o} and the {p} (in meters)?",
     "What is the length of the longest dimension (length, width, or height) of the {o}, measured in centimeters?",
-    "What is the size of this room (in square meters)? If multiple rooms are shown, estimate the size of the combined space.",
-    "Measuring from the closest point of each object, which of these objects ({o}, {p}, {q}, {r}) is the closest to the {s}?",
+    "What is the size of this room (in square meters)? If multiple rooms are shown, estimate the size of the combined "
+    "space.",
+    "Measuring from the closest point of each object, which of these objects ({o}, {p}, {q}, {r}) is the closest to "
+    "the {s}?",
     "If I am standing by the {o} and facing the {p}, is the {q} to my left or right?",
     "If I am standing by the {o} and facing the {p}, is the {q} to my left, right, or back?",
-    "If I am standing by the {o} and facing the {p}, is the {q} to my front-left, front-right, back-left, or back-right?",
+    "If I am standing by the {o} and facing the {p}, is the {q} to my front-left, front-right, back-left, or "
+    "back-right?",
     "You are a robot beginning at the {o} facing the {p}. You want to navigate to the {q}. "
     "You will perform the following actions (Note: for each [please fill in], choose either 'turn back,' "
     "'turn left,' or 'turn right.'): 1. Go forward until the {p} 2. [please fill in] 3. Go forward until the {q}. "
@@ -241,9 +313,9 @@ _QUESTIONS = (
 _INSTRUCTIONS = (
     "You are an embodied agent in an indoor scene. You see frames of a video of the room and the views "
     "from your current position. Each turn you either move to look around or give your final answer. "
-    "Reply with exactly one JSON object with the keys \"thoughts\" and \"action\". To move, the action is "
-    "{{\"rotation_angle_degrees\": R, \"forward_meters\": F}}: first turn R degrees counter-clockwise "
-    "(negative turns clockwise), then walk F meters forward. To answer, the action is {{\"answer\": \"...\"}}.",
+    'Reply with exactly one JSON object with the keys "thoughts" and "action". To move, the action is '
+    '{{"rotation_angle_degrees": R, "forward_meters": F}}: first turn R degrees counter-clockwise '
+    '(negative turns clockwise), then walk F meters forward. To answer, the action is {{"answer": "..."}}.',
     "These are frames of a video.",
     "Please answer the question using a single word or phrase.",
     "Answer with the option's letter from the given choices directly.",
@@ -339,7 +411,11 @@ def _project_strings(seed: int = 0, num_samples: int = 200) -> list[str]:
         move = prompts.Move(rotation_deg=float(r), forward_m=float(f))
         answer = prompts.Answer(letters[i % 4] if options else n)
         feedback = prompts.feedback_text(None if i % 3 == 0 else move, collided=i % 5 == 0, walked_m=float(f) / 2)
-        lines.append(prompts.observation_text(question, options, feedback, turns_left=1 + i % 10, num_sweep_frames=8, num_views=i % 3))
+        lines.append(
+            prompts.observation_text(
+                question, options, feedback, turns_left=1 + i % 10, num_sweep_frames=8, num_views=i % 3
+            )
+        )
         thoughts = _THOUGHTS[i % len(_THOUGHTS)].format(**{**fill, "r": r})
         lines.append(prompts.format_response(thoughts, answer if i % 2 else move))
     return lines
@@ -489,7 +565,9 @@ def reply_documents(tokenizer, corpus: Sequence[str]) -> list[list[int]]:
     """Token ids of every action-format reply in ``corpus`` as an assistant turn of the chat template."""
     replies = [line for line in corpus if line.startswith('{"thoughts"')]
     if not replies:
-        raise RuntimeError("the tiny tokenizer corpus holds no action-format replies to pretrain on; the build is broken")
+        raise RuntimeError(
+            "the tiny tokenizer corpus holds no action-format replies to pretrain on; the build is broken"
+        )
     return [tokenizer(f"<|im_start|>assistant\n{r}<|im_end|>\n")["input_ids"] for r in replies]
 
 
@@ -567,7 +645,9 @@ def build_processor(spec: TinySpec, tokenizer):
         norm = dict(image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
         image = Qwen2VLImageProcessor(size=size, **pix, **norm)
         video = Qwen3VLVideoProcessor(size=size, **pix, **norm)
-        return Qwen3VLProcessor(image_processor=image, tokenizer=tokenizer, video_processor=video, chat_template=CHAT_TEMPLATE)
+        return Qwen3VLProcessor(
+            image_processor=image, tokenizer=tokenizer, video_processor=video, chat_template=CHAT_TEMPLATE
+        )
     from transformers import Qwen2VLVideoProcessor
 
     norm = {} if spec.image_mean is None else dict(image_mean=list(spec.image_mean), image_std=list(spec.image_std))
@@ -612,7 +692,11 @@ def add_llava_tokens(tokenizer) -> None:
 
 # LLaVA-1.6's anyres grid for the tiny llava_next: a frame is resized to the best-fitting resolution,
 # cut into LLAVA_IMAGE_SIZE tiles and shown with a base view (a square frame: 4 tiles + the base).
-LLAVA_NEXT_PINPOINTS = [[LLAVA_IMAGE_SIZE, 2 * LLAVA_IMAGE_SIZE], [2 * LLAVA_IMAGE_SIZE, LLAVA_IMAGE_SIZE], [2 * LLAVA_IMAGE_SIZE, 2 * LLAVA_IMAGE_SIZE]]
+LLAVA_NEXT_PINPOINTS = [
+    [LLAVA_IMAGE_SIZE, 2 * LLAVA_IMAGE_SIZE],
+    [2 * LLAVA_IMAGE_SIZE, LLAVA_IMAGE_SIZE],
+    [2 * LLAVA_IMAGE_SIZE, 2 * LLAVA_IMAGE_SIZE],
+]
 
 
 def build_llava_config(spec: TinySpec, tokenizer, vocab_size: int):
@@ -660,8 +744,9 @@ def build_llava_processor(tokenizer, family: str = "llava"):
     crop = {"height": LLAVA_IMAGE_SIZE, "width": LLAVA_IMAGE_SIZE}
     if family == "llava_next":
         return LlavaNextProcessor(
-            image_processor=LlavaNextImageProcessor(size={"shortest_edge": LLAVA_IMAGE_SIZE}, crop_size=crop,
-                                                    image_grid_pinpoints=LLAVA_NEXT_PINPOINTS),
+            image_processor=LlavaNextImageProcessor(
+                size={"shortest_edge": LLAVA_IMAGE_SIZE}, crop_size=crop, image_grid_pinpoints=LLAVA_NEXT_PINPOINTS
+            ),
             tokenizer=tokenizer,
             patch_size=spec.patch_size,
             vision_feature_select_strategy="default",
@@ -713,9 +798,23 @@ def spec_hash(family: str, seed: int) -> str:
 # The modules that draw each vision pre-training task's frames, beyond tiny/vision.py itself.
 _TASK_SOURCES: dict[str, tuple[str, ...]] = {
     "numberline": ("envs/cards/numberline.py", "envs/cards/drawing.py"),
-    "ezpoints_cards": ("envs/cards/ezpoints.py", "envs/cards/formula.py", "envs/cards/common.py", "envs/cards/drawing.py"),
-    "room_size": ("envs/procedural.py", "envs/scene.py", "envs/renderer.py", "envs/navigation.py", "envs/furniture.py",
-                  "envs/materials.py", "envs/questions.py", "common/scoring.py", "config/arguments.py"),
+    "ezpoints_cards": (
+        "envs/cards/ezpoints.py",
+        "envs/cards/formula.py",
+        "envs/cards/common.py",
+        "envs/cards/drawing.py",
+    ),
+    "room_size": (
+        "envs/procedural.py",
+        "envs/scene.py",
+        "envs/renderer.py",
+        "envs/navigation.py",
+        "envs/furniture.py",
+        "envs/materials.py",
+        "envs/questions.py",
+        "common/scoring.py",
+        "config/arguments.py",
+    ),
     "minigrid_facing": ("envs/minigrid_text.py",),
     "minigrid_action": ("envs/minigrid_text.py",),
 }
@@ -798,7 +897,10 @@ def default_seed() -> int:
     if not raw:
         return 0
     if not (raw.isascii() and raw.isdigit()) or int(raw) >= 2**32:
-        raise TinySeedError(f"{SEED_ENV}={raw!r} is not a tiny-build seed: set it to an integer from 0 to 4294967295 (0 is the default), or unset it")
+        raise TinySeedError(
+            f"{SEED_ENV}={raw!r} is not a tiny-build seed: set it to an integer from 0 to 4294967295 (0 is the "
+            "default), or unset it"
+        )
     return int(raw)
 
 
@@ -836,7 +938,9 @@ def _build_in_clean_process(family: str, out: Path, seed: int) -> None:
     cmd = [sys.executable, "-m", "a2c_ppo_acktr.tiny", "--family", family, "--out", str(out), "--seed", str(seed)]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if res.returncode != 0:
-        raise RuntimeError(f"building the tiny {family} model in a child process failed ({' '.join(cmd)}):\n{res.stderr[-3000:]}")
+        raise RuntimeError(
+            f"building the tiny {family} model in a child process failed ({' '.join(cmd)}):\n{res.stderr[-3000:]}"
+        )
 
 
 def tiny_model_dir(family: str, cache_dir: Optional[str | os.PathLike] = None, *, seed: Optional[int] = None) -> Path:
@@ -878,11 +982,22 @@ def tiny_model_dir(family: str, cache_dir: Optional[str | os.PathLike] = None, *
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """CLI: build a tiny model into ``--out`` (or the cache when ``--out`` is omitted)."""
-    parser = argparse.ArgumentParser(prog="python -m a2c_ppo_acktr.tiny", description="Build an offline tiny VLM (Qwen-VL or LLaVA family), tokenizer and processor.")
-    parser.add_argument("--family", choices=BUILDS, default="qwen2_5_vl", help="a family, or a build with another vision pre-training")
+    parser = argparse.ArgumentParser(
+        prog="python -m a2c_ppo_acktr.tiny",
+        description="Build an offline tiny VLM (Qwen-VL or LLaVA family), tokenizer and processor.",
+    )
+    parser.add_argument(
+        "--family", choices=BUILDS, default="qwen2_5_vl", help="a family, or a build with another vision pre-training"
+    )
     parser.add_argument("--out", default=None, help="output directory (default: the tiny cache, printed)")
-    parser.add_argument("--seed", type=int, default=None, help=f"weight initialisation seed (default: ${SEED_ENV}, else 0)")
-    parser.add_argument("--overwrite", action="store_true", help="move an --out that holds files aside to OUT.old-<time> first (nothing is deleted)")
+    parser.add_argument(
+        "--seed", type=int, default=None, help=f"weight initialisation seed (default: ${SEED_ENV}, else 0)"
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="move an --out that holds files aside to OUT.old-<time> first (nothing is deleted)",
+    )
     args = parser.parse_args(argv)
     try:
         seed = default_seed() if args.seed is None else args.seed

@@ -2,6 +2,7 @@
 the vision pre-training (:mod:`a2c_ppo_acktr.tiny.vision`) both run :func:`next_token_training` on batches of
 :func:`text_rows`. Part of the build: editing this module invalidates old builds (``tiny.spec_hash``).
 """
+
 from __future__ import annotations
 
 from typing import Optional, Sequence

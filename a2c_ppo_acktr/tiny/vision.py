@@ -43,6 +43,7 @@ saw (other NumberLine (target, current) pairs, other procedural scenes) and scor
 
 Everything is seeded: the same seed gives the same samples, hence the same weights on one thread.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -162,7 +163,9 @@ def room_samples(seeds: Iterable[int], image_size: int, frames_per_scene: int = 
                 seen[lab] = (n + cols.size, (n * x + cols.sum()) / (n + cols.size))
             names = sorted(seen)
             pairs = [
-                (a, b) for k, a in enumerate(names) for b in names[k + 1:]
+                (a, b)
+                for k, a in enumerate(names)
+                for b in names[k + 1 :]
                 if abs(seen[a][1] - seen[b][1]) >= LEFT_RIGHT_MARGIN * image_size
             ]
             if pairs:
@@ -170,7 +173,11 @@ def room_samples(seeds: Iterable[int], image_size: int, frames_per_scene: int = 
                 if rng.random() < 0.5:
                     a, b = b, a
                 left = a if seen[a][1] < seen[b][1] else b
-                out.append(VisionSample(frame.rgb, f"Which is further left in the picture, the {a} or the {b}?", left, "left_right"))
+                out.append(
+                    VisionSample(
+                        frame.rgb, f"Which is further left in the picture, the {a} or the {b}?", left, "left_right"
+                    )
+                )
             # Visible: at least min_pixels; absent: no pixel at all (a sliver is neither).
             any_pixel = {labels[int(i)] for i in np.flatnonzero(counts > 0) if int(i) in labels}
             absent = [lab for lab in room_labels if lab not in any_pixel]
@@ -178,7 +185,9 @@ def room_samples(seeds: Iterable[int], image_size: int, frames_per_scene: int = 
                 want = rng.random() < 0.5
                 pool = names if want else absent
                 lab = pool[int(rng.integers(len(pool)))]
-                out.append(VisionSample(frame.rgb, f"Is there a {lab} in the picture?", "yes" if want else "no", "present"))
+                out.append(
+                    VisionSample(frame.rgb, f"Is there a {lab} in the picture?", "yes" if want else "no", "present")
+                )
     return out
 
 
@@ -226,16 +235,27 @@ def minigrid_frame(env: Any, x: int, y: int, direction: int) -> tuple[np.ndarray
     return env._draw(), json.loads(oracle_reply(env.inner))["action"]
 
 
-def minigrid_samples(states: Sequence[tuple[int, int, int]], image_size: int, tasks: Sequence[str], minigrid_id: str = MINIGRID_ID) -> list[VisionSample]:
+def minigrid_samples(
+    states: Sequence[tuple[int, int, int]], image_size: int, tasks: Sequence[str], minigrid_id: str = MINIGRID_ID
+) -> list[VisionSample]:
     """Per state, one sample of each MiniGrid task in ``tasks``."""
     env = _minigrid_env(minigrid_id, image_size)
     out = []
     for x, y, d in states:
         image, action = minigrid_frame(env, x, y, d)
         if "minigrid_facing" in tasks:
-            out.append(VisionSample(image, "Which way does the red triangle point in the picture?", MINIGRID_FACING[d], "minigrid_facing"))
+            out.append(
+                VisionSample(
+                    image,
+                    "Which way does the red triangle point in the picture?",
+                    MINIGRID_FACING[d],
+                    "minigrid_facing",
+                )
+            )
         if "minigrid_action" in tasks:
-            out.append(VisionSample(image, "What is the best next action to reach the green goal?", action, "minigrid_action"))
+            out.append(
+                VisionSample(image, "What is the best next action to reach the green goal?", action, "minigrid_action")
+            )
     return out
 
 
@@ -272,7 +292,9 @@ def ezpoints_samples(deals: Sequence[tuple[tuple[int, str], tuple[int, str]]], i
             obs, *_ = env.step(env.oracle_reply())
         image = np.asarray(obs["images"][0])
         for side, (rank, _) in (("left", left), ("right", right)):
-            out.append(VisionSample(image, f"What number does the {side} card count?", str(min(rank, 10)), "ezpoints_cards"))
+            out.append(
+                VisionSample(image, f"What number does the {side} card count?", str(min(rank, 10)), "ezpoints_cards")
+            )
     return out
 
 
@@ -307,12 +329,15 @@ def probe_samples(image_size: int, num_scenes: int, tasks: Sequence[str] = TASKS
 
 # ------------------------------------------------------------------------------------ encoding
 def _user_text(question: str, num_frames: int = 1) -> str:
-    """A user turn of the chat template holding ``num_frames`` frames, then the question, and the assistant's opening."""
+    """A user turn of the chat template holding ``num_frames`` frames, then the question, and the assistant's
+    opening."""
     frames = "<|vision_start|><|image_pad|><|vision_end|>" * num_frames
     return f"<|im_start|>user\n{frames}{question}<|im_end|>\n<|im_start|>assistant\n"
 
 
-def _process(processor: Any, texts: Sequence[str], samples: Sequence[VisionSample], padding_side: str, zero_images: bool = False) -> Any:
+def _process(
+    processor: Any, texts: Sequence[str], samples: Sequence[VisionSample], padding_side: str, zero_images: bool = False
+) -> Any:
     """The processor's batch of ``texts`` with each sample's frame (zeros of its shape with
     ``zero_images``), padded on ``padding_side``; the tokenizer's own side is restored after."""
     tok = processor.tokenizer
@@ -334,14 +359,21 @@ def encode_batch(processor: Any, samples: Sequence[VisionSample]) -> dict:
     import torch
 
     tok = processor.tokenizer
-    batch = _process(processor, [_user_text(s.question, len(s.frames)) + f"{s.answer}<|im_end|>\n" for s in samples], samples, "right")
+    batch = _process(
+        processor,
+        [_user_text(s.question, len(s.frames)) + f"{s.answer}<|im_end|>\n" for s in samples],
+        samples,
+        "right",
+    )
     labels = torch.full_like(batch["input_ids"], -100)
     for k, s in enumerate(samples):
         answer = tok(f"{s.answer}<|im_end|>\n", add_special_tokens=False)["input_ids"]
         end = int(batch["attention_mask"][k].sum())
-        if batch["input_ids"][k, end - len(answer):end].tolist() != answer:
-            raise RuntimeError(f"the answer {s.answer!r} does not tokenize alone at the end of its row; the chat text changed")
-        labels[k, end - len(answer):end] = batch["input_ids"][k, end - len(answer):end]
+        if batch["input_ids"][k, end - len(answer) : end].tolist() != answer:
+            raise RuntimeError(
+                f"the answer {s.answer!r} does not tokenize alone at the end of its row; the chat text changed"
+            )
+        labels[k, end - len(answer) : end] = batch["input_ids"][k, end - len(answer) : end]
     batch["labels"] = labels
     return dict(batch)
 
@@ -383,11 +415,17 @@ def pretrain_vision(
 
     def batch(rng) -> dict:
         shares = [batch_size // len(groups) + (k < batch_size % len(groups)) for k in range(len(groups))]
-        picked = [samples[i] for group, share in zip(groups, shares)
-                  for i in rng.choice(group, size=min(share, len(group)), replace=False)]
+        picked = [
+            samples[i]
+            for group, share in zip(groups, shares)
+            for i in rng.choice(group, size=min(share, len(group)), replace=False)
+        ]
         out = encode_batch(processor, picked)
         if text_docs and text_per_batch > 0:
-            docs = [text_docs[i] for i in rng.choice(len(text_docs), size=min(text_per_batch, len(text_docs)), replace=False)]
+            docs = [
+                text_docs[i]
+                for i in rng.choice(len(text_docs), size=min(text_per_batch, len(text_docs)), replace=False)
+            ]
             out = _append_text_rows(out, docs, pad)
         return out
 
@@ -434,7 +472,9 @@ def _score(task: str, reply: str, answer: str) -> float:
     return float(reply == answer)
 
 
-def probe(model: Any, processor: Any, samples: Sequence[VisionSample], batch_size: int = 16, zero_images: bool = False) -> dict[str, float]:
+def probe(
+    model: Any, processor: Any, samples: Sequence[VisionSample], batch_size: int = 16, zero_images: bool = False
+) -> dict[str, float]:
     """Greedy answers to ``samples``' questions; the mean score per task (exact match, or MRA for
     :data:`MRA_TASKS`).
 
@@ -446,11 +486,11 @@ def probe(model: Any, processor: Any, samples: Sequence[VisionSample], batch_siz
     tok = processor.tokenizer
     correct: dict[str, list[float]] = {}
     for start in range(0, len(samples), batch_size):
-        chunk = samples[start:start + batch_size]
+        chunk = samples[start : start + batch_size]
         batch = _process(processor, [_user_text(s.question, len(s.frames)) for s in chunk], chunk, "left", zero_images)
         with torch.no_grad():
             out = model.generate(**batch, max_new_tokens=6, do_sample=False)
-        replies = tok.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+        replies = tok.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
         for s, reply in zip(chunk, replies):
             correct.setdefault(s.task, []).append(_score(s.task, reply.strip(), s.answer))
     return {task: float(np.mean(v)) for task, v in correct.items()}
@@ -465,7 +505,9 @@ def chance_levels(samples: Sequence[VisionSample]) -> dict[str, float]:
         answers = [s.answer for s in samples if s.task == task]
         if task in MRA_TASKS:
             values = [float(a) for a in answers]
-            out[task] = max(float(np.mean([_score(task, str(c), a) for a in answers])) for c in range(1, int(max(values)) + 2))
+            out[task] = max(
+                float(np.mean([_score(task, str(c), a) for a in answers])) for c in range(1, int(max(values)) + 2)
+            )
         elif task == "left_right":
             out[task] = 0.5
         else:

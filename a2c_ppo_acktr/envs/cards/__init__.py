@@ -20,6 +20,7 @@ and a bare ``Blackjack-v0`` would be taken by gymnasium for an old version of it
 Importing this package imports gymnasium only and registers nothing; :func:`register` registers
 :data:`ENV_IDS`, and a game's module is imported when its env is made.
 """
+
 from __future__ import annotations
 
 ENV_IDS = (
@@ -45,4 +46,7 @@ def register() -> None:
     """
     from a2c_ppo_acktr.envs.base import register_entry_points
 
-    register_entry_points({env_id: ENTRY_POINTS[env_id] for env_id in ENV_IDS}, "do not import RL4VLM's gym_cards package in the same process as a2c_ppo_acktr's card games")
+    register_entry_points(
+        {env_id: ENTRY_POINTS[env_id] for env_id in ENV_IDS},
+        "do not import RL4VLM's gym_cards package in the same process as a2c_ppo_acktr's card games",
+    )

@@ -19,6 +19,7 @@ Sutton & Barto's Example 5.1):
 
 Vocabulary ``stand``/``hit`` and prompt from RL4VLM ``VLM_PPO/a2c_ppo_acktr/rl_utils.py``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,7 +36,8 @@ PROMPT = (
     "You are a blackjack player. You are observing the current game state, you can choose between ['stand', 'hit']. "
     "The image shows the dealer's cards at the top (one face up, one face down) and your cards at the bottom.\n"
     "Each turn, reply with ONE JSON object and nothing else:\n"
-    '{"thoughts": "<first describe your total points and the dealer\'s total points then think about which action to choose>", '
+    '{"thoughts": "<first describe your total points and the dealer\'s total points then think about which action to '
+    'choose>", '
     '"action": "<stand or hit>"}'
 )
 DECK = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 10, 10, 10)  # 1 = ace; 10, J, Q, K are worth 10
@@ -202,7 +204,10 @@ class BlackjackEnv(TokenGameEnv):
         draw.text((5 * k, 130 * k), "Player", fill="white", font=label)
         for i, card in enumerate(self.player):
             row, col = divmod(i, 5)
-            img.paste(card_face(card.face, card.suit, w, h), (round(5 * k) + col * (w + gap), round(150 * k) + row * (h + gap)))
+            img.paste(
+                card_face(card.face, card.suit, w, h),
+                (round(5 * k) + col * (w + gap), round(150 * k) + row * (h + gap)),
+            )
         return np.asarray(img, dtype=np.uint8)
 
     def _prompt(self) -> str:

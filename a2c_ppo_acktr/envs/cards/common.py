@@ -18,6 +18,7 @@ Observations
     image (the game as the original draws it) and the text: the game's prompt, the state the
     original puts in its prompt (the formula so far) and what happened last turn.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,7 +41,10 @@ from a2c_ppo_acktr.common.prompts import Invalid, reply_action_value
 
 # The system message of every game (each game's own instructions open its observation text, as in
 # RL4VLM, where the whole prompt was one user message).
-GAME_SYSTEM_PROMPT = "You are an agent playing a game shown in the image. Follow the instructions in each message and reply with ONE JSON object."
+GAME_SYSTEM_PROMPT = (
+    "You are an agent playing a game shown in the image. Follow the instructions in each message and reply with ONE "
+    "JSON object."
+)
 MAX_TEXT_LENGTH = 4096  # observation text bound (the longest prompt is ~1 kB)
 MAX_ACTION_LENGTH = 4096  # action text bound of the declared space; step() accepts any string
 _PRINTABLE = frozenset(string.printable)
@@ -145,7 +149,9 @@ class TokenGameConfig:
 
     def __post_init__(self) -> None:
         if self.image_size < self.min_image_size:
-            raise ValueError(f"image_size={self.image_size} is too small {self._legible}; use at least {self.min_image_size}")
+            raise ValueError(
+                f"image_size={self.image_size} is too small {self._legible}; use at least {self.min_image_size}"
+            )
         if not math.isfinite(self.invalid_penalty):
             raise ValueError(f"invalid_penalty={self.invalid_penalty} must be a finite number such as -1.0")
         if self.max_turns < 1:

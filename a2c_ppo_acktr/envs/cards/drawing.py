@@ -5,6 +5,7 @@ corners and a large suit mark in the middle; hearts and diamonds are red, spades
 Suit marks are polygons and ellipses (no font has to carry the suit glyphs). The text font is PIL's
 bundled one (``ImageFont.load_default(size)``), so drawings are identical on every machine.
 """
+
 from __future__ import annotations
 
 import functools
@@ -56,7 +57,9 @@ def card_face(rank: str, suit: str, width: int, height: int) -> Image.Image:
     img = Image.new("RGB", (width, height), TABLE_GREEN)
     draw = ImageDraw.Draw(img)
     radius = max(2, width // 10)
-    draw.rounded_rectangle([0, 0, width - 1, height - 1], radius=radius, fill="white", outline=(90, 90, 90), width=max(1, width // 50))
+    draw.rounded_rectangle(
+        [0, 0, width - 1, height - 1], radius=radius, fill="white", outline=(90, 90, 90), width=max(1, width // 50)
+    )
     color = _RED if suit in ("H", "D") else _BLACK
     corner = font(max(8, int(height * 0.19)))
     margin = max(2, width // 14)
@@ -65,7 +68,9 @@ def card_face(rank: str, suit: str, width: int, height: int) -> Image.Image:
     _suit_mark(draw, suit, margin + small, margin + height * 0.24 + small, small, color)
     # bottom-right corner, upright (PIL's bundled font is not rotated: legibility over fidelity)
     left, top, right, bottom = draw.textbbox((0, 0), rank, font=corner)
-    draw.text((width - margin - (right - left) - left, height - margin - (bottom - top) - top), rank, fill=color, font=corner)
+    draw.text(
+        (width - margin - (right - left) - left, height - margin - (bottom - top) - top), rank, fill=color, font=corner
+    )
     _suit_mark(draw, suit, width - margin - small, height - margin - height * 0.24 - small, small, color)
     _suit_mark(draw, suit, width / 2, height / 2, min(width, height) * 0.22, color)
     return img

@@ -12,6 +12,7 @@ are in :mod:`.formula`):
 
 Vocabulary and prompt from RL4VLM ``VLM_PPO/a2c_ppo_acktr/rl_utils.py`` (``get_prompt``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,7 +34,8 @@ PROMPT = (
     "Your goal is to output a formula that evaluates to 12, and each number can only be used once.\n"
     "Each turn, reply with ONE JSON object and nothing else:\n"
     '{{"thoughts": "<first check whether the current formula is complete; if it is, choose \'=\'; otherwise consider '
-    'which number or operator should be appended to the current formula to make it equal 12>", "action": "<number or operator>"}}'
+    'which number or operator should be appended to the current formula to make it equal 12>", "action": "<number or '
+    'operator>"}}'
 )
 _DIVIDES_12 = (1, 2, 3, 4, 6)
 
@@ -78,4 +80,9 @@ class EZPointsEnv(FormulaGameEnv):
         return PROMPT.format(formula=self.formula_text())
 
     def _draw_formula(self, draw: ImageDraw.ImageDraw, size: int) -> None:
-        draw.text((10 * size / 300, size * 0.86), f"Formula: {self.formula_text()}", fill="white", font=font(round(20 * size / 300)))
+        draw.text(
+            (10 * size / 300, size * 0.86),
+            f"Formula: {self.formula_text()}",
+            fill="white",
+            font=font(round(20 * size / 300)),
+        )

@@ -20,6 +20,7 @@ grammar of ordinary arithmetic over the units (``+ - * /`` binary, ``*``/``/`` b
 parentheses, no unary sign, no two numbers side by side) and valued exactly with fractions; blanks
 are skipped (in the original they are spaces, which ``eval`` skips too).
 """
+
 from __future__ import annotations
 
 import functools
@@ -122,7 +123,8 @@ def _units(tree: _Tree, parent: Optional[str] = None, right: bool = False) -> li
     op, left, rhs = tree
     inner = _units(left, op, False) + [op] + _units(rhs, op, True)
     if parent is not None and (
-        _PRECEDENCE[op] < _PRECEDENCE[parent] or (right and _PRECEDENCE[op] == _PRECEDENCE[parent] and parent in ("-", "/"))
+        _PRECEDENCE[op] < _PRECEDENCE[parent]
+        or (right and _PRECEDENCE[op] == _PRECEDENCE[parent] and parent in ("-", "/"))
     ):
         return ["(", *inner, ")"]
     return inner
@@ -151,7 +153,9 @@ def _combine(items: list[tuple[Fraction, _Tree]], operators: tuple[str, ...]):
 
 
 @functools.lru_cache(maxsize=4096)
-def _solutions(numbers: tuple[int, ...], target: int, operators: tuple[str, ...], parentheses: bool) -> tuple[tuple[str, ...], ...]:
+def _solutions(
+    numbers: tuple[int, ...], target: int, operators: tuple[str, ...], parentheses: bool
+) -> tuple[tuple[str, ...], ...]:
     found = set()
     for value, tree in _combine([(Fraction(n), n) for n in numbers], operators):
         if value != target:
@@ -164,7 +168,9 @@ def _solutions(numbers: tuple[int, ...], target: int, operators: tuple[str, ...]
     return tuple(sorted(found, key=lambda u: (len(u), u)))
 
 
-def solutions(numbers: Sequence[int], target: int, operators: Sequence[str], parentheses: bool = True) -> tuple[tuple[str, ...], ...]:
+def solutions(
+    numbers: Sequence[int], target: int, operators: Sequence[str], parentheses: bool = True
+) -> tuple[tuple[str, ...], ...]:
     """Every formula (as units, without ``=``) that uses each number once and equals ``target``.
 
     Formulas differing only in the order of the operands are all listed; parentheses appear only
@@ -240,7 +246,9 @@ def is_solvable(numbers: Sequence[int], target: int, operators: Sequence[str], p
     return False
 
 
-def plan(numbers: Sequence[int], target: int, operators: Sequence[str], parentheses: bool, formula: Sequence[str]) -> Optional[tuple[str, ...]]:
+def plan(
+    numbers: Sequence[int], target: int, operators: Sequence[str], parentheses: bool, formula: Sequence[str]
+) -> Optional[tuple[str, ...]]:
     """The first solution (in :func:`solutions` order) that extends ``formula``, blanks skipped.
 
     Returns:
@@ -254,7 +262,9 @@ def plan(numbers: Sequence[int], target: int, operators: Sequence[str], parenthe
     return None
 
 
-def next_unit(numbers: Sequence[int], target: int, operators: Sequence[str], parentheses: bool, formula: Sequence[str]) -> Optional[str]:
+def next_unit(
+    numbers: Sequence[int], target: int, operators: Sequence[str], parentheses: bool, formula: Sequence[str]
+) -> Optional[str]:
     """The next unit of :func:`plan`: ``"="`` when the formula is a solution already, None without a plan."""
     units = plan(numbers, target, operators, parentheses, formula)
     if units is None:
@@ -340,12 +350,16 @@ class FormulaGameEnv(TokenGameEnv):
 
     def _play(self, token: str) -> Outcome:
         if len(self.formula) > self.FORMULA_LIMIT:
-            return Outcome(-1.0, False, True, f"the formula is longer than {self.FORMULA_LIMIT} units; the game is over.")
+            return Outcome(
+                -1.0, False, True, f"the formula is longer than {self.FORMULA_LIMIT} units; the game is over."
+            )
         if token.isdigit():
             number = int(token)
             if self.used.count(number) >= self.numbers.count(number):
                 self.formula.append(BLANK)
-                return Outcome(-1.0, False, False, f"{token} is not one of your unused cards; a blank was added to the formula.")
+                return Outcome(
+                    -1.0, False, False, f"{token} is not one of your unused cards; a blank was added to the formula."
+                )
             self.used.append(number)
         if token == "=":
             value, error = evaluate(self.formula)
@@ -381,7 +395,9 @@ class FormulaGameEnv(TokenGameEnv):
         return oracle_reply(self.numbers, self.target(), self.OPERATORS, self.PARENTHESES, self.formula)
 
 
-def oracle_reply(numbers: Sequence[int], target: int, operators: Sequence[str], parentheses: bool, formula: Sequence[str]) -> str:
+def oracle_reply(
+    numbers: Sequence[int], target: int, operators: Sequence[str], parentheses: bool, formula: Sequence[str]
+) -> str:
     """The oracle's reply: ``=`` on a finished solution, else the next unit of :func:`plan` (a pure
     function of the state).
 
@@ -392,11 +408,20 @@ def oracle_reply(numbers: Sequence[int], target: int, operators: Sequence[str], 
     typed = " ".join(_typed(formula)) or "empty"
     value, error = evaluate(formula)
     if error is None and value == target and sorted(int(u) for u in formula if u.isdigit()) == sorted(numbers):
-        return format_reply(f"The cards are {cards}. The formula {typed} uses every card and equals {target}, so it is complete.", "=")
+        return format_reply(
+            f"The cards are {cards}. The formula {typed} uses every card and equals {target}, so it is complete.", "="
+        )
     units = plan(numbers, target, operators, parentheses, formula)
     if units is None:
         if not is_solvable(numbers, target, operators, parentheses):
-            return format_reply(f"The cards are {cards}. No formula using each card once equals {target}, so I submit.", "=")
-        return format_reply(f"The cards are {cards} and the formula is {typed}. It cannot be completed to {target}, so I submit.", "=")
+            return format_reply(
+                f"The cards are {cards}. No formula using each card once equals {target}, so I submit.", "="
+            )
+        return format_reply(
+            f"The cards are {cards} and the formula is {typed}. It cannot be completed to {target}, so I submit.", "="
+        )
     unit = units[len(_typed(formula))]
-    return format_reply(f"The cards are {cards} and the formula is {typed}. {' '.join(units)} equals {target}, so I append {unit}.", unit)
+    return format_reply(
+        f"The cards are {cards} and the formula is {typed}. {' '.join(units)} equals {target}, so I append {unit}.",
+        unit,
+    )

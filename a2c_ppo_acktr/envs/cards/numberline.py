@@ -15,6 +15,7 @@ The vocabulary ``-``/``+`` and the prompt are those of RL4VLM's ``VLM_PPO/a2c_pp
 (``get_prompt``, ``text_projection``), in this project's reply format. An invalid reply also counts
 toward the ``2 * max_position`` turns (the original counted every step).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -50,7 +51,9 @@ class NumberLineConfig(CardGameConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.max_position < 2:
-            raise ValueError(f"max_position={self.max_position} must be >= 2 so that a target different from the start exists")
+            raise ValueError(
+                f"max_position={self.max_position} must be >= 2 so that a target different from the start exists"
+            )
 
 
 class NumberLineEnv(TokenGameEnv):
@@ -130,4 +133,6 @@ def oracle_reply(position: int, target: int) -> str:
     token = "+" if position < target else "-"
     side = "below" if position < target else "above"
     verb = "add" if token == "+" else "subtract"
-    return format_reply(f"The current number is {position} and the target is {target}. It is {side} the target, so I {verb} one.", token)
+    return format_reply(
+        f"The current number is {position} and the target is {target}. It is {side} the target, so I {verb} one.", token
+    )

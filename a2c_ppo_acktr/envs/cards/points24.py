@@ -14,6 +14,7 @@ are in :mod:`.formula`):
 
 Vocabulary and prompt from RL4VLM ``VLM_PPO/a2c_ppo_acktr/rl_utils.py`` (``get_prompt``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -41,8 +42,10 @@ PROMPT = (
     "{faces} "
     "Your goal is to output a formula that evaluates to {target}, and each number can only be used once.\n"
     "Each turn, reply with ONE JSON object and nothing else:\n"
-    '{{"thoughts": "<first check whether the current formula equals {target}; if it does, choose \'=\'; otherwise consider '
-    'which number or operator should be appended to the current formula to make it equal {target}>", "action": "<number or operator>"}}'
+    '{{"thoughts": "<first check whether the current formula equals {target}; if it does, choose \'=\'; otherwise '
+    "consider "
+    'which number or operator should be appended to the current formula to make it equal {target}>", "action": '
+    '"<number or operator>"}}'
 )
 FACES_AS_10 = "Note that 'A' counts as '1' and 'J', 'Q', and 'K' count as '10'."
 FACES_AS_RANKS = "Note that 'A' counts as '1', 'J' as '11', 'Q' as '12' and 'K' as '13'."
@@ -94,7 +97,10 @@ class Points24Env(FormulaGameEnv):
             cards = [(r, self._random_suit()) for r in ranks]
             if not self.cfg.only_solvable or self._has_solution([self._number(r) for r in ranks]):
                 return cards
-        raise RuntimeError(f"no solvable hand for target_points={self.cfg.target_points} in {_MAX_REDEALS} deals; use a reachable target or only_solvable=False")
+        raise RuntimeError(
+            f"no solvable hand for target_points={self.cfg.target_points} in {_MAX_REDEALS} deals; use a reachable "
+            "target or only_solvable=False"
+        )
 
     def _has_solution(self, numbers: list[int]) -> bool:
         return is_solvable(numbers, self.target(), self.OPERATORS, self.PARENTHESES)

@@ -8,6 +8,7 @@
 Importing this package imports gymnasium only and registers nothing; :func:`register` registers
 :data:`ENV_IDS`, and the env module is imported when an env is made.
 """
+
 from __future__ import annotations
 
 ENV_IDS = ("Sokoban-v0",)
@@ -23,4 +24,7 @@ def register() -> None:
     """
     from a2c_ppo_acktr.envs.base import register_entry_points
 
-    register_entry_points({env_id: ENTRY_POINTS[env_id] for env_id in ENV_IDS}, "do not import gym_sokoban in the same process as a2c_ppo_acktr's Sokoban")
+    register_entry_points(
+        {env_id: ENTRY_POINTS[env_id] for env_id in ENV_IDS},
+        "do not import gym_sokoban in the same process as a2c_ppo_acktr's Sokoban",
+    )

@@ -29,6 +29,7 @@ when solved. ``info["classic_reward"]`` always carries the classic reward.
 An invalid reply (:func:`~a2c_ppo_acktr.envs.cards.common.parse_reply`) costs ``invalid_penalty``,
 uses the turn and moves nothing.
 """
+
 from __future__ import annotations
 
 import functools
@@ -112,30 +113,47 @@ class SokobanConfig:
         if len(dim) != 2 or min(dim) < 3:
             raise ValueError(f"dim_room={self.dim_room} must be (height, width), each at least 3 (the border is wall)")
         if self.num_boxes < 1 or (dim[0] - 2) * (dim[1] - 2) < self.num_boxes + 2:
-            raise ValueError(f"num_boxes={self.num_boxes} must be >= 1 and leave room inside a {dim[0]}x{dim[1]} grid; use fewer boxes or a larger dim_room")
+            raise ValueError(
+                f"num_boxes={self.num_boxes} must be >= 1 and leave room inside a {dim[0]}x{dim[1]} grid; use fewer "
+                "boxes or a larger dim_room"
+            )
         if self.max_turns < 1:
             raise ValueError(f"max_turns={self.max_turns} must be >= 1")
         if self.tile_size < 4:
             raise ValueError(f"tile_size={self.tile_size} must be at least 4 pixels")
         if self.reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode={self.reward_mode!r} is not one of {list(REWARD_MODES)}")
-        for name in ("invalid_penalty", "penalty_for_step", "reward_box_on_target", "penalty_box_off_target", "reward_finished",
-                     "shaped_distance_coef", "shaped_average_coef", "shaped_final_bonus"):
+        for name in (
+            "invalid_penalty",
+            "penalty_for_step",
+            "reward_box_on_target",
+            "penalty_box_off_target",
+            "reward_finished",
+            "shaped_distance_coef",
+            "shaped_average_coef",
+            "shaped_final_bonus",
+        ):
             if not math.isfinite(getattr(self, name)):
                 raise ValueError(f"{name}={getattr(self, name)} must be a finite number")
         if self.num_gen_steps is not None and self.num_gen_steps < 1:
-            raise ValueError(f"num_gen_steps={self.num_gen_steps} must be >= 1, or None for int(1.7 * (height + width))")
+            raise ValueError(
+                f"num_gen_steps={self.num_gen_steps} must be >= 1, or None for int(1.7 * (height + width))"
+            )
         if not 0.0 <= self.p_change_directions <= 1.0:
             raise ValueError(f"p_change_directions={self.p_change_directions} must lie in [0, 1]")
         if self.max_episode_tokens is not None and self.max_episode_tokens < 1:
             raise ValueError(f"max_episode_tokens={self.max_episode_tokens} must be >= 1, or None for no budget")
         if min(self.gen_max_states, self.gen_max_depth, self.max_generation_attempts, self.solver_max_expansions) < 1:
-            raise ValueError("gen_max_states, gen_max_depth, max_generation_attempts and solver_max_expansions must be >= 1")
+            raise ValueError(
+                "gen_max_states, gen_max_depth, max_generation_attempts and solver_max_expansions must be >= 1"
+            )
 
     @property
     def gen_steps(self) -> int:
         """The random walk's steps (``num_gen_steps`` or the original's ``int(1.7 * (height + width))``)."""
-        return self.num_gen_steps if self.num_gen_steps is not None else int(1.7 * (self.dim_room[0] + self.dim_room[1]))
+        return (
+            self.num_gen_steps if self.num_gen_steps is not None else int(1.7 * (self.dim_room[0] + self.dim_room[1]))
+        )
 
 
 class SokobanEnv(TokenGameEnv):
@@ -174,10 +192,20 @@ class SokobanEnv(TokenGameEnv):
             if not isinstance(level, Level) or (level.height, level.width) != cfg.dim_room:
                 raise ValueError(f"options['level'] must be a Level of size {cfg.dim_room}, got {level!r}")
         else:
-            rng = np.random.default_rng([cfg.level_seed, int(options["level_index"])]) if "level_index" in options else self.np_random
+            rng = (
+                np.random.default_rng([cfg.level_seed, int(options["level_index"])])
+                if "level_index" in options
+                else self.np_random
+            )
             level = generate_level(
-                rng, *cfg.dim_room, cfg.num_boxes, cfg.gen_steps, cfg.p_change_directions,
-                cfg.gen_max_states, cfg.gen_max_depth, cfg.max_generation_attempts,
+                rng,
+                *cfg.dim_room,
+                cfg.num_boxes,
+                cfg.gen_steps,
+                cfg.p_change_directions,
+                cfg.gen_max_states,
+                cfg.gen_max_depth,
+                cfg.max_generation_attempts,
             )
         self.level = level
         self.player, self.boxes = level.player, level.boxes
@@ -316,6 +344,8 @@ def _tiles(t: int) -> np.ndarray:
     player_on_target, d = canvas(_FLOOR_RGB)
     ring(d)
     person(d)
-    tiles = np.stack([np.asarray(im, dtype=np.uint8) for im in (wall, floor, target, box_on_target, box, player, player_on_target)])
+    tiles = np.stack(
+        [np.asarray(im, dtype=np.uint8) for im in (wall, floor, target, box_on_target, box, player, player_on_target)]
+    )
     tiles.setflags(write=False)
     return tiles

@@ -22,6 +22,7 @@ the score counts every pull (the code meant to count switches between boxes, but
 caller's ``last_pull`` on, so every pull counts); a state is the player and the box positions (the
 original hashes the room array, whose box codes also mark which boxes were pulled).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -115,7 +116,10 @@ class Level:
         if len(players) != 1:
             raise ValueError(f"a level needs exactly one player (@ or +), found {len(players)}")
         if len(boxes) != len(targets) or not boxes:
-            raise ValueError(f"a level needs as many boxes as targets, and at least one; found {len(boxes)} boxes, {len(targets)} targets")
+            raise ValueError(
+                f"a level needs as many boxes as targets, and at least one; found {len(boxes)} boxes, {len(targets)} "
+                "targets"
+            )
         return cls(height, width, frozenset(floor), frozenset(targets), frozenset(boxes), players[0])
 
 
@@ -123,7 +127,9 @@ class GenerationError(RuntimeError):
     """No level could be generated with the given settings."""
 
 
-def room_topology(rng: np.random.Generator, height: int, width: int, num_steps: int, p_change_directions: float) -> np.ndarray:
+def room_topology(
+    rng: np.random.Generator, height: int, width: int, num_steps: int, p_change_directions: float
+) -> np.ndarray:
     """The floor mask (bool, ``height x width``) of a random-walk room (step 1 of the module docstring)."""
     direction = _WALK_DIRECTIONS[int(rng.integers(4))]
     position = np.array([int(rng.integers(1, height)), int(rng.integers(1, width))])
@@ -143,7 +149,9 @@ def room_topology(rng: np.random.Generator, height: int, width: int, num_steps: 
     return floor
 
 
-def place_player_and_targets(rng: np.random.Generator, floor: np.ndarray, num_boxes: int) -> Optional[tuple[Cell, list[Cell]]]:
+def place_player_and_targets(
+    rng: np.random.Generator, floor: np.ndarray, num_boxes: int
+) -> Optional[tuple[Cell, list[Cell]]]:
     """The player's cell and the targets (step 2), or None when the room has too few floor cells."""
     free = [tuple(int(v) for v in cell) for cell in np.argwhere(floor)]
     if len(free) <= num_boxes + 1:
@@ -153,7 +161,9 @@ def place_player_and_targets(rng: np.random.Generator, floor: np.ndarray, num_bo
     return player, targets
 
 
-def reverse_play(floor: frozenset[Cell], targets: list[Cell], player: Cell, max_states: int, max_depth: int) -> tuple[int, Cell, tuple[Cell, ...]]:
+def reverse_play(
+    floor: frozenset[Cell], targets: list[Cell], player: Cell, max_states: int, max_depth: int
+) -> tuple[int, Cell, tuple[Cell, ...]]:
     """Step 3: the best-scoring state reachable by reverse play from the solved state.
 
     An iterative depth-first search visiting states in the recursive original's order.

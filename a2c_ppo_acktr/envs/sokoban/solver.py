@@ -7,6 +7,7 @@ moves one box one cell) and drops by at most the cost of an edge, so the first p
 shortest one in moves. Pushes onto a dead cell (a non-target cell from which no push sequence
 reaches any target, found by pulling back from the targets) are cut: no solution passes there.
 """
+
 from __future__ import annotations
 
 import functools
@@ -20,7 +21,9 @@ ACTIONS = ("up", "down", "left", "right")  # the env's vocabulary, in gym-sokoba
 _STEP = dict(zip(ACTIONS, DIRECTIONS))
 
 
-def apply_move(floor: frozenset[Cell], player: Cell, boxes: frozenset[Cell], action: str) -> tuple[Cell, frozenset[Cell], bool]:
+def apply_move(
+    floor: frozenset[Cell], player: Cell, boxes: frozenset[Cell], action: str
+) -> tuple[Cell, frozenset[Cell], bool]:
     """One move with push semantics (gym-sokoban's push actions 1-4).
 
     Returns:
@@ -92,7 +95,13 @@ def _path(came: dict[Cell, Optional[tuple[Cell, str]]], cell: Cell) -> list[str]
 
 
 @functools.lru_cache(maxsize=4096)
-def solve(floor: frozenset[Cell], targets: frozenset[Cell], player: Cell, boxes: frozenset[Cell], max_expansions: int = 200_000) -> Optional[tuple[str, ...]]:
+def solve(
+    floor: frozenset[Cell],
+    targets: frozenset[Cell],
+    player: Cell,
+    boxes: frozenset[Cell],
+    max_expansions: int = 200_000,
+) -> Optional[tuple[str, ...]]:
     """A shortest move sequence putting every box on a target.
 
     A* over pushes: a state is the player's cell and the boxes right after a push (or at the
