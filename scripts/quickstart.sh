@@ -15,10 +15,12 @@
 #   PYTHON     interpreter (default: .venv/bin/python, created by scripts/setup.sh)
 #   OMP_NUM_THREADS  torch CPU threads (default 1: fastest for the tiny model)
 #   PPO_ITERATIONS  PPO iterations of the main run (default: 30 for VSI, the preset's for an overlay)
-#   NUMBERLINE 1 = after VSI, the NumberLine block (default when ENV_CONFIG is unset): labels, SFT
+#   NUMBERLINE 1 = beside VSI, the NumberLine block (default when ENV_CONFIG is unset): labels, SFT
 #              stopped at NL_SFT_STEPS (200), PPO at NL_PPO_LR (1e-4) for NL_PPO_ITERATIONS (100)
 #              with a KL penalty NL_PPO_KL (1.0) to the frozen SFT policy, and the same rows with
 #              blind twins on NL_EVAL_DEALS (100) held-out deals
+#   PARALLEL   1 = the two blocks run at the same time, one process each (default on 2 or more cores;
+#              every step is single-threaded and seeded, so the results are those of a serial run)
 # Every step logs to OUTDIR/logs/<step>.log; a failing step stops the script with its log's tail.
 # The result: OUTDIR/eval/compare.md (table), compare.png (bars), learning_curves.png (PPO), and
 # one report.json/report.md/tasks.png/trajectories/ per evaluated row under OUTDIR/eval/<row>/.
@@ -63,10 +65,10 @@ export DS_ACCELERATOR=cpu
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
 
 T0=$SECONDS
-STEP=0
-NSTEPS=13
-# The NumberLine block runs after a VSI quickstart (not beside another env overlay) unless NUMBERLINE=0.
+# The NumberLine block runs with a VSI quickstart (not beside another env overlay) unless NUMBERLINE=0.
 NUMBERLINE=${NUMBERLINE:-$([ -z "${ENV_CONFIG:-}" ] && echo 1 || echo 0)}
+CORES=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 1)
+PARALLEL=${PARALLEL:-$([ "$CORES" -ge 2 ] && echo 1 || echo 0)}
 NL_SFT_STEPS=${NL_SFT_STEPS:-200}
 NL_PPO_LR=${NL_PPO_LR:-1e-4}
 NL_PPO_KL=${NL_PPO_KL:-1.0}
@@ -74,22 +76,22 @@ NL_PPO_KL=${NL_PPO_KL:-1.0}
 PPO_ITERATIONS=${PPO_ITERATIONS:-$([ -z "${ENV_CONFIG:-}" ] && echo 30 || echo "")}
 NL_PPO_ITERATIONS=${NL_PPO_ITERATIONS:-100}
 NL_EVAL_DEALS=${NL_EVAL_DEALS:-100}
-if [ "$NUMBERLINE" = "1" ]; then NSTEPS=$((NSTEPS + 11)); fi
-# step NAME COMMAND...: run one step, its output into $LOGS/NAME.log; stop with the log's tail on failure.
+# step NAME COMMAND...: run one step, its output into $LOGS/NAME.log, one line when it ends (the two
+# blocks' lines interleave when they run side by side); stop with the log's tail on failure.
 step() {
   local name=$1
   shift
-  STEP=$((STEP + 1))
   local start=$SECONDS
-  printf '[quickstart] %2d/%d %-14s ' "$STEP" "$NSTEPS" "$name" >&2
   if "$@" > "$LOGS/$name.log" 2>&1; then
-    printf 'ok (%ds)\n' "$((SECONDS - start))" >&2
+    printf '[quickstart] %4ds  %-16s ok (%ds)\n' "$((SECONDS - T0))" "$name" "$((SECONDS - start))" >&2
   else
     local rc=$?
-    printf 'FAILED (exit %d after %ds)\n' "$rc" "$((SECONDS - start))" >&2
-    echo "[quickstart] step '$name' failed: $*" >&2
-    echo "[quickstart] last lines of $LOGS/$name.log:" >&2
-    tail -n 40 "$LOGS/$name.log" >&2
+    {
+      printf '[quickstart] %4ds  %-16s FAILED (exit %d after %ds)\n' "$((SECONDS - T0))" "$name" "$rc" "$((SECONDS - start))"
+      echo "[quickstart] step '$name' failed: $*"
+      echo "[quickstart] last lines of $LOGS/$name.log:"
+      tail -n 40 "$LOGS/$name.log"
+    } >&2
     exit 1
   fi
 }
@@ -104,6 +106,59 @@ MODEL=$OUT/model
 step tiny-model "$PY" -m a2c_ppo_acktr.tiny --family "$FAMILY" --out "$MODEL"
 COMMON=(--preset "$PRESET" --model.model_path "$MODEL" --log.progress_bar false)
 if [ -n "${ENV_CONFIG:-}" ]; then COMMON+=(--config "$ENV_CONFIG"); fi
+
+# trained_evals PREFIX EVAL_DIR ADAPTER CKPT ARGS...: the SFT and PPO policies and their blind twins
+# (the same prompts and tokens with every frame zeroed: what a row scores above its twin is what it
+# reads from the pixels), then the comparison with the paired differences, into EVAL_DIR/compare.md.
+trained_evals() {
+  local prefix=$1 dir=$2 adapter=$3 ckpt=$4
+  shift 4
+  step "${prefix}eval-sft" "$PY" eval_vsi.py "$@" --adapter "$adapter" --name "tiny + SFT" --out "$dir/sft"
+  step "${prefix}eval-ppo" "$PY" eval_vsi.py "$@" --checkpoint "$ckpt" --name "tiny + SFT + PPO" --out "$dir/ppo"
+  step "${prefix}eval-sft-zero" "$PY" eval_vsi.py "$@" --adapter "$adapter" --zero-images --name "tiny + SFT (zeroed images)" --out "$dir/sft_zeroed"
+  step "${prefix}eval-ppo-zero" "$PY" eval_vsi.py "$@" --checkpoint "$ckpt" --zero-images --name "tiny + SFT + PPO (zeroed images)" --out "$dir/ppo_zeroed"
+}
+compare() {
+  local dir=$1 metrics=$2 log=$3
+  "$PY" eval_vsi.py --compare "$dir"/{dummy,base,sft,sft_zeroed,ppo,ppo_zeroed,oracle}/report.json \
+    --paired "tiny + SFT + PPO" "tiny + SFT" \
+    --paired "tiny + SFT" "tiny + SFT (zeroed images)" \
+    --paired "tiny + SFT + PPO" "tiny + SFT + PPO (zeroed images)" \
+    --metrics "$metrics" --out "$dir" \
+    > "$log" 2>&1 || { echo "[quickstart] the comparison failed:" >&2; tail -n 40 "$log" >&2; exit 1; }
+}
+# The NumberLine block (VSI runs only): the tiny model's vision is pre-trained on NumberLine frames, so
+# there its policies read the image. SFT stops early (NL_SFT_STEPS) to leave PPO room to improve; the
+# KL penalty to the frozen SFT policy keeps PPO from breaking the reply format (bench/README.md).
+numberline_block() {
+  NLARGS=(--preset "$PRESET" --model.model_path "$MODEL" --log.progress_bar false --config configs/envs/numberline.yaml)
+  step nl-label "$PY" vlm_traj_label.py "${NLARGS[@]}" --label.teacher oracle --label.out_dir "$NL/labels"
+  step nl-preprocess "$PY" vlm_traj_preprocess.py "${NLARGS[@]}" --label.out_dir "$NL/labels" --label.dataset_dir "$NL/sft_data"
+  step nl-sft "$PY" train_sft.py "${NLARGS[@]}" --sft.data_path "$NL/sft_data" --sft.output_dir "$NL/sft" --sft.max_steps "$NL_SFT_STEPS"
+  step nl-ppo "$PY" main_vsi.py "${NLARGS[@]}" --sft-adapter "$NL/sft/adapter" --log.output_dir "$NL/ppo" \
+    --ppo.lr "$NL_PPO_LR" --ppo.num_iterations "$NL_PPO_ITERATIONS" \
+    --ppo.reference ema --ppo.ema_decay 1 --ppo.kl_coef "$NL_PPO_KL"
+  NLCKPT=$(ls -d "$NL"/ppo/checkpoints/checkpoint-* 2>/dev/null | sort | tail -n 1)
+  EVALN=(--eval.num_episodes "$NL_EVAL_DEALS")
+  step nl-eval-dummy "$PY" eval_vsi.py "${NLARGS[@]}" "${EVALN[@]}" --dummy --name dummy --out "$NLEVAL/dummy"
+  step nl-eval-oracle "$PY" eval_vsi.py "${NLARGS[@]}" "${EVALN[@]}" --oracle --name oracle --out "$NLEVAL/oracle"
+  step nl-eval-base "$PY" eval_vsi.py "${NLARGS[@]}" "${EVALN[@]}" --name "tiny base" --out "$NLEVAL/base"
+  trained_evals "nl-" "$NLEVAL" "$NL/sft/adapter" "$NLCKPT" "${NLARGS[@]}" "${EVALN[@]}"
+  compare "$NLEVAL" "$NL/ppo/metrics.jsonl" "$LOGS/nl-compare.log"
+}
+
+NL=$OUT/numberline
+NLEVAL=$NL/eval
+NLPID=
+if [ "$NUMBERLINE" = "1" ]; then
+  if [ "$PARALLEL" = "1" ]; then
+    echo "[quickstart] the VSI and NumberLine blocks run side by side (PARALLEL=0: one after the other)" >&2
+    numberline_block &
+    NLPID=$!
+    # a failing or interrupted VSI block stops the NumberLine block too (its running step, then the block)
+    trap '[ -n "$NLPID" ] && { pkill -TERM -P "$NLPID" 2>/dev/null; kill "$NLPID" 2>/dev/null; }; true' EXIT
+  fi
+fi
 
 step label "$PY" vlm_traj_label.py "${COMMON[@]}" --label.teacher oracle --label.out_dir "$OUT/labels"
 step preprocess "$PY" vlm_traj_preprocess.py "${COMMON[@]}" --label.out_dir "$OUT/labels" --label.dataset_dir "$OUT/sft_data"
@@ -126,49 +181,16 @@ EVAL=$OUT/eval
 step eval-dummy "$PY" eval_vsi.py "${COMMON[@]}" --dummy --name dummy --out "$EVAL/dummy"
 step eval-oracle "$PY" eval_vsi.py "${COMMON[@]}" --oracle --name oracle --out "$EVAL/oracle"
 step eval-base "$PY" eval_vsi.py "${COMMON[@]}" --name "tiny base" --out "$EVAL/base"
-# trained_evals PREFIX EVAL_DIR ADAPTER CKPT ARGS...: the SFT and PPO policies and their blind twins
-# (the same prompts and tokens with every frame zeroed: what a row scores above its twin is what it
-# reads from the pixels), then the comparison with the paired differences, into EVAL_DIR/compare.md.
-trained_evals() {
-  local prefix=$1 dir=$2 adapter=$3 ckpt=$4
-  shift 4
-  step "${prefix}eval-sft" "$PY" eval_vsi.py "$@" --adapter "$adapter" --name "tiny + SFT" --out "$dir/sft"
-  step "${prefix}eval-ppo" "$PY" eval_vsi.py "$@" --checkpoint "$ckpt" --name "tiny + SFT + PPO" --out "$dir/ppo"
-  step "${prefix}eval-sft-zero" "$PY" eval_vsi.py "$@" --adapter "$adapter" --zero-images --name "tiny + SFT (zeroed images)" --out "$dir/sft_zeroed"
-  step "${prefix}eval-ppo-zero" "$PY" eval_vsi.py "$@" --checkpoint "$ckpt" --zero-images --name "tiny + SFT + PPO (zeroed images)" --out "$dir/ppo_zeroed"
-}
-compare() {
-  local dir=$1 metrics=$2 log=$3
-  "$PY" eval_vsi.py --compare "$dir"/{dummy,base,sft,sft_zeroed,ppo,ppo_zeroed,oracle}/report.json \
-    --paired "tiny + SFT + PPO" "tiny + SFT" \
-    --paired "tiny + SFT" "tiny + SFT (zeroed images)" \
-    --paired "tiny + SFT + PPO" "tiny + SFT + PPO (zeroed images)" \
-    --metrics "$metrics" --out "$dir" \
-    > "$log" 2>&1 || { echo "[quickstart] the comparison failed:" >&2; tail -n 40 "$log" >&2; exit 1; }
-}
 trained_evals "" "$EVAL" "$ADAPTER" "$CKPT" "${COMMON[@]}"
 compare "$EVAL" "$OUT/ppo/metrics.jsonl" "$LOGS/compare.log"
 
-# The NumberLine block (VSI runs only): the tiny model's vision is pre-trained on NumberLine frames, so
-# there its policies read the image. SFT stops early (NL_SFT_STEPS) to leave PPO room to improve; the
-# KL penalty to the frozen SFT policy keeps PPO from breaking the reply format (bench/README.md).
 if [ "$NUMBERLINE" = "1" ]; then
-  NL=$OUT/numberline
-  NLARGS=(--preset "$PRESET" --model.model_path "$MODEL" --log.progress_bar false --config configs/envs/numberline.yaml)
-  step nl-label "$PY" vlm_traj_label.py "${NLARGS[@]}" --label.teacher oracle --label.out_dir "$NL/labels"
-  step nl-preprocess "$PY" vlm_traj_preprocess.py "${NLARGS[@]}" --label.out_dir "$NL/labels" --label.dataset_dir "$NL/sft_data"
-  step nl-sft "$PY" train_sft.py "${NLARGS[@]}" --sft.data_path "$NL/sft_data" --sft.output_dir "$NL/sft" --sft.max_steps "$NL_SFT_STEPS"
-  step nl-ppo "$PY" main_vsi.py "${NLARGS[@]}" --sft-adapter "$NL/sft/adapter" --log.output_dir "$NL/ppo" \
-    --ppo.lr "$NL_PPO_LR" --ppo.num_iterations "$NL_PPO_ITERATIONS" \
-    --ppo.reference ema --ppo.ema_decay 1 --ppo.kl_coef "$NL_PPO_KL"
-  NLCKPT=$(ls -d "$NL"/ppo/checkpoints/checkpoint-* 2>/dev/null | sort | tail -n 1)
-  NLEVAL=$NL/eval
-  EVALN=(--eval.num_episodes "$NL_EVAL_DEALS")
-  step nl-eval-dummy "$PY" eval_vsi.py "${NLARGS[@]}" "${EVALN[@]}" --dummy --name dummy --out "$NLEVAL/dummy"
-  step nl-eval-oracle "$PY" eval_vsi.py "${NLARGS[@]}" "${EVALN[@]}" --oracle --name oracle --out "$NLEVAL/oracle"
-  step nl-eval-base "$PY" eval_vsi.py "${NLARGS[@]}" "${EVALN[@]}" --name "tiny base" --out "$NLEVAL/base"
-  trained_evals "nl-" "$NLEVAL" "$NL/sft/adapter" "$NLCKPT" "${NLARGS[@]}" "${EVALN[@]}"
-  compare "$NLEVAL" "$NL/ppo/metrics.jsonl" "$LOGS/nl-compare.log"
+  if [ -n "$NLPID" ]; then
+    wait "$NLPID" || { echo "[quickstart] the NumberLine block failed (its step's log tail is above)" >&2; exit 1; }
+    NLPID=
+  else
+    numberline_block
+  fi
 fi
 echo
 cat "$EVAL/compare.md"

@@ -492,3 +492,23 @@ def test_auto_attention_is_flash_attention_only_where_it_can_run(monkeypatch):
     monkeypatch.setattr(loading, "flash_attn_importable", lambda: False)
     assert loading.resolve_attn_implementation("auto", "cuda", "bfloat16") == "sdpa"
     assert ModelConfig(attn_implementation="auto").attn_implementation == "auto"  # resolved at load, not in the config
+
+
+def test_a_build_is_keyed_by_its_code_not_by_comments_docstrings_or_layout(tmp_path):
+    """``code_digest`` (what the tiny build's cache key hashes of its modules) changes when the code
+    changes and stays when only a comment, a docstring or the layout does."""
+    module = tmp_path / "m.py"
+    variants = {
+        "base": '"""Doc."""\nSTEPS = 300\n\n\ndef f(x):\n    """Twice."""\n    return 2 * x  # double\n',
+        "comment": '"""Doc."""\nSTEPS = 300  # a comment\n\n\ndef f(x):\n    """Twice."""\n    return 2 * x\n',
+        "docstring": '"""Another doc."""\nSTEPS = 300\n\n\ndef f(x):\n    """Two times x."""\n    return 2 * x\n',
+        "layout": '"""Doc."""\nSTEPS = (\n    300\n)\ndef f(x):\n    """Twice."""\n    return 2*x\n',
+        "code": '"""Doc."""\nSTEPS = 301\n\n\ndef f(x):\n    """Twice."""\n    return 2 * x  # double\n',
+        "no docstring, same code": "STEPS = 300\n\n\ndef f(x):\n    return 2 * x\n",
+    }
+    digests = {}
+    for name, text in variants.items():
+        module.write_text(text)
+        digests[name] = tiny.code_digest(module)
+    assert digests["code"] != digests["base"]
+    assert {digests[k] for k in variants if k != "code"} == {digests["base"]}

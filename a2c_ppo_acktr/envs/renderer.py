@@ -321,7 +321,7 @@ class Renderer:
         """Shaded-look colors (..., 3) uint8 from rays (..., 6), hit distances (...) and triangles (...).
 
         Gathers use ``np.take(..., out=..., mode="wrap")``: with ``out``, the default mode="raise"
-        buffers the whole result (measured 5x slower), and "wrap" maps the miss index -1 to the
+        buffers the whole result (several times slower), and "wrap" maps the miss index -1 to the
         tables' last row just as plain indexing does.
         """
         w = self._workspace(t_hit.shape)

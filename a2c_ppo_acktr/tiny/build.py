@@ -32,6 +32,7 @@ import contextlib
 import dataclasses
 import fcntl
 import functools
+import ast
 import hashlib
 import json
 import os
@@ -576,7 +577,7 @@ def pretrain_reply_format(model, tokenizer, spec: TinySpec, corpus: Sequence[str
 
     Random weights leave a tiny model's logits within about +-1 and its attention blind to where it
     is in a reply, so LoRA fine-tuning cannot teach it the JSON action format in a CPU demo's budget
-    (measured: 0% valid replies after 160 SFT steps). ``spec.pretrain_steps`` AdamW steps of
+    (no valid reply after SFT on it). ``spec.pretrain_steps`` AdamW steps of
     full-parameter language modelling on the corpus's replies (random objects, numbers and moves,
     never this project's environments) fix that in a few seconds, like the instruction tuning of a
     real checkpoint. Runs on one CPU thread so the same seed gives identical weights everywhere.
@@ -771,8 +772,10 @@ def build_llava_processor(tokenizer, family: str = "llava"):
 def spec_hash(family: str, seed: int) -> str:
     """Hash of everything that defines a tiny build.
 
-    Covers the sizes, seed, tokenizer corpus, chat template, this module's source (so any edit to
-    the build code invalidates old builds) and the ``transformers`` version that writes the files.
+    Covers the sizes, seed, tokenizer corpus, chat template, the code of this module and of the
+    modules that draw the vision pre-training's samples (:func:`code_digest`: an edit of the code
+    invalidates old builds, an edit of a comment, a docstring or the layout does not) and the
+    ``transformers`` version that writes the files.
     """
     from importlib.metadata import version
 
@@ -784,15 +787,31 @@ def spec_hash(family: str, seed: int) -> str:
             "corpus": training_corpus(),
             "template": CHAT_TEMPLATE,
             "special": SPECIAL_TOKENS,
-            "source": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+            "source": code_digest(Path(__file__)),
             # The vision pre-training's samples come from these modules: editing them changes the weights.
-            "vision_sources": [hashlib.sha256(p.read_bytes()).hexdigest() for p in _vision_sources(family)],
+            "vision_sources": [code_digest(p) for p in _vision_sources(family)],
             "transformers": version("transformers"),
             "tokenizers": version("tokenizers"),
         },
         sort_keys=True,
     )
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:10]
+
+
+def code_digest(path: str | os.PathLike) -> str:
+    """sha256 of a Python module's code: its syntax tree without docstrings, comments or layout."""
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body:
+            first = body[0]
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                node.body = body[1:] or [ast.Pass()]
+    return hashlib.sha256(ast.dump(tree).encode("utf-8")).hexdigest()
 
 
 # The modules that draw each vision pre-training task's frames, beyond tiny/vision.py itself.
