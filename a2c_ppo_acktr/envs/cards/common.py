@@ -146,20 +146,17 @@ class TokenGameConfig:
     invalid_penalty: float = -1.0
     max_turns: int = 300
     min_image_size: ClassVar[int] = 16  # a game whose picture needs more raises it
+    too_small: ClassVar[str] = "to draw the game legibly"  # the error's reason below min_image_size
 
     def __post_init__(self) -> None:
         if self.image_size < self.min_image_size:
             raise ValueError(
-                f"image_size={self.image_size} is too small {self._legible}; use at least {self.min_image_size}"
+                f"image_size={self.image_size} is too small {self.too_small}; use at least {self.min_image_size}"
             )
         if not math.isfinite(self.invalid_penalty):
             raise ValueError(f"invalid_penalty={self.invalid_penalty} must be a finite number such as -1.0")
         if self.max_turns < 1:
             raise ValueError(f"max_turns={self.max_turns} must be >= 1")
-
-    @property
-    def _legible(self) -> str:
-        return "to draw the game legibly"
 
 
 @dataclass(frozen=True)
@@ -177,10 +174,7 @@ class CardGameConfig(TokenGameConfig):
     """
 
     min_image_size: ClassVar[int] = 64  # below it the cards' digits are not legible
-
-    @property
-    def _legible(self) -> str:
-        return "to draw the cards legibly (the original is 300)"
+    too_small: ClassVar[str] = "to draw the cards legibly (the original is 300)"
 
 
 class Outcome(NamedTuple):
