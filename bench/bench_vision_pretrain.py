@@ -67,38 +67,30 @@ def run(
         model = AutoModelForImageTextToText.from_config(tiny.build_config(spec, tokenizer), dtype=torch.float32)
         tiny.pretrain_reply_format(model, tokenizer, spec, tiny.training_corpus(), seed)
         t0 = time.perf_counter()
-        losses = tiny_vision.pretrain_vision(
-            model,
-            processor,
-            train,
-            steps=steps,
-            batch_size=spec.vision_pretrain_batch_size,
-            lr=lr,
-            seed=seed,
-            text_docs=tiny.reply_documents(tokenizer, tiny.training_corpus()),
-            text_per_batch=spec.vision_text_per_batch,
-            balance_tasks=balanced,
-        )
-        if then_tasks:
+        text_docs = tiny.reply_documents(tokenizer, tiny.training_corpus())
+        stages = [(train, steps, balanced)]
+        if then_tasks:  # a second stage from the first's weights; the probe covers its new tasks too
             more = tiny_vision.training_samples(spec.vision_image_size, scenes, then_tasks)
-            losses = tiny_vision.pretrain_vision(
-                model,
-                processor,
-                more,
-                steps=then_steps,
-                batch_size=spec.vision_pretrain_batch_size,
-                lr=lr,
-                seed=seed + 1,
-                text_docs=tiny.reply_documents(tokenizer, tiny.training_corpus()),
-                text_per_batch=spec.vision_text_per_batch,
-                balance_tasks=then_balanced,
-            )
+            stages.append((more, then_steps, then_balanced))
             train = train + [s for s in more if s.task not in tasks]
             held = held + [
                 s
                 for s in tiny_vision.probe_samples(spec.vision_image_size, probe_scenes, then_tasks)
                 if s.task not in tasks
             ]
+        for k, (samples, stage_steps, stage_balanced) in enumerate(stages):
+            losses = tiny_vision.pretrain_vision(
+                model,
+                processor,
+                samples,
+                steps=stage_steps,
+                batch_size=spec.vision_pretrain_batch_size,
+                lr=lr,
+                seed=seed + k,
+                text_docs=text_docs,
+                text_per_batch=spec.vision_text_per_batch,
+                balance_tasks=stage_balanced,
+            )
         seconds = time.perf_counter() - t0
     torch.set_num_threads(1)
     sighted = tiny_vision.probe(model, processor, held)

@@ -192,7 +192,7 @@ def make_env(env_cfg: Any) -> Any:
     cfg = game_config(env_cfg)
     if cfg is not None:
         env = cls(cfg)
-    elif canonical_id(env_cfg.env_id) == VSI_ID:
+    elif is_vsi(env_cfg.env_id):
         env = cls(env_cfg)
     else:
         try:
