@@ -154,6 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
         "evaluated on the same questions (repeatable)",
     )
     p.add_argument(
+        "--best-constant",
+        action="store_true",
+        help="with --compare: add the row 'best constant (hindsight)', each question type's one answer that scores "
+        "best on the first VSI report's questions (--paired may name it)",
+    )
+    p.add_argument(
         "--out",
         default=None,
         help="output directory for the reports (required, except with --print-config); "
@@ -225,6 +231,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("--smooth smooths the learning curves of --metrics METRICS.jsonl; pass --metrics too")
     if args.paired and not args.compare:
         parser.error("--paired compares rows of a comparison: pass the reports with --compare too")
+    if args.best_constant and not args.compare:
+        parser.error("--best-constant adds a row to a comparison: pass the reports with --compare too")
     if args.out is None and not args.print_config:
         parser.error("the following arguments are required: --out")
     _check_protocol(parser, args)

@@ -491,26 +491,11 @@ def table_markdown(groups: Sequence[dict[str, Any]], targets: dict[tuple[str, st
 
 
 def best_constant(question_type: str, ground_truths: Sequence[str], grid: int = 400) -> tuple[float, float]:
-    """The single numeric answer with the best mean score over ``ground_truths``, and that score.
+    """:func:`scoring.best_constant` of numerical questions, the answer as a number: ``(answer, mean score)``."""
+    from a2c_ppo_acktr.common.scoring import best_constant as best
 
-    Candidates are every ground truth and ``grid`` log-spaced values between the smallest and the
-    largest (MRA is a step function of the answer, so a fine grid finds its maximum).
-
-    Returns:
-        ``(answer, mean score)``.
-    """
-    from a2c_ppo_acktr.common.scoring import score_prediction
-
-    values = np.array([float(g) for g in ground_truths])
-    if values.size == 0 or not (values > 0).all():
-        raise ValueError(f"best_constant needs positive numeric ground truths, got {list(ground_truths)[:5]}...")
-    candidates = np.unique(np.concatenate([values, np.geomspace(values.min(), values.max(), grid)]))
-    best = (float("nan"), -1.0)
-    for c in candidates:
-        score = float(np.mean([score_prediction(question_type, f"{c:.6g}", g) for g in ground_truths]))
-        if score > best[1]:
-            best = (float(f"{c:.6g}"), score)
-    return best
+    answer, score = best(question_type, ground_truths, grid)
+    return float(answer), score
 
 
 # ------------------------------------------------------------------------------ env (training distribution)

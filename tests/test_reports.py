@@ -8,6 +8,7 @@ numpy.linspace(0.5, 0.95, 10), whose ``1 - t`` values are 0.5, 0.449999999999999
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 from PIL import Image
 
 from a2c_ppo_acktr import reports
+from a2c_ppo_acktr.common import scoring
 from a2c_ppo_acktr.run.logger import read_metrics
 from a2c_ppo_acktr.reports import EpisodeRecord, PictureLayout, TurnRecord
 
@@ -517,3 +519,46 @@ def test_ci_in_markdown_and_old_reports_still_load_and_compare(tmp_path):
     assert f"| old | {new['overall']:.1f} [{lo:.1f}, {hi:.1f}] n=8 |" in cmp_md
     assert f"| bare | {new['overall']:.1f} n=8 |" in cmp_md
     assert "**Question types with a single question**" in cmp_md
+
+
+def _numeric(i: int, qtype: str, truth: str, answer: str) -> EpisodeRecord:
+    return dataclasses.replace(
+        _scored(i, qtype, scoring.score_prediction(qtype, answer, truth)), ground_truth=truth, answer=answer
+    )
+
+
+def test_best_constant_row_scores_each_types_one_answer_on_the_same_questions(tmp_path):
+    """--best-constant adds a row that answers every question of a type with that type's best constant,
+    chosen on these questions; it pairs with the policies' rows by question id."""
+    truths = {"room_size_estimation": ["10", "20", "10", "40"], "route_planning": ["A", "B", "B", "C"]}
+    recs, k = [], 0
+    for qtype, gts in truths.items():
+        for gt in gts:  # the policy answers the truth on even ids and a wrong value on odd ones
+            right = k % 2 == 0
+            recs.append(_numeric(k, qtype, gt, gt if right else ("D" if qtype == "route_planning" else "1")))
+            k += 1
+    policy = reports.build_report(recs, name="policy")
+    reports.write_report(policy, tmp_path / "policy", plots=False)
+    row = reports.best_constant_report(policy)
+    # Room size: 10 scores 1 + 0.1 + 1 + 0 = 2.1 of 4 (20 scores 0 + 1 + 0 + 0.5); route plan: B, 2 of 4.
+    assert row["meta"]["best_constant"] == {"room_size_estimation": "10", "route_planning": "B"}
+    assert row["per_type"] == pytest.approx({"room_size_estimation": 2.1 / 4, "route_planning": 0.5})
+    assert [r["answer"] for r in row["records"]] == ["10"] * 4 + ["B"] * 4
+    md = reports.compare_reports(
+        [tmp_path / "policy" / "report.json"],
+        tmp_path / "cmp",
+        best_constant=True,
+        paired=[("policy", reports.BEST_CONSTANT_ROW)],
+    )["md"].read_text()
+    diff = reports.paired_overall_ci(policy, row)["diff"]
+    assert (
+        f"| {reports.BEST_CONSTANT_ROW} |" in md and f"| policy - {reports.BEST_CONSTANT_ROW} | 8 | {diff:+.1f} |" in md
+    )
+    assert "(room_size_estimation 10, route_planning B)" in md
+    with pytest.raises(ValueError, match="already named"):
+        reports.compare_reports(
+            [tmp_path / "policy" / "report.json"],
+            tmp_path / "cmp2",
+            names=[reports.BEST_CONSTANT_ROW],
+            best_constant=True,
+        )

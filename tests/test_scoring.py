@@ -177,3 +177,20 @@ def test_aggregate_missing_tasks_and_validation():
     assert math.isnan(aggregate([])["overall"])
     with pytest.raises(ValueError, match="outside"):
         aggregate([("object_counting", 1.5)])
+
+
+def test_best_constant_by_hand():
+    """The best constant answer and its mean score, worked out by hand."""
+    # 10 against 10 and 20: 1.0 and MRA(10, 20) = 0.1 (e = 0.5); 20 scores 0.0 against 10 (e = 1).
+    assert scoring.best_constant("room_size_estimation", ["10", "20"]) == ("10", pytest.approx(0.55))
+    assert scoring.best_constant("object_size_estimation", ["36", "36", "36"]) == ("36", 1.0)
+    # 10 against 14 is 29% off (MRA 0.5), so 10 scores 0.75; 12, 20% and 14% off the two, scores 0.6 and 0.8:
+    # 0.7; 14 is 40% off 10 (0.3): 0.65. The order of the ground truths does not matter.
+    assert scoring.best_constant("room_size_estimation", ["10", "14"]) == ("10", pytest.approx(0.75))
+    assert scoring.best_constant("room_size_estimation", ["14", "10"]) == ("10", pytest.approx(0.75))
+    # Multiple choice: the most frequent correct letter, whatever the case it was stored in.
+    assert scoring.best_constant("route_planning", ["A", "b", "B", "C"]) == ("B", 0.5)
+    with pytest.raises(ValueError, match="positive numerical ground truths"):
+        scoring.best_constant("object_counting", ["3", "0"])
+    with pytest.raises(ValueError, match="needs ground truths"):
+        scoring.best_constant("object_counting", [])

@@ -512,3 +512,50 @@ def test_a_build_is_keyed_by_its_code_not_by_comments_docstrings_or_layout(tmp_p
         digests[name] = tiny.code_digest(module)
     assert digests["code"] != digests["base"]
     assert {digests[k] for k in variants if k != "code"} == {digests["base"]}
+
+
+@pytest.mark.slow
+def test_a_build_on_top_of_another_starts_from_its_weights_and_checks_the_base(tmp_path, monkeypatch):
+    """``qwen2_5_vl-rooms`` is a vision stage on top of the default build: with no steps it is the base
+    weight for weight (so it starts from them, not from fresh ones), with steps it moves away; its
+    record names the base; a base of another seed, or a directory that is no build, is refused."""
+    import dataclasses
+
+    from safetensors.torch import load_file
+
+    base_spec = dataclasses.replace(tiny.tiny_spec("qwen2_5_vl"), pretrain_steps=12, vision_pretrain_steps=12)
+    rooms = tiny.tiny_spec("qwen2_5_vl-rooms")
+    assert rooms.vision_base == "qwen2_5_vl" and rooms.vision_pretrain_tasks == ("room_size",)
+    specs = {"qwen2_5_vl": base_spec, "qwen2_5_vl-rooms": dataclasses.replace(rooms, vision_pretrain_steps=0)}
+    monkeypatch.setattr(tiny, "tiny_spec", lambda family: specs[family])
+    monkeypatch.setattr(tiny, "spec_hash", tiny.spec_hash.__wrapped__)  # uncached: the specs change below
+    base, other_seed = tmp_path / "base", tmp_path / "base1"
+    tiny.build_tiny_model("qwen2_5_vl", base, seed=0)
+    tiny.build_tiny_model("qwen2_5_vl", other_seed, seed=1)
+    same = tiny.build_tiny_model("qwen2_5_vl-rooms", tmp_path / "same", seed=0, base_dir=base)
+    ref, copy = load_file(str(base / "model.safetensors")), load_file(str(same / "model.safetensors"))
+    assert ref.keys() == copy.keys() and all(torch.equal(ref[k], copy[k]) for k in ref)
+    record = json.loads((same / "tiny_build.json").read_text())
+    assert record["base"] == {"build": "qwen2_5_vl", "spec_hash": tiny.spec_hash("qwen2_5_vl", 0)}
+    # The base's definition is part of this build's: another base spec, another cache key.
+    before = tiny.spec_hash("qwen2_5_vl-rooms", 0)
+    specs["qwen2_5_vl"] = dataclasses.replace(base_spec, pretrain_steps=13)
+    assert tiny.spec_hash("qwen2_5_vl-rooms", 0) != before
+    specs["qwen2_5_vl"] = base_spec
+
+    specs["qwen2_5_vl-rooms"] = dataclasses.replace(rooms, vision_pretrain_steps=3, vision_pretrain_scenes=3)
+    moved = load_file(
+        str(tiny.build_tiny_model("qwen2_5_vl-rooms", tmp_path / "moved", seed=0, base_dir=base) / "model.safetensors")
+    )
+    vision = [k for k in ref if ".visual." in k or k.startswith("visual.") or "visual" in k.split(".")[:3]]
+    assert vision and any(not torch.equal(ref[k], moved[k]) for k in vision)
+
+    with pytest.raises(tiny.TinyBaseError, match=r"holds the tiny build 'qwen2_5_vl' of seed 1 .* seed 0"):
+        tiny.build_tiny_model("qwen2_5_vl-rooms", tmp_path / "wrong", seed=0, base_dir=other_seed)
+    with pytest.raises(tiny.TinyBaseError, match="is not a tiny build"):
+        tiny.build_tiny_model("qwen2_5_vl-rooms", tmp_path / "none", seed=0, base_dir=tmp_path / "missing")
+    with pytest.raises(SystemExit):  # the CLI says it in one line before building anything
+        tiny.main(["--family", "qwen2_5_vl-rooms", "--base", str(other_seed), "--out", str(tmp_path / "cli")])
+    assert not (tmp_path / "cli").exists()
+    with pytest.raises(SystemExit):
+        tiny.main(["--family", "qwen2_5_vl", "--base", str(base), "--out", str(tmp_path / "cli")])

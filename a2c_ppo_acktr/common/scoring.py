@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -224,6 +224,43 @@ def score_prediction(question_type: str, prediction: str, ground_truth: str, rul
     if pred is None:
         return 0.0
     return mean_relative_accuracy(pred, gt)
+
+
+def best_constant(question_type: str, ground_truths: Sequence[str], grid: int = 400) -> tuple[str, float]:
+    """The one answer that scores best on every question of ``question_type`` at once, and its mean score.
+
+    What a policy that ignores the frames and the question's details can reach on these questions when
+    the answer is chosen in hindsight. Numerical types: the candidates are every ground truth and
+    ``grid`` log-spaced values between the smallest and the largest (MRA is a step function of the
+    answer, so a fine grid finds its maximum), written with 6 significant digits. Multiple choice: the
+    option letters that occur as a ground truth (a letter that never does scores 0).
+
+    Returns:
+        ``(answer, mean score)``; the earliest candidate wins a tie.
+
+    Raises:
+        ValueError: No ground truths, an unknown type, or a numerical ground truth that is not a number > 0.
+    """
+    _check_type(question_type)
+    if not ground_truths:
+        raise ValueError(f"best_constant needs ground truths; got none for {question_type}")
+    if question_type in MULTIPLE_CHOICE_TYPES:
+        candidates = sorted({g.strip().upper() for g in ground_truths})
+    else:
+        values = np.array([_to_float(g) or float("nan") for g in ground_truths])
+        if not (values > 0).all():
+            raise ValueError(
+                f"best_constant needs positive numerical ground truths for {question_type}, got "
+                f"{list(ground_truths)[:5]}..."
+            )
+        grid_values = np.geomspace(values.min(), values.max(), grid)
+        candidates = [f"{c:.6g}" for c in np.unique(np.concatenate([values, grid_values]))]
+    best = ("", -1.0)
+    for answer in candidates:
+        score = float(np.mean([score_prediction(question_type, answer, g) for g in ground_truths]))
+        if score > best[1]:
+            best = (answer, score)
+    return best
 
 
 def aggregate(records: Iterable[tuple[str, float]]) -> dict:

@@ -811,7 +811,9 @@ def _run_cli(args: Any, extra: Sequence[str]) -> Optional[dict[str, Any]]:
         path = reports.plot_learning_curves(args.metrics, out / CURVES_FILE, smoothing=args.smooth)
         print(f"learning curves: {path}")
     if args.compare:
-        paths = reports.compare_reports(args.compare, out, names=args.names, paired=args.paired)
+        paths = reports.compare_reports(
+            args.compare, out, names=args.names, paired=args.paired, best_constant=args.best_constant
+        )
         print(paths["md"].read_text(encoding="utf-8"))
         print(f"comparison: {paths['md']} and {paths['png']}")
         return None

@@ -66,6 +66,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "paired_records",
         "overall_weights",
         "paired_overall_ci",
+        "best_constant_report",
+        "BEST_CONSTANT_ROW",
     ),
     "figures": (
         "task_bars_figure",

@@ -22,7 +22,8 @@ from a2c_ppo_acktr.reports.markdown import (
     paired_markdown,
     table_markdown,
 )
-from a2c_ppo_acktr.reports.records import is_game_type, is_success, split_kinds
+from a2c_ppo_acktr.reports.records import VSI_KIND, is_game_type, is_success, report_kind, split_kinds
+from a2c_ppo_acktr.reports.vsi import score_intervals, table_counts, task_table
 
 
 class CompareError(ValueError, UserError):
@@ -34,6 +35,7 @@ def compare_reports(
     out_dir: str | os.PathLike,
     names: Optional[Sequence[str]] = None,
     paired: Optional[Sequence[tuple[str, str]]] = None,
+    best_constant: bool = False,
 ) -> dict[str, Path]:
     """Side-by-side comparison of several reports: ``compare.md`` and ``compare.png`` in ``out_dir``.
 
@@ -47,6 +49,8 @@ def compare_reports(
         names: Row names (default: each report's ``name``; duplicates get their directory's name).
         paired: ``(A, B)`` row names: for each, ``compare.md`` also gets Overall(A) - Overall(B) on
             their common questions with a paired bootstrap 95% interval (:func:`paired_overall_ci`).
+        best_constant: Add the row :data:`BEST_CONSTANT_ROW` (:func:`best_constant_report`) on the first VSI
+            report's questions, after the given rows; ``paired`` may name it.
 
     Raises:
         CompareError: If names repeat or a paired name is not a row, or the two rows were not evaluated on the same
@@ -69,6 +73,15 @@ def compare_reports(
             f"--names repeats {repeated}: each row needs its own name (rows and --paired refer to them by name)"
         )
     rows = list(zip(names, reports))
+    if best_constant:
+        first_vsi = next((r for r in reports if report_kind(r) == VSI_KIND), None)
+        if first_vsi is None:
+            raise CompareError(
+                "--best-constant needs a VSI report among the compared ones; game reports have no constant row"
+            )
+        if BEST_CONSTANT_ROW in names:
+            raise CompareError(f"a row is already named {BEST_CONSTANT_ROW!r}; rename it to add the best-constant row")
+        rows.append((BEST_CONSTANT_ROW, best_constant_report(first_vsi)))
     by_name = dict(rows)
     differences = []
     for a, b in paired or ():
@@ -103,10 +116,59 @@ def compare_reports(
     missing = [(n, r["tasks_missing"]) for n, r in rows if r.get("tasks_missing")]
     for n, tasks in missing:
         md.append(f"- {n}: no questions for {', '.join(tasks)} (overall over the tasks present)")
-    md += ["", "Sources:", ""] + [f"- {n}: {p}" for n, p in zip(names, paths)] + [""]
+    md += ["", "Sources:", ""] + [f"- {n}: {p}" for n, p in zip(names, paths)]
+    if best_constant:
+        answers = ", ".join(f"{t} {a}" for t, a in rows[-1][1]["meta"]["best_constant"].items())
+        md.append(
+            f"- {BEST_CONSTANT_ROW}: the one answer per question type that scores best on these questions ({answers})"
+        )
+    md.append("")
     atomic.write_text(out / "compare.md", "\n".join(md))
     png = plot_task_bars(rows, out / "compare.png")
     return {"md": out / "compare.md", "png": png}
+
+
+BEST_CONSTANT_ROW = "best constant (hindsight)"
+
+
+def best_constant_report(report: dict[str, Any], name: str = BEST_CONSTANT_ROW) -> dict[str, Any]:
+    """A row that gives each question type's best constant answer (:func:`scoring.best_constant`) to every
+    question of ``report``, chosen in hindsight on these very questions: what no policy can beat by
+    ignoring the frames and the question's details. Its records keep the questions' ids, so it pairs
+    with any row evaluated on the same questions.
+
+    Raises:
+        CompareError: ``report`` is a game report or has no per-question records.
+    """
+    records = report.get("records") or []
+    if not records or report_kind(report) != VSI_KIND:
+        raise CompareError(
+            "a best-constant row needs a VSI report with per-question records (a report.json written by eval_vsi.py)"
+        )
+    truths: dict[str, list[str]] = {}
+    for r in records:
+        truths.setdefault(r["question_type"], []).append(str(r["ground_truth"]))
+    answers = {t: scoring.best_constant(t, gts)[0] for t, gts in truths.items()}
+    rows = []
+    for r in records:
+        answer = answers[r["question_type"]]
+        score = scoring.score_prediction(r["question_type"], answer, str(r["ground_truth"]))
+        rows.append(
+            {**{k: r.get(k) for k in _QUESTION_FIELDS}, "episode_id": question_key(r), "answer": answer, "score": score}
+        )
+    scored = [(r["question_type"], r["score"]) for r in rows]
+    agg = scoring.aggregate(scored)
+    return {
+        "name": name,
+        "mode": "constant",
+        "kind": VSI_KIND,
+        "meta": {"best_constant": answers, "chosen_on": "the questions of the row it was built from"},
+        **agg,
+        "table": task_table(agg),
+        "table_n": table_counts(agg["counts"]),
+        "ci95": score_intervals(scored),
+        "records": rows,
+    }
 
 
 # What must agree for two records with the same key to be the same question (absent fields read None).

@@ -159,6 +159,9 @@ class TinySpec:
     vision_pretrain_scenes: int = 0  # procedural training scenes for the room tasks
     vision_text_per_batch: int = 4  # reply-format documents replayed in every batch (keeps the JSON grammar)
     vision_image_size: int = 64
+    # A build on top of another: the vision stage above starts from the weights of the build named here
+    # (same family and seed; its reply-format and vision pre-training already done) instead of fresh ones.
+    vision_base: Optional[str] = None
 
     @property
     def head_dim(self) -> int:
@@ -175,15 +178,17 @@ VISION_VARIANTS: dict[str, tuple[str, dict]] = {
         {"vision_pretrain_steps": 2000, "vision_pretrain_lr": 1e-3, "vision_pretrain_tasks": ("ezpoints_cards",)},
     ),
     # Reads a procedural room's floor area from the 4 frames of its sweep (VSI-Bench's room-size
-    # question): held-out MRA 0.627 against the best constant's 0.419 (docs/RESULTS.md, "The embedded model
-    # sees"). In an exploratory run at lr 1e-3 the model kept answering one constant.
+    # question), on top of the default build (which reads NumberLine frames; this stage erases that):
+    # 900 steps on 1000 rooms (docs/RESULTS.md, "The embedded model sees"). From fresh weights the same
+    # reading took 2500 steps on 2000 rooms; at lr 1e-3 the model kept answering one constant.
     "qwen2_5_vl-rooms": (
         "qwen2_5_vl",
         {
-            "vision_pretrain_steps": 2500,
+            "vision_base": "qwen2_5_vl",
+            "vision_pretrain_steps": 900,
             "vision_pretrain_lr": 3e-4,
             "vision_pretrain_tasks": ("room_size",),
-            "vision_pretrain_scenes": 2000,
+            "vision_pretrain_scenes": 1000,
         },
     ),
 }
@@ -779,10 +784,14 @@ def spec_hash(family: str, seed: int) -> str:
     """
     from importlib.metadata import version
 
+    spec = asdict(tiny_spec(family))
+    base = spec.pop("vision_base")
+    if base:  # a build on top of another is defined by everything that defines that one, too
+        spec["vision_base"] = {"build": base, "spec_hash": spec_hash(base, seed)}
     payload = json.dumps(
         {
             "version": TINY_VERSION,
-            "spec": asdict(tiny_spec(family)),
+            "spec": spec,
             "seed": seed,
             "corpus": training_corpus(),
             "template": CHAT_TEMPLATE,
@@ -849,14 +858,21 @@ def _vision_sources(family: str = "qwen2_5_vl") -> list[Path]:
     return [here / "vision.py", here / "training.py", *[package / rel for rel in dict.fromkeys(defaults + extra)]]
 
 
-def build_tiny_model(family: str, out_dir: str | os.PathLike, seed: int = 0) -> Path:
+def build_tiny_model(
+    family: str, out_dir: str | os.PathLike, seed: int = 0, base_dir: Optional[str | os.PathLike] = None
+) -> Path:
     """Build the tiny ``family`` model, tokenizer and processor into ``out_dir`` (created).
 
     Weights come from the family's own initialisation under ``torch.manual_seed(seed)``, so the
-    same ``(family, seed)`` gives identical files.
+    same ``(family, seed)`` gives identical files. A build on top of another (``vision_base`` in its
+    spec) starts from that build's weights instead: ``base_dir`` when given (checked to be that build,
+    same seed), else the cache's (:func:`tiny_model_dir`, built first if absent).
 
     Returns:
         ``out_dir`` as a ``Path``.
+
+    Raises:
+        TinyBaseError: ``base_dir`` is not the build this one starts from.
     """
     import torch
     from transformers import AutoModelForImageTextToText, GenerationConfig
@@ -869,10 +885,18 @@ def build_tiny_model(family: str, out_dir: str | os.PathLike, seed: int = 0) -> 
     config = build_config(spec, tokenizer)
     processor = build_processor(spec, tokenizer)
     # fork_rng: building must not disturb the caller's global RNG stream.
+    base = None
+    if spec.vision_base:
+        base = Path(base_dir) if base_dir is not None else tiny_model_dir(spec.vision_base, seed=seed)
+        check_base_build(base, spec.vision_base, seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
-        losses = pretrain_reply_format(model, tokenizer, spec, training_corpus(), seed)
+        if base is None:
+            model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+            losses = pretrain_reply_format(model, tokenizer, spec, training_corpus(), seed)
+        else:  # the base did the reply-format pre-training (and its own vision stage)
+            model = AutoModelForImageTextToText.from_pretrained(base, dtype=torch.float32)
+            losses = []
         vision = pretrain_vision_stage(model, processor, tokenizer, spec, seed)
     ids = _token_ids(tokenizer)
     model.generation_config = GenerationConfig(
@@ -893,6 +917,7 @@ def build_tiny_model(family: str, out_dir: str | os.PathLike, seed: int = 0) -> 
         "tokenizer_size": len(tokenizer),
         "pretrain_steps": spec.pretrain_steps,
         "pretrain_loss_first_last": [round(losses[0], 4), round(losses[-1], 4)] if losses else None,
+        **({"base": {"build": spec.vision_base, "spec_hash": spec_hash(spec.vision_base, seed)}} if base else {}),
         **vision,
         "build_seconds": round(time.perf_counter() - t0, 3),
     }
@@ -901,6 +926,33 @@ def build_tiny_model(family: str, out_dir: str | os.PathLike, seed: int = 0) -> 
         raise RuntimeError(f"building the tiny {family} model into {out} wrote no {missing}; the build is incomplete")
     (out / "tiny_build.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
     return out
+
+
+class TinyBaseError(ValueError, UserError):
+    """The directory given as a build's base is not the build it starts from; the message says what it is."""
+
+
+def check_base_build(path: Path, family: str, seed: int) -> None:
+    """Check that ``path`` holds the tiny build ``family`` of ``seed`` as this code builds it.
+
+    Raises:
+        TinyBaseError: No ``tiny_build.json`` there, or it records another build, seed or spec hash.
+    """
+    expected = spec_hash(family, seed)
+    try:
+        info = json.loads((path / "tiny_build.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise TinyBaseError(
+            f"{path} is not a tiny build (no readable tiny_build.json: {err}); build it with python -m "
+            f"a2c_ppo_acktr.tiny --family {family} --seed {seed} --out {path}"
+        ) from None
+    got = (info.get("build", info.get("family")), info.get("seed"), info.get("spec_hash"))
+    if got != (family, seed, expected):
+        raise TinyBaseError(
+            f"{path} holds the tiny build {got[0]!r} of seed {got[1]} (spec hash {got[2]}); this build starts from "
+            f"{family!r} of seed {seed} as this code builds it (spec hash {expected}): rebuild it with python -m "
+            f"a2c_ppo_acktr.tiny --family {family} --seed {seed} --out DIR, or leave the base out to use the cache's"
+        )
 
 
 def default_seed() -> int:
@@ -940,7 +992,7 @@ def _file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-def _build_in_clean_process(family: str, out: Path, seed: int) -> None:
+def _build_in_clean_process(family: str, out: Path, seed: int, base: Optional[Path] = None) -> None:
     """Build here, or in a child process when this one is a torch.distributed rank.
 
     transformers' ``save_pretrained`` silently writes nothing on a rank other than 0 of an initialised
@@ -950,11 +1002,13 @@ def _build_in_clean_process(family: str, out: Path, seed: int) -> None:
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
-        build_tiny_model(family, out, seed=seed)
+        build_tiny_model(family, out, seed=seed, base_dir=base)
         return
     launcher_vars = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
     env = {k: v for k, v in os.environ.items() if k not in launcher_vars}
     cmd = [sys.executable, "-m", "a2c_ppo_acktr.tiny", "--family", family, "--out", str(out), "--seed", str(seed)]
+    if base is not None:
+        cmd += ["--base", str(base)]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if res.returncode != 0:
         raise RuntimeError(
@@ -984,12 +1038,17 @@ def tiny_model_dir(family: str, cache_dir: Optional[str | os.PathLike] = None, *
     final = root / f"{family}-seed{seed}-v{TINY_VERSION}-{spec_hash(family, seed)}"
     if (final / "tiny_build.json").is_file():
         return final
+    base_build = tiny_spec(family).vision_base
+    base = tiny_model_dir(base_build, root, seed=seed) if base_build else None  # before this build's lock
     with _file_lock(root / f".{final.name}.lock"):
         if (final / "tiny_build.json").is_file():  # another process finished while we waited
             return final
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
         try:
-            _build_in_clean_process(family, tmp, seed)
+            if base is None:
+                _build_in_clean_process(family, tmp, seed)
+            else:
+                _build_in_clean_process(family, tmp, seed, base)
             if final.exists():  # a stale partial directory from a killed build without the marker
                 shutil.rmtree(final)
             os.rename(tmp, final)
@@ -1017,16 +1076,32 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         action="store_true",
         help="move an --out that holds files aside to OUT.old-<time> first (nothing is deleted)",
     )
+    parser.add_argument(
+        "--base",
+        default=None,
+        help="for a build on top of another (qwen2_5_vl-rooms: of qwen2_5_vl): the directory holding that build "
+        "of the same seed (default: the tiny cache's, built first when absent)",
+    )
     args = parser.parse_args(argv)
     try:
         seed = default_seed() if args.seed is None else args.seed
     except TinySeedError as err:
         parser.error(str(err))
+    base_build = tiny_spec(args.family).vision_base
+    if args.base is not None:
+        if not base_build:
+            parser.error(f"--base: {args.family} is not built on top of another build; leave --base out")
+        try:
+            check_base_build(Path(args.base), base_build, seed)
+        except TinyBaseError as err:
+            parser.error(f"--base: {err}")
     if args.out is None:
+        if args.base is not None:
+            parser.error("--base builds into --out; the cache builds its own base")
         print(tiny_model_dir(args.family, seed=seed))
         return
     from a2c_ppo_acktr.run.rundir import check_output_path, claim_output_dir, directory_lock
 
     with directory_lock(check_output_path(args.out)):
         claim_output_dir(args.out, overwrite=args.overwrite)
-        print(build_tiny_model(args.family, args.out, seed=seed))
+        print(build_tiny_model(args.family, args.out, seed=seed, base_dir=args.base))
