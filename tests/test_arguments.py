@@ -60,6 +60,22 @@ def test_rl4vlm_preset_is_rl4vlms_setting():
     assert with_game.env.env_id != cfg.env.env_id
 
 
+def test_room_size_overlay_is_a_vsi_run_of_one_question_type_on_the_room_reading_build():
+    """configs/envs/vsi-room-size.yaml (the quickstart's VSI_BLOCK=rooms) loads over cpu-demo and changes
+    only what it says: VSI, one question type, the rooms build, its SFT stop, PPO and eval sizes."""
+    base = load_config(preset="cpu-demo")
+    rooms = load_config(preset="cpu-demo", config="configs/envs/vsi-room-size.yaml")
+    assert rooms.env.env_id == base.env.env_id and rooms.env.question_types == ["room_size_estimation"]
+    assert rooms.model.model_path == "tiny:qwen2_5_vl-rooms" and rooms.env.num_scenes == 512
+    assert (rooms.sft.max_steps, rooms.ppo.num_iterations, rooms.ppo.ppo_epochs, rooms.ppo.lr) == (50, 12, 1, 2e-4)
+    assert (rooms.rollout.num_envs, rooms.eval.num_episodes) == (32, 200)
+    assert (rooms.ppo.kl_coef, rooms.ppo.reference, rooms.env.image_size) == (
+        base.ppo.kl_coef,
+        base.ppo.reference,
+        base.env.image_size,
+    )
+
+
 def test_yaml_round_trip(tmp_path):
     cfg = load_config(preset="debug", overrides=["--ppo.lr", "3e-4", "env.max_turns=5"])
     path = tmp_path / "config.yaml"
