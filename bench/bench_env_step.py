@@ -26,9 +26,7 @@ text and the game's system prompt (VSI has none: the pipeline supplies its own).
 
 "VSI-v0 detail" (only when VSI-v0 is in ``--envs``), one row per ``--sizes`` image size, median and
 90th-percentile milliseconds, with ``--sweep`` sweep frames: "cold reset" builds a new procedural scene
-and its ray-casting structure; "batch reset" is another env of the batch drawing a scene the first one
-built (the scene is built once per process and shared; its ray-casting structure and sweep are the
-env's own); "warm reset" reuses a cached scene (new start pose, sweep and
+and its ray-casting structure; "warm reset" reuses a cached scene (new start pose, sweep and
 question); "step move" includes parsing, collision checking and rendering one view, and "render" is
 the renderer alone (the part of a move step the env does not control).
 
@@ -38,7 +36,6 @@ The defaults take about 8 s on 2 idle CPU cores (about 20 s when the cores are s
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import platform
 import time
@@ -186,28 +183,14 @@ def _timed(fn: Callable[[], object], n: int) -> tuple[float, float]:
     return 1e3 * float(np.median(times)), 1e3 * float(np.percentile(times, 90))
 
 
-# Scene indices never drawn in this process (procedural scenes are built once per process and shared).
-_NEW_SCENES = itertools.count(10**6)  # far from the scenes the all-envs table drew
-
-
 def bench(size: int, steps: int, resets: int, sweep: int) -> dict[str, tuple[float, float]]:
     """VSI's parts at ``size`` px (median / p90 ms each)."""
     from a2c_ppo_acktr.envs.vsi_env import VSIEnv
 
-    cfg = EnvConfig(image_size=size, num_sweep_frames=sweep, num_scenes=10_000, max_turns=10**6)
-    env = VSIEnv(cfg)
+    env = VSIEnv(EnvConfig(image_size=size, num_sweep_frames=sweep, num_scenes=10_000, max_turns=10**6))
     env.reset(seed=0)  # imports, first scene
-    built = []
-
-    def cold() -> None:  # a scene no env of this process has built
-        built.append(next(_NEW_SCENES))
-        env.reset(options={"scene_index": built[-1]})
-
-    out = {"cold reset": _timed(cold, resets)}
-    # Another env of the batch drawing a scene the first one built: the scene is shared, its own
-    # renderer (ray-casting structure) and sweep are not.
-    other, shared = VSIEnv(cfg), iter(built)
-    out["batch reset"] = _timed(lambda: other.reset(options={"scene_index": next(shared)}), resets)
+    counter = iter(range(1, 10**6))
+    out = {"cold reset": _timed(lambda: env.reset(options={"scene_index": next(counter)}), resets)}
     env.reset(seed=0, options={"scene_index": 0})
     out["warm reset"] = _timed(lambda: env.reset(options={"scene_index": 0}), resets)
     env.reset(seed=0, options={"scene_index": 0})

@@ -66,7 +66,9 @@ def test_room_size_overlay_is_a_vsi_run_of_one_question_type_on_the_room_reading
     base = load_config(preset="cpu-demo")
     rooms = load_config(preset="cpu-demo", config="configs/envs/vsi-room-size.yaml")
     assert rooms.env.env_id == base.env.env_id and rooms.env.question_types == ["room_size_estimation"]
-    assert rooms.model.model_path == "tiny:qwen2_5_vl-rooms" and rooms.env.num_scenes == 512
+    assert (
+        rooms.model.model_path == "tiny:qwen2_5_vl-rooms" and rooms.env.num_scenes == rooms.env.scene_cache_size == 512
+    )
     assert (rooms.sft.max_steps, rooms.ppo.num_iterations, rooms.ppo.ppo_epochs, rooms.ppo.lr) == (50, 12, 1, 2e-4)
     assert (rooms.rollout.num_envs, rooms.eval.num_episodes) == (32, 200)
     assert (rooms.ppo.kl_coef, rooms.ppo.reference, rooms.env.image_size) == (

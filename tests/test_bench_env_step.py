@@ -80,11 +80,3 @@ def test_main_prints_one_row_per_env(be, capsys):
     assert "64x64" in rows[0] and "VSI-v0 detail" not in out
     with pytest.raises(SystemExit):
         be.main(["--envs", "NumberLine-v0", "--image-size", "32"])
-
-
-def test_vsi_detail_times_a_cold_a_batch_and_a_warm_reset(be):
-    """The detail's resets: new scenes, the same scenes drawn by a second env (shared per process), and
-    the first env's own cached scene; every column is a (median, p90) pair of positive milliseconds."""
-    out = be.bench(size=32, steps=2, resets=2, sweep=2)
-    assert list(out)[:3] == ["cold reset", "batch reset", "warm reset"]
-    assert all(len(v) == 2 and 0 < v[0] <= v[1] for v in out.values())

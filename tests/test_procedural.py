@@ -165,15 +165,3 @@ def test_bad_room_bounds_are_rejected():
     with pytest.raises(ValueError, match="min_side"):
         make_procedural_scene(0, min_side=6.0, max_side=4.0)
 
-
-def test_shared_scenes_are_built_once_per_process_and_equal_a_fresh_build():
-    """The envs of a batch share procedural scenes: the second request returns the same object, and it
-    is the scene a fresh build gives (same mesh, objects and area)."""
-    from a2c_ppo_acktr.envs.procedural import procedural_scene
-
-    first = procedural_scene(977, 3.0, 6.0)
-    assert procedural_scene(977, 3.0, 6.0) is first
-    fresh = make_procedural_scene(977, 3.0, 6.0)
-    assert first is not fresh and first.scene_id == fresh.scene_id and first.room_area == fresh.room_area
-    assert np.array_equal(first.vertices, fresh.vertices) and len(first.objects) == len(fresh.objects)
-    assert procedural_scene(977, 3.0, 7.0) is not first  # the room bounds are part of the key

@@ -27,7 +27,6 @@ appearance (colors, part proportions, books on shelves, ...) from a separate
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Optional
 
@@ -331,19 +330,6 @@ def make_procedural_scene(seed: int, min_side: float = 3.0, max_side: float = 10
     """
     placer, theme = _layout(seed, min_side, max_side)
     return placer.build(f"proc_{seed:06d}", theme, np.random.default_rng([seed, 7]))
-
-
-# Scenes :func:`procedural_scene` keeps per process (about 160 kB each): every env of a rollout batch draws
-# from the same ``env.num_scenes`` seeds, and building one takes ~0.1 s, more than rendering its sweep.
-SHARED_SCENES = 1024
-
-
-@functools.lru_cache(maxsize=SHARED_SCENES)
-def procedural_scene(seed: int, min_side: float = 3.0, max_side: float = 10.0) -> Scene:
-    """:func:`make_procedural_scene`, built once per process for the :data:`SHARED_SCENES` most recent
-    ``(seed, min_side, max_side)`` and shared by every caller (the envs of a batch): a scene is not edited
-    once built, so the shared object is the one a fresh build would give."""
-    return make_procedural_scene(seed, min_side, max_side)
 
 
 def _layout(seed: int, min_side: float = 3.0, max_side: float = 10.0) -> tuple["_Placer", str]:

@@ -274,12 +274,12 @@ class VSIEnv(gym.Env):
         return entry
 
     def _procedural(self, index: int) -> tuple[Scene, Renderer]:
-        from a2c_ppo_acktr.envs.procedural import procedural_scene  # imported on use: keeps `import envs` light
+        from a2c_ppo_acktr.envs.procedural import make_procedural_scene  # imported on use: keeps `import envs` light
 
         seed = self.cfg.scene_seed + index
         return self._cached(
             ("procedural", seed),
-            lambda: procedural_scene(seed, self.cfg.procedural_min_room, self.cfg.procedural_max_room),
+            lambda: make_procedural_scene(seed, self.cfg.procedural_min_room, self.cfg.procedural_max_room),
         )
 
     def _scan(self, dataset: str, name: str) -> tuple[Scene, Renderer]:
