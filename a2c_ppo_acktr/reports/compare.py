@@ -23,7 +23,7 @@ from a2c_ppo_acktr.reports.markdown import (
     table_markdown,
 )
 from a2c_ppo_acktr.reports.records import VSI_KIND, is_game_type, is_success, report_kind, split_kinds
-from a2c_ppo_acktr.reports.vsi import score_intervals, table_counts, task_table
+from a2c_ppo_acktr.reports.vsi import score_summary
 
 
 class CompareError(ValueError, UserError):
@@ -156,17 +156,12 @@ def best_constant_report(report: dict[str, Any], name: str = BEST_CONSTANT_ROW) 
         rows.append(
             {**{k: r.get(k) for k in _QUESTION_FIELDS}, "episode_id": question_key(r), "answer": answer, "score": score}
         )
-    scored = [(r["question_type"], r["score"]) for r in rows]
-    agg = scoring.aggregate(scored)
     return {
         "name": name,
         "mode": "constant",
         "kind": VSI_KIND,
         "meta": {"best_constant": answers, "chosen_on": "the questions of the row it was built from"},
-        **agg,
-        "table": task_table(agg),
-        "table_n": table_counts(agg["counts"]),
-        "ci95": score_intervals(scored),
+        **score_summary([(r["question_type"], r["score"]) for r in rows]),
         "records": rows,
     }
 

@@ -114,6 +114,18 @@ def score_intervals(
     }
 
 
+def score_summary(scored: Sequence[tuple[str, float]]) -> dict[str, Any]:
+    """What a VSI report holds about ``(question_type, score)`` pairs: :func:`scoring.aggregate`'s
+    fields, the benchmark table with its per-task counts, and the 95% intervals."""
+    agg = scoring.aggregate(scored)
+    return {
+        **agg,
+        "table": task_table(agg),
+        "table_n": table_counts(agg["counts"]),
+        "ci95": score_intervals(scored),
+    }
+
+
 def build_report(
     records: Sequence[EpisodeRecord], *, name: str, meta: Optional[dict[str, Any]] = None
 ) -> dict[str, Any]:
@@ -130,17 +142,12 @@ def build_report(
     agent = agent_metrics(records)  # first: it says what to do about an empty evaluation
     if any(is_game_type(r.question_type) for r in records):
         return build_game_report(records, name=name, meta=meta)
-    scored = [(r.question_type, r.score) for r in records]
-    agg = scoring.aggregate(scored)
     return {
         "name": name,
         "mode": "episodes",
         "kind": VSI_KIND,
         "meta": dict(meta or {}),
-        **agg,
-        "table": task_table(agg),
-        "table_n": table_counts(agg["counts"]),
-        "ci95": score_intervals(scored),
+        **score_summary([(r.question_type, r.score) for r in records]),
         "agent": agent,
         "records": [r.to_dict() for r in records],
     }
@@ -240,8 +247,8 @@ def score_file(
             f"{bad[0] if bad else 'file is empty'}); "
             "each line must be a JSON object with question_type, prediction and ground_truth"
         )
-    agg = scoring.aggregate(scored)
-    counts = dict(agg["counts"])
+    summary = score_summary(scored)
+    counts = dict(summary["counts"])
     if unknown_type:
         counts[MALFORMED_KEY] = unknown_type
     duplicates = {i: ls for i, ls in seen_ids.items() if len(ls) > 1}
@@ -259,11 +266,8 @@ def score_file(
         "mode": "score_file",
         "kind": VSI_KIND,
         "meta": {"score_file": str(path), "scoring_rule": rule},
-        **agg,
+        **summary,
         "counts": counts,
-        "table": task_table(agg),
-        "table_n": table_counts(agg["counts"]),
-        "ci95": score_intervals(scored),
         "malformed": {
             "count": len(bad),
             "unknown_type": unknown_type,
