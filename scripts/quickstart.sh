@@ -24,7 +24,7 @@
 #   VSI_BLOCK  mix (default): the VSI block asks all 8 question types with the default build, whose
 #              policies read nothing of a room (docs/RESULTS.md); rooms: the room-size question alone
 #              (configs/envs/vsi-room-size.yaml) with a build that reads a room's floor area from its
-#              sweep, made on top of the default one (about 10 more minutes), 200 held-out rooms
+#              sweep, made on top of the default one, 200 held-out rooms (about 20 min in all)
 # Every step logs to OUTDIR/logs/<step>.log; a failing step stops the script with its log's tail.
 # The result: OUTDIR/eval/compare.md (table), compare.png (bars), learning_curves.png (PPO), and
 # one report.json/report.md/tasks.png/trajectories/ per evaluated row under OUTDIR/eval/<row>/.
