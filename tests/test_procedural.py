@@ -164,4 +164,3 @@ def test_floor_is_walkable(scenes):
 def test_bad_room_bounds_are_rejected():
     with pytest.raises(ValueError, match="min_side"):
         make_procedural_scene(0, min_side=6.0, max_side=4.0)
-
