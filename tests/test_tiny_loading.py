@@ -310,9 +310,9 @@ def test_cache_builds_once_under_concurrency_then_reuses(tmp_path, monkeypatch):
     builds = []
     real_build = tiny.build_tiny_model
 
-    def counting_build(family, out_dir, seed=0):
+    def counting_build(family, out_dir, seed=0, base_dir=None):
         builds.append(family)
-        return real_build(family, out_dir, seed=seed)
+        return real_build(family, out_dir, seed=seed, base_dir=base_dir)
 
     monkeypatch.setattr(tiny, "build_tiny_model", counting_build)
     results: list[Path] = []
@@ -341,7 +341,7 @@ def test_tiny_seed_env_selects_the_build_and_rejects_a_bad_value_in_one_line(tmp
 
     built = []
 
-    def fake_build(family, out, seed):  # the cache's bookkeeping only: no weights needed
+    def fake_build(family, out, seed, base=None):  # the cache's bookkeeping only: no weights needed
         built.append(seed)
         (out / "tiny_build.json").write_text("{}")
 

@@ -886,11 +886,11 @@ def build_tiny_model(
     tokenizer = build_tokenizer(spec, training_corpus())
     config = build_config(spec, tokenizer)
     processor = build_processor(spec, tokenizer)
-    # fork_rng: building must not disturb the caller's global RNG stream.
     base = None
     if spec.vision_base:
         base = Path(base_dir) if base_dir is not None else tiny_model_dir(spec.vision_base, seed=seed)
         check_base_build(base, spec.vision_base, seed)
+    # fork_rng: building must not disturb the caller's global RNG stream.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         if base is None:
@@ -1047,10 +1047,7 @@ def tiny_model_dir(family: str, cache_dir: Optional[str | os.PathLike] = None, *
             return final
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
         try:
-            if base is None:
-                _build_in_clean_process(family, tmp, seed)
-            else:
-                _build_in_clean_process(family, tmp, seed, base)
+            _build_in_clean_process(family, tmp, seed, base)
             if final.exists():  # a stale partial directory from a killed build without the marker
                 shutil.rmtree(final)
             os.rename(tmp, final)
