@@ -101,10 +101,12 @@ def test_the_rooms_build_is_the_default_spec_with_room_size_pretraining_and_hash
     default, variant = asdict(tiny.tiny_spec("qwen2_5_vl")), asdict(tiny.tiny_spec("qwen2_5_vl-rooms"))
     differ = {k for k in default if default[k] != variant[k]}
     assert differ == {
+        "vision_base",
         "vision_pretrain_steps",
         "vision_pretrain_tasks",
         "vision_pretrain_scenes",
     }  # lr: the default 3e-4
+    assert variant["vision_base"] == "qwen2_5_vl" and default["vision_base"] is None  # on top of the default build
     assert variant["vision_pretrain_tasks"] == ("room_size",) and variant["vision_pretrain_scenes"] > 0
     assert tiny.spec_hash("qwen2_5_vl-rooms", 0) != tiny.spec_hash("qwen2_5_vl", 0)
     # The modules that draw the rooms are part of this build's hash, and not of the default's.
