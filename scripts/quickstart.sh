@@ -116,7 +116,25 @@ if [ ! -x "$PY" ]; then
   exit 1
 fi
 
+# A failing or interrupted step stops every step running beside it (its process, then its shell).
+stop_background() {
+  local pid
+  for pid in $(jobs -p); do
+    pkill -TERM -P "$pid" 2>/dev/null
+    kill "$pid" 2>/dev/null
+  done
+  true
+}
+trap stop_background EXIT
+
 MODEL=$OUT/model
+ROOMS_SAMPLES=$OUT/model-rooms-samples.npz
+RENDERPID=
+if [ "$VSI_BLOCK" = rooms ] && [ "$PARALLEL" = "1" ]; then
+  # The rooms build's 1000 rooms are drawn on the core the default build leaves idle.
+  step tiny-rooms-render "$PY" -m a2c_ppo_acktr.tiny --family qwen2_5_vl-rooms --render-samples "$ROOMS_SAMPLES" &
+  RENDERPID=$!
+fi
 step tiny-model "$PY" -m a2c_ppo_acktr.tiny --family "$FAMILY" --out "$MODEL"
 COMMON=(--preset "$PRESET" --model.model_path "$MODEL" --log.progress_bar false)
 if [ -n "${ENV_CONFIG:-}" ]; then COMMON+=(--config "$ENV_CONFIG"); fi
@@ -166,19 +184,25 @@ numberline_block() {
 NL=$OUT/numberline
 NLEVAL=$NL/eval
 NLPID=
+NUMBERLINE_DONE=
 if [ "$NUMBERLINE" = "1" ]; then
   if [ "$PARALLEL" = "1" ]; then
     echo "[quickstart] the VSI and NumberLine blocks run side by side (PARALLEL=0: one after the other)" >&2
     numberline_block &
     NLPID=$!
-    # a failing or interrupted VSI block stops the NumberLine block too (its running step, then the block)
-    trap '[ -n "$NLPID" ] && { pkill -TERM -P "$NLPID" 2>/dev/null; kill "$NLPID" 2>/dev/null; }; true' EXIT
   fi
 fi
 
 if [ "$VSI_BLOCK" = rooms ]; then
   # The room-reading build: the default build's weights, then its own vision stage on room sizes.
-  step tiny-rooms "$PY" -m a2c_ppo_acktr.tiny --family qwen2_5_vl-rooms --base "$MODEL" --out "$OUT/model-rooms"
+  ROOMS_ARGS=()
+  if [ -n "$RENDERPID" ]; then
+    wait "$RENDERPID" || { echo "[quickstart] rendering the rooms build's samples failed (its log's tail is above)" >&2; exit 1; }
+    RENDERPID=
+    ROOMS_ARGS=(--samples "$ROOMS_SAMPLES")
+  fi
+  step tiny-rooms "$PY" -m a2c_ppo_acktr.tiny --family qwen2_5_vl-rooms --base "$MODEL" --out "$OUT/model-rooms" "${ROOMS_ARGS[@]}"
+  rm -f "$ROOMS_SAMPLES"
   COMMON=(--preset "$PRESET" --config configs/envs/vsi-room-size.yaml --model.model_path "$OUT/model-rooms"
     --log.progress_bar false)
 fi
@@ -192,18 +216,48 @@ if [ ! -d "$ADAPTER" ]; then
 fi
 PPO_ARGS=()
 if [ -n "$PPO_ITERATIONS" ]; then PPO_ARGS=(--ppo.num_iterations "$PPO_ITERATIONS"); fi
-step ppo "$PY" main_vsi.py "${COMMON[@]}" --sft-adapter "$ADAPTER" --log.output_dir "$OUT/ppo" "${PPO_ARGS[@]}"
+EVAL=$OUT/eval
+# The rows that need no PPO policy: with two cores they run while PPO trains, once the NumberLine
+# block has left its core (one process per core: each step is single-threaded).
+sft_side_evals() {
+  step eval-dummy "$PY" eval_vsi.py "${COMMON[@]}" --dummy --name dummy --out "$EVAL/dummy"
+  step eval-oracle "$PY" eval_vsi.py "${COMMON[@]}" --oracle --name oracle --out "$EVAL/oracle"
+  step eval-base "$PY" eval_vsi.py "${COMMON[@]}" --name "tiny base" --out "$EVAL/base"
+  step eval-sft "$PY" eval_vsi.py "${COMMON[@]}" --adapter "$ADAPTER" --name "tiny + SFT" --out "$EVAL/sft"
+  step eval-sft-zero "$PY" eval_vsi.py "${COMMON[@]}" --adapter "$ADAPTER" --zero-images \
+    --name "tiny + SFT (zeroed images)" --out "$EVAL/sft_zeroed"
+}
+if [ "$PARALLEL" = "1" ]; then
+  step ppo "$PY" main_vsi.py "${COMMON[@]}" --sft-adapter "$ADAPTER" --log.output_dir "$OUT/ppo" "${PPO_ARGS[@]}" &
+  PPOPID=$!
+  if [ -n "$NLPID" ]; then
+    wait "$NLPID" || { echo "[quickstart] the NumberLine block failed (its step's log tail is above)" >&2; exit 1; }
+    NLPID=
+    NUMBERLINE_DONE=1
+  fi
+  sft_side_evals
+  wait "$PPOPID" || { echo "[quickstart] PPO failed (its log's tail is above)" >&2; exit 1; }
+else
+  step ppo "$PY" main_vsi.py "${COMMON[@]}" --sft-adapter "$ADAPTER" --log.output_dir "$OUT/ppo" "${PPO_ARGS[@]}"
+  sft_side_evals
+fi
 CKPT=$(ls -d "$OUT"/ppo/checkpoints/checkpoint-* 2>/dev/null | sort | tail -n 1)
 if [ -z "$CKPT" ]; then
   echo "[quickstart] main_vsi.py finished but wrote no checkpoint under $OUT/ppo/checkpoints (see $LOGS/ppo.log)" >&2
   exit 1
 fi
-
-EVAL=$OUT/eval
-step eval-dummy "$PY" eval_vsi.py "${COMMON[@]}" --dummy --name dummy --out "$EVAL/dummy"
-step eval-oracle "$PY" eval_vsi.py "${COMMON[@]}" --oracle --name oracle --out "$EVAL/oracle"
-step eval-base "$PY" eval_vsi.py "${COMMON[@]}" --name "tiny base" --out "$EVAL/base"
-trained_evals "" "$EVAL" "$ADAPTER" "$CKPT" "${COMMON[@]}"
+if [ "$PARALLEL" = "1" ]; then  # the PPO policy and its twin side by side
+  step eval-ppo "$PY" eval_vsi.py "${COMMON[@]}" --checkpoint "$CKPT" --name "tiny + SFT + PPO" --out "$EVAL/ppo" &
+  EVALPID=$!
+else
+  step eval-ppo "$PY" eval_vsi.py "${COMMON[@]}" --checkpoint "$CKPT" --name "tiny + SFT + PPO" --out "$EVAL/ppo"
+  EVALPID=
+fi
+step eval-ppo-zero "$PY" eval_vsi.py "${COMMON[@]}" --checkpoint "$CKPT" --zero-images \
+  --name "tiny + SFT + PPO (zeroed images)" --out "$EVAL/ppo_zeroed"
+if [ -n "$EVALPID" ]; then
+  wait "$EVALPID" || { echo "[quickstart] evaluating the PPO policy failed (its log's tail is above)" >&2; exit 1; }
+fi
 # VSI: with the best constant answer per question type, chosen in hindsight on these questions, and
 # each trained policy paired with it (what a policy scores above it is not one answer given to all).
 BEST=()
@@ -213,7 +267,7 @@ if [ -z "${ENV_CONFIG:-}" ]; then
 fi
 compare "$EVAL" "$OUT/ppo/metrics.jsonl" "$LOGS/compare.log" "${BEST[@]}"
 
-if [ "$NUMBERLINE" = "1" ]; then
+if [ "$NUMBERLINE" = "1" ] && [ -z "$NUMBERLINE_DONE" ]; then
   if [ -n "$NLPID" ]; then
     wait "$NLPID" || { echo "[quickstart] the NumberLine block failed (its step's log tail is above)" >&2; exit 1; }
     NLPID=

@@ -526,7 +526,11 @@ def test_a_build_on_top_of_another_starts_from_its_weights_and_checks_the_base(t
     base_spec = dataclasses.replace(tiny.tiny_spec("qwen2_5_vl"), pretrain_steps=12, vision_pretrain_steps=12)
     rooms = tiny.tiny_spec("qwen2_5_vl-rooms")
     assert rooms.vision_base == "qwen2_5_vl" and rooms.vision_pretrain_tasks == ("room_size",)
-    specs = {"qwen2_5_vl": base_spec, "qwen2_5_vl-rooms": dataclasses.replace(rooms, vision_pretrain_steps=0)}
+    specs = {
+        "qwen2_5_vl": base_spec,
+        "qwen2_5_vl-rooms": dataclasses.replace(rooms, vision_pretrain_steps=0),
+        "qwen2_vl": tiny.tiny_spec("qwen2_vl"),
+    }
     monkeypatch.setattr(tiny, "tiny_spec", lambda family: specs[family])
     monkeypatch.setattr(tiny, "spec_hash", tiny.spec_hash.__wrapped__)  # uncached: the specs change below
     base, other_seed = tmp_path / "base", tmp_path / "base1"
@@ -549,6 +553,28 @@ def test_a_build_on_top_of_another_starts_from_its_weights_and_checks_the_base(t
     )
     vision = [k for k in ref if ".visual." in k or k.startswith("visual.") or "visual" in k.split(".")[:3]]
     assert vision and any(not torch.equal(ref[k], moved[k]) for k in vision)
+
+    # Its samples rendered beforehand (the quickstart renders them beside the base's build): the same weights.
+    rendered = tmp_path / "rooms.npz"
+    tiny.main(["--family", "qwen2_5_vl-rooms", "--render-samples", str(rendered)])
+    from_file = tiny.build_tiny_model(
+        "qwen2_5_vl-rooms", tmp_path / "from_file", seed=0, base_dir=base, samples_path=rendered
+    )
+    again = load_file(str(from_file / "model.safetensors"))
+    assert all(torch.equal(moved[k], again[k]) for k in moved)
+    specs["qwen2_5_vl-rooms"] = dataclasses.replace(rooms, vision_pretrain_steps=3, vision_pretrain_scenes=4)
+    with pytest.raises(tiny.TinySamplesError, match=r"another vision pre-training .* \['scenes'\]"):
+        tiny.build_tiny_model("qwen2_5_vl-rooms", tmp_path / "stale", seed=0, base_dir=base, samples_path=rendered)
+    rendered.write_bytes(rendered.read_bytes()[:1000])
+    with pytest.raises(tiny.TinySamplesError, match="is not a file of rendered vision pre-training samples"):
+        tiny.build_tiny_model("qwen2_5_vl-rooms", tmp_path / "cut", seed=0, base_dir=base, samples_path=rendered)
+    with pytest.raises(SystemExit):  # one line, before anything is claimed
+        tiny.main(["--family", "qwen2_5_vl-rooms", "--samples", str(rendered), "--out", str(tmp_path / "cli")])
+    with pytest.raises(SystemExit):
+        tiny.main(["--family", "qwen2_5_vl-rooms", "--render-samples", str(rendered), "--out", str(tmp_path / "cli")])
+    with pytest.raises(SystemExit):  # a build without a vision stage has nothing to render
+        tiny.main(["--family", "qwen2_vl", "--render-samples", str(tmp_path / "none.npz")])
+    assert not (tmp_path / "cli").exists()
 
     with pytest.raises(tiny.TinyBaseError, match=r"holds the tiny build 'qwen2_5_vl' of seed 1 .* seed 0"):
         tiny.build_tiny_model("qwen2_5_vl-rooms", tmp_path / "wrong", seed=0, base_dir=other_seed)

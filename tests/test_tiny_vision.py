@@ -120,6 +120,31 @@ def test_multi_frame_samples_put_one_image_block_per_frame(tiny_model_path):
     assert processor.tokenizer.decode(labelled) == "12<|im_end|>\n"
 
 
+def test_rows_encoded_once_collate_to_the_batch_encoding(tiny_model_path):
+    """Pre-training encodes each sample once and collates draws of rows: every tensor of a draw equals the
+    processor's own batch of those samples (1 and 4 frames, answers of 1 to 3 tokens, repeats, any order)."""
+    from a2c_ppo_acktr.config.arguments import ModelConfig
+
+    processor = load_vlm(ModelConfig(model_path=tiny_model_path, device="cpu", dtype="float32")).processor
+    rng = np.random.default_rng(0)
+    samples = [
+        tiny_vision.VisionSample(
+            rng.integers(0, 256, size=(64, 64, 3) if k % 2 else (4, 64, 64, 3), dtype=np.uint8),
+            "What is the size of this room?" if k % 2 == 0 else "What is the current number?",
+            str(int(rng.integers(1, 400))),
+            "room_size" if k % 2 == 0 else "numberline",
+        )
+        for k in range(6)
+    ]
+    rows = tiny_vision.encode_each(processor, samples)
+    for picked in ([0, 1, 2, 3, 4, 5], [5, 2], [3], [1, 1, 4, 0]):
+        want = tiny_vision.encode_batch(processor, [samples[i] for i in picked])
+        got = tiny_vision.collate([rows[i] for i in picked], processor.tokenizer.pad_token_id)
+        assert sorted(got) == sorted(want)
+        for key in want:
+            assert got[key].dtype == want[key].dtype and torch.equal(got[key], want[key]), (key, picked)
+
+
 def test_default_processor_gives_16_tokens_per_frame_and_maps_white_to_zero(tiny_model_path):
     from a2c_ppo_acktr.config.arguments import ModelConfig
 
@@ -175,9 +200,8 @@ def test_balanced_batches_draw_every_task_evenly_and_the_default_draws_the_pool(
         for i in range(33)
     ]
     seen: list[list[str]] = []
-    monkeypatch.setattr(
-        tiny_vision, "encode_batch", lambda _processor, picked: seen.append([x.task for x in picked]) or {}
-    )
+    monkeypatch.setattr(tiny_vision, "encode_each", lambda _processor, samples: list(samples))
+    monkeypatch.setattr(tiny_vision, "collate", lambda picked, _pad: seen.append([x.task for x in picked]) or {})
 
     def training(_model, batch, steps, _lr, seed):
         rng = np.random.default_rng(seed)
@@ -229,3 +253,34 @@ def test_bench_vision_pretrain_reports_every_probed_task(bvp):
     assert row["task"] == "numberline" and row["held_out"] == 2 * len(tiny_vision.numberline_pairs(held_out=True))
     assert row["train_samples"] == 2 * len(tiny_vision.numberline_pairs(held_out=False))
     assert 0.0 <= row["accuracy"] <= 1.0 and 0.0 <= row["zeroed"] <= 1.0 and row["chance"] == pytest.approx(4 / 36)
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+def test_patch_embeddings_run_as_a_product_inside_training_and_as_the_family_s_after(family):
+    """Inside ``linear_patch_embeds`` the patch embedding gives the convolution's values and gradients (up
+    to float32 summation order); after it the module runs the family's own forward again."""
+    from transformers import AutoModelForImageTextToText
+
+    from a2c_ppo_acktr.tiny.training import linear_patch_embeds
+
+    spec = dataclasses.replace(tiny.tiny_spec(family), pretrain_steps=0, vision_pretrain_steps=0)
+    tokenizer = tiny.build_tokenizer(spec, tiny.training_corpus())
+    torch.manual_seed(0)
+    model = AutoModelForImageTextToText.from_config(tiny.build_config(spec, tokenizer), dtype=torch.float32)
+    embed = model.model.visual.patch_embed
+    pixels = torch.randn(40, 3 * embed.temporal_patch_size * embed.patch_size**2)
+
+    def run():
+        embed.zero_grad()
+        out = embed(pixels)
+        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        return out.detach().clone(), embed.proj.weight.grad.clone()
+
+    conv_out, conv_grad = run()
+    with linear_patch_embeds(model) as replaced:
+        lin_out, lin_grad = run()
+        assert replaced == 1 and "forward" in vars(embed)
+    assert "forward" not in vars(embed)
+    torch.testing.assert_close(lin_out, conv_out, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(lin_grad, conv_grad, rtol=1e-5, atol=1e-4)
+    assert torch.equal(run()[0], conv_out)  # the family's own forward, bit for bit

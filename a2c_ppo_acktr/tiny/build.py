@@ -605,8 +605,12 @@ def pretrain_reply_format(model, tokenizer, spec: TinySpec, corpus: Sequence[str
     return next_token_training(model, batch, spec.pretrain_steps, spec.pretrain_lr, seed)
 
 
-def pretrain_vision_stage(model, processor, tokenizer, spec: TinySpec, seed: int) -> dict:
+def pretrain_vision_stage(model, processor, tokenizer, spec: TinySpec, seed: int, samples=None) -> dict:
     """Run the vision pre-training ``spec`` asks for (:mod:`a2c_ppo_acktr.tiny.vision`); its build record.
+
+    Args:
+        samples: The training samples, rendered beforehand (:func:`load_rendered_samples`); default:
+            rendered here.
 
     Returns:
         ``{}`` when ``spec.vision_pretrain_steps`` is 0, else the tasks, sample count, steps and the
@@ -616,7 +620,8 @@ def pretrain_vision_stage(model, processor, tokenizer, spec: TinySpec, seed: int
         return {}
     from a2c_ppo_acktr.tiny.vision import pretrain_vision, training_samples
 
-    samples = training_samples(spec.vision_image_size, spec.vision_pretrain_scenes, spec.vision_pretrain_tasks)
+    if samples is None:
+        samples = training_samples(spec.vision_image_size, spec.vision_pretrain_scenes, spec.vision_pretrain_tasks)
     losses = pretrain_vision(
         model,
         processor,
@@ -637,6 +642,65 @@ def pretrain_vision_stage(model, processor, tokenizer, spec: TinySpec, seed: int
             "loss_first_last": [round(sum(losses[:window]) / window, 4), round(sum(losses[-window:]) / window, 4)],
         }
     }
+
+
+class TinySamplesError(ValueError, UserError):
+    """A file of rendered samples that is not what this build's vision pre-training draws; the message says why."""
+
+
+def samples_meta(family: str) -> dict:
+    """What defines the training samples of ``family``'s vision pre-training: their tasks, scene count,
+    frame size and the code that draws them (the build's seed does not enter: the samples are the same
+    for every seed)."""
+    spec = tiny_spec(family)
+    return {
+        "tasks": list(spec.vision_pretrain_tasks),
+        "scenes": spec.vision_pretrain_scenes,
+        "image_size": spec.vision_image_size,
+        "sources": [code_digest(p) for p in _vision_sources(family)],
+    }
+
+
+def render_samples(family: str, path: str | os.PathLike) -> Path:
+    """Render the training samples of ``family``'s vision pre-training into ``path`` (one ``.npz``,
+    written atomically), for a build that runs later or elsewhere (``--samples``): the quickstart renders
+    the rooms build's 1000 rooms on the core the default build leaves idle.
+
+    Raises:
+        TinySamplesError: ``family`` has no vision pre-training.
+    """
+    from a2c_ppo_acktr.tiny.vision import save_samples, training_samples
+
+    spec = tiny_spec(family)
+    if spec.vision_pretrain_steps <= 0:
+        raise TinySamplesError(f"the tiny build {family} has no vision pre-training: it has no samples to render")
+    samples = training_samples(spec.vision_image_size, spec.vision_pretrain_scenes, spec.vision_pretrain_tasks)
+    return save_samples(path, samples, samples_meta(family))
+
+
+def load_rendered_samples(family: str, path: str | os.PathLike) -> list:
+    """The samples :func:`render_samples` wrote to ``path`` for ``family``.
+
+    Raises:
+        TinySamplesError: ``path`` is unreadable, or was rendered for other tasks, scenes, frame size or code.
+    """
+    from a2c_ppo_acktr.tiny.vision import load_samples
+
+    try:
+        samples, meta = load_samples(path)
+    except ValueError as err:
+        raise TinySamplesError(
+            f"{err}; render it with python -m a2c_ppo_acktr.tiny --family {family} --render-samples {path}"
+        ) from None
+    want = samples_meta(family)
+    if meta != want:
+        differ = sorted(k for k in set(want) | set(meta) if meta.get(k) != want.get(k))
+        raise TinySamplesError(
+            f"{path} holds samples rendered for another vision pre-training than {family}'s (they differ in "
+            f"{differ}); render them again with python -m a2c_ppo_acktr.tiny --family {family} --render-samples "
+            f"{path}"
+        )
+    return samples
 
 
 def build_processor(spec: TinySpec, tokenizer):
@@ -861,20 +925,27 @@ def _vision_sources(family: str = "qwen2_5_vl") -> list[Path]:
 
 
 def build_tiny_model(
-    family: str, out_dir: str | os.PathLike, seed: int = 0, base_dir: Optional[str | os.PathLike] = None
+    family: str,
+    out_dir: str | os.PathLike,
+    seed: int = 0,
+    base_dir: Optional[str | os.PathLike] = None,
+    samples_path: Optional[str | os.PathLike] = None,
 ) -> Path:
     """Build the tiny ``family`` model, tokenizer and processor into ``out_dir`` (created).
 
     Weights come from the family's own initialisation under ``torch.manual_seed(seed)``, so the
     same ``(family, seed)`` gives identical files. A build on top of another (``vision_base`` in its
     spec) starts from that build's weights instead: ``base_dir`` when given (checked to be that build,
-    same seed), else the cache's (:func:`tiny_model_dir`, built first if absent).
+    same seed), else the cache's (:func:`tiny_model_dir`, built first if absent). ``samples_path``: the
+    vision pre-training's samples rendered beforehand (:func:`render_samples`; the same weights as
+    rendering them here).
 
     Returns:
         ``out_dir`` as a ``Path``.
 
     Raises:
         TinyBaseError: ``base_dir`` is not the build this one starts from.
+        TinySamplesError: ``samples_path`` holds other samples than this build draws.
     """
     import torch
     from transformers import AutoModelForImageTextToText, GenerationConfig
@@ -886,6 +957,7 @@ def build_tiny_model(
     tokenizer = build_tokenizer(spec, training_corpus())
     config = build_config(spec, tokenizer)
     processor = build_processor(spec, tokenizer)
+    samples = load_rendered_samples(family, samples_path) if samples_path is not None else None
     base = None
     if spec.vision_base:
         base = Path(base_dir) if base_dir is not None else tiny_model_dir(spec.vision_base, seed=seed)
@@ -899,7 +971,7 @@ def build_tiny_model(
         else:  # the base did the reply-format pre-training (and its own vision stage)
             model = AutoModelForImageTextToText.from_pretrained(base, dtype=torch.float32)
             losses = []
-        vision = pretrain_vision_stage(model, processor, tokenizer, spec, seed)
+        vision = pretrain_vision_stage(model, processor, tokenizer, spec, seed, samples)
     ids = _token_ids(tokenizer)
     model.generation_config = GenerationConfig(
         bos_token_id=ids["<|endoftext|>"],
@@ -1081,11 +1153,38 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         help="for a build on top of another (qwen2_5_vl-rooms: of qwen2_5_vl): the directory holding that build "
         "of the same seed (default: the tiny cache's, built first when absent)",
     )
+    parser.add_argument(
+        "--render-samples",
+        metavar="FILE",
+        default=None,
+        help="only render this build's vision pre-training samples into FILE (.npz) and exit, for --samples",
+    )
+    parser.add_argument(
+        "--samples",
+        metavar="FILE",
+        default=None,
+        help="the vision pre-training's samples, rendered beforehand with --render-samples (same weights)",
+    )
     args = parser.parse_args(argv)
+    if args.render_samples is not None:
+        if args.out is not None or args.samples is not None or args.base is not None:
+            parser.error("--render-samples only renders: leave --out, --samples and --base out")
+        try:
+            print(render_samples(args.family, args.render_samples))
+        except TinySamplesError as err:
+            parser.error(f"--render-samples: {err}")
+        return
     try:
         seed = default_seed() if args.seed is None else args.seed
     except TinySeedError as err:
         parser.error(str(err))
+    if args.samples is not None:
+        if args.out is None:
+            parser.error("--samples builds into --out; the cache renders its own samples")
+        try:
+            load_rendered_samples(args.family, args.samples)
+        except TinySamplesError as err:
+            parser.error(f"--samples: {err}")
     base_build = tiny_spec(args.family).vision_base
     if args.base is not None:
         if not base_build:
@@ -1103,4 +1202,4 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
     with directory_lock(check_output_path(args.out)):
         claim_output_dir(args.out, overwrite=args.overwrite)
-        print(build_tiny_model(args.family, args.out, seed=seed, base_dir=args.base))
+        print(build_tiny_model(args.family, args.out, seed=seed, base_dir=args.base, samples_path=args.samples))
