@@ -16,9 +16,11 @@
 #   OMP_NUM_THREADS  torch CPU threads (default 1: fastest for the tiny model)
 #   PPO_ITERATIONS  PPO iterations of the main run (default: 30 for VSI, the preset's for an overlay)
 #   NUMBERLINE 1 = beside VSI, the NumberLine block (default when ENV_CONFIG is unset): labels, SFT
-#              stopped at NL_SFT_STEPS (200), PPO at NL_PPO_LR (1e-4) for NL_PPO_ITERATIONS (100)
-#              with a KL penalty NL_PPO_KL (1.0) to the frozen SFT policy, and the same rows with
-#              blind twins on NL_EVAL_DEALS (100) held-out deals
+#              stopped at NL_SFT_STEPS (200) with a checkpoint every NL_SFT_EVERY (50) steps; the warm
+#              start is the latest one whose greedy success on NL_VAL_DEALS (40) validation deals is at
+#              most NL_SFT_CAP (85) percent (else the earliest), so PPO has room to improve; PPO at
+#              NL_PPO_LR (1e-4) for NL_PPO_ITERATIONS (100) with a KL penalty NL_PPO_KL (1.0) to the
+#              frozen warm start, and the same rows with blind twins on NL_EVAL_DEALS (100) held-out deals
 #   PARALLEL   1 = the two blocks run at the same time, one process each (default on 2 or more cores;
 #              every step is single-threaded and seeded, so the results are those of a serial run)
 #   VSI_BLOCK  mix (default): the VSI block asks all 8 question types with the default build, whose
@@ -32,7 +34,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
-  sed -n '2,30p' "$0"
+  sed -n '2,32p' "$0"
   exit 0
 fi
 OUT=${1:-outputs/quickstart}
@@ -83,6 +85,9 @@ NUMBERLINE=${NUMBERLINE:-$([ -z "${ENV_CONFIG:-}" ] && echo 1 || echo 0)}
 CORES=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 1)
 PARALLEL=${PARALLEL:-$([ "$CORES" -ge 2 ] && echo 1 || echo 0)}
 NL_SFT_STEPS=${NL_SFT_STEPS:-200}
+NL_SFT_EVERY=${NL_SFT_EVERY:-50}
+NL_SFT_CAP=${NL_SFT_CAP:-85}
+NL_VAL_DEALS=${NL_VAL_DEALS:-40}
 NL_PPO_LR=${NL_PPO_LR:-1e-4}
 NL_PPO_KL=${NL_PPO_KL:-1.0}
 # VSI's PPO changes no held-out answer of the mix on this model (docs/RESULTS.md): 30 iterations show the stage
@@ -168,8 +173,31 @@ numberline_block() {
   NLARGS=(--preset "$PRESET" --model.model_path "$MODEL" --log.progress_bar false --config configs/envs/numberline.yaml)
   step nl-label "$PY" vlm_traj_label.py "${NLARGS[@]}" --label.teacher oracle --label.out_dir "$NL/labels"
   step nl-preprocess "$PY" vlm_traj_preprocess.py "${NLARGS[@]}" --label.out_dir "$NL/labels" --label.dataset_dir "$NL/sft_data"
-  step nl-sft "$PY" train_sft.py "${NLARGS[@]}" --sft.data_path "$NL/sft_data" --sft.output_dir "$NL/sft" --sft.max_steps "$NL_SFT_STEPS"
-  step nl-ppo "$PY" main_vsi.py "${NLARGS[@]}" --sft-adapter "$NL/sft/adapter" --log.output_dir "$NL/ppo" \
+  step nl-sft "$PY" train_sft.py "${NLARGS[@]}" --sft.data_path "$NL/sft_data" --sft.output_dir "$NL/sft" \
+    --sft.max_steps "$NL_SFT_STEPS" --sft.save_steps "$NL_SFT_EVERY" --sft.save_total_limit $((NL_SFT_STEPS / NL_SFT_EVERY + 1))
+  # The warm start: SFT's latest checkpoint whose greedy success on NL_VAL_DEALS validation deals (seeds
+  # from 900000, apart from training and evaluation) is at most NL_SFT_CAP percent, else its earliest.
+  local cands=("$NL_SFT_STEPS:$NL/sft/adapter") c k rc
+  for ((k = (NL_SFT_STEPS - 1) / NL_SFT_EVERY * NL_SFT_EVERY; k >= NL_SFT_EVERY; k -= NL_SFT_EVERY)); do
+    cands+=("$k:$NL/sft/checkpoint-$k")
+  done
+  for c in "${cands[@]}"; do
+    k=${c%%:*}
+    NLSFT=${c#*:}
+    step "nl-val-sft-$k" "$PY" eval_vsi.py "${NLARGS[@]}" --adapter "$NLSFT" --eval.num_episodes "$NL_VAL_DEALS" \
+      --eval.seed 900000 --name "tiny + SFT, step $k (validation)" --out "$NL/validation/sft-$k"
+    rc=0
+    "$PY" -m a2c_ppo_acktr.eval.warm_start "$NL/validation/sft-$k/report.json" --cap "$NL_SFT_CAP" \
+      >> "$LOGS/nl-warm-start.log" 2>&1 || rc=$?
+    if [ "$rc" = 0 ]; then break; fi
+    if [ "$rc" != 1 ]; then
+      echo "[quickstart] choosing the NumberLine warm start failed:" >&2
+      tail -n 5 "$LOGS/nl-warm-start.log" >&2
+      exit 1
+    fi
+  done
+  echo "warm start: $NLSFT" >> "$LOGS/nl-warm-start.log"
+  step nl-ppo "$PY" main_vsi.py "${NLARGS[@]}" --sft-adapter "$NLSFT" --log.output_dir "$NL/ppo" \
     --ppo.lr "$NL_PPO_LR" --ppo.num_iterations "$NL_PPO_ITERATIONS" \
     --ppo.reference ema --ppo.ema_decay 1 --ppo.kl_coef "$NL_PPO_KL"
   NLCKPT=$(ls -d "$NL"/ppo/checkpoints/checkpoint-* 2>/dev/null | sort | tail -n 1)
@@ -177,7 +205,7 @@ numberline_block() {
   step nl-eval-dummy "$PY" eval_vsi.py "${NLARGS[@]}" "${EVALN[@]}" --dummy --name dummy --out "$NLEVAL/dummy"
   step nl-eval-oracle "$PY" eval_vsi.py "${NLARGS[@]}" "${EVALN[@]}" --oracle --name oracle --out "$NLEVAL/oracle"
   step nl-eval-base "$PY" eval_vsi.py "${NLARGS[@]}" "${EVALN[@]}" --name "tiny base" --out "$NLEVAL/base"
-  trained_evals "nl-" "$NLEVAL" "$NL/sft/adapter" "$NLCKPT" "${NLARGS[@]}" "${EVALN[@]}"
+  trained_evals "nl-" "$NLEVAL" "$NLSFT" "$NLCKPT" "${NLARGS[@]}" "${EVALN[@]}"
   compare "$NLEVAL" "$NL/ppo/metrics.jsonl" "$LOGS/nl-compare.log"
 }
 
