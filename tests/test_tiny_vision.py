@@ -253,4 +253,3 @@ def test_bench_vision_pretrain_reports_every_probed_task(bvp):
     assert row["task"] == "numberline" and row["held_out"] == 2 * len(tiny_vision.numberline_pairs(held_out=True))
     assert row["train_samples"] == 2 * len(tiny_vision.numberline_pairs(held_out=False))
     assert 0.0 <= row["accuracy"] <= 1.0 and 0.0 <= row["zeroed"] <= 1.0 and row["chance"] == pytest.approx(4 / 36)
-
