@@ -37,9 +37,13 @@ from a2c_ppo_acktr.envs.scene import (
     MeshBuilder,
     Scene,
     SceneObject,
-    convex_polygons_overlap,
+    _convex_overlap_fast,
+    _footprint_fast,
+    _outline,
+    _Outline,
+    _polygon_inside_polygon_fast,
     polygon_area,
-    polygon_inside_polygon,
+    yaw_rotation,
 )
 
 Range = tuple[float, float]
@@ -314,6 +318,7 @@ class _Placed:
     z1: float
     support_z: float  # height of the usable top surface
     support_local: tuple[float, float, float, float]  # usable top rect in local coords (x0, x1, y0, y1)
+    outline: _Outline  # the footprint prepared for the collision checks
 
 
 def make_procedural_scene(seed: int, min_side: float = 3.0, max_side: float = 10.0) -> Scene:
@@ -343,11 +348,12 @@ def _layout(seed: int, min_side: float = 3.0, max_side: float = 10.0) -> tuple["
     polygon = _room_polygon(rng, min_side, max(min_side, min(max_side, THEME_MAX_SIDE[theme])))
     height = float(rng.uniform(2.4, 3.0))
     placer = _Placer(rng, polygon, height)
+    big_room = polygon_area(polygon) > 40
     for label, lo, hi, prob in THEMES[theme]:
         if rng.random() >= prob:
             continue
         count = int(rng.integers(lo, hi + 1))
-        if label in ("chair", "stool", "plant", "picture", "window") and polygon_area(polygon) > 40:
+        if label in ("chair", "stool", "plant", "picture", "window") and big_room:
             count += int(rng.integers(0, 2))  # big rooms get a few more of the repeatable things
         for _ in range(count):
             placer.place(label)
@@ -377,7 +383,11 @@ def _room_polygon(rng: np.random.Generator, min_side: float, max_side: float) ->
 
 
 class _Placer:
-    """Places objects one by one and keeps what is needed for collision checks."""
+    """Places objects one by one and keeps what is needed for collision checks.
+
+    Candidates are tried by the thousand, so the checks use scene.py's scalar fast paths (same results as the
+    public numpy predicates) and everything that depends only on the room is computed once.
+    """
 
     def __init__(self, rng: np.random.Generator, polygon: np.ndarray, height: float) -> None:
         self.rng = rng
@@ -385,29 +395,37 @@ class _Placer:
         self.height = height
         self.placed: list[_Placed] = []
         self.keepout: list[np.ndarray] = []  # footprints floor objects must avoid (door zones)
+        self.keepout_outlines: list[_Outline] = []
         self.floor_cover = 0.0
         self.area = abs(polygon_area(polygon))
         edges = np.roll(polygon, -1, axis=0) - polygon
         self.edge_len = np.linalg.norm(edges, axis=1)
+        self.outline = _outline(polygon)
+        self.lo, self.hi = polygon.min(axis=0), polygon.max(axis=0)
+        self.wall_p = self.edge_len / self.edge_len.sum()
+        self.walls: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, float, float]] = {}
         rng.random()  # kept so that layouts stay what they were (this draw was the first object's hue)
 
     # ------------------------------------------------------------------ sampling helpers
     def _size(self, v: Variant) -> np.ndarray:
         return np.array([self.rng.uniform(*v.width), self.rng.uniform(*v.depth), self.rng.uniform(*v.height)])
 
-    def _wall_frame(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-        """A random wall: start point, unit direction, inward normal, length."""
-        k = int(self.rng.choice(len(self.edge_len), p=self.edge_len / self.edge_len.sum()))
-        a = self.polygon[k]
-        e = (self.polygon[(k + 1) % len(self.polygon)] - a) / self.edge_len[k]
-        return a, e, np.array([-e[1], e[0]]), float(self.edge_len[k])
+    def _wall_frame(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, float]:
+        """A random wall: start point, unit direction, inward normal, length, yaw of the direction."""
+        k = int(self.rng.choice(len(self.edge_len), p=self.wall_p))
+        if k not in self.walls:
+            a = self.polygon[k]
+            e = (self.polygon[(k + 1) % len(self.polygon)] - a) / self.edge_len[k]
+            yaw = float(np.degrees(np.arctan2(e[1], e[0])))
+            self.walls[k] = a, e, np.array([-e[1], e[0]]), float(self.edge_len[k]), yaw
+        return self.walls[k]
 
-    def _fits(self, fp: np.ndarray, z0: float, z1: float, on: Optional[_Placed]) -> bool:
-        if not polygon_inside_polygon(fp, self.polygon):
+    def _fits(self, fp: _Outline, z0: float, z1: float, on: Optional[_Placed]) -> bool:
+        if not _polygon_inside_polygon_fast(fp, self.outline):
             return False
         is_floor = z0 < 1e-6
         if is_floor:
-            if any(convex_polygons_overlap(fp, k, margin=0.0) for k in self.keepout):
+            if any(_convex_overlap_fast(fp, k, 0.0) for k in self.keepout_outlines):
                 return False
         for p in self.placed:
             if p is on:
@@ -415,7 +433,7 @@ class _Placer:
             if z0 >= p.z1 - _ON_EPS or p.z0 >= z1 - _ON_EPS:
                 continue  # height intervals do not overlap
             margin = _FLOOR_GAP if (is_floor and p.z0 < 1e-6) else 0.0
-            if convex_polygons_overlap(fp, p.footprint, margin=margin):
+            if _convex_overlap_fast(fp, p.outline, margin):
                 return False
         return True
 
@@ -429,7 +447,7 @@ class _Placer:
                     return True
         return False
 
-    def _candidate(self, label: str, v: Variant) -> Optional[tuple[SceneObject, np.ndarray, float, Optional[_Placed]]]:
+    def _candidate(self, label: str, v: Variant) -> Optional[tuple[SceneObject, _Outline, float, Optional[_Placed]]]:
         """One random placement of ``label`` by rule ``v``: ``(object, footprint, bottom z, support)``,
         or None when it does not fit."""
         size = self._size(v)
@@ -437,20 +455,18 @@ class _Placer:
         rule = v.placement
         on: Optional[_Placed] = None
         if rule in ("door", "wall", "mounted"):
-            a, e, n, length = self._wall_frame()
+            a, e, n, length, yaw = self._wall_frame()
             if w + 0.1 > length:
                 return None
             t = self.rng.uniform(w / 2 + 0.05, length - w / 2 - 0.05)
             # a hair off the wall so the footprint is strictly inside the floor polygon
             gap = 0.005 if rule in ("door", "mounted") else float(self.rng.uniform(0.02, 0.08))
             xy = a + t * e + n * (gap + d / 2)
-            yaw = float(np.degrees(np.arctan2(e[1], e[0])))
             z0 = float(self.rng.uniform(*v.bottom)) if rule == "mounted" else 0.0
             if z0 + h > self.height - 0.05:
                 return None
         elif rule == "floor":
-            lo, hi = self.polygon.min(axis=0), self.polygon.max(axis=0)
-            xy = self.rng.uniform(lo, hi)
+            xy = self.rng.uniform(self.lo, self.hi)
             yaw = float(90.0 * self.rng.integers(4) + self.rng.uniform(-15.0, 15.0))
             z0 = 0.0
         elif rule == "near":
@@ -489,17 +505,16 @@ class _Placer:
                 return None
         else:  # pragma: no cover - CATEGORIES is static
             raise ValueError(f"unknown placement {rule!r} for {label!r}")
-        obj = SceneObject.upright(len(self.placed), label, (xy[0], xy[1], z0 + h / 2), size, yaw)
-        fp = obj.footprint
+        # The footprint of SceneObject.upright(...); the object itself is only built once the candidate fits.
+        fp = _footprint_fast(float(xy[0]), float(xy[1]), size, yaw_rotation(yaw))
         if not self._fits(fp, z0, z0 + h, on):
             return None
         if z0 < 1e-6 and self.floor_cover + w * d > _MAX_FLOOR_COVER * self.area and rule != "door":
             return None
+        obj = SceneObject.upright(len(self.placed), label, (xy[0], xy[1], z0 + h / 2), size, yaw)
         return obj, fp, z0, on
 
-    def _commit(
-        self, label: str, v: Variant, obj: SceneObject, fp: np.ndarray, z0: float, on: Optional[_Placed]
-    ) -> None:
+    def _commit(self, label: str, v: Variant, obj: SceneObject, fp: _Outline, z0: float, on: Optional[_Placed]) -> None:
         w, d, h = obj.extent
         # Must agree with the furniture templates (furniture.bed / furniture.sofa build the mattress
         # and seat cushions to these heights and keep headboard, arms and back out of these rects).
@@ -510,7 +525,7 @@ class _Placer:
         elif v.shape == "sofa":
             support_z = z0 + 0.45
             local = (-w / 2 + 0.2, w / 2 - 0.2, -d / 2 + 0.25, d / 2 - 0.05)  # between arms, off the back
-        self.placed.append(_Placed(obj, v, fp, z0, z0 + h, support_z, local))
+        self.placed.append(_Placed(obj, v, fp.array, z0, z0 + h, support_z, local, fp))
         if z0 < 1e-6:
             self.floor_cover += w * d
         if v.placement == "door":
@@ -520,6 +535,7 @@ class _Placer:
                 0, "zone", (zone_center[0], zone_center[1], 1.0), (w + 0.2, _DOOR_CLEARANCE, 2.0), obj.yaw_deg
             )
             self.keepout.append(zone.footprint)
+            self.keepout_outlines.append(_outline(self.keepout[-1]))
 
     # ------------------------------------------------------------------ mesh
     def build(self, scene_id: str, theme: str, look: np.random.Generator) -> Scene:

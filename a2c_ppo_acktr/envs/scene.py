@@ -19,9 +19,11 @@ procedural generator and the tests build scenes with it.
 
 from __future__ import annotations
 
+import functools
+import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -171,6 +173,153 @@ def polygon_inside_polygon(inner: np.ndarray, outer: np.ndarray) -> bool:
         return False
     crossing = segments_intersect(inner, np.roll(inner, -1, axis=0), outer, np.roll(outer, -1, axis=0))
     return not bool(crossing.any())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Scalar fast paths for the procedural generator, which runs the predicates above tens of thousands of times on
+# 4-6 vertex polygons, where numpy's per-call overhead dominates. Each one returns exactly what its numpy
+# counterpart returns: it either repeats the same elementwise IEEE operations in the same order on Python floats
+# (which round identically), or decides only the cases that are provably decided the same way and hands the rest
+# to the numpy function. tests/test_scene_fast_paths.py checks them against the public functions.
+
+_XY = list[tuple[float, float]]
+_Box = tuple[float, float, float, float]  # min x, min y, max x, max y
+
+
+class _Outline(NamedTuple):
+    """A polygon prepared for the fast predicates: the (P, 2) float64 array, its vertices as Python floats (the
+    same values), its bounding box (min and max are exact: numpy's give the same numbers, up to the sign of a
+    zero, which no comparison below sees), the sum of its coordinates' magnitudes (inf or nan when a coordinate
+    is not finite; then the box is meaningless and the fast paths defer to numpy)."""
+
+    array: np.ndarray
+    xy: _XY
+    box: _Box
+    size: float
+
+
+def _outline(polygon: np.ndarray, xy: Optional[_XY] = None) -> _Outline:
+    """The outline of a (P, 2) polygon; ``xy``, when given, must be its vertices (saves the conversion)."""
+    array = np.asarray(polygon, dtype=np.float64)
+    if xy is None:
+        xy = [(x, y) for x, y in array.tolist()]
+    xs, ys = [p[0] for p in xy], [p[1] for p in xy]
+    size = sum(abs(v) for v in xs) + sum(abs(v) for v in ys)
+    return _Outline(array, xy, (min(xs), min(ys), max(xs), max(ys)), size)
+
+
+def _convex_overlap_fast(a: _Outline, b: _Outline, margin: float) -> bool:
+    """:func:`convex_polygons_overlap` (a, b, margin).
+
+    The bounding-box early out repeats numpy's subtractions. The separating-axis test computes the same unit
+    normals (elementwise), but numpy projects with a matrix product, whose rounding (summation order, fused
+    multiply-adds) a scalar loop need not reproduce; the two projections differ by a few ulps of the coordinates.
+    So a gap decides here only when it is farther than ``tol`` (orders of magnitude above that) from ``margin``;
+    a pair with a gap that close, or with non-finite coordinates, goes to the numpy function.
+    """
+    size = a.size + b.size
+    if not math.isfinite(size) or not math.isfinite(margin):
+        return convex_polygons_overlap(a.array, b.array, margin=margin)
+    (ax0, ay0, ax1, ay1), (bx0, by0, bx1, by1) = a.box, b.box
+    if bx0 - ax1 >= margin or by0 - ay1 >= margin or ax0 - bx1 >= margin or ay0 - by1 >= margin:
+        return False
+    tol = 1e-9 * (1.0 + size)
+    unsure = False
+    for poly in (a.xy, b.xy):
+        n = len(poly)
+        for i in range(n):
+            (x0, y0), (x1, y1) = poly[i], poly[(i + 1) % n]
+            nx, ny = -(y1 - y0), x1 - x0
+            length = math.sqrt(nx * nx + ny * ny)
+            if length < 1e-9:
+                # numpy drops edges up to 1e-12 long; rather than argue about which ones, leave such
+                # (never procedural) polygons to it.
+                return convex_polygons_overlap(a.array, b.array, margin=margin)
+            nx, ny = nx / length, ny / length
+            pa = [x * nx + y * ny for x, y in a.xy]
+            pb = [x * nx + y * ny for x, y in b.xy]
+            gap = max(min(pb) - max(pa), min(pa) - max(pb))
+            if gap >= margin + tol:
+                return False  # numpy's gap on this axis is >= margin as well
+            if gap > margin - tol:
+                unsure = True
+    if unsure:
+        return convex_polygons_overlap(a.array, b.array, margin=margin)
+    return True
+
+
+def _points_in_polygon_fast(points: _XY, polygon: _XY) -> bool:
+    """``points_in_polygon(points, polygon).all()`` with the same crossing test per point and edge."""
+    n = len(polygon)
+    for x, y in points:
+        inside = False
+        for i in range(n):
+            x0, y0 = polygon[i]
+            x1, y1 = polygon[(i + 1) % n]
+            # numpy computes x_cross for every edge (inf/nan on horizontal ones) but only uses it on edges that
+            # straddle y, where y1 != y0.
+            if (y0 > y) != (y1 > y) and x < x0 + (y - y0) * (x1 - x0) / (y1 - y0):
+                inside = not inside
+        if not inside:
+            return False
+    return True
+
+
+def _segments_cross_fast(p: _XY, q: _XY) -> bool:
+    """``segments_intersect`` over the closed edge loops of ``p`` and ``q``, ``.any()``, same arithmetic."""
+    eps = 1e-9
+    np_, nq = len(p), len(q)
+    for i in range(np_):
+        p0x, p0y = p[i]
+        p1x, p1y = p[(i + 1) % np_]
+        dx, dy = p1x - p0x, p1y - p0y
+        for j in range(nq):
+            q0x, q0y = q[j]
+            q1x, q1y = q[(j + 1) % nq]
+            ex, ey = q1x - q0x, q1y - q0y
+            o1 = dx * (q0y - p0y) - dy * (q0x - p0x)
+            o2 = dx * (q1y - p0y) - dy * (q1x - p0x)
+            if not o1 * o2 < -eps:
+                continue
+            o3 = ex * (p0y - q0y) - ey * (p0x - q0x)
+            o4 = ex * (p1y - q0y) - ey * (p1x - q0x)
+            if o3 * o4 < -eps:
+                return True
+    return False
+
+
+def _polygon_inside_polygon_fast(inner: _Outline, outer: _Outline) -> bool:
+    """:func:`polygon_inside_polygon` (inner, outer)."""
+    return _points_in_polygon_fast(inner.xy, outer.xy) and not _segments_cross_fast(inner.xy, outer.xy)
+
+
+def _footprint_fast(cx: float, cy: float, extent: Sequence[float], rotation: np.ndarray) -> _Outline:
+    """The outline of ``SceneObject(..., center=(cx, cy, z), extent, rotation).footprint`` without building the
+    object (which validates its rotation with ``np.allclose``): the same elementwise arithmetic."""
+    r = rotation.tolist()
+    up_row = [abs(v) for v in r[2]]
+    if all(math.isfinite(v) for v in up_row):
+        up = up_row.index(max(up_row))  # np.argmax: the first maximum
+    else:
+        up = int(np.argmax(up_row))  # which picks the first nan
+    a, b = [i for i in range(3) if i != up]
+    ea, eb = float(extent[a]), float(extent[b])
+    uax, uay = r[0][a] * ea / 2.0, r[1][a] * ea / 2.0
+    ubx, uby = r[0][b] * eb / 2.0, r[1][b] * eb / 2.0
+    xy = [
+        (cx - uax - ubx, cy - uay - uby),
+        (cx + uax - ubx, cy + uay - uby),
+        (cx + uax + ubx, cy + uay + uby),
+        (cx - uax + ubx, cy - uay + uby),
+    ]
+    # The footprint is reversed when polygon_area (np.dot sums) is negative. A scalar shoelace decides the sign
+    # when it is clear of both sums' rounding (a few ulps of the terms' magnitude); near zero numpy decides.
+    terms = [xy[k][0] * xy[(k + 1) % 4][1] - xy[(k + 1) % 4][0] * xy[k][1] for k in range(4)]
+    scale = sum(abs(xy[k][0] * xy[(k + 1) % 4][1]) + abs(xy[(k + 1) % 4][0] * xy[k][1]) for k in range(4))
+    area2 = sum(terms)
+    if area2 < 0 if abs(area2) > 1e-9 * (1.0 + scale) else polygon_area(np.array(xy)) < 0:
+        xy = xy[::-1]
+    return _outline(np.array(xy), xy)
 
 
 @dataclass(eq=False)
@@ -460,9 +609,12 @@ class MeshBuilder:
     def __init__(self) -> None:
         self._vertices: list[np.ndarray] = []
         self._triangles: list[np.ndarray] = []
+        # One color, id and material per added primitive, with its triangle count: the per-triangle arrays are
+        # expanded once in build() rather than for each of the thousands of parts of a room.
         self._colors: list[np.ndarray] = []
-        self._ids: list[np.ndarray] = []
-        self._materials: list[np.ndarray] = []
+        self._ids: list[int] = []
+        self._materials: list[int] = []
+        self._counts: list[int] = []
         self._count = 0
         self._num_triangles = 0
         # (first triangle, number of triangles, center (3,)) of every closed primitive.
@@ -481,12 +633,12 @@ class MeshBuilder:
         object_id: int,
         material: str = "plain",
     ) -> None:
-        color = np.clip(np.asarray(color, dtype=np.float32).reshape(3), 0.0, 1.0)
+        self._colors.append(np.array(color, dtype=np.float32).reshape(3))  # a copy: clipped in build()
+        self._ids.append(object_id)
+        self._materials.append(material_id(material))
+        self._counts.append(len(triangles))
         self._vertices.append(np.asarray(vertices, dtype=np.float64))
         self._triangles.append(np.asarray(triangles, dtype=np.int64) + self._count)
-        self._colors.append(np.repeat(color[None], len(triangles), axis=0))
-        self._ids.append(np.full(len(triangles), object_id, dtype=np.int32))
-        self._materials.append(np.full(len(triangles), material_id(material), dtype=np.int16))
         self._count += len(vertices)
         self._num_triangles += len(triangles)
 
@@ -540,22 +692,14 @@ class MeshBuilder:
             )
         ext = np.asarray(extent, dtype=np.float64) / 2.0
         u_ax, v_ax = (axis + 1) % 3, (axis + 2) % 3  # cyclic, so (u, v, axis) is right-handed
-        ang = 2.0 * np.pi * np.arange(segments) / segments
+        cos, sin, triangles = _frustum_unit(segments)
         local = np.zeros((2 * segments, 3))
         for k, (sign, s) in enumerate(((-1.0, s0), (1.0, s1))):
             ring = local[k * segments : (k + 1) * segments]
             ring[:, axis] = sign * ext[axis]
-            ring[:, u_ax] = s * ext[u_ax] * np.cos(ang)
-            ring[:, v_ax] = s * ext[v_ax] * np.sin(ang)
-        k = np.arange(segments)
-        kn = (k + 1) % segments
-        b, t = k, k + segments
-        bn, tn = kn, kn + segments
-        side = np.concatenate([np.stack([b, bn, tn], 1), np.stack([b, tn, t], 1)])
-        j = np.arange(1, segments - 1)
-        bottom = np.stack([np.zeros_like(j), j + 1, j], 1)
-        top = np.stack([np.full_like(j, segments), j + segments, j + 1 + segments], 1)
-        self._add_rotated(center, local, np.concatenate([side, bottom, top]), rotation, color, object_id, material)
+            ring[:, u_ax] = s * ext[u_ax] * cos
+            ring[:, v_ax] = s * ext[v_ax] * sin
+        self._add_rotated(center, local, triangles, rotation, color, object_id, material)
 
     def add_cylinder(
         self,
@@ -596,29 +740,14 @@ class MeshBuilder:
                 f"{rings}"
             )
 
-        def spow(x: np.ndarray, e: float) -> np.ndarray:
-            return np.sign(x) * np.abs(x) ** e
-
         ext = np.asarray(extent, dtype=np.float64) / 2.0
-        lat = -np.pi / 2 + np.pi * np.arange(1, rings) / rings  # ring latitudes, poles excluded
-        lon = 2.0 * np.pi * np.arange(segments) / segments
-        cl = np.where(np.abs(np.cos(lat)) < 1e-12, 0.0, np.cos(lat))
-        scale = spow(cl, ev)[:, None]
+        scale, x, y, z, triangles = _ellipsoid_unit(segments, rings, eh, ev)
         ring_pts = np.zeros((rings - 1, segments, 3))
-        ring_pts[..., 0] = scale * ext[0] * spow(np.round(np.cos(lon), 12), eh)[None]
-        ring_pts[..., 1] = scale * ext[1] * spow(np.round(np.sin(lon), 12), eh)[None]
-        ring_pts[..., 2] = (ext[2] * spow(np.round(np.sin(lat), 12), ev))[:, None]
+        ring_pts[..., 0] = scale * ext[0] * x
+        ring_pts[..., 1] = scale * ext[1] * y
+        ring_pts[..., 2] = (ext[2] * z)[:, None]
         local = np.concatenate([ring_pts.reshape(-1, 3), [[0.0, 0.0, -ext[2]], [0.0, 0.0, ext[2]]]])
-        south, north = len(local) - 2, len(local) - 1
-        k = np.arange(segments)
-        kn = (k + 1) % segments
-        tris = [np.stack([np.full_like(k, south), kn, k], 1)]
-        for r in range(rings - 2):
-            a, b = r * segments, (r + 1) * segments
-            tris += [np.stack([a + k, a + kn, b + kn], 1), np.stack([a + k, b + kn, b + k], 1)]
-        top = (rings - 2) * segments
-        tris.append(np.stack([top + k, top + kn, np.full_like(k, north)], 1))
-        self._add_rotated(center, local, np.concatenate(tris), rotation, color, object_id, material)
+        self._add_rotated(center, local, triangles, rotation, color, object_id, material)
 
     def _add_rotated(
         self, center, local: np.ndarray, triangles: np.ndarray, rotation, color, object_id: int, material: str
@@ -672,7 +801,7 @@ class MeshBuilder:
 
     def triangle_materials(self) -> np.ndarray:
         """Material id per triangle (F,) int16, in the order of :meth:`build`'s triangles."""
-        return np.concatenate(self._materials) if self._materials else np.zeros(0, np.int16)
+        return np.repeat(np.array(self._materials, dtype=np.int16), self._counts)
 
     def build(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Return ``(vertices f32, triangles i32, triangle_colors f32, triangle_object_ids i32)``."""
@@ -686,9 +815,60 @@ class MeshBuilder:
         return (
             np.concatenate(self._vertices).astype(np.float32),
             np.concatenate(self._triangles).astype(np.int32),
-            np.concatenate(self._colors).astype(np.float32),
-            np.concatenate(self._ids).astype(np.int32),
+            # clip is elementwise: clipping the expanded colors equals clipping each primitive's color
+            np.clip(np.repeat(np.stack(self._colors), self._counts, axis=0), 0.0, 1.0),
+            np.repeat(np.array(self._ids, dtype=np.int32), self._counts),
         )
+
+
+# The size-independent parts of the round primitives (angles, exponents, triangle indices), computed once per
+# shape rather than for every cushion and knob; read-only because they are shared.
+def _frozen(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    for a in arrays:
+        a.setflags(write=False)
+    return arrays
+
+
+@functools.lru_cache(maxsize=None)
+def _frustum_unit(segments: int) -> tuple[np.ndarray, ...]:
+    """``add_frustum``'s ring cosines and sines (segments,) and its triangles."""
+    ang = 2.0 * np.pi * np.arange(segments) / segments
+    k = np.arange(segments)
+    kn = (k + 1) % segments
+    b, t = k, k + segments
+    bn, tn = kn, kn + segments
+    side = np.concatenate([np.stack([b, bn, tn], 1), np.stack([b, tn, t], 1)])
+    j = np.arange(1, segments - 1)
+    bottom = np.stack([np.zeros_like(j), j + 1, j], 1)
+    top = np.stack([np.full_like(j, segments), j + segments, j + 1 + segments], 1)
+    return _frozen(np.cos(ang), np.sin(ang), np.concatenate([side, bottom, top]))
+
+
+def _spow(x: np.ndarray, e: float) -> np.ndarray:
+    return np.sign(x) * np.abs(x) ** e
+
+
+@functools.lru_cache(maxsize=None)
+def _ellipsoid_unit(segments: int, rings: int, eh: float, ev: float) -> tuple[np.ndarray, ...]:
+    """``add_ellipsoid``'s ring scale (rings - 1, 1), x and y factors (1, segments), z factors (rings - 1,) and
+    triangles; the vertices are these times the half extents."""
+    lat = -np.pi / 2 + np.pi * np.arange(1, rings) / rings  # ring latitudes, poles excluded
+    lon = 2.0 * np.pi * np.arange(segments) / segments
+    cl = np.where(np.abs(np.cos(lat)) < 1e-12, 0.0, np.cos(lat))
+    scale = _spow(cl, ev)[:, None]
+    x = _spow(np.round(np.cos(lon), 12), eh)[None]
+    y = _spow(np.round(np.sin(lon), 12), eh)[None]
+    z = _spow(np.round(np.sin(lat), 12), ev)
+    south, north = (rings - 1) * segments, (rings - 1) * segments + 1
+    k = np.arange(segments)
+    kn = (k + 1) % segments
+    tris = [np.stack([np.full_like(k, south), kn, k], 1)]
+    for r in range(rings - 2):
+        a, b = r * segments, (r + 1) * segments
+        tris += [np.stack([a + k, a + kn, b + kn], 1), np.stack([a + k, b + kn, b + k], 1)]
+    top = (rings - 2) * segments
+    tris.append(np.stack([top + k, top + kn, np.full_like(k, north)], 1))
+    return _frozen(scale, x, y, z, np.concatenate(tris))
 
 
 def triangulate_polygon(polygon: np.ndarray) -> np.ndarray:
