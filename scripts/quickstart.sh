@@ -26,7 +26,7 @@
 #   VSI_BLOCK  mix (default): the VSI block asks all 8 question types with the default build, whose
 #              policies read nothing of a room (docs/RESULTS.md); rooms: the room-size question alone
 #              (configs/envs/vsi-room-size.yaml) with a build that reads a room's floor area from its
-#              sweep, made on top of the default one, 200 held-out rooms (about 20 min in all)
+#              sweep, made on top of the default one, 200 held-out rooms (about 15 min with set-up done)
 # Every step logs to OUTDIR/logs/<step>.log; a failing step stops the script with its log's tail.
 # The result: OUTDIR/eval/compare.md (table), compare.png (bars), learning_curves.png (PPO), and
 # one report.json/report.md/tasks.png/trajectories/ per evaluated row under OUTDIR/eval/<row>/.
@@ -258,13 +258,23 @@ sft_side_evals() {
 if [ "$PARALLEL" = "1" ]; then
   step ppo "$PY" main_vsi.py "${COMMON[@]}" --sft-adapter "$ADAPTER" --log.output_dir "$OUT/ppo" "${PPO_ARGS[@]}" &
   PPOPID=$!
-  if [ -n "$NLPID" ]; then
-    wait "$NLPID" || { echo "[quickstart] the NumberLine block failed (its step's log tail is above)" >&2; exit 1; }
-    NLPID=
-    NUMBERLINE_DONE=1
+  if [ -n "$NLPID" ]; then  # whichever of PPO and the NumberLine block ends first frees a core for them
+    rc=0
+    ENDED=
+    wait -n -p ENDED "$NLPID" "$PPOPID" || rc=$?
+    if [ "$ENDED" = "$NLPID" ]; then
+      [ "$rc" = 0 ] || { echo "[quickstart] the NumberLine block failed (its step's log tail is above)" >&2; exit 1; }
+      NLPID=
+      NUMBERLINE_DONE=1
+    else
+      [ "$rc" = 0 ] || { echo "[quickstart] PPO failed (its log's tail is above)" >&2; exit 1; }
+      PPOPID=
+    fi
   fi
   sft_side_evals
-  wait "$PPOPID" || { echo "[quickstart] PPO failed (its log's tail is above)" >&2; exit 1; }
+  if [ -n "$PPOPID" ]; then
+    wait "$PPOPID" || { echo "[quickstart] PPO failed (its log's tail is above)" >&2; exit 1; }
+  fi
 else
   step ppo "$PY" main_vsi.py "${COMMON[@]}" --sft-adapter "$ADAPTER" --log.output_dir "$OUT/ppo" "${PPO_ARGS[@]}"
   sft_side_evals
@@ -274,7 +284,7 @@ if [ -z "$CKPT" ]; then
   echo "[quickstart] main_vsi.py finished but wrote no checkpoint under $OUT/ppo/checkpoints (see $LOGS/ppo.log)" >&2
   exit 1
 fi
-if [ "$PARALLEL" = "1" ]; then  # the PPO policy and its twin side by side
+if [ "$PARALLEL" = "1" ] && [ -z "$NLPID" ]; then  # the PPO policy and its twin side by side once a core is free
   step eval-ppo "$PY" eval_vsi.py "${COMMON[@]}" --checkpoint "$CKPT" --name "tiny + SFT + PPO" --out "$EVAL/ppo" &
   EVALPID=$!
 else
