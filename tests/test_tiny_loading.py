@@ -557,6 +557,10 @@ def test_a_build_on_top_of_another_starts_from_its_weights_and_checks_the_base(t
     # Its samples rendered beforehand (the quickstart renders them beside the base's build): the same weights.
     rendered = tmp_path / "rooms.npz"
     tiny.main(["--family", "qwen2_5_vl-rooms", "--render-samples", str(rendered)])
+    kept = rendered.read_bytes()
+    with pytest.raises(SystemExit):  # an existing file is not replaced
+        tiny.main(["--family", "qwen2_5_vl-rooms", "--render-samples", str(rendered)])
+    assert rendered.read_bytes() == kept
     from_file = tiny.build_tiny_model(
         "qwen2_5_vl-rooms", tmp_path / "from_file", seed=0, base_dir=base, samples_path=rendered
     )

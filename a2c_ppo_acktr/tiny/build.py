@@ -667,13 +667,15 @@ def render_samples(family: str, path: str | os.PathLike) -> Path:
     the rooms build's 1000 rooms on the core the default build leaves idle.
 
     Raises:
-        TinySamplesError: ``family`` has no vision pre-training.
+        TinySamplesError: ``family`` has no vision pre-training, or ``path`` exists (it is not replaced).
     """
     from a2c_ppo_acktr.tiny.vision import save_samples, training_samples
 
     spec = tiny_spec(family)
     if spec.vision_pretrain_steps <= 0:
         raise TinySamplesError(f"the tiny build {family} has no vision pre-training: it has no samples to render")
+    if os.path.lexists(path):
+        raise TinySamplesError(f"{path} exists; render into a new path (nothing is replaced)")
     samples = training_samples(spec.vision_image_size, spec.vision_pretrain_scenes, spec.vision_pretrain_tasks)
     return save_samples(path, samples, samples_meta(family))
 
