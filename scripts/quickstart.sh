@@ -245,8 +245,8 @@ fi
 PPO_ARGS=()
 if [ -n "$PPO_ITERATIONS" ]; then PPO_ARGS=(--ppo.num_iterations "$PPO_ITERATIONS"); fi
 EVAL=$OUT/eval
-# The rows that need no PPO policy: with two cores they run while PPO trains, once the NumberLine
-# block has left its core (one process per core: each step is single-threaded).
+# The rows that need no PPO policy: with two cores they start as soon as PPO or the NumberLine block
+# ends, whichever is first (one process per core: each step is single-threaded).
 sft_side_evals() {
   step eval-dummy "$PY" eval_vsi.py "${COMMON[@]}" --dummy --name dummy --out "$EVAL/dummy"
   step eval-oracle "$PY" eval_vsi.py "${COMMON[@]}" --oracle --name oracle --out "$EVAL/oracle"
