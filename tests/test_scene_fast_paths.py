@@ -15,9 +15,7 @@ from a2c_ppo_acktr.envs.scene import (
     polygon_inside_polygon,
     yaw_rotation,
 )
-
-RECT = np.array([[0.0, 0.0], [4.0, 0.0], [4.0, 3.0], [0.0, 3.0]])
-L_SHAPE = np.array([[0.0, 0.0], [6.0, 0.0], [6.0, 3.0], [3.0, 3.0], [3.0, 5.0], [0.0, 5.0]])
+from test_scene import L_SHAPE, RECT
 
 
 def _rect(rng, center, yaw=None):
