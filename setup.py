@@ -36,7 +36,8 @@ setup(
     packages=find_packages(include=["a2c_ppo_acktr", "a2c_ppo_acktr.*", "SFT", "SFT.*"]),
     py_modules=["main_vsi", "train_sft", "eval_vsi", "vlm_traj_label", "vlm_traj_preprocess"],
     # Raw scan label -> VSI-Bench category tables (scripts/make_label_maps.py), read via importlib.resources.
-    package_data={"a2c_ppo_acktr.envs": ["data/*.tsv"]},
+    # The tiny builds that ship (a2c_ppo_acktr/tiny/shipped.py): the quickstart copies them instead of building.
+    package_data={"a2c_ppo_acktr.envs": ["data/*.tsv"], "a2c_ppo_acktr.tiny": ["shipped/*/*"]},
     install_requires=[
         "torch>=2.4",
         "torchvision>=0.19",

@@ -379,11 +379,11 @@ def test_a_second_labeller_on_one_folder_is_refused(tmp_path):
 
 
 def test_a_tiny_build_into_a_used_folder_is_refused(tmp_path, capsys):
-    from a2c_ppo_acktr.tiny import build as tiny
+    from a2c_ppo_acktr.tiny import cli as tiny_cli
 
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
-    rc = run_main(lambda: tiny.main(["--out", str(model)]), "python -m a2c_ppo_acktr.tiny")
+    rc = run_main(lambda: tiny_cli.main(["--out", str(model)]), "python -m a2c_ppo_acktr.tiny")
     _one_line(capsys, rc, "already holds output", "--overwrite")
     assert (model / "config.json").read_text() == "{}"

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from a2c_ppo_acktr.tiny import build as tiny
+from a2c_ppo_acktr.tiny import cli as tiny_cli
 from a2c_ppo_acktr.config.arguments import ModelConfig
 from a2c_ppo_acktr.policy.loading import (
     SUPPORTED_FAMILIES,
@@ -151,8 +152,8 @@ def test_same_seed_identical_different_seed_differs(tmp_path, monkeypatch):
     short = dataclasses.replace(spec, pretrain_steps=12, vision_pretrain_steps=12)
     monkeypatch.setattr(tiny, "tiny_spec", lambda family: short)
     first, again, other = tmp_path / "first", tmp_path / "again", tmp_path / "other"
-    tiny.main(["--family", "qwen2_5_vl", "--out", str(first), "--seed", "0"])
-    tiny.main(["--family", "qwen2_5_vl", "--out", str(again), "--seed", "0"])
+    tiny_cli.main(["--family", "qwen2_5_vl", "--out", str(first), "--seed", "0"])
+    tiny_cli.main(["--family", "qwen2_5_vl", "--out", str(again), "--seed", "0"])
     tiny.build_tiny_model("qwen2_5_vl", other, seed=1)
     ref, rebuilt, reseeded = (load_file(str(d / "model.safetensors")) for d in (first, again, other))
     assert ref.keys() == rebuilt.keys() == reseeded.keys()
@@ -532,7 +533,7 @@ def test_a_build_on_top_of_another_starts_from_its_weights_and_checks_the_base(t
         "qwen2_vl": tiny.tiny_spec("qwen2_vl"),
     }
     monkeypatch.setattr(tiny, "tiny_spec", lambda family: specs[family])
-    monkeypatch.setattr(tiny, "spec_hash", tiny.spec_hash.__wrapped__)  # uncached: the specs change below
+    monkeypatch.setattr(tiny, "_spec_hash", tiny._spec_hash.__wrapped__)  # uncached: the specs change below
     base, other_seed = tmp_path / "base", tmp_path / "base1"
     tiny.build_tiny_model("qwen2_5_vl", base, seed=0)
     tiny.build_tiny_model("qwen2_5_vl", other_seed, seed=1)
@@ -556,10 +557,10 @@ def test_a_build_on_top_of_another_starts_from_its_weights_and_checks_the_base(t
 
     # Its samples rendered beforehand (the quickstart renders them beside the base's build): the same weights.
     rendered = tmp_path / "rooms.npz"
-    tiny.main(["--family", "qwen2_5_vl-rooms", "--render-samples", str(rendered)])
+    tiny_cli.main(["--family", "qwen2_5_vl-rooms", "--render-samples", str(rendered)])
     kept = rendered.read_bytes()
     with pytest.raises(SystemExit):  # an existing file is not replaced
-        tiny.main(["--family", "qwen2_5_vl-rooms", "--render-samples", str(rendered)])
+        tiny_cli.main(["--family", "qwen2_5_vl-rooms", "--render-samples", str(rendered)])
     assert rendered.read_bytes() == kept
     from_file = tiny.build_tiny_model(
         "qwen2_5_vl-rooms", tmp_path / "from_file", seed=0, base_dir=base, samples_path=rendered
@@ -573,11 +574,13 @@ def test_a_build_on_top_of_another_starts_from_its_weights_and_checks_the_base(t
     with pytest.raises(tiny.TinySamplesError, match="is not a file of rendered vision pre-training samples"):
         tiny.build_tiny_model("qwen2_5_vl-rooms", tmp_path / "cut", seed=0, base_dir=base, samples_path=rendered)
     with pytest.raises(SystemExit):  # one line, before anything is claimed
-        tiny.main(["--family", "qwen2_5_vl-rooms", "--samples", str(rendered), "--out", str(tmp_path / "cli")])
+        tiny_cli.main(["--family", "qwen2_5_vl-rooms", "--samples", str(rendered), "--out", str(tmp_path / "cli")])
     with pytest.raises(SystemExit):
-        tiny.main(["--family", "qwen2_5_vl-rooms", "--render-samples", str(rendered), "--out", str(tmp_path / "cli")])
+        tiny_cli.main(
+            ["--family", "qwen2_5_vl-rooms", "--render-samples", str(rendered), "--out", str(tmp_path / "cli")]
+        )
     with pytest.raises(SystemExit):  # a build without a vision stage has nothing to render
-        tiny.main(["--family", "qwen2_vl", "--render-samples", str(tmp_path / "none.npz")])
+        tiny_cli.main(["--family", "qwen2_vl", "--render-samples", str(tmp_path / "none.npz")])
     assert not (tmp_path / "cli").exists()
 
     with pytest.raises(tiny.TinyBaseError, match=r"holds the tiny build 'qwen2_5_vl' of seed 1 .* seed 0"):
@@ -585,7 +588,7 @@ def test_a_build_on_top_of_another_starts_from_its_weights_and_checks_the_base(t
     with pytest.raises(tiny.TinyBaseError, match="is not a tiny build"):
         tiny.build_tiny_model("qwen2_5_vl-rooms", tmp_path / "none", seed=0, base_dir=tmp_path / "missing")
     with pytest.raises(SystemExit):  # the CLI says it in one line before building anything
-        tiny.main(["--family", "qwen2_5_vl-rooms", "--base", str(other_seed), "--out", str(tmp_path / "cli")])
+        tiny_cli.main(["--family", "qwen2_5_vl-rooms", "--base", str(other_seed), "--out", str(tmp_path / "cli")])
     assert not (tmp_path / "cli").exists()
     with pytest.raises(SystemExit):
-        tiny.main(["--family", "qwen2_5_vl", "--base", str(base), "--out", str(tmp_path / "cli")])
+        tiny_cli.main(["--family", "qwen2_5_vl", "--base", str(base), "--out", str(tmp_path / "cli")])

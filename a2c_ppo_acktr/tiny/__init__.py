@@ -21,8 +21,8 @@ from a2c_ppo_acktr.tiny.build import (  # noqa: F401 (the sub-package's interfac
     build_tiny_model,
     default_cache_dir,
     default_seed,
-    main,
     spec_hash,
     tiny_model_dir,
     tiny_spec,
 )
+from a2c_ppo_acktr.tiny.cli import main  # noqa: E402,F401 (python -m a2c_ppo_acktr.tiny, vsi-tiny)

@@ -22,12 +22,12 @@ of everything that defines the model, so editing the corpus or sizes invalidates
 seed defaults to ``$VSI_TINY_SEED`` (else 0): ``tiny:<family>`` and the tests use it, so a suite
 run with another seed checks that no test depends on one build's weights (another CPU's rounding
 changes them too).
-CLI: ``python -m a2c_ppo_acktr.tiny --family qwen2_5_vl --out DIR [--seed N]`` (or ``vsi-tiny``).
+The command line (``python -m a2c_ppo_acktr.tiny``, ``vsi-tiny``) is :mod:`a2c_ppo_acktr.tiny.cli`; the builds
+that ship with the package are :mod:`a2c_ppo_acktr.tiny.shipped`.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import fcntl
@@ -841,21 +841,25 @@ def build_llava_processor(tokenizer, family: str = "llava"):
 
 
 # --------------------------------------------------------------------------- build + cache
-@functools.lru_cache(maxsize=32)
-def spec_hash(family: str, seed: int) -> str:
+def spec_hash(family: str, seed: int, versions: Optional[dict] = None) -> str:
     """Hash of everything that defines a tiny build.
 
     Covers the sizes, seed, tokenizer corpus, chat template, the code of this module and of the
     modules that draw the vision pre-training's samples (:func:`code_digest`: an edit of the code
     invalidates old builds, an edit of a comment, a docstring or the layout does not) and the
-    ``transformers`` version that writes the files.
+    ``transformers`` and ``tokenizers`` versions that write the files (``versions``: these two as
+    another environment had them, default the installed ones; see :func:`build_versions`).
     """
-    from importlib.metadata import version
+    versions = build_versions() if versions is None else versions
+    return _spec_hash(family, seed, versions["transformers"], versions["tokenizers"])
 
+
+@functools.lru_cache(maxsize=32)
+def _spec_hash(family: str, seed: int, transformers: str, tokenizers: str) -> str:
     spec = asdict(tiny_spec(family))
     base = spec.pop("vision_base")
     if base:  # a build on top of another is defined by everything that defines that one, too
-        spec["vision_base"] = {"build": base, "spec_hash": spec_hash(base, seed)}
+        spec["vision_base"] = {"build": base, "spec_hash": _spec_hash(base, seed, transformers, tokenizers)}
     payload = json.dumps(
         {
             "version": TINY_VERSION,
@@ -867,12 +871,19 @@ def spec_hash(family: str, seed: int) -> str:
             "source": code_digest(Path(__file__)),
             # The vision pre-training's samples come from these modules: editing them changes the weights.
             "vision_sources": [code_digest(p) for p in _vision_sources(family)],
-            "transformers": version("transformers"),
-            "tokenizers": version("tokenizers"),
+            "transformers": transformers,
+            "tokenizers": tokenizers,
         },
         sort_keys=True,
     )
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:10]
+
+
+def build_versions() -> dict:
+    """The installed versions of the two libraries that write a tiny build's files (part of its spec hash)."""
+    from importlib.metadata import version
+
+    return {"transformers": version("transformers"), "tokenizers": version("tokenizers")}
 
 
 def code_digest(path: str | os.PathLike) -> str:
@@ -1129,79 +1140,3 @@ def tiny_model_dir(family: str, cache_dir: Optional[str | os.PathLike] = None, *
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     return final
-
-
-def main(argv: Optional[Sequence[str]] = None) -> None:
-    """CLI: build a tiny model into ``--out`` (or the cache when ``--out`` is omitted)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m a2c_ppo_acktr.tiny",
-        description="Build an offline tiny VLM (Qwen-VL or LLaVA family), tokenizer and processor.",
-    )
-    parser.add_argument(
-        "--family", choices=BUILDS, default="qwen2_5_vl", help="a family, or a build with another vision pre-training"
-    )
-    parser.add_argument("--out", default=None, help="output directory (default: the tiny cache, printed)")
-    parser.add_argument(
-        "--seed", type=int, default=None, help=f"weight initialisation seed (default: ${SEED_ENV}, else 0)"
-    )
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="move an --out that holds files aside to OUT.old-<time> first (nothing is deleted)",
-    )
-    parser.add_argument(
-        "--base",
-        default=None,
-        help="for a build on top of another (qwen2_5_vl-rooms: of qwen2_5_vl): the directory holding that build "
-        "of the same seed (default: the tiny cache's, built first when absent)",
-    )
-    parser.add_argument(
-        "--render-samples",
-        metavar="FILE",
-        default=None,
-        help="only render this build's vision pre-training samples into FILE (.npz) and exit, for --samples",
-    )
-    parser.add_argument(
-        "--samples",
-        metavar="FILE",
-        default=None,
-        help="the vision pre-training's samples, rendered beforehand with --render-samples (same weights)",
-    )
-    args = parser.parse_args(argv)
-    if args.render_samples is not None:
-        if args.out is not None or args.samples is not None or args.base is not None:
-            parser.error("--render-samples only renders: leave --out, --samples and --base out")
-        try:
-            print(render_samples(args.family, args.render_samples))
-        except TinySamplesError as err:
-            parser.error(f"--render-samples: {err}")
-        return
-    try:
-        seed = default_seed() if args.seed is None else args.seed
-    except TinySeedError as err:
-        parser.error(str(err))
-    if args.samples is not None:
-        if args.out is None:
-            parser.error("--samples builds into --out; the cache renders its own samples")
-        try:
-            load_rendered_samples(args.family, args.samples)
-        except TinySamplesError as err:
-            parser.error(f"--samples: {err}")
-    base_build = tiny_spec(args.family).vision_base
-    if args.base is not None:
-        if not base_build:
-            parser.error(f"--base: {args.family} is not built on top of another build; leave --base out")
-        try:
-            check_base_build(Path(args.base), base_build, seed)
-        except TinyBaseError as err:
-            parser.error(f"--base: {err}")
-    if args.out is None:
-        if args.base is not None:
-            parser.error("--base builds into --out; the cache builds its own base")
-        print(tiny_model_dir(args.family, seed=seed))
-        return
-    from a2c_ppo_acktr.run.rundir import check_output_path, claim_output_dir, directory_lock
-
-    with directory_lock(check_output_path(args.out)):
-        claim_output_dir(args.out, overwrite=args.overwrite)
-        print(build_tiny_model(args.family, args.out, seed=seed, base_dir=args.base, samples_path=args.samples))
