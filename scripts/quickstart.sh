@@ -14,19 +14,23 @@
 #   OVERWRITE  1 = move an existing OUTDIR aside to OUTDIR.old-<time> first (otherwise a non-empty OUTDIR is an error)
 #   PYTHON     interpreter (default: .venv/bin/python, created by scripts/setup.sh)
 #   OMP_NUM_THREADS  torch CPU threads (default 1: fastest for the tiny model)
-#   PPO_ITERATIONS  PPO iterations of the main run (default: 30 for VSI, the preset's for an overlay)
+#   PPO_ITERATIONS  PPO iterations of the main run (default: its config's; 30 for VSI_BLOCK=mix)
 #   NUMBERLINE 1 = beside VSI, the NumberLine block (default when ENV_CONFIG is unset): labels, SFT
 #              stopped at NL_SFT_STEPS (200) with a checkpoint every NL_SFT_EVERY (50) steps; the warm
 #              start is the latest one whose greedy success on NL_VAL_DEALS (40) validation deals is at
 #              most NL_SFT_CAP (85) percent (else the earliest), so PPO has room to improve; PPO at
 #              NL_PPO_LR (1e-4) for NL_PPO_ITERATIONS (100) with a KL penalty NL_PPO_KL (1.0) to the
 #              frozen warm start, and the same rows with blind twins on NL_EVAL_DEALS (100) held-out deals
-#   PARALLEL   1 = the two blocks run at the same time, one process each (default on 2 or more cores;
-#              every step is single-threaded and seeded, so the results are those of a serial run)
-#   VSI_BLOCK  mix (default): the VSI block asks all 8 question types with the default build, whose
-#              policies read nothing of a room (docs/RESULTS.md); rooms: the room-size question alone
-#              (configs/envs/vsi-room-size.yaml) with a build that reads a room's floor area from its
-#              sweep, made on top of the default one, 200 held-out rooms (about 15 min with set-up done)
+#   PARALLEL   1 = two steps at a time, one process each (default on 2 or more cores; every step is
+#              single-threaded and seeded, so the results are those of a serial run)
+#   VSI_BLOCK  rooms (default without ENV_CONFIG): VSI-Bench's room-size question
+#              (configs/envs/vsi-room-size.yaml) with the build that reads a room's floor area from its
+#              sweep (qwen2_5_vl-rooms, made on top of the default build), held-out rooms no stage trained
+#              on; mix: all 8 question types with the default build, whose policies read nothing of a
+#              room (docs/RESULTS.md)
+#   VSI_TINY_SEED  the tiny builds' seed (default 0). The builds of seed 0 ship with the package and are
+#              copied; another seed is built here (~2 min, and ~8 min more for the rooms build)
+#   TINY_SHIPPED  0 = build the models here even where a shipped build is this code's (default 1)
 # Every step logs to OUTDIR/logs/<step>.log; a failing step stops the script with its log's tail.
 # The result: OUTDIR/eval/compare.md (table), compare.png (bars), learning_curves.png (PPO), and
 # one report.json/report.md/tasks.png/trajectories/ per evaluated row under OUTDIR/eval/<row>/.
@@ -34,14 +38,14 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
-  sed -n '2,32p' "$0"
+  sed -n '2,36p' "$0"
   exit 0
 fi
 OUT=${1:-outputs/quickstart}
 PRESET=${PRESET:-cpu-demo}
 FAMILY=${FAMILY:-qwen2_5_vl}
 PY=${PYTHON:-.venv/bin/python}
-VSI_BLOCK=${VSI_BLOCK:-mix}
+VSI_BLOCK=${VSI_BLOCK:-$([ -z "${ENV_CONFIG:-}" ] && [ "$FAMILY" = qwen2_5_vl ] && echo rooms || echo mix)}
 if [ "$VSI_BLOCK" != mix ] && [ "$VSI_BLOCK" != rooms ]; then
   echo "[quickstart] VSI_BLOCK=$VSI_BLOCK: choose mix (all question types) or rooms (room size, a build that reads rooms)" >&2
   exit 2
@@ -121,7 +125,10 @@ if [ ! -x "$PY" ]; then
   exit 1
 fi
 
-# A failing or interrupted step stops every step running beside it (its process, then its shell).
+# Background steps: at most SLOTS at a time (one process per core: each step is single-threaded). A
+# failing step stops the script, and any exit stops every step still running (its process, then its shell).
+SLOTS=$([ "$PARALLEL" = "1" ] && echo 2 || echo 1)
+declare -A RUNNING=()  # pid -> what runs there
 stop_background() {
   local pid
   for pid in $(jobs -p); do
@@ -131,29 +138,84 @@ stop_background() {
   true
 }
 trap stop_background EXIT
+# reap: wait until one background job ends; stop if it failed
+reap() {
+  local rc=0 ended=
+  [ "${#RUNNING[@]}" -gt 0 ] || return 0
+  wait -n -p ended "${!RUNNING[@]}" || rc=$?
+  [ -n "$ended" ] || return 0
+  local what=${RUNNING[$ended]}
+  unset "RUNNING[$ended]"
+  if [ "$rc" != 0 ]; then
+    echo "[quickstart] $what failed (exit $rc; its step's log tail is above)" >&2
+    exit 1
+  fi
+}
+# spawn WHAT COMMAND...: run COMMAND in the background as soon as fewer than SLOTS jobs run
+spawn() {
+  local what=$1
+  shift
+  while [ "${#RUNNING[@]}" -ge "$SLOTS" ]; do reap; done
+  "$@" &
+  RUNNING[$!]=$what
+}
+# is_running WHAT: whether the background job WHAT runs; others_running WHAT: whether another job does
+is_running() {
+  local what
+  for what in "${RUNNING[@]}"; do [ "$what" = "$1" ] && return 0; done
+  return 1
+}
+others_running() {
+  local what
+  for what in "${RUNNING[@]}"; do [ "$what" != "$1" ] && return 0; done
+  return 1
+}
+# finish WHAT: wait until the background job WHAT has ended
+finish() {
+  while is_running "$1"; do reap; done
+}
 
+# The models. The builds that ship with the package are copied when they are this code's builds of this
+# seed (python -m a2c_ppo_acktr.tiny.shipped --check); other seeds, or TINY_SHIPPED=0, build them here.
+SEED=${VSI_TINY_SEED:-0}
+TINY_FLAGS=()
+if [ "${TINY_SHIPPED:-1}" = "1" ]; then TINY_FLAGS=(--shipped); fi
 MODEL=$OUT/model
+ROOMS_MODEL=$OUT/model-rooms
 ROOMS_SAMPLES=$OUT/model-rooms-samples.npz
-RENDERPID=
-if [ "$VSI_BLOCK" = rooms ] && [ "$PARALLEL" = "1" ]; then
-  # The rooms build's 1000 rooms are drawn on the core the default build leaves idle.
-  step tiny-rooms-render "$PY" -m a2c_ppo_acktr.tiny --family qwen2_5_vl-rooms --render-samples "$ROOMS_SAMPLES" &
-  RENDERPID=$!
+ROOMS_ARGS=()
+if [ "$VSI_BLOCK" = rooms ] && [ "$PARALLEL" = "1" ] && ! { [ "${TINY_SHIPPED:-1}" = "1" ] &&
+  "$PY" -m a2c_ppo_acktr.tiny.shipped --check --family qwen2_5_vl-rooms --seed "$SEED" > /dev/null 2>&1; }; then
+  # The rooms build is built here: its 1000 rooms are drawn on the core the default build leaves idle.
+  spawn "rendering the rooms build's samples" \
+    step tiny-rooms-render "$PY" -m a2c_ppo_acktr.tiny --family qwen2_5_vl-rooms --render-samples "$ROOMS_SAMPLES"
+  ROOMS_ARGS=(--samples "$ROOMS_SAMPLES")
 fi
-step tiny-model "$PY" -m a2c_ppo_acktr.tiny --family "$FAMILY" --out "$MODEL"
+step tiny-model "$PY" -m a2c_ppo_acktr.tiny --family "$FAMILY" --out "$MODEL" "${TINY_FLAGS[@]}"
 COMMON=(--preset "$PRESET" --model.model_path "$MODEL" --log.progress_bar false)
 if [ -n "${ENV_CONFIG:-}" ]; then COMMON+=(--config "$ENV_CONFIG"); fi
 
-# trained_evals PREFIX EVAL_DIR ADAPTER CKPT ARGS...: the SFT and PPO policies and their blind twins
-# (the same prompts and tokens with every frame zeroed: what a row scores above its twin is what it
-# reads from the pixels), then the comparison with the paired differences, into EVAL_DIR/compare.md.
-trained_evals() {
-  local prefix=$1 dir=$2 adapter=$3 ckpt=$4
-  shift 4
-  step "${prefix}eval-sft" "$PY" eval_vsi.py "$@" --adapter "$adapter" --name "tiny + SFT" --out "$dir/sft"
-  step "${prefix}eval-ppo" "$PY" eval_vsi.py "$@" --checkpoint "$ckpt" --name "tiny + SFT + PPO" --out "$dir/ppo"
-  step "${prefix}eval-sft-zero" "$PY" eval_vsi.py "$@" --adapter "$adapter" --zero-images --name "tiny + SFT (zeroed images)" --out "$dir/sft_zeroed"
-  step "${prefix}eval-ppo-zero" "$PY" eval_vsi.py "$@" --checkpoint "$ckpt" --zero-images --name "tiny + SFT + PPO (zeroed images)" --out "$dir/ppo_zeroed"
+# eval_row PREFIX DIR ROW ADAPTER CKPT ARGS...: one row of a block's table into DIR/ROW (ROW: dummy, oracle,
+# base, sft, sft_zeroed, ppo, ppo_zeroed). The blind twins (_zeroed) see the same prompts and tokens with
+# every frame zeroed: what a row scores above its twin is what it reads from the pixels.
+eval_row() {
+  local prefix=$1 dir=$2 row=$3 adapter=$4 ckpt=$5
+  shift 5
+  case $row in
+    dummy) step "${prefix}eval-dummy" "$PY" eval_vsi.py "$@" --dummy --name dummy --out "$dir/dummy" ;;
+    oracle) step "${prefix}eval-oracle" "$PY" eval_vsi.py "$@" --oracle --name oracle --out "$dir/oracle" ;;
+    base) step "${prefix}eval-base" "$PY" eval_vsi.py "$@" --name "tiny base" --out "$dir/base" ;;
+    sft) step "${prefix}eval-sft" "$PY" eval_vsi.py "$@" --adapter "$adapter" --name "tiny + SFT" --out "$dir/sft" ;;
+    sft_zeroed) step "${prefix}eval-sft-zero" "$PY" eval_vsi.py "$@" --adapter "$adapter" --zero-images \
+      --name "tiny + SFT (zeroed images)" --out "$dir/sft_zeroed" ;;
+    ppo) step "${prefix}eval-ppo" "$PY" eval_vsi.py "$@" --checkpoint "$ckpt" --name "tiny + SFT + PPO" --out "$dir/ppo" ;;
+    ppo_zeroed) step "${prefix}eval-ppo-zero" "$PY" eval_vsi.py "$@" --checkpoint "$ckpt" --zero-images \
+      --name "tiny + SFT + PPO (zeroed images)" --out "$dir/ppo_zeroed" ;;
+    *)
+      echo "[quickstart] eval_row: no row $row" >&2
+      exit 1
+      ;;
+  esac
 }
 # compare DIR METRICS LOG [ARGS...]: the seven rows side by side, the paired differences (ARGS: more flags)
 compare() {
@@ -166,9 +228,19 @@ compare() {
     --metrics "$metrics" --out "$dir" "$@" \
     > "$log" 2>&1 || { echo "[quickstart] the comparison failed:" >&2; tail -n 40 "$log" >&2; exit 1; }
 }
-# The NumberLine block (VSI runs only): the tiny model's vision is pre-trained on NumberLine frames, so
-# there its policies read the image. SFT stops early (NL_SFT_STEPS) to leave PPO room to improve; the
-# KL penalty to the frozen SFT policy keeps PPO from breaking the reply format (bench/README.md).
+# last_checkpoint DIR: the newest checkpoint under DIR/checkpoints (stops when there is none)
+last_checkpoint() {
+  local ckpt
+  ckpt=$(ls -d "$1"/checkpoints/checkpoint-* 2>/dev/null | sort | tail -n 1)
+  if [ -z "$ckpt" ]; then
+    echo "[quickstart] main_vsi.py finished but wrote no checkpoint under $1/checkpoints (see its log in $LOGS)" >&2
+    exit 1
+  fi
+  echo "$ckpt"
+}
+# The NumberLine block (VSI runs only): the default build's vision is pre-trained on NumberLine frames, so
+# there its policies read the image. SFT stops early to leave PPO room to improve; the KL penalty to the
+# frozen SFT policy keeps PPO from breaking the reply format (bench/README.md).
 numberline_block() {
   NLARGS=(--preset "$PRESET" --model.model_path "$MODEL" --log.progress_bar false --config configs/envs/numberline.yaml)
   step nl-label "$PY" vlm_traj_label.py "${NLARGS[@]}" --label.teacher oracle --label.out_dir "$NL/labels"
@@ -177,14 +249,14 @@ numberline_block() {
     --sft.max_steps "$NL_SFT_STEPS" --sft.save_steps "$NL_SFT_EVERY" --sft.save_total_limit $((NL_SFT_STEPS / NL_SFT_EVERY + 1))
   # The warm start: SFT's latest checkpoint whose greedy success on NL_VAL_DEALS validation deals (seeds
   # from 900000, apart from training and evaluation) is at most NL_SFT_CAP percent, else its earliest.
-  local cands=("$NL_SFT_STEPS:$NL/sft/adapter") c k rc
+  local cands=("$NL_SFT_STEPS:$NL/sft/adapter") c k rc row nlsft=
   for ((k = (NL_SFT_STEPS - 1) / NL_SFT_EVERY * NL_SFT_EVERY; k >= NL_SFT_EVERY; k -= NL_SFT_EVERY)); do
     cands+=("$k:$NL/sft/checkpoint-$k")
   done
   for c in "${cands[@]}"; do
     k=${c%%:*}
-    NLSFT=${c#*:}
-    step "nl-val-sft-$k" "$PY" eval_vsi.py "${NLARGS[@]}" --adapter "$NLSFT" --eval.num_episodes "$NL_VAL_DEALS" \
+    nlsft=${c#*:}
+    step "nl-val-sft-$k" "$PY" eval_vsi.py "${NLARGS[@]}" --adapter "$nlsft" --eval.num_episodes "$NL_VAL_DEALS" \
       --eval.seed 900000 --name "tiny + SFT, step $k (validation)" --out "$NL/validation/sft-$k"
     rc=0
     "$PY" -m a2c_ppo_acktr.eval.warm_start "$NL/validation/sft-$k/report.json" --cap "$NL_SFT_CAP" \
@@ -196,42 +268,32 @@ numberline_block() {
       exit 1
     fi
   done
-  echo "warm start: $NLSFT" >> "$LOGS/nl-warm-start.log"
-  step nl-ppo "$PY" main_vsi.py "${NLARGS[@]}" --sft-adapter "$NLSFT" --log.output_dir "$NL/ppo" \
+  echo "warm start: $nlsft" >> "$LOGS/nl-warm-start.log"
+  step nl-ppo "$PY" main_vsi.py "${NLARGS[@]}" --sft-adapter "$nlsft" --log.output_dir "$NL/ppo" \
     --ppo.lr "$NL_PPO_LR" --ppo.num_iterations "$NL_PPO_ITERATIONS" \
     --ppo.reference ema --ppo.ema_decay 1 --ppo.kl_coef "$NL_PPO_KL"
-  NLCKPT=$(ls -d "$NL"/ppo/checkpoints/checkpoint-* 2>/dev/null | sort | tail -n 1)
-  EVALN=(--eval.num_episodes "$NL_EVAL_DEALS")
-  step nl-eval-dummy "$PY" eval_vsi.py "${NLARGS[@]}" "${EVALN[@]}" --dummy --name dummy --out "$NLEVAL/dummy"
-  step nl-eval-oracle "$PY" eval_vsi.py "${NLARGS[@]}" "${EVALN[@]}" --oracle --name oracle --out "$NLEVAL/oracle"
-  step nl-eval-base "$PY" eval_vsi.py "${NLARGS[@]}" "${EVALN[@]}" --name "tiny base" --out "$NLEVAL/base"
-  trained_evals "nl-" "$NLEVAL" "$NLSFT" "$NLCKPT" "${NLARGS[@]}" "${EVALN[@]}"
+  local ckpt
+  ckpt=$(last_checkpoint "$NL/ppo")
+  for row in dummy oracle base sft ppo sft_zeroed ppo_zeroed; do
+    eval_row nl- "$NLEVAL" "$row" "$nlsft" "$ckpt" "${NLARGS[@]}" --eval.num_episodes "$NL_EVAL_DEALS"
+  done
   compare "$NLEVAL" "$NL/ppo/metrics.jsonl" "$LOGS/nl-compare.log"
 }
 
 NL=$OUT/numberline
 NLEVAL=$NL/eval
-NLPID=
-NUMBERLINE_DONE=
-if [ "$NUMBERLINE" = "1" ]; then
-  if [ "$PARALLEL" = "1" ]; then
-    echo "[quickstart] the VSI and NumberLine blocks run side by side (PARALLEL=0: one after the other)" >&2
-    numberline_block &
-    NLPID=$!
-  fi
+if [ "$NUMBERLINE" = "1" ] && [ "$PARALLEL" = "1" ]; then
+  echo "[quickstart] the VSI and NumberLine blocks run side by side (PARALLEL=0: one after the other)" >&2
+  spawn numberline numberline_block
 fi
 
 if [ "$VSI_BLOCK" = rooms ]; then
   # The room-reading build: the default build's weights, then its own vision stage on room sizes.
-  ROOMS_ARGS=()
-  if [ -n "$RENDERPID" ]; then
-    wait "$RENDERPID" || { echo "[quickstart] rendering the rooms build's samples failed (its log's tail is above)" >&2; exit 1; }
-    RENDERPID=
-    ROOMS_ARGS=(--samples "$ROOMS_SAMPLES")
-  fi
-  step tiny-rooms "$PY" -m a2c_ppo_acktr.tiny --family qwen2_5_vl-rooms --base "$MODEL" --out "$OUT/model-rooms" "${ROOMS_ARGS[@]}"
+  finish "rendering the rooms build's samples"
+  step tiny-rooms "$PY" -m a2c_ppo_acktr.tiny --family qwen2_5_vl-rooms --base "$MODEL" --out "$ROOMS_MODEL" \
+    "${TINY_FLAGS[@]}" "${ROOMS_ARGS[@]}"
   rm -f "$ROOMS_SAMPLES"
-  COMMON=(--preset "$PRESET" --config configs/envs/vsi-room-size.yaml --model.model_path "$OUT/model-rooms"
+  COMMON=(--preset "$PRESET" --config configs/envs/vsi-room-size.yaml --model.model_path "$ROOMS_MODEL"
     --log.progress_bar false)
 fi
 step label "$PY" vlm_traj_label.py "${COMMON[@]}" --label.teacher oracle --label.out_dir "$OUT/labels"
@@ -245,57 +307,18 @@ fi
 PPO_ARGS=()
 if [ -n "$PPO_ITERATIONS" ]; then PPO_ARGS=(--ppo.num_iterations "$PPO_ITERATIONS"); fi
 EVAL=$OUT/eval
-# The rows that need no PPO policy: with two cores they start as soon as PPO or the NumberLine block
-# ends, whichever is first (one process per core: each step is single-threaded).
-sft_side_evals() {
-  step eval-dummy "$PY" eval_vsi.py "${COMMON[@]}" --dummy --name dummy --out "$EVAL/dummy"
-  step eval-oracle "$PY" eval_vsi.py "${COMMON[@]}" --oracle --name oracle --out "$EVAL/oracle"
-  step eval-base "$PY" eval_vsi.py "${COMMON[@]}" --name "tiny base" --out "$EVAL/base"
-  step eval-sft "$PY" eval_vsi.py "${COMMON[@]}" --adapter "$ADAPTER" --name "tiny + SFT" --out "$EVAL/sft"
-  step eval-sft-zero "$PY" eval_vsi.py "${COMMON[@]}" --adapter "$ADAPTER" --zero-images \
-    --name "tiny + SFT (zeroed images)" --out "$EVAL/sft_zeroed"
-}
-if [ "$PARALLEL" = "1" ]; then
-  step ppo "$PY" main_vsi.py "${COMMON[@]}" --sft-adapter "$ADAPTER" --log.output_dir "$OUT/ppo" "${PPO_ARGS[@]}" &
-  PPOPID=$!
-  if [ -n "$NLPID" ]; then  # whichever of PPO and the NumberLine block ends first frees a core for them
-    rc=0
-    ENDED=
-    wait -n -p ENDED "$NLPID" "$PPOPID" || rc=$?
-    if [ "$ENDED" = "$NLPID" ]; then
-      [ "$rc" = 0 ] || { echo "[quickstart] the NumberLine block failed (its step's log tail is above)" >&2; exit 1; }
-      NLPID=
-      NUMBERLINE_DONE=1
-    else
-      [ "$rc" = 0 ] || { echo "[quickstart] PPO failed (its log's tail is above)" >&2; exit 1; }
-      PPOPID=
-    fi
-  fi
-  sft_side_evals
-  if [ -n "$PPOPID" ]; then
-    wait "$PPOPID" || { echo "[quickstart] PPO failed (its log's tail is above)" >&2; exit 1; }
-  fi
-else
-  step ppo "$PY" main_vsi.py "${COMMON[@]}" --sft-adapter "$ADAPTER" --log.output_dir "$OUT/ppo" "${PPO_ARGS[@]}"
-  sft_side_evals
-fi
-CKPT=$(ls -d "$OUT"/ppo/checkpoints/checkpoint-* 2>/dev/null | sort | tail -n 1)
-if [ -z "$CKPT" ]; then
-  echo "[quickstart] main_vsi.py finished but wrote no checkpoint under $OUT/ppo/checkpoints (see $LOGS/ppo.log)" >&2
-  exit 1
-fi
-if [ "$PARALLEL" = "1" ] && [ -z "$NLPID" ]; then  # the PPO policy and its twin side by side once a core is free
-  step eval-ppo "$PY" eval_vsi.py "${COMMON[@]}" --checkpoint "$CKPT" --name "tiny + SFT + PPO" --out "$EVAL/ppo" &
-  EVALPID=$!
-else
-  step eval-ppo "$PY" eval_vsi.py "${COMMON[@]}" --checkpoint "$CKPT" --name "tiny + SFT + PPO" --out "$EVAL/ppo"
-  EVALPID=
-fi
-step eval-ppo-zero "$PY" eval_vsi.py "${COMMON[@]}" --checkpoint "$CKPT" --zero-images \
-  --name "tiny + SFT + PPO (zeroed images)" --out "$EVAL/ppo_zeroed"
-if [ -n "$EVALPID" ]; then
-  wait "$EVALPID" || { echo "[quickstart] evaluating the PPO policy failed (its log's tail is above)" >&2; exit 1; }
-fi
+# PPO, and beside it the rows that need no PPO policy as soon as a core is free (the NumberLine block
+# ends or PPO does), then the PPO policy and its twin.
+spawn PPO step ppo "$PY" main_vsi.py "${COMMON[@]}" --sft-adapter "$ADAPTER" --log.output_dir "$OUT/ppo" "${PPO_ARGS[@]}"
+for row in dummy oracle base sft sft_zeroed; do
+  spawn "the $row evaluation" eval_row "" "$EVAL" "$row" "$ADAPTER" - "${COMMON[@]}"
+done
+finish PPO
+CKPT=$(last_checkpoint "$OUT/ppo")
+for row in ppo ppo_zeroed; do
+  spawn "the $row evaluation" eval_row "" "$EVAL" "$row" "$ADAPTER" "$CKPT" "${COMMON[@]}"
+done
+while others_running numberline; do reap; done
 # VSI: with the best constant answer per question type, chosen in hindsight on these questions, and
 # each trained policy paired with it (what a policy scores above it is not one answer given to all).
 BEST=()
@@ -305,10 +328,9 @@ if [ -z "${ENV_CONFIG:-}" ]; then
 fi
 compare "$EVAL" "$OUT/ppo/metrics.jsonl" "$LOGS/compare.log" "${BEST[@]}"
 
-if [ "$NUMBERLINE" = "1" ] && [ -z "$NUMBERLINE_DONE" ]; then
-  if [ -n "$NLPID" ]; then
-    wait "$NLPID" || { echo "[quickstart] the NumberLine block failed (its step's log tail is above)" >&2; exit 1; }
-    NLPID=
+if [ "$NUMBERLINE" = "1" ]; then
+  if [ "$PARALLEL" = "1" ]; then
+    finish numberline
   else
     numberline_block
   fi

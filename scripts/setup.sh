@@ -51,12 +51,14 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && "$VPY" -c "import torch
   exit 0
 fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+# --no-compile: no bytecode for the ~21,000 modules installed; Python writes it for the few hundred a run
+# imports, the first time it imports them.
 log "installing $TORCH_PINS"
-"$VPY" -m pip install -q $TORCH_PINS
+"$VPY" -m pip install -q --no-compile $TORCH_PINS
 # DeepSpeed's build imports torch: build it against the torch just installed, not an isolated copy.
 log "installing deepspeed"
-"$VPY" -m pip install -q --no-build-isolation "deepspeed>=0.19.8,<0.20"  # the pin of setup.py's deepspeed extra
+"$VPY" -m pip install -q --no-compile --no-build-isolation "deepspeed>=0.19.8,<0.20"  # the pin of setup.py's deepspeed extra
 log "installing vsi-ppo[dev,deepspeed] (editable)"
-"$VPY" -m pip install -q -e ".[dev,deepspeed]"
+"$VPY" -m pip install -q --no-compile -e ".[dev,deepspeed]"
 echo "$WANT" > "$STAMP"
 log "done: activate with 'source $VENV/bin/activate'"

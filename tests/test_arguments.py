@@ -61,7 +61,7 @@ def test_rl4vlm_preset_is_rl4vlms_setting():
 
 
 def test_room_size_overlay_is_a_vsi_run_of_one_question_type_on_the_room_reading_build():
-    """configs/envs/vsi-room-size.yaml (the quickstart's VSI_BLOCK=rooms) loads over cpu-demo and changes
+    """configs/envs/vsi-room-size.yaml (the quickstart's VSI block) loads over cpu-demo and changes
     only what it says: VSI, one question type, the rooms build, its SFT stop, PPO and eval sizes."""
     base = load_config(preset="cpu-demo")
     rooms = load_config(preset="cpu-demo", config="configs/envs/vsi-room-size.yaml")
@@ -69,8 +69,8 @@ def test_room_size_overlay_is_a_vsi_run_of_one_question_type_on_the_room_reading
     assert (
         rooms.model.model_path == "tiny:qwen2_5_vl-rooms" and rooms.env.num_scenes == rooms.env.scene_cache_size == 512
     )
-    assert (rooms.sft.max_steps, rooms.ppo.num_iterations, rooms.ppo.ppo_epochs, rooms.ppo.lr) == (50, 12, 1, 2e-4)
-    assert (rooms.rollout.num_envs, rooms.eval.num_episodes) == (32, 200)
+    assert (rooms.sft.max_steps, rooms.ppo.num_iterations, rooms.ppo.ppo_epochs, rooms.ppo.lr) == (50, 24, 1, 2e-4)
+    assert (rooms.rollout.num_envs, rooms.eval.num_episodes) == (32, 400)
     assert (rooms.ppo.kl_coef, rooms.ppo.reference, rooms.env.image_size) == (
         base.ppo.kl_coef,
         base.ppo.reference,
