@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_learning.py [--tasks one_scene room_size object_size mix]
         [--estimators gae rloo grpo] [--seeds 3] [--iterations 100] [--no-controls] [--jobs 1]
-        [--sft-adapter outputs/quickstart/sft/adapter] [--model-path outputs/quickstart/model]
+        [--sft-adapter outputs/quickstart_mix/sft/adapter] [--model-path outputs/quickstart/model]
         [--best-constant room_size=0.41 ...] [--eval-episodes 100] [--out outputs/bench_learning]
         [--rerun] [--extra section.key=value ...]
 
@@ -1168,7 +1168,9 @@ def build_parser() -> argparse.ArgumentParser:
         "with the heads trained at the run's rate",
     )
     p.add_argument("--jobs", type=int, default=1, help="training processes at a time (2 fill a 2-core machine)")
-    p.add_argument("--sft-adapter", type=Path, default=Path("outputs/quickstart/sft/adapter"))
+    # The VSI tasks start from the adapter of the quickstart's mix block (all question types, the default build):
+    # the default quickstart's VSI adapter is trained on the room-reading build, for room size alone.
+    p.add_argument("--sft-adapter", type=Path, default=Path("outputs/quickstart_mix/sft/adapter"))
     p.add_argument("--model-path", type=Path, default=Path("outputs/quickstart/model"))
     p.add_argument(
         "--adapter",
@@ -1227,7 +1229,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         if not path.exists():
             parser.error(
                 f"the {what} {str(path)!r} does not exist; run `bash scripts/quickstart.sh` first "
-                "(a game task: `ENV_CONFIG=configs/envs/<env>.yaml bash scripts/quickstart.sh "
+                "(the VSI tasks: `VSI_BLOCK=mix bash scripts/quickstart.sh outputs/quickstart_mix`; "
+                "a game task: `ENV_CONFIG=configs/envs/<env>.yaml bash scripts/quickstart.sh "
                 "outputs/quickstart_<task>`; "
                 "or pass --sft-adapter/--adapter/--model-path)"
             )
