@@ -56,6 +56,13 @@ def test_install_copies_every_file_as_shipped(root, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == sorted(names)
     assert all((out / n).read_bytes() == (src / n).read_bytes() for n in names)
     tiny.check_base_build(out, "qwen2_5_vl", 0)  # what a build on top of it accepts as its base
+    # The copy is a model the loaders read, of the size its build recorded.
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    model = AutoModelForImageTextToText.from_pretrained(out)
+    info = json.loads((out / "tiny_build.json").read_text())
+    assert sum(p.numel() for p in model.parameters()) == info["num_parameters"]
+    assert len(AutoProcessor.from_pretrained(out).tokenizer) == info["tokenizer_size"]
 
 
 def test_a_changed_missing_or_foreign_file_is_refused_with_the_reason(root, tmp_path):
