@@ -79,7 +79,7 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "vsi-tiny=a2c_ppo_acktr.tiny:main",
+            "vsi-tiny=a2c_ppo_acktr.tiny.cli:main",
         ],
         # gymnasium 0.26-0.29's plugin group (1.x dropped it; the .pth above does the job there).
         "gymnasium.envs": [

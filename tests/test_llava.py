@@ -13,6 +13,7 @@ import torch
 
 from a2c_ppo_acktr.common import prompts
 from a2c_ppo_acktr.tiny import build as tiny
+from a2c_ppo_acktr.tiny import cli as tiny_cli
 from a2c_ppo_acktr.policy.loading import LoadedVLM, ModelLoadError, load_processor, load_vlm
 from a2c_ppo_acktr.policy.model import VLMPolicy
 from a2c_ppo_acktr.algo.storage import RolloutStorage
@@ -61,7 +62,7 @@ def test_tiny_llava_is_a_real_llava_with_its_own_cache_key(llava_loaded, capsys)
     assert llava_loaded.family in tiny.FAMILIES and llava_loaded.family not in tiny.QWEN_FAMILIES
     keys = {f: tiny.spec_hash(f, 0) for f in tiny.FAMILIES}
     assert len(set(keys.values())) == len(keys)  # one cache directory per family
-    tiny.main(
+    tiny_cli.main(
         ["--family", llava_loaded.family]
     )  # the CLI (and so a build in a child process) takes LLaVA: cached, prints the dir
     assert capsys.readouterr().out.strip() == llava_loaded.path

@@ -3,8 +3,9 @@ for five families, the reply-format pre-training, the cached and locked build), 
 training both pre-trainings run (:mod:`.training`), and the default build's vision pre-training on
 the project's own renders (:mod:`.vision`).
 
-``tiny_model_dir(family, seed)`` is what loading a ``tiny:<family>`` path calls; the command line is
-``python -m a2c_ppo_acktr.tiny --family qwen2_5_vl --out DIR [--seed N]`` (or ``vsi-tiny``).
+``tiny_model_dir(family, seed)`` is what loading a ``tiny:<family>`` path calls; the command line
+(:mod:`.cli`) is ``python -m a2c_ppo_acktr.tiny --family qwen2_5_vl --out DIR [--seed N]`` (or
+``vsi-tiny``); the builds that ship with the package are :mod:`.shipped`.
 """
 
 from a2c_ppo_acktr.tiny.build import (  # noqa: F401 (the sub-package's interface)
@@ -25,4 +26,3 @@ from a2c_ppo_acktr.tiny.build import (  # noqa: F401 (the sub-package's interfac
     tiny_model_dir,
     tiny_spec,
 )
-from a2c_ppo_acktr.tiny.cli import main  # noqa: E402,F401 (python -m a2c_ppo_acktr.tiny, vsi-tiny)
