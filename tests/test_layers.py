@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
             "common.choices",
             "common.errors",
             "common.atomic",
+            "common.digest",
             "common.jsonl",
             "common.bounded_read",
             "common.redaction",

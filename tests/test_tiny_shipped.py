@@ -44,7 +44,7 @@ def _rewrite(path, name, edit):
     """Edit one shipped file and record its new sha256, as a re-ship with other content would."""
     manifest = json.loads((path / shipped.MANIFEST).read_text())
     edit(path / name)
-    manifest["files"][name] = shipped._sha256(path / name)
+    manifest["files"][name] = shipped.file_sha256(path / name)
     (path / shipped.MANIFEST).write_text(json.dumps(manifest))
 
 

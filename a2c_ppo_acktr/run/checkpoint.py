@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import hashlib
 import json
 import logging
 import os
@@ -31,6 +30,7 @@ import numpy as np
 import torch
 
 from a2c_ppo_acktr.common.atomic import publish_dir
+from a2c_ppo_acktr.common.digest import file_sha256
 from a2c_ppo_acktr.common.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -137,11 +137,7 @@ def file_checksums(root: Path) -> dict[str, str]:
     """``{relative path: "sha256:<hex>"}`` of every file under ``root`` (the marker itself excluded)."""
     out = {}
     for path in sorted(p for p in root.rglob("*") if p.is_file() and p.name != COMPLETE_MARKER):
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        out[path.relative_to(root).as_posix()] = "sha256:" + digest.hexdigest()
+        out[path.relative_to(root).as_posix()] = "sha256:" + file_sha256(path)
     return out
 
 

@@ -21,7 +21,6 @@ absent); ``--check`` says whether every shipped build is still this code's (exit
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -32,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+from a2c_ppo_acktr.common.digest import file_sha256
+
 SHIPPED_ROOT = Path(__file__).resolve().parent / "shipped"
 MANIFEST = "SHIPPED.json"
 
@@ -39,14 +40,6 @@ MANIFEST = "SHIPPED.json"
 def shipped_path(family: str, seed: int, root: Optional[str | os.PathLike] = None) -> Path:
     """Where the shipped build ``family`` of ``seed`` lies (whether or not there is one)."""
     return Path(root or SHIPPED_ROOT) / f"{family}-seed{seed}"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def find_shipped(family: str, seed: int, root: Optional[str | os.PathLike] = None) -> tuple[Optional[Path], str]:
@@ -65,7 +58,7 @@ def find_shipped(family: str, seed: int, root: Optional[str | os.PathLike] = Non
     for name, want in sorted(files.items()):
         if not (path / name).is_file():
             return None, f"{path / name} is missing"
-        if _sha256(path / name) != want:
+        if file_sha256(path / name) != want:
             return None, f"{path / name} is not the file that was shipped (sha256 differs)"
     got = (info.get("build", info.get("family")), info.get("seed"))
     if got != (family, seed):
@@ -99,7 +92,7 @@ def install_shipped(family: str, seed: int, out: str | os.PathLike, root: Option
     for name, want in sorted(files.items()):
         tmp = out / f".{name}.tmp"
         shutil.copyfile(path / name, tmp)
-        if _sha256(tmp) != want:
+        if file_sha256(tmp) != want:
             tmp.unlink()
             return f"copying {path / name} gave another file (sha256 differs)"
         os.replace(tmp, out / name)
@@ -122,6 +115,7 @@ def ship(family: str, seed: int, build_dir: str | os.PathLike, root: Optional[st
     Raises:
         ValueError: ``build_dir`` is not this code's build of ``family`` and ``seed``.
     """
+    from a2c_ppo_acktr.common.atomic import publish_dir
     from a2c_ppo_acktr.tiny.build import TinyBaseError, build_versions, check_base_build
 
     build_dir = Path(build_dir)
@@ -137,7 +131,7 @@ def ship(family: str, seed: int, build_dir: str | os.PathLike, root: Optional[st
         files = {}
         for src in sorted(p for p in build_dir.iterdir() if p.is_file() and not p.name.startswith(".")):
             shutil.copyfile(src, tmp / src.name)
-            files[src.name] = _sha256(tmp / src.name)
+            files[src.name] = file_sha256(tmp / src.name)
         manifest = {
             "build": family,
             "seed": seed,
@@ -147,9 +141,7 @@ def ship(family: str, seed: int, build_dir: str | os.PathLike, root: Optional[st
             "shipped": time.strftime("%Y-%m-%d"),
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        if final.exists():
-            shutil.rmtree(final)
-        os.rename(tmp, final)
+        publish_dir(tmp, final, durable=False)  # the old shipped copy stays whole until the new one replaces it
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
