@@ -504,6 +504,28 @@ def test_flags_and_checkpoint_config_resolve_into_the_run_config(tmp_path):
         evaluation.checkpoint_model_config(tmp_path / "missing")
 
 
+def test_a_checkpoint_trained_at_a_fixed_temperature_evaluates_under_a_preset_that_trains_one(tmp_path):
+    """cpu-demo trains a temperature head (ppo.temperature_loss=entropy_target); a run that turned the
+    head off (and used grouped RLOO) is still evaluated with --preset cpu-demo: the checkpoint's own
+    training sections come with its model, so the preset's do not contradict it."""
+    ckpt = tmp_path / "run" / "checkpoints" / "checkpoint-000002"
+    ckpt.mkdir(parents=True)
+    trained = load_config(
+        preset="cpu-demo",
+        overrides=[
+            "--model.use_temp_predictor", "false", "--ppo.temperature_loss", "policy_gradient",
+            "--rollout.group_size", "4", "--ppo.advantage_estimator", "rloo",
+        ],
+    )  # fmt: skip
+    trained.save(ckpt / "config.yaml")
+    args, extra = eval_vsi.build_parser().parse_known_args(
+        ["--preset", "cpu-demo", "--checkpoint", str(ckpt), "--out", "o", "--ppo.lr", "3e-4"]
+    )
+    cfg = evaluation.resolve_config(args, extra)
+    assert not cfg.model.use_temp_predictor and cfg.ppo.temperature_loss == "policy_gradient"
+    assert (cfg.ppo.advantage_estimator, cfg.rollout.group_size, cfg.ppo.lr) == ("rloo", 4, 3e-4)
+
+
 def test_compare_paired_through_the_cli(runs, tmp_path):
     """Oracle minus dummy on the same 10 questions: the paired difference is the difference of overalls."""
     paths = [str(runs["oracle"] / "report.json"), str(runs["dummy"] / "report.json")]

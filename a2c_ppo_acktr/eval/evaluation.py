@@ -618,6 +618,8 @@ def checkpoint_config(checkpoint: str | Path) -> RunConfig:
     return RunConfig.from_dict(data)
 
 
+# The sections of a checkpoint's run that only its training reads; an evaluation takes them with its model.
+_TRAINING_SECTIONS = ("ppo", "rollout")
 # What eval_vsi.py's own flags set in the env section (named in the override warning).
 _ENV_FLAGS = {"scene_source": "--vsibench", "vsibench_path": "--vsibench", "data_root": "--data-root"}
 
@@ -629,7 +631,10 @@ def resolve_config(args: Any, extra: Sequence[str]) -> RunConfig:
     * with ``--checkpoint``: the env section of the run that wrote it (an agent is evaluated on the
       env it was trained on: image size, turns, sweep frames...);
     * ``--preset``, then ``--config``;
-    * with ``--checkpoint``: its model section (the adapter and heads only fit that model);
+    * with ``--checkpoint``: its model section (the adapter and heads only fit that model), and its
+      training sections (``ppo``, ``rollout``): an evaluation reads neither, but a preset's would be
+      checked against the checkpoint's model (``ppo.temperature_loss=entropy_target`` needs the
+      temperature head that a run with a fixed temperature does not have) and refuse a valid checkpoint;
     * the flags (``--model-path``, ``--blind``, ``--vsibench``, ``--data-root``), then the
       ``--section.key`` overrides.
 
@@ -641,6 +646,7 @@ def resolve_config(args: Any, extra: Sequence[str]) -> RunConfig:
 
     ckpt_env: dict[str, Any] = {}
     ckpt_model: dict[str, Any] = {}
+    ckpt_training: dict[str, Any] = {}
     ckpt_source: Optional[Path] = None
     if getattr(args, "checkpoint", None):
         data, ckpt_source = _checkpoint_run_data(args.checkpoint)
@@ -653,6 +659,7 @@ def resolve_config(args: Any, extra: Sequence[str]) -> RunConfig:
             )
         ckpt_env = dict(data.get("env") or {})
         ckpt_model = checkpoint_model_config(args.checkpoint) if ckpt_source is not None else {}
+        ckpt_training = {k: dict(data[k]) for k in _TRAINING_SECTIONS if data.get(k)}
     preset_data: dict[str, Any] = {}
     if args.preset is not None:
         preset_data = load_yaml(preset_path(args.preset))
@@ -674,7 +681,8 @@ def resolve_config(args: Any, extra: Sequence[str]) -> RunConfig:
     over = parse_overrides(extra)
 
     merged: dict[str, Any] = {"env": ckpt_env} if ckpt_env else {}
-    for layer in (preset_data, config_data, {"model": ckpt_model} if ckpt_model else {}, flags, over):
+    ckpt_layer = {**({"model": ckpt_model} if ckpt_model else {}), **ckpt_training}
+    for layer in (preset_data, config_data, ckpt_layer, flags, over):
         merged = merge_sections(merged, layer)
     cfg = RunConfig.from_dict(merged)
     if ckpt_env:
