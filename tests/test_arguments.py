@@ -62,7 +62,8 @@ def test_rl4vlm_preset_is_rl4vlms_setting():
 
 def test_room_size_overlay_is_a_vsi_run_of_one_question_type_on_the_room_reading_build():
     """configs/envs/vsi-room-size.yaml (the quickstart's VSI block) loads over cpu-demo and changes
-    only what it says: VSI, one question type, the rooms build, its SFT stop, PPO and eval sizes."""
+    only what it says: VSI, one question type of one turn, the rooms build at a fixed temperature, its SFT
+    stop, grouped PPO and eval sizes."""
     base = load_config(preset="cpu-demo")
     rooms = load_config(preset="cpu-demo", config="configs/envs/vsi-room-size.yaml")
     assert rooms.env.env_id == base.env.env_id and rooms.env.question_types == ["room_size_estimation"]
@@ -71,6 +72,14 @@ def test_room_size_overlay_is_a_vsi_run_of_one_question_type_on_the_room_reading
     )
     assert (rooms.sft.max_steps, rooms.ppo.num_iterations, rooms.ppo.ppo_epochs, rooms.ppo.lr) == (50, 24, 1, 2e-4)
     assert (rooms.rollout.num_envs, rooms.eval.num_episodes) == (32, 400)
+    # One answer turn, four answers per room compared with each other (RLOO), at a fixed temperature.
+    assert (rooms.env.max_turns, rooms.rollout.group_size, rooms.ppo.advantage_estimator) == (1, 4, "rloo")
+    assert rooms.rollout.num_steps >= rooms.env.max_turns and rooms.rollout.num_envs % rooms.rollout.group_size == 0
+    assert (rooms.model.use_temp_predictor, rooms.model.temperature, rooms.ppo.temperature_loss) == (
+        False,
+        1.0,
+        "policy_gradient",
+    )
     assert (rooms.ppo.kl_coef, rooms.ppo.reference, rooms.env.image_size) == (
         base.ppo.kl_coef,
         base.ppo.reference,
