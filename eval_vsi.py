@@ -28,7 +28,8 @@ records.jsonl, which --score-file scores to the same numbers (a2c_ppo_acktr/eval
 JSON reply read by the training parser, scored by the same rule; a move or unreadable reply scores 0).
 Any config key can be overridden: --eval.num_episodes 20, env.image_size=64, --preset cpu-demo
 (every key is listed at the end of this help). A --checkpoint is evaluated on the env of the run
-that wrote it (its config.yaml) and with its model settings; --preset/--config/--env.* change the
+that wrote it (its config.yaml) and with its model settings (and its ppo/rollout sections, which an
+evaluation does not read, so that they agree with that model); --preset/--config/--env.* change the
 env, and each field they change relative to the checkpoint's is logged in one warning.
 
 Examples:
